@@ -1,0 +1,178 @@
+//! `FederatedKafkaTopic` (a topic kept alike across clusters' Kafka) and `KafkaTopicPolicy`
+//! (compliance rules for such topics).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::messages;
+use crate::scale::CLUSTER_NAME_RULE;
+
+/// CEL rule: a topic name Kafka accepts.
+const TOPIC_NAME_RULE: &str =
+    "self.matches('^[a-zA-Z0-9._-]{1,249}$') && self != '.' && self != '..'";
+
+/// A Kafka topic kept alike in the Kafka of every selected member cluster. Agents create
+/// it, raise its partitions and alter its configs; lowering partitions or changing the
+/// replication factor is refused with a status message, never attempted.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "accord.io",
+    version = "v1alpha1",
+    kind = "FederatedKafkaTopic",
+    namespaced,
+    shortname = "fkt",
+    category = "accord",
+    status = "FederatedKafkaTopicStatus",
+    doc = "A Kafka topic kept alike across the Kafka clusters of selected member clusters.",
+    printcolumn(name = "Topic", type_ = "string", json_path = ".spec.topicName"),
+    printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
+    printcolumn(name = "RF", type_ = "integer", json_path = ".spec.replicationFactor"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR))]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedKafkaTopicSpec {
+    /// Topic name in Kafka (default: metadata.name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 249))]
+    #[x_kube(validation = Rule::new(TOPIC_NAME_RULE).message(messages::TOPIC_NAME))]
+    pub topic_name: Option<String>,
+    /// Number of partitions; may be raised later, never lowered.
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN))]
+    pub partitions: i32,
+    /// Replication factor; fixed once the topic exists.
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::REPLICATION_FACTOR_MIN))]
+    pub replication_factor: i32,
+    /// Topic configs, e.g. `retention.ms: "604800000"`, `cleanup.policy: delete`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub config: BTreeMap<String, String>,
+    /// Member clusters by name. Set this or clusterSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    #[x_kube(validation = Rule::new(format!("self.all(c, c.{})", CLUSTER_NAME_RULE.trim_start_matches("self."))).message(messages::CLUSTER_NAME))]
+    pub clusters: Option<Vec<String>>,
+    /// Member clusters by ManagedCluster labels. Set this or clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+}
+
+impl FederatedKafkaTopic {
+    /// The topic's name in Kafka: `spec.topicName`, else `metadata.name`.
+    pub fn topic_name(&self) -> &str {
+        self.spec
+            .topic_name
+            .as_deref()
+            .or(self.metadata.name.as_deref())
+            .unwrap_or_default()
+    }
+}
+
+/// Observed state of a federated topic.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedKafkaTopicStatus {
+    /// Generation of the spec this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The topic in each selected cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<TopicPlacement>,
+    /// `Ready`, `Degraded`, `PolicyViolation`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The topic as one cluster's agent last saw it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicPlacement {
+    /// Member cluster.
+    pub cluster: String,
+    /// Pending, Synced, Conflict, Unavailable or Error.
+    pub state: crate::PlacementState,
+    /// Partition count the broker reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+    /// Replication factor the broker reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_factor: Option<i32>,
+    /// Detail, e.g. why a change was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Compliance rules for FederatedKafkaTopics, enforced by the hub's validating admission
+/// webhook (reason `TOPIC_CREATION_POLICY_VIOLATION`) and again before propagation.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "accord.io",
+    version = "v1alpha1",
+    kind = "KafkaTopicPolicy",
+    shortname = "ktp",
+    category = "accord",
+    status = "KafkaTopicPolicyStatus",
+    doc = "Compliance rules that FederatedKafkaTopics in the selected namespaces must follow.",
+    printcolumn(
+        name = "Min-Partitions",
+        type_ = "integer",
+        json_path = ".spec.minPartitions"
+    ),
+    printcolumn(name = "RF", type_ = "integer", json_path = ".spec.replicationFactor"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new("!has(self.minPartitions) || !has(self.maxPartitions) || self.minPartitions <= self.maxPartitions").message(messages::MIN_PARTITIONS_LE_MAX))]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTopicPolicySpec {
+    /// Namespaces whose topics this policy governs, by namespace label (all when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Topics must have at least this many partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN))]
+    pub min_partitions: Option<i32>,
+    /// Topics may have at most this many partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN))]
+    pub max_partitions: Option<i32>,
+    /// Topics must have exactly this replication factor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::REPLICATION_FACTOR_MIN))]
+    pub replication_factor: Option<i32>,
+    /// Config keys topics may not set, e.g. `unclean.leader.election.enable`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forbidden_configs: Vec<String>,
+    /// Regular expression every topic name must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_name_pattern: Option<String>,
+}
+
+/// Observed state of a topic policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaTopicPolicyStatus {
+    /// Generation of the spec this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Topics currently violating this policy (they were created before it, or bypassed
+    /// the webhook); the hub does not propagate them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub violating_topics: Option<i32>,
+    /// `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,127 @@
+//! `ManagedCluster`: one per member cluster, created when its agent registers.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::messages;
+
+/// A member cluster of the federation. Created when the cluster's agent registers with a
+/// bootstrap token (or beforehand by an administrator); policies select clusters by name or
+/// by this object's metadata labels.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "accord.io",
+    version = "v1alpha1",
+    kind = "ManagedCluster",
+    shortname = "mcl",
+    category = "accord",
+    status = "ManagedClusterStatus",
+    doc = "A member cluster of the Accord federation. Its agent keeps one mTLS stream to the hub; status shows whether it joined and is available.",
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Available")].status"#
+    ),
+    printcolumn(
+        name = "Joined",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Joined")].status"#
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.kubernetesVersion"
+    ),
+    printcolumn(
+        name = "Last-Heartbeat",
+        type_ = "date",
+        json_path = ".status.lastHeartbeatTime"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedClusterSpec {
+    /// Default share hint for policies that select this cluster by label rather than
+    /// listing it with a weight. Must be greater than 0; 1 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0").message(messages::WEIGHT_POSITIVE))]
+    pub weight: Option<i32>,
+
+    /// Drain switch: when true the cluster receives no new placements and its current
+    /// shares move to other clusters, while its agent stays connected.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unschedulable: bool,
+
+    /// Taints keep placements away from this cluster unless a policy tolerates them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub taints: Vec<ClusterTaint>,
+}
+
+/// A taint on a member cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTaint {
+    /// Taint key, e.g. `accord.io/maintenance`.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+    /// Optional taint value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub value: Option<String>,
+    /// What the taint does to placements: NoSchedule (no new shares), PreferNoSchedule
+    /// (avoid when possible) or NoExecute (move existing shares away).
+    pub effect: TaintEffect,
+}
+
+/// Effect of a cluster taint.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaintEffect {
+    /// No new placements.
+    NoSchedule,
+    /// Avoid when another cluster is eligible.
+    PreferNoSchedule,
+    /// Move existing placements away.
+    NoExecute,
+}
+
+/// Observed state of a member cluster, written by the hub's leader.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagedClusterStatus {
+    /// `Joined` (registered with a valid token), `Available` (agent connected and
+    /// heartbeating within the timeout), `Degraded` (agent reports a problem).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Version of the agent, as it reported in its Hello.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Kubernetes version of the member cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Last heartbeat the hub recorded (written rate-limited, not on every heartbeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<Time>,
+    /// Hub replica that holds the cluster's stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub_replica: Option<String>,
+    /// Optional capacity hints reported by the agent (e.g. `cpu`, `memory`, `pods`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<String, String>,
+}
+
+impl ManagedCluster {
+    /// Default share hint when `spec.weight` is unset.
+    pub const DEFAULT_WEIGHT: i32 = 1;
+
+    /// The cluster's share hint.
+    pub fn weight(&self) -> i32 {
+        self.spec.weight.unwrap_or(Self::DEFAULT_WEIGHT)
+    }
+}

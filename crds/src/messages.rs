@@ -1,0 +1,58 @@
+//! Validation messages, shared by the CEL rules the API server enforces and by their
+//! Rust-side counterparts in [`crate::validate`], so both say the same thing.
+
+/// A weight is not positive.
+pub const WEIGHT_POSITIVE: &str = "weight must be greater than 0";
+/// minReplicas is above maxReplicas.
+pub const MIN_LE_MAX: &str = "minReplicas must not be greater than maxReplicas";
+/// A replica bound is negative.
+pub const REPLICAS_NON_NEGATIVE: &str = "replica counts must be 0 or more";
+/// The same cluster appears twice in a distribution.
+pub const DISTRIBUTION_UNIQUE: &str =
+    "each cluster may appear only once in distribution; merge the duplicate entries";
+/// A distribution lists no cluster.
+pub const DISTRIBUTION_NOT_EMPTY: &str = "distribution must list at least one cluster";
+/// desiredReplicas is negative.
+pub const DESIRED_NON_NEGATIVE: &str = "desiredReplicas must be 0 or more";
+/// Target kind is not one Accord can scale.
+pub const TARGET_KIND: &str =
+    "targetRef must name an apps/v1 Deployment, the only kind Accord scales today";
+/// A cluster name is not a DNS-1123 label.
+pub const CLUSTER_NAME: &str = "cluster names must be lowercase letters, digits and '-', start and end with a letter or digit, at most 63 characters";
+/// partitions is below 1.
+pub const PARTITIONS_MIN: &str = "partitions must be at least 1";
+/// replicationFactor is below 1.
+pub const REPLICATION_FACTOR_MIN: &str = "replicationFactor must be at least 1";
+/// minPartitions is above maxPartitions.
+pub const MIN_PARTITIONS_LE_MAX: &str = "minPartitions must not be greater than maxPartitions";
+/// Not exactly one of clusters / clusterSelector.
+pub const CLUSTERS_XOR_SELECTOR: &str = "set exactly one of clusters or clusterSelector: clusters names the members, clusterSelector picks them by label";
+/// Not exactly one of namespaces / labelSelector.
+pub const TENANT_XOR: &str =
+    "set exactly one of tenantSelector.namespaces or tenantSelector.labelSelector";
+/// A topic name Kafka would refuse.
+pub const TOPIC_NAME: &str = "topicName must be 1 to 249 characters of letters, digits, '.', '_' or '-', and not '.' or '..'";
+/// match is empty.
+pub const MATCH_NOT_EMPTY: &str =
+    "match must list at least one series selector, e.g. '{job=\"prometheus\"}'";
+/// A match entry is empty.
+pub const MATCH_ENTRY_NOT_EMPTY: &str = "match entries must not be empty";
+/// A duration is not in Prometheus syntax.
+pub const DURATION_FORMAT: &str =
+    "must be a duration such as 30s, 1m or 1h30m (units: ms, s, m, h)";
+/// scrapeTimeout exceeds scrapeInterval.
+pub const TIMEOUT_LE_INTERVAL: &str = "scrapeTimeout must not be longer than scrapeInterval";
+/// sampleLimit is negative.
+pub const SAMPLE_LIMIT_NON_NEGATIVE: &str = "sampleLimit must be 0 (no limit) or more";
+/// ewmaAlpha is outside (0, 1].
+pub const EWMA_ALPHA_RANGE: &str = "ewmaAlpha must be greater than 0 and at most 1";
+/// targetPerReplica is not positive.
+pub const TARGET_PER_REPLICA_POSITIVE: &str = "targetPerReplica must be greater than 0";
+/// A ratio or factor is negative.
+pub const NON_NEGATIVE_NUMBER: &str = "must be 0 or more";
+/// A count or period that must be positive is not.
+pub const POSITIVE_INTEGER: &str = "must be at least 1";
+/// A URL is not http(s).
+pub const HTTP_URL: &str = "must be an http:// or https:// URL";
+/// A PromQL query is empty.
+pub const QUERY_NOT_EMPTY: &str = "query must not be empty";

@@ -1,0 +1,171 @@
+//! `PrometheusFederation`: per-tenant federation config rendered, applied and reloaded in
+//! each selected member cluster, plus an optional global tier on the hub.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::messages;
+
+/// CEL rule: a duration in the units both Prometheus and CEL understand.
+const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$')";
+
+/// Federates tenants' Prometheus servers: in each selected member cluster the agent
+/// renders one `/federate` job per tenant Prometheus (Services labelled
+/// `accord.io/federation-source: "true"` in the tenant namespaces) into ConfigMap
+/// `prometheus-federation` and reloads the federation Prometheus; with `global.enabled` the
+/// hub renders a global tier that federates the members.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "accord.io",
+    version = "v1alpha1",
+    kind = "PrometheusFederation",
+    namespaced,
+    shortname = "pfed",
+    category = "accord",
+    status = "PrometheusFederationStatus",
+    doc = "Per-tenant Prometheus federation rendered and reloaded in each selected member cluster, with an optional global tier on the hub.",
+    printcolumn(
+        name = "Interval",
+        type_ = "string",
+        json_path = ".spec.scrapeInterval"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(
+    validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR),
+    // Guarded so that a malformed duration is reported once, by its own field's rule.
+    validation = Rule::new(format!("!{interval} || !{timeout} || duration(self.scrapeTimeout) <= duration(self.scrapeInterval)",
+        interval = DURATION_RULE.replace("self.", "self.scrapeInterval."),
+        timeout = DURATION_RULE.replace("self.", "self.scrapeTimeout."))).message(messages::TIMEOUT_LE_INTERVAL)
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusFederationSpec {
+    /// Member clusters by name. Set this or clusterSelector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub clusters: Option<Vec<String>>,
+    /// Member clusters by ManagedCluster labels. Set this or clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_selector: Option<LabelSelector>,
+    /// Which tenants' Prometheus servers are federated.
+    pub tenant_selector: TenantSelector,
+    /// Series selectors passed as `match[]` to `/federate`; at least one.
+    #[serde(rename = "match")]
+    #[schemars(length(max = 64))]
+    #[x_kube(
+        validation = Rule::new("size(self) > 0").message(messages::MATCH_NOT_EMPTY),
+        validation = Rule::new("self.all(m, size(m) > 0)").message(messages::MATCH_ENTRY_NOT_EMPTY)
+    )]
+    pub match_: Vec<String>,
+    /// How often the federation Prometheus scrapes each tenant (default 30s).
+    #[serde(default = "default_scrape_interval")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(messages::DURATION_FORMAT))]
+    pub scrape_interval: String,
+    /// Timeout of one federation scrape (default 10s); at most scrapeInterval.
+    #[serde(default = "default_scrape_timeout")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(DURATION_RULE).message(messages::DURATION_FORMAT))]
+    pub scrape_timeout: String,
+    /// Most samples one federation scrape may pull (0: no limit). Bounds the cost of a
+    /// tenant exposing far more series than expected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::SAMPLE_LIMIT_NON_NEGATIVE))]
+    pub sample_limit: Option<i64>,
+    /// The federation Prometheus in each member cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<FederationTarget>,
+    /// The global tier on the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalTier>,
+}
+
+fn default_scrape_interval() -> String {
+    "30s".into()
+}
+
+fn default_scrape_timeout() -> String {
+    "10s".into()
+}
+
+/// Selects tenants by namespace name or by namespace labels.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.namespaces) != has(self.labelSelector)").message(messages::TENANT_XOR))]
+#[serde(rename_all = "camelCase")]
+pub struct TenantSelector {
+    /// Tenant namespaces by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub namespaces: Option<Vec<String>>,
+    /// Tenant namespaces by label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+}
+
+/// Where the rendered config goes in a member cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FederationTarget {
+    /// URL the agent POSTs to after writing a new config, e.g.
+    /// `http://prometheus-federation.monitoring:9090/-/reload`.
+    #[serde(default, rename = "reloadURL", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message(messages::HTTP_URL))]
+    pub reload_url: Option<String>,
+    /// Namespace of ConfigMap `prometheus-federation` (default: the agent's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_namespace: Option<String>,
+}
+
+/// The global federation tier on the hub.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GlobalTier {
+    /// Render the global tier.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// Observed state of a federation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusFederationStatus {
+    /// Generation of the spec this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The rendered config in each selected cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<FederationPlacement>,
+    /// `Ready`, `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The federation config as one cluster's agent last applied it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FederationPlacement {
+    /// Member cluster.
+    pub cluster: String,
+    /// Pending, Synced, Unavailable or Error.
+    pub state: crate::PlacementState,
+    /// Federation jobs (tenants) rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<i32>,
+    /// SHA-256 of the rendered config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// Detail for the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}

@@ -1,0 +1,431 @@
+//! `CrossClusterScalePolicy`: one global replica count divided by weight across clusters.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::messages;
+
+/// CEL rule: a DNS-1123 label, as cluster names are.
+pub(crate) const CLUSTER_NAME_RULE: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
+
+/// Holds a global replica count for one workload and divides it across member clusters by
+/// weight (Webster/Sainte-Laguë: exact sum, stable under scale-up), moving shares away from
+/// clusters that become unavailable when failover is on.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "accord.io",
+    version = "v1alpha1",
+    kind = "CrossClusterScalePolicy",
+    namespaced,
+    shortname = "ccsp",
+    category = "accord",
+    status = "CrossClusterScalePolicyStatus",
+    doc = "Divides one global replica count for a workload across member clusters by weight, with failover and optional metric-driven autoscaling.",
+    printcolumn(name = "Target", type_ = "string", json_path = ".spec.targetRef.name"),
+    printcolumn(
+        name = "Desired",
+        type_ = "integer",
+        json_path = ".spec.desiredReplicas"
+    ),
+    printcolumn(
+        name = "Ready-Replicas",
+        type_ = "integer",
+        json_path = ".status.readyReplicas"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CrossClusterScalePolicySpec {
+    /// The workload to scale. The same name is used in every member cluster; the namespace
+    /// comes from each distribution entry (default: this policy's namespace).
+    pub target_ref: TargetRef,
+
+    /// Global replica count, divided across the clusters in `distribution`. With
+    /// `autoscaling` set, the hub changes the effective value between its min and max.
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::DESIRED_NON_NEGATIVE))]
+    pub desired_replicas: i32,
+
+    /// The clusters to run the workload in and their weights. Shares are proportional to
+    /// weight, clamped to each entry's minReplicas/maxReplicas, and always add up to
+    /// desiredReplicas when the bounds allow it.
+    #[schemars(length(max = 100))]
+    #[x_kube(
+        validation = Rule::new("size(self) > 0").message(messages::DISTRIBUTION_NOT_EMPTY),
+        validation = Rule::new("self.all(a, self.exists_one(b, b.cluster == a.cluster))").message(messages::DISTRIBUTION_UNIQUE)
+    )]
+    pub distribution: Vec<ClusterShare>,
+
+    /// What happens when a cluster becomes unavailable.
+    #[serde(default)]
+    pub failover: Failover,
+
+    /// Optional metric-driven autoscaling of the global count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<Autoscaling>,
+}
+
+/// Identifies the workload a policy scales.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("self.apiVersion == 'apps/v1' && self.kind == 'Deployment'").message(messages::TARGET_KIND))]
+#[serde(rename_all = "camelCase")]
+pub struct TargetRef {
+    /// API version of the workload; `apps/v1`.
+    #[serde(default = "default_api_version")]
+    pub api_version: String,
+    /// Kind of the workload; `Deployment`.
+    #[serde(default = "default_kind")]
+    pub kind: String,
+    /// Name of the workload, the same in every member cluster.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+fn default_api_version() -> String {
+    "apps/v1".into()
+}
+
+fn default_kind() -> String {
+    "Deployment".into()
+}
+
+/// One cluster's entry in a distribution.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas").message(messages::MIN_LE_MAX))]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterShare {
+    /// Name of the ManagedCluster.
+    #[schemars(length(max = 63))]
+    #[x_kube(validation = Rule::new(CLUSTER_NAME_RULE).message(messages::CLUSTER_NAME))]
+    pub cluster: String,
+    /// Namespace of the workload in that cluster (default: the policy's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub namespace: Option<String>,
+    /// Relative weight; shares are proportional to it. Must be greater than 0.
+    #[x_kube(validation = Rule::new("self > 0").message(messages::WEIGHT_POSITIVE))]
+    pub weight: i32,
+    /// Fewest replicas this cluster runs while it is eligible.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    pub min_replicas: Option<i32>,
+    /// Most replicas this cluster runs, even when others fail over to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    pub max_replicas: Option<i32>,
+}
+
+/// Failover behaviour.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Failover {
+    /// When true (the default), the share of a cluster that becomes unavailable or
+    /// unschedulable is divided among the remaining clusters.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Seconds a returning cluster must stay available before its share moves back, so a
+    /// flapping cluster does not move replicas back and forth. Default 30.
+    #[serde(default = "default_return_cooldown")]
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER))]
+    pub return_cooldown_seconds: i32,
+}
+
+impl Default for Failover {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            return_cooldown_seconds: default_return_cooldown(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_return_cooldown() -> i32 {
+    30
+}
+
+/// Metric-driven autoscaling of the global replica count.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message(messages::MIN_LE_MAX))]
+#[serde(rename_all = "camelCase")]
+pub struct Autoscaling {
+    /// Lowest global count autoscaling may set.
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    pub min_replicas: i32,
+    /// Highest global count autoscaling may set.
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    pub max_replicas: i32,
+    /// The metric that drives the count.
+    pub metric: ScaleMetric,
+    /// How the scale-up threshold adapts to the metric's recent history.
+    #[serde(default)]
+    pub dynamic_threshold: DynamicThreshold,
+    /// Debounce, cooldown, rate limit and circuit breaker.
+    #[serde(default)]
+    pub behavior: ScaleBehavior,
+}
+
+/// A metric read from Prometheus.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleMetric {
+    /// Prometheus to query.
+    pub prometheus: PrometheusQuery,
+    /// Metric value one replica should carry: desired = ceil(value / targetPerReplica).
+    #[x_kube(validation = Rule::new("self > 0.0").message(messages::TARGET_PER_REPLICA_POSITIVE))]
+    pub target_per_replica: f64,
+}
+
+/// A PromQL query against one Prometheus.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusQuery {
+    /// Base URL of the Prometheus HTTP API, e.g. `http://prometheus.monitoring:9090`.
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message(messages::HTTP_URL))]
+    pub url: String,
+    /// Instant query returning one sample, e.g. `sum(rate(http_requests_total[2m]))`.
+    #[schemars(length(max = 4096))]
+    #[x_kube(validation = Rule::new("size(self) > 0").message(messages::QUERY_NOT_EMPTY))]
+    pub query: String,
+}
+
+/// Dynamic threshold = max(EWMA × floorRatio, EWMA + stddevFactor × σ) over the window;
+/// a scale-up fires only past it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DynamicThreshold {
+    /// Smoothing factor of the exponentially weighted moving average, in (0, 1].
+    #[serde(default = "default_ewma_alpha")]
+    #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message(messages::EWMA_ALPHA_RANGE))]
+    pub ewma_alpha: f64,
+    /// Length of the history window, in seconds.
+    #[serde(default = "default_window_seconds")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    pub window_seconds: i32,
+    /// How many standard deviations above the average a value must be to count as a rise.
+    #[serde(default = "default_stddev_factor")]
+    #[x_kube(validation = Rule::new("self >= 0.0").message(messages::NON_NEGATIVE_NUMBER))]
+    pub stddev_factor: f64,
+    /// The threshold never falls below EWMA × floorRatio.
+    #[serde(default = "default_floor_ratio")]
+    #[x_kube(validation = Rule::new("self >= 0.0").message(messages::NON_NEGATIVE_NUMBER))]
+    pub floor_ratio: f64,
+}
+
+impl Default for DynamicThreshold {
+    fn default() -> Self {
+        Self {
+            ewma_alpha: default_ewma_alpha(),
+            window_seconds: default_window_seconds(),
+            stddev_factor: default_stddev_factor(),
+            floor_ratio: default_floor_ratio(),
+        }
+    }
+}
+
+fn default_ewma_alpha() -> f64 {
+    0.3
+}
+fn default_window_seconds() -> i32 {
+    1800
+}
+fn default_stddev_factor() -> f64 {
+    2.0
+}
+fn default_floor_ratio() -> f64 {
+    0.8
+}
+
+/// Guards against flapping and runaway scaling.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleBehavior {
+    /// Changes closer together than this are merged into one decision.
+    #[serde(default = "default_debounce_millis")]
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER))]
+    pub debounce_millis: i64,
+    /// After a scale, no other scale happens for this long.
+    #[serde(default = "default_cooldown_seconds")]
+    #[x_kube(validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER))]
+    pub cooldown_seconds: i32,
+    /// Token bucket: at most this many scale operations per minute.
+    #[serde(default = "default_max_ops")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    pub max_scale_operations_per_minute: i32,
+    /// Consecutive failures (metric query or apply) that open the circuit breaker.
+    #[serde(default = "default_failure_threshold")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    pub failure_threshold: i32,
+    /// How long an open breaker blocks scaling before one trial decision.
+    #[serde(default = "default_breaker_open_seconds")]
+    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    pub breaker_open_seconds: i32,
+}
+
+impl Default for ScaleBehavior {
+    fn default() -> Self {
+        Self {
+            debounce_millis: default_debounce_millis(),
+            cooldown_seconds: default_cooldown_seconds(),
+            max_scale_operations_per_minute: default_max_ops(),
+            failure_threshold: default_failure_threshold(),
+            breaker_open_seconds: default_breaker_open_seconds(),
+        }
+    }
+}
+
+fn default_debounce_millis() -> i64 {
+    500
+}
+fn default_cooldown_seconds() -> i32 {
+    60
+}
+fn default_max_ops() -> i32 {
+    3
+}
+fn default_failure_threshold() -> i32 {
+    3
+}
+fn default_breaker_open_seconds() -> i32 {
+    60
+}
+
+/// Observed state of a scale policy, aggregated by the hub from its agents' reports.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CrossClusterScalePolicyStatus {
+    /// Generation of the spec this status reflects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Global count currently being divided (differs from spec with autoscaling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// Sum of ready replicas over all placements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Id of the current scaling decision, stamped on every member object as annotation
+    /// `accord.io/scale-request-id`.
+    #[serde(
+        default,
+        rename = "scaleRequestID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scale_request_id: Option<String>,
+    /// When the current scaling decision was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+    /// Each cluster's share and what its agent last reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placements: Vec<Placement>,
+    /// Autoscaling state, when autoscaling is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingStatus>,
+    /// `Ready` (every placement Synced and ready), `Progressing` (a change is rolling
+    /// out), `Degraded` (a placement is in Conflict, Error, TargetNotFound or Unavailable).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// One cluster's share of a scale policy.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Member cluster.
+    pub cluster: String,
+    /// Namespace of the workload there.
+    pub namespace: String,
+    /// Replicas assigned to this cluster.
+    pub desired_replicas: i32,
+    /// Ready replicas the agent last reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Pending, Synced, TargetNotFound, Conflict, Unavailable or Error.
+    pub state: PlacementState,
+    /// Detail for the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// resourceVersion of the member object when last observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_resource_version: Option<String>,
+    /// generation of the member object when last observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When the agent last reported this placement in sync.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sync_time: Option<Time>,
+}
+
+/// State of one placement.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlacementState {
+    /// Assigned, not yet confirmed by the agent.
+    Pending,
+    /// The member object has the assigned replicas.
+    Synced,
+    /// The target workload does not exist in that cluster.
+    TargetNotFound,
+    /// Something else controls the replicas there (e.g. a HorizontalPodAutoscaler).
+    Conflict,
+    /// The cluster is unavailable; values are as last seen.
+    Unavailable,
+    /// Applying failed; see message.
+    Error,
+}
+
+impl PlacementState {
+    /// Parses a state name as agents report it.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "Pending" => Self::Pending,
+            "Synced" => Self::Synced,
+            "TargetNotFound" => Self::TargetNotFound,
+            "Conflict" => Self::Conflict,
+            "Unavailable" => Self::Unavailable,
+            "Error" => Self::Error,
+            _ => return None,
+        })
+    }
+
+    /// The state's name as it appears in status and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Synced => "Synced",
+            Self::TargetNotFound => "TargetNotFound",
+            Self::Conflict => "Conflict",
+            Self::Unavailable => "Unavailable",
+            Self::Error => "Error",
+        }
+    }
+}
+
+/// What autoscaling saw and decided last.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AutoscalingStatus {
+    /// Last metric value read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_metric_value: Option<f64>,
+    /// Current dynamic threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+    /// Last decision: e.g. ScaledUp, ScaledDown, HeldCooldown, HeldRateLimit, BreakerOpen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision: Option<String>,
+    /// Why the last decision was made or held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}

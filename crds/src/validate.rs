@@ -1,0 +1,337 @@
+//! Rust-side counterparts of the CEL rules in the CRD schemas.
+//!
+//! The API server enforces the CEL rules on every write. The hub applies these checks as
+//! well before acting on an object, because an object can reach the store without them
+//! (validation switched off, an older CRD version, a restore from backup); a spec that
+//! fails here is reported in the object's status instead of being acted on. Each check uses
+//! the same message as its CEL rule (see [`crate::messages`]).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::duration;
+use crate::kafka::{FederatedKafkaTopicSpec, KafkaTopicPolicySpec};
+use crate::managed_cluster::ManagedClusterSpec;
+use crate::messages as m;
+use crate::prometheus::PrometheusFederationSpec;
+use crate::scale::CrossClusterScalePolicySpec;
+
+/// One failed rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// JSON path of the offending field, e.g. `spec.distribution[1].weight`.
+    pub field: String,
+    /// What is wrong, in the same words as the API server's message.
+    pub message: &'static str,
+}
+
+/// Every rule a spec failed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, thiserror::Error)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", e.field, e.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl ValidationErrors {
+    /// Messages of every failed rule, for assertions and status text.
+    pub fn messages(&self) -> Vec<&'static str> {
+        self.0.iter().map(|e| e.message).collect()
+    }
+
+    fn check(&mut self, ok: bool, field: impl Into<String>, message: &'static str) {
+        if !ok {
+            self.0.push(FieldError {
+                field: field.into(),
+                message,
+            });
+        }
+    }
+
+    fn into_result(self) -> Result<(), Self> {
+        if self.0.is_empty() { Ok(()) } else { Err(self) }
+    }
+}
+
+/// A spec that can check itself against its CRD's rules.
+pub trait Validate {
+    /// Every rule the spec fails, or `Ok`.
+    fn validate(&self) -> Result<(), ValidationErrors>;
+}
+
+/// True for a DNS-1123 label (cluster names).
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// True for a topic name Kafka accepts.
+pub fn is_valid_topic_name(s: &str) -> bool {
+    (1..=249).contains(&s.len())
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+fn is_http_url(s: &str) -> bool {
+    s.starts_with("http://") || s.starts_with("https://")
+}
+
+/// `minReplicas` / `maxReplicas` at `path`: each 0 or more, min not above max.
+fn check_replica_bounds(
+    errs: &mut ValidationErrors,
+    path: &str,
+    min: Option<i32>,
+    max: Option<i32>,
+) {
+    if let Some(v) = min {
+        errs.check(
+            v >= 0,
+            format!("{path}.minReplicas"),
+            m::REPLICAS_NON_NEGATIVE,
+        );
+    }
+    if let Some(v) = max {
+        errs.check(
+            v >= 0,
+            format!("{path}.maxReplicas"),
+            m::REPLICAS_NON_NEGATIVE,
+        );
+    }
+    if let (Some(lo), Some(hi)) = (min, max) {
+        errs.check(lo <= hi, path.to_owned(), m::MIN_LE_MAX);
+    }
+}
+
+fn check_cluster_selection(
+    errs: &mut ValidationErrors,
+    clusters: Option<&[String]>,
+    has_selector: bool,
+) {
+    errs.check(
+        clusters.is_some() != has_selector,
+        "spec",
+        m::CLUSTERS_XOR_SELECTOR,
+    );
+    for (i, c) in clusters.unwrap_or_default().iter().enumerate() {
+        errs.check(
+            is_dns1123_label(c),
+            format!("spec.clusters[{i}]"),
+            m::CLUSTER_NAME,
+        );
+    }
+}
+
+impl Validate for ManagedClusterSpec {
+    fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        if let Some(w) = self.weight {
+            errs.check(w > 0, "spec.weight", m::WEIGHT_POSITIVE);
+        }
+        errs.into_result()
+    }
+}
+
+impl Validate for CrossClusterScalePolicySpec {
+    fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        let t = &self.target_ref;
+        errs.check(
+            t.api_version == "apps/v1" && t.kind == "Deployment",
+            "spec.targetRef",
+            m::TARGET_KIND,
+        );
+        errs.check(
+            self.desired_replicas >= 0,
+            "spec.desiredReplicas",
+            m::DESIRED_NON_NEGATIVE,
+        );
+        errs.check(
+            !self.distribution.is_empty(),
+            "spec.distribution",
+            m::DISTRIBUTION_NOT_EMPTY,
+        );
+        let mut seen = BTreeSet::new();
+        for (i, d) in self.distribution.iter().enumerate() {
+            let path = format!("spec.distribution[{i}]");
+            errs.check(
+                is_dns1123_label(&d.cluster),
+                format!("{path}.cluster"),
+                m::CLUSTER_NAME,
+            );
+            errs.check(d.weight > 0, format!("{path}.weight"), m::WEIGHT_POSITIVE);
+            check_replica_bounds(&mut errs, &path, d.min_replicas, d.max_replicas);
+            if !seen.insert(d.cluster.as_str()) {
+                errs.check(false, "spec.distribution", m::DISTRIBUTION_UNIQUE);
+            }
+        }
+        errs.check(
+            self.failover.return_cooldown_seconds >= 0,
+            "spec.failover.returnCooldownSeconds",
+            m::NON_NEGATIVE_NUMBER,
+        );
+        if let Some(a) = &self.autoscaling {
+            let p = "spec.autoscaling";
+            check_replica_bounds(&mut errs, p, Some(a.min_replicas), Some(a.max_replicas));
+            let metric = &a.metric;
+            errs.check(
+                metric.target_per_replica > 0.0,
+                format!("{p}.metric.targetPerReplica"),
+                m::TARGET_PER_REPLICA_POSITIVE,
+            );
+            errs.check(
+                is_http_url(&metric.prometheus.url),
+                format!("{p}.metric.prometheus.url"),
+                m::HTTP_URL,
+            );
+            errs.check(
+                !metric.prometheus.query.is_empty(),
+                format!("{p}.metric.prometheus.query"),
+                m::QUERY_NOT_EMPTY,
+            );
+            let t = &a.dynamic_threshold;
+            let q = format!("{p}.dynamicThreshold");
+            errs.check(
+                t.ewma_alpha > 0.0 && t.ewma_alpha <= 1.0,
+                format!("{q}.ewmaAlpha"),
+                m::EWMA_ALPHA_RANGE,
+            );
+            errs.check(
+                t.window_seconds >= 1,
+                format!("{q}.windowSeconds"),
+                m::POSITIVE_INTEGER,
+            );
+            errs.check(
+                t.stddev_factor >= 0.0,
+                format!("{q}.stddevFactor"),
+                m::NON_NEGATIVE_NUMBER,
+            );
+            errs.check(
+                t.floor_ratio >= 0.0,
+                format!("{q}.floorRatio"),
+                m::NON_NEGATIVE_NUMBER,
+            );
+            let b = &a.behavior;
+            let q = format!("{p}.behavior");
+            errs.check(
+                b.debounce_millis >= 0,
+                format!("{q}.debounceMillis"),
+                m::NON_NEGATIVE_NUMBER,
+            );
+            errs.check(
+                b.cooldown_seconds >= 0,
+                format!("{q}.cooldownSeconds"),
+                m::NON_NEGATIVE_NUMBER,
+            );
+            errs.check(
+                b.max_scale_operations_per_minute >= 1,
+                format!("{q}.maxScaleOperationsPerMinute"),
+                m::POSITIVE_INTEGER,
+            );
+            errs.check(
+                b.failure_threshold >= 1,
+                format!("{q}.failureThreshold"),
+                m::POSITIVE_INTEGER,
+            );
+            errs.check(
+                b.breaker_open_seconds >= 1,
+                format!("{q}.breakerOpenSeconds"),
+                m::POSITIVE_INTEGER,
+            );
+        }
+        errs.into_result()
+    }
+}
+
+impl Validate for FederatedKafkaTopicSpec {
+    fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        if let Some(name) = &self.topic_name {
+            errs.check(is_valid_topic_name(name), "spec.topicName", m::TOPIC_NAME);
+        }
+        errs.check(self.partitions >= 1, "spec.partitions", m::PARTITIONS_MIN);
+        errs.check(
+            self.replication_factor >= 1,
+            "spec.replicationFactor",
+            m::REPLICATION_FACTOR_MIN,
+        );
+        check_cluster_selection(
+            &mut errs,
+            self.clusters.as_deref(),
+            self.cluster_selector.is_some(),
+        );
+        errs.into_result()
+    }
+}
+
+impl Validate for KafkaTopicPolicySpec {
+    fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        for (field, v) in [
+            ("minPartitions", self.min_partitions),
+            ("maxPartitions", self.max_partitions),
+        ] {
+            if let Some(v) = v {
+                errs.check(v >= 1, format!("spec.{field}"), m::PARTITIONS_MIN);
+            }
+        }
+        if let (Some(lo), Some(hi)) = (self.min_partitions, self.max_partitions) {
+            errs.check(lo <= hi, "spec", m::MIN_PARTITIONS_LE_MAX);
+        }
+        if let Some(rf) = self.replication_factor {
+            errs.check(rf >= 1, "spec.replicationFactor", m::REPLICATION_FACTOR_MIN);
+        }
+        errs.into_result()
+    }
+}
+
+impl Validate for PrometheusFederationSpec {
+    fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut errs = ValidationErrors::default();
+        check_cluster_selection(
+            &mut errs,
+            self.clusters.as_deref(),
+            self.cluster_selector.is_some(),
+        );
+        let t = &self.tenant_selector;
+        errs.check(
+            t.namespaces.is_some() != t.label_selector.is_some(),
+            "spec.tenantSelector",
+            m::TENANT_XOR,
+        );
+        errs.check(!self.match_.is_empty(), "spec.match", m::MATCH_NOT_EMPTY);
+        errs.check(
+            self.match_.iter().all(|s| !s.is_empty()),
+            "spec.match",
+            m::MATCH_ENTRY_NOT_EMPTY,
+        );
+        let interval = duration::parse(&self.scrape_interval);
+        let timeout = duration::parse(&self.scrape_timeout);
+        errs.check(interval.is_ok(), "spec.scrapeInterval", m::DURATION_FORMAT);
+        errs.check(timeout.is_ok(), "spec.scrapeTimeout", m::DURATION_FORMAT);
+        if let (Ok(i), Ok(t)) = (interval, timeout) {
+            errs.check(t <= i, "spec", m::TIMEOUT_LE_INTERVAL);
+        }
+        if let Some(limit) = self.sample_limit {
+            errs.check(limit >= 0, "spec.sampleLimit", m::SAMPLE_LIMIT_NON_NEGATIVE);
+        }
+        if let Some(url) = self.target.as_ref().and_then(|t| t.reload_url.as_deref()) {
+            errs.check(is_http_url(url), "spec.target.reloadURL", m::HTTP_URL);
+        }
+        errs.into_result()
+    }
+}

@@ -1,0 +1,40 @@
+//! Accord's testbed: real etcd, kube-apiservers, kube-controller-managers, kube-schedulers,
+//! kwok fake nodes, Kafka brokers and Prometheus servers started as local processes, for
+//! end-to-end tests, benchmarks and the sandbox.
+//!
+//! ```no_run
+//! # async fn example() -> anyhow::Result<()> {
+//! use accord_e2e::Testbed;
+//!
+//! let testbed = Testbed::builder().members(3).with_kafka().with_prometheus().start().await?;
+//! let member = testbed.member("member-1").expect("member-1 exists");
+//! println!("kubeconfig: {}", member.kubeconfig_path().display());
+//! println!("kafka: {}", member.kafka_bootstrap().expect("with_kafka"));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every process runs in its own process group and is stopped when the [`Testbed`] is
+//! dropped, also while a test panics; a small watchdog process stops them as well if the
+//! test process dies without running destructors. Component logs are kept in the testbed's
+//! directory and their tails are printed when a test fails.
+
+pub mod binaries;
+pub mod crds;
+pub mod etcd;
+pub mod kafka;
+pub mod kubeconfig;
+pub mod kubernetes;
+pub mod kwok;
+pub mod pki;
+pub mod ports;
+pub mod process;
+pub mod prometheus;
+pub mod shared;
+pub mod testbed;
+pub mod wait;
+
+pub use binaries::Binaries;
+pub use process::ProcessInfo;
+pub use shared::SharedTestbed;
+pub use testbed::{Cluster, LogsOnPanic, Testbed, TestbedBuilder};

@@ -1,0 +1,13 @@
+//! Generates the accord.v1 messages and tonic services at build time from `accord/v1/*.proto`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["accord/v1/registration.proto", "accord/v1/federation.proto"];
+    for p in &protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&protos, &["."])?;
+    Ok(())
+}

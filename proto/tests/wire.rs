@@ -1,0 +1,61 @@
+//! Pins the wire numbers of the fields that carry optimistic concurrency and identity, so a
+//! renumbering (which would silently break mixed-version hubs and agents) fails CI.
+
+use accord_proto::v1::{
+    Ack, AgentMessage, Assignments, HubMessage, StatusAck, StatusReport, agent_message,
+    hub_message, status_ack,
+};
+use prost::Message;
+
+/// Encodes a message and returns the field numbers present, in order.
+fn field_numbers(bytes: &[u8]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut buf = bytes;
+    while !buf.is_empty() {
+        let key = prost::encoding::decode_varint(&mut buf).unwrap();
+        let wire_type = prost::encoding::WireType::try_from(key & 7).unwrap();
+        out.push((key >> 3) as u32);
+        prost::encoding::skip_field(wire_type, (key >> 3) as u32, &mut buf, Default::default())
+            .unwrap();
+    }
+    out
+}
+
+#[test]
+fn status_report_concurrency_fields_keep_their_numbers() {
+    let report = StatusReport {
+        resource_version: "8812".into(),
+        generation: 5,
+        expected_version: 42,
+        applied_revision: 7,
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&report.encode_to_vec()), vec![2, 3, 4, 10]);
+}
+
+#[test]
+fn assignments_revision_is_field_one() {
+    let a = Assignments { revision: 9, full: true, ..Default::default() };
+    assert_eq!(field_numbers(&a.encode_to_vec()), vec![1, 2]);
+}
+
+#[test]
+fn status_ack_accepted_and_conflict_keep_their_numbers() {
+    let accepted = StatusAck { policy: None, result: Some(status_ack::Result::Accepted(3)) };
+    let conflict = StatusAck { policy: None, result: Some(status_ack::Result::Conflict(4)) };
+    assert_eq!(field_numbers(&accepted.encode_to_vec()), vec![2]);
+    assert_eq!(field_numbers(&conflict.encode_to_vec()), vec![3]);
+}
+
+#[test]
+fn envelopes_round_trip() {
+    let up = AgentMessage {
+        cluster: "member-1".into(),
+        body: Some(agent_message::Body::Ack(Ack { revision: 12 })),
+    };
+    assert_eq!(AgentMessage::decode(up.encode_to_vec().as_slice()).unwrap(), up);
+    let down = HubMessage {
+        body: Some(hub_message::Body::Assignments(Assignments { revision: 1, ..Default::default() })),
+    };
+    assert_eq!(HubMessage::decode(down.encode_to_vec().as_slice()).unwrap(), down);
+}
