@@ -12,6 +12,7 @@ log() { printf '[test] %s\n' "$*" >&2; }
 # what librdkafka's bundled build needs.
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+[ -e /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 command -v prometheus >/dev/null || need+=(prometheus)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v make >/dev/null || need+=(make)

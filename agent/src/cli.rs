@@ -26,7 +26,10 @@ pub enum Command {
 pub fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Version => {
-            println!("accord-agent {} (protocol accord.v1)", env!("CARGO_PKG_VERSION"));
+            println!(
+                "accord-agent {} (protocol accord.v1)",
+                env!("CARGO_PKG_VERSION")
+            );
             ExitCode::SUCCESS
         }
     }

@@ -356,8 +356,25 @@ pub fn tail(path: &Path, lines: usize) -> String {
 mod tests {
     use super::*;
 
+    /// Whether `pid` is a live process, waiting briefly for one just killed to go: a
+    /// killed grandchild is reaped by init, not by us, a moment later.
     fn alive(pid: u32) -> bool {
-        nix::sys::signal::kill(Pid::from_raw(pid as i32), None).is_ok()
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let state = fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    stat.rsplit(')')
+                        .next()
+                        .and_then(|rest| rest.split_whitespace().next())
+                        .map(str::to_owned)
+                });
+            let running = matches!(state.as_deref(), Some(s) if s != "Z" && s != "X");
+            if !running || Instant::now() >= deadline {
+                return running;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]

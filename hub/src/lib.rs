@@ -5,3 +5,4 @@
 
 pub mod cli;
 pub mod crdgen;
+pub mod store;

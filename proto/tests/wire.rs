@@ -35,14 +35,24 @@ fn status_report_concurrency_fields_keep_their_numbers() {
 
 #[test]
 fn assignments_revision_is_field_one() {
-    let a = Assignments { revision: 9, full: true, ..Default::default() };
+    let a = Assignments {
+        revision: 9,
+        full: true,
+        ..Default::default()
+    };
     assert_eq!(field_numbers(&a.encode_to_vec()), vec![1, 2]);
 }
 
 #[test]
 fn status_ack_accepted_and_conflict_keep_their_numbers() {
-    let accepted = StatusAck { policy: None, result: Some(status_ack::Result::Accepted(3)) };
-    let conflict = StatusAck { policy: None, result: Some(status_ack::Result::Conflict(4)) };
+    let accepted = StatusAck {
+        policy: None,
+        result: Some(status_ack::Result::Accepted(3)),
+    };
+    let conflict = StatusAck {
+        policy: None,
+        result: Some(status_ack::Result::Conflict(4)),
+    };
     assert_eq!(field_numbers(&accepted.encode_to_vec()), vec![2]);
     assert_eq!(field_numbers(&conflict.encode_to_vec()), vec![3]);
 }
@@ -53,9 +63,18 @@ fn envelopes_round_trip() {
         cluster: "member-1".into(),
         body: Some(agent_message::Body::Ack(Ack { revision: 12 })),
     };
-    assert_eq!(AgentMessage::decode(up.encode_to_vec().as_slice()).unwrap(), up);
+    assert_eq!(
+        AgentMessage::decode(up.encode_to_vec().as_slice()).unwrap(),
+        up
+    );
     let down = HubMessage {
-        body: Some(hub_message::Body::Assignments(Assignments { revision: 1, ..Default::default() })),
+        body: Some(hub_message::Body::Assignments(Assignments {
+            revision: 1,
+            ..Default::default()
+        })),
     };
-    assert_eq!(HubMessage::decode(down.encode_to_vec().as_slice()).unwrap(), down);
+    assert_eq!(
+        HubMessage::decode(down.encode_to_vec().as_slice()).unwrap(),
+        down
+    );
 }
