@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::messages;
-use crate::scale::CLUSTER_NAME_RULE;
 
 /// CEL rule: a topic name Kafka accepts.
 const TOPIC_NAME_RULE: &str =
@@ -59,8 +58,8 @@ pub struct FederatedKafkaTopicSpec {
     pub config: BTreeMap<String, String>,
     /// Member clusters by name. Set this or clusterSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1000))]
-    #[x_kube(validation = Rule::new(format!("self.all(c, c.{})", CLUSTER_NAME_RULE.trim_start_matches("self."))).message(messages::CLUSTER_NAME))]
+    #[schemars(length(max = 100), inner(length(max = 63)))]
+    #[x_kube(validation = Rule::new(crate::scale::ALL_CLUSTER_NAMES_RULE).message(messages::CLUSTER_NAME))]
     pub clusters: Option<Vec<String>>,
     /// Member clusters by ManagedCluster labels. Set this or clusters.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -52,7 +52,8 @@ const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$')";
 pub struct PrometheusFederationSpec {
     /// Member clusters by name. Set this or clusterSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1000))]
+    #[schemars(length(max = 100), inner(length(max = 63)))]
+    #[x_kube(validation = Rule::new(crate::scale::ALL_CLUSTER_NAMES_RULE).message(messages::CLUSTER_NAME))]
     pub clusters: Option<Vec<String>>,
     /// Member clusters by ManagedCluster labels. Set this or clusters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -105,7 +106,7 @@ fn default_scrape_timeout() -> String {
 pub struct TenantSelector {
     /// Tenant namespaces by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 1000))]
+    #[schemars(length(max = 100), inner(length(max = 63)))]
     pub namespaces: Option<Vec<String>>,
     /// Tenant namespaces by label.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -8,6 +8,9 @@ use crate::messages;
 
 /// CEL rule: a DNS-1123 label, as cluster names are.
 pub(crate) const CLUSTER_NAME_RULE: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
+/// CEL rule: every entry of a list of cluster names is a DNS-1123 label.
+pub(crate) const ALL_CLUSTER_NAMES_RULE: &str =
+    "self.all(c, c.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))";
 
 /// Holds a global replica count for one workload and divides it across member clusters by
 /// weight (Webster/Sainte-Laguë: exact sum, stable under scale-up), moving shares away from

@@ -1,0 +1,103 @@
+//! The real API server enforces Accord's CRD schemas: every example under
+//! `deploy/examples/` is accepted, and every invalid CR in `crds/tests/invalid-cases.yaml`
+//! is rejected with the message the table expects (the same table the Rust-side
+//! validation is tested against).
+
+use accord_crds::testdata::{examples, invalid_cases};
+use accord_e2e::Testbed;
+use anyhow::{Context as _, Result, bail, ensure};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+/// The API for an object of one of Accord's kinds, in its namespace when namespaced.
+fn api_for(client: &kube::Client, obj: &Value) -> Result<Api<DynamicObject>> {
+    let kind = obj["kind"].as_str().context("object without kind")?;
+    let crd = accord_crds::all_crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .with_context(|| format!("no CRD for kind {kind}"))?;
+    let gvk = GroupVersionKind::gvk(accord_crds::GROUP, accord_crds::VERSION, kind);
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+    Ok(match obj["metadata"]["namespace"].as_str() {
+        Some(ns) if crd.spec.scope == "Namespaced" => {
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    })
+}
+
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    if api.get_opt(name).await?.is_none() {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        api.create(&PostParams::default(), &ns).await?;
+    }
+    Ok(())
+}
+
+/// Creates `obj` for real (valid examples) or as a dry run (invalid cases).
+async fn create(client: &kube::Client, obj: &Value, dry_run: bool) -> Result<(), kube::Error> {
+    let api = api_for(client, obj).expect("known kind");
+    let object: DynamicObject = serde_json::from_value(obj.clone()).expect("object shape");
+    let params = PostParams {
+        dry_run,
+        ..Default::default()
+    };
+    api.create(&params, &object).await.map(|_| ())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn examples_are_accepted_and_invalid_crs_are_rejected_with_clear_messages() -> Result<()> {
+    let testbed = Testbed::builder()
+        .members(0)
+        .without_mgmt_controller_manager()
+        .start()
+        .await?;
+    let _logs = testbed.logs_on_panic();
+    let client = testbed.mgmt().client();
+
+    let all = examples();
+    for (_, obj) in &all {
+        if let Some(ns) = obj["metadata"]["namespace"].as_str() {
+            ensure_namespace(&client, ns).await?;
+        }
+    }
+    for (file, obj) in &all {
+        create(&client, obj, false)
+            .await
+            .with_context(|| format!("example {file} was rejected by the API server"))?;
+    }
+
+    let cases = invalid_cases();
+    ensure!(
+        cases.len() >= 12,
+        "the table must hold at least 12 invalid CRs"
+    );
+    let mut failures = Vec::new();
+    for case in &cases {
+        match create(&client, &case.object(), true).await {
+            Ok(()) => failures.push(format!("{:?}: accepted", case.name)),
+            Err(kube::Error::Api(status)) => {
+                if status.code != 422 || !status.message.contains(&case.message) {
+                    failures.push(format!(
+                        "{:?}: expected 422 with {:?}, got {} {:?}",
+                        case.name, case.message, status.code, status.message
+                    ));
+                }
+            }
+            Err(other) => failures.push(format!("{:?}: unexpected error {other}", case.name)),
+        }
+    }
+    if !failures.is_empty() {
+        bail!(
+            "{} of {} invalid CRs were not rejected as expected:\n{}",
+            failures.len(),
+            cases.len(),
+            failures.join("\n")
+        );
+    }
+    Ok(())
+}
