@@ -1,6 +1,388 @@
 //! The hub's state in etcd: keyspace, leader election with fencing, per-policy locks,
-//! optimistic-concurrency status records and watch-fed caches.
+//! optimistic-concurrency status records, bootstrap tokens, the cluster registry, replica
+//! presence and watch-fed caches.
+//!
+//! Every value is JSON. Every key lives under the [`Keyspace`] prefix, so several hubs (or
+//! a hub and its tests) can share one etcd.
 
+pub mod cache;
+pub mod election;
 pub mod keys;
+pub mod lease;
+pub mod lock;
+pub mod presence;
+pub mod registry;
+pub mod status;
+pub mod tokens;
 
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue, PutOptions,
+    Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+pub use cache::{CacheEvent, PrefixCache};
+pub use election::{Fence, LeaderElection};
 pub use keys::Keyspace;
+pub use lease::Lease;
+pub use lock::PolicyLock;
+pub use presence::ReplicaPresence;
+pub use registry::ClusterRecord;
+pub use status::{StatusRecord, WriteOutcome};
+pub use tokens::{BootstrapToken, TokenError, TokenRecord};
+
+/// How long establishing a connection to an etcd endpoint may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 keepalive ping interval and timeout: a dead etcd connection is noticed within
+/// seconds even while a call (a campaign, a lock, a watch) is blocked on it.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Errors of the etcd store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A write carried a leader [`Fence`] whose election key is gone or was re-created: the
+    /// replica that made it is no longer the leader, so the write was not applied.
+    #[error("write refused: this hub replica is no longer the leader")]
+    Fenced,
+    /// etcd refused a request or could not be reached.
+    #[error("etcd request failed")]
+    Etcd(#[source] etcd_client::Error),
+    /// A stored value is not valid JSON for the type expected under its key.
+    #[error("the value stored at {key} could not be decoded")]
+    Decode {
+        /// The key whose value is malformed.
+        key: String,
+        /// What the JSON decoder said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A value could not be encoded as JSON.
+    #[error("a value could not be encoded as JSON")]
+    Encode(#[source] serde_json::Error),
+    /// A lease this store relied on expired or was revoked (its keys are gone).
+    #[error("etcd lease {lease:x} expired or was revoked")]
+    LeaseLost {
+        /// The lease's id.
+        lease: i64,
+    },
+    /// A name used as a key segment is empty or contains `/`, which would escape its
+    /// place in the keyspace.
+    #[error("invalid {what} {value:?}: must be non-empty and must not contain '/'")]
+    InvalidName {
+        /// What the name is (cluster, kind, namespace, ...).
+        what: &'static str,
+        /// The offending name.
+        value: String,
+    },
+    /// No etcd endpoint was given.
+    #[error("no etcd endpoint given")]
+    NoEndpoints,
+    /// etcd answered in a way the store does not expect (a missing response part).
+    #[error("unexpected etcd response: {0}")]
+    Unexpected(String),
+}
+
+impl StoreError {
+    /// A short, stable category for metric labels and Kubernetes events.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Fenced => "fenced",
+            StoreError::Etcd(_) => "etcd",
+            StoreError::Decode { .. } => "decode",
+            StoreError::Encode(_) => "encode",
+            StoreError::LeaseLost { .. } => "lease_lost",
+            StoreError::InvalidName { .. } => "invalid_name",
+            StoreError::NoEndpoints => "no_endpoints",
+            StoreError::Unexpected(_) => "unexpected",
+        }
+    }
+
+    /// Whether retrying the same call later may succeed (etcd unreachable, a lease that
+    /// can be re-granted); `false` for errors that repeat until something else changes.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Etcd(_) | StoreError::LeaseLost { .. } | StoreError::Unexpected(_)
+        )
+    }
+}
+
+impl From<etcd_client::Error> for StoreError {
+    fn from(e: etcd_client::Error) -> Self {
+        StoreError::Etcd(e)
+    }
+}
+
+/// Formats an error with its sources, for logs (`Display` of each error in the chain
+/// joined by `: `).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Checks that `value` can be one segment of a key.
+pub(crate) fn check_segment(what: &'static str, value: &str) -> Result<(), StoreError> {
+    if value.is_empty() || value.contains('/') {
+        return Err(StoreError::InvalidName {
+            what,
+            value: value.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Decodes the JSON value of `kv`.
+pub(crate) fn decode<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, StoreError> {
+    serde_json::from_slice(kv.value()).map_err(|source| StoreError::Decode {
+        key: String::from_utf8_lossy(kv.key()).into_owned(),
+        source,
+    })
+}
+
+/// Encodes `value` as JSON.
+pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(StoreError::Encode)
+}
+
+/// The revision in a response header (0 when etcd sent none).
+pub(crate) fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> i64 {
+    header.map(|h| h.revision()).unwrap_or_default()
+}
+
+/// Seconds of a TTL as etcd leases take them: rounded up, at least one.
+pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
+    let millis = ttl.as_millis().max(1);
+    i64::try_from(millis.div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
+/// The hub's handle on etcd: a client and the keyspace it works in. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    client: Client,
+    keys: Keyspace,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("prefix", &self.keys.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Connects to etcd at `endpoints` (`http://host:port`). The connection is made
+    /// lazily: an unreachable etcd surfaces as [`StoreError::Etcd`] on the first call
+    /// (see [`Store::ping`]), so a hub can start while etcd is still coming up.
+    pub async fn connect(endpoints: &[String], keys: Keyspace) -> Result<Self, StoreError> {
+        if endpoints.is_empty() {
+            return Err(StoreError::NoEndpoints);
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+            .with_keep_alive_while_idle(true);
+        let client = Client::connect(endpoints, Some(options)).await?;
+        Ok(Self::from_client(client, keys))
+    }
+
+    /// Wraps an existing client.
+    pub fn from_client(client: Client, keys: Keyspace) -> Self {
+        Self { client, keys }
+    }
+
+    /// The keyspace this store works in.
+    pub fn keys(&self) -> &Keyspace {
+        &self.keys
+    }
+
+    /// A clone of the etcd client (clones share one connection).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// Asks etcd for its status: `Ok` when the cluster answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.client.maintenance_client().status().await?;
+        Ok(())
+    }
+
+    /// Reads and decodes the JSON value at `key`, with its `mod_revision`.
+    pub async fn get_json<T: DeserializeOwned>(
+        &self,
+        key: &str,
+    ) -> Result<Option<(T, i64)>, StoreError> {
+        let response = self.client.kv_client().get(key, None).await?;
+        match response.kvs().first() {
+            Some(kv) => Ok(Some((decode(kv)?, kv.mod_revision()))),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads and decodes every value under `prefix`, sorted by key, each with its
+    /// `mod_revision`, plus the revision the listing was taken at. A value that fails to
+    /// decode is logged and skipped: one malformed record must not hide all the others.
+    pub async fn list_json<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+    ) -> Result<(Vec<(String, T, i64)>, i64), StoreError> {
+        let response = self
+            .client
+            .kv_client()
+            .get(prefix, Some(GetOptions::new().with_prefix()))
+            .await?;
+        let revision = header_revision(response.header());
+        let items = response
+            .kvs()
+            .iter()
+            .filter_map(|kv| match decode(kv) {
+                Ok(value) => Some((
+                    String::from_utf8_lossy(kv.key()).into_owned(),
+                    value,
+                    kv.mod_revision(),
+                )),
+                Err(e) => {
+                    log_error("skipping a malformed value", &e);
+                    None
+                }
+            })
+            .collect();
+        Ok((items, revision))
+    }
+
+    /// Writes `value` as JSON at `key` (no lease, no precondition); returns the revision
+    /// of the write.
+    pub async fn put_json<T: Serialize + ?Sized>(
+        &self,
+        key: &str,
+        value: &T,
+    ) -> Result<i64, StoreError> {
+        let response = self
+            .client
+            .kv_client()
+            .put(key, encode(value)?, None)
+            .await?;
+        Ok(header_revision(response.header()))
+    }
+
+    /// Deletes `key`; returns whether it existed.
+    pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
+        let response = self.client.kv_client().delete(key, None).await?;
+        Ok(response.deleted() > 0)
+    }
+
+    /// Deletes every key under `prefix`; returns how many there were.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<i64, StoreError> {
+        let response = self
+            .client
+            .kv_client()
+            .delete(prefix, Some(DeleteOptions::new().with_prefix()))
+            .await?;
+        Ok(response.deleted())
+    }
+
+    /// A transaction that applies `ops` only while `fence` is current: its election key
+    /// still exists with the create revision it had when this replica was elected. A
+    /// deposed leader's call fails with [`StoreError::Fenced`] and changes nothing.
+    ///
+    /// `compares` and `ops` form an inner transaction: the returned response is the inner
+    /// one, so `succeeded()` tells whether the caller's own `compares` held (when they did
+    /// not, nothing was applied).
+    pub async fn fenced_txn(
+        &self,
+        fence: &Fence,
+        compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<TxnResponse, StoreError> {
+        let inner = Txn::new().when(compares).and_then(ops);
+        let txn = Txn::new()
+            .when(vec![fence.compare()])
+            .and_then(vec![TxnOp::txn(inner)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        if !response.succeeded() {
+            return Err(StoreError::Fenced);
+        }
+        match response.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Txn(inner)) => Ok(inner),
+            other => Err(StoreError::Unexpected(format!(
+                "fenced txn answered {other:?} instead of a nested txn response"
+            ))),
+        }
+    }
+
+    /// Writes `value` at `key` only while `fence` is current; returns the revision of the
+    /// write. A deposed leader's call fails with [`StoreError::Fenced`].
+    pub async fn fenced_put(
+        &self,
+        fence: &Fence,
+        key: &str,
+        value: Vec<u8>,
+    ) -> Result<i64, StoreError> {
+        let txn = Txn::new()
+            .when(vec![fence.compare()])
+            .and_then(vec![TxnOp::put(key, value, None)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        if !response.succeeded() {
+            return Err(StoreError::Fenced);
+        }
+        Ok(header_revision(response.header()))
+    }
+
+    /// Deletes `key` only while `fence` is current; returns whether it existed.
+    pub async fn fenced_delete(&self, fence: &Fence, key: &str) -> Result<bool, StoreError> {
+        let txn = Txn::new()
+            .when(vec![fence.compare()])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        if !response.succeeded() {
+            return Err(StoreError::Fenced);
+        }
+        Ok(response
+            .op_responses()
+            .into_iter()
+            .any(|r| matches!(r, TxnOpResponse::Delete(d) if d.deleted() > 0)))
+    }
+
+    /// Puts `value` at `key` attached to `lease`.
+    pub(crate) async fn put_with_lease(
+        &self,
+        key: &str,
+        value: impl Into<Vec<u8>>,
+        lease: i64,
+    ) -> Result<i64, StoreError> {
+        let response = self
+            .client
+            .kv_client()
+            .put(key, value, Some(PutOptions::new().with_lease(lease)))
+            .await?;
+        Ok(header_revision(response.header()))
+    }
+
+    /// Deletes `key` only when its value equals `value`; returns whether it did.
+    pub(crate) async fn delete_if_value(
+        &self,
+        key: &str,
+        value: &[u8],
+    ) -> Result<bool, StoreError> {
+        let txn = Txn::new()
+            .when(vec![Compare::value(key, CompareOp::Equal, value)])
+            .and_then(vec![TxnOp::delete(key, None)]);
+        let response = self.client.kv_client().txn(txn).await?;
+        Ok(response.succeeded())
+    }
+}
+
+/// Logs a background failure with its whole error chain.
+pub(crate) fn log_error(what: &str, e: &StoreError) {
+    tracing::warn!(error = %error_chain(e), kind = e.kind(), "{what}");
+}

@@ -1,0 +1,349 @@
+//! Leader election among hub replicas through etcd's Election API, and the fence that keeps
+//! a deposed leader from writing.
+//!
+//! Each replica campaigns with its own lease. The winner's candidate key
+//! (`election/hub/<lease>`) and its create revision form a [`Fence`]; writes made with
+//! [`Store::fenced_txn`](super::Store::fenced_txn) compare that create revision, so once the
+//! key is gone (lease expired, leader resigned, key deleted) the old leader's writes fail
+//! with [`StoreError::Fenced`] even if it has not noticed yet.
+
+use std::time::Duration;
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use etcd_client::{
+    Compare, CompareOp, EventType, LeaderKey, ResignOptions, WatchOptions, WatchStream,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::lease::Lease;
+use super::{Store, StoreError, header_revision, log_error};
+
+/// Longest pause between two campaigns after failures.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
+
+/// Proof of leadership for one term: the winner's election key and its create revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fence {
+    /// The leader's candidate key (`<prefix>election/hub/<lease hex>`).
+    pub key: Vec<u8>,
+    /// The key's create revision; a re-created key has another one.
+    pub revision: i64,
+    /// The lease the key is attached to.
+    pub lease: i64,
+}
+
+impl Fence {
+    /// The etcd comparison that holds while this term lasts. Add it to any transaction
+    /// that must only apply while this replica leads.
+    pub fn compare(&self) -> Compare {
+        Compare::create_revision(self.key.clone(), CompareOp::Equal, self.revision)
+    }
+}
+
+/// This replica's participation in the hub's leader election.
+///
+/// A background task campaigns until elected, holds leadership while its lease lives and
+/// its key exists, and campaigns again after losing it. Dropping the value stops the task
+/// without resigning — as a crash would: the lease then expires after its TTL and another
+/// replica takes over. [`LeaderElection::resign`] hands leadership over at once.
+#[derive(Debug)]
+pub struct LeaderElection {
+    identity: String,
+    state: watch::Receiver<Option<Fence>>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl LeaderElection {
+    /// Starts campaigning as `identity` (the value other replicas see as the leader) with
+    /// a lease of `ttl`. Returns at once; leadership is reported through
+    /// [`LeaderElection::subscribe`].
+    pub async fn start(store: Store, identity: String, ttl: Duration) -> Result<Self, StoreError> {
+        let (state_tx, state) = watch::channel(None);
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let task = tokio::spawn(campaign_forever(
+            store,
+            identity.clone(),
+            ttl,
+            state_tx,
+            shutdown_rx,
+        ));
+        Ok(Self {
+            identity,
+            state,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    /// The identity this replica campaigns with.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Whether this replica leads right now.
+    pub fn is_leader(&self) -> bool {
+        self.state.borrow().is_some()
+    }
+
+    /// The fence of the current term while this replica leads.
+    pub fn fence(&self) -> Option<Fence> {
+        self.state.borrow().clone()
+    }
+
+    /// Leadership changes: `Some(fence)` when a term starts, `None` when it ends.
+    pub fn subscribe(&self) -> watch::Receiver<Option<Fence>> {
+        self.state.clone()
+    }
+
+    /// Waits until this replica leads and returns the term's fence.
+    pub async fn wait_for_leadership(&self) -> Fence {
+        let mut state = self.state.clone();
+        loop {
+            if let Some(fence) = state.borrow_and_update().clone() {
+                return fence;
+            }
+            if state.changed().await.is_err() {
+                // The task is gone for good; nothing will ever change again.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The identity of the current leader, if there is one.
+    pub async fn current_leader(store: &Store) -> Result<Option<String>, StoreError> {
+        match store
+            .client()
+            .election_client()
+            .leader(store.keys().election())
+            .await
+        {
+            Ok(response) => Ok(response
+                .kv()
+                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.message().contains("no leader") =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Gives up leadership (or candidacy) at once and stops campaigning.
+    pub async fn resign(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take()
+            && let Err(e) = task.await
+            && e.is_panic()
+        {
+            tracing::error!("leader election task panicked");
+        }
+    }
+}
+
+impl Drop for LeaderElection {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// Why a term (a campaign and, if won, the leadership that followed) ended.
+enum TermEnd {
+    /// [`LeaderElection::resign`] was called; clean-up is done.
+    Shutdown,
+    /// The lease or the election key went away; campaign again.
+    Lost,
+}
+
+async fn campaign_forever(
+    store: Store,
+    identity: String,
+    ttl: Duration,
+    state: watch::Sender<Option<Fence>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut delays = retry_delays();
+    loop {
+        match term(&store, &identity, ttl, &state, &mut shutdown).await {
+            Ok(TermEnd::Shutdown) => return,
+            Ok(TermEnd::Lost) => delays = retry_delays(),
+            Err(e) => {
+                state.send_replace(None);
+                log_error("leader election failed; campaigning again", &e);
+                let delay = delays.next().unwrap_or(MAX_RETRY_DELAY);
+                tokio::select! {
+                    () = stopped(&mut shutdown) => return,
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+/// One term: grant a lease, campaign, lead until the lease or the key goes.
+async fn term(
+    store: &Store,
+    identity: &str,
+    ttl: Duration,
+    state: &watch::Sender<Option<Fence>>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<TermEnd, StoreError> {
+    let client = store.client();
+    let lease = tokio::select! {
+        () = stopped(shutdown) => return Ok(TermEnd::Shutdown),
+        lease = Lease::grant(&client, ttl) => lease?,
+    };
+    let name = store.keys().election();
+    let mut elections = client.election_client();
+    let campaign = elections.campaign(name.clone(), identity, lease.id());
+    let mut won = tokio::select! {
+        () = stopped(shutdown) => {
+            // Revoking the lease deletes the candidate key, leaving the queue.
+            if let Err(e) = lease.revoke().await {
+                log_error("revoking the election lease failed", &e);
+            }
+            return Ok(TermEnd::Shutdown);
+        }
+        () = lease.lost() => return Ok(TermEnd::Lost),
+        won = campaign => won?,
+    };
+    let leader = won
+        .take_leader()
+        .ok_or_else(|| StoreError::Unexpected("campaign answered without a leader key".into()))?;
+    let fence = Fence {
+        key: leader.key().to_vec(),
+        revision: leader.rev(),
+        lease: leader.lease(),
+    };
+    // Watch the key from just after its creation, so a deletion that happened before the
+    // watch started is still seen.
+    let mut watch = KeyWatch::open(store, &fence).await?;
+    tracing::info!(identity, key = %String::from_utf8_lossy(&fence.key), "became the hub leader");
+    state.send_replace(Some(fence.clone()));
+
+    let end = tokio::select! {
+        () = stopped(shutdown) => {
+            state.send_replace(None);
+            resign(store, &name, &leader).await;
+            if let Err(e) = lease.revoke().await {
+                log_error("revoking the election lease failed", &e);
+            }
+            tracing::info!(identity, "resigned hub leadership");
+            return Ok(TermEnd::Shutdown);
+        }
+        () = lease.lost() => "the election lease was lost",
+        deleted = watch.deleted(store, &fence) => match deleted {
+            Ok(()) => "the election key was deleted",
+            Err(e) => {
+                state.send_replace(None);
+                lease.revoke_in_background();
+                return Err(e);
+            }
+        },
+    };
+    state.send_replace(None);
+    tracing::warn!(identity, reason = end, "lost hub leadership");
+    lease.revoke_in_background();
+    Ok(TermEnd::Lost)
+}
+
+async fn resign(store: &Store, name: &str, leader: &LeaderKey) {
+    let key = LeaderKey::new()
+        .with_name(name)
+        .with_key(leader.key())
+        .with_rev(leader.rev())
+        .with_lease(leader.lease());
+    if let Err(e) = store
+        .client()
+        .election_client()
+        .resign(Some(ResignOptions::new().with_leader(key)))
+        .await
+    {
+        log_error(
+            "resigning leadership failed; revoking the lease instead",
+            &e.into(),
+        );
+    }
+}
+
+/// A watch on the leader's own election key that reports its deletion, re-opening the watch
+/// when the stream breaks.
+struct KeyWatch {
+    stream: WatchStream,
+}
+
+impl KeyWatch {
+    async fn open(store: &Store, fence: &Fence) -> Result<Self, StoreError> {
+        Self::open_from(store, fence, fence.revision + 1).await
+    }
+
+    async fn open_from(store: &Store, fence: &Fence, from: i64) -> Result<Self, StoreError> {
+        let stream = store
+            .client()
+            .watch_client()
+            .watch(
+                fence.key.clone(),
+                Some(WatchOptions::new().with_start_revision(from)),
+            )
+            .await?;
+        Ok(Self { stream })
+    }
+
+    /// Resolves once the key has been deleted; errors when etcd cannot be reached.
+    async fn deleted(&mut self, store: &Store, fence: &Fence) -> Result<(), StoreError> {
+        loop {
+            match self.stream.message().await {
+                Ok(Some(response)) if response.canceled() => {}
+                Ok(Some(response)) => {
+                    if response
+                        .events()
+                        .iter()
+                        .any(|e| e.event_type() == EventType::Delete)
+                    {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => log_error("watch on the election key broke", &e.into()),
+            }
+            // The watch ended (compaction, a broken stream): look at the key itself and
+            // watch again from there.
+            let current = store
+                .client()
+                .kv_client()
+                .get(fence.key.clone(), None)
+                .await?;
+            let still_ours = current
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.create_revision() == fence.revision);
+            if !still_ours {
+                return Ok(());
+            }
+            let from = header_revision(current.header()) + 1;
+            *self = Self::open_from(store, fence, from).await?;
+        }
+    }
+}
+
+/// Resolves once [`LeaderElection::resign`] asks the task to stop (or the handle is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await.map(|_| ());
+}
+
+fn retry_delays() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(MAX_RETRY_DELAY)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}

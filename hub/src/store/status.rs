@@ -1,0 +1,266 @@
+//! Status records reported by agents, written with optimistic concurrency: a write names
+//! the version (etcd `mod_revision`) of the record it replaces, and a report older than the
+//! stored one never replaces it.
+
+use std::cmp::Ordering;
+
+use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError, check_segment, encode, header_revision};
+
+/// The last status a cluster reported for one policy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct StatusRecord {
+    /// `metadata.resourceVersion` of the member object the report describes (numeric in
+    /// practice; empty when there is no object).
+    pub resource_version: String,
+    /// `metadata.generation` of the member object.
+    pub generation: i64,
+    /// The hub assignment revision the agent had applied when it reported.
+    pub applied_revision: i64,
+    /// Placement state (`Pending`, `Synced`, `TargetNotFound`, `Conflict`, `Unavailable`,
+    /// `Error`).
+    pub state: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// When the agent observed the object, in milliseconds since the Unix epoch.
+    pub observed_unix_millis: i64,
+    /// The scale request id stamped on the member object.
+    pub scale_request_id: String,
+    /// Kind-specific observations (ready replicas, partitions, ...).
+    pub observed: serde_json::Value,
+}
+
+/// The result of [`Store::write_status`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The record was written; `version` is its new `mod_revision`.
+    Accepted {
+        /// The record's new version.
+        version: i64,
+    },
+    /// Nothing was written: the stored record's version is not the expected one, or the
+    /// report is older than the stored record. `current` is the stored version (0 when
+    /// there is no record).
+    Conflict {
+        /// The stored record's version.
+        current: i64,
+    },
+}
+
+/// Orders two reports of the same object by how recent they are: by applied assignment
+/// revision, then generation, then numeric resource version, then observation time.
+///
+/// Resource versions are compared as numbers when both are numeric and are otherwise
+/// treated as equal (Kubernetes calls them opaque; an empty one means "no object"), so the
+/// observation time decides.
+pub fn report_order(a: &StatusRecord, b: &StatusRecord) -> Ordering {
+    a.applied_revision
+        .cmp(&b.applied_revision)
+        .then(a.generation.cmp(&b.generation))
+        .then_with(|| resource_version_order(&a.resource_version, &b.resource_version))
+        .then(a.observed_unix_millis.cmp(&b.observed_unix_millis))
+}
+
+/// Whether `report` may replace `stored`: it is not older.
+pub fn supersedes(report: &StatusRecord, stored: &StatusRecord) -> bool {
+    report_order(report, stored) != Ordering::Less
+}
+
+fn resource_version_order(a: &str, b: &str) -> Ordering {
+    match (a.parse::<u128>(), b.parse::<u128>()) {
+        (Ok(a), Ok(b)) => a.cmp(&b),
+        _ => Ordering::Equal,
+    }
+}
+
+impl Store {
+    /// Writes `status/<cluster>/<kind>/<ns>/<name>` if its version is `expected_version`
+    /// (0: there must be no record yet) and the report is not older than the stored one
+    /// (see [`report_order`]). Otherwise nothing is written and the answer is
+    /// [`WriteOutcome::Conflict`] with the stored version.
+    pub async fn write_status(
+        &self,
+        cluster: &str,
+        kind: &str,
+        ns: &str,
+        name: &str,
+        record: &StatusRecord,
+        expected_version: i64,
+    ) -> Result<WriteOutcome, StoreError> {
+        let key = self.status_key(cluster, kind, ns, name)?;
+        let value = encode(record)?;
+        if expected_version != 0 {
+            // The stored record is needed to refuse an older report. Reading it first is
+            // safe: the transaction below only applies if the record is still this one.
+            match self.get_json::<StatusRecord>(&key).await {
+                Ok(Some((stored, version))) => {
+                    if version != expected_version || !supersedes(record, &stored) {
+                        return Ok(WriteOutcome::Conflict { current: version });
+                    }
+                }
+                Ok(None) => return Ok(WriteOutcome::Conflict { current: 0 }),
+                // An undecodable record is replaced by any well-formed report.
+                Err(StoreError::Decode { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                expected_version,
+            )])
+            .and_then(vec![TxnOp::put(key.as_str(), value, None)])
+            .or_else(vec![TxnOp::get(key.as_str(), None)]);
+        let response = self.client().kv_client().txn(txn).await?;
+        if response.succeeded() {
+            return Ok(WriteOutcome::Accepted {
+                version: header_revision(response.header()),
+            });
+        }
+        let current = response
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(get) => {
+                    Some(get.kvs().first().map_or(0, |kv| kv.mod_revision()))
+                }
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(WriteOutcome::Conflict { current })
+    }
+
+    /// Reads `status/<cluster>/<kind>/<ns>/<name>` with its version.
+    pub async fn read_status(
+        &self,
+        cluster: &str,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<(StatusRecord, i64)>, StoreError> {
+        let key = self.status_key(cluster, kind, ns, name)?;
+        self.get_json(&key).await
+    }
+
+    /// Deletes every cluster's status record of policy `kind/ns/name`; returns how many
+    /// there were.
+    pub async fn delete_policy_status(
+        &self,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<usize, StoreError> {
+        check_segment("kind", kind)?;
+        check_segment("namespace", ns)?;
+        check_segment("name", name)?;
+        let suffix = format!("/{kind}/{ns}/{name}");
+        let (records, _) = self.list_keys(&self.keys().status_prefix()).await?;
+        let mut deleted = 0;
+        for key in records.iter().filter(|k| k.ends_with(&suffix)) {
+            if self.delete(key).await? {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    fn status_key(
+        &self,
+        cluster: &str,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<String, StoreError> {
+        check_segment("cluster", cluster)?;
+        check_segment("kind", kind)?;
+        check_segment("namespace", ns)?;
+        check_segment("name", name)?;
+        Ok(self.keys().status(cluster, kind, ns, name))
+    }
+
+    /// The keys under `prefix` (values not fetched), with the listing's revision.
+    async fn list_keys(&self, prefix: &str) -> Result<(Vec<String>, i64), StoreError> {
+        let response = self
+            .client()
+            .kv_client()
+            .get(
+                prefix,
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_keys_only(),
+                ),
+            )
+            .await?;
+        let keys = response
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect();
+        Ok((keys, header_revision(response.header())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(applied: i64, generation: i64, rv: &str, millis: i64) -> StatusRecord {
+        StatusRecord {
+            resource_version: rv.into(),
+            generation,
+            applied_revision: applied,
+            state: "Synced".into(),
+            message: String::new(),
+            observed_unix_millis: millis,
+            scale_request_id: String::new(),
+            observed: serde_json::Value::Null,
+        }
+    }
+
+    #[test]
+    fn a_later_applied_revision_wins_over_everything_else() {
+        let newer = report(2, 1, "5", 0);
+        let older = report(1, 9, "900", 9_999);
+        assert_eq!(report_order(&newer, &older), Ordering::Greater);
+        assert!(!supersedes(&older, &newer));
+    }
+
+    #[test]
+    fn generation_decides_between_reports_of_one_assignment() {
+        assert!(supersedes(&report(3, 4, "1", 0), &report(3, 3, "99", 50)));
+        assert!(!supersedes(&report(3, 3, "99", 50), &report(3, 4, "1", 0)));
+    }
+
+    #[test]
+    fn resource_versions_compare_as_numbers_not_text() {
+        assert_eq!(
+            report_order(&report(1, 1, "10", 0), &report(1, 1, "9", 0)),
+            Ordering::Greater
+        );
+    }
+
+    #[test]
+    fn observation_time_decides_when_everything_else_ties() {
+        assert!(supersedes(&report(1, 1, "7", 20), &report(1, 1, "7", 10)));
+        assert!(!supersedes(&report(1, 1, "7", 10), &report(1, 1, "7", 20)));
+    }
+
+    #[test]
+    fn a_non_numeric_resource_version_falls_back_to_observation_time() {
+        assert!(supersedes(&report(1, 1, "", 20), &report(1, 1, "7", 10)));
+        assert!(!supersedes(
+            &report(1, 1, "abc", 10),
+            &report(1, 1, "7", 20)
+        ));
+    }
+
+    #[test]
+    fn an_identical_report_may_be_written_again() {
+        let r = report(1, 1, "7", 10);
+        assert!(supersedes(&r, &r));
+    }
+}

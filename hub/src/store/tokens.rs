@@ -1,0 +1,402 @@
+//! Bootstrap tokens for joining clusters: `<id>.<secret>` in the style of kubeadm, stored
+//! as `tokens/<id>` with only a SHA-256 of the secret, single-use, on a lease that outlives
+//! the token's expiry by a grace period so that a late join is told "expired", not
+//! "unknown".
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use super::{Store, StoreError, decode, encode, ttl_seconds};
+
+/// Length of a token id.
+pub const TOKEN_ID_LEN: usize = 6;
+/// Length of a token secret.
+pub const TOKEN_SECRET_LEN: usize = 16;
+/// How long a record outlives its token's expiry, so late joins are told "expired".
+pub const EXPIRED_TOKEN_GRACE: Duration = Duration::from_secs(3600);
+/// The characters ids and secrets are made of.
+const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+/// Attempts at consuming a token whose record changes under us.
+const CONSUME_ATTEMPTS: usize = 3;
+/// Attempts at finding an unused id.
+const CREATE_ATTEMPTS: usize = 5;
+
+/// A bootstrap token. `Display` gives the full `<id>.<secret>`; `Debug` hides the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken {
+    /// Public part: names the record, 6 characters of `[a-z0-9]`.
+    pub id: String,
+    /// Secret part: 16 characters of `[a-z0-9]`.
+    pub secret: String,
+}
+
+impl BootstrapToken {
+    /// A new random token (from the thread-local CSPRNG).
+    pub fn generate() -> Self {
+        Self {
+            id: random_string(TOKEN_ID_LEN),
+            secret: random_string(TOKEN_SECRET_LEN),
+        }
+    }
+
+    /// Hex SHA-256 of the secret, as stored.
+    pub fn secret_sha256(&self) -> String {
+        hex::encode(Sha256::digest(self.secret.as_bytes()))
+    }
+}
+
+fn random_string(len: usize) -> String {
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
+        .collect()
+}
+
+impl fmt::Display for BootstrapToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.id, self.secret)
+    }
+}
+
+impl fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BootstrapToken")
+            .field("id", &self.id)
+            .field("secret", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Why a string is not a bootstrap token. Never contains the secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "malformed bootstrap token: {reason}; expected <id>.<secret> with a 6-character id and \
+     a 16-character secret, both of lowercase letters and digits"
+)]
+pub struct MalformedToken {
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl FromStr for BootstrapToken {
+    type Err = MalformedToken;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let Some((id, secret)) = s.split_once('.') else {
+            return Err(MalformedToken {
+                reason: "there is no '.' between id and secret",
+            });
+        };
+        let valid = |part: &str, len: usize| {
+            part.len() == len && part.bytes().all(|b| ALPHABET.contains(&b))
+        };
+        if !valid(id, TOKEN_ID_LEN) {
+            return Err(MalformedToken {
+                reason: "the id is not 6 characters of [a-z0-9]",
+            });
+        }
+        if !valid(secret, TOKEN_SECRET_LEN) {
+            return Err(MalformedToken {
+                reason: "the secret is not 16 characters of [a-z0-9]",
+            });
+        }
+        Ok(Self {
+            id: id.to_owned(),
+            secret: secret.to_owned(),
+        })
+    }
+}
+
+/// What the hub stores for a token at `tokens/<id>`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TokenRecord {
+    /// Hex SHA-256 of the secret.
+    pub secret_sha256: String,
+    /// When the token stops being accepted, in seconds since the Unix epoch.
+    pub expires_unix: i64,
+    /// The cluster that used the token, once used.
+    pub used_by: Option<String>,
+    /// When it was used, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub used_unix: Option<i64>,
+    /// Free text from whoever created it.
+    pub description: String,
+    /// When it was created, in seconds since the Unix epoch.
+    #[serde(default)]
+    pub created_unix: i64,
+}
+
+impl TokenRecord {
+    /// Whether the token is past its expiry at `now_millis` (milliseconds since the epoch).
+    pub fn is_expired_at(&self, now_millis: i64) -> bool {
+        now_millis >= self.expires_unix.saturating_mul(1000)
+    }
+}
+
+/// Why a token was not accepted. Messages say what to do and never contain the secret.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The string is not of the form `<id>.<secret>`.
+    #[error(
+        "the bootstrap token is malformed: expected <id>.<secret> with a 6-character id and \
+         a 16-character secret, both of lowercase letters and digits"
+    )]
+    Malformed,
+    /// No token has this id, or the secret does not match.
+    #[error(
+        "the bootstrap token is not known to this hub (wrong or deleted token); create a new \
+         one with `accord-hub token create`"
+    )]
+    Unknown,
+    /// The token existed but its TTL has run out.
+    #[error("the bootstrap token has expired; create a new one with `accord-hub token create`")]
+    Expired,
+    /// The token was already used; tokens are single-use.
+    #[error(
+        "the bootstrap token was already used to register cluster {by:?}; tokens are \
+         single-use, create a new one with `accord-hub token create`"
+    )]
+    AlreadyUsed {
+        /// The cluster that used it.
+        by: String,
+    },
+    /// The store failed while checking the token.
+    #[error("the bootstrap token could not be checked")]
+    Store(#[source] StoreError),
+}
+
+impl TokenError {
+    /// A short, stable category for metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TokenError::Malformed => "malformed",
+            TokenError::Unknown => "unknown",
+            TokenError::Expired => "expired",
+            TokenError::AlreadyUsed { .. } => "already_used",
+            TokenError::Store(_) => "store",
+        }
+    }
+}
+
+impl From<StoreError> for TokenError {
+    fn from(e: StoreError) -> Self {
+        TokenError::Store(e)
+    }
+}
+
+impl From<etcd_client::Error> for TokenError {
+    fn from(e: etcd_client::Error) -> Self {
+        TokenError::Store(e.into())
+    }
+}
+
+/// Milliseconds since the Unix epoch by the system clock.
+pub(crate) fn now_unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// Compares two byte strings in time that depends only on their length.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+impl Store {
+    /// Creates a token valid for `ttl`, stored as `tokens/<id>` with the hash of its secret
+    /// on a lease of `ttl` plus [`EXPIRED_TOKEN_GRACE`].
+    pub async fn create_token(
+        &self,
+        ttl: Duration,
+        description: &str,
+    ) -> Result<BootstrapToken, StoreError> {
+        let lease_ttl = Duration::from_secs(
+            u64::try_from(ttl_seconds(ttl.saturating_add(EXPIRED_TOKEN_GRACE))).unwrap_or(u64::MAX),
+        );
+        for _ in 0..CREATE_ATTEMPTS {
+            let token = BootstrapToken::generate();
+            let now = now_unix_millis();
+            let ttl_millis = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+            let record = TokenRecord {
+                secret_sha256: token.secret_sha256(),
+                // Rounded up: the token is good for at least `ttl`.
+                expires_unix: now.saturating_add(ttl_millis).saturating_add(999) / 1000,
+                used_by: None,
+                used_unix: None,
+                description: description.to_owned(),
+                created_unix: now / 1000,
+            };
+            let lease = self
+                .client()
+                .lease_client()
+                .grant(ttl_seconds(lease_ttl), None)
+                .await?;
+            let key = self.keys().token(&token.id);
+            let txn = Txn::new()
+                .when(vec![Compare::create_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    0,
+                )])
+                .and_then(vec![TxnOp::put(
+                    key.as_str(),
+                    encode(&record)?,
+                    Some(PutOptions::new().with_lease(lease.id())),
+                )]);
+            if self.client().kv_client().txn(txn).await?.succeeded() {
+                return Ok(token);
+            }
+            // The id is taken (one chance in ~2 billion); the lease is not needed.
+            let _ = self.client().lease_client().revoke(lease.id()).await;
+        }
+        Err(StoreError::Unexpected(
+            "could not find an unused bootstrap token id".into(),
+        ))
+    }
+
+    /// Accepts `token` once, for `cluster`: checks the secret (in constant time), that it is
+    /// unused and unexpired, and marks it used with a transaction that only applies if the
+    /// record did not change meanwhile — so two concurrent joins cannot both use it.
+    pub async fn consume_token(&self, token: &str, cluster: &str) -> Result<(), TokenError> {
+        let token: BootstrapToken = token.parse().map_err(|_| TokenError::Malformed)?;
+        let key = self.keys().token(&token.id);
+        let presented = Sha256::digest(token.secret.as_bytes());
+        for _ in 0..CONSUME_ATTEMPTS {
+            let response = self.client().kv_client().get(key.as_str(), None).await?;
+            let Some(kv) = response.kvs().first() else {
+                return Err(TokenError::Unknown);
+            };
+            let mut record: TokenRecord = decode(kv)?;
+            let stored = hex::decode(&record.secret_sha256).unwrap_or_default();
+            if !constant_time_eq(&stored, &presented) {
+                return Err(TokenError::Unknown);
+            }
+            if let Some(by) = record.used_by {
+                return Err(TokenError::AlreadyUsed { by });
+            }
+            let now = now_unix_millis();
+            if record.is_expired_at(now) {
+                return Err(TokenError::Expired);
+            }
+            record.used_by = Some(cluster.to_owned());
+            record.used_unix = Some(now / 1000);
+            let txn = Txn::new()
+                .when(vec![Compare::mod_revision(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    kv.mod_revision(),
+                )])
+                .and_then(vec![TxnOp::put(
+                    key.as_str(),
+                    encode(&record)?,
+                    // Keep the record on its lease, so it still disappears after the grace.
+                    Some(PutOptions::new().with_ignore_lease()),
+                )]);
+            if self.client().kv_client().txn(txn).await?.succeeded() {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unexpected("the bootstrap token record kept changing".into()).into())
+    }
+
+    /// The stored record of token `id`.
+    pub async fn get_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {
+        if id.is_empty() || id.contains('/') {
+            return Ok(None);
+        }
+        Ok(self
+            .get_json::<TokenRecord>(&self.keys().token(id))
+            .await?
+            .map(|(record, _)| record))
+    }
+
+    /// Every stored token record by id.
+    pub async fn list_tokens(&self) -> Result<Vec<(String, TokenRecord)>, StoreError> {
+        let prefix = self.keys().token("");
+        let (items, _) = self.list_json::<TokenRecord>(&prefix).await?;
+        Ok(items
+            .into_iter()
+            .map(|(key, record, _)| (key[prefix.len()..].to_owned(), record))
+            .collect())
+    }
+
+    /// Deletes token `id`; returns whether it existed.
+    pub async fn delete_token(&self, id: &str) -> Result<bool, StoreError> {
+        if id.is_empty() || id.contains('/') {
+            return Ok(false);
+        }
+        self.delete(&self.keys().token(id)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_parse_back() {
+        let token = BootstrapToken::generate();
+        assert_eq!(token.to_string().parse::<BootstrapToken>().unwrap(), token);
+    }
+
+    #[test]
+    fn debug_hides_the_secret() {
+        let token = BootstrapToken::generate();
+        let debug = format!("{token:?}");
+        assert!(debug.contains(&token.id));
+        assert!(!debug.contains(&token.secret), "{debug}");
+    }
+
+    #[test]
+    fn malformed_tokens_say_what_is_wrong_without_echoing_the_input() {
+        for input in [
+            "",
+            "abcdef",
+            "abcdef.0123456789abcde",
+            "ABCDEF.0123456789abcdef",
+            "abc.0123456789abcdef",
+            "abcdef.0123456789abcdef.x",
+            "abcdef.0123456789ABCDEF",
+        ] {
+            let err = input.parse::<BootstrapToken>().unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains("expected <id>.<secret>"), "{message}");
+            if let Some((_, secret)) = input.split_once('.') {
+                assert!(!message.contains(secret), "{message}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_token_expires_at_its_expiry_second() {
+        let record = TokenRecord {
+            secret_sha256: String::new(),
+            expires_unix: 100,
+            used_by: None,
+            used_unix: None,
+            description: String::new(),
+            created_unix: 0,
+        };
+        assert!(!record.is_expired_at(99_999));
+        assert!(record.is_expired_at(100_000));
+    }
+
+    #[test]
+    fn constant_time_eq_compares_contents_and_lengths() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}
