@@ -5,4 +5,5 @@
 
 pub mod cli;
 pub mod crdgen;
+pub mod pki;
 pub mod store;
