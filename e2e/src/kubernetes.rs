@@ -24,10 +24,9 @@ pub const FIELD_MANAGER: &str = "accord-testbed";
 /// Range for Service cluster IPs in every testbed cluster.
 const SERVICE_CIDR: &str = "10.0.0.0/24";
 
-/// How long an API server may take to become ready (several start at once on few cores).
-const API_SERVER_READY_TIMEOUT: Duration = Duration::from_secs(180);
-/// How long a controller manager or scheduler may take to answer `/healthz`.
-const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a component may take to report itself healthy (several API servers start at
+/// once on few cores).
+const HEALTHZ_TIMEOUT: Duration = Duration::from_secs(180);
 /// How long kwok may take to mark a fake node Ready.
 const NODE_READY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -136,29 +135,6 @@ pub fn spawn_api_server(
     supervisor.spawn(&format!("{name}/kube-apiserver"), command)
 }
 
-/// Waits until the API server answers `/readyz` with `ok`.
-pub async fn wait_api_server_ready(
-    supervisor: &Supervisor,
-    process: ProcessId,
-    client: &kube::Client,
-) -> Result<()> {
-    let name = supervisor.info(process).name;
-    wait::until(
-        &format!("{name} /readyz"),
-        API_SERVER_READY_TIMEOUT,
-        || async {
-            supervisor.ensure_running(process)?;
-            let request = http::Request::get("/readyz").body(Vec::new())?;
-            Ok(match client.request_text(request).await {
-                Ok(body) if body.trim() == "ok" => Check::Ready(()),
-                Ok(body) => Check::NotYet(body),
-                Err(e) => Check::NotYet(e.to_string()),
-            })
-        },
-    )
-    .await
-}
-
 /// Starts kube-controller-manager for cluster `name`; returns it and its health port.
 pub fn spawn_controller_manager(
     supervisor: &Supervisor,
@@ -215,7 +191,8 @@ pub fn spawn_scheduler(
     ))
 }
 
-/// Waits until a component's `/healthz` on `port` answers `ok`.
+/// Waits until a component's health endpoint (`/readyz` of an API server, which anonymous
+/// users may read, or `/healthz`) answers with a success status.
 pub async fn wait_healthz(
     supervisor: &Supervisor,
     process: ProcessId,

@@ -19,9 +19,11 @@
 //! test process dies without running destructors. Component logs are kept in the testbed's
 //! directory and their tails are printed when a test fails.
 
+pub mod agent_sim;
 pub mod binaries;
 pub mod crds;
 pub mod etcd;
+pub mod hub;
 pub mod kafka;
 pub mod kubeconfig;
 pub mod kubernetes;
@@ -35,6 +37,6 @@ pub mod testbed;
 pub mod wait;
 
 pub use binaries::Binaries;
-pub use process::ProcessInfo;
+pub use process::{ProcessId, ProcessInfo};
 pub use shared::SharedTestbed;
 pub use testbed::{Cluster, LogsOnPanic, Testbed, TestbedBuilder};

@@ -262,30 +262,22 @@ impl Supervisor {
     /// has not exited after the grace period, then SIGKILL to each group once more to catch
     /// children left behind, and reaps everything. Idempotent.
     pub fn stop_all(&self) {
-        let mut processes = self.lock();
-        for process in processes.iter_mut().rev() {
-            if process.exit.is_none() {
-                let _ = killpg(pgid(process), Signal::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + STOP_GRACE;
-        for process in processes.iter_mut().rev() {
-            if process.exit.is_some() {
-                continue;
-            }
-            // Peek without reaping: while the exited leader is a zombie, its group id
-            // cannot be reused, so the final SIGKILL reaches only its own stragglers.
-            while !leader_exited(process) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            let _ = killpg(pgid(process), Signal::SIGKILL);
-            match process.child.wait() {
-                Ok(status) => process.exit = Some(status),
-                Err(e) => tracing::warn!(component = %process.info.name, "reaping failed: {e}"),
-            }
-        }
-        drop(processes);
+        stop(&mut self.lock());
         self.disarm_watchdog();
+    }
+
+    /// Stops one process the way [`Supervisor::stop_all`] stops all; e.g. to simulate a
+    /// component failing.
+    pub fn stop(&self, id: ProcessId) {
+        stop(std::slice::from_mut(&mut self.lock()[id.0]));
+    }
+
+    /// The process started as component `name`, the latest one if several were.
+    pub fn find(&self, name: &str) -> Option<ProcessId> {
+        self.lock()
+            .iter()
+            .rposition(|p| p.info.name == name)
+            .map(ProcessId)
     }
 
     fn disarm_watchdog(&self) {
@@ -323,6 +315,32 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.stop_all();
+    }
+}
+
+/// SIGTERM to each group, SIGKILL to groups whose leader has not exited after the grace
+/// period, then SIGKILL to each group once more to catch children left behind, and reap.
+fn stop(processes: &mut [Supervised]) {
+    for process in processes.iter_mut().rev() {
+        if process.exit.is_none() {
+            let _ = killpg(pgid(process), Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    for process in processes.iter_mut().rev() {
+        if process.exit.is_some() {
+            continue;
+        }
+        // Peek without reaping: while the exited leader is a zombie, its group id cannot
+        // be reused, so the final SIGKILL reaches only its own stragglers.
+        while !leader_exited(process) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = killpg(pgid(process), Signal::SIGKILL);
+        match process.child.wait() {
+            Ok(status) => process.exit = Some(status),
+            Err(e) => tracing::warn!(component = %process.info.name, "reaping failed: {e}"),
+        }
     }
 }
 

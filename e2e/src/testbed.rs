@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use futures::future::try_join_all;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tempfile::TempDir;
 
 use crate::binaries::Binaries;
@@ -14,7 +15,7 @@ use crate::kafka::{self, KafkaBroker};
 use crate::kubernetes::{self, ClusterFiles};
 use crate::pki::CertificateAuthority;
 use crate::ports::free_port;
-use crate::process::{DEFAULT_TAIL_LINES, ProcessInfo, Supervisor};
+use crate::process::{DEFAULT_TAIL_LINES, ProcessId, ProcessInfo, Supervisor};
 use crate::prometheus::{self, Prometheus};
 
 /// Name of the management cluster.
@@ -206,7 +207,7 @@ struct Parts<'a> {
 impl Parts<'_> {
     async fn start_all(
         &self,
-        crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+        crds: &[CustomResourceDefinition],
     ) -> Result<(Etcd, Cluster, Vec<Cluster>, Vec<String>)> {
         let ca = CertificateAuthority::new("accord-testbed-ca")?;
         let etcd = etcd::spawn(self.supervisor, self.binaries, &self.dir.join("etcd"))?;
@@ -254,7 +255,7 @@ impl Parts<'_> {
         &self,
         ca: &CertificateAuthority,
         etcd: &Etcd,
-        crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+        crds: &[CustomResourceDefinition],
     ) -> Result<(Cluster, Vec<Cluster>, Vec<String>)> {
         let names: Vec<&str> = std::iter::once(MGMT)
             .chain(self.builder.member_names.iter().map(String::as_str))
@@ -283,8 +284,11 @@ impl Parts<'_> {
             prepared
                 .iter()
                 .zip(&api_servers)
-                .map(|((_, _, _, client), process)| {
-                    kubernetes::wait_api_server_ready(self.supervisor, *process, client)
+                .map(|((_, port, _, _), process)| {
+                    let url = format!("https://127.0.0.1:{port}/readyz");
+                    async move {
+                        kubernetes::wait_healthz(self.supervisor, *process, &url, self.http).await
+                    }
                 }),
         )
         .await?;
@@ -508,6 +512,29 @@ impl Testbed {
             .env_remove("https_proxy")
             .kill_on_drop(true);
         command
+    }
+
+    /// Starts `command` as component `name` under the testbed's supervision (own process
+    /// group, log in `logs/`, tail printed on failure, stopped with the testbed); for
+    /// Accord's own binaries in end-to-end tests.
+    pub fn spawn(&self, name: &str, command: std::process::Command) -> Result<ProcessId> {
+        self.supervisor.spawn(name, command)
+    }
+
+    /// Fails with the log tail if a supervised process has exited.
+    pub fn ensure_running(&self, id: ProcessId) -> Result<()> {
+        self.supervisor.ensure_running(id)
+    }
+
+    /// The supervised process started as `name` (e.g. `member-2/kube-apiserver`).
+    pub fn process(&self, name: &str) -> Option<ProcessId> {
+        self.supervisor.find(name)
+    }
+
+    /// Stops one supervised process (SIGTERM, SIGKILL after a grace period), e.g. to
+    /// take a member cluster's API server down.
+    pub fn stop_process(&self, id: ProcessId) {
+        self.supervisor.stop(id);
     }
 
     /// The testbed's processes that are running.

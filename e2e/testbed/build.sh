@@ -22,7 +22,6 @@ mkdir -p "$BIN" "$ROOT/src"
 log() { printf '[testbed-build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 fail() { printf '[testbed-build] ERROR: %s\n' "$*" >&2; exit 1; }
 
-command -v go >/dev/null || fail "go is not installed; the testbed builds etcd and Kubernetes from their Go modules"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 # Builds one Go wrapper module. $1 = name, $2 = requirement, $3.. = go build targets; the
@@ -30,6 +29,7 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 # OUT (default: the bin directory, binaries named after their package).
 build_go() {
   local name="$1" require="$2" ldflags="$3"; shift 3
+  command -v go >/dev/null || fail "go is not installed; the testbed builds etcd, Kubernetes and kwok from their Go modules"
   local dir="$ROOT/src/$name"
   mkdir -p "$dir"
   (

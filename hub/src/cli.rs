@@ -1,8 +1,13 @@
 //! Command-line interface of `accord-hub`.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::grpc::AgentSettings;
+use crate::serve::ServeConfig;
 
 /// The Accord hub: multi-cluster federation control plane.
 #[derive(Debug, Parser)]
@@ -22,12 +27,117 @@ pub enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Run the hub.
+    Serve(ServeArgs),
+    /// Bootstrap tokens for joining member clusters.
+    Token {
+        /// Token operation.
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+/// Where the hub's state lives.
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    /// Kubeconfig of the management cluster (default: in-cluster or $KUBECONFIG).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// etcd client URLs, comma-separated.
+    #[arg(
+        long,
+        env = "ACCORD_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub etcd_endpoints: Vec<String>,
+    /// Key prefix of the hub's state in etcd.
+    #[arg(long, default_value = crate::store::keys::DEFAULT_PREFIX)]
+    pub etcd_prefix: String,
+    /// Namespace of the hub on the management cluster.
+    #[arg(long, default_value = "accord-system")]
+    pub namespace: String,
+}
+
+/// Flags of `accord-hub serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    state: StateArgs,
+    /// Address of the agent-facing gRPC server (mTLS).
+    #[arg(long, default_value = "0.0.0.0:7443")]
+    grpc_addr: SocketAddr,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Name of this replica (default: $POD_NAME, else $HOSTNAME-<pid>).
+    #[arg(long)]
+    replica_name: Option<String>,
+    /// Extra DNS names or IPs for the serving certificate, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    tls_san: Vec<String>,
+    /// How often agents heartbeat.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// Silence after which an agent counts as unavailable.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    heartbeat_timeout: Duration,
+    /// Leader election lease TTL: a crashed leader is replaced within it.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    election_ttl: Duration,
+    /// Validity of agent client certificates (agents renew before expiry).
+    #[arg(long, default_value = "2160h", value_parser = parse_duration)]
+    agent_cert_validity: Duration,
+}
+
+/// Token operations.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Create a bootstrap token and print a ready `accord-agent join` line.
+    Create(TokenCreateArgs),
+}
+
+/// Flags of `accord-hub token create`.
+#[derive(Debug, Args)]
+pub struct TokenCreateArgs {
+    #[command(flatten)]
+    state: StateArgs,
+    /// How long the token stays valid.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    ttl: Duration,
+    /// The hub's gRPC URL as member clusters reach it.
+    #[arg(long, default_value = "https://127.0.0.1:7443")]
+    hub_url: String,
+    /// Cluster name to put in the printed join line.
+    #[arg(long, default_value = "<cluster-name>")]
+    cluster_name: String,
+    /// Description kept with the token.
+    #[arg(long, default_value = "created by accord-hub token create")]
+    description: String,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    accord_crds::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn,tower=warn,h2=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -36,8 +146,15 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn default_replica_name() -> String {
+    std::env::var("POD_NAME").unwrap_or_else(|_| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "accord-hub".into());
+        format!("{host}-{}", std::process::id())
+    })
+}
+
 /// Runs a parsed command.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crds { out_dir: Some(dir) } => {
             for path in crate::crdgen::write_crds(&dir)? {
@@ -45,6 +162,36 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Crds { out_dir: None } => print!("{}", accord_crds::render_all_crds_yaml()?),
+        Command::Serve(a) => {
+            let replica = a.replica_name.unwrap_or_else(default_replica_name);
+            crate::serve::serve(ServeConfig {
+                kubeconfig: a.state.kubeconfig,
+                etcd_endpoints: a.state.etcd_endpoints,
+                etcd_prefix: a.state.etcd_prefix,
+                grpc_addr: a.grpc_addr,
+                http_addr: a.http_addr,
+                namespace: a.state.namespace,
+                replica: replica.clone(),
+                tls_sans: a.tls_san,
+                agents: AgentSettings {
+                    replica,
+                    heartbeat_interval: a.heartbeat_interval,
+                    heartbeat_timeout: a.heartbeat_timeout,
+                    cert_validity: a.agent_cert_validity,
+                },
+                election_ttl: a.election_ttl,
+                presence_ttl: a.heartbeat_timeout.max(Duration::from_secs(2)),
+            })
+            .await?
+        }
+        Command::Token {
+            command: TokenCommand::Create(a),
+        } => {
+            let line =
+                crate::token::create(&a.state, a.ttl, &a.hub_url, &a.cluster_name, &a.description)
+                    .await?;
+            println!("{line}");
+        }
     }
     Ok(())
 }

@@ -4,6 +4,13 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod cluster_status;
+pub mod connections;
 pub mod crdgen;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
 pub mod pki;
+pub mod serve;
 pub mod store;
+pub mod token;

@@ -1,9 +1,13 @@
 //! Measures how long a testbed takes to start and how much memory its processes use.
 //!
-//! `testbed-bench [--members N] [--with-kafka] [--with-prometheus]
-//! [--without-mgmt-controller-manager] [--without-crds] [--settle SECONDS]` starts a testbed, prints the
-//! start-up time, waits `--settle` seconds (default 10) for start-up work to die down,
-//! prints each process's resident memory and the total, and stops everything.
+//! ```text
+//! testbed-bench [--members N] [--with-kafka] [--with-prometheus]
+//!               [--without-mgmt-controller-manager] [--without-crds | --crds-dir DIR]
+//!               [--settle SECONDS]
+//! ```
+//! starts a testbed, prints the start-up time, waits `--settle` seconds (default 10) for
+//! start-up work to die down, prints each process's resident memory and the total, and
+//! stops everything, printing how long stopping took.
 
 use std::time::Duration;
 
@@ -32,6 +36,9 @@ async fn main() -> Result<()> {
                 builder = builder.without_mgmt_controller_manager()
             }
             "--without-crds" => builder = builder.without_crds(),
+            "--crds-dir" => {
+                builder = builder.crds_dir(args.next().context("--crds-dir needs a directory")?)
+            }
             "--settle" => {
                 settle =
                     Duration::from_secs(args.next().context("--settle needs seconds")?.parse()?)
@@ -53,6 +60,9 @@ async fn main() -> Result<()> {
         println!("  {name:<40} {:>7.1} MiB", mib(bytes));
     }
     println!("  {:<40} {:>7.1} MiB", "total", mib(total));
+    let stopping = std::time::Instant::now();
+    drop(testbed);
+    println!("stopped in {:.1} s", stopping.elapsed().as_secs_f64());
     Ok(())
 }
 

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use dashmap::DashSet;
+use dashmap::DashMap;
+use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 use tokio::task::JoinHandle;
 
@@ -22,6 +23,21 @@ use super::{Store, StoreError, check_segment, log_error};
 const MAX_REGRANT_DELAY: Duration = Duration::from_secs(2);
 /// Attempts at re-writing one cluster's key on a new lease.
 const REANNOUNCE_ATTEMPTS: usize = 3;
+
+/// The value of `connected/<cluster>`: who holds the stream and what the agent said in its
+/// Hello, so the leader can show it in the ManagedCluster status without asking the agent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectedRecord {
+    /// Hub replica holding the stream.
+    pub replica: String,
+    /// Agent version from Hello.
+    pub agent_version: String,
+    /// Member cluster's Kubernetes version from Hello.
+    pub kubernetes_version: String,
+    /// When the stream opened, Unix milliseconds.
+    pub connected_unix_millis: i64,
+}
 
 /// This replica's presence: its lease and the clusters whose streams it holds.
 ///
@@ -38,7 +54,8 @@ struct Shared {
     store: Store,
     replica: String,
     lease_id: AtomicI64,
-    clusters: DashSet<String>,
+    /// Connected clusters and the exact value written for each.
+    clusters: DashMap<String, Vec<u8>>,
     /// Held for reading by single marks, for writing while all keys are re-written on a
     /// new lease, so a disconnect cannot be undone by a concurrent re-write.
     rewrite: RwLock<()>,
@@ -52,7 +69,7 @@ impl ReplicaPresence {
             store,
             replica,
             lease_id: AtomicI64::new(lease.id()),
-            clusters: DashSet::new(),
+            clusters: DashMap::new(),
             rewrite: RwLock::new(()),
         });
         let task = tokio::spawn(keep_present(shared.clone(), lease, ttl));
@@ -72,20 +89,27 @@ impl ReplicaPresence {
         self.shared.lease_id.load(Ordering::Acquire)
     }
 
-    /// Records that this replica holds `cluster`'s stream: `connected/<cluster>` = replica
-    /// name, on the replica's lease.
+    /// Records that this replica holds `cluster`'s stream: `connected/<cluster>` =
+    /// `record` (JSON), on the replica's lease.
     ///
     /// The cluster is remembered even when the write fails, and written again whenever the
     /// lease is re-granted; a failed call may simply be retried.
-    pub async fn mark_connected(&self, cluster: &str) -> Result<(), StoreError> {
+    pub async fn mark_connected(
+        &self,
+        cluster: &str,
+        record: &ConnectedRecord,
+    ) -> Result<(), StoreError> {
         check_segment("cluster", cluster)?;
-        self.shared.clusters.insert(cluster.to_owned());
+        let value = serde_json::to_vec(record).expect("a ConnectedRecord always serialises");
+        self.shared
+            .clusters
+            .insert(cluster.to_owned(), value.clone());
         let _gate = self.shared.rewrite.read().await;
         self.shared
             .store
             .put_with_lease(
                 &self.shared.store.keys().connected(cluster),
-                self.shared.replica.as_bytes(),
+                value,
                 self.lease_id(),
             )
             .await?;
@@ -97,14 +121,13 @@ impl ReplicaPresence {
     /// taken the cluster over meanwhile).
     pub async fn mark_disconnected(&self, cluster: &str) -> Result<(), StoreError> {
         check_segment("cluster", cluster)?;
-        self.shared.clusters.remove(cluster);
+        let Some((_, value)) = self.shared.clusters.remove(cluster) else {
+            return Ok(());
+        };
         let _gate = self.shared.rewrite.read().await;
         self.shared
             .store
-            .delete_if_value(
-                &self.shared.store.keys().connected(cluster),
-                self.shared.replica.as_bytes(),
-            )
+            .delete_if_value(&self.shared.store.keys().connected(cluster), &value)
             .await?;
         Ok(())
     }
@@ -123,7 +146,8 @@ impl ReplicaPresence {
         Ok(response
             .kvs()
             .first()
-            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+            .and_then(|kv| serde_json::from_slice::<ConnectedRecord>(kv.value()).ok())
+            .map(|r| r.replica))
     }
 
     /// Stops and revokes the lease: every `connected/` key of this replica vanishes now.
@@ -176,13 +200,17 @@ async fn keep_present(shared: Arc<Shared>, mut lease: Lease, ttl: Duration) {
         };
         let _gate = shared.rewrite.write().await;
         shared.lease_id.store(lease.id(), Ordering::Release);
-        let clusters: Vec<String> = shared.clusters.iter().map(|c| c.key().clone()).collect();
-        for cluster in clusters {
+        let clusters: Vec<(String, Vec<u8>)> = shared
+            .clusters
+            .iter()
+            .map(|c| (c.key().clone(), c.value().clone()))
+            .collect();
+        for (cluster, value) in clusters {
             let key = shared.store.keys().connected(&cluster);
             for attempt in 1..=REANNOUNCE_ATTEMPTS {
                 match shared
                     .store
-                    .put_with_lease(&key, shared.replica.as_bytes(), lease.id())
+                    .put_with_lease(&key, value.clone(), lease.id())
                     .await
                 {
                     Ok(_) => break,

@@ -1,0 +1,308 @@
+//! Hub scale benchmark: N simulated agents (one process, N real mTLS streams) against one
+//! real `accord-hub serve`, real etcd and a real management kube-apiserver.
+//!
+//! Every agent joins through the real token flow, heartbeats every second and sends a
+//! status report every `--report-every`; the benchmark prints hub RSS, hub CPU seconds,
+//! heartbeats/s, status reports/s and report-to-ack latency percentiles.
+//!
+//! ```text
+//! cargo run --release -p accord-e2e --bin hub-bench -- --agents 1000 --duration 30
+//! ```
+
+use accord_e2e::Testbed;
+use accord_e2e::agent_sim::{self, AgentStream, policy};
+use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
+use accord_e2e::testbed::rss_bytes;
+use accord_e2e::wait::{Check, until};
+use accord_hub::store::{Keyspace, Store};
+use accord_proto::v1::{
+    AgentMessage, Heartbeat, StatusReport, agent_message, hub_message, status_ack,
+};
+use anyhow::{Context as _, Result};
+use futures::{StreamExt, stream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+struct Args {
+    agents: usize,
+    duration: u64,
+    report_every: u64,
+    concurrency: usize,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        agents: 1000,
+        duration: 30,
+        report_every: 5,
+        concurrency: 32,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--agents" => a.agents = value()?.parse()?,
+            "--duration" => a.duration = value()?.parse()?,
+            "--report-every" => a.report_every = value()?.parse()?,
+            "--concurrency" => a.concurrency = value()?.parse()?,
+            other => anyhow::bail!(
+                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N"
+            ),
+        }
+    }
+    Ok(a)
+}
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of /proc/PID/stat (index 11 and 12 after ')').
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn percentile(sorted: &[u64], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    Duration::from_micros(sorted[i])
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let testbed = Testbed::builder()
+        .members(0)
+        .without_mgmt_controller_manager()
+        .start()
+        .await?;
+    let prefix = "/bench/";
+    let hub = HubProcess::start(
+        &testbed,
+        &HubOptions {
+            replica: "hub-bench".into(),
+            etcd_prefix: prefix.into(),
+            extra_args: vec![],
+        },
+    )
+    .await?;
+    let hub_pid = testbed
+        .processes()
+        .into_iter()
+        .find(|p| p.name == "hub/hub-bench")
+        .context("hub process")?
+        .pid;
+    let rss_idle = rss_bytes(hub_pid);
+
+    let store =
+        Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+    let ca = accord_hub::token::read_ca(testbed.mgmt().client(), HUB_NAMESPACE).await?;
+    let hash = ca.ca_cert_hash();
+
+    // Join every agent through the real token flow.
+    let joined_at = Instant::now();
+    let identities: Vec<_> = stream::iter(0..args.agents)
+        .map(|i| {
+            let store = store.clone();
+            let hash = hash.clone();
+            let grpc = hub.grpc.clone();
+            async move {
+                let token = store
+                    .create_token(Duration::from_secs(600), "bench")
+                    .await?;
+                let cluster = format!("bench-{i:05}");
+                agent_sim::register(&grpc, &token.to_string(), &hash, &cluster, true)
+                    .await
+                    .map_err(|s| anyhow::anyhow!("register {cluster}: {s}"))
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_>>()?;
+    let join_secs = joined_at.elapsed().as_secs_f64();
+    eprintln!("joined {} agents in {join_secs:.1}s", args.agents);
+
+    // Open every stream; heartbeat each second, report every report_every seconds.
+    let latencies = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let acks = Arc::new(AtomicU64::new(0));
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let streams: Vec<_> = stream::iter(identities)
+        .map(|id| {
+            let grpc = hub.grpc.clone();
+            async move {
+                let channel = agent_sim::connect(&grpc, &id).await?;
+                let s = AgentStream::open(channel, &id.cluster).await?;
+                Ok::<_, anyhow::Error>(s)
+            }
+        })
+        .buffer_unordered(args.concurrency)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_>>()?;
+    let mut tasks = Vec::new();
+    for (i, s) in streams.into_iter().enumerate() {
+        let (tx, mut rx) = s.split();
+        let latencies = latencies.clone();
+        let acks = acks.clone();
+        let measuring = measuring.clone();
+        let report_every = args.report_every;
+        let offset = Duration::from_millis((i as u64 * 997) % 1000);
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(offset).await;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut expected = 0i64;
+            let mut applied = 0i64;
+            let mut n = 0u64;
+            loop {
+                tick.tick().await;
+                n += 1;
+                let hb = AgentMessage {
+                    cluster: String::new(),
+                    body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
+                };
+                if tx.send(hb).await.is_err() {
+                    return;
+                }
+                if !n.is_multiple_of(report_every) {
+                    continue;
+                }
+                applied += 1;
+                let report = AgentMessage {
+                    cluster: String::new(),
+                    body: Some(agent_message::Body::StatusReport(StatusReport {
+                        policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
+                        resource_version: applied.to_string(),
+                        generation: 1,
+                        expected_version: expected,
+                        state: "Synced".into(),
+                        applied_revision: applied,
+                        ..Default::default()
+                    })),
+                };
+                let sent = Instant::now();
+                if tx.send(report).await.is_err() {
+                    return;
+                }
+                // Read until the ack (the first message may be the full assignments).
+                loop {
+                    match rx.message().await {
+                        Ok(Some(m)) => {
+                            if let Some(hub_message::Body::StatusAck(a)) = m.body {
+                                match a.result {
+                                    Some(status_ack::Result::Accepted(v))
+                                    | Some(status_ack::Result::Conflict(v)) => expected = v,
+                                    None => {}
+                                }
+                                if measuring.load(Ordering::Relaxed) {
+                                    latencies
+                                        .lock()
+                                        .await
+                                        .push(sent.elapsed().as_micros() as u64);
+                                    acks.fetch_add(1, Ordering::Relaxed);
+                                }
+                                break;
+                            }
+                        }
+                        _ => return,
+                    }
+                }
+            }
+        }));
+    }
+
+    let http = testbed.http().clone();
+    until(
+        "every agent connected",
+        Duration::from_secs(300),
+        || async {
+            let n = hub
+                .metric(&http, "accord_hub_connected_agents")
+                .await?
+                .unwrap_or(0.0) as usize;
+            Ok(if n >= args.agents {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("{n} connected"))
+            })
+        },
+    )
+    .await?;
+    // Let the status controller settle the initial Available writes before measuring.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    let hb0 = hub
+        .metric(&http, "accord_hub_heartbeats_total")
+        .await?
+        .unwrap_or(0.0);
+    let rep0 = hub
+        .metric(&http, "accord_hub_status_reports_total")
+        .await?
+        .unwrap_or(0.0);
+    let cpu0 = cpu_seconds(hub_pid);
+    measuring.store(true, Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(args.duration)).await;
+    measuring.store(false, Ordering::Relaxed);
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(hub_pid) - cpu0;
+    let hb = hub
+        .metric(&http, "accord_hub_heartbeats_total")
+        .await?
+        .unwrap_or(0.0)
+        - hb0;
+    let rep = hub
+        .metric(&http, "accord_hub_status_reports_total")
+        .await?
+        .unwrap_or(0.0)
+        - rep0;
+    let rss = rss_bytes(hub_pid);
+    let mut lat = latencies.lock().await.clone();
+    lat.sort_unstable();
+    for t in tasks {
+        t.abort();
+    }
+
+    println!("agents                    {}", args.agents);
+    println!(
+        "join (token+CSR+register) {:.1} s ({:.0}/s)",
+        join_secs,
+        args.agents as f64 / join_secs
+    );
+    println!(
+        "hub RSS                   {:.1} MiB (idle {:.1} MiB, {:.1} KiB per agent)",
+        rss as f64 / 1048576.0,
+        rss_idle as f64 / 1048576.0,
+        (rss.saturating_sub(rss_idle)) as f64 / 1024.0 / args.agents as f64
+    );
+    println!(
+        "hub CPU                   {:.1} s over {:.0} s ({:.0}% of one core)",
+        cpu,
+        secs,
+        100.0 * cpu / secs
+    );
+    println!("heartbeats/s              {:.0}", hb / secs);
+    println!("status reports/s          {:.0}", rep / secs);
+    println!(
+        "report→ack latency        p50 {:?}  p99 {:?}  max {:?}  (n = {})",
+        percentile(&lat, 0.50),
+        percentile(&lat, 0.99),
+        percentile(&lat, 1.0),
+        lat.len()
+    );
+    Ok(())
+}

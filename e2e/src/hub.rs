@@ -1,0 +1,201 @@
+//! Runs the real `accord-hub` binary against a testbed: `serve` processes, `token create`,
+//! and reading their `/metrics`.
+
+use anyhow::{Context as _, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::ports::free_port;
+use crate::wait::{Check, until};
+use crate::{ProcessId, Testbed};
+
+/// Namespace the hub keeps its CA Secret in, in tests.
+pub const HUB_NAMESPACE: &str = "accord-system";
+
+/// Path of one of the workspace's binaries (`accord-hub`, `accord-agent`), brought up to
+/// date with `cargo build` once per process so a test never runs a stale binary.
+pub fn accord_binary(name: &str) -> Result<PathBuf> {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    // Test and bench executables live in target/<profile>/deps or target/<profile>.
+    let exe = std::env::current_exe()?;
+    let mut dir = exe
+        .parent()
+        .context("executable without a directory")?
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+        cargo
+            .args(["build", "--quiet", "--bin", name])
+            .current_dir(crate::binaries::repo_root());
+        if dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let status = cargo
+            .status()
+            .with_context(|| format!("running cargo build --bin {name}"))?;
+        if !status.success() || !path.exists() {
+            bail!("could not build {name} (expected at {})", path.display());
+        }
+        built.push(name.to_owned());
+    }
+    Ok(path)
+}
+
+/// A running `accord-hub serve`.
+pub struct HubProcess {
+    /// Supervised process.
+    pub id: ProcessId,
+    /// Replica name.
+    pub replica: String,
+    /// gRPC address, `127.0.0.1:PORT`.
+    pub grpc: String,
+    /// HTTP base URL.
+    pub http: String,
+}
+
+/// Options of a test hub.
+#[derive(Debug, Clone)]
+pub struct HubOptions {
+    /// Replica name.
+    pub replica: String,
+    /// etcd key prefix (use one per test so tests sharing etcd stay apart).
+    pub etcd_prefix: String,
+    /// Extra flags, e.g. `--election-ttl 2s`.
+    pub extra_args: Vec<String>,
+}
+
+/// Creates the hub's namespace on the management cluster if needed.
+pub async fn ensure_hub_namespace(testbed: &Testbed) -> Result<()> {
+    let api: Api<Namespace> = Api::all(testbed.mgmt().client());
+    if api.get_opt(HUB_NAMESPACE).await?.is_none() {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": HUB_NAMESPACE}}))?;
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+impl HubProcess {
+    /// Starts `accord-hub serve` on free ports and waits until `/readyz` answers.
+    pub async fn start(testbed: &Testbed, opts: &HubOptions) -> Result<Self> {
+        ensure_hub_namespace(testbed).await?;
+        let grpc = format!("127.0.0.1:{}", free_port()?);
+        let http_addr = format!("127.0.0.1:{}", free_port()?);
+        let mut cmd = Command::new(accord_binary("accord-hub")?);
+        cmd.arg("serve")
+            .arg("--kubeconfig")
+            .arg(testbed.mgmt().kubeconfig_path())
+            .args(["--etcd-endpoints", testbed.etcd_endpoint()])
+            .args(["--etcd-prefix", &opts.etcd_prefix])
+            .args(["--namespace", HUB_NAMESPACE])
+            .args(["--grpc-addr", &grpc, "--http-addr", &http_addr])
+            .args(["--replica-name", &opts.replica])
+            .args(&opts.extra_args)
+            .env("RUST_LOG", "info,accord_hub=debug");
+        let id = testbed.spawn(&format!("hub/{}", opts.replica), cmd)?;
+        let hub = Self {
+            id,
+            replica: opts.replica.clone(),
+            grpc,
+            http: format!("http://{http_addr}"),
+        };
+        let http = testbed.http().clone();
+        let url = format!("{}/readyz", hub.http);
+        until(
+            &format!("hub {} ready", opts.replica),
+            Duration::from_secs(60),
+            || {
+                let http = http.clone();
+                let url = url.clone();
+                async move {
+                    testbed.ensure_running(id)?;
+                    Ok(match http.get(&url).send().await {
+                        Ok(r) if r.status().is_success() => Check::Ready(()),
+                        Ok(r) => Check::NotYet(format!("readyz {}", r.status())),
+                        Err(e) => Check::NotYet(e.to_string()),
+                    })
+                }
+            },
+        )
+        .await?;
+        Ok(hub)
+    }
+
+    /// Value of an unlabelled metric (or the sum over its labels) from `/metrics`.
+    pub async fn metric(&self, http: &reqwest::Client, name: &str) -> Result<Option<f64>> {
+        let text = http
+            .get(format!("{}/metrics", self.http))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(parse_metric(&text, name))
+    }
+}
+
+/// Sum of the samples of metric `name` in a Prometheus text exposition.
+pub fn parse_metric(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = line.rsplit_once(' ')?;
+        let metric = series.split('{').next().unwrap_or_default();
+        if metric == name {
+            *found.get_or_insert(0.0) += value.parse::<f64>().ok()?;
+        }
+    }
+    found
+}
+
+/// `accord-hub token create` against the testbed; returns (token, ca_cert_hash).
+pub async fn create_token(
+    testbed: &Testbed,
+    etcd_prefix: &str,
+    ttl: &str,
+) -> Result<(String, String)> {
+    let out = tokio::process::Command::new(accord_binary("accord-hub")?)
+        .args(["token", "create"])
+        .arg("--kubeconfig")
+        .arg(testbed.mgmt().kubeconfig_path())
+        .args(["--etcd-endpoints", testbed.etcd_endpoint()])
+        .args([
+            "--etcd-prefix",
+            etcd_prefix,
+            "--namespace",
+            HUB_NAMESPACE,
+            "--ttl",
+            ttl,
+        ])
+        .output()
+        .await?;
+    if !out.status.success() {
+        bail!(
+            "token create failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let line = String::from_utf8(out.stdout)?;
+    let arg = |flag: &str| -> Result<String> {
+        let mut words = line.split_whitespace();
+        words
+            .find(|w| *w == flag)
+            .with_context(|| format!("no {flag} in {line:?}"))?;
+        words
+            .next()
+            .map(str::to_owned)
+            .with_context(|| format!("{flag} without a value"))
+    };
+    Ok((arg("--token")?, arg("--ca-cert-hash")?))
+}

@@ -1,0 +1,465 @@
+//! The hub core end to end: real `accord-hub serve` processes against a real etcd and a real
+//! management kube-apiserver, with agents joining through the real token flow and holding
+//! real mTLS streams.
+
+use accord_crds::ManagedCluster;
+use accord_crds::conditions;
+use accord_e2e::agent_sim::{self, AgentStream, policy};
+use accord_e2e::hub::{HubOptions, HubProcess, create_token};
+use accord_e2e::wait::{Check, until};
+use accord_e2e::{SharedTestbed, Testbed};
+use accord_hub::store::election::Fence;
+use accord_hub::store::{Keyspace, Store, StoreError};
+use accord_proto::v1::{StatusReport, agent_message, hub_message, status_ack};
+use anyhow::{Context as _, Result, bail, ensure};
+use kube::Api;
+use std::time::{Duration, Instant};
+
+static TESTBED: SharedTestbed =
+    SharedTestbed::new(|b| b.members(0).without_mgmt_controller_manager());
+
+fn opts(replica: &str, prefix: &str, extra: &[&str]) -> HubOptions {
+    HubOptions {
+        replica: replica.into(),
+        etcd_prefix: prefix.into(),
+        extra_args: extra.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Waits until the ManagedCluster's condition `type_` has `status`.
+async fn wait_condition(
+    testbed: &Testbed,
+    cluster: &str,
+    type_: &str,
+    status: &str,
+    timeout: Duration,
+) -> Result<Duration> {
+    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    let started = Instant::now();
+    until(&format!("{cluster} {type_}={status}"), timeout, || {
+        let api = api.clone();
+        async move {
+            let mc = api.get_opt(cluster).await?;
+            let seen = mc
+                .as_ref()
+                .and_then(|m| m.status.as_ref())
+                .and_then(|s| conditions::find(&s.conditions, type_))
+                .map(|c| c.status.clone());
+            Ok(if seen.as_deref() == Some(status) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("{type_} is {seen:?}"))
+            })
+        }
+    })
+    .await?;
+    Ok(started.elapsed())
+}
+
+async fn join(
+    testbed: &Testbed,
+    hub: &HubProcess,
+    prefix: &str,
+    cluster: &str,
+) -> Result<agent_sim::AgentIdentity> {
+    let (token, hash) = create_token(testbed, prefix, "10m").await?;
+    Ok(agent_sim::register(&hub.grpc, &token, &hash, cluster, false).await?)
+}
+
+#[test]
+fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-election/";
+        let a =
+            HubProcess::start(testbed, &opts("hub-a", prefix, &["--election-ttl", "2s"])).await?;
+        let b =
+            HubProcess::start(testbed, &opts("hub-b", prefix, &["--election-ttl", "2s"])).await?;
+        let http = testbed.http();
+        let leader = until("exactly one leader", Duration::from_secs(30), || async {
+            let la = a.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
+            let lb = b.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
+            Ok(match (la as i64, lb as i64) {
+                (1, 0) => Check::Ready("hub-a"),
+                (0, 1) => Check::Ready("hub-b"),
+                other => Check::NotYet(format!("is_leader = {other:?}")),
+            })
+        })
+        .await?;
+        let (old, survivor) = if leader == "hub-a" {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+
+        // The old leader's fence, read from etcd before it dies.
+        let store =
+            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let mut client = store.client();
+        let leader_kv = client
+            .get(
+                store.keys().election(),
+                Some(etcd_client::GetOptions::new().with_prefix().with_sort(
+                    etcd_client::SortTarget::Create,
+                    etcd_client::SortOrder::Ascend,
+                )),
+            )
+            .await?
+            .kvs()
+            .first()
+            .cloned()
+            .context("no election key")?;
+        let old_fence = Fence {
+            key: leader_kv.key().to_vec(),
+            revision: leader_kv.create_revision(),
+            lease: leader_kv.lease(),
+        };
+
+        let pid = testbed
+            .processes()
+            .into_iter()
+            .find(|p| p.name == format!("hub/{}", old.replica))
+            .context("leader process")?
+            .pid;
+        let killed_at = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::SIGKILL,
+        )?;
+        until("the survivor leads", Duration::from_secs(2 + 3), || async {
+            let l = survivor
+                .metric(http, "accord_hub_is_leader")
+                .await?
+                .unwrap_or(0.0);
+            Ok(if l == 1.0 {
+                Check::Ready(())
+            } else {
+                Check::NotYet("not yet".into())
+            })
+        })
+        .await?;
+        println!(
+            "failover after kill -9: {:?} (election TTL 2s)",
+            killed_at.elapsed()
+        );
+
+        match store
+            .fenced_put(
+                &old_fence,
+                &store.keys().autoscale("t", "fenced"),
+                b"x".to_vec(),
+            )
+            .await
+        {
+            Err(StoreError::Fenced) => {}
+            other => {
+                bail!("a write with the deposed leader's fence must fail as Fenced, got {other:?}")
+            }
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn a_valid_token_yields_a_certificate_naming_the_cluster_and_a_joined_managed_cluster() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-register/";
+        let hub = HubProcess::start(testbed, &opts("hub-reg", prefix, &[])).await?;
+        let id = join(testbed, &hub, prefix, "reg-ok").await?;
+        let der = rustls_pemfile_first_cert(&id.cert_pem)?;
+        let peer = accord_hub::pki::peer_identity(&der)?;
+        ensure!(
+            peer.cluster == "reg-ok",
+            "certificate names {:?}",
+            peer.cluster
+        );
+        wait_condition(testbed, "reg-ok", "Joined", "True", Duration::from_secs(30)).await?;
+        Ok(())
+    });
+}
+
+fn rustls_pemfile_first_cert(pem: &str) -> Result<Vec<u8>> {
+    let (_, parsed) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .map_err(|e| anyhow::anyhow!("certificate PEM: {e}"))?;
+    Ok(parsed.contents)
+}
+
+#[test]
+fn expired_unknown_used_and_conflicting_registrations_are_refused_with_clear_messages() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-refuse/";
+        let hub = HubProcess::start(testbed, &opts("hub-refuse", prefix, &[])).await?;
+
+        // Expired: the token's TTL is one second; wait it out, then use it.
+        let (token, hash) = create_token(testbed, prefix, "1s").await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let err = agent_sim::register(&hub.grpc, &token, &hash, "ref-expired", false)
+            .await
+            .unwrap_err();
+        ensure!(err.code() == tonic::Code::Unauthenticated, "{err:?}");
+        ensure!(
+            err.message().contains("expired"),
+            "message: {}",
+            err.message()
+        );
+        ensure!(
+            !err.message().contains(token.split('.').nth(1).unwrap()),
+            "the secret leaked"
+        );
+
+        // Unknown.
+        let err = agent_sim::register(
+            &hub.grpc,
+            "abcdef.0123456789abcdef",
+            &hash,
+            "ref-unknown",
+            false,
+        )
+        .await
+        .unwrap_err();
+        ensure!(err.code() == tonic::Code::Unauthenticated, "{err:?}");
+        ensure!(
+            err.message().contains("not known"),
+            "message: {}",
+            err.message()
+        );
+
+        // Already used.
+        let (token, hash) = create_token(testbed, prefix, "10m").await?;
+        agent_sim::register(&hub.grpc, &token, &hash, "ref-used", false).await?;
+        let err = agent_sim::register(&hub.grpc, &token, &hash, "ref-used-2", false)
+            .await
+            .unwrap_err();
+        ensure!(err.code() == tonic::Code::Unauthenticated, "{err:?}");
+        ensure!(
+            err.message().contains("already used"),
+            "message: {}",
+            err.message()
+        );
+
+        // A joined name with another identity: refused, then replaced with --force, after
+        // which the old certificate no longer opens a stream.
+        let old = join(testbed, &hub, prefix, "ref-dup").await?;
+        let (token, hash) = create_token(testbed, prefix, "10m").await?;
+        let err = agent_sim::register(&hub.grpc, &token, &hash, "ref-dup", false)
+            .await
+            .unwrap_err();
+        ensure!(err.code() == tonic::Code::AlreadyExists, "{err:?}");
+        ensure!(
+            err.message().contains("--force"),
+            "message: {}",
+            err.message()
+        );
+        agent_sim::register(&hub.grpc, &token, &hash, "ref-dup", true).await?;
+        let channel = agent_sim::connect(&hub.grpc, &old).await?;
+        match AgentStream::open(channel, "ref-dup").await {
+            Err(status) => ensure!(status.code() == tonic::Code::PermissionDenied, "{status:?}"),
+            Ok(mut stream) => match stream.next().await {
+                Some(Err(status)) => {
+                    ensure!(status.code() == tonic::Code::PermissionDenied, "{status:?}")
+                }
+                other => bail!("the replaced certificate still opened a stream: {other:?}"),
+            },
+        }
+        // The bad token kept the hash format's promise: a wrong CA pin is refused too.
+        let wrong = format!("sha256:{}", "0".repeat(64));
+        let err = agent_sim::register(&hub.grpc, &token, &wrong, "ref-pin", false)
+            .await
+            .unwrap_err();
+        ensure!(
+            err.message().contains("does not match"),
+            "message: {}",
+            err.message()
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn an_agent_cannot_speak_for_another_cluster() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-identity/";
+        let hub = HubProcess::start(testbed, &opts("hub-identity", prefix, &[])).await?;
+        let a = join(testbed, &hub, prefix, "ident-a").await?;
+        join(testbed, &hub, prefix, "ident-b").await?;
+        let mut stream =
+            AgentStream::open(agent_sim::connect(&hub.grpc, &a).await?, "ident-a").await?;
+        // First the full assignments.
+        let first = stream.next().await.context("stream ended")??;
+        ensure!(matches!(
+            first.body,
+            Some(hub_message::Body::Assignments(_))
+        ));
+        stream
+            .send_as(
+                "ident-b",
+                agent_message::Body::StatusReport(StatusReport {
+                    policy: Some(policy("CrossClusterScalePolicy", "default", "web")),
+                    ..Default::default()
+                }),
+            )
+            .await?;
+        match stream.next().await {
+            Some(Err(status)) => {
+                ensure!(status.code() == tonic::Code::PermissionDenied, "{status:?}");
+                ensure!(status.message().contains("ident-b"), "{status:?}");
+            }
+            other => bail!("expected PERMISSION_DENIED, got {other:?}"),
+        }
+        // Nothing was stored for B.
+        let store =
+            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        ensure!(
+            store
+                .read_status("ident-b", "CrossClusterScalePolicy", "default", "web")
+                .await?
+                .is_none()
+        );
+        Ok(())
+    });
+}
+
+async fn ack(stream: &mut AgentStream) -> Result<status_ack::Result> {
+    loop {
+        match stream.next().await.context("stream ended")??.body {
+            Some(hub_message::Body::StatusAck(a)) => return a.result.context("ack without result"),
+            Some(hub_message::Body::Assignments(_)) => continue,
+            None => bail!("empty hub message"),
+        }
+    }
+}
+
+#[test]
+fn status_reports_are_written_with_optimistic_concurrency() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-occ/";
+        let hub = HubProcess::start(testbed, &opts("hub-occ", prefix, &[])).await?;
+        let id = join(testbed, &hub, prefix, "occ-a").await?;
+        let mut stream =
+            AgentStream::open(agent_sim::connect(&hub.grpc, &id).await?, "occ-a").await?;
+        let report = |expected: i64, applied: i64, rv: &str| StatusReport {
+            policy: Some(policy("CrossClusterScalePolicy", "default", "web")),
+            resource_version: rv.into(),
+            generation: 1,
+            expected_version: expected,
+            state: "Synced".into(),
+            applied_revision: applied,
+            ..Default::default()
+        };
+        stream.report(report(0, 5, "100")).await?;
+        let Ok(status_ack::Result::Accepted(v1)) = ack(&mut stream).await else {
+            bail!("first report not accepted")
+        };
+        // Stale expected_version: conflict with the current version.
+        stream.report(report(0, 6, "101")).await?;
+        ensure!(ack(&mut stream).await? == status_ack::Result::Conflict(v1));
+        // Older than what is stored (applied revision 3 < 5), even with the right version.
+        stream.report(report(v1, 3, "90")).await?;
+        ensure!(ack(&mut stream).await? == status_ack::Result::Conflict(v1));
+        // Newer with the right version: accepted.
+        stream.report(report(v1, 6, "101")).await?;
+        let status_ack::Result::Accepted(v2) = ack(&mut stream).await? else {
+            bail!("newer report refused")
+        };
+        ensure!(v2 > v1);
+        let store =
+            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let (stored, version) = store
+            .read_status("occ-a", "CrossClusterScalePolicy", "default", "web")
+            .await?
+            .context("no record")?;
+        ensure!(version == v2 && stored.applied_revision == 6 && stored.resource_version == "101");
+        Ok(())
+    });
+}
+
+#[test]
+fn availability_follows_the_agent_stream_and_heartbeats() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-avail/";
+        let hub = HubProcess::start(
+            testbed,
+            &opts("hub-avail", prefix, &["--heartbeat-timeout", "2s"]),
+        )
+        .await?;
+        let id = join(testbed, &hub, prefix, "avail-a").await?;
+
+        let open = || async {
+            let stream =
+                AgentStream::open(agent_sim::connect(&hub.grpc, &id).await?, "avail-a").await?;
+            let (tx, mut rx) = stream.split();
+            let heartbeats = tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(500));
+                loop {
+                    tick.tick().await;
+                    let hb = accord_proto::v1::AgentMessage {
+                        cluster: String::new(),
+                        body: Some(agent_message::Body::Heartbeat(Default::default())),
+                    };
+                    if tx.send(hb).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let reader = tokio::spawn(async move { while let Ok(Some(_)) = rx.message().await {} });
+            Ok::<_, anyhow::Error>((heartbeats, reader))
+        };
+
+        // Connected → Available.
+        let (hb, reader) = open().await?;
+        wait_condition(
+            testbed,
+            "avail-a",
+            "Available",
+            "True",
+            Duration::from_secs(30),
+        )
+        .await?;
+        // Stream stopped (agent gone) → Available=False within 3 s.
+        hb.abort();
+        reader.abort();
+        let took = wait_condition(
+            testbed,
+            "avail-a",
+            "Available",
+            "False",
+            Duration::from_secs(3),
+        )
+        .await?;
+        println!("stream closed → Available=False in {took:?}");
+        // Back → True.
+        let (hb, reader) = open().await?;
+        wait_condition(
+            testbed,
+            "avail-a",
+            "Available",
+            "True",
+            Duration::from_secs(10),
+        )
+        .await?;
+        // Heartbeats stop while the stream stays open → False within the 2 s timeout + 1 s.
+        hb.abort();
+        let took = wait_condition(
+            testbed,
+            "avail-a",
+            "Available",
+            "False",
+            Duration::from_secs(3),
+        )
+        .await?;
+        println!("heartbeats stopped → Available=False in {took:?}");
+        reader.abort();
+        let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+        let mc = api.get("avail-a").await?;
+        ensure!(
+            mc.status.and_then(|s| s.last_heartbeat_time).is_some(),
+            "lastHeartbeatTime kept"
+        );
+        Ok(())
+    });
+}

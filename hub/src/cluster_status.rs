@@ -1,0 +1,419 @@
+//! Writes `ManagedCluster` status: `Joined` from the cluster registry, `Available` from the
+//! `connected/` keys, and the agent's versions and hub replica from its Hello.
+//!
+//! Only the leader runs this; every replica only records connects and disconnects in etcd.
+//! Status is computed as a value ([`desired_status`]) and written only when it differs from
+//! what the object shows, ignoring timestamps. `lastHeartbeatTime` is refreshed at most once
+//! per [`HEARTBEAT_WRITE_INTERVAL`] while a cluster stays available — like the kubelet's
+//! `nodeStatusReportFrequency` — so thousands of healthy clusters cost few writes.
+
+use accord_crds::conditions::{self, Desired, Status as CondStatus};
+use accord_crds::{HUB_FIELD_MANAGER, ManagedCluster, ManagedClusterStatus};
+use dashmap::DashSet;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store as Reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc};
+use tracing::{debug, info, warn};
+
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::store::cache::{CacheEvent, PrefixCache};
+use crate::store::election::LeaderElection;
+use crate::store::presence::ConnectedRecord;
+use crate::store::registry::ClusterRecord;
+
+/// How often `lastHeartbeatTime` is rewritten for a cluster that stays available.
+pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(300);
+/// How often every cluster is re-checked even without events.
+const RESYNC_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The status a cluster should have, or `None` when `current` already says it (ignoring
+/// timestamps) and the heartbeat time is recent enough.
+pub fn desired_status(
+    registered: bool,
+    connected: Option<&ConnectedRecord>,
+    current: Option<&ManagedClusterStatus>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<ManagedClusterStatus> {
+    let empty = ManagedClusterStatus::default();
+    let current = current.unwrap_or(&empty);
+    let joined = if registered {
+        Desired::new(
+            "Joined",
+            CondStatus::True,
+            "Registered",
+            "the agent registered with a bootstrap token",
+        )
+    } else {
+        Desired::new(
+            "Joined",
+            CondStatus::False,
+            "NotRegistered",
+            "no agent has registered for this cluster yet",
+        )
+    };
+    let available = match connected {
+        Some(c) => Desired::new(
+            "Available",
+            CondStatus::True,
+            "AgentConnected",
+            format!(
+                "the agent is connected to hub replica {} and heartbeating",
+                c.replica
+            ),
+        ),
+        None => Desired::new(
+            "Available",
+            CondStatus::False,
+            "AgentDisconnected",
+            "no heartbeat from the agent within the timeout; its placements are treated as unavailable",
+        ),
+    };
+    let mut next = current.clone();
+    next.conditions = conditions::merge(&current.conditions, &[joined, available], generation, now);
+    if let Some(c) = connected {
+        next.agent_version = Some(c.agent_version.clone()).filter(|v| !v.is_empty());
+        next.kubernetes_version = Some(c.kubernetes_version.clone()).filter(|v| !v.is_empty());
+        next.hub_replica = Some(c.replica.clone());
+    } else {
+        next.hub_replica = None;
+    }
+    let heartbeat_stale = connected.is_some()
+        && current.last_heartbeat_time.as_ref().is_none_or(|t| {
+            now.0.duration_since(t.0).as_secs_f64() >= HEARTBEAT_WRITE_INTERVAL.as_secs_f64()
+        });
+    let just_connected =
+        connected.is_some() && !conditions::is_true(&current.conditions, "Available");
+    if heartbeat_stale || just_connected {
+        next.last_heartbeat_time = Some(now.clone());
+    }
+    let unchanged = conditions::equal_ignoring_time(&current.conditions, &next.conditions)
+        && ManagedClusterStatus {
+            conditions: Vec::new(),
+            ..current.clone()
+        } == ManagedClusterStatus {
+            conditions: Vec::new(),
+            ..next.clone()
+        };
+    (!unchanged).then_some(next)
+}
+
+/// Runs the controller on this replica whenever it is the leader.
+pub async fn run(
+    store: Store,
+    kube: kube::Client,
+    election: Arc<LeaderElection>,
+    metrics: Metrics,
+) {
+    let mut leadership = election.subscribe();
+    loop {
+        let leading = leadership.borrow_and_update().is_some();
+        metrics.is_leader.set(i64::from(leading));
+        if leading {
+            info!("leading: writing ManagedCluster status");
+            tokio::select! {
+                r = lead(store.clone(), kube.clone(), metrics.clone()) => {
+                    if let Err(e) = r { warn!(error = %e, "cluster status controller stopped; restarting"); }
+                }
+                _ = wait_deposed(&mut leadership) => info!("no longer leading"),
+            }
+        } else if leadership.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn wait_deposed(
+    rx: &mut tokio::sync::watch::Receiver<Option<crate::store::election::Fence>>,
+) {
+    while rx.changed().await.is_ok() {
+        if rx.borrow().is_none() {
+            return;
+        }
+    }
+}
+
+fn cluster_of(key: &str, prefix: &str) -> Option<String> {
+    key.strip_prefix(prefix)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+}
+
+/// The controller's work while leading.
+async fn lead(store: Store, kube: kube::Client, metrics: Metrics) -> anyhow::Result<()> {
+    let keys = store.keys().clone();
+    let registry =
+        PrefixCache::<ClusterRecord>::start(store.clone(), keys.clusters_prefix()).await?;
+    let connected =
+        PrefixCache::<ConnectedRecord>::start(store.clone(), keys.connected_prefix()).await?;
+    let api: Api<ManagedCluster> = Api::all(kube.clone());
+    let (reader, writer) = reflector::store();
+    let queue = WorkQueue::new();
+
+    // Object changes (someone edited or deleted status, a new object) → recheck.
+    let q = queue.clone();
+    let objects = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
+        .applied_objects()
+        .for_each(move |o| {
+            if let Ok(o) = o {
+                q.push(o.metadata.name.unwrap_or_default());
+            }
+            futures::future::ready(())
+        });
+    let objects = tokio::spawn(objects);
+    reader.wait_until_ready().await?;
+
+    let feeders = [
+        spawn_feeder(
+            registry.subscribe(),
+            keys.clusters_prefix(),
+            queue.clone(),
+            registry_names(&registry, &keys),
+        ),
+        spawn_feeder(
+            connected.subscribe(),
+            keys.connected_prefix(),
+            queue.clone(),
+            registry_names(&registry, &keys),
+        ),
+    ];
+    let q = queue.clone();
+    let names = registry_names(&registry, &keys);
+    let resync = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(RESYNC_INTERVAL);
+        loop {
+            tick.tick().await;
+            for n in names() {
+                q.push(n);
+            }
+        }
+    });
+
+    let result = async {
+        while let Some(name) = queue.pop().await {
+            let record = registry.get(&keys.cluster(&name)).map(|(r, _)| r);
+            let conn = connected.get(&keys.connected(&name)).map(|(c, _)| c);
+            if let Err(e) = reconcile(
+                &api,
+                &reader,
+                &name,
+                record.as_ref(),
+                conn.as_ref(),
+                &metrics,
+            )
+            .await
+            {
+                metrics.error("kubernetes");
+                warn!(cluster = %name, error = %e, "status write failed; retrying");
+                let q = queue.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    q.push(name);
+                });
+            }
+        }
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    objects.abort();
+    resync.abort();
+    for f in feeders {
+        f.abort();
+    }
+    result
+}
+
+fn registry_names(
+    registry: &PrefixCache<ClusterRecord>,
+    keys: &crate::store::Keyspace,
+) -> impl Fn() -> Vec<String> + Send + Sync + 'static {
+    let registry = registry.clone();
+    let prefix = keys.clusters_prefix();
+    move || {
+        registry
+            .snapshot()
+            .into_iter()
+            .filter_map(|(k, _, _)| cluster_of(&k, &prefix))
+            .collect()
+    }
+}
+
+fn spawn_feeder<T: Clone + Send + 'static>(
+    mut events: broadcast::Receiver<CacheEvent<T>>,
+    prefix: String,
+    queue: WorkQueue,
+    all: impl Fn() -> Vec<String> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for n in all() {
+            queue.push(n);
+        }
+        loop {
+            match events.recv().await {
+                Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
+                    if let Some(n) = cluster_of(&key, &prefix) {
+                        queue.push(n);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    for n in all() {
+                        queue.push(n);
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    })
+}
+
+async fn reconcile(
+    api: &Api<ManagedCluster>,
+    reader: &Reflector<ManagedCluster>,
+    name: &str,
+    record: Option<&ClusterRecord>,
+    connected: Option<&ConnectedRecord>,
+    metrics: &Metrics,
+) -> Result<(), kube::Error> {
+    let key = reflector::ObjectRef::new(name);
+    let object = reader.get(&key);
+    let object = match (object, record) {
+        (Some(o), _) => o,
+        (None, Some(r)) => {
+            // Registered but the object is missing (deleted, or registration could not
+            // write it): recreate it from the registry.
+            let obj = serde_json::json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+                "metadata": { "name": name, "labels": r.labels }, "spec": {},
+            });
+            Arc::new(
+                api.patch(
+                    name,
+                    &PatchParams::apply(HUB_FIELD_MANAGER),
+                    &Patch::Apply(&obj),
+                )
+                .await?,
+            )
+        }
+        (None, None) => return Ok(()),
+    };
+    let now = Time(Timestamp::now());
+    let Some(status) = desired_status(
+        record.is_some(),
+        connected,
+        object.status.as_ref(),
+        object.metadata.generation,
+        &now,
+    ) else {
+        return Ok(());
+    };
+    debug!(cluster = name, "writing ManagedCluster status");
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": status })),
+    )
+    .await?;
+    metrics.status_writes.inc();
+    Ok(())
+}
+
+/// A deduplicating queue of cluster names.
+#[derive(Clone)]
+struct WorkQueue {
+    pending: Arc<DashSet<String>>,
+    tx: mpsc::UnboundedSender<String>,
+    rx: Arc<tokio::sync::Mutex<mpsc::UnboundedReceiver<String>>>,
+}
+
+impl WorkQueue {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Self {
+            pending: Arc::default(),
+            tx,
+            rx: Arc::new(tokio::sync::Mutex::new(rx)),
+        }
+    }
+
+    fn push(&self, name: String) {
+        if self.pending.insert(name.clone()) {
+            let _ = self.tx.send(name);
+        }
+    }
+
+    async fn pop(&self) -> Option<String> {
+        let name = self.rx.lock().await.recv().await?;
+        self.pending.remove(&name);
+        Some(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).unwrap())
+    }
+
+    fn conn() -> ConnectedRecord {
+        ConnectedRecord {
+            replica: "hub-0".into(),
+            agent_version: "0.1.0".into(),
+            kubernetes_version: "v1.34.4".into(),
+            connected_unix_millis: 0,
+        }
+    }
+
+    #[test]
+    fn a_connecting_cluster_becomes_joined_and_available() {
+        let s = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        assert!(conditions::is_true(&s.conditions, "Joined"));
+        assert!(conditions::is_true(&s.conditions, "Available"));
+        assert_eq!(s.hub_replica.as_deref(), Some("hub-0"));
+        assert_eq!(s.kubernetes_version.as_deref(), Some("v1.34.4"));
+        assert_eq!(s.last_heartbeat_time, Some(at(100)));
+    }
+
+    #[test]
+    fn nothing_is_written_while_a_healthy_cluster_stays_healthy() {
+        let s = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        assert_eq!(
+            desired_status(true, Some(&conn()), Some(&s), Some(1), &at(160)),
+            None
+        );
+    }
+
+    #[test]
+    fn heartbeat_time_is_refreshed_only_after_the_write_interval() {
+        let s = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        let later = 100 + HEARTBEAT_WRITE_INTERVAL.as_secs() as i64;
+        let refreshed = desired_status(true, Some(&conn()), Some(&s), Some(1), &at(later)).unwrap();
+        assert_eq!(refreshed.last_heartbeat_time, Some(at(later)));
+        assert_eq!(
+            refreshed.conditions, s.conditions,
+            "conditions keep their transition times"
+        );
+    }
+
+    #[test]
+    fn a_disconnected_cluster_turns_unavailable_and_keeps_its_last_heartbeat() {
+        let up = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        let down = desired_status(true, None, Some(&up), Some(1), &at(103)).unwrap();
+        let available = conditions::find(&down.conditions, "Available").unwrap();
+        assert_eq!(available.status, "False");
+        assert_eq!(available.last_transition_time, at(103));
+        assert_eq!(down.last_heartbeat_time, Some(at(100)));
+        assert_eq!(down.hub_replica, None);
+        let back = desired_status(true, Some(&conn()), Some(&down), Some(1), &at(110)).unwrap();
+        assert!(conditions::is_true(&back.conditions, "Available"));
+        assert_eq!(back.last_heartbeat_time, Some(at(110)));
+    }
+}

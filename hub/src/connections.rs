@@ -1,0 +1,142 @@
+//! The agent streams this hub replica holds, and their liveness.
+//!
+//! Liveness lives in memory: a heartbeat only stamps an atomic. A sweeper closes streams
+//! whose last heartbeat is older than the timeout, and the connect/disconnect edges are the
+//! only etcd writes (`connected/<cluster>` on this replica's lease), so 10,000 agents
+//! heartbeating every second cost etcd nothing.
+
+use accord_proto::v1::HubMessage;
+use dashmap::DashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+/// Sender half of a stream's outgoing messages.
+pub type Outbox = mpsc::Sender<Result<HubMessage, Status>>;
+
+/// One agent stream.
+pub struct Connection {
+    /// Unique id of this stream (a cluster that reconnects gets a new one).
+    pub id: u64,
+    /// Messages to the agent.
+    pub outbox: Outbox,
+    started: Instant,
+    /// Milliseconds since `started` of the last heartbeat (or any message).
+    last_seen_ms: AtomicU64,
+    /// Highest assignment revision the agent acknowledged.
+    pub acked_revision: AtomicI64,
+}
+
+impl Connection {
+    /// Records that the agent is alive.
+    pub fn touch(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_seen_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Time since the agent was last heard from.
+    pub fn silence(&self, now: Instant) -> Duration {
+        let last = self.started + Duration::from_millis(self.last_seen_ms.load(Ordering::Relaxed));
+        now.saturating_duration_since(last)
+    }
+}
+
+/// All streams of this replica, by cluster name.
+#[derive(Clone, Default)]
+pub struct Connections {
+    by_cluster: Arc<DashMap<String, Arc<Connection>>>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Connections {
+    /// Registers a new stream for `cluster`, returning it and the stream it replaced (an
+    /// agent that reconnected before its old stream was noticed dead).
+    pub fn open(
+        &self,
+        cluster: &str,
+        outbox: Outbox,
+    ) -> (Arc<Connection>, Option<Arc<Connection>>) {
+        let conn = Arc::new(Connection {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            outbox,
+            started: Instant::now(),
+            last_seen_ms: AtomicU64::new(0),
+            acked_revision: AtomicI64::new(0),
+        });
+        let old = self.by_cluster.insert(cluster.to_owned(), conn.clone());
+        (conn, old)
+    }
+
+    /// Removes `cluster`'s stream if it is still the one with `id`; true when removed.
+    pub fn close(&self, cluster: &str, id: u64) -> bool {
+        self.by_cluster
+            .remove_if(cluster, |_, c| c.id == id)
+            .is_some()
+    }
+
+    /// The stream of `cluster`, if connected here.
+    pub fn get(&self, cluster: &str) -> Option<Arc<Connection>> {
+        self.by_cluster.get(cluster).map(|c| c.clone())
+    }
+
+    /// Number of open streams.
+    pub fn len(&self) -> usize {
+        self.by_cluster.len()
+    }
+
+    /// True when no stream is open.
+    pub fn is_empty(&self) -> bool {
+        self.by_cluster.is_empty()
+    }
+
+    /// Streams silent for longer than `timeout`, as (cluster, stream id).
+    pub fn silent(&self, timeout: Duration) -> Vec<(String, u64)> {
+        let now = Instant::now();
+        self.by_cluster
+            .iter()
+            .filter(|e| e.value().silence(now) > timeout)
+            .map(|e| (e.key().clone(), e.value().id))
+            .collect()
+    }
+
+    /// Every connected cluster with its stream.
+    pub fn all(&self) -> Vec<(String, Arc<Connection>)> {
+        self.by_cluster
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reconnect_replaces_the_old_stream_and_the_old_close_is_ignored() {
+        let conns = Connections::default();
+        let (tx, _rx) = mpsc::channel(1);
+        let (first, _) = conns.open("a", tx.clone());
+        let (second, replaced) = conns.open("a", tx);
+        assert_eq!(replaced.unwrap().id, first.id);
+        assert!(
+            !conns.close("a", first.id),
+            "the stale stream must not remove the new one"
+        );
+        assert_eq!(conns.get("a").unwrap().id, second.id);
+        assert!(conns.close("a", second.id));
+        assert!(conns.is_empty());
+    }
+
+    #[test]
+    fn only_streams_silent_past_the_timeout_are_reported() {
+        let conns = Connections::default();
+        let (tx, _rx) = mpsc::channel(1);
+        let (c, _) = conns.open("a", tx);
+        c.touch();
+        assert!(conns.silent(Duration::from_secs(3)).is_empty());
+        assert_eq!(conns.silent(Duration::ZERO).len(), 1);
+    }
+}

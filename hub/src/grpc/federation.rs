@@ -1,0 +1,340 @@
+//! `Federation.Sync`: the one long-lived mTLS stream per agent.
+//!
+//! The cluster's identity comes from the verified client certificate and must match the
+//! cluster registry (a re-registration with `--force` retires the old certificate). A
+//! message naming another cluster ends the stream with `PERMISSION_DENIED`.
+
+use accord_proto::v1::federation_server::Federation;
+use accord_proto::v1::{
+    AgentMessage, Assignments, HubMessage, StatusAck, StatusReport, agent_message, hub_message,
+    status_ack,
+};
+use futures::Stream;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info, warn};
+
+use super::Shared;
+use crate::connections::Connection;
+use crate::pki::peer_identity;
+use crate::store::presence::ConnectedRecord;
+use crate::store::status::{StatusRecord, WriteOutcome};
+
+/// Outgoing messages buffered per stream before the hub waits on a slow agent.
+const OUTBOX_CAPACITY: usize = 64;
+
+/// The Federation service.
+pub struct FederationService {
+    shared: Shared,
+}
+
+impl FederationService {
+    /// A service over the hub's shared state.
+    pub fn new(shared: Shared) -> Self {
+        Self { shared }
+    }
+}
+
+type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
+
+/// The verified cluster behind a request.
+async fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<String, Status> {
+    let certs = request.peer_certs().ok_or_else(|| {
+        Status::unauthenticated("a client certificate is required; join the cluster first")
+    })?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| Status::unauthenticated("empty client chain"))?;
+    let identity = peer_identity(leaf.as_ref())
+        .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))?;
+    let record = shared
+        .store
+        .get_cluster(&identity.cluster)
+        .await
+        .map_err(|e| {
+            shared.metrics.error(e.kind());
+            Status::unavailable(format!("cluster registry unavailable: {e}"))
+        })?;
+    match record {
+        Some(r) if r.spki_sha256 == identity.spki_sha256 => Ok(identity.cluster),
+        Some(_) => Err(Status::permission_denied(format!(
+            "this certificate for cluster {:?} was replaced by a newer registration",
+            identity.cluster
+        ))),
+        None => Err(Status::permission_denied(format!(
+            "cluster {:?} is not registered with this hub",
+            identity.cluster
+        ))),
+    }
+}
+
+fn unix_millis() -> i64 {
+    i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis(),
+    )
+    .unwrap_or(i64::MAX)
+}
+
+#[tonic::async_trait]
+impl Federation for FederationService {
+    type SyncStream = HubStream;
+
+    async fn sync(
+        &self,
+        request: Request<Streaming<AgentMessage>>,
+    ) -> Result<Response<Self::SyncStream>, Status> {
+        let cluster = authenticate(&self.shared, &request).await?;
+        let inbound = request.into_inner();
+        let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let session = Session {
+                shared,
+                cluster,
+                tx,
+            };
+            session.run(inbound).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// One agent stream, from Hello to close.
+struct Session {
+    shared: Shared,
+    cluster: String,
+    tx: mpsc::Sender<Result<HubMessage, Status>>,
+}
+
+impl Session {
+    async fn run(self, mut inbound: Streaming<AgentMessage>) {
+        let s = &self.shared;
+        // The first message must be Hello.
+        let hello = match inbound.next().await {
+            Some(Ok(AgentMessage {
+                cluster,
+                body: Some(agent_message::Body::Hello(h)),
+            })) => {
+                if !cluster.is_empty() && cluster != self.cluster {
+                    self.refuse_other_cluster(&cluster).await;
+                    return;
+                }
+                h
+            }
+            Some(Ok(_)) => {
+                let _ = self
+                    .tx
+                    .send(Err(Status::failed_precondition(
+                        "the first message must be Hello",
+                    )))
+                    .await;
+                return;
+            }
+            Some(Err(e)) => {
+                debug!(cluster = %self.cluster, error = %e, "stream failed before Hello");
+                return;
+            }
+            None => return,
+        };
+
+        let (conn, replaced) = s.connections.open(&self.cluster, self.tx.clone());
+        conn.touch();
+        if let Some(old) = replaced {
+            let _ = old
+                .outbox
+                .try_send(Err(Status::aborted("replaced by a newer stream")));
+        }
+        let record = ConnectedRecord {
+            replica: s.settings.replica.clone(),
+            agent_version: hello.agent_version.clone(),
+            kubernetes_version: hello.k8s_version.clone(),
+            connected_unix_millis: unix_millis(),
+        };
+        if let Err(e) = s.presence.mark_connected(&self.cluster, &record).await {
+            s.metrics.error(e.kind());
+            warn!(cluster = %self.cluster, error = %e, "could not record the connection");
+            let _ = self
+                .tx
+                .send(Err(Status::unavailable(format!("hub store: {e}"))))
+                .await;
+            s.connections.close(&self.cluster, conn.id);
+            return;
+        }
+        s.metrics.connected_agents.set(s.connections.len() as i64);
+        info!(cluster = %self.cluster, agent = %hello.agent_version, "agent connected");
+
+        // Assignments start with a full set. Policies that assign work to clusters fill
+        // `items`; until one does, the set is empty at the store's current revision.
+        let full = Assignments {
+            revision: hello.last_applied_revision.max(0),
+            full: true,
+            items: Vec::new(),
+            removed: Vec::new(),
+        };
+        let _ = self
+            .tx
+            .send(Ok(HubMessage {
+                body: Some(hub_message::Body::Assignments(full)),
+            }))
+            .await;
+
+        let outcome = self.serve(&conn, &mut inbound).await;
+        if let Err(status) = outcome {
+            let _ = self.tx.send(Err(status)).await;
+        }
+        if s.connections.close(&self.cluster, conn.id) {
+            if let Err(e) = s.presence.mark_disconnected(&self.cluster).await {
+                s.metrics.error(e.kind());
+                warn!(cluster = %self.cluster, error = %e, "could not clear the connection");
+            }
+            info!(cluster = %self.cluster, "agent disconnected");
+        }
+        s.metrics.connected_agents.set(s.connections.len() as i64);
+    }
+
+    /// Handles messages until the stream ends; `Err` carries the status to end it with.
+    async fn serve(
+        &self,
+        conn: &Arc<Connection>,
+        inbound: &mut Streaming<AgentMessage>,
+    ) -> Result<(), Status> {
+        let s = &self.shared;
+        while let Some(msg) = inbound.next().await {
+            let msg = match msg {
+                Ok(m) => m,
+                Err(e) => {
+                    debug!(cluster = %self.cluster, error = %e, "stream ended with an error");
+                    return Ok(());
+                }
+            };
+            if !msg.cluster.is_empty() && msg.cluster != self.cluster {
+                self.refuse_other_cluster(&msg.cluster).await;
+                return Ok(());
+            }
+            conn.touch();
+            match msg.body {
+                Some(agent_message::Body::Heartbeat(_)) => {
+                    s.metrics.heartbeats.inc();
+                }
+                Some(agent_message::Body::StatusReport(report)) => {
+                    let ack = self.store_report(report).await?;
+                    if self.tx.send(Ok(ack)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                Some(agent_message::Body::Ack(ack)) => {
+                    conn.acked_revision
+                        .fetch_max(ack.revision, Ordering::Relaxed);
+                }
+                Some(agent_message::Body::Hello(_)) => {
+                    return Err(Status::failed_precondition("Hello may only be sent once"));
+                }
+                None => return Err(Status::invalid_argument("empty message")),
+            }
+        }
+        Ok(())
+    }
+
+    async fn refuse_other_cluster(&self, named: &str) {
+        self.shared.metrics.error("permission_denied");
+        warn!(cluster = %self.cluster, named, "agent tried to speak for another cluster");
+        let _ = self
+            .tx
+            .send(Err(Status::permission_denied(format!(
+                "this stream belongs to cluster {:?}; it cannot speak for {named:?}",
+                self.cluster
+            ))))
+            .await;
+    }
+
+    /// Writes one report with optimistic concurrency and builds the answer.
+    async fn store_report(&self, report: StatusReport) -> Result<HubMessage, Status> {
+        let s = &self.shared;
+        let policy = report
+            .policy
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;
+        if policy.kind.is_empty() || policy.name.is_empty() {
+            return Err(Status::invalid_argument(
+                "status report policy needs a kind and a name",
+            ));
+        }
+        let record = StatusRecord {
+            resource_version: report.resource_version,
+            generation: report.generation,
+            applied_revision: report.applied_revision,
+            state: report.state,
+            message: report.message,
+            observed_unix_millis: report.observed_unix_millis,
+            scale_request_id: report.scale_request_id,
+            observed: observed_json(report.observed),
+        };
+        let started = Instant::now();
+        let outcome = s
+            .store
+            .write_status(
+                &self.cluster,
+                &policy.kind,
+                &policy.namespace,
+                &policy.name,
+                &record,
+                report.expected_version,
+            )
+            .await;
+        s.metrics
+            .etcd_txn_seconds
+            .observe(started.elapsed().as_secs_f64());
+        let result = match outcome {
+            Ok(WriteOutcome::Accepted { version }) => {
+                s.metrics.report("accepted");
+                status_ack::Result::Accepted(version)
+            }
+            Ok(WriteOutcome::Conflict { current }) => {
+                s.metrics.report("conflict");
+                status_ack::Result::Conflict(current)
+            }
+            Err(e) => {
+                s.metrics.error(e.kind());
+                return Err(Status::unavailable(format!("hub store: {e}")));
+            }
+        };
+        Ok(HubMessage {
+            body: Some(hub_message::Body::StatusAck(StatusAck {
+                policy: Some(policy),
+                result: Some(result),
+            })),
+        })
+    }
+}
+
+/// Kind-specific observed values as JSON for the status record.
+fn observed_json(observed: Option<accord_proto::v1::status_report::Observed>) -> serde_json::Value {
+    use accord_proto::v1::status_report::Observed;
+    match observed {
+        Some(Observed::Replicas(r)) => serde_json::json!({
+            "desiredReplicas": r.desired_replicas,
+            "readyReplicas": r.ready_replicas,
+            "updatedReplicas": r.updated_replicas,
+            "observedGeneration": r.observed_generation,
+        }),
+        Some(Observed::Topic(t)) => serde_json::json!({
+            "partitions": t.partitions,
+            "replicationFactor": t.replication_factor,
+        }),
+        Some(Observed::FederationConfig(f)) => serde_json::json!({
+            "configHash": f.config_hash,
+            "jobs": f.jobs,
+            "reloaded": f.reloaded,
+        }),
+        None => serde_json::Value::Null,
+    }
+}

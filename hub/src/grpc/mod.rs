@@ -1,0 +1,46 @@
+//! The hub's gRPC services: `Registration` (join with a bootstrap token) and `Federation`
+//! (the one mTLS stream per agent), and the state they share.
+
+pub mod federation;
+pub mod registration;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::connections::Connections;
+use crate::metrics::Metrics;
+use crate::pki::HubCa;
+use crate::store::Store;
+use crate::store::presence::ReplicaPresence;
+
+/// Settings of the agent-facing services.
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    /// Name of this hub replica, recorded in `connected/<cluster>`.
+    pub replica: String,
+    /// How often agents heartbeat.
+    pub heartbeat_interval: Duration,
+    /// Silence after which an agent counts as gone and its stream is closed.
+    pub heartbeat_timeout: Duration,
+    /// Validity of agent client certificates.
+    pub cert_validity: Duration,
+}
+
+/// What the gRPC services share.
+#[derive(Clone)]
+pub struct Shared {
+    /// etcd state.
+    pub store: Store,
+    /// Hub CA, which signs agent certificates.
+    pub ca: HubCa,
+    /// Management cluster client.
+    pub kube: kube::Client,
+    /// This replica's presence lease.
+    pub presence: Arc<ReplicaPresence>,
+    /// Streams held by this replica.
+    pub connections: Connections,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Settings.
+    pub settings: AgentSettings,
+}

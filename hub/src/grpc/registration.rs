@@ -1,0 +1,119 @@
+//! `Registration.Register`: a bootstrap token and a CSR in, a client certificate out.
+
+use accord_crds::validate::is_dns1123_label;
+use accord_crds::{HUB_FIELD_MANAGER, ManagedCluster};
+use accord_proto::v1::registration_server::Registration;
+use accord_proto::v1::{RegisterRequest, RegisterResponse};
+use kube::api::{Api, Patch, PatchParams};
+use std::time::{SystemTime, UNIX_EPOCH};
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+use super::Shared;
+use crate::store::registry::ClusterRecord;
+use crate::store::tokens::TokenError;
+
+/// The Registration service.
+pub struct RegistrationService {
+    shared: Shared,
+}
+
+impl RegistrationService {
+    /// A service over the hub's shared state.
+    pub fn new(shared: Shared) -> Self {
+        Self { shared }
+    }
+}
+
+/// Maps a token problem to the status an agent shows its user.
+fn token_status(e: TokenError) -> Status {
+    match e {
+        TokenError::Store(inner) => {
+            Status::unavailable(format!("the hub could not check the token: {inner}"))
+        }
+        other => Status::unauthenticated(other.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl Registration for RegistrationService {
+    async fn register(
+        &self,
+        request: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
+        let req = request.into_inner();
+        let s = &self.shared;
+        let cluster = req.cluster_name.as_str();
+        if !is_dns1123_label(cluster) {
+            return Err(Status::invalid_argument(format!(
+                "cluster name {cluster:?}: {}",
+                accord_crds::messages::CLUSTER_NAME
+            )));
+        }
+        let signed = s
+            .ca
+            .sign_agent_csr(&req.csr_pem, cluster, s.settings.cert_validity)
+            .map_err(|e| Status::invalid_argument(format!("certificate signing request: {e}")))?;
+
+        let existing = s.store.get_cluster(cluster).await.map_err(|e| {
+            s.metrics.error(e.kind());
+            Status::unavailable(format!("the hub could not read its cluster registry: {e}"))
+        })?;
+        if let Some(existing) = &existing
+            && existing.spki_sha256 != signed.spki_sha256
+            && !req.force
+        {
+            return Err(Status::already_exists(format!(
+                "cluster {cluster:?} is already joined with another identity; to replace it \
+                 (the old agent's certificate stops working) join again with --force"
+            )));
+        }
+
+        s.store
+            .consume_token(&req.token, cluster)
+            .await
+            .map_err(token_status)?;
+
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let record = ClusterRecord {
+            name: cluster.to_owned(),
+            spki_sha256: signed.spki_sha256.clone(),
+            labels: req.labels.clone().into_iter().collect(),
+            registered_unix: i64::try_from(now).unwrap_or(i64::MAX),
+        };
+        s.store.put_cluster(&record).await.map_err(|e| {
+            s.metrics.error(e.kind());
+            Status::unavailable(format!("the hub could not record the cluster: {e}"))
+        })?;
+
+        // The ManagedCluster object; its status (Joined, Available) is the leader's to write.
+        let api: Api<ManagedCluster> = Api::all(s.kube.clone());
+        let object = serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1",
+            "kind": "ManagedCluster",
+            "metadata": { "name": cluster, "labels": req.labels },
+            "spec": {},
+        });
+        if let Err(e) = api
+            .patch(
+                cluster,
+                &PatchParams::apply(HUB_FIELD_MANAGER),
+                &Patch::Apply(&object),
+            )
+            .await
+        {
+            s.metrics.error("kubernetes");
+            warn!(cluster, error = %e, "ManagedCluster not written; the status controller retries");
+        }
+        info!(cluster, replaced = existing.is_some(), "cluster registered");
+        Ok(Response::new(RegisterResponse {
+            certificate_pem: signed.cert_pem,
+            ca_certificate_pem: s.ca.cert_pem().to_owned(),
+            not_after_unix: signed.not_after_unix,
+            cluster_name: cluster.to_owned(),
+        }))
+    }
+}

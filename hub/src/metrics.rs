@@ -1,0 +1,121 @@
+//! The hub's Prometheus metrics, served as text on `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// Label of counters broken down by outcome or error kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// Outcome or error category, e.g. `accepted`, `conflict`, `etcd`.
+    pub kind: String,
+}
+
+impl KindLabel {
+    fn of(kind: &str) -> Self {
+        Self {
+            kind: kind.to_owned(),
+        }
+    }
+}
+
+/// Every metric the hub exports.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// Agents with an open, heartbeating stream to this replica.
+    pub connected_agents: Gauge,
+    /// 1 while this replica is the leader.
+    pub is_leader: Gauge,
+    /// Heartbeats received.
+    pub heartbeats: Counter,
+    /// Status reports by result (`accepted`, `conflict`).
+    pub status_reports: Family<KindLabel, Counter>,
+    /// Latency of etcd transactions issued for agents' reports.
+    pub etcd_txn_seconds: Histogram,
+    /// Errors by kind.
+    pub errors: Family<KindLabel, Counter>,
+    /// ManagedCluster status writes.
+    pub status_writes: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("accord_hub");
+        let connected_agents = Gauge::default();
+        let is_leader = Gauge::default();
+        let heartbeats = Counter::default();
+        let status_reports = Family::<KindLabel, Counter>::default();
+        let etcd_txn_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let errors = Family::<KindLabel, Counter>::default();
+        let status_writes = Counter::default();
+        registry.register(
+            "connected_agents",
+            "Agents with an open, heartbeating stream to this replica",
+            connected_agents.clone(),
+        );
+        registry.register(
+            "is_leader",
+            "1 while this replica is the leader",
+            is_leader.clone(),
+        );
+        registry.register("heartbeats", "Heartbeats received", heartbeats.clone());
+        registry.register(
+            "status_reports",
+            "Status reports by result (accepted, conflict)",
+            status_reports.clone(),
+        );
+        registry.register(
+            "etcd_txn_duration_seconds",
+            "Latency of etcd transactions for status reports",
+            etcd_txn_seconds.clone(),
+        );
+        registry.register("errors", "Errors by kind", errors.clone());
+        registry.register(
+            "managedcluster_status_writes",
+            "ManagedCluster status patches written",
+            status_writes.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            connected_agents,
+            is_leader,
+            heartbeats,
+            status_reports,
+            etcd_txn_seconds,
+            errors,
+            status_writes,
+        }
+    }
+
+    /// Counts a status report outcome.
+    pub fn report(&self, result: &str) {
+        self.status_reports
+            .get_or_create(&KindLabel::of(result))
+            .inc();
+    }
+
+    /// Counts an error of `kind`.
+    pub fn error(&self, kind: &str) {
+        self.errors.get_or_create(&KindLabel::of(kind)).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,62 @@
+//! `accord-hub token create`: a bootstrap token and the join line that uses it.
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use std::time::Duration;
+
+use crate::cli::StateArgs;
+use crate::pki::HubCa;
+use crate::serve::{CA_SECRET_NAME, install_crypto_provider, kube_client};
+use crate::store::{Keyspace, Store};
+
+/// Reads the hub CA from its Secret; fails clearly when the hub was never started.
+pub async fn read_ca(client: kube::Client, namespace: &str) -> anyhow::Result<HubCa> {
+    let secrets: Api<Secret> = Api::namespaced(client, namespace);
+    let secret = secrets.get_opt(CA_SECRET_NAME).await?.with_context(|| {
+        format!(
+            "the hub CA Secret {namespace}/{CA_SECRET_NAME} does not exist; \
+             start the hub (accord-hub serve or accord-hub install) first"
+        )
+    })?;
+    let field = |k: &str| -> anyhow::Result<String> {
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .with_context(|| format!("Secret {namespace}/{CA_SECRET_NAME} has no {k}"))?;
+        Ok(String::from_utf8(bytes.0.clone())?)
+    };
+    Ok(HubCa::from_pem(&field("tls.crt")?, &field("tls.key")?)?)
+}
+
+/// The join line for a token.
+pub fn join_line(hub_url: &str, token: &str, ca_cert_hash: &str, cluster: &str) -> String {
+    format!(
+        "accord-agent join --hub {hub_url} --token {token} --ca-cert-hash {ca_cert_hash} \
+         --cluster-name {cluster} --kubeconfig <member-kubeconfig>"
+    )
+}
+
+/// Creates a token and returns the join line.
+pub async fn create(
+    state: &StateArgs,
+    ttl: Duration,
+    hub_url: &str,
+    cluster: &str,
+    description: &str,
+) -> anyhow::Result<String> {
+    install_crypto_provider();
+    let client = kube_client(state.kubeconfig.as_ref()).await?;
+    let ca = read_ca(client, &state.namespace).await?;
+    let store = Store::connect(&state.etcd_endpoints, Keyspace::new(&state.etcd_prefix))
+        .await
+        .with_context(|| format!("connecting to etcd at {}", state.etcd_endpoints.join(",")))?;
+    let token = store.create_token(ttl, description).await?;
+    Ok(join_line(
+        hub_url,
+        &token.to_string(),
+        &ca.ca_cert_hash(),
+        cluster,
+    ))
+}
