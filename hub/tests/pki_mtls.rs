@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use accord_hub::pki::{
     self, HubCa, KeyPairPem, PkiError, agent_csr, client_tls_config, fetch_pinned_ca,
-    fetch_pinned_ca_as, peer_identity, server_tls_config,
+    fetch_pinned_ca_as, request_peer_identity, server_tls_config,
 };
 use accord_proto::v1::registration_client::RegistrationClient;
 use accord_proto::v1::registration_server::{Registration, RegistrationServer};
@@ -34,9 +34,12 @@ impl Registration for WhoAmI {
         request: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        let cluster = match request.peer_certs().as_deref().and_then(|c| c.first()) {
-            Some(cert) => peer_identity(cert)?.cluster,
-            None => ANONYMOUS.to_owned(),
+        let cluster = match request_peer_identity(&request) {
+            Ok(identity) => identity.cluster,
+            Err(status) if request.peer_certs().is_none() => {
+                format!("{ANONYMOUS} ({:?})", status.code())
+            }
+            Err(status) => return Err(status),
         };
         Ok(Response::new(RegisterResponse {
             cluster_name: cluster,
@@ -147,12 +150,14 @@ async fn agent_with_a_hub_signed_certificate_is_identified_by_its_cluster() {
 async fn client_without_a_certificate_may_call_but_has_no_identity() {
     let hub = Hub::start().await;
     let seen = hub.who_am_i(hub.ca.cert_pem(), None).await.unwrap();
-    assert_eq!(seen, ANONYMOUS);
+    // Registration may be called so; a service that needs the identity gets UNAUTHENTICATED.
+    assert_eq!(seen, format!("{ANONYMOUS} (Unauthenticated)"));
 }
 
 #[tokio::test]
 async fn client_certificate_from_another_ca_is_refused_at_the_handshake() {
     let hub = Hub::start().await;
+    // Same subject as the hub CA, different key: only the signature tells them apart.
     let impostor_ca = HubCa::generate("accord-test-ca").unwrap();
     let (cert, key) = agent_identity(&impostor_ca, "member-1");
     let err = hub
@@ -163,6 +168,10 @@ async fn client_certificate_from_another_ca_is_refused_at_the_handshake() {
     assert!(
         err.starts_with("connect") || err.starts_with("call"),
         "{err}"
+    );
+    assert!(
+        err.contains("fatal alert"),
+        "the server aborted the handshake: {err}"
     );
     assert_eq!(hub.calls.load(Ordering::SeqCst), 0, "the handler never ran");
 }
