@@ -614,3 +614,23 @@ fn hub_addresses_are_split_into_host_and_port() {
         );
     }
 }
+
+#[test]
+fn csrs_with_p384_and_ed25519_keys_are_accepted() {
+    let ca = ca();
+    for alg in [&rcgen::PKCS_ECDSA_P384_SHA384, &rcgen::PKCS_ED25519] {
+        let key = KeyPair::generate_for(alg).unwrap();
+        let csr_pem = CertificateParams::default()
+            .serialize_request(&key)
+            .unwrap()
+            .pem()
+            .unwrap();
+        let signed = ca.sign_agent_csr(&csr_pem, "member-4", DAY).unwrap();
+        let der = der_of(&signed.cert_pem);
+        assert_eq!(peer_identity(&der).unwrap().cluster, "member-4");
+        assert_eq!(
+            signed.spki_sha256,
+            super::identity::sha256_tagged(&rcgen::PublicKeyData::subject_public_key_info(&key))
+        );
+    }
+}
