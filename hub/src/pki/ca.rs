@@ -511,7 +511,6 @@ fn verified_csr_public_key(csr_pem: &str) -> Result<SubjectPublicKeyInfo, PkiErr
             rest.len()
         )));
     }
-    csr.verify_signature().map_err(|_| PkiError::CsrSignature)?;
 
     let spki = &csr.certification_request_info.subject_pki;
     let unsupported = |reason: String| PkiError::UnsupportedKey { reason };
@@ -533,6 +532,8 @@ fn verified_csr_public_key(csr_pem: &str) -> Result<SubjectPublicKeyInfo, PkiErr
             }
         }
     }
+    // Checked after the key kind, so a key too weak to verify with is reported as such.
+    csr.verify_signature().map_err(|_| PkiError::CsrSignature)?;
     SubjectPublicKeyInfo::from_der(spki.raw)
         .map_err(|e| unsupported(format!("{e}; {SUPPORTED_KEYS}")))
 }

@@ -185,6 +185,23 @@ pub fn peer_identity(cert_der: &[u8]) -> Result<PeerIdentity, PkiError> {
     })
 }
 
+/// The identity of the agent behind a gRPC request on the hub's mTLS server, for services
+/// that must not be called anonymously (Federation). The TLS layer has already verified the
+/// certificate against the hub CA; this reads the cluster from it. A request without a client
+/// certificate gets `UNAUTHENTICATED` with a message that says how to get one.
+pub fn request_peer_identity<T>(
+    request: &tonic::Request<T>,
+) -> Result<PeerIdentity, tonic::Status> {
+    let certs = request.peer_certs();
+    let leaf = certs.as_deref().and_then(|c| c.first()).ok_or_else(|| {
+        tonic::Status::unauthenticated(
+            "this call needs the agent's client certificate (mutual TLS); join the cluster \
+             with `accord-agent join` first, then connect with the identity it stored",
+        )
+    })?;
+    peer_identity(leaf).map_err(Into::into)
+}
+
 /// An agent's fresh key pair and the CSR made with it. The private key stays with the agent;
 /// only `csr_pem` goes to the hub.
 #[derive(Clone)]

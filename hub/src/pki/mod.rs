@@ -25,7 +25,8 @@ pub use ca::{
 pub use error::PkiError;
 pub use identity::{
     AgentCsr, CLUSTER_URI_PREFIX, PeerIdentity, agent_csr, agent_csr_with_key, ca_cert_hash_of,
-    cluster_uri, parse_ca_cert_hash, peer_identity, spki_sha256, validate_cluster_name,
+    cluster_uri, parse_ca_cert_hash, peer_identity, request_peer_identity, spki_sha256,
+    validate_cluster_name,
 };
 pub use tls::{
     HANDSHAKE_TIMEOUT, client_tls_config, fetch_pinned_ca, fetch_pinned_ca_as,
