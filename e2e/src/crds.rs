@@ -12,8 +12,9 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::wait::{await_condition, conditions};
 
 use crate::kubernetes::FIELD_MANAGER;
+use crate::wait::{self, Check};
 
-/// How long the API server may take to establish a CRD.
+/// How long the API server may take to establish a CRD, and to publish it.
 const ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The directory holding the generated CRD manifests.
@@ -48,8 +49,8 @@ pub fn read_dir(dir: &Path) -> Result<Vec<CustomResourceDefinition>> {
     Ok(crds)
 }
 
-/// Applies `crds` (server-side apply) and waits until each is Established; returns their
-/// names.
+/// Applies `crds` (server-side apply) and waits until each is Established and published
+/// in discovery and OpenAPI; returns their names.
 pub async fn install(
     client: &kube::Client,
     crds: &[CustomResourceDefinition],
@@ -77,5 +78,40 @@ pub async fn install(
         .with_context(|| format!("CRD {name} not Established after {ESTABLISHED_TIMEOUT:?}"))?
         .with_context(|| format!("watching CRD {name}"))?;
     }
+    for crd in crds {
+        wait_published(client, crd).await?;
+    }
     Ok(names)
+}
+
+/// Waits until a CRD's served versions are in discovery and in the OpenAPI v3 document of
+/// their group version, where `kubectl get` and `kubectl explain` look. Both are updated
+/// asynchronously, shortly after the CRD is Established.
+async fn wait_published(client: &kube::Client, crd: &CustomResourceDefinition) -> Result<()> {
+    let group = &crd.spec.group;
+    let plural = &crd.spec.names.plural;
+    let kind = &crd.spec.names.kind;
+    // The OpenAPI schema name reverses the group's DNS labels: accord.io -> io.accord.
+    let reversed_group: Vec<&str> = group.split('.').rev().collect();
+    for version in crd.spec.versions.iter().filter(|v| v.served) {
+        let group_version = format!("{group}/{}", version.name);
+        let schema = format!("\"{}.{}.{kind}\"", reversed_group.join("."), version.name);
+        let what = format!("{plural}.{group_version} in discovery and OpenAPI");
+        wait::until(&what, ESTABLISHED_TIMEOUT, || async {
+            match client.list_api_group_resources(&group_version).await {
+                Ok(list) if list.resources.iter().any(|r| &r.name == plural) => {}
+                Ok(_) => return Ok(Check::NotYet("not in discovery yet".into())),
+                Err(e) => return Ok(Check::NotYet(format!("discovery: {e}"))),
+            }
+            let request =
+                http::Request::get(format!("/openapi/v3/apis/{group_version}")).body(Vec::new())?;
+            Ok(match client.request_text(request).await {
+                Ok(document) if document.contains(&schema) => Check::Ready(()),
+                Ok(_) => Check::NotYet("schema not in OpenAPI v3 yet".into()),
+                Err(e) => Check::NotYet(format!("OpenAPI v3: {e}")),
+            })
+        })
+        .await?;
+    }
+    Ok(())
 }

@@ -508,6 +508,8 @@ impl Testbed {
         command
             .env("KUBECONFIG", &cluster.files.kubeconfig)
             .env("NO_PROXY", "127.0.0.1,localhost")
+            // Discovery is cached by host and port; ports are reused across testbeds.
+            .env("KUBECACHEDIR", self.dir.join("kubectl-cache"))
             .env_remove("HTTPS_PROXY")
             .env_remove("https_proxy")
             .kill_on_drop(true);

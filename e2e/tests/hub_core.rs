@@ -463,3 +463,53 @@ fn availability_follows_the_agent_stream_and_heartbeats() {
         Ok(())
     });
 }
+
+/// Waits for the next scale assignment for `policy` on a simulated agent's stream.
+async fn next_scale(stream: &mut AgentStream) -> Result<(i64, accord_proto::v1::ScaleAssignment)> {
+    loop {
+        let msg = tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .context("no assignment within 30 s")?
+            .context("stream ended")??;
+        if let Some(hub_message::Body::Assignments(a)) = msg.body {
+            for item in a.items {
+                if let Some(accord_proto::v1::assignment::Spec::Scale(s)) = item.spec {
+                    return Ok((item.revision, s));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_leader_divides_a_policy_and_streams_each_share_to_its_cluster() {
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-assign/";
+        let hub = HubProcess::start(testbed, &opts("hub-assign", prefix, &[])).await?;
+        let a = join(testbed, &hub, prefix, "assign-a").await?;
+        let b = join(testbed, &hub, prefix, "assign-b").await?;
+        let mut sa = AgentStream::open(agent_sim::connect(&hub.grpc, &a).await?, "assign-a").await?;
+        let mut sb = AgentStream::open(agent_sim::connect(&hub.grpc, &b).await?, "assign-b").await?;
+        // Both must be Available before the policy, or failover gives one everything.
+        for c in ["assign-a", "assign-b"] {
+            wait_condition(testbed, c, "Available", "True", Duration::from_secs(30)).await?;
+        }
+        let policy: accord_crds::CrossClusterScalePolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+            "metadata": {"name": "assign-web", "namespace": "default"},
+            "spec": {"targetRef": {"name": "frontend"}, "desiredReplicas": 12,
+                     "distribution": [{"cluster": "assign-a", "namespace": "prod-us", "weight": 60},
+                                      {"cluster": "assign-b", "namespace": "prod-eu", "weight": 40}]}
+        }))?;
+        let api: Api<accord_crds::CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), "default");
+        api.create(&Default::default(), &policy).await?;
+        let (_, share_a) = next_scale(&mut sa).await?;
+        let (_, share_b) = next_scale(&mut sb).await?;
+        ensure!(share_a.replicas == 7 && share_a.namespace == "prod-us", "{share_a:?}");
+        ensure!(share_b.replicas == 5 && share_b.namespace == "prod-eu", "{share_b:?}");
+        ensure!(share_a.scale_request_id == share_b.scale_request_id && !share_a.scale_request_id.is_empty());
+        api.delete("assign-web", &Default::default()).await?;
+        Ok(())
+    });
+}

@@ -11,6 +11,8 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod pki;
+pub mod placement;
+pub mod scale;
 pub mod serve;
 pub mod store;
 pub mod token;

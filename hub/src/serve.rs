@@ -19,6 +19,7 @@ use crate::grpc::{AgentSettings, Shared};
 use crate::http::{self, Readiness};
 use crate::metrics::Metrics;
 use crate::pki::{self, HubCa};
+use crate::scale::fanout::Fanout;
 use crate::store::election::LeaderElection;
 use crate::store::presence::ReplicaPresence;
 use crate::store::{Keyspace, Store};
@@ -101,14 +102,17 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let election = Arc::new(
         LeaderElection::start(store.clone(), cfg.replica.clone(), cfg.election_ttl).await?,
     );
+    let connections = Connections::default();
+    let fanout = Fanout::start(store.clone(), connections.clone()).await?;
     let shared = Shared {
         store: store.clone(),
         ca: ca.clone(),
         kube: kube.clone(),
         presence,
-        connections: Connections::default(),
+        connections,
         metrics: metrics.clone(),
         settings: cfg.agents.clone(),
+        fanout: fanout.clone(),
     };
 
     tokio::spawn(close_silent_streams(shared.clone()));

@@ -6,7 +6,7 @@
 
 use accord_proto::v1::federation_server::Federation;
 use accord_proto::v1::{
-    AgentMessage, Assignments, HubMessage, StatusAck, StatusReport, agent_message, hub_message,
+    AgentMessage, HubMessage, StatusAck, StatusReport, agent_message, hub_message,
     status_ack,
 };
 use futures::Stream;
@@ -172,14 +172,9 @@ impl Session {
         s.metrics.connected_agents.set(s.connections.len() as i64);
         info!(cluster = %self.cluster, agent = %hello.agent_version, "agent connected");
 
-        // Assignments start with a full set. Policies that assign work to clusters fill
-        // `items`; until one does, the set is empty at the store's current revision.
-        let full = Assignments {
-            revision: hello.last_applied_revision.max(0),
-            full: true,
-            items: Vec::new(),
-            removed: Vec::new(),
-        };
+        // Assignments start with the full set; deltas follow as placements change. The
+        // stream was registered first, so no change can fall between the two.
+        let full = s.fanout.full_for(&self.cluster);
         let _ = self
             .tx
             .send(Ok(HubMessage {

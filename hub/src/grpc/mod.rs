@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::connections::Connections;
 use crate::metrics::Metrics;
 use crate::pki::HubCa;
+use crate::scale::fanout::Fanout;
 use crate::store::Store;
 use crate::store::presence::ReplicaPresence;
 
@@ -43,4 +44,6 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Settings.
     pub settings: AgentSettings,
+    /// Placements and their fan-out to streams.
+    pub fanout: Fanout,
 }

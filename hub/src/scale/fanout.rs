@@ -1,0 +1,125 @@
+//! Fans placements out to the agent streams this replica holds.
+//!
+//! Every replica watches `placements/` (one key per policy). One policy change is one etcd
+//! write; each replica turns the watch event into a delta for the clusters it holds — an
+//! upsert for clusters with a share, a removal for clusters that had one and no longer do —
+//! and a cluster that connects gets the full set of its assignments.
+
+use accord_proto::v1::{Assignments, HubMessage, ObjectRef, hub_message};
+use std::collections::{HashMap, HashSet};
+use tokio::sync::broadcast::error::RecvError;
+use tracing::debug;
+
+use super::record::{PlacementRecord, PolicyRef};
+use crate::connections::Connections;
+use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
+
+/// The placements cache and the fan-out task.
+#[derive(Clone)]
+pub struct Fanout {
+    cache: PrefixCache<PlacementRecord>,
+}
+
+impl Fanout {
+    /// Starts watching `placements/` and fanning changes out to `connections`.
+    pub async fn start(store: Store, connections: Connections) -> Result<Self, StoreError> {
+        let cache = PrefixCache::start(store.clone(), store.keys().placements_prefix()).await?;
+        tokio::spawn(run(cache.clone(), connections));
+        Ok(Self { cache })
+    }
+
+    /// The placements cache (also read by the leader's controller).
+    pub fn cache(&self) -> &PrefixCache<PlacementRecord> {
+        &self.cache
+    }
+
+    /// Every assignment of `cluster`, as one full Assignments message.
+    pub fn full_for(&self, cluster: &str) -> Assignments {
+        full_assignments(&self.cache, cluster)
+    }
+}
+
+fn full_assignments(cache: &PrefixCache<PlacementRecord>, cluster: &str) -> Assignments {
+    let revision = cache.revision();
+    let items = cache
+        .snapshot()
+        .into_iter()
+        .filter_map(|(_, record, rev)| record.assignment_for(cluster, rev))
+        .collect();
+    Assignments { revision, full: true, items, removed: Vec::new() }
+}
+
+fn send(connections: &Connections, cluster: &str, assignments: Assignments) {
+    let Some(conn) = connections.get(cluster) else { return };
+    let msg = HubMessage { body: Some(hub_message::Body::Assignments(assignments)) };
+    if let Err(tokio::sync::mpsc::error::TrySendError::Full(msg)) = conn.outbox.try_send(Ok(msg)) {
+        // A slow agent: deliver without holding up the other clusters. Agents apply only
+        // newer revisions, so a late delivery cannot undo a newer assignment.
+        let outbox = conn.outbox.clone();
+        tokio::spawn(async move {
+            let _ = outbox.send(msg).await;
+        });
+    }
+}
+
+/// Clusters named in a record.
+fn clusters_of(record: &PlacementRecord) -> HashSet<String> {
+    record.shares.iter().map(|s| s.cluster.clone()).collect()
+}
+
+async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
+    let mut events = cache.subscribe();
+    // Which policy each key holds and which clusters it named, to send removals.
+    let mut known: HashMap<String, (PolicyRef, HashSet<String>)> = cache
+        .snapshot()
+        .into_iter()
+        .map(|(k, r, _)| (k, (r.policy.clone(), clusters_of(&r))))
+        .collect();
+    loop {
+        match events.recv().await {
+            Ok(CacheEvent::Put { key, value, mod_revision }) => {
+                let now: HashSet<String> = clusters_of(&value);
+                let before = known.get(&key).map(|(_, c)| c.clone()).unwrap_or_default();
+                for cluster in now.union(&before) {
+                    let delta = match value.assignment_for(cluster, mod_revision) {
+                        Some(item) => Assignments { revision: mod_revision, full: false, items: vec![item], removed: vec![] },
+                        None => Assignments {
+                            revision: mod_revision,
+                            full: false,
+                            items: vec![],
+                            removed: vec![value.policy.to_proto()],
+                        },
+                    };
+                    send(&connections, cluster, delta);
+                }
+                known.insert(key, (value.policy.clone(), now));
+            }
+            Ok(CacheEvent::Delete { key }) => {
+                if let Some((policy, clusters)) = known.remove(&key) {
+                    let revision = cache.revision();
+                    let removed: ObjectRef = policy.to_proto();
+                    for cluster in clusters {
+                        send(&connections, &cluster, Assignments {
+                            revision,
+                            full: false,
+                            items: vec![],
+                            removed: vec![removed.clone()],
+                        });
+                    }
+                }
+            }
+            Err(RecvError::Lagged(n)) => {
+                debug!(missed = n, "placements fan-out lagged; resending full sets");
+                known = cache
+                    .snapshot()
+                    .into_iter()
+                    .map(|(k, r, _)| (k, (r.policy.clone(), clusters_of(&r))))
+                    .collect();
+                for (cluster, _) in connections.all() {
+                    send(&connections, &cluster, full_assignments(&cache, &cluster));
+                }
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}

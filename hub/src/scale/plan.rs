@@ -1,0 +1,375 @@
+//! Pure decisions of the scale policy controller: which clusters take part in a division
+//! (failover and the return cooldown), the shares in distribution order, and the status
+//! aggregated from the agents' reports.
+
+use accord_crds::conditions::{self, Desired, Status};
+use accord_crds::scale::{CrossClusterScalePolicySpec, CrossClusterScalePolicyStatus};
+use accord_crds::{Placement, PlacementState};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::record::{PlacementRecord, ShareRecord};
+use crate::placement::{Candidate, Division, divide};
+use crate::store::StatusRecord;
+
+/// What the controller knows of a member cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterView {
+    /// `Available=True` on its ManagedCluster.
+    pub available: bool,
+    /// When `Available` last changed, Unix seconds.
+    pub available_since_unix: i64,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+}
+
+/// The outcome of planning one policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Every distribution cluster's share, in distribution order.
+    pub shares: Vec<ShareRecord>,
+    /// Why the total could not be placed exactly, if so.
+    pub infeasible: Option<String>,
+    /// When to look again because a returning cluster's cooldown ends.
+    pub recheck_after: Option<Duration>,
+}
+
+/// Divides `spec.desiredReplicas` over the eligible clusters of `spec.distribution`.
+///
+/// With failover on, a cluster takes part while it is available and schedulable. A cluster
+/// that had no share in `previous` (it failed, or was drained) takes part again only once it
+/// has been available for `returnCooldownSeconds`, so a flapping cluster does not pull
+/// replicas back and forth: its share returns once. With failover off every listed cluster
+/// keeps its share whatever its state. Clusters left out get 0 with the reason.
+pub fn plan(
+    spec: &CrossClusterScalePolicySpec,
+    default_namespace: &str,
+    clusters: &HashMap<String, ClusterView>,
+    previous: Option<&PlacementRecord>,
+    now_unix: i64,
+) -> Plan {
+    let cooldown = i64::from(spec.failover.return_cooldown_seconds.max(0));
+    let mut candidates = Vec::new();
+    let mut held: HashMap<&str, String> = HashMap::new();
+    let mut recheck_after: Option<i64> = None;
+    for d in &spec.distribution {
+        let view = clusters.get(&d.cluster);
+        let reason = if !spec.failover.enabled {
+            None
+        } else {
+            match view {
+                None => Some("the cluster is not registered with the hub".to_owned()),
+                Some(v) if !v.available => {
+                    Some("the cluster is unavailable; its share moved to the others".to_owned())
+                }
+                Some(v) if v.unschedulable => {
+                    Some("the cluster is unschedulable (drained)".to_owned())
+                }
+                Some(v) => {
+                    let had_share = previous
+                        .and_then(|p| p.share(&d.cluster))
+                        .is_some_and(|s| s.held_reason.is_none());
+                    let ready_at = v.available_since_unix + cooldown;
+                    if previous.is_some() && !had_share && now_unix < ready_at {
+                        let wait = ready_at - now_unix;
+                        recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+                        Some(format!(
+                            "the cluster returned; its share moves back after {cooldown}s of availability ({wait}s left)"
+                        ))
+                    } else {
+                        None
+                    }
+                }
+            }
+        };
+        match reason {
+            Some(r) => {
+                held.insert(d.cluster.as_str(), r);
+            }
+            None => candidates.push(Candidate {
+                cluster: d.cluster.clone(),
+                weight: u32::try_from(d.weight.max(1)).unwrap_or(1),
+                min: d.min_replicas.and_then(|m| u32::try_from(m).ok()).unwrap_or(0),
+                max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
+            }),
+        }
+    }
+    let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
+    let (division, infeasible) = match divide(total, &candidates) {
+        Division::Exact(shares) => (shares, None),
+        Division::Infeasible { reason, best_effort } => (best_effort, Some(reason)),
+    };
+    let shares = spec
+        .distribution
+        .iter()
+        .map(|d| ShareRecord {
+            cluster: d.cluster.clone(),
+            namespace: d.namespace.clone().unwrap_or_else(|| default_namespace.to_owned()),
+            replicas: division
+                .iter()
+                .find(|s| s.cluster == d.cluster)
+                .map_or(0, |s| i32::try_from(s.replicas).unwrap_or(i32::MAX)),
+            held_reason: held.get(d.cluster.as_str()).cloned(),
+        })
+        .collect();
+    Plan {
+        shares,
+        infeasible,
+        recheck_after: recheck_after.map(|s| Duration::from_secs(s.max(1) as u64)),
+    }
+}
+
+/// The status a policy should show for `record` and the agents' `reports` (by cluster).
+pub fn aggregate(
+    record: &PlacementRecord,
+    reports: &HashMap<String, StatusRecord>,
+    clusters: &HashMap<String, ClusterView>,
+    generation: Option<i64>,
+    old: Option<&CrossClusterScalePolicyStatus>,
+    decided_at: &Time,
+    now: &Time,
+) -> CrossClusterScalePolicyStatus {
+    let old_placements = old.map(|o| o.placements.as_slice()).unwrap_or_default();
+    let mut placements = Vec::new();
+    for share in &record.shares {
+        let report = reports.get(&share.cluster);
+        let available = clusters.get(&share.cluster).is_some_and(|c| c.available);
+        let current = report.filter(|r| r.scale_request_id == record.scale_request_id);
+        let (state, message) = if !available {
+            (PlacementState::Unavailable, Some(share.held_reason.clone().unwrap_or_else(|| {
+                "the cluster is unavailable; values are as last seen".to_owned()
+            })))
+        } else if let Some(r) = current {
+            let state = PlacementState::parse(&r.state).unwrap_or(PlacementState::Error);
+            (state, Some(r.message.clone()).filter(|m| !m.is_empty()))
+        } else if let Some(r) = report.filter(|r| {
+            matches!(r.state.as_str(), "TargetNotFound" | "Conflict" | "Error")
+        }) {
+            // The agent could not act on an earlier decision either; say why.
+            (PlacementState::parse(&r.state).unwrap_or(PlacementState::Error), Some(r.message.clone()))
+        } else {
+            (PlacementState::Pending, share.held_reason.clone())
+        };
+        let ready = report.and_then(|r| r.observed.get("readyReplicas")).and_then(|v| v.as_i64());
+        let synced_before = old_placements
+            .iter()
+            .find(|p| p.cluster == share.cluster)
+            .and_then(|p| p.last_sync_time.clone());
+        let reported_at = current
+            .and_then(|r| k8s_openapi::jiff::Timestamp::from_millisecond(r.observed_unix_millis).ok())
+            .filter(|t| t.as_second() > 0)
+            .map(Time);
+        placements.push(Placement {
+            cluster: share.cluster.clone(),
+            namespace: share.namespace.clone(),
+            desired_replicas: share.replicas,
+            ready_replicas: ready.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
+            state,
+            message,
+            observed_resource_version: report.map(|r| r.resource_version.clone()),
+            observed_generation: report.map(|r| r.generation),
+            last_sync_time: if state == PlacementState::Synced {
+                reported_at.or(synced_before).or_else(|| Some(now.clone()))
+            } else {
+                synced_before
+            },
+        });
+    }
+    let desired: i32 = record.shares.iter().map(|s| s.replicas).sum();
+    let ready: i32 = placements
+        .iter()
+        .filter(|p| p.state != PlacementState::Unavailable)
+        .map(|p| p.ready_replicas.unwrap_or(0).min(p.desired_replicas))
+        .sum();
+    let troubled: Vec<String> = placements
+        .iter()
+        .filter(|p| {
+            matches!(
+                p.state,
+                PlacementState::Conflict | PlacementState::Error | PlacementState::TargetNotFound
+            ) || (p.state == PlacementState::Unavailable && p.desired_replicas > 0)
+        })
+        .map(|p| format!("{}: {}", p.cluster, p.state.as_str()))
+        .collect();
+    let pending = placements.iter().any(|p| p.state == PlacementState::Pending && p.desired_replicas > 0);
+    let all_synced = placements
+        .iter()
+        .all(|p| p.state == PlacementState::Synced || (p.desired_replicas == 0 && p.state != PlacementState::Conflict));
+    let is_ready = all_synced && ready >= desired && record.infeasible.is_none() && troubled.is_empty();
+    let mut desired_conditions = vec![
+        if is_ready {
+            Desired::new("Ready", Status::True, "AllPlacementsSynced", format!("{ready}/{desired} replicas ready in every cluster"))
+        } else {
+            Desired::new("Ready", Status::False, "NotAllPlacementsReady", format!("{ready}/{desired} replicas ready"))
+        },
+        if pending || (ready < desired && troubled.is_empty()) {
+            Desired::new("Progressing", Status::True, "RollingOut", format!("scale request {} is being applied", record.scale_request_id))
+        } else {
+            Desired::new("Progressing", Status::False, "Settled", "no change in flight")
+        },
+    ];
+    desired_conditions.push(match (&record.infeasible, troubled.is_empty()) {
+        (Some(reason), _) => Desired::new("Degraded", Status::True, "Infeasible", reason.clone()),
+        (None, false) => Desired::new("Degraded", Status::True, "PlacementProblems", troubled.join("; ")),
+        (None, true) => Desired::new("Degraded", Status::False, "Healthy", "every placement is healthy"),
+    });
+    let old_conditions = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
+    CrossClusterScalePolicyStatus {
+        observed_generation: generation,
+        desired_replicas: Some(record.desired_replicas),
+        ready_replicas: Some(ready),
+        scale_request_id: Some(record.scale_request_id.clone()),
+        last_scale_time: Some(decided_at.clone()),
+        placements,
+        autoscaling: old.and_then(|o| o.autoscaling.clone()),
+        conditions: conditions::merge(old_conditions, &desired_conditions, generation, now),
+    }
+}
+
+/// True when `new` differs from `old` in anything but timestamps.
+pub fn status_changed(old: Option<&CrossClusterScalePolicyStatus>, new: &CrossClusterScalePolicyStatus) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &CrossClusterScalePolicyStatus| {
+        let mut s = s.clone();
+        s.conditions.clear();
+        for p in &mut s.placements {
+            p.last_sync_time = None;
+        }
+        s
+    };
+    !conditions::equal_ignoring_time(&old.conditions, &new.conditions) || strip(old) != strip(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scale::record::{PolicyRef, SCALE_KIND, Target};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn spec(yaml: &str) -> CrossClusterScalePolicySpec {
+        serde_json::from_value(serde_saphyr::from_str::<serde_json::Value>(yaml).unwrap()).unwrap()
+    }
+
+    fn two_clusters() -> CrossClusterScalePolicySpec {
+        spec("targetRef: {name: frontend}\ndesiredReplicas: 12\ndistribution:\n- {cluster: a, weight: 60}\n- {cluster: b, weight: 40}\n")
+    }
+
+    fn up(since: i64) -> ClusterView {
+        ClusterView { available: true, available_since_unix: since, unschedulable: false }
+    }
+
+    fn down() -> ClusterView {
+        ClusterView { available: false, available_since_unix: 0, unschedulable: false }
+    }
+
+    fn views(v: &[(&str, ClusterView)]) -> HashMap<String, ClusterView> {
+        v.iter().map(|(n, c)| ((*n).to_owned(), c.clone())).collect()
+    }
+
+    fn replicas(p: &Plan) -> Vec<i32> {
+        p.shares.iter().map(|s| s.replicas).collect()
+    }
+
+    fn record_of(p: &Plan) -> PlacementRecord {
+        PlacementRecord {
+            policy: PolicyRef { kind: SCALE_KIND.into(), namespace: "default".into(), name: "web".into() },
+            generation: 1,
+            scale_request_id: "id-1".into(),
+            decided_unix_millis: 0,
+            target: Target { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "frontend".into() },
+            desired_replicas: 12,
+            shares: p.shares.clone(),
+            infeasible: p.infeasible.clone(),
+        }
+    }
+
+    #[test]
+    fn sixty_forty_of_twelve_is_seven_and_five() {
+        let p = plan(&two_clusters(), "default", &views(&[("a", up(0)), ("b", up(0))]), None, 100);
+        assert_eq!(replicas(&p), vec![7, 5]);
+        assert_eq!(p.shares[0].namespace, "default");
+    }
+
+    #[test]
+    fn an_unavailable_clusters_share_moves_to_the_others() {
+        let p = plan(&two_clusters(), "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        assert_eq!(replicas(&p), vec![12, 0]);
+        assert!(p.shares[1].held_reason.as_deref().unwrap().contains("unavailable"));
+    }
+
+    #[test]
+    fn without_failover_an_unavailable_cluster_keeps_its_share() {
+        let mut s = two_clusters();
+        s.failover.enabled = false;
+        let p = plan(&s, "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        assert_eq!(replicas(&p), vec![7, 5]);
+    }
+
+    #[test]
+    fn a_returning_cluster_gets_its_share_back_once_after_the_cooldown() {
+        let s = two_clusters(); // default cooldown 30 s
+        let failed = plan(&s, "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        let prev = record_of(&failed);
+        // b is back at t=200: held for 30 s.
+        let during = plan(&s, "default", &views(&[("a", up(0)), ("b", up(200))]), Some(&prev), 210);
+        assert_eq!(replicas(&during), vec![12, 0]);
+        assert_eq!(during.recheck_after, Some(Duration::from_secs(20)));
+        let after = plan(&s, "default", &views(&[("a", up(0)), ("b", up(200))]), Some(&record_of(&during)), 230);
+        assert_eq!(replicas(&after), vec![7, 5]);
+        assert_eq!(after.recheck_after, None);
+        // Once back, it stays: a later plan keeps the same shares.
+        let later = plan(&s, "default", &views(&[("a", up(0)), ("b", up(200))]), Some(&record_of(&after)), 231);
+        assert_eq!(later.shares, after.shares);
+    }
+
+    #[test]
+    fn a_drained_cluster_gets_nothing() {
+        let mut b = up(0);
+        b.unschedulable = true;
+        let p = plan(&two_clusters(), "default", &views(&[("a", up(0)), ("b", b)]), None, 100);
+        assert_eq!(replicas(&p), vec![12, 0]);
+    }
+
+    fn report(state: &str, id: &str, ready: i64) -> StatusRecord {
+        StatusRecord {
+            resource_version: "1".into(),
+            generation: 1,
+            applied_revision: 1,
+            state: state.into(),
+            message: String::new(),
+            observed_unix_millis: 1_000,
+            scale_request_id: id.into(),
+            observed: serde_json::json!({"readyReplicas": ready}),
+        }
+    }
+
+    #[test]
+    fn status_is_ready_when_every_placement_is_synced_and_ready() {
+        let cl = views(&[("a", up(0)), ("b", up(0))]);
+        let rec = record_of(&plan(&two_clusters(), "default", &cl, None, 100));
+        let reports: HashMap<_, _> =
+            [("a".to_owned(), report("Synced", "id-1", 7)), ("b".to_owned(), report("Synced", "id-1", 5))].into();
+        let now = Time(Timestamp::from_second(100).unwrap());
+        let st = aggregate(&rec, &reports, &cl, Some(1), None, &now, &now);
+        assert_eq!(st.ready_replicas, Some(12));
+        assert!(conditions::is_true(&st.conditions, "Ready"));
+        assert!(!conditions::is_true(&st.conditions, "Degraded"));
+        assert!(st.placements.iter().all(|p| p.state == PlacementState::Synced));
+        assert!(!status_changed(Some(&st), &aggregate(&rec, &reports, &cl, Some(1), Some(&st), &now, &now)));
+    }
+
+    #[test]
+    fn reports_for_an_older_decision_leave_the_placement_pending() {
+        let cl = views(&[("a", up(0)), ("b", up(0))]);
+        let rec = record_of(&plan(&two_clusters(), "default", &cl, None, 100));
+        let reports: HashMap<_, _> =
+            [("a".to_owned(), report("Synced", "id-0", 6)), ("b".to_owned(), report("Conflict", "id-1", 5))].into();
+        let now = Time(Timestamp::from_second(100).unwrap());
+        let st = aggregate(&rec, &reports, &cl, Some(1), None, &now, &now);
+        assert_eq!(st.placements[0].state, PlacementState::Pending);
+        assert_eq!(st.placements[1].state, PlacementState::Conflict);
+        assert!(conditions::is_true(&st.conditions, "Degraded"));
+        assert!(!conditions::is_true(&st.conditions, "Ready"));
+    }
+}
