@@ -26,7 +26,9 @@ fn helper_entry_point_does_nothing_outside_a_helper_process() {
     runtime.block_on(async {
         let (mode, store) = helper_store().await.unwrap();
         assert_eq!(mode, "leader");
-        let election = LeaderElection::start(store, "child".into(), TTL).await.unwrap();
+        let election = LeaderElection::start(store, "child".into(), TTL)
+            .await
+            .unwrap();
         let fence = election.wait_for_leadership().await;
         helper_ready_and_wait(&format!(
             "{} {} {}",
@@ -127,7 +129,11 @@ async fn when_the_leader_dies_without_resigning_the_other_leads_within_the_ttl_a
         .fenced_put(&new_fence, &key, b"from the new leader".to_vec())
         .await
         .expect("the new leader's fenced write is applied");
-    let stored = survivor_store.client().get(key.as_str(), None).await.unwrap();
+    let stored = survivor_store
+        .client()
+        .get(key.as_str(), None)
+        .await
+        .unwrap();
     assert_eq!(stored.kvs()[0].value(), b"from the new leader");
 }
 
@@ -231,7 +237,10 @@ async fn a_leader_process_killed_with_sigkill_is_replaced_within_the_ttl() {
         .await
         .unwrap();
     assert_eq!(
-        LeaderElection::current_leader(&store).await.unwrap().as_deref(),
+        LeaderElection::current_leader(&store)
+            .await
+            .unwrap()
+            .as_deref(),
         Some("child")
     );
     assert!(!contender.is_leader(), "two leaders while the child lives");
@@ -245,7 +254,10 @@ async fn a_leader_process_killed_with_sigkill_is_replaced_within_the_ttl() {
     .await;
     assert_ne!(fence, child_fence);
     assert_eq!(
-        LeaderElection::current_leader(&store).await.unwrap().as_deref(),
+        LeaderElection::current_leader(&store)
+            .await
+            .unwrap()
+            .as_deref(),
         Some("parent")
     );
     let refused = store
@@ -272,7 +284,15 @@ async fn a_fenced_txn_applies_its_ops_only_when_the_callers_compares_hold() {
         .await
         .unwrap();
     assert!(!missing.succeeded());
-    assert!(store.client().get(key.as_str(), None).await.unwrap().kvs().is_empty());
+    assert!(
+        store
+            .client()
+            .get(key.as_str(), None)
+            .await
+            .unwrap()
+            .kvs()
+            .is_empty()
+    );
 
     let created = store
         .fenced_txn(

@@ -127,7 +127,10 @@ impl TestEtcd {
                 Err(e) => e.to_string(),
             };
             if Instant::now() >= deadline {
-                bail!("etcd not healthy after {ETCD_READY_TIMEOUT:?}: {reason}; log: {}", self.log_tail());
+                bail!(
+                    "etcd not healthy after {ETCD_READY_TIMEOUT:?}: {reason}; log: {}",
+                    self.log_tail()
+                );
             }
             std::thread::sleep(interval);
             interval = (interval * 2).min(Duration::from_millis(200));
@@ -187,7 +190,13 @@ fn etcd_binary() -> Result<PathBuf> {
                 bail!("{} failed with {}", script.display(), output.status);
             }
             let stdout = String::from_utf8_lossy(&output.stdout);
-            PathBuf::from(stdout.lines().last().context("build.sh printed nothing")?.trim())
+            PathBuf::from(
+                stdout
+                    .lines()
+                    .last()
+                    .context("build.sh printed nothing")?
+                    .trim(),
+            )
         }
     };
     let etcd = bin.join("etcd");
@@ -239,7 +248,10 @@ where
             return value;
         }
         let now = tokio::time::Instant::now();
-        assert!(now < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            now < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(interval.min(deadline - now)).await;
         interval = (interval * 2).min(Duration::from_millis(200));
     }
