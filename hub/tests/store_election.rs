@@ -294,8 +294,8 @@ async fn a_fenced_txn_applies_its_ops_only_when_the_callers_compares_hold() {
             .is_empty()
     );
 
-    let created = store
-        .fenced_txn(
+    let (created, revision) = store
+        .fenced_txn_with_revision(
             &fence,
             vec![Compare::create_revision(key.as_str(), CompareOp::Equal, 0)],
             vec![TxnOp::put(key.as_str(), "v1", None)],
@@ -305,6 +305,7 @@ async fn a_fenced_txn_applies_its_ops_only_when_the_callers_compares_hold() {
     assert!(created.succeeded());
     let stored = store.client().get(key.as_str(), None).await.unwrap();
     assert_eq!(stored.kvs()[0].value(), b"v1");
+    assert_eq!(stored.kvs()[0].mod_revision(), revision);
 
     election.resign().await;
     let refused = store
