@@ -212,11 +212,17 @@ async fn term(
             return Ok(TermEnd::Shutdown);
         }
         () = lease.lost() => return Ok(TermEnd::Lost),
-        won = campaign => won?,
+        won = campaign => match won {
+            Ok(won) => won,
+            Err(e) => return abandon(&lease, e.into()),
+        },
     };
-    let leader = won
-        .take_leader()
-        .ok_or_else(|| StoreError::Unexpected("campaign answered without a leader key".into()))?;
+    let Some(leader) = won.take_leader() else {
+        return abandon(
+            &lease,
+            StoreError::Unexpected("campaign answered without a leader key".into()),
+        );
+    };
     let fence = Fence {
         key: leader.key().to_vec(),
         revision: leader.rev(),
@@ -224,7 +230,10 @@ async fn term(
     };
     // Watch the key from just after its creation, so a deletion that happened before the
     // watch started is still seen.
-    let mut watch = KeyWatch::open(store, &fence).await?;
+    let mut watch = match KeyWatch::open(store, &fence).await {
+        Ok(watch) => watch,
+        Err(e) => return abandon(&lease, e),
+    };
     tracing::info!(identity, key = %String::from_utf8_lossy(&fence.key), "became the hub leader");
     state.send_replace(Some(fence.clone()));
 
@@ -243,8 +252,7 @@ async fn term(
             Ok(()) => "the election key was deleted",
             Err(e) => {
                 state.send_replace(None);
-                lease.revoke_in_background();
-                return Err(e);
+                return abandon(&lease, e);
             }
         },
     };
@@ -252,6 +260,13 @@ async fn term(
     tracing::warn!(identity, reason = end, "lost hub leadership");
     lease.revoke_in_background();
     Ok(TermEnd::Lost)
+}
+
+/// Ends a term that failed half-way: revokes its lease (from a spawned task) so that its
+/// candidate key does not block the next campaign until the TTL runs out.
+fn abandon(lease: &Lease, e: StoreError) -> Result<TermEnd, StoreError> {
+    lease.revoke_in_background();
+    Err(e)
 }
 
 async fn resign(store: &Store, name: &str, leader: &LeaderKey) {

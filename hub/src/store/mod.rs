@@ -117,9 +117,10 @@ impl From<etcd_client::Error> for StoreError {
     }
 }
 
-/// Formats an error with its sources, for logs (`Display` of each error in the chain
-/// joined by `: `).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// Formats an error with its sources (`Display` of each error in the chain joined by
+/// `: `), for logs, events and status messages: [`StoreError`]'s own `Display` names only
+/// the outermost error, as its sources are reachable through `source()`.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -297,13 +298,25 @@ impl Store {
     ///
     /// `compares` and `ops` form an inner transaction: the returned response is the inner
     /// one, so `succeeded()` tells whether the caller's own `compares` held (when they did
-    /// not, nothing was applied).
+    /// not, nothing was applied). etcd leaves the revision in a nested response's header at
+    /// 0; use [`Store::fenced_txn_with_revision`] to learn the commit revision.
     pub async fn fenced_txn(
         &self,
         fence: &Fence,
         compares: Vec<Compare>,
         ops: Vec<TxnOp>,
     ) -> Result<TxnResponse, StoreError> {
+        Ok(self.fenced_txn_with_revision(fence, compares, ops).await?.0)
+    }
+
+    /// [`Store::fenced_txn`], also returning the revision the transaction committed at
+    /// (the new `mod_revision` of every key it wrote, when the inner compares held).
+    pub async fn fenced_txn_with_revision(
+        &self,
+        fence: &Fence,
+        compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<(TxnResponse, i64), StoreError> {
         let inner = Txn::new().when(compares).and_then(ops);
         let txn = Txn::new()
             .when(vec![fence.compare()])
@@ -312,8 +325,9 @@ impl Store {
         if !response.succeeded() {
             return Err(StoreError::Fenced);
         }
+        let revision = header_revision(response.header());
         match response.op_responses().into_iter().next() {
-            Some(TxnOpResponse::Txn(inner)) => Ok(inner),
+            Some(TxnOpResponse::Txn(inner)) => Ok((inner, revision)),
             other => Err(StoreError::Unexpected(format!(
                 "fenced txn answered {other:?} instead of a nested txn response"
             ))),
@@ -385,4 +399,44 @@ impl Store {
 /// Logs a background failure with its whole error chain.
 pub(crate) fn log_error(what: &str, e: &StoreError) {
     tracing::warn!(error = %error_chain(e), kind = e.kind(), "{what}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_ttls_round_up_to_whole_seconds() {
+        assert_eq!(ttl_seconds(Duration::ZERO), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(ttl_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(ttl_seconds(Duration::from_millis(2001)), 3);
+    }
+
+    #[test]
+    fn key_segments_must_be_non_empty_and_free_of_slashes() {
+        assert!(check_segment("cluster", "eu-west1").is_ok());
+        assert!(check_segment("cluster", "").is_err());
+        let err = check_segment("namespace", "a/b").unwrap_err();
+        assert_eq!(err.kind(), "invalid_name");
+        assert!(err.to_string().contains("namespace"), "{err}");
+    }
+
+    #[test]
+    fn error_chains_include_every_source() {
+        let source = serde_json::from_str::<u8>("x").unwrap_err();
+        let err = StoreError::Decode {
+            key: "/accord/clusters/a".into(),
+            source,
+        };
+        let chain = error_chain(&err);
+        assert!(
+            chain.starts_with("the value stored at /accord/clusters/a"),
+            "{chain}"
+        );
+        assert!(chain.contains("expected value"), "{chain}");
+        assert_eq!(err.kind(), "decode");
+        assert!(!err.is_transient());
+        assert!(StoreError::LeaseLost { lease: 1 }.is_transient());
+    }
 }

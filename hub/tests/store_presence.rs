@@ -1,0 +1,140 @@
+//! Replica presence (`connected/` keys on one lease per replica) against a real etcd.
+
+mod store_support;
+
+use std::time::Duration;
+
+use accord_hub::store::{ReplicaPresence, Store};
+use store_support::wait_until;
+
+/// Presence lease TTL in these tests.
+const TTL: Duration = Duration::from_secs(2);
+/// Slack on top of the TTL for a loaded two-core machine.
+const MARGIN: Duration = Duration::from_secs(4);
+/// Deadline for things that should happen promptly (no TTL involved).
+const PROMPTLY: Duration = Duration::from_secs(15);
+
+async fn holder(store: &Store, cluster: &str) -> Option<String> {
+    ReplicaPresence::connected_replica(store, cluster)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connected_key_appears_on_connect_and_disappears_on_disconnect() {
+    let store = store_support::store("presence-marks").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    assert_eq!(holder(&store, "eu").await, None);
+    presence.mark_connected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
+    let kv = store
+        .client()
+        .get(store.keys().connected("eu"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        kv.kvs()[0].lease(),
+        presence.lease_id(),
+        "not on the replica lease"
+    );
+    presence.mark_disconnected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_of_a_replica_shares_its_one_lease() {
+    let store = store_support::store("presence-one-lease").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    for cluster in ["a", "b", "c"] {
+        presence.mark_connected(cluster).await.unwrap();
+    }
+    let listed = store
+        .client()
+        .get(
+            store.keys().connected_prefix(),
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed.kvs().len(), 3);
+    assert!(
+        listed
+            .kvs()
+            .iter()
+            .all(|kv| kv.lease() == presence.lease_id())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnecting_leaves_a_key_that_another_replica_has_taken_over() {
+    let store = store_support::store("presence-takeover").await;
+    let old = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    let new = ReplicaPresence::start(store.clone(), "hub-1".into(), TTL)
+        .await
+        .unwrap();
+    old.mark_connected("eu").await.unwrap();
+    new.mark_connected("eu").await.unwrap();
+    // The old replica notices its stream is gone only now.
+    old.mark_disconnected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_the_replica_lease_removes_all_its_connected_keys_at_once() {
+    let store = store_support::store("presence-revoke").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    presence.mark_connected("a").await.unwrap();
+    presence.mark_connected("b").await.unwrap();
+    presence.revoke().await.unwrap();
+    assert_eq!(holder(&store, "a").await, None);
+    assert_eq!(holder(&store, "b").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires() {
+    let store = store_support::store("presence-dies").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    presence.mark_connected("eu").await.unwrap();
+    // Dropping stops the keepalive without revoking, as a crash would.
+    drop(presence);
+    wait_until("the connected key to expire", TTL + MARGIN, || async {
+        holder(&store, "eu").await.is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_new_lease() {
+    let store = store_support::store("presence-regrant").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    presence.mark_connected("eu").await.unwrap();
+    let old_lease = presence.lease_id();
+    store.client().lease_revoke(old_lease).await.unwrap();
+    assert_eq!(holder(&store, "eu").await, None, "revoking left the key");
+    let kv = wait_until("the key to be written again", PROMPTLY, || async {
+        let response = store
+            .client()
+            .get(store.keys().connected("eu"), None)
+            .await
+            .unwrap();
+        response.kvs().first().cloned()
+    })
+    .await;
+    assert_eq!(kv.value(), b"hub-0");
+    assert_ne!(kv.lease(), old_lease);
+    assert_eq!(kv.lease(), presence.lease_id());
+    presence.mark_disconnected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await, None);
+}

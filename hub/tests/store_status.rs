@@ -1,0 +1,208 @@
+//! Status records with optimistic concurrency against a real etcd.
+
+mod store_support;
+
+use accord_hub::store::{StatusRecord, StoreError, WriteOutcome};
+
+const KIND: &str = "CrossClusterScalePolicy";
+
+fn report(applied_revision: i64, generation: i64, resource_version: &str) -> StatusRecord {
+    StatusRecord {
+        resource_version: resource_version.into(),
+        generation,
+        applied_revision,
+        state: "Synced".into(),
+        message: format!("rv {resource_version}"),
+        observed_unix_millis: 1_700_000_000_000,
+        scale_request_id: "01JTEST".into(),
+        observed: serde_json::json!({"readyReplicas": 3}),
+    }
+}
+
+fn accepted(outcome: WriteOutcome) -> i64 {
+    match outcome {
+        WriteOutcome::Accepted { version } => version,
+        WriteOutcome::Conflict { current } => panic!("conflict, current version {current}"),
+    }
+}
+
+#[tokio::test]
+async fn the_first_report_is_accepted_with_expected_version_zero_and_reads_back() {
+    let store = store_support::store("status-first").await;
+    assert_eq!(
+        store.read_status("eu", KIND, "ns", "web").await.unwrap(),
+        None
+    );
+    let record = report(1, 1, "100");
+    let version = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &record, 0)
+            .await
+            .unwrap(),
+    );
+    assert!(version > 0);
+    assert_eq!(
+        store.read_status("eu", KIND, "ns", "web").await.unwrap(),
+        Some((record, version))
+    );
+}
+
+#[tokio::test]
+async fn a_stale_expected_version_conflicts_with_the_current_version() {
+    let store = store_support::store("status-stale").await;
+    let v1 = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &report(1, 1, "100"), 0)
+            .await
+            .unwrap(),
+    );
+    let v2 = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &report(1, 1, "101"), v1)
+            .await
+            .unwrap(),
+    );
+    // A writer still holding v1 is told about v2 and changes nothing.
+    let outcome = store
+        .write_status("eu", KIND, "ns", "web", &report(1, 2, "102"), v1)
+        .await
+        .unwrap();
+    assert_eq!(outcome, WriteOutcome::Conflict { current: v2 });
+    // So is one that believes there is no record yet.
+    let outcome = store
+        .write_status("eu", KIND, "ns", "web", &report(1, 2, "102"), 0)
+        .await
+        .unwrap();
+    assert_eq!(outcome, WriteOutcome::Conflict { current: v2 });
+    let (stored, version) = store
+        .read_status("eu", KIND, "ns", "web")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((stored.resource_version.as_str(), version), ("101", v2));
+}
+
+#[tokio::test]
+async fn expecting_a_record_that_does_not_exist_conflicts_with_version_zero() {
+    let store = store_support::store("status-missing").await;
+    let outcome = store
+        .write_status("eu", KIND, "ns", "web", &report(1, 1, "1"), 42)
+        .await
+        .unwrap();
+    assert_eq!(outcome, WriteOutcome::Conflict { current: 0 });
+}
+
+#[tokio::test]
+async fn the_correct_expected_version_is_accepted_with_a_new_version() {
+    let store = store_support::store("status-correct").await;
+    let v1 = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &report(1, 1, "100"), 0)
+            .await
+            .unwrap(),
+    );
+    let newer = report(2, 1, "105");
+    let v2 = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &newer, v1)
+            .await
+            .unwrap(),
+    );
+    assert!(v2 > v1);
+    assert_eq!(
+        store.read_status("eu", KIND, "ns", "web").await.unwrap(),
+        Some((newer, v2))
+    );
+}
+
+#[tokio::test]
+async fn an_older_report_never_overwrites_a_newer_one_even_with_the_right_version() {
+    let store = store_support::store("status-older").await;
+    let newer = report(5, 3, "900");
+    let version = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &newer, 0)
+            .await
+            .unwrap(),
+    );
+    for older in [
+        report(4, 9, "999"),
+        report(5, 2, "999"),
+        report(5, 3, "899"),
+    ] {
+        let outcome = store
+            .write_status("eu", KIND, "ns", "web", &older, version)
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            WriteOutcome::Conflict { current: version },
+            "{older:?}"
+        );
+    }
+    assert_eq!(
+        store.read_status("eu", KIND, "ns", "web").await.unwrap(),
+        Some((newer, version))
+    );
+}
+
+#[tokio::test]
+async fn records_of_different_clusters_and_policies_are_independent() {
+    let store = store_support::store("status-independent").await;
+    accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &report(1, 1, "1"), 0)
+            .await
+            .unwrap(),
+    );
+    accepted(
+        store
+            .write_status("us", KIND, "ns", "web", &report(1, 1, "1"), 0)
+            .await
+            .unwrap(),
+    );
+    accepted(
+        store
+            .write_status("eu", KIND, "ns", "api", &report(1, 1, "1"), 0)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        store.delete_policy_status(KIND, "ns", "web").await.unwrap(),
+        2
+    );
+    assert_eq!(
+        store.read_status("eu", KIND, "ns", "web").await.unwrap(),
+        None
+    );
+    assert!(
+        store
+            .read_status("eu", KIND, "ns", "api")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn names_that_would_escape_their_key_segment_are_refused() {
+    let store = store_support::store("status-names").await;
+    let refused = store
+        .write_status("eu/x", KIND, "ns", "web", &report(1, 1, "1"), 0)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(StoreError::InvalidName {
+                what: "cluster",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let refused = store.read_status("eu", KIND, "", "web").await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidName { .. })),
+        "{refused:?}"
+    );
+}
