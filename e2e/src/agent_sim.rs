@@ -150,6 +150,24 @@ impl AgentStream {
         .await
     }
 
+    /// Heartbeats every `every` in the background until the stream closes.
+    pub fn spawn_heartbeats(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                let hb = AgentMessage {
+                    cluster: String::new(),
+                    body: Some(agent_message::Body::Heartbeat(Heartbeat { sent_unix_millis: 0 })),
+                };
+                if tx.send(hb).await.is_err() {
+                    return;
+                }
+            }
+        })
+    }
+
     /// Sends a status report about `policy`.
     pub async fn report(&self, report: StatusReport) -> Result<()> {
         self.send_as(&self.cluster, agent_message::Body::StatusReport(report))

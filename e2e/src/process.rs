@@ -27,15 +27,21 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Lines of a log printed when a component fails or a test panics.
 pub const DEFAULT_TAIL_LINES: usize = 40;
 
-/// The watchdog: reads `pgid N` lines until `disarm` (normal stop) or end of input (the
-/// supervising process is gone), then stops every group it learned and removes the
-/// directory given as `$1`, if any.
+/// The watchdog: reads `pgid N` (a group started) and `reaped N` (its leader was reaped, so
+/// the id may be reused) lines until `disarm` (normal stop) or end of input (the supervising
+/// process is gone), then stops every group still listed and removes the directory given
+/// as `$1`, if any.
 const WATCHDOG_SCRIPT: &str = r#"
 trap '' INT HUP TERM
 groups=
 while read -r command argument; do
   case "$command" in
     pgid) groups="$groups $argument" ;;
+    reaped)
+      kept=
+      for g in $groups; do [ "$g" = "$argument" ] || kept="$kept $g"; done
+      groups=$kept
+      ;;
     disarm) exit 0 ;;
   esac
 done
@@ -158,10 +164,7 @@ impl Supervisor {
     pub fn ensure_running(&self, id: ProcessId) -> Result<()> {
         let mut processes = self.lock();
         let process = &mut processes[id.0];
-        if process.exit.is_none() {
-            process.exit = process.child.try_wait()?;
-        }
-        match process.exit {
+        match self.poll_exit(process)? {
             None => Ok(()),
             Some(status) => bail!(
                 "{} exited ({status}); last lines of {}:\n{}",
@@ -175,11 +178,7 @@ impl Supervisor {
     /// The exit status of a process, if it has exited.
     pub fn exit_status(&self, id: ProcessId) -> Result<Option<ExitStatus>> {
         let mut processes = self.lock();
-        let process = &mut processes[id.0];
-        if process.exit.is_none() {
-            process.exit = process.child.try_wait()?;
-        }
-        Ok(process.exit)
+        Ok(self.poll_exit(&mut processes[id.0])?)
     }
 
     /// Runs `command` as component `name` to completion, failing with its log tail if it
@@ -220,10 +219,8 @@ impl Supervisor {
         processes
             .iter_mut()
             .filter_map(|p| {
-                if p.exit.is_none() {
-                    p.exit = p.child.try_wait().ok().flatten();
-                }
-                p.exit.is_none().then(|| p.info.clone())
+                let exited = self.poll_exit(p).map_or(true, |status| status.is_some());
+                (!exited).then(|| p.info.clone())
             })
             .collect()
     }
@@ -262,14 +259,14 @@ impl Supervisor {
     /// has not exited after the grace period, then SIGKILL to each group once more to catch
     /// children left behind, and reaps everything. Idempotent.
     pub fn stop_all(&self) {
-        stop(&mut self.lock());
+        self.stop_processes(&mut self.lock());
         self.disarm_watchdog();
     }
 
     /// Stops one process the way [`Supervisor::stop_all`] stops all; e.g. to simulate a
     /// component failing.
     pub fn stop(&self, id: ProcessId) {
-        stop(std::slice::from_mut(&mut self.lock()[id.0]));
+        self.stop_processes(std::slice::from_mut(&mut self.lock()[id.0]));
     }
 
     /// The process started as component `name`, the latest one if several were.
@@ -278,6 +275,50 @@ impl Supervisor {
             .iter()
             .rposition(|p| p.info.name == name)
             .map(ProcessId)
+    }
+
+    /// SIGTERM to each group, SIGKILL to groups whose leader has not exited after the
+    /// grace period, then SIGKILL to each group once more to catch children left behind,
+    /// and reap.
+    fn stop_processes(&self, processes: &mut [Supervised]) {
+        for process in processes.iter_mut().rev() {
+            if process.exit.is_none() {
+                let _ = killpg(pgid(process), Signal::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + STOP_GRACE;
+        for process in processes.iter_mut().rev() {
+            if process.exit.is_some() {
+                continue;
+            }
+            // Peek without reaping: while the exited leader is a zombie, its group id
+            // cannot be reused, so the final SIGKILL reaches only its own stragglers.
+            while !leader_exited(process) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = killpg(pgid(process), Signal::SIGKILL);
+            match process.child.wait() {
+                Ok(status) => self.reaped(process, status),
+                Err(e) => tracing::warn!(component = %process.info.name, "reaping failed: {e}"),
+            }
+        }
+    }
+
+    /// Records a process's exit if it has exited (reaping it).
+    fn poll_exit(&self, process: &mut Supervised) -> std::io::Result<Option<ExitStatus>> {
+        if process.exit.is_none()
+            && let Some(status) = process.child.try_wait()?
+        {
+            self.reaped(process, status);
+        }
+        Ok(process.exit)
+    }
+
+    /// Records an exit. Once reaped, the process's group id may be reused by an unrelated
+    /// process, so the watchdog must forget it.
+    fn reaped(&self, process: &mut Supervised, status: ExitStatus) {
+        process.exit = Some(status);
+        self.tell_watchdog(&format!("reaped {}\n", process.info.pid));
     }
 
     fn disarm_watchdog(&self) {
@@ -315,32 +356,6 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.stop_all();
-    }
-}
-
-/// SIGTERM to each group, SIGKILL to groups whose leader has not exited after the grace
-/// period, then SIGKILL to each group once more to catch children left behind, and reap.
-fn stop(processes: &mut [Supervised]) {
-    for process in processes.iter_mut().rev() {
-        if process.exit.is_none() {
-            let _ = killpg(pgid(process), Signal::SIGTERM);
-        }
-    }
-    let deadline = Instant::now() + STOP_GRACE;
-    for process in processes.iter_mut().rev() {
-        if process.exit.is_some() {
-            continue;
-        }
-        // Peek without reaping: while the exited leader is a zombie, its group id cannot
-        // be reused, so the final SIGKILL reaches only its own stragglers.
-        while !leader_exited(process) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = killpg(pgid(process), Signal::SIGKILL);
-        match process.child.wait() {
-            Ok(status) => process.exit = Some(status),
-            Err(e) => tracing::warn!(component = %process.info.name, "reaping failed: {e}"),
-        }
     }
 }
 

@@ -491,6 +491,7 @@ fn the_leader_divides_a_policy_and_streams_each_share_to_its_cluster() {
         let b = join(testbed, &hub, prefix, "assign-b").await?;
         let mut sa = AgentStream::open(agent_sim::connect(&hub.grpc, &a).await?, "assign-a").await?;
         let mut sb = AgentStream::open(agent_sim::connect(&hub.grpc, &b).await?, "assign-b").await?;
+        let _hb = (sa.spawn_heartbeats(Duration::from_millis(500)), sb.spawn_heartbeats(Duration::from_millis(500)));
         // Both must be Available before the policy, or failover gives one everything.
         for c in ["assign-a", "assign-b"] {
             wait_condition(testbed, c, "Available", "True", Duration::from_secs(30)).await?;

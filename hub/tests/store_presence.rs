@@ -4,6 +4,7 @@ mod store_support;
 
 use std::time::Duration;
 
+use accord_hub::store::presence::ConnectedRecord;
 use accord_hub::store::{ReplicaPresence, Store};
 use store_support::wait_until;
 
@@ -13,6 +14,15 @@ const TTL: Duration = Duration::from_secs(2);
 const MARGIN: Duration = Duration::from_secs(4);
 /// Deadline for things that should happen promptly (no TTL involved).
 const PROMPTLY: Duration = Duration::from_secs(15);
+
+fn rec(replica: &str) -> ConnectedRecord {
+    ConnectedRecord {
+        replica: replica.to_owned(),
+        agent_version: "test".into(),
+        kubernetes_version: "v1.34.4".into(),
+        connected_unix_millis: 1,
+    }
+}
 
 async fn holder(store: &Store, cluster: &str) -> Option<String> {
     ReplicaPresence::connected_replica(store, cluster)
@@ -27,7 +37,7 @@ async fn the_connected_key_appears_on_connect_and_disappears_on_disconnect() {
         .await
         .unwrap();
     assert_eq!(holder(&store, "eu").await, None);
-    presence.mark_connected("eu").await.unwrap();
+    presence.mark_connected("eu", &rec(presence.replica())).await.unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
     let kv = store
         .client()
@@ -50,7 +60,7 @@ async fn every_cluster_of_a_replica_shares_its_one_lease() {
         .await
         .unwrap();
     for cluster in ["a", "b", "c"] {
-        presence.mark_connected(cluster).await.unwrap();
+        presence.mark_connected(cluster, &rec(presence.replica())).await.unwrap();
     }
     let listed = store
         .client()
@@ -78,8 +88,8 @@ async fn disconnecting_leaves_a_key_that_another_replica_has_taken_over() {
     let new = ReplicaPresence::start(store.clone(), "hub-1".into(), TTL)
         .await
         .unwrap();
-    old.mark_connected("eu").await.unwrap();
-    new.mark_connected("eu").await.unwrap();
+    old.mark_connected("eu", &rec(old.replica())).await.unwrap();
+    new.mark_connected("eu", &rec(new.replica())).await.unwrap();
     // The old replica notices its stream is gone only now.
     old.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-1"));
@@ -91,8 +101,8 @@ async fn revoking_the_replica_lease_removes_all_its_connected_keys_at_once() {
     let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), Duration::from_secs(60))
         .await
         .unwrap();
-    presence.mark_connected("a").await.unwrap();
-    presence.mark_connected("b").await.unwrap();
+    presence.mark_connected("a", &rec(presence.replica())).await.unwrap();
+    presence.mark_connected("b", &rec(presence.replica())).await.unwrap();
     presence.revoke().await.unwrap();
     assert_eq!(holder(&store, "a").await, None);
     assert_eq!(holder(&store, "b").await, None);
@@ -104,7 +114,7 @@ async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires
     let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
         .await
         .unwrap();
-    presence.mark_connected("eu").await.unwrap();
+    presence.mark_connected("eu", &rec(presence.replica())).await.unwrap();
     // Dropping stops the keepalive without revoking, as a crash would.
     drop(presence);
     wait_until("the connected key to expire", TTL + MARGIN, || async {
@@ -119,7 +129,7 @@ async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_n
     let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
         .await
         .unwrap();
-    presence.mark_connected("eu").await.unwrap();
+    presence.mark_connected("eu", &rec(presence.replica())).await.unwrap();
     let old_lease = presence.lease_id();
     store.client().lease_revoke(old_lease).await.unwrap();
     assert_eq!(holder(&store, "eu").await, None, "revoking left the key");
@@ -132,7 +142,8 @@ async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_n
         response.kvs().first().cloned()
     })
     .await;
-    assert_eq!(kv.value(), b"hub-0");
+    let value: ConnectedRecord = serde_json::from_slice(kv.value()).unwrap();
+    assert_eq!(value.replica, "hub-0");
     assert_ne!(kv.lease(), old_lease);
     assert_eq!(kv.lease(), presence.lease_id());
     presence.mark_disconnected("eu").await.unwrap();

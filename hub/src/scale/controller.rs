@@ -224,16 +224,16 @@ async fn write_placement(ctx: &Context, key: &str, record: &PlacementRecord) -> 
     let value = serde_json::to_vec(record).expect("a PlacementRecord always serialises");
     let result = ctx
         .store
-        .fenced_txn(&fence, vec![lock.compare()], vec![etcd_client::TxnOp::put(key, value, None)])
+        .fenced_txn_with_revision(&fence, vec![lock.compare()], vec![etcd_client::TxnOp::put(key, value, None)])
         .await;
     let unlocked = lock.unlock().await;
-    let response = result?;
+    let (response, revision) = result?;
     unlocked?;
     if !response.succeeded() {
         return Err(ReconcileError::Store(StoreError::Unexpected("the scaling lock was lost during the write".into())));
     }
     // Read our own write before the status is computed from the cache.
-    ctx.placements.wait_for_revision(crate::store::header_revision(response.header())).await;
+    ctx.placements.wait_for_revision(revision).await;
     Ok(())
 }
 
@@ -300,6 +300,7 @@ async fn lead(
     metrics: Metrics,
     replica: String,
 ) -> anyhow::Result<()> {
+    info!("leading: reconciling CrossClusterScalePolicies");
     let statuses = PrefixCache::<StatusRecord>::start(store.clone(), store.keys().status_prefix()).await?;
     let (clusters, writer) = reflector::store();
     let policies: Api<CrossClusterScalePolicy> = Api::all(kube.clone());
@@ -354,7 +355,12 @@ async fn lead(
     controller
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .run(reconcile, error_policy, ctx)
-        .for_each(|_| futures::future::ready(()))
+        .for_each(|r| {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+            futures::future::ready(())
+        })
         .await;
     cluster_watch.abort();
     status_watch.abort();
