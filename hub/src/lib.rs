@@ -11,6 +11,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod pki;
+pub mod placement;
 pub mod serve;
 pub mod store;
 pub mod token;
