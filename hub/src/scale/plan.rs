@@ -98,7 +98,7 @@ pub fn plan(
     let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
     let (division, infeasible) = match divide(total, &candidates) {
         Division::Exact(shares) => (shares, None),
-        Division::Infeasible { reason, best_effort } => (best_effort, Some(reason)),
+        Division::Infeasible { reason, best_effort } => (best_effort, Some(reason.to_string())),
     };
     let shares = spec
         .distribution
