@@ -159,7 +159,9 @@ impl AgentStream {
                 tick.tick().await;
                 let hb = AgentMessage {
                     cluster: String::new(),
-                    body: Some(agent_message::Body::Heartbeat(Heartbeat { sent_unix_millis: 0 })),
+                    body: Some(agent_message::Body::Heartbeat(Heartbeat {
+                        sent_unix_millis: 0,
+                    })),
                 };
                 if tx.send(hb).await.is_err() {
                     return;

@@ -122,6 +122,14 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         election.clone(),
         metrics.clone(),
     ));
+    tokio::spawn(crate::scale::controller::run(
+        store.clone(),
+        kube.clone(),
+        election.clone(),
+        fanout.cache().clone(),
+        metrics.clone(),
+        cfg.replica.clone(),
+    ));
 
     let http_listener = http::bind(cfg.http_addr)
         .await

@@ -37,7 +37,10 @@ async fn the_connected_key_appears_on_connect_and_disappears_on_disconnect() {
         .await
         .unwrap();
     assert_eq!(holder(&store, "eu").await, None);
-    presence.mark_connected("eu", &rec(presence.replica())).await.unwrap();
+    presence
+        .mark_connected("eu", &rec(presence.replica()))
+        .await
+        .unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
     let kv = store
         .client()
@@ -60,7 +63,10 @@ async fn every_cluster_of_a_replica_shares_its_one_lease() {
         .await
         .unwrap();
     for cluster in ["a", "b", "c"] {
-        presence.mark_connected(cluster, &rec(presence.replica())).await.unwrap();
+        presence
+            .mark_connected(cluster, &rec(presence.replica()))
+            .await
+            .unwrap();
     }
     let listed = store
         .client()
@@ -101,8 +107,14 @@ async fn revoking_the_replica_lease_removes_all_its_connected_keys_at_once() {
     let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), Duration::from_secs(60))
         .await
         .unwrap();
-    presence.mark_connected("a", &rec(presence.replica())).await.unwrap();
-    presence.mark_connected("b", &rec(presence.replica())).await.unwrap();
+    presence
+        .mark_connected("a", &rec(presence.replica()))
+        .await
+        .unwrap();
+    presence
+        .mark_connected("b", &rec(presence.replica()))
+        .await
+        .unwrap();
     presence.revoke().await.unwrap();
     assert_eq!(holder(&store, "a").await, None);
     assert_eq!(holder(&store, "b").await, None);
@@ -114,7 +126,10 @@ async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires
     let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
         .await
         .unwrap();
-    presence.mark_connected("eu", &rec(presence.replica())).await.unwrap();
+    presence
+        .mark_connected("eu", &rec(presence.replica()))
+        .await
+        .unwrap();
     // Dropping stops the keepalive without revoking, as a crash would.
     drop(presence);
     wait_until("the connected key to expire", TTL + MARGIN, || async {
@@ -129,7 +144,10 @@ async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_n
     let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
         .await
         .unwrap();
-    presence.mark_connected("eu", &rec(presence.replica())).await.unwrap();
+    presence
+        .mark_connected("eu", &rec(presence.replica()))
+        .await
+        .unwrap();
     let old_lease = presence.lease_id();
     store.client().lease_revoke(old_lease).await.unwrap();
     assert_eq!(holder(&store, "eu").await, None, "revoking left the key");

@@ -6,8 +6,7 @@
 
 use accord_proto::v1::federation_server::Federation;
 use accord_proto::v1::{
-    AgentMessage, HubMessage, StatusAck, StatusReport, agent_message, hub_message,
-    status_ack,
+    AgentMessage, HubMessage, StatusAck, StatusReport, agent_message, hub_message, status_ack,
 };
 use futures::Stream;
 use std::pin::Pin;

@@ -112,7 +112,10 @@ fn cluster_views(clusters: &Reflector<ManagedCluster>) -> HashMap<String, Cluste
         .collect()
 }
 
-async fn reconcile(policy: Arc<CrossClusterScalePolicy>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+async fn reconcile(
+    policy: Arc<CrossClusterScalePolicy>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
     let ns = policy.namespace().unwrap_or_default();
     let api: Api<CrossClusterScalePolicy> = Api::namespaced(ctx.kube.clone(), &ns);
     finalizer(&api, FINALIZER, policy, |event| async {
@@ -123,7 +126,8 @@ async fn reconcile(policy: Arc<CrossClusterScalePolicy>, ctx: Arc<Context>) -> R
     })
     .await
     .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
         other => ReconcileError::Finalizer(other.to_string()),
     })
 }
@@ -141,7 +145,12 @@ async fn apply(policy: &CrossClusterScalePolicy, ctx: &Context) -> Result<Action
         status.observed_generation = generation;
         status.conditions = conditions::merge(
             &status.conditions,
-            &[conditions::Desired::new("Ready", conditions::Status::False, "InvalidSpec", errors.to_string())],
+            &[conditions::Desired::new(
+                "Ready",
+                conditions::Status::False,
+                "InvalidSpec",
+                errors.to_string(),
+            )],
             generation,
             &now,
         );
@@ -152,14 +161,24 @@ async fn apply(policy: &CrossClusterScalePolicy, ctx: &Context) -> Result<Action
     let key = ctx.store.keys().placements(SCALE_KIND, &ns, &name);
     let previous = ctx.placements.get(&key);
     let views = cluster_views(&ctx.clusters);
-    let planned = plan(&policy.spec, &ns, &views, previous.as_ref().map(|(r, _)| r), now_unix());
+    let planned = plan(
+        &policy.spec,
+        &ns,
+        &views,
+        previous.as_ref().map(|(r, _)| r),
+        now_unix(),
+    );
     let target = Target {
         api_version: policy.spec.target_ref.api_version.clone(),
         kind: policy.spec.target_ref.kind.clone(),
         name: policy.spec.target_ref.name.clone(),
     };
     let mut record = PlacementRecord {
-        policy: PolicyRef { kind: SCALE_KIND.into(), namespace: ns.clone(), name: name.clone() },
+        policy: PolicyRef {
+            kind: SCALE_KIND.into(),
+            namespace: ns.clone(),
+            name: name.clone(),
+        },
         generation: generation.unwrap_or_default(),
         scale_request_id: String::new(),
         decided_unix_millis: Timestamp::now().as_millisecond(),
@@ -184,9 +203,16 @@ async fn apply(policy: &CrossClusterScalePolicy, ctx: &Context) -> Result<Action
                 .recorder
                 .publish(
                     &Event {
-                        type_: if record.infeasible.is_some() { EventType::Warning } else { EventType::Normal },
+                        type_: if record.infeasible.is_some() {
+                            EventType::Warning
+                        } else {
+                            EventType::Normal
+                        },
                         reason: "ScaleDecision".into(),
-                        note: Some(format!("{} replicas: {note} (scale request {})", record.desired_replicas, record.scale_request_id)),
+                        note: Some(format!(
+                            "{} replicas: {note} (scale request {})",
+                            record.desired_replicas, record.scale_request_id
+                        )),
                         action: "Scale".into(),
                         secondary: None,
                     },
@@ -205,8 +231,12 @@ async fn apply(policy: &CrossClusterScalePolicy, ctx: &Context) -> Result<Action
             ctx.statuses.get(&key).map(|(r, _)| (s.cluster.clone(), r))
         })
         .collect();
-    let decided = Timestamp::from_millisecond(record.decided_unix_millis).map(Time).unwrap_or_else(|_| now.clone());
-    let status = aggregate(&record, &reports, &views, generation, old_status, &decided, &now);
+    let decided = Timestamp::from_millisecond(record.decided_unix_millis)
+        .map(Time)
+        .unwrap_or_else(|_| now.clone());
+    let status = aggregate(
+        &record, &reports, &views, generation, old_status, &decided, &now,
+    );
     write_status(&api, &name, old_status, &status).await?;
     Ok(match planned.recheck_after {
         Some(after) => Action::requeue(after),
@@ -215,22 +245,36 @@ async fn apply(policy: &CrossClusterScalePolicy, ctx: &Context) -> Result<Action
 }
 
 /// Writes the placements key under the policy's lock, fenced by leadership.
-async fn write_placement(ctx: &Context, key: &str, record: &PlacementRecord) -> Result<(), ReconcileError> {
+async fn write_placement(
+    ctx: &Context,
+    key: &str,
+    record: &PlacementRecord,
+) -> Result<(), ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
     let p = &record.policy;
-    let lock = tokio::time::timeout(LOCK_WAIT, ctx.store.lock_policy(&p.kind, &p.namespace, &p.name, LOCK_TTL))
-        .await
-        .map_err(|_| ReconcileError::LockTimeout(format!("{}/{}", p.namespace, p.name)))??;
+    let lock = tokio::time::timeout(
+        LOCK_WAIT,
+        ctx.store
+            .lock_policy(&p.kind, &p.namespace, &p.name, LOCK_TTL),
+    )
+    .await
+    .map_err(|_| ReconcileError::LockTimeout(format!("{}/{}", p.namespace, p.name)))??;
     let value = serde_json::to_vec(record).expect("a PlacementRecord always serialises");
     let result = ctx
         .store
-        .fenced_txn_with_revision(&fence, vec![lock.compare()], vec![etcd_client::TxnOp::put(key, value, None)])
+        .fenced_txn_with_revision(
+            &fence,
+            vec![lock.compare()],
+            vec![etcd_client::TxnOp::put(key, value, None)],
+        )
         .await;
     let unlocked = lock.unlock().await;
     let (response, revision) = result?;
     unlocked?;
     if !response.succeeded() {
-        return Err(ReconcileError::Store(StoreError::Unexpected("the scaling lock was lost during the write".into())));
+        return Err(ReconcileError::Store(StoreError::Unexpected(
+            "the scaling lock was lost during the write".into(),
+        )));
     }
     // Read our own write before the status is computed from the cache.
     ctx.placements.wait_for_revision(revision).await;
@@ -246,23 +290,36 @@ async fn write_status(
     if !status_changed(old, new) {
         return Ok(());
     }
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(serde_json::json!({ "status": new })))
-        .await?;
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "status": new })),
+    )
+    .await?;
     Ok(())
 }
 
-async fn cleanup(policy: &CrossClusterScalePolicy, ctx: &Context) -> Result<Action, ReconcileError> {
+async fn cleanup(
+    policy: &CrossClusterScalePolicy,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
     let ns = policy.namespace().unwrap_or_default();
     let name = policy.name_any();
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
     let key = ctx.store.keys().placements(SCALE_KIND, &ns, &name);
     ctx.store.fenced_delete(&fence, &key).await?;
-    ctx.store.delete_policy_status(SCALE_KIND, &ns, &name).await?;
+    ctx.store
+        .delete_policy_status(SCALE_KIND, &ns, &name)
+        .await?;
     info!(policy = %format!("{ns}/{name}"), "policy deleted; member workloads keep their replicas and are no longer managed");
     Ok(Action::await_change())
 }
 
-fn error_policy(_policy: Arc<CrossClusterScalePolicy>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+fn error_policy(
+    _policy: Arc<CrossClusterScalePolicy>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.error(error.kind());
     warn!(%error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(1))
@@ -301,7 +358,8 @@ async fn lead(
     replica: String,
 ) -> anyhow::Result<()> {
     info!("leading: reconciling CrossClusterScalePolicies");
-    let statuses = PrefixCache::<StatusRecord>::start(store.clone(), store.keys().status_prefix()).await?;
+    let statuses =
+        PrefixCache::<StatusRecord>::start(store.clone(), store.keys().status_prefix()).await?;
     let (clusters, writer) = reflector::store();
     let policies: Api<CrossClusterScalePolicy> = Api::all(kube.clone());
     let controller = Controller::new(policies, watcher::Config::default());
@@ -337,7 +395,8 @@ async fn lead(
         loop {
             match events.recv().await {
                 Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                    let parts: Vec<&str> = key.trim_start_matches(&status_prefix).split('/').collect();
+                    let parts: Vec<&str> =
+                        key.trim_start_matches(&status_prefix).split('/').collect();
                     if let [_cluster, kind, ns, name] = parts.as_slice()
                         && *kind == SCALE_KIND
                     {
@@ -350,8 +409,23 @@ async fn lead(
         }
     });
 
-    let recorder = Recorder::new(kube.clone(), Reporter { controller: "accord-hub".into(), instance: Some(replica) });
-    let ctx = Arc::new(Context { store, kube, election, placements, statuses, clusters, recorder, metrics });
+    let recorder = Recorder::new(
+        kube.clone(),
+        Reporter {
+            controller: "accord-hub".into(),
+            instance: Some(replica),
+        },
+    );
+    let ctx = Arc::new(Context {
+        store,
+        kube,
+        election,
+        placements,
+        statuses,
+        clusters,
+        recorder,
+        metrics,
+    });
     controller
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .run(reconcile, error_policy, ctx)

@@ -46,12 +46,21 @@ fn full_assignments(cache: &PrefixCache<PlacementRecord>, cluster: &str) -> Assi
         .into_iter()
         .filter_map(|(_, record, rev)| record.assignment_for(cluster, rev))
         .collect();
-    Assignments { revision, full: true, items, removed: Vec::new() }
+    Assignments {
+        revision,
+        full: true,
+        items,
+        removed: Vec::new(),
+    }
 }
 
 fn send(connections: &Connections, cluster: &str, assignments: Assignments) {
-    let Some(conn) = connections.get(cluster) else { return };
-    let msg = HubMessage { body: Some(hub_message::Body::Assignments(assignments)) };
+    let Some(conn) = connections.get(cluster) else {
+        return;
+    };
+    let msg = HubMessage {
+        body: Some(hub_message::Body::Assignments(assignments)),
+    };
     if let Err(tokio::sync::mpsc::error::TrySendError::Full(msg)) = conn.outbox.try_send(Ok(msg)) {
         // A slow agent: deliver without holding up the other clusters. Agents apply only
         // newer revisions, so a late delivery cannot undo a newer assignment.
@@ -77,12 +86,21 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
         .collect();
     loop {
         match events.recv().await {
-            Ok(CacheEvent::Put { key, value, mod_revision }) => {
+            Ok(CacheEvent::Put {
+                key,
+                value,
+                mod_revision,
+            }) => {
                 let now: HashSet<String> = clusters_of(&value);
                 let before = known.get(&key).map(|(_, c)| c.clone()).unwrap_or_default();
                 for cluster in now.union(&before) {
                     let delta = match value.assignment_for(cluster, mod_revision) {
-                        Some(item) => Assignments { revision: mod_revision, full: false, items: vec![item], removed: vec![] },
+                        Some(item) => Assignments {
+                            revision: mod_revision,
+                            full: false,
+                            items: vec![item],
+                            removed: vec![],
+                        },
                         None => Assignments {
                             revision: mod_revision,
                             full: false,
@@ -99,12 +117,16 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                     let revision = cache.revision();
                     let removed: ObjectRef = policy.to_proto();
                     for cluster in clusters {
-                        send(&connections, &cluster, Assignments {
-                            revision,
-                            full: false,
-                            items: vec![],
-                            removed: vec![removed.clone()],
-                        });
+                        send(
+                            &connections,
+                            &cluster,
+                            Assignments {
+                                revision,
+                                full: false,
+                                items: vec![],
+                                removed: vec![removed.clone()],
+                            },
+                        );
                     }
                 }
             }

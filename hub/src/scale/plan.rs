@@ -90,7 +90,10 @@ pub fn plan(
             None => candidates.push(Candidate {
                 cluster: d.cluster.clone(),
                 weight: u32::try_from(d.weight.max(1)).unwrap_or(1),
-                min: d.min_replicas.and_then(|m| u32::try_from(m).ok()).unwrap_or(0),
+                min: d
+                    .min_replicas
+                    .and_then(|m| u32::try_from(m).ok())
+                    .unwrap_or(0),
                 max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
             }),
         }
@@ -98,14 +101,20 @@ pub fn plan(
     let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
     let (division, infeasible) = match divide(total, &candidates) {
         Division::Exact(shares) => (shares, None),
-        Division::Infeasible { reason, best_effort } => (best_effort, Some(reason.to_string())),
+        Division::Infeasible {
+            reason,
+            best_effort,
+        } => (best_effort, Some(reason.to_string())),
     };
     let shares = spec
         .distribution
         .iter()
         .map(|d| ShareRecord {
             cluster: d.cluster.clone(),
-            namespace: d.namespace.clone().unwrap_or_else(|| default_namespace.to_owned()),
+            namespace: d
+                .namespace
+                .clone()
+                .unwrap_or_else(|| default_namespace.to_owned()),
             replicas: division
                 .iter()
                 .find(|s| s.cluster == d.cluster)
@@ -137,27 +146,37 @@ pub fn aggregate(
         let available = clusters.get(&share.cluster).is_some_and(|c| c.available);
         let current = report.filter(|r| r.scale_request_id == record.scale_request_id);
         let (state, message) = if !available {
-            (PlacementState::Unavailable, Some(share.held_reason.clone().unwrap_or_else(|| {
-                "the cluster is unavailable; values are as last seen".to_owned()
-            })))
+            (
+                PlacementState::Unavailable,
+                Some(share.held_reason.clone().unwrap_or_else(|| {
+                    "the cluster is unavailable; values are as last seen".to_owned()
+                })),
+            )
         } else if let Some(r) = current {
             let state = PlacementState::parse(&r.state).unwrap_or(PlacementState::Error);
             (state, Some(r.message.clone()).filter(|m| !m.is_empty()))
-        } else if let Some(r) = report.filter(|r| {
-            matches!(r.state.as_str(), "TargetNotFound" | "Conflict" | "Error")
-        }) {
+        } else if let Some(r) =
+            report.filter(|r| matches!(r.state.as_str(), "TargetNotFound" | "Conflict" | "Error"))
+        {
             // The agent could not act on an earlier decision either; say why.
-            (PlacementState::parse(&r.state).unwrap_or(PlacementState::Error), Some(r.message.clone()))
+            (
+                PlacementState::parse(&r.state).unwrap_or(PlacementState::Error),
+                Some(r.message.clone()),
+            )
         } else {
             (PlacementState::Pending, share.held_reason.clone())
         };
-        let ready = report.and_then(|r| r.observed.get("readyReplicas")).and_then(|v| v.as_i64());
+        let ready = report
+            .and_then(|r| r.observed.get("readyReplicas"))
+            .and_then(|v| v.as_i64());
         let synced_before = old_placements
             .iter()
             .find(|p| p.cluster == share.cluster)
             .and_then(|p| p.last_sync_time.clone());
         let reported_at = current
-            .and_then(|r| k8s_openapi::jiff::Timestamp::from_millisecond(r.observed_unix_millis).ok())
+            .and_then(|r| {
+                k8s_openapi::jiff::Timestamp::from_millisecond(r.observed_unix_millis).ok()
+            })
             .filter(|t| t.as_second() > 0)
             .map(Time);
         placements.push(Placement {
@@ -192,27 +211,61 @@ pub fn aggregate(
         })
         .map(|p| format!("{}: {}", p.cluster, p.state.as_str()))
         .collect();
-    let pending = placements.iter().any(|p| p.state == PlacementState::Pending && p.desired_replicas > 0);
-    let all_synced = placements
+    let pending = placements
         .iter()
-        .all(|p| p.state == PlacementState::Synced || (p.desired_replicas == 0 && p.state != PlacementState::Conflict));
-    let is_ready = all_synced && ready >= desired && record.infeasible.is_none() && troubled.is_empty();
+        .any(|p| p.state == PlacementState::Pending && p.desired_replicas > 0);
+    let all_synced = placements.iter().all(|p| {
+        p.state == PlacementState::Synced
+            || (p.desired_replicas == 0 && p.state != PlacementState::Conflict)
+    });
+    let is_ready =
+        all_synced && ready >= desired && record.infeasible.is_none() && troubled.is_empty();
     let mut desired_conditions = vec![
         if is_ready {
-            Desired::new("Ready", Status::True, "AllPlacementsSynced", format!("{ready}/{desired} replicas ready in every cluster"))
+            Desired::new(
+                "Ready",
+                Status::True,
+                "AllPlacementsSynced",
+                format!("{ready}/{desired} replicas ready in every cluster"),
+            )
         } else {
-            Desired::new("Ready", Status::False, "NotAllPlacementsReady", format!("{ready}/{desired} replicas ready"))
+            Desired::new(
+                "Ready",
+                Status::False,
+                "NotAllPlacementsReady",
+                format!("{ready}/{desired} replicas ready"),
+            )
         },
         if pending || (ready < desired && troubled.is_empty()) {
-            Desired::new("Progressing", Status::True, "RollingOut", format!("scale request {} is being applied", record.scale_request_id))
+            Desired::new(
+                "Progressing",
+                Status::True,
+                "RollingOut",
+                format!("scale request {} is being applied", record.scale_request_id),
+            )
         } else {
-            Desired::new("Progressing", Status::False, "Settled", "no change in flight")
+            Desired::new(
+                "Progressing",
+                Status::False,
+                "Settled",
+                "no change in flight",
+            )
         },
     ];
     desired_conditions.push(match (&record.infeasible, troubled.is_empty()) {
         (Some(reason), _) => Desired::new("Degraded", Status::True, "Infeasible", reason.clone()),
-        (None, false) => Desired::new("Degraded", Status::True, "PlacementProblems", troubled.join("; ")),
-        (None, true) => Desired::new("Degraded", Status::False, "Healthy", "every placement is healthy"),
+        (None, false) => Desired::new(
+            "Degraded",
+            Status::True,
+            "PlacementProblems",
+            troubled.join("; "),
+        ),
+        (None, true) => Desired::new(
+            "Degraded",
+            Status::False,
+            "Healthy",
+            "every placement is healthy",
+        ),
     });
     let old_conditions = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
     CrossClusterScalePolicyStatus {
@@ -228,7 +281,10 @@ pub fn aggregate(
 }
 
 /// True when `new` differs from `old` in anything but timestamps.
-pub fn status_changed(old: Option<&CrossClusterScalePolicyStatus>, new: &CrossClusterScalePolicyStatus) -> bool {
+pub fn status_changed(
+    old: Option<&CrossClusterScalePolicyStatus>,
+    new: &CrossClusterScalePolicyStatus,
+) -> bool {
     let Some(old) = old else { return true };
     let strip = |s: &CrossClusterScalePolicyStatus| {
         let mut s = s.clone();
@@ -252,19 +308,31 @@ mod tests {
     }
 
     fn two_clusters() -> CrossClusterScalePolicySpec {
-        spec("targetRef: {name: frontend}\ndesiredReplicas: 12\ndistribution:\n- {cluster: a, weight: 60}\n- {cluster: b, weight: 40}\n")
+        spec(
+            "targetRef: {name: frontend}\ndesiredReplicas: 12\ndistribution:\n- {cluster: a, weight: 60}\n- {cluster: b, weight: 40}\n",
+        )
     }
 
     fn up(since: i64) -> ClusterView {
-        ClusterView { available: true, available_since_unix: since, unschedulable: false }
+        ClusterView {
+            available: true,
+            available_since_unix: since,
+            unschedulable: false,
+        }
     }
 
     fn down() -> ClusterView {
-        ClusterView { available: false, available_since_unix: 0, unschedulable: false }
+        ClusterView {
+            available: false,
+            available_since_unix: 0,
+            unschedulable: false,
+        }
     }
 
     fn views(v: &[(&str, ClusterView)]) -> HashMap<String, ClusterView> {
-        v.iter().map(|(n, c)| ((*n).to_owned(), c.clone())).collect()
+        v.iter()
+            .map(|(n, c)| ((*n).to_owned(), c.clone()))
+            .collect()
     }
 
     fn replicas(p: &Plan) -> Vec<i32> {
@@ -273,11 +341,19 @@ mod tests {
 
     fn record_of(p: &Plan) -> PlacementRecord {
         PlacementRecord {
-            policy: PolicyRef { kind: SCALE_KIND.into(), namespace: "default".into(), name: "web".into() },
+            policy: PolicyRef {
+                kind: SCALE_KIND.into(),
+                namespace: "default".into(),
+                name: "web".into(),
+            },
             generation: 1,
             scale_request_id: "id-1".into(),
             decided_unix_millis: 0,
-            target: Target { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "frontend".into() },
+            target: Target {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "frontend".into(),
+            },
             desired_replicas: 12,
             shares: p.shares.clone(),
             infeasible: p.infeasible.clone(),
@@ -286,40 +362,88 @@ mod tests {
 
     #[test]
     fn sixty_forty_of_twelve_is_seven_and_five() {
-        let p = plan(&two_clusters(), "default", &views(&[("a", up(0)), ("b", up(0))]), None, 100);
+        let p = plan(
+            &two_clusters(),
+            "default",
+            &views(&[("a", up(0)), ("b", up(0))]),
+            None,
+            100,
+        );
         assert_eq!(replicas(&p), vec![7, 5]);
         assert_eq!(p.shares[0].namespace, "default");
     }
 
     #[test]
     fn an_unavailable_clusters_share_moves_to_the_others() {
-        let p = plan(&two_clusters(), "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        let p = plan(
+            &two_clusters(),
+            "default",
+            &views(&[("a", up(0)), ("b", down())]),
+            None,
+            100,
+        );
         assert_eq!(replicas(&p), vec![12, 0]);
-        assert!(p.shares[1].held_reason.as_deref().unwrap().contains("unavailable"));
+        assert!(
+            p.shares[1]
+                .held_reason
+                .as_deref()
+                .unwrap()
+                .contains("unavailable")
+        );
     }
 
     #[test]
     fn without_failover_an_unavailable_cluster_keeps_its_share() {
         let mut s = two_clusters();
         s.failover.enabled = false;
-        let p = plan(&s, "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        let p = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", down())]),
+            None,
+            100,
+        );
         assert_eq!(replicas(&p), vec![7, 5]);
     }
 
     #[test]
     fn a_returning_cluster_gets_its_share_back_once_after_the_cooldown() {
         let s = two_clusters(); // default cooldown 30 s
-        let failed = plan(&s, "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        let failed = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", down())]),
+            None,
+            100,
+        );
         let prev = record_of(&failed);
         // b is back at t=200: held for 30 s.
-        let during = plan(&s, "default", &views(&[("a", up(0)), ("b", up(200))]), Some(&prev), 210);
+        let during = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", up(200))]),
+            Some(&prev),
+            210,
+        );
         assert_eq!(replicas(&during), vec![12, 0]);
         assert_eq!(during.recheck_after, Some(Duration::from_secs(20)));
-        let after = plan(&s, "default", &views(&[("a", up(0)), ("b", up(200))]), Some(&record_of(&during)), 230);
+        let after = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", up(200))]),
+            Some(&record_of(&during)),
+            230,
+        );
         assert_eq!(replicas(&after), vec![7, 5]);
         assert_eq!(after.recheck_after, None);
         // Once back, it stays: a later plan keeps the same shares.
-        let later = plan(&s, "default", &views(&[("a", up(0)), ("b", up(200))]), Some(&record_of(&after)), 231);
+        let later = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", up(200))]),
+            Some(&record_of(&after)),
+            231,
+        );
         assert_eq!(later.shares, after.shares);
     }
 
@@ -327,7 +451,13 @@ mod tests {
     fn a_drained_cluster_gets_nothing() {
         let mut b = up(0);
         b.unschedulable = true;
-        let p = plan(&two_clusters(), "default", &views(&[("a", up(0)), ("b", b)]), None, 100);
+        let p = plan(
+            &two_clusters(),
+            "default",
+            &views(&[("a", up(0)), ("b", b)]),
+            None,
+            100,
+        );
         assert_eq!(replicas(&p), vec![12, 0]);
     }
 
@@ -348,23 +478,36 @@ mod tests {
     fn status_is_ready_when_every_placement_is_synced_and_ready() {
         let cl = views(&[("a", up(0)), ("b", up(0))]);
         let rec = record_of(&plan(&two_clusters(), "default", &cl, None, 100));
-        let reports: HashMap<_, _> =
-            [("a".to_owned(), report("Synced", "id-1", 7)), ("b".to_owned(), report("Synced", "id-1", 5))].into();
+        let reports: HashMap<_, _> = [
+            ("a".to_owned(), report("Synced", "id-1", 7)),
+            ("b".to_owned(), report("Synced", "id-1", 5)),
+        ]
+        .into();
         let now = Time(Timestamp::from_second(100).unwrap());
         let st = aggregate(&rec, &reports, &cl, Some(1), None, &now, &now);
         assert_eq!(st.ready_replicas, Some(12));
         assert!(conditions::is_true(&st.conditions, "Ready"));
         assert!(!conditions::is_true(&st.conditions, "Degraded"));
-        assert!(st.placements.iter().all(|p| p.state == PlacementState::Synced));
-        assert!(!status_changed(Some(&st), &aggregate(&rec, &reports, &cl, Some(1), Some(&st), &now, &now)));
+        assert!(
+            st.placements
+                .iter()
+                .all(|p| p.state == PlacementState::Synced)
+        );
+        assert!(!status_changed(
+            Some(&st),
+            &aggregate(&rec, &reports, &cl, Some(1), Some(&st), &now, &now)
+        ));
     }
 
     #[test]
     fn reports_for_an_older_decision_leave_the_placement_pending() {
         let cl = views(&[("a", up(0)), ("b", up(0))]);
         let rec = record_of(&plan(&two_clusters(), "default", &cl, None, 100));
-        let reports: HashMap<_, _> =
-            [("a".to_owned(), report("Synced", "id-0", 6)), ("b".to_owned(), report("Conflict", "id-1", 5))].into();
+        let reports: HashMap<_, _> = [
+            ("a".to_owned(), report("Synced", "id-0", 6)),
+            ("b".to_owned(), report("Conflict", "id-1", 5)),
+        ]
+        .into();
         let now = Time(Timestamp::from_second(100).unwrap());
         let st = aggregate(&rec, &reports, &cl, Some(1), None, &now, &now);
         assert_eq!(st.placements[0].state, PlacementState::Pending);

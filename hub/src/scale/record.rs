@@ -118,15 +118,28 @@ mod tests {
 
     fn record(shares: &[(&str, i32)]) -> PlacementRecord {
         PlacementRecord {
-            policy: PolicyRef { kind: SCALE_KIND.into(), namespace: "default".into(), name: "web".into() },
+            policy: PolicyRef {
+                kind: SCALE_KIND.into(),
+                namespace: "default".into(),
+                name: "web".into(),
+            },
             generation: 1,
             scale_request_id: "01ABC".into(),
             decided_unix_millis: 0,
-            target: Target { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "frontend".into() },
+            target: Target {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "frontend".into(),
+            },
             desired_replicas: shares.iter().map(|s| s.1).sum(),
             shares: shares
                 .iter()
-                .map(|(c, r)| ShareRecord { cluster: (*c).into(), namespace: "prod".into(), replicas: *r, held_reason: None })
+                .map(|(c, r)| ShareRecord {
+                    cluster: (*c).into(),
+                    namespace: "prod".into(),
+                    replicas: *r,
+                    held_reason: None,
+                })
                 .collect(),
             infeasible: None,
         }
@@ -134,10 +147,17 @@ mod tests {
 
     #[test]
     fn a_cluster_with_a_share_gets_a_scale_assignment_at_the_record_revision() {
-        let a = record(&[("a", 7), ("b", 5)]).assignment_for("b", 42).unwrap();
+        let a = record(&[("a", 7), ("b", 5)])
+            .assignment_for("b", 42)
+            .unwrap();
         assert_eq!(a.revision, 42);
-        let Some(assignment::Spec::Scale(s)) = a.spec else { panic!("not a scale assignment") };
-        assert_eq!((s.replicas, s.name.as_str(), s.namespace.as_str()), (5, "frontend", "prod"));
+        let Some(assignment::Spec::Scale(s)) = a.spec else {
+            panic!("not a scale assignment")
+        };
+        assert_eq!(
+            (s.replicas, s.name.as_str(), s.namespace.as_str()),
+            (5, "frontend", "prod")
+        );
         assert_eq!(s.scale_request_id, "01ABC");
         assert!(record(&[("a", 7)]).assignment_for("c", 42).is_none());
     }
