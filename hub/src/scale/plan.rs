@@ -71,7 +71,13 @@ pub fn plan(
                         .and_then(|p| p.share(&d.cluster))
                         .is_some_and(|s| s.held_reason.is_none());
                     let ready_at = v.available_since_unix + cooldown;
-                    if previous.is_some() && !had_share && now_unix < ready_at {
+                    // Only a cluster that came back after its share was moved away waits;
+                    // one that was already available when the previous decision was made
+                    // (a stale view then) takes part at once.
+                    let returned_since_decision = previous.is_some_and(|p| {
+                        v.available_since_unix.saturating_mul(1000) > p.decided_unix_millis
+                    });
+                    if returned_since_decision && !had_share && now_unix < ready_at {
                         let wait = ready_at - now_unix;
                         recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
                         Some(format!(
@@ -445,6 +451,17 @@ mod tests {
             231,
         );
         assert_eq!(later.shares, after.shares);
+    }
+
+    #[test]
+    fn a_cluster_seen_unavailable_only_through_a_stale_view_is_not_held() {
+        let s = two_clusters();
+        // The first decision (made at t=100) missed that b had been available since t=50.
+        let stale = plan(&s, "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        let mut prev = record_of(&stale);
+        prev.decided_unix_millis = 100_000;
+        let next = plan(&s, "default", &views(&[("a", up(0)), ("b", up(50))]), Some(&prev), 101);
+        assert_eq!(replicas(&next), vec![7, 5]);
     }
 
     #[test]
