@@ -91,8 +91,14 @@ pub async fn ensure_hub_namespace(testbed: &Testbed) -> Result<()> {
 impl HubProcess {
     /// Starts `accord-hub serve` on free ports and waits until `/readyz` answers.
     pub async fn start(testbed: &Testbed, opts: &HubOptions) -> Result<Self> {
+        Self::start_at(testbed, opts, &format!("127.0.0.1:{}", free_port()?)).await
+    }
+
+    /// Starts `accord-hub serve` with its gRPC server on `grpc` (e.g. to restart a hub
+    /// where its agents expect it).
+    pub async fn start_at(testbed: &Testbed, opts: &HubOptions, grpc: &str) -> Result<Self> {
         ensure_hub_namespace(testbed).await?;
-        let grpc = format!("127.0.0.1:{}", free_port()?);
+        let grpc = grpc.to_owned();
         let http_addr = format!("127.0.0.1:{}", free_port()?);
         let mut cmd = Command::new(accord_binary("accord-hub")?);
         cmd.arg("serve")

@@ -539,6 +539,11 @@ impl Testbed {
         self.supervisor.stop(id);
     }
 
+    /// Name, pid and log of one supervised process.
+    pub fn process_info(&self, id: ProcessId) -> ProcessInfo {
+        self.supervisor.info(id)
+    }
+
     /// The testbed's processes that are running.
     pub fn processes(&self) -> Vec<ProcessInfo> {
         self.supervisor.running()

@@ -61,16 +61,22 @@ fn deployment_with_three_replicas_becomes_ready() {
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {
                     "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}]},
+                    "spec": {"containers": [{"name": "web", "image": "pause:3.10"}]},
                 },
             },
         });
         deployments
-            .patch("web", &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&deployment))
+            .patch(
+                "web",
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&deployment),
+            )
             .await?;
 
         let three_ready = |d: Option<&Deployment>| {
-            d.and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas) == Some(3)
+            d.and_then(|d| d.status.as_ref())
+                .and_then(|s| s.ready_replicas)
+                == Some(3)
         };
         let waited = tokio::time::timeout(
             Duration::from_secs(120),

@@ -79,6 +79,79 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
     Duration::from_micros(sorted[i])
 }
 
+/// One simulated agent: a heartbeat every second and a status report every
+/// `report_every` heartbeats, timing each report until its ack.
+async fn run_agent(
+    s: AgentStream,
+    offset: Duration,
+    report_every: u64,
+    latencies: Arc<Mutex<Vec<u64>>>,
+    acks: Arc<AtomicU64>,
+    measuring: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let (tx, mut rx) = s.split();
+    tokio::time::sleep(offset).await;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut expected = 0i64;
+    let mut applied = 0i64;
+    let mut n = 0u64;
+    loop {
+        tick.tick().await;
+        n += 1;
+        let hb = AgentMessage {
+            cluster: String::new(),
+            body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
+        };
+        if tx.send(hb).await.is_err() {
+            return;
+        }
+        if !n.is_multiple_of(report_every) {
+            continue;
+        }
+        applied += 1;
+        let report = AgentMessage {
+            cluster: String::new(),
+            body: Some(agent_message::Body::StatusReport(StatusReport {
+                policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
+                resource_version: applied.to_string(),
+                generation: 1,
+                expected_version: expected,
+                state: "Synced".into(),
+                applied_revision: applied,
+                ..Default::default()
+            })),
+        };
+        let sent = Instant::now();
+        if tx.send(report).await.is_err() {
+            return;
+        }
+        // Read until the ack (the first message may be the full assignments).
+        loop {
+            match rx.message().await {
+                Ok(Some(m)) => {
+                    if let Some(hub_message::Body::StatusAck(a)) = m.body {
+                        if let Some(
+                            status_ack::Result::Accepted(v) | status_ack::Result::Conflict(v),
+                        ) = a.result
+                        {
+                            expected = v;
+                        }
+                        if measuring.load(Ordering::Relaxed) {
+                            latencies
+                                .lock()
+                                .await
+                                .push(sent.elapsed().as_micros() as u64);
+                            acks.fetch_add(1, Ordering::Relaxed);
+                        }
+                        break;
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
@@ -140,13 +213,27 @@ async fn main() -> Result<()> {
     let latencies = Arc::new(Mutex::new(Vec::<u64>::new()));
     let acks = Arc::new(AtomicU64::new(0));
     let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let streams: Vec<_> = stream::iter(identities)
-        .map(|id| {
+    // Each agent starts heartbeating as soon as its stream is open: the hub closes a stream
+    // that stays silent past the heartbeat timeout.
+    let tasks: Vec<tokio::task::JoinHandle<()>> = stream::iter(identities.into_iter().enumerate())
+        .map(|(i, id)| {
             let grpc = hub.grpc.clone();
+            let latencies = latencies.clone();
+            let acks = acks.clone();
+            let measuring = measuring.clone();
+            let report_every = args.report_every;
             async move {
                 let channel = agent_sim::connect(&grpc, &id).await?;
                 let s = AgentStream::open(channel, &id.cluster).await?;
-                Ok::<_, anyhow::Error>(s)
+                let offset = Duration::from_millis((i as u64 * 997) % 1000);
+                Ok::<_, anyhow::Error>(tokio::spawn(run_agent(
+                    s,
+                    offset,
+                    report_every,
+                    latencies,
+                    acks,
+                    measuring,
+                )))
             }
         })
         .buffer_unordered(args.concurrency)
@@ -154,76 +241,8 @@ async fn main() -> Result<()> {
         .await
         .into_iter()
         .collect::<Result<_>>()?;
-    let mut tasks = Vec::new();
-    for (i, s) in streams.into_iter().enumerate() {
-        let (tx, mut rx) = s.split();
-        let latencies = latencies.clone();
-        let acks = acks.clone();
-        let measuring = measuring.clone();
-        let report_every = args.report_every;
-        let offset = Duration::from_millis((i as u64 * 997) % 1000);
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep(offset).await;
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            let mut expected = 0i64;
-            let mut applied = 0i64;
-            let mut n = 0u64;
-            loop {
-                tick.tick().await;
-                n += 1;
-                let hb = AgentMessage {
-                    cluster: String::new(),
-                    body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
-                };
-                if tx.send(hb).await.is_err() {
-                    return;
-                }
-                if !n.is_multiple_of(report_every) {
-                    continue;
-                }
-                applied += 1;
-                let report = AgentMessage {
-                    cluster: String::new(),
-                    body: Some(agent_message::Body::StatusReport(StatusReport {
-                        policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
-                        resource_version: applied.to_string(),
-                        generation: 1,
-                        expected_version: expected,
-                        state: "Synced".into(),
-                        applied_revision: applied,
-                        ..Default::default()
-                    })),
-                };
-                let sent = Instant::now();
-                if tx.send(report).await.is_err() {
-                    return;
-                }
-                // Read until the ack (the first message may be the full assignments).
-                loop {
-                    match rx.message().await {
-                        Ok(Some(m)) => {
-                            if let Some(hub_message::Body::StatusAck(a)) = m.body {
-                                match a.result {
-                                    Some(status_ack::Result::Accepted(v))
-                                    | Some(status_ack::Result::Conflict(v)) => expected = v,
-                                    None => {}
-                                }
-                                if measuring.load(Ordering::Relaxed) {
-                                    latencies
-                                        .lock()
-                                        .await
-                                        .push(sent.elapsed().as_micros() as u64);
-                                    acks.fetch_add(1, Ordering::Relaxed);
-                                }
-                                break;
-                            }
-                        }
-                        _ => return,
-                    }
-                }
-            }
-        }));
-    }
+    let connect_secs = joined_at.elapsed().as_secs_f64() - join_secs;
+    eprintln!("opened {} streams in {connect_secs:.1}s", args.agents);
 
     let http = testbed.http().clone();
     until(

@@ -457,10 +457,22 @@ mod tests {
     fn a_cluster_seen_unavailable_only_through_a_stale_view_is_not_held() {
         let s = two_clusters();
         // The first decision (made at t=100) missed that b had been available since t=50.
-        let stale = plan(&s, "default", &views(&[("a", up(0)), ("b", down())]), None, 100);
+        let stale = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", down())]),
+            None,
+            100,
+        );
         let mut prev = record_of(&stale);
         prev.decided_unix_millis = 100_000;
-        let next = plan(&s, "default", &views(&[("a", up(0)), ("b", up(50))]), Some(&prev), 101);
+        let next = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", up(50))]),
+            Some(&prev),
+            101,
+        );
         assert_eq!(replicas(&next), vec![7, 5]);
     }
 

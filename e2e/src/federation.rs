@@ -1,0 +1,169 @@
+//! A running federation on a testbed: one real `accord-hub serve` and one real
+//! `accord-agent run` per member, each agent joined through the real token flow. Used by
+//! the end-to-end tests, the propagation benchmark and the sandbox.
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+use kube::api::PostParams;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::agent_sim::{self, AgentIdentity};
+use crate::hub::{HubOptions, HubProcess, accord_binary, create_token};
+use crate::ports::free_port;
+use crate::{Cluster, ProcessId, Testbed};
+
+/// Namespace the agents run in (and keep their state ConfigMap in) on each member.
+pub const AGENT_NAMESPACE: &str = "accord-system";
+
+/// One agent: a cluster name on the hub, bound to one member cluster of the testbed.
+pub struct Agent {
+    /// Cluster name on the hub.
+    pub name: String,
+    /// Index of the testbed member it runs against.
+    pub member: usize,
+    /// Identity directory.
+    pub identity_dir: PathBuf,
+    /// HTTP address of its `/metrics`.
+    pub http: String,
+    /// Its process while running.
+    pub process: Option<ProcessId>,
+}
+
+/// A hub and its agents.
+pub struct Federation {
+    /// The hub.
+    pub hub: HubProcess,
+    /// Hub options, to restart it.
+    pub hub_options: HubOptions,
+    /// Agents by cluster name.
+    pub agents: BTreeMap<String, Agent>,
+}
+
+/// Creates `name` on `cluster` if it does not exist.
+pub async fn ensure_namespace(cluster: &Cluster, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(cluster.client());
+    if api.get_opt(name).await?.is_none() {
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Writes an identity directory in the layout `accord-agent run --identity-dir` reads.
+pub fn write_identity(dir: &std::path::Path, hub: &str, id: &AgentIdentity) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("hub-url"), format!("https://{hub}"))?;
+    std::fs::write(dir.join("cluster-name"), &id.cluster)?;
+    std::fs::write(dir.join("ca.crt"), &id.ca_pem)?;
+    std::fs::write(dir.join("tls.crt"), &id.cert_pem)?;
+    std::fs::write(dir.join("tls.key"), &id.key_pem)?;
+    std::fs::write(dir.join("tls-server-name"), agent_sim::HUB_TLS_NAME)?;
+    Ok(())
+}
+
+impl Federation {
+    /// Starts a hub (`etcd_prefix` keeps it apart from other tests) and one agent per
+    /// `(cluster name, member index)`, each joined with its own token.
+    pub async fn start(
+        testbed: &Testbed,
+        replica: &str,
+        etcd_prefix: &str,
+        hub_args: &[&str],
+        agents: &[(&str, usize)],
+    ) -> Result<Self> {
+        let hub_options = HubOptions {
+            replica: replica.into(),
+            etcd_prefix: etcd_prefix.into(),
+            extra_args: hub_args.iter().map(|s| s.to_string()).collect(),
+        };
+        let hub = HubProcess::start(testbed, &hub_options).await?;
+        let mut fed = Self {
+            hub,
+            hub_options,
+            agents: BTreeMap::new(),
+        };
+        for (name, member) in agents {
+            let (token, hash) = create_token(testbed, etcd_prefix, "10m").await?;
+            let id = agent_sim::register(&fed.hub.grpc, &token, &hash, name, true)
+                .await
+                .map_err(|s| anyhow::anyhow!("registering {name}: {s}"))?;
+            let dir = testbed.dir().join(format!("identity-{replica}-{name}"));
+            write_identity(&dir, &fed.hub.grpc, &id)?;
+            ensure_namespace(&testbed.members()[*member], AGENT_NAMESPACE).await?;
+            let agent = Agent {
+                name: (*name).to_owned(),
+                member: *member,
+                identity_dir: dir,
+                http: format!("127.0.0.1:{}", free_port()?),
+                process: None,
+            };
+            fed.agents.insert((*name).to_owned(), agent);
+            fed.start_agent(testbed, name)?;
+        }
+        Ok(fed)
+    }
+
+    /// Starts (or restarts) the agent of cluster `name`.
+    pub fn start_agent(&mut self, testbed: &Testbed, name: &str) -> Result<()> {
+        let agent = self
+            .agents
+            .get_mut(name)
+            .with_context(|| format!("no agent {name}"))?;
+        let member = &testbed.members()[agent.member];
+        let mut cmd = Command::new(accord_binary("accord-agent")?);
+        cmd.arg("run")
+            .arg("--kubeconfig")
+            .arg(member.kubeconfig_path())
+            .arg("--identity-dir")
+            .arg(&agent.identity_dir)
+            .args(["--namespace", AGENT_NAMESPACE, "--http-addr", &agent.http])
+            .env("RUST_LOG", "info,accord_agent=debug");
+        agent.process =
+            Some(testbed.spawn(&format!("agent/{}-{name}", self.hub_options.replica), cmd)?);
+        Ok(())
+    }
+
+    /// Kills the agent of cluster `name` with SIGKILL.
+    pub fn kill_agent(&mut self, testbed: &Testbed, name: &str) -> Result<()> {
+        let agent = self
+            .agents
+            .get_mut(name)
+            .with_context(|| format!("no agent {name}"))?;
+        if let Some(id) = agent.process.take() {
+            kill9(testbed, id)?;
+        }
+        Ok(())
+    }
+
+    /// Kills the hub with SIGKILL.
+    pub fn kill_hub(&mut self, testbed: &Testbed) -> Result<()> {
+        kill9(testbed, self.hub.id)
+    }
+
+    /// Starts the hub again with the same options (new ports; agents reconnect through
+    /// their identity's hub URL, so the gRPC port is kept).
+    pub async fn restart_hub(&mut self, testbed: &Testbed) -> Result<()> {
+        let grpc = self.hub.grpc.clone();
+        self.hub = HubProcess::start_at(testbed, &self.hub_options, &grpc).await?;
+        Ok(())
+    }
+}
+
+/// SIGKILLs a supervised process and reaps it.
+pub fn kill9(testbed: &Testbed, id: ProcessId) -> Result<()> {
+    let pid = testbed.process_info(id).pid;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::SIGKILL,
+    )?;
+    testbed.stop_process(id);
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! CrossClusterScalePolicy end to end: `kubectl apply`-style changes on the management
+//! cluster → real hub → real agents → Deployments in three real member clusters (pods made
+//! Ready by kwok) → status back in the CR.
+//!
+//! Each test runs its own hub (own etcd prefix) and its own agents, with cluster names of
+//! its own, against the shared three member clusters; tests use separate namespaces.
+
+use accord_crds::{CrossClusterScalePolicy, PlacementState, SCALE_REQUEST_ANNOTATION};
+use accord_e2e::federation::Federation;
+use accord_e2e::wait::{Check, until};
+use accord_e2e::{SharedTestbed, Testbed};
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
+/// The scenarios are heavy for two cores; run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+const FM: &str = "accord-e2e-tests";
+
+async fn apply_deployment(
+    testbed: &Testbed,
+    member: usize,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+) -> Result<()> {
+    let cluster = &testbed.members()[member];
+    accord_e2e::federation::ensure_namespace(cluster, ns).await?;
+    let api: Api<Deployment> = Api::namespaced(cluster.client(), ns);
+    let d = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": "pause:3.10"}]}}}
+    });
+    api.patch(name, &PatchParams::apply(FM), &Patch::Apply(&d))
+        .await?;
+    Ok(())
+}
+
+async fn apply_policy(testbed: &Testbed, ns: &str, policy: serde_json::Value) -> Result<()> {
+    accord_e2e::federation::ensure_namespace(testbed.mgmt(), ns).await?;
+    let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
+    let name = policy["metadata"]["name"]
+        .as_str()
+        .context("name")?
+        .to_owned();
+    api.patch(
+        &name,
+        &PatchParams::apply(FM).force(),
+        &Patch::Apply(&policy),
+    )
+    .await?;
+    Ok(())
+}
+
+/// (spec.replicas, scale request id, ready replicas) of a member Deployment.
+async fn observe(
+    testbed: &Testbed,
+    member: usize,
+    ns: &str,
+    name: &str,
+) -> Result<Option<(i32, String, i32)>> {
+    let api: Api<Deployment> = Api::namespaced(testbed.members()[member].client(), ns);
+    Ok(api.get_opt(name).await?.map(|d| {
+        let id = d
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SCALE_REQUEST_ANNOTATION))
+            .cloned()
+            .unwrap_or_default();
+        let spec = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or_default();
+        let ready = d
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or_default();
+        (spec, id, ready)
+    }))
+}
+
+/// Waits until the members' Deployments have `expected` replicas (by member index) under
+/// one shared scale request id, and returns that id.
+async fn wait_replicas(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+    expected: &[(usize, i32)],
+    timeout: Duration,
+) -> Result<String> {
+    until(
+        &format!("{ns}/{name} replicas {expected:?}"),
+        timeout,
+        || async {
+            let mut ids = Vec::new();
+            let mut seen = Vec::new();
+            for (member, want) in expected {
+                let got = observe(testbed, *member, ns, name).await?;
+                seen.push(got.clone());
+                match got {
+                    Some((spec, id, _)) if spec == *want && !id.is_empty() => ids.push(id),
+                    _ => return Ok(Check::NotYet(format!("{seen:?}"))),
+                }
+            }
+            ids.dedup();
+            Ok(if ids.len() == 1 {
+                Check::Ready(ids.remove(0))
+            } else {
+                Check::NotYet(format!("ids differ: {ids:?}"))
+            })
+        },
+    )
+    .await
+}
+
+async fn policy_status(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+) -> Result<Option<accord_crds::CrossClusterScalePolicyStatus>> {
+    let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
+    Ok(api.get_opt(name).await?.and_then(|p| p.status))
+}
+
+/// Waits until the policy's placements have the given states (by cluster name).
+async fn wait_states(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+    expected: &[(&str, PlacementState)],
+    timeout: Duration,
+) -> Result<accord_crds::CrossClusterScalePolicyStatus> {
+    until(
+        &format!("{ns}/{name} placement states {expected:?}"),
+        timeout,
+        || async {
+            let Some(status) = policy_status(testbed, ns, name).await? else {
+                return Ok(Check::NotYet("no status".into()));
+            };
+            let states: BTreeMap<&str, PlacementState> = status
+                .placements
+                .iter()
+                .map(|p| (p.cluster.as_str(), p.state))
+                .collect();
+            let ok = expected.iter().all(|(c, s)| states.get(c) == Some(s));
+            Ok(if ok {
+                Check::Ready(status.clone())
+            } else {
+                Check::NotYet(format!("{states:?}"))
+            })
+        },
+    )
+    .await
+}
+
+fn policy(
+    name: &str,
+    ns: &str,
+    target: &str,
+    desired: i32,
+    dist: serde_json::Value,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut spec = serde_json::json!({"targetRef": {"name": target}, "desiredReplicas": desired, "distribution": dist});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::json!({"apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+                       "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+#[test]
+fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-basic";
+        let fed = Federation::start(testbed, "hub-basic", "/e2e-basic/", &[], &[("basic-1", 0), ("basic-2", 1), ("basic-3", 2)]).await?;
+        for m in 0..3 {
+            apply_deployment(testbed, m, ns, "frontend", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "basic-1", "weight": 60}, {"cluster": "basic-2", "weight": 40}]);
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 12, dist, serde_json::json!({}))).await?;
+        let id1 = wait_replicas(testbed, ns, "frontend", &[(0, 7), (1, 5)], Duration::from_secs(60)).await?;
+        let status = wait_states(testbed, ns, "web", &[("basic-1", PlacementState::Synced), ("basic-2", PlacementState::Synced)], Duration::from_secs(60)).await?;
+        ensure!(status.scale_request_id.as_deref() == Some(id1.as_str()));
+        // All pods Ready and the CR says so.
+        until("readyReplicas 12 in the CR", Duration::from_secs(90), || async {
+            let s = policy_status(testbed, ns, "web").await?.unwrap_or_default();
+            Ok(if s.ready_replicas == Some(12) && accord_crds::conditions::is_true(&s.conditions, "Ready") {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("ready {:?}", s.ready_replicas))
+            })
+        })
+        .await?;
+        ensure!(observe(testbed, 0, ns, "frontend").await?.map(|o| o.2) == Some(7));
+        ensure!(observe(testbed, 1, ns, "frontend").await?.map(|o| o.2) == Some(5));
+        // The third member was not in the distribution: untouched.
+        ensure!(observe(testbed, 2, ns, "frontend").await?.map(|o| (o.0, o.1)) == Some((1, String::new())));
+
+        // Weights change → new decision.
+        let dist = serde_json::json!([{"cluster": "basic-1", "weight": 1}, {"cluster": "basic-2", "weight": 1}, {"cluster": "basic-3", "weight": 2}]);
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 12, dist.clone(), serde_json::json!({}))).await?;
+        let id2 = wait_replicas(testbed, ns, "frontend", &[(0, 3), (1, 3), (2, 6)], Duration::from_secs(60)).await?;
+        ensure!(id2 != id1, "a new scaleRequestID is stamped");
+        // desiredReplicas changes.
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 8, dist, serde_json::json!({}))).await?;
+        let id3 = wait_replicas(testbed, ns, "frontend", &[(0, 2), (1, 2), (2, 4)], Duration::from_secs(60)).await?;
+        ensure!(id3 != id2);
+        // min/max change.
+        let dist = serde_json::json!([{"cluster": "basic-1", "weight": 1, "minReplicas": 4}, {"cluster": "basic-2", "weight": 1}, {"cluster": "basic-3", "weight": 2, "maxReplicas": 2}]);
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 8, dist, serde_json::json!({}))).await?;
+        let id4 = wait_replicas(testbed, ns, "frontend", &[(0, 4), (1, 2), (2, 2)], Duration::from_secs(60)).await?;
+        ensure!(id4 != id3);
+
+        // Deleting the policy leaves the replicas and stops managing them.
+        let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
+        api.delete("web", &Default::default()).await?;
+        until("policy gone", Duration::from_secs(30), || async {
+            Ok(if api.get_opt("web").await?.is_none() { Check::Ready(()) } else { Check::NotYet("still there".into()) })
+        })
+        .await?;
+        apply_deployment(testbed, 0, ns, "frontend", 9).await?;
+        until("a hand-set replica count stays once unmanaged", Duration::from_secs(10), || async {
+            Ok(match observe(testbed, 0, ns, "frontend").await? {
+                Some((9, _, _)) => Check::Ready(()),
+                other => Check::NotYet(format!("{other:?}")),
+            })
+        })
+        .await?;
+        drop(fed);
+        Ok(())
+    });
+}
+
+#[test]
+fn a_missing_target_and_an_hpa_are_reported_while_the_other_placement_stays_synced() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-problems";
+        let _fed = Federation::start(testbed, "hub-problems", "/e2e-problems/", &[], &[("prob-1", 0), ("prob-2", 1), ("prob-3", 2)]).await?;
+        apply_deployment(testbed, 0, ns, "api", 1).await?;
+        apply_deployment(testbed, 2, ns, "api", 1).await?;
+        // member-2 has no Deployment "api"; member-3 has an HPA on it.
+        let hpa = serde_json::json!({
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "api"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                     "minReplicas": 1, "maxReplicas": 5}
+        });
+        let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> =
+            Api::namespaced(testbed.members()[2].client(), ns);
+        hpas.patch("api", &PatchParams::apply(FM), &Patch::Apply(&hpa)).await?;
+        let dist = serde_json::json!([{"cluster": "prob-1", "weight": 1}, {"cluster": "prob-2", "weight": 1}, {"cluster": "prob-3", "weight": 1}]);
+        apply_policy(testbed, ns, policy("api", ns, "api", 6, dist, serde_json::json!({}))).await?;
+        let status = wait_states(testbed, ns, "api", &[
+            ("prob-1", PlacementState::Synced),
+            ("prob-2", PlacementState::TargetNotFound),
+            ("prob-3", PlacementState::Conflict),
+        ], Duration::from_secs(60)).await?;
+        let conflict = status.placements.iter().find(|p| p.cluster == "prob-3").context("prob-3")?;
+        ensure!(conflict.message.as_deref().unwrap_or_default().contains("api"), "{conflict:?}");
+        ensure!(observe(testbed, 2, ns, "api").await?.map(|o| o.0) == Some(1), "replicas left alone under an HPA");
+        ensure!(accord_crds::conditions::is_true(&status.conditions, "Degraded"));
+        // The target appears → applied.
+        apply_deployment(testbed, 1, ns, "api", 1).await?;
+        wait_states(testbed, ns, "api", &[("prob-2", PlacementState::Synced)], Duration::from_secs(60)).await?;
+        ensure!(observe(testbed, 1, ns, "api").await?.map(|o| o.0) == Some(2));
+        Ok(())
+    });
+}
+
+#[test]
+fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-failover";
+        let mut fed = Federation::start(testbed, "hub-failover", "/e2e-failover/", &[], &[("fo-1", 0), ("fo-2", 1), ("fo-3", 2)]).await?;
+        for m in 0..3 {
+            apply_deployment(testbed, m, ns, "web", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "fo-1", "weight": 1}, {"cluster": "fo-2", "weight": 1}, {"cluster": "fo-3", "weight": 1}]);
+        apply_policy(testbed, ns, policy("web", ns, "web", 9, dist, serde_json::json!({"failover": {"enabled": true, "returnCooldownSeconds": 5}}))).await?;
+        wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3), (2, 3)], Duration::from_secs(60)).await?;
+
+        fed.kill_agent(testbed, "fo-3")?;
+        let killed = Instant::now();
+        wait_replicas(testbed, ns, "web", &[(0, 5), (1, 4)], Duration::from_secs(5)).await
+            .context("the killed cluster's share did not move to the others within 5 s")?;
+        println!("failover: share moved {:?} after kill -9 of the agent", killed.elapsed());
+        let status = wait_states(testbed, ns, "web", &[("fo-3", PlacementState::Unavailable)], Duration::from_secs(10)).await?;
+        ensure!(status.placements.iter().find(|p| p.cluster == "fo-3").map(|p| p.desired_replicas) == Some(0));
+
+        // Back: shares return once after the 5 s cooldown, then stay.
+        fed.start_agent(testbed, "fo-3")?;
+        let returned = wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3), (2, 3)], Duration::from_secs(30)).await?;
+        let api: Api<Deployment> = Api::namespaced(testbed.members()[0].client(), ns);
+        let generation = api.get("web").await?.metadata.generation;
+        // No flapping: over the next seconds nothing changes (the id and generation stay).
+        let settle = until("no further change for 3 s", Duration::from_secs(20), || async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let now = api.get("web").await?;
+            let id = now.metadata.annotations.as_ref().and_then(|a| a.get(SCALE_REQUEST_ANNOTATION)).cloned();
+            Ok(if id.as_deref() == Some(returned.as_str()) && now.metadata.generation == generation {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("changed again: {id:?}"))
+            })
+        })
+        .await;
+        settle?;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_hub_killed_mid_change_converges_after_restart_without_reapplying_a_decision() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-hub-crash";
+        let mut fed = Federation::start(testbed, "hub-crash", "/e2e-crash/", &[], &[("crash-1", 0), ("crash-2", 1)]).await?;
+        for m in 0..2 {
+            apply_deployment(testbed, m, ns, "web", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "crash-1", "weight": 1}, {"cluster": "crash-2", "weight": 1}]);
+        apply_policy(testbed, ns, policy("web", ns, "web", 4, dist.clone(), serde_json::json!({}))).await?;
+        let before = wait_replicas(testbed, ns, "web", &[(0, 2), (1, 2)], Duration::from_secs(60)).await?;
+        // Change and kill the hub at once, while the change is in flight.
+        apply_policy(testbed, ns, policy("web", ns, "web", 10, dist, serde_json::json!({}))).await?;
+        fed.kill_hub(testbed)?;
+        fed.restart_hub(testbed).await?;
+        let after = wait_replicas(testbed, ns, "web", &[(0, 5), (1, 5)], Duration::from_secs(60)).await?;
+        ensure!(after != before);
+        wait_states(testbed, ns, "web", &[("crash-1", PlacementState::Synced), ("crash-2", PlacementState::Synced)], Duration::from_secs(60)).await?;
+        // Each member applied each decision at most once: the agents log one
+        // "applied" line per (policy, scale request id).
+        for name in ["crash-1", "crash-2"] {
+            let log = std::fs::read_to_string(testbed.process_info(fed.agents[name].process.context("running")?).log)?;
+            for id in [&before, &after] {
+                let applied = log.lines().filter(|l| l.contains("applied scale request") && l.contains(id.as_str())).count();
+                ensure!(applied == 1, "{name} applied scale request {id} {applied} times");
+            }
+        }
+        Ok(())
+    });
+}
