@@ -56,10 +56,11 @@ pub enum ApplyError {
         /// The API server's message.
         message: String,
     },
-    /// The user may not apply an object (found at apply time, e.g. RBAC escalation checks).
+    /// The API server refused an apply with 403 although the preflight check passed (an
+    /// admission policy, or permissions changed meanwhile).
     #[error(
-        "permission denied applying {kind} {object}: the kubeconfig's user may not patch \
-         (server-side apply) {resource}{scope}; the API server said: {message}"
+        "permission denied applying {kind} {object} (server-side apply needs create and patch \
+         of {resource}{scope}); the API server said: {message}"
     )]
     Forbidden {
         /// Kind of the object.

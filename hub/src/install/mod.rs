@@ -27,7 +27,7 @@ pub use options::{
     DEFAULT_NAMESPACE, ETCD_NAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions,
     OptionsError, Resources, ServiceType, default_image,
 };
-pub use preflight::{Permission, PreflightError, required_permissions};
+pub use preflight::{Permission, PreflightError, granted_permissions, required_permissions};
 pub use render::{
     NON_ROOT_ID, RenderError, accord_plurals, dry_run_output, hub_cluster_rules,
     hub_namespace_rules, render, render_yaml,
@@ -224,8 +224,9 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
         "installing accord-hub into namespace {} on {url}",
         options.namespace
     );
-    let needed = required_permissions(&objects, &options.namespace, args.wait);
-    preflight::check(&client, &needed).await?;
+    let to_apply = required_permissions(&objects, &options.namespace, args.wait);
+    let to_grant = granted_permissions(&objects);
+    preflight::check(&client, &options.namespace, &to_apply, &to_grant).await?;
 
     for object in &objects {
         let applied = apply::apply(&client, object).await?;
