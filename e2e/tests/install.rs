@@ -181,6 +181,7 @@ async fn install_applies_every_object_idempotently_after_a_dry_run_that_changes_
     // The install applies everything, sets up the CA and prints a join line with a token.
     let out = install(&flags).await?;
     ensure!(out.status.success(), "install failed: {}", stderr(&out));
+    eprintln!("install:\n{}{}", stderr(&out), stdout(&out));
     ensure!(
         stderr(&out).contains("applied Deployment accord-system/accord-hub"),
         "no progress on stderr: {}",
@@ -287,6 +288,7 @@ async fn install_applies_every_object_idempotently_after_a_dry_run_that_changes_
     let out = install(&[&flags[..], &["--wait", "--timeout", "3s"]].concat()).await?;
     ensure!(!out.status.success(), "--wait succeeded without a kubelet");
     let err = stderr(&out);
+    eprintln!("install --wait:\n{err}");
     ensure!(
         err.contains("waiting for CustomResourceDefinition managedclusters.accord.io: Established"),
         "{err}"
@@ -569,6 +571,7 @@ async fn a_user_lacking_permissions_is_told_each_missing_one_and_nothing_is_appl
         "install succeeded without permissions"
     );
     let err = stderr(&out);
+    eprintln!("as a user without rights:\n{err}");
     ensure!(
         err.contains("permission denied: user \"accord-test-nobody\""),
         "{err}"
@@ -612,6 +615,7 @@ async fn a_user_lacking_permissions_is_told_each_missing_one_and_nothing_is_appl
         "install succeeded without cluster RBAC rights"
     );
     let err = stderr(&out);
+    eprintln!("as an operator without cluster RBAC rights:\n{err}");
     let listed = section(&err, "Missing to apply the objects:");
     ensure!(
         listed

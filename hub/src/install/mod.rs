@@ -45,9 +45,9 @@ use crate::serve::{CA_SECRET_NAME, install_crypto_provider};
         .args(["etcd_endpoints", "with_etcd"]),
 ))]
 pub struct InstallArgs {
-    /// Kubeconfig of the management cluster (default: $KUBECONFIG, ~/.kube/config or
-    /// in-cluster).
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig of the management cluster (default: $KUBECONFIG, which may list several
+    /// files, else ~/.kube/config, else in-cluster).
+    #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context to use (default: its current context).
     #[arg(long)]
