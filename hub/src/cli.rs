@@ -27,6 +27,8 @@ pub enum Command {
         #[arg(long)]
         out_dir: Option<PathBuf>,
     },
+    /// Install the hub on a management cluster: CRDs, RBAC, Deployment, Services, hub CA.
+    Install(crate::install::InstallArgs),
     /// Run the hub.
     Serve(ServeArgs),
     /// Bootstrap tokens for joining member clusters.
@@ -162,6 +164,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Crds { out_dir: None } => print!("{}", accord_crds::render_all_crds_yaml()?),
+        Command::Install(a) => crate::install::run(a).await?,
         Command::Serve(a) => {
             let replica = a.replica_name.unwrap_or_else(default_replica_name);
             crate::serve::serve(ServeConfig {

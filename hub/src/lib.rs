@@ -9,6 +9,7 @@ pub mod connections;
 pub mod crdgen;
 pub mod grpc;
 pub mod http;
+pub mod install;
 pub mod metrics;
 pub mod pki;
 pub mod placement;

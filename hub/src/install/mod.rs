@@ -1,0 +1,381 @@
+//! `accord-hub install`: puts the hub on a management cluster.
+//!
+//! A pipeline with I/O only at the ends:
+//! `options (validate) → render (pure) → [--dry-run: print] → connect → preflight
+//! (SelfSubjectAccessReviews) → server-side apply → hub CA → [--wait] → join line`.
+//!
+//! [`render`] is the single source of truth for what is installed: the CLI applies it,
+//! `--dry-run` prints it, `deploy/manifests/accord-hub.yaml` is its output with default
+//! options, and the Helm chart `deploy/helm/accord-hub` is tested against it.
+
+mod apply;
+mod join;
+mod options;
+mod preflight;
+mod render;
+mod wait;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+pub use apply::{ApplyError, api_resource, resource_name};
+pub use join::TokenError;
+pub use options::{
+    DEFAULT_ETCD_IMAGE, DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_IMAGE_REPOSITORY,
+    DEFAULT_NAMESPACE, ETCD_NAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions,
+    OptionsError, Resources, ServiceType, default_image,
+};
+pub use preflight::{Permission, PreflightError, granted_permissions, required_permissions};
+pub use render::{
+    NON_ROOT_ID, RenderError, accord_plurals, dry_run_output, hub_cluster_rules,
+    hub_namespace_rules, render, render_yaml,
+};
+pub use wait::{Progress, WaitError, deployment_progress};
+
+use crate::pki::{HubCa, PkiError};
+use crate::serve::{CA_SECRET_NAME, install_crypto_provider};
+
+/// Flags of `accord-hub install`.
+#[derive(Debug, Clone, Args)]
+#[command(group(
+    clap::ArgGroup::new("etcd")
+        .required(true)
+        .args(["etcd_endpoints", "with_etcd"]),
+))]
+pub struct InstallArgs {
+    /// Kubeconfig of the management cluster (default: $KUBECONFIG, which may list several
+    /// files, else ~/.kube/config, else in-cluster).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace of the hub (created if missing).
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// Client URLs of the etcd that keeps the hub's state, comma-separated (production).
+    #[arg(long, value_delimiter = ',', conflicts_with = "with_etcd")]
+    pub etcd_endpoints: Vec<String>,
+    /// Run a single-replica, unauthenticated etcd next to the hub. For evaluation only:
+    /// production points --etcd-endpoints at a real, backed-up etcd cluster.
+    #[arg(long)]
+    pub with_etcd: bool,
+    /// Key prefix of the hub's state in etcd.
+    #[arg(long, default_value = crate::store::keys::DEFAULT_PREFIX)]
+    pub etcd_prefix: String,
+    /// Image of the evaluation etcd (--with-etcd).
+    #[arg(long, default_value = DEFAULT_ETCD_IMAGE)]
+    pub etcd_image: String,
+    /// Size of the evaluation etcd's PersistentVolumeClaim (--with-etcd).
+    #[arg(long, default_value = "1Gi")]
+    pub etcd_storage_size: String,
+    /// Hub container image (default: ghcr.io/accord-io/accord-hub:<this version>).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// imagePullPolicy of the containers.
+    #[arg(long, default_value = "IfNotPresent")]
+    pub image_pull_policy: String,
+    /// Hub replicas: one leader, every replica serves agents.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
+    /// Port of the agent-facing gRPC server.
+    #[arg(long, default_value_t = DEFAULT_GRPC_PORT)]
+    pub grpc_port: u16,
+    /// Port of /metrics, /healthz and /readyz.
+    #[arg(long, default_value_t = DEFAULT_HTTP_PORT)]
+    pub http_port: u16,
+    /// Type of the hub's gRPC Service.
+    #[arg(long, value_enum, default_value_t = ServiceType::ClusterIP)]
+    pub service_type: ServiceType,
+    /// URL member clusters dial, e.g. https://hub.example.com:7443: printed in the join
+    /// line, and its host is added to the hub's serving certificate.
+    #[arg(long)]
+    pub hub_url: Option<String>,
+    /// Extra DNS names or IPs for the hub's serving certificate, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_san: Vec<String>,
+    /// Print the objects as YAML and change nothing (no cluster access needed).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Wait until the CRDs are Established and the hub Deployment is available.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Validity of the bootstrap token in the printed join line.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub token_ttl: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    accord_crds::duration::parse(s).map_err(|e| e.to_string())
+}
+
+/// Everything that can stop an installation.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The flags describe no working installation.
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    /// `--hub-url` is not an https URL with a host.
+    #[error(
+        "invalid --hub-url {0:?}: expected https://HOST:PORT, the address member clusters dial"
+    )]
+    HubUrl(String),
+    /// Rendering failed (a bug).
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// The management cluster could not be reached, or refused an object.
+    #[error(transparent)]
+    Apply(#[from] ApplyError),
+    /// The user lacks permissions.
+    #[error(transparent)]
+    Preflight(#[from] PreflightError),
+    /// The hub CA could not be loaded or created.
+    #[error("setting up the hub CA in Secret {namespace}/{CA_SECRET_NAME}")]
+    Ca {
+        /// The hub namespace.
+        namespace: String,
+        /// What the PKI said.
+        #[source]
+        source: PkiError,
+    },
+    /// `--wait` gave up.
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+    /// Writing the output failed.
+    #[error("writing to stdout")]
+    Output(#[source] std::io::Error),
+}
+
+/// The host of an `https://HOST[:PORT][/...]` URL (brackets of an IPv6 literal removed).
+fn hub_url_host(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or_default()
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+impl InstallArgs {
+    /// The [`InstallOptions`] these flags describe, validated. The `--hub-url` host joins
+    /// the serving certificate's names.
+    pub fn options(&self) -> Result<InstallOptions, InstallError> {
+        let mut tls_sans = self.tls_san.clone();
+        if let Some(url) = &self.hub_url {
+            let host = hub_url_host(url).ok_or_else(|| InstallError::HubUrl(url.clone()))?;
+            if !tls_sans.iter().any(|s| s == host) {
+                tls_sans.push(host.to_owned());
+            }
+        }
+        let etcd = if self.with_etcd {
+            EtcdMode::Bundled {
+                image: self.etcd_image.clone(),
+                storage_size: self.etcd_storage_size.clone(),
+            }
+        } else {
+            EtcdMode::External {
+                endpoints: self.etcd_endpoints.clone(),
+            }
+        };
+        let options = InstallOptions {
+            namespace: self.namespace.clone(),
+            image: self.image.clone().unwrap_or_else(default_image),
+            image_pull_policy: self.image_pull_policy.clone(),
+            replicas: self.replicas,
+            etcd,
+            etcd_prefix: self.etcd_prefix.clone(),
+            grpc_port: self.grpc_port,
+            http_port: self.http_port,
+            service_type: self.service_type,
+            tls_sans,
+            ..InstallOptions::default()
+        };
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+/// Runs `accord-hub install`: progress on stderr, the YAML (`--dry-run`) or the join
+/// instructions on stdout.
+pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
+    use std::io::Write as _;
+    let options = args.options()?;
+    let objects = render(&options)?;
+    if args.dry_run {
+        let yaml = dry_run_output(&options)?;
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(yaml.as_bytes())
+            .map_err(InstallError::Output)?;
+        return stdout.flush().map_err(InstallError::Output);
+    }
+
+    install_crypto_provider();
+    let (client, url) = apply::connect(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+    apply::check_reachable(&client, &url).await?;
+    eprintln!(
+        "installing accord-hub into namespace {} on {url}",
+        options.namespace
+    );
+    let to_apply = required_permissions(&objects, &options.namespace, args.wait);
+    let to_grant = granted_permissions(&objects);
+    preflight::check(&client, &options.namespace, &to_apply, &to_grant).await?;
+
+    for object in &objects {
+        let applied = apply::apply(&client, object).await?;
+        eprintln!("applied {applied}");
+    }
+
+    let ca = HubCa::load_or_create(client.clone(), &options.namespace, CA_SECRET_NAME)
+        .await
+        .map_err(|source| InstallError::Ca {
+            namespace: options.namespace.clone(),
+            source,
+        })?;
+    eprintln!(
+        "hub CA ready in Secret {}/{CA_SECRET_NAME}",
+        options.namespace
+    );
+
+    if args.wait {
+        let crds: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        let etcd = matches!(options.etcd, EtcdMode::Bundled { .. }).then_some(ETCD_NAME);
+        wait::installation(
+            &client,
+            &options.namespace,
+            &crds,
+            etcd,
+            HUB_NAME,
+            args.timeout,
+        )
+        .await?;
+    }
+
+    let token = join::create_token(&options, args.token_ttl).await;
+    if let Err(e) = &token {
+        tracing::debug!(error = %crate::store::error_chain(e), "no token created from here");
+    }
+    let message = join::closing_message(
+        &options,
+        args.hub_url.as_deref(),
+        &ca.ca_cert_hash(),
+        token.as_deref(),
+        args.token_ttl,
+    );
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(message.as_bytes())
+        .map_err(InstallError::Output)?;
+    stdout.flush().map_err(InstallError::Output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: InstallArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<InstallArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("install").chain(args.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_default_manifest_is_what_with_etcd_and_no_other_flag_describes() {
+        let args = parse(&["--with-etcd"]).unwrap();
+        assert_eq!(args.options().unwrap(), InstallOptions::default());
+    }
+
+    #[test]
+    fn etcd_must_be_chosen_and_only_one_way() {
+        let none = parse(&[]).unwrap_err().to_string();
+        assert!(
+            none.contains("--etcd-endpoints") && none.contains("--with-etcd"),
+            "{none}"
+        );
+        let both = parse(&["--with-etcd", "--etcd-endpoints", "http://e:2379"]).unwrap_err();
+        assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn flags_become_options() {
+        let args = parse(&[
+            "--etcd-endpoints",
+            "https://e1:2379,https://e2:2379",
+            "--namespace",
+            "fed",
+            "--replicas",
+            "3",
+            "--grpc-port",
+            "9443",
+            "--service-type",
+            "LoadBalancer",
+            "--hub-url",
+            "https://hub.example.com:9443",
+            "--tls-san",
+            "10.0.0.7",
+            "--image",
+            "registry.local/accord-hub:dev",
+        ])
+        .unwrap();
+        let options = args.options().unwrap();
+        assert_eq!(
+            options.etcd,
+            EtcdMode::External {
+                endpoints: vec!["https://e1:2379".into(), "https://e2:2379".into()]
+            }
+        );
+        assert_eq!(options.namespace, "fed");
+        assert_eq!(options.replicas, 3);
+        assert_eq!(options.grpc_port, 9443);
+        assert_eq!(options.service_type, ServiceType::LoadBalancer);
+        assert_eq!(
+            options.tls_sans,
+            vec!["10.0.0.7".to_owned(), "hub.example.com".to_owned()]
+        );
+        assert_eq!(options.image, "registry.local/accord-hub:dev");
+    }
+
+    #[test]
+    fn a_hub_url_must_be_https_with_a_host() {
+        for bad in ["http://hub:7443", "hub:7443", "https://:7443"] {
+            let args = parse(&["--with-etcd", "--hub-url", bad]).unwrap();
+            assert!(
+                matches!(args.options(), Err(InstallError::HubUrl(_))),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            hub_url_host("https://[2001:db8::1]:7443"),
+            Some("2001:db8::1")
+        );
+        assert_eq!(
+            hub_url_host("https://hub.example.com"),
+            Some("hub.example.com")
+        );
+    }
+
+    #[test]
+    fn invalid_values_are_reported_with_their_flag() {
+        let args = parse(&["--with-etcd", "--namespace", "Not_A_Label"]).unwrap();
+        let err = args.options().unwrap_err().to_string();
+        assert!(err.contains("--namespace"), "{err}");
+        assert!(parse(&["--with-etcd", "--service-type", "Ingress"]).is_err());
+        assert!(parse(&["--with-etcd", "--timeout", "soon"]).is_err());
+    }
+}

@@ -1,0 +1,912 @@
+//! The objects `accord-hub install` applies, rendered from [`InstallOptions`] without any I/O.
+//!
+//! This is the one source of truth: the CLI applies it, `--dry-run` prints it,
+//! `deploy/manifests/accord-hub.yaml` is its output with default options, and the Helm
+//! chart in `deploy/helm/accord-hub` is checked against it.
+
+use accord_crds::{GROUP, all_crds};
+use serde_json::{Value, json};
+
+use super::options::{
+    ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_NAME, ETCD_PEER_PORT, EtcdMode, HUB_METRICS_SERVICE,
+    HUB_NAME, InstallOptions, Resources,
+};
+use crate::serve::CA_SECRET_NAME;
+
+/// UID and GID the containers run as: the conventional "nonroot" user of distroless images.
+pub const NON_ROOT_ID: i64 = 65532;
+/// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
+const ETCD_DATA_DIR: &str = "/var/lib/etcd";
+
+/// Rendering failed: a value could not be turned into JSON or YAML. Never caused by the
+/// options; it would be a bug.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// A CRD could not be converted to JSON.
+    #[error("converting CRD {name} to JSON")]
+    Crd {
+        /// The CRD's name.
+        name: String,
+        /// What serde_json said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The objects could not be written as YAML.
+    #[error("writing the objects as YAML")]
+    Yaml(#[source] serde_saphyr::SerializeError),
+}
+
+/// Every object of an installation, in the order it is applied: the Namespace, the CRDs,
+/// RBAC, the evaluation etcd (with `--with-etcd`), the Services, and the Deployment last so
+/// that its pods start with everything they need in place.
+pub fn render(options: &InstallOptions) -> Result<Vec<Value>, RenderError> {
+    let ns = options.namespace.as_str();
+    let mut objects = vec![namespace(ns)];
+    for crd in all_crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        objects
+            .push(serde_json::to_value(&crd).map_err(|source| RenderError::Crd { name, source })?);
+    }
+    objects.extend([
+        service_account(ns),
+        cluster_role(),
+        cluster_role_binding(ns),
+        role(ns),
+        role_binding(ns),
+    ]);
+    if let EtcdMode::Bundled {
+        image,
+        storage_size,
+    } = &options.etcd
+    {
+        objects.extend([
+            etcd_service(ns),
+            etcd_network_policy(ns),
+            etcd_stateful_set(options, image, storage_size),
+        ]);
+    }
+    objects.extend([grpc_service(options), metrics_service(options)]);
+    if options.replicas > 1 {
+        objects.push(pod_disruption_budget(ns));
+    }
+    objects.push(deployment(options));
+    Ok(objects)
+}
+
+/// The objects as one multi-document YAML stream, each document opened by `---`.
+pub fn render_yaml(objects: &[Value]) -> Result<String, RenderError> {
+    let mut out = String::new();
+    for object in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(object).map_err(RenderError::Yaml)?);
+    }
+    Ok(out)
+}
+
+/// What `accord-hub install --dry-run` prints: a header saying what this is and how to use
+/// it, then [`render_yaml`] of [`render`].
+pub fn dry_run_output(options: &InstallOptions) -> Result<String, RenderError> {
+    let header = format!(
+        "# Objects applied by `accord-hub install` (accord-hub {version}), printed by --dry-run.\n\
+         # deploy/manifests/accord-hub.yaml is this output with default options; regenerate it with\n\
+         #   cargo run -q -p accord-hub -- install --dry-run --with-etcd > deploy/manifests/accord-hub.yaml\n\
+         # Apply with `kubectl apply --server-side --field-manager={manager} -f FILE`. The hub creates\n\
+         # its CA Secret on first start; `accord-hub token create` then prints a join command.\n",
+        version = env!("CARGO_PKG_VERSION"),
+        manager = accord_crds::HUB_FIELD_MANAGER,
+    );
+    Ok(header + &render_yaml(&render(options)?)?)
+}
+
+/// Labels of every object of the component `component` (`hub` or `etcd`).
+pub fn labels(name: &str, component: &str) -> Value {
+    json!({
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "accord",
+    })
+}
+
+/// The immutable pod selector of a workload: a subset of [`labels`].
+fn selector(name: &str, component: &str) -> Value {
+    json!({
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+    })
+}
+
+fn hub_labels() -> Value {
+    labels(HUB_NAME, "hub")
+}
+
+fn etcd_labels() -> Value {
+    labels(ETCD_NAME, "etcd")
+}
+
+fn metadata(name: &str, namespace: Option<&str>, labels: Value) -> Value {
+    let mut m = json!({ "name": name, "labels": labels });
+    if let Some(ns) = namespace {
+        m["namespace"] = json!(ns);
+    }
+    m
+}
+
+fn namespace(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(ns, None, json!({ "app.kubernetes.io/part-of": "accord" })),
+    })
+}
+
+fn service_account(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
+    })
+}
+
+/// Plural names of every Accord resource, from the CRDs themselves.
+pub fn accord_plurals() -> Vec<String> {
+    all_crds()
+        .into_iter()
+        .map(|crd| crd.spec.names.plural)
+        .collect()
+}
+
+/// The hub's cluster-wide permissions: exactly what it calls.
+///
+/// - Every Accord kind: `list`/`watch` (its controllers' reflectors), `get`, `patch`
+///   (server-side apply of ManagedClusters; finalizers are added and removed with JSON
+///   patches) and `patch` of `/status` (status is written with merge patches, only when
+///   it changed). The hub never replaces whole objects, so there is no `update`.
+/// - ManagedClusters: `create`, because registering an agent server-side-applies a
+///   ManagedCluster that may not exist yet, which the API server authorises as a create.
+/// - `events.k8s.io` Events: `create` and `patch` (kube-runtime's recorder creates an Event
+///   and patches its series when it repeats). The hub writes no `core/v1` Events.
+///
+/// No Leases (leader election uses etcd), no Secrets cluster-wide (see [`role`]).
+pub fn hub_cluster_rules() -> Value {
+    let plurals = accord_plurals();
+    let status: Vec<String> = plurals.iter().map(|p| format!("{p}/status")).collect();
+    json!([
+        { "apiGroups": [GROUP], "resources": plurals, "verbs": ["get", "list", "watch", "patch"] },
+        { "apiGroups": [GROUP], "resources": ["managedclusters"], "verbs": ["create"] },
+        { "apiGroups": [GROUP], "resources": status, "verbs": ["patch"] },
+        { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+    ])
+}
+
+fn cluster_role() -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": metadata(HUB_NAME, None, hub_labels()),
+        "rules": hub_cluster_rules(),
+    })
+}
+
+fn hub_subject(ns: &str) -> Value {
+    json!([{ "kind": "ServiceAccount", "name": HUB_NAME, "namespace": ns }])
+}
+
+fn cluster_role_binding(ns: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": metadata(HUB_NAME, None, hub_labels()),
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_NAME },
+        "subjects": hub_subject(ns),
+    })
+}
+
+/// The hub's permissions in its own namespace: read its CA Secret (by name), and create it
+/// on first start (a create cannot be limited to a name). `accord-hub token create` run in
+/// the hub's pod needs the same read.
+pub fn hub_namespace_rules() -> Value {
+    json!([
+        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [CA_SECRET_NAME], "verbs": ["get"] },
+        { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
+    ])
+}
+
+fn role(ns: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
+        "rules": hub_namespace_rules(),
+    })
+}
+
+fn role_binding(ns: &str) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": HUB_NAME },
+        "subjects": hub_subject(ns),
+    })
+}
+
+fn resources(r: &Resources) -> Value {
+    json!({
+        "requests": { "cpu": r.cpu_request, "memory": r.memory_request },
+        "limits": { "cpu": r.cpu_limit, "memory": r.memory_limit },
+    })
+}
+
+/// Pod-level security: non-root with a fixed UID, the runtime's default seccomp profile.
+fn pod_security_context(fs_group: bool) -> Value {
+    let mut sc = json!({
+        "runAsNonRoot": true,
+        "runAsUser": NON_ROOT_ID,
+        "runAsGroup": NON_ROOT_ID,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    });
+    if fs_group {
+        sc["fsGroup"] = json!(NON_ROOT_ID);
+    }
+    sc
+}
+
+/// Container-level security: what Pod Security "restricted" asks, plus a read-only root.
+pub fn container_security_context() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+        "capabilities": { "drop": ["ALL"] },
+    })
+}
+
+fn port(name: &str, port: u16) -> Value {
+    json!({ "name": name, "containerPort": port, "protocol": "TCP" })
+}
+
+fn service_port(name: &str, port: u16) -> Value {
+    json!({ "name": name, "port": port, "targetPort": name, "protocol": "TCP" })
+}
+
+/// `accord-hub serve` flags of the hub container.
+pub fn hub_args(options: &InstallOptions) -> Vec<String> {
+    let mut args = vec![
+        "serve".to_owned(),
+        format!("--etcd-endpoints={}", options.etcd_endpoints().join(",")),
+        format!("--etcd-prefix={}", options.etcd_prefix),
+        format!("--namespace={}", options.namespace),
+        format!("--grpc-addr=0.0.0.0:{}", options.grpc_port),
+        format!("--http-addr=0.0.0.0:{}", options.http_port),
+        // Expanded by the kubelet from the env var below (downward API).
+        "--replica-name=$(POD_NAME)".to_owned(),
+    ];
+    if !options.tls_sans.is_empty() {
+        args.push(format!("--tls-san={}", options.tls_sans.join(",")));
+    }
+    args
+}
+
+fn deployment(options: &InstallOptions) -> Value {
+    let ns = options.namespace.as_str();
+    let probe = |path: &str, period: u32, failures: u32| {
+        json!({
+            "httpGet": { "path": path, "port": "http" },
+            "periodSeconds": period,
+            "timeoutSeconds": 2,
+            "failureThreshold": failures,
+        })
+    };
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
+        "spec": {
+            "replicas": options.replicas,
+            "selector": { "matchLabels": selector(HUB_NAME, "hub") },
+            "template": {
+                "metadata": { "labels": hub_labels() },
+                "spec": {
+                    "serviceAccountName": HUB_NAME,
+                    "securityContext": pod_security_context(false),
+                    // Replicas on different nodes, so one node failing leaves agents a hub.
+                    "topologySpreadConstraints": [{
+                        "maxSkew": 1,
+                        "topologyKey": "kubernetes.io/hostname",
+                        "whenUnsatisfiable": "ScheduleAnyway",
+                        "labelSelector": { "matchLabels": selector(HUB_NAME, "hub") },
+                    }],
+                    "containers": [{
+                        "name": "hub",
+                        "image": options.image,
+                        "imagePullPolicy": options.image_pull_policy,
+                        "args": hub_args(options),
+                        "env": [{
+                            "name": "POD_NAME",
+                            "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } },
+                        }],
+                        "ports": [port("grpc", options.grpc_port), port("http", options.http_port)],
+                        // Connecting to etcd and loading the CA come before /healthz answers.
+                        "startupProbe": probe("/healthz", 2, 30),
+                        "livenessProbe": probe("/healthz", 10, 3),
+                        "readinessProbe": probe("/readyz", 5, 2),
+                        "resources": resources(&options.resources),
+                        "securityContext": container_security_context(),
+                    }],
+                },
+            },
+        },
+    })
+}
+
+fn grpc_service(options: &InstallOptions) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(HUB_NAME, Some(&options.namespace), hub_labels()),
+        "spec": {
+            "type": options.service_type.to_string(),
+            "selector": selector(HUB_NAME, "hub"),
+            "ports": [service_port("grpc", options.grpc_port)],
+        },
+    })
+}
+
+/// `/metrics`, `/healthz`, `/readyz`: in-cluster only, whatever the gRPC Service's type.
+fn metrics_service(options: &InstallOptions) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(HUB_METRICS_SERVICE, Some(&options.namespace), hub_labels()),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(HUB_NAME, "hub"),
+            "ports": [service_port("http", options.http_port)],
+        },
+    })
+}
+
+fn pod_disruption_budget(ns: &str) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": { "matchLabels": selector(HUB_NAME, "hub") },
+        },
+    })
+}
+
+fn etcd_service(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(ETCD_NAME, Some(ns), etcd_labels()),
+        "spec": {
+            // Headless: the StatefulSet's pod gets a stable DNS name for its peer URL.
+            "clusterIP": "None",
+            "publishNotReadyAddresses": true,
+            "selector": selector(ETCD_NAME, "etcd"),
+            "ports": [
+                service_port("client", ETCD_CLIENT_PORT),
+                service_port("peer", ETCD_PEER_PORT),
+            ],
+        },
+    })
+}
+
+/// Only the hub's pods may reach the evaluation etcd, which has no authentication.
+fn etcd_network_policy(ns: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(ETCD_NAME, Some(ns), etcd_labels()),
+        "spec": {
+            "podSelector": { "matchLabels": selector(ETCD_NAME, "etcd") },
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": [{ "podSelector": { "matchLabels": selector(HUB_NAME, "hub") } }],
+                "ports": [{ "port": ETCD_CLIENT_PORT, "protocol": "TCP" }],
+            }],
+        },
+    })
+}
+
+fn etcd_stateful_set(options: &InstallOptions, image: &str, storage_size: &str) -> Value {
+    let ns = options.namespace.as_str();
+    let member = format!("{ETCD_NAME}-0");
+    let peer_url = format!("http://{member}.{ETCD_NAME}.{ns}.svc:{ETCD_PEER_PORT}");
+    let probe = |path: &str| {
+        json!({
+            "httpGet": { "path": path, "port": "metrics" },
+            "periodSeconds": 10,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        })
+    };
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": metadata(ETCD_NAME, Some(ns), etcd_labels()),
+        "spec": {
+            "serviceName": ETCD_NAME,
+            // One member: for evaluation. Production runs its own etcd (--etcd-endpoints).
+            "replicas": 1,
+            "selector": { "matchLabels": selector(ETCD_NAME, "etcd") },
+            "template": {
+                "metadata": { "labels": etcd_labels() },
+                "spec": {
+                    "securityContext": pod_security_context(true),
+                    "containers": [{
+                        "name": "etcd",
+                        "image": image,
+                        "imagePullPolicy": options.image_pull_policy,
+                        "command": ["/usr/local/bin/etcd"],
+                        "args": [
+                            format!("--name={member}"),
+                            format!("--data-dir={ETCD_DATA_DIR}/data"),
+                            format!("--listen-client-urls=http://0.0.0.0:{ETCD_CLIENT_PORT}"),
+                            format!("--advertise-client-urls=http://{member}.{ETCD_NAME}.{ns}.svc:{ETCD_CLIENT_PORT}"),
+                            format!("--listen-peer-urls=http://0.0.0.0:{ETCD_PEER_PORT}"),
+                            format!("--initial-advertise-peer-urls={peer_url}"),
+                            format!("--initial-cluster={member}={peer_url}"),
+                            format!("--listen-metrics-urls=http://0.0.0.0:{ETCD_METRICS_PORT}"),
+                            "--auto-compaction-mode=periodic".to_owned(),
+                            "--auto-compaction-retention=1h".to_owned(),
+                        ],
+                        "ports": [
+                            port("client", ETCD_CLIENT_PORT),
+                            port("peer", ETCD_PEER_PORT),
+                            port("metrics", ETCD_METRICS_PORT),
+                        ],
+                        "livenessProbe": probe("/livez"),
+                        "readinessProbe": probe("/readyz"),
+                        "resources": resources(&options.etcd_resources),
+                        "securityContext": container_security_context(),
+                        "volumeMounts": [{ "name": "data", "mountPath": ETCD_DATA_DIR }],
+                    }],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": { "name": "data" },
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": { "requests": { "storage": storage_size } },
+                },
+            }],
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::install::options::ServiceType;
+
+    fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    }
+
+    fn kinds(objects: &[Value]) -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| {
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap(),
+                    o["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    fn external() -> InstallOptions {
+        InstallOptions {
+            etcd: EtcdMode::External {
+                endpoints: vec![
+                    "https://etcd-0.example:2379".into(),
+                    "https://etcd-1.example:2379".into(),
+                ],
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Every string anywhere in a JSON value.
+    fn strings(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::String(s) => out.push(s.clone()),
+            Value::Array(a) => a.iter().for_each(|v| strings(v, out)),
+            Value::Object(o) => o.values().for_each(|v| strings(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn an_installation_has_the_crds_rbac_services_and_deployment_in_apply_order() {
+        let objects = render(&external()).unwrap();
+        let crds: Vec<String> = all_crds()
+            .into_iter()
+            .map(|c| format!("CustomResourceDefinition/{}", c.metadata.name.unwrap()))
+            .collect();
+        let mut expected = vec!["Namespace/accord-system".to_owned()];
+        expected.extend(crds);
+        expected.extend(
+            [
+                "ServiceAccount/accord-hub",
+                "ClusterRole/accord-hub",
+                "ClusterRoleBinding/accord-hub",
+                "Role/accord-hub",
+                "RoleBinding/accord-hub",
+                "Service/accord-hub",
+                "Service/accord-hub-metrics",
+                "Deployment/accord-hub",
+            ]
+            .map(String::from),
+        );
+        assert_eq!(kinds(&objects), expected);
+    }
+
+    #[test]
+    fn the_crds_are_exactly_those_of_the_crds_crate() {
+        let objects = render(&external()).unwrap();
+        let rendered: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .collect();
+        let expected: Vec<Value> = all_crds()
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
+        assert_eq!(rendered.len(), 5);
+        assert_eq!(rendered.into_iter().cloned().collect::<Vec<_>>(), expected);
+    }
+
+    #[test]
+    fn no_rule_grants_a_wildcard_verb_resource_or_group() {
+        for options in [external(), InstallOptions::default()] {
+            for object in render(&options).unwrap() {
+                let Some(rules) = object.get("rules") else {
+                    continue;
+                };
+                for rule in rules.as_array().unwrap() {
+                    for field in [
+                        "apiGroups",
+                        "resources",
+                        "verbs",
+                        "resourceNames",
+                        "nonResourceURLs",
+                    ] {
+                        let mut found = Vec::new();
+                        strings(&rule[field], &mut found);
+                        assert!(
+                            found.iter().all(|s| !s.contains('*')),
+                            "wildcard in {field} of {}: {rule}",
+                            object["kind"]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_cluster_role_grants_exactly_what_the_hub_calls() {
+        let objects = render(&external()).unwrap();
+        let rules = &find(&objects, "ClusterRole", "accord-hub")["rules"];
+        let all = json!([
+            "managedclusters",
+            "crossclusterscalepolicies",
+            "federatedkafkatopics",
+            "kafkatopicpolicies",
+            "prometheusfederations"
+        ]);
+        let status = json!([
+            "managedclusters/status",
+            "crossclusterscalepolicies/status",
+            "federatedkafkatopics/status",
+            "kafkatopicpolicies/status",
+            "prometheusfederations/status"
+        ]);
+        assert_eq!(
+            *rules,
+            json!([
+                { "apiGroups": ["accord.io"], "resources": all, "verbs": ["get", "list", "watch", "patch"] },
+                { "apiGroups": ["accord.io"], "resources": ["managedclusters"], "verbs": ["create"] },
+                { "apiGroups": ["accord.io"], "resources": status, "verbs": ["patch"] },
+                { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+            ])
+        );
+        // Nothing destructive, nothing outside the hub's own API group but Events.
+        let mut verbs = Vec::new();
+        for rule in rules.as_array().unwrap() {
+            strings(&rule["verbs"], &mut verbs);
+        }
+        for forbidden in [
+            "delete",
+            "deletecollection",
+            "update",
+            "escalate",
+            "bind",
+            "impersonate",
+        ] {
+            assert!(!verbs.iter().any(|v| v == forbidden), "{forbidden} granted");
+        }
+    }
+
+    #[test]
+    fn secrets_are_granted_only_in_the_hub_namespace_and_read_only_by_name() {
+        let objects = render(&external()).unwrap();
+        let role = find(&objects, "Role", "accord-hub");
+        assert_eq!(role["metadata"]["namespace"], "accord-system");
+        assert_eq!(
+            role["rules"],
+            json!([
+                { "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["accord-hub-ca"], "verbs": ["get"] },
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
+            ])
+        );
+        let cluster_role = find(&objects, "ClusterRole", "accord-hub");
+        assert!(!cluster_role.to_string().contains("secrets"));
+    }
+
+    #[test]
+    fn the_hub_runs_as_non_root_with_a_read_only_root_and_no_capabilities() {
+        let objects = render(&external()).unwrap();
+        let pod = &find(&objects, "Deployment", "accord-hub")["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["runAsUser"], NON_ROOT_ID);
+        assert_eq!(
+            pod["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+        assert_eq!(pod["serviceAccountName"], "accord-hub");
+        let container = &pod["containers"][0];
+        let sc = &container["securityContext"];
+        assert_eq!(sc["runAsNonRoot"], true);
+        assert_eq!(sc["readOnlyRootFilesystem"], true);
+        assert_eq!(sc["allowPrivilegeEscalation"], false);
+        assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+        assert!(sc.get("privileged").is_none());
+        for key in ["requests", "limits"] {
+            assert!(container["resources"][key]["cpu"].is_string(), "{key} cpu");
+            assert!(
+                container["resources"][key]["memory"].is_string(),
+                "{key} memory"
+            );
+        }
+        assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    }
+
+    #[test]
+    fn the_hub_is_started_with_its_etcd_namespace_addresses_and_pod_name() {
+        let options = InstallOptions {
+            namespace: "fed".into(),
+            grpc_port: 9443,
+            tls_sans: vec!["hub.example.com".into(), "203.0.113.7".into()],
+            ..external()
+        };
+        let objects = render(&options).unwrap();
+        let container = &find(&objects, "Deployment", "accord-hub")["spec"]["template"]["spec"]["containers"]
+            [0];
+        assert_eq!(
+            container["args"],
+            json!([
+                "serve",
+                "--etcd-endpoints=https://etcd-0.example:2379,https://etcd-1.example:2379",
+                "--etcd-prefix=/accord/",
+                "--namespace=fed",
+                "--grpc-addr=0.0.0.0:9443",
+                "--http-addr=0.0.0.0:8080",
+                "--replica-name=$(POD_NAME)",
+                "--tls-san=hub.example.com,203.0.113.7",
+            ])
+        );
+        assert_eq!(
+            container["env"][0],
+            json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } })
+        );
+        let service = find(&objects, "Service", "accord-hub");
+        assert_eq!(service["spec"]["ports"][0]["port"], 9443);
+        assert_eq!(service["spec"]["type"], "ClusterIP");
+        assert_eq!(
+            find(&objects, "Service", "accord-hub-metrics")["spec"]["ports"][0]["port"],
+            8080
+        );
+    }
+
+    #[test]
+    fn the_namespace_option_reaches_every_namespaced_object_and_binding() {
+        let options = InstallOptions {
+            namespace: "federation".into(),
+            ..InstallOptions::default()
+        };
+        let cluster_scoped = [
+            "Namespace",
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+        ];
+        let objects = render(&options).unwrap();
+        for object in &objects {
+            let kind = object["kind"].as_str().unwrap();
+            if cluster_scoped.contains(&kind) {
+                assert!(
+                    object["metadata"].get("namespace").is_none(),
+                    "{kind} is cluster-scoped"
+                );
+            } else {
+                assert_eq!(object["metadata"]["namespace"], "federation", "{kind}");
+            }
+        }
+        assert_eq!(
+            find(&objects, "Namespace", "federation")["kind"],
+            "Namespace"
+        );
+        for kind in ["RoleBinding", "ClusterRoleBinding"] {
+            assert_eq!(
+                find(&objects, kind, "accord-hub")["subjects"][0]["namespace"],
+                "federation"
+            );
+        }
+        // No trace of the default namespace is left anywhere.
+        let text = serde_json::to_string(&objects).unwrap();
+        assert!(!text.contains("accord-system"));
+    }
+
+    #[test]
+    fn with_etcd_adds_a_single_member_etcd_reachable_only_from_the_hub() {
+        let options = InstallOptions::default();
+        let objects = render(&options).unwrap();
+        let sts = find(&objects, "StatefulSet", "accord-etcd");
+        assert_eq!(sts["spec"]["replicas"], 1);
+        assert_eq!(sts["spec"]["serviceName"], "accord-etcd");
+        let container = &sts["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["securityContext"], container_security_context());
+        assert_eq!(
+            sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+            "1Gi"
+        );
+        assert_eq!(
+            find(&objects, "Service", "accord-etcd")["spec"]["clusterIP"],
+            "None"
+        );
+        let policy = find(&objects, "NetworkPolicy", "accord-etcd");
+        assert_eq!(
+            policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
+            "accord-hub"
+        );
+        let args = &find(&objects, "Deployment", "accord-hub")["spec"]["template"]["spec"]["containers"]
+            [0]["args"];
+        assert_eq!(
+            args[1],
+            "--etcd-endpoints=http://accord-etcd.accord-system.svc:2379"
+        );
+        // And without it, no etcd at all.
+        let without = render(&external()).unwrap();
+        assert!(
+            !serde_json::to_string(&without)
+                .unwrap()
+                .contains("accord-etcd")
+        );
+    }
+
+    #[test]
+    fn several_replicas_get_a_disruption_budget() {
+        let options = InstallOptions {
+            replicas: 3,
+            service_type: ServiceType::LoadBalancer,
+            ..external()
+        };
+        let objects = render(&options).unwrap();
+        assert_eq!(
+            find(&objects, "Deployment", "accord-hub")["spec"]["replicas"],
+            3
+        );
+        assert_eq!(
+            find(&objects, "PodDisruptionBudget", "accord-hub")["spec"]["maxUnavailable"],
+            1
+        );
+        assert_eq!(
+            find(&objects, "Service", "accord-hub")["spec"]["type"],
+            "LoadBalancer"
+        );
+        // Metrics stay inside the cluster even when gRPC is exposed.
+        assert_eq!(
+            find(&objects, "Service", "accord-hub-metrics")["spec"]["type"],
+            "ClusterIP"
+        );
+    }
+
+    #[test]
+    fn selectors_match_the_pod_labels() {
+        let objects = render(&InstallOptions::default()).unwrap();
+        for object in &objects {
+            let spec = &object["spec"];
+            let Some(selector) = spec
+                .get("selector")
+                .map(|s| s.get("matchLabels").unwrap_or(s))
+                .and_then(Value::as_object)
+            else {
+                continue;
+            };
+            let kind = object["kind"].as_str().unwrap();
+            let pods: Vec<&Value> = objects
+                .iter()
+                .filter_map(|o| o["spec"]["template"]["metadata"].get("labels"))
+                .filter(|labels| selector.iter().all(|(k, v)| labels[k] == *v))
+                .collect();
+            assert_eq!(
+                pods.len(),
+                1,
+                "{kind} {} selects {} pod templates",
+                object["metadata"]["name"],
+                pods.len()
+            );
+        }
+    }
+
+    /// Each object deserialises into its typed k8s-openapi struct and serialises back to
+    /// the same JSON: no misspelt or misplaced field (typed structs drop unknown ones).
+    #[test]
+    fn every_object_round_trips_through_its_typed_kubernetes_struct() {
+        use k8s_openapi::api::{apps, core, networking, policy, rbac};
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Value {
+            serde_json::to_value(serde_json::from_value::<T>(v.clone()).unwrap()).unwrap()
+        }
+        let options = InstallOptions {
+            replicas: 2,
+            ..Default::default()
+        };
+        for object in render(&options).unwrap() {
+            let typed = match object["kind"].as_str().unwrap() {
+                "Namespace" => round_trip::<core::v1::Namespace>(&object),
+                "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(&object),
+                "ServiceAccount" => round_trip::<core::v1::ServiceAccount>(&object),
+                "Service" => round_trip::<core::v1::Service>(&object),
+                "ClusterRole" => round_trip::<rbac::v1::ClusterRole>(&object),
+                "ClusterRoleBinding" => round_trip::<rbac::v1::ClusterRoleBinding>(&object),
+                "Role" => round_trip::<rbac::v1::Role>(&object),
+                "RoleBinding" => round_trip::<rbac::v1::RoleBinding>(&object),
+                "Deployment" => round_trip::<apps::v1::Deployment>(&object),
+                "StatefulSet" => round_trip::<apps::v1::StatefulSet>(&object),
+                "NetworkPolicy" => round_trip::<networking::v1::NetworkPolicy>(&object),
+                "PodDisruptionBudget" => round_trip::<policy::v1::PodDisruptionBudget>(&object),
+                other => panic!("no typed check for {other}"),
+            };
+            assert_eq!(
+                typed, object,
+                "{} {}",
+                object["kind"], object["metadata"]["name"]
+            );
+        }
+    }
+
+    #[test]
+    fn the_yaml_parses_back_to_the_same_objects() {
+        for options in [InstallOptions::default(), external()] {
+            let objects = render(&options).unwrap();
+            let yaml = render_yaml(&objects).unwrap();
+            let parsed: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+            assert_eq!(parsed, objects);
+        }
+    }
+
+    #[test]
+    fn the_dry_run_output_opens_with_how_to_regenerate_and_apply_it() {
+        let out = dry_run_output(&InstallOptions::default()).unwrap();
+        assert!(out.starts_with("# Objects applied by `accord-hub install`"));
+        assert!(out.contains("install --dry-run --with-etcd > deploy/manifests/accord-hub.yaml"));
+        assert!(out.contains("kubectl apply --server-side"));
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(&out).unwrap();
+        assert_eq!(parsed, render(&InstallOptions::default()).unwrap());
+    }
+}
