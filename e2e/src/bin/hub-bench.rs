@@ -261,8 +261,19 @@ async fn main() -> Result<()> {
         },
     )
     .await?;
-    // Let the status controller settle the initial Available writes before measuring.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Measure the steady state: wait until the leader has written every cluster's
+    // Available status (the connect storm) and the writes have stopped.
+    let mut last = -1.0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let writes = hub.metric(&http, "accord_hub_managedcluster_status_writes_total").await?.unwrap_or(0.0);
+        if writes == last {
+            break;
+        }
+        last = writes;
+    }
+    let settle_secs = joined_at.elapsed().as_secs_f64() - join_secs - connect_secs;
+    let bench_cpu0 = cpu_seconds(std::process::id());
 
     let hb0 = hub
         .metric(&http, "accord_hub_heartbeats_total")
@@ -279,6 +290,7 @@ async fn main() -> Result<()> {
     measuring.store(false, Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(hub_pid) - cpu0;
+    let bench_cpu = cpu_seconds(std::process::id()) - bench_cpu0;
     let hb = hub
         .metric(&http, "accord_hub_heartbeats_total")
         .await?
@@ -314,6 +326,8 @@ async fn main() -> Result<()> {
         secs,
         100.0 * cpu / secs
     );
+    println!("status storm settled in   {settle_secs:.1} s (every ManagedCluster Available)");
+    println!("agents' CPU (this process) {:.1} s ({:.0}% of one core)", bench_cpu, 100.0 * bench_cpu / secs);
     println!("heartbeats/s              {:.0}", hb / secs);
     println!("status reports/s          {:.0}", rep / secs);
     println!(
