@@ -223,6 +223,12 @@ impl EngineTask {
         &self.handle
     }
 
+    /// Stops the engine and waits until it (and with it its watches) is gone.
+    pub async fn stop(mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+
     /// Waits for the engine to end (it ends only when aborted or on a panic).
     pub async fn join(mut self) -> Result<(), tokio::task::JoinError> {
         (&mut self.task).await
