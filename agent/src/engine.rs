@@ -939,18 +939,21 @@ impl Engine {
             debug!("StatusAck without a policy");
             return;
         };
+        match ack.result {
+            Some(status_ack::Result::Accepted(_)) => self.metrics.ack("accepted"),
+            Some(status_ack::Result::Conflict(_)) => self.metrics.ack("conflict"),
+            None => {}
+        }
         let Some(rt) = self.policies.get_mut(&policy) else {
             // No longer managed: nothing to follow up.
             return;
         };
         match ack.result {
             Some(status_ack::Result::Accepted(version)) => {
-                self.metrics.ack("accepted");
                 rt.tracker.accepted_at(version);
                 self.flush_report(&policy);
             }
             Some(status_ack::Result::Conflict(current)) => {
-                self.metrics.ack("conflict");
                 match rt.tracker.conflict(current) {
                     AfterConflict::Resend | AfterConflict::ResendIfNewer => {
                         // A fresh observation of the cache, stamped with the current time.
