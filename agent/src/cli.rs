@@ -52,8 +52,9 @@ pub struct IdentityArgs {
 /// Flags of `accord-agent run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Kubeconfig of the member cluster (default: in-cluster configuration).
-    #[arg(long, env = "KUBECONFIG")]
+    /// Kubeconfig of the member cluster (default: $KUBECONFIG, ~/.kube/config, or the
+    /// in-cluster configuration).
+    #[arg(long, env = "ACCORD_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     #[command(flatten)]
     identity: IdentityArgs,

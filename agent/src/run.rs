@@ -17,7 +17,8 @@ use crate::metrics::Metrics;
 /// Everything `run` needs.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    /// Kubeconfig of the member cluster (in-cluster configuration when `None`).
+    /// Kubeconfig of the member cluster (`$KUBECONFIG`, `~/.kube/config` or the in-cluster
+    /// configuration when `None`).
     pub kubeconfig: Option<PathBuf>,
     /// Where the identity comes from.
     pub identity: IdentitySource,
@@ -43,8 +44,8 @@ pub enum RunError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
-    /// No kubeconfig was given and no in-cluster configuration was found.
-    #[error("no --kubeconfig given and no in-cluster configuration: {0}")]
+    /// No kubeconfig was given and none was found, in the environment or in-cluster.
+    #[error("no --kubeconfig given and none found ($KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
     InferConfig(#[source] kube::config::InferConfigError),
     /// The Kubernetes client could not be built.
     #[error("building the Kubernetes client: {0}")]
@@ -69,7 +70,8 @@ pub enum RunError {
     Stopped(&'static str),
 }
 
-/// A client of the member cluster from a kubeconfig file or the in-cluster configuration.
+/// A client of the member cluster from a kubeconfig file, or inferred from the environment
+/// (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
 pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, RunError> {
     let config = match kubeconfig {
         Some(path) => {

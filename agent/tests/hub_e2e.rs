@@ -62,6 +62,17 @@ async fn metric_until(
     .await
 }
 
+/// User plus system CPU time of a process, in clock ticks (10 ms on Linux).
+fn cpu_ticks(pid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').context("odd /proc stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11).context("no utime")?.parse()?;
+    let stime: u64 = fields.get(12).context("no stime")?.parse()?;
+    Ok(utime + stime)
+}
+
 #[test]
 fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report_stored() {
     TESTBED.run(|testbed| async move {
@@ -226,26 +237,30 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
             }
         })
         .await?;
-        let heartbeats_before = metric(testbed, &hub_metrics, "accord_hub_heartbeats_total")
-            .await?
-            .unwrap_or(0.0);
-        metric_until(
-            testbed,
-            &hub_metrics,
-            "accord_hub_heartbeats_total",
-            "more heartbeats",
-            |v| v >= heartbeats_before + 2.0,
-        )
-        .await?;
-
         let pid = testbed
             .processes()
             .into_iter()
             .find(|p| p.name == "agent/member-1")
             .context("agent process")?
             .pid;
+
+        // Idle: only heartbeats flow. Measure the agent's CPU over a few of them.
+        let heartbeats_before = metric(testbed, &hub_metrics, "accord_hub_heartbeats_total")
+            .await?
+            .unwrap_or(0.0);
+        let (cpu_before, wall_before) = (cpu_ticks(pid)?, Instant::now());
+        metric_until(
+            testbed,
+            &hub_metrics,
+            "accord_hub_heartbeats_total",
+            "five more heartbeats",
+            |v| v >= heartbeats_before + 5.0,
+        )
+        .await?;
+        let cpu = Duration::from_millis((cpu_ticks(pid)? - cpu_before) * 10);
+        let wall = wall_before.elapsed();
         println!(
-            "agent connected {connected_after:?} after the hub became reachable; RSS {:.1} MiB (debug build)",
+            "agent connected {connected_after:?} after the hub became reachable; idle: {cpu:?} CPU in {wall:.1?}; RSS {:.1} MiB",
             rss_bytes(pid) as f64 / (1024.0 * 1024.0)
         );
         testbed.ensure_running(agent)?;

@@ -401,3 +401,48 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
         Ok(())
     });
 }
+
+#[test]
+fn the_identity_is_read_from_a_secret_in_the_member_cluster() {
+    TESTBED.run(|testbed| async move {
+        use accord_agent::identity::{self, IdentitySource};
+        use k8s_openapi::api::core::v1::Secret;
+        let client = testbed.members()[0].client();
+        let ns = "t-identity";
+        namespace(&client, ns).await?;
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+        let secret = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "accord-agent-identity", "namespace": ns},
+            "stringData": {
+                identity::HUB_URL_KEY: "https://127.0.0.1:7443",
+                identity::CLUSTER_NAME_KEY: "member-1",
+                identity::CA_CERT_KEY: ck.cert.pem(),
+                identity::TLS_CERT_KEY: ck.cert.pem(),
+                identity::TLS_KEY_KEY: ck.signing_key.serialize_pem(),
+            },
+        });
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(
+                "accord-agent-identity",
+                &PatchParams::apply(USER_MANAGER),
+                &Patch::Apply(&secret),
+            )
+            .await?;
+        let source = IdentitySource::Secret {
+            namespace: ns.into(),
+            name: "accord-agent-identity".into(),
+        };
+        let id = source.load(&client).await?;
+        ensure!(id.cluster == "member-1", "{id:?}");
+        ensure!(id.server_name == "localhost", "{id:?}");
+        let missing = IdentitySource::Secret {
+            namespace: ns.into(),
+            name: "absent".into(),
+        };
+        let err = missing.load(&client).await.unwrap_err();
+        ensure!(err.to_string().contains("t-identity/absent"), "{err}");
+        Ok(())
+    });
+}
