@@ -44,7 +44,8 @@ pub struct IdentityArgs {
     /// tls-server-name.
     #[arg(long, env = "ACCORD_IDENTITY_DIR")]
     pub identity_dir: Option<PathBuf>,
-    /// Secret NAMESPACE/NAME in the member cluster holding the same keys.
+    /// Secret NAMESPACE/NAME in the member cluster holding the same keys (the default when
+    /// neither flag is given: accord-system/accord-agent-identity).
     #[arg(long, env = "ACCORD_IDENTITY_SECRET", value_parser = parse_secret_ref)]
     pub identity_secret: Option<SecretRef>,
 }
