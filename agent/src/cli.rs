@@ -1,10 +1,21 @@
 //! Command-line interface of `accord-agent`.
 //!
-//! `run` and `join` (DESIGN sections 5 and 7) arrive with the agent and install work; until
-//! then the binary only reports its version and the protocol it speaks.
+//! `join` (DESIGN section 7) arrives with the install work.
 
-use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::identity::{IdentitySource, SecretRef};
+use crate::run::RunConfig;
+
+/// Namespace of the identity Secret when no identity flag is given.
+pub const DEFAULT_IDENTITY_NAMESPACE: &str = "accord-system";
+/// Name of the identity Secret when no identity flag is given.
+pub const DEFAULT_IDENTITY_SECRET: &str = "accord-agent-identity";
 
 /// The Accord agent: joins a member cluster to an Accord hub.
 #[derive(Debug, Parser)]
@@ -20,11 +31,90 @@ pub struct Cli {
 pub enum Command {
     /// Print the agent version and the hub protocol package it speaks.
     Version,
+    /// Run the agent: hold the stream to the hub, enforce assignments, report status.
+    Run(RunArgs),
+}
+
+/// Where the identity comes from: at most one of the two; without either, the Secret
+/// `accord-system/accord-agent-identity` that `accord-agent join` writes.
+#[derive(Debug, Args)]
+#[group(required = false, multiple = false)]
+pub struct IdentityArgs {
+    /// Directory holding hub-url, cluster-name, ca.crt, tls.crt, tls.key and optionally
+    /// tls-server-name.
+    #[arg(long, env = "ACCORD_IDENTITY_DIR")]
+    pub identity_dir: Option<PathBuf>,
+    /// Secret NAMESPACE/NAME in the member cluster holding the same keys (the default when
+    /// neither flag is given: accord-system/accord-agent-identity).
+    #[arg(long, env = "ACCORD_IDENTITY_SECRET", value_parser = parse_secret_ref)]
+    pub identity_secret: Option<SecretRef>,
+}
+
+/// Flags of `accord-agent run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Kubeconfig of the member cluster (default: $KUBECONFIG, ~/.kube/config, or the
+    /// in-cluster configuration).
+    #[arg(long, env = "ACCORD_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    identity: IdentityArgs,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "ACCORD_HTTP_ADDR", default_value = "0.0.0.0:8081")]
+    pub http_addr: SocketAddr,
+    /// The agent's namespace; holds the ConfigMap of applied assignments.
+    #[arg(long, env = "ACCORD_NAMESPACE", default_value = "accord-system")]
+    pub namespace: String,
+    /// Interval between heartbeats to the hub.
+    #[arg(long, env = "ACCORD_HEARTBEAT_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// Delay between a change and the status report about it (changes within it coalesce).
+    #[arg(long, env = "ACCORD_REPORT_DEBOUNCE", default_value = "100ms", value_parser = parse_duration)]
+    pub report_debounce: Duration,
+}
+
+impl RunArgs {
+    /// The run configuration these flags describe.
+    pub fn config(self) -> RunConfig {
+        let identity = match (self.identity.identity_dir, self.identity.identity_secret) {
+            (Some(dir), _) => IdentitySource::Dir(dir),
+            (None, Some(secret)) => IdentitySource::Secret {
+                namespace: secret.namespace,
+                name: secret.name,
+            },
+            (None, None) => IdentitySource::Secret {
+                namespace: DEFAULT_IDENTITY_NAMESPACE.into(),
+                name: DEFAULT_IDENTITY_SECRET.into(),
+            },
+        };
+        RunConfig {
+            kubeconfig: self.kubeconfig,
+            identity,
+            http_addr: self.http_addr,
+            namespace: self.namespace,
+            heartbeat_interval: self.heartbeat_interval,
+            report_debounce: self.report_debounce,
+        }
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = accord_crds::duration::parse(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err("must be longer than 0".to_owned());
+    }
+    Ok(d)
+}
+
+fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
+    s.parse()
+        .map_err(|e: crate::identity::IdentityError| e.to_string())
 }
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    match cli.command {
         Command::Version => {
             println!(
                 "accord-agent {} (protocol accord.v1)",
@@ -32,5 +122,146 @@ pub fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Run(args) => run(args.config()),
+    }
+}
+
+fn run(config: RunConfig) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn,tower=warn,h2=warn,hyper=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    // One thread is plenty for an agent that waits on watches and one stream; it keeps the
+    // footprint small.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(crate::run::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", error_chain(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `error: cause: cause ...`, without repeating a cause already in the message.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_an_identity_directory_and_durations() {
+        let cli = Cli::try_parse_from([
+            "accord-agent",
+            "run",
+            "--kubeconfig",
+            "/tmp/member.kubeconfig",
+            "--identity-dir",
+            "/tmp/id",
+            "--heartbeat-interval",
+            "500ms",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        let config = args.config();
+        assert_eq!(config.identity, IdentitySource::Dir("/tmp/id".into()));
+        assert_eq!(config.heartbeat_interval, Duration::from_millis(500));
+        assert_eq!(config.namespace, "accord-system");
+        assert_eq!(config.http_addr, "0.0.0.0:8081".parse().unwrap());
+    }
+
+    #[test]
+    fn run_takes_an_identity_secret_reference() {
+        let cli = Cli::try_parse_from([
+            "accord-agent",
+            "run",
+            "--identity-secret",
+            "accord-system/accord-agent-identity",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        assert_eq!(
+            args.config().identity,
+            IdentitySource::Secret {
+                namespace: "accord-system".into(),
+                name: "accord-agent-identity".into()
+            }
+        );
+    }
+
+    #[test]
+    fn run_refuses_both_identity_sources_and_a_bad_secret_reference() {
+        assert!(
+            Cli::try_parse_from([
+                "accord-agent",
+                "run",
+                "--identity-dir",
+                "/x",
+                "--identity-secret",
+                "a/b"
+            ])
+            .is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["accord-agent", "run", "--identity-secret", "nameonly"]).is_err()
+        );
     }
 }

@@ -1,0 +1,367 @@
+//! Assignment bookkeeping: which policies this cluster enforces, at which hub revision, and
+//! how a full or delta Assignments message changes that. Pure: no Kubernetes, no gRPC.
+//!
+//! Rules (protocol `accord.v1`, DESIGN §4):
+//! - an item is taken only if its revision is newer than the one held for its policy;
+//! - a full message is the complete set at its revision: a held policy it does not list
+//!   stops being managed, unless what is held is newer than the message;
+//! - a delta's `removed` ends management of a policy unless what is held is newer;
+//! - the agent's last applied revision only grows.
+//!
+//! A policy that stops being managed is simply forgotten: its workload keeps the replicas
+//! it has.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Identifies a policy on the hub (and hence its status record).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PolicyKey {
+    /// Kind, e.g. `CrossClusterScalePolicy`.
+    pub kind: String,
+    /// Namespace on the hub (empty for cluster-scoped kinds).
+    pub namespace: String,
+    /// Name on the hub.
+    pub name: String,
+}
+
+impl PolicyKey {
+    /// A key from its parts.
+    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}/{}", self.kind, self.name)
+        } else {
+            write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// A workload whose replicas a policy sets in this cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleTarget {
+    /// Workload apiVersion, e.g. `apps/v1`.
+    pub api_version: String,
+    /// Workload kind, e.g. `Deployment`.
+    pub kind: String,
+    /// Namespace of the workload in this cluster.
+    pub namespace: String,
+    /// Name of the workload.
+    pub name: String,
+    /// Replicas this cluster should run.
+    pub replicas: i32,
+    /// Id of the scaling decision, stamped on the workload.
+    pub scale_request_id: String,
+}
+
+impl ScaleTarget {
+    /// Whether the agent knows how to scale this kind of workload.
+    pub fn is_deployment(&self) -> bool {
+        self.kind == "Deployment" && self.api_version == "apps/v1"
+    }
+}
+
+/// One policy's assignment as held by the agent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Assigned {
+    /// Hub revision at which the assignment last changed.
+    pub revision: i64,
+    /// What to scale.
+    pub scale: ScaleTarget,
+}
+
+/// What an incoming assignment asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Set a workload's replicas.
+    Scale(ScaleTarget),
+    /// Work this agent does not handle yet (Kafka topics, Prometheus federation).
+    Unhandled(&'static str),
+}
+
+/// One assignment of an incoming message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incoming {
+    /// The policy.
+    pub policy: PolicyKey,
+    /// Hub revision at which it last changed.
+    pub revision: i64,
+    /// What it asks for.
+    pub work: Work,
+}
+
+/// An Assignments message in domain terms.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Update {
+    /// Hub revision of the message.
+    pub revision: i64,
+    /// Whether `items` is the complete set.
+    pub full: bool,
+    /// Assignments added or changed.
+    pub items: Vec<Incoming>,
+    /// Policies whose assignment ended (deltas only).
+    pub removed: Vec<PolicyKey>,
+}
+
+/// What applying an [`Update`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Policies added or changed.
+    pub upserted: Vec<PolicyKey>,
+    /// Policies no longer managed.
+    pub removed: Vec<PolicyKey>,
+    /// Items skipped because the agent holds the same or a newer revision.
+    pub stale: usize,
+    /// Items of kinds this agent does not handle, with the kind of work.
+    pub unhandled: Vec<(PolicyKey, &'static str)>,
+}
+
+impl Applied {
+    /// Whether the set of managed policies changed.
+    pub fn changed(&self) -> bool {
+        !self.upserted.is_empty() || !self.removed.is_empty()
+    }
+}
+
+/// The assignments this cluster enforces.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AssignmentBook {
+    last_applied_revision: i64,
+    policies: BTreeMap<PolicyKey, Assigned>,
+}
+
+impl AssignmentBook {
+    /// A book holding `policies`, last applied at `last_applied_revision`.
+    pub fn from_parts(
+        last_applied_revision: i64,
+        policies: impl IntoIterator<Item = (PolicyKey, Assigned)>,
+    ) -> Self {
+        Self {
+            last_applied_revision,
+            policies: policies.into_iter().collect(),
+        }
+    }
+
+    /// Highest hub revision applied (0: none).
+    pub fn last_applied_revision(&self) -> i64 {
+        self.last_applied_revision
+    }
+
+    /// The managed policies.
+    pub fn policies(&self) -> &BTreeMap<PolicyKey, Assigned> {
+        &self.policies
+    }
+
+    /// One policy's assignment.
+    pub fn get(&self, policy: &PolicyKey) -> Option<&Assigned> {
+        self.policies.get(policy)
+    }
+
+    /// Applies an Assignments message and says what changed.
+    pub fn apply(&mut self, update: Update) -> Applied {
+        let mut applied = Applied::default();
+        let mut listed = BTreeSet::new();
+        for item in update.items {
+            listed.insert(item.policy.clone());
+            let scale = match item.work {
+                Work::Scale(scale) => scale,
+                Work::Unhandled(what) => {
+                    applied.unhandled.push((item.policy, what));
+                    continue;
+                }
+            };
+            match self.policies.get(&item.policy) {
+                Some(held) if held.revision >= item.revision => applied.stale += 1,
+                _ => {
+                    self.policies.insert(
+                        item.policy.clone(),
+                        Assigned {
+                            revision: item.revision,
+                            scale,
+                        },
+                    );
+                    applied.upserted.push(item.policy);
+                }
+            }
+        }
+        let ended: Vec<PolicyKey> = if update.full {
+            self.policies
+                .iter()
+                .filter(|(key, held)| !listed.contains(*key) && held.revision <= update.revision)
+                .map(|(key, _)| key.clone())
+                .collect()
+        } else {
+            update
+                .removed
+                .into_iter()
+                .filter(|key| {
+                    self.policies
+                        .get(key)
+                        .is_some_and(|held| held.revision <= update.revision)
+                })
+                .collect()
+        };
+        for key in ended {
+            if self.policies.remove(&key).is_some() {
+                applied.removed.push(key);
+            }
+        }
+        self.last_applied_revision = self.last_applied_revision.max(update.revision);
+        applied
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> PolicyKey {
+        PolicyKey::new("CrossClusterScalePolicy", "default", name)
+    }
+
+    fn scale(name: &str, replicas: i32) -> ScaleTarget {
+        ScaleTarget {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "prod".into(),
+            name: name.into(),
+            replicas,
+            scale_request_id: format!("req-{replicas}"),
+        }
+    }
+
+    fn item(name: &str, revision: i64, replicas: i32) -> Incoming {
+        Incoming {
+            policy: key(name),
+            revision,
+            work: Work::Scale(scale(name, replicas)),
+        }
+    }
+
+    fn full(revision: i64, items: Vec<Incoming>) -> Update {
+        Update {
+            revision,
+            full: true,
+            items,
+            removed: Vec::new(),
+        }
+    }
+
+    fn delta(revision: i64, items: Vec<Incoming>, removed: Vec<PolicyKey>) -> Update {
+        Update {
+            revision,
+            full: false,
+            items,
+            removed,
+        }
+    }
+
+    #[test]
+    fn a_full_set_on_an_empty_book_takes_every_item() {
+        let mut book = AssignmentBook::default();
+        let applied = book.apply(full(10, vec![item("a", 7, 3), item("b", 10, 2)]));
+        assert_eq!(applied.upserted, vec![key("a"), key("b")]);
+        assert_eq!(book.last_applied_revision(), 10);
+        assert_eq!(book.get(&key("a")).unwrap().scale.replicas, 3);
+    }
+
+    #[test]
+    fn an_item_is_taken_only_when_its_revision_is_newer() {
+        let mut book = AssignmentBook::default();
+        book.apply(delta(5, vec![item("a", 5, 3)], vec![]));
+        let same = book.apply(delta(6, vec![item("a", 5, 9)], vec![]));
+        assert_eq!(same.stale, 1);
+        assert!(!same.changed());
+        let older = book.apply(delta(7, vec![item("a", 4, 9)], vec![]));
+        assert_eq!(older.stale, 1);
+        assert_eq!(book.get(&key("a")).unwrap().scale.replicas, 3);
+        let newer = book.apply(delta(8, vec![item("a", 8, 9)], vec![]));
+        assert_eq!(newer.upserted, vec![key("a")]);
+        assert_eq!(book.get(&key("a")).unwrap().scale.replicas, 9);
+        assert_eq!(book.get(&key("a")).unwrap().revision, 8);
+    }
+
+    #[test]
+    fn a_full_set_ends_management_of_policies_it_does_not_list() {
+        let mut book = AssignmentBook::default();
+        book.apply(full(5, vec![item("a", 4, 1), item("b", 5, 2)]));
+        let applied = book.apply(full(9, vec![item("b", 5, 2)]));
+        assert_eq!(applied.removed, vec![key("a")]);
+        assert!(applied.upserted.is_empty());
+        assert_eq!(book.policies().len(), 1);
+    }
+
+    #[test]
+    fn a_full_set_older_than_a_held_policy_keeps_that_policy() {
+        let mut book = AssignmentBook::default();
+        book.apply(delta(12, vec![item("new", 12, 4)], vec![]));
+        let applied = book.apply(full(10, vec![]));
+        assert!(applied.removed.is_empty());
+        assert!(book.get(&key("new")).is_some());
+        assert_eq!(book.last_applied_revision(), 12, "never goes back");
+    }
+
+    #[test]
+    fn an_empty_full_set_at_the_held_revision_ends_everything() {
+        let mut book = AssignmentBook::default();
+        book.apply(full(3, vec![item("a", 3, 1)]));
+        let applied = book.apply(full(3, vec![]));
+        assert_eq!(applied.removed, vec![key("a")]);
+        assert!(book.policies().is_empty());
+    }
+
+    #[test]
+    fn a_delta_removes_what_it_lists_unless_the_held_assignment_is_newer() {
+        let mut book = AssignmentBook::default();
+        book.apply(delta(5, vec![item("a", 5, 1), item("b", 5, 1)], vec![]));
+        book.apply(delta(8, vec![item("b", 8, 2)], vec![]));
+        let applied = book.apply(delta(7, vec![], vec![key("a"), key("b"), key("unknown")]));
+        assert_eq!(applied.removed, vec![key("a")]);
+        assert!(book.get(&key("b")).is_some());
+    }
+
+    #[test]
+    fn a_delta_leaves_unlisted_policies_alone() {
+        let mut book = AssignmentBook::default();
+        book.apply(delta(5, vec![item("a", 5, 1)], vec![]));
+        let applied = book.apply(delta(6, vec![item("b", 6, 1)], vec![]));
+        assert!(applied.removed.is_empty());
+        assert_eq!(book.policies().len(), 2);
+    }
+
+    #[test]
+    fn unhandled_work_is_reported_and_not_managed() {
+        let mut book = AssignmentBook::default();
+        let applied = book.apply(full(
+            4,
+            vec![Incoming {
+                policy: PolicyKey::new("FederatedKafkaTopic", "default", "t"),
+                revision: 4,
+                work: Work::Unhandled("topic"),
+            }],
+        ));
+        assert_eq!(applied.unhandled.len(), 1);
+        assert!(book.policies().is_empty());
+        assert_eq!(book.last_applied_revision(), 4);
+    }
+
+    #[test]
+    fn the_last_applied_revision_never_decreases() {
+        let mut book = AssignmentBook::default();
+        book.apply(delta(9, vec![], vec![]));
+        book.apply(delta(3, vec![], vec![]));
+        assert_eq!(book.last_applied_revision(), 9);
+    }
+}

@@ -1,0 +1,235 @@
+//! The one Sync stream to the hub: connect over mTLS, say Hello, heartbeat, pass the hub's
+//! messages to the engine, and reconnect with exponential backoff and jitter when the
+//! stream ends.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use accord_proto::MAX_MESSAGE_BYTES;
+use accord_proto::v1::federation_client::FederationClient;
+use accord_proto::v1::{AgentMessage, Heartbeat, Hello, agent_message};
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, warn};
+
+use crate::engine::EngineHandle;
+use crate::identity::{Identity, IdentityError, IdentitySource};
+use crate::metrics::Metrics;
+
+/// Shortest wait before reconnecting.
+pub const MIN_RECONNECT_DELAY: Duration = Duration::from_millis(100);
+/// Longest wait before reconnecting.
+pub const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(5);
+/// A stream that stayed up this long was healthy: the next reconnect starts from the
+/// shortest delay again.
+pub const HEALTHY_AFTER: Duration = Duration::from_secs(10);
+/// How long dialling the hub (TCP and TLS) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// HTTP/2 keep-alive: how often to ping a silent hub, and how long to wait for the answer.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The identity could not be read.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The hub URL or TLS material was refused by the transport.
+    #[error("configuring the channel to {url}: {source}")]
+    Configure {
+        /// The hub URL.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// Dialling the hub failed (network, TLS handshake).
+    #[error("connecting to the hub at {url}: {source}")]
+    Dial {
+        /// The hub URL.
+        url: String,
+        /// The transport error.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The hub refused the stream.
+    #[error("the hub refused the stream: {0}")]
+    Refused(#[source] tonic::Status),
+    /// The open stream failed.
+    #[error("the stream to the hub failed: {0}")]
+    Broken(#[source] tonic::Status),
+}
+
+impl ConnectError {
+    /// The metric label of the error.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Identity(_) => "identity",
+            Self::Configure { .. } => "tls_config",
+            Self::Dial { .. } => "dial",
+            Self::Refused(_) => "refused",
+            Self::Broken(_) => "stream",
+        }
+    }
+}
+
+/// What the connection needs.
+#[derive(Clone)]
+pub struct ConnectionConfig {
+    /// Where the identity comes from (read before every attempt).
+    pub identity: IdentitySource,
+    /// The identity read at start-up, used when re-reading fails.
+    pub initial_identity: Identity,
+    /// Client of the member cluster (for the identity Secret and `/version`).
+    pub client: kube::Client,
+    /// Interval between heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Agent version for Hello.
+    pub agent_version: String,
+}
+
+fn reconnect_backoff() -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(MIN_RECONNECT_DELAY)
+        .with_max_delay(MAX_RECONNECT_DELAY)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// An mTLS channel to the hub named by `identity`.
+pub async fn dial(identity: &Identity) -> Result<Channel, ConnectError> {
+    let url = identity.hub_url.clone();
+    let endpoint = Endpoint::from_shared(url.clone())
+        .and_then(|e| e.tls_config(identity.client_tls_config()))
+        .map_err(|source| ConnectError::Configure {
+            url: url.clone(),
+            source,
+        })?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true);
+    endpoint
+        .connect()
+        .await
+        .map_err(|source| ConnectError::Dial { url, source })
+}
+
+/// Holds the stream to the hub for as long as the task runs: connects once the engine
+/// has loaded its saved assignments, and reconnects whenever the stream ends.
+pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metrics) {
+    engine.wait_loaded().await;
+    let mut identity = config.initial_identity.clone();
+    let mut k8s_version = String::new();
+    let mut backoff = reconnect_backoff();
+    loop {
+        match config.identity.load(&config.client).await {
+            Ok(fresh) => {
+                if fresh != identity {
+                    info!(identity = ?fresh, "identity changed; using it from now on");
+                }
+                identity = fresh;
+            }
+            Err(e) => {
+                metrics.error("identity");
+                warn!(error = %e, "could not re-read the identity; using the one read before");
+            }
+        }
+        match config.client.apiserver_version().await {
+            Ok(info) => k8s_version = info.git_version,
+            Err(e) => debug!(error = %e, "could not read the member's Kubernetes version"),
+        }
+        let started = Instant::now();
+        let outcome = session(&config, &identity, &k8s_version, &engine, &metrics).await;
+        metrics.connected.set(0);
+        metrics.reconnects.inc();
+        match outcome {
+            Ok(()) => info!(hub = %identity.hub_url, "stream to the hub ended; reconnecting"),
+            Err(e) => {
+                metrics.error(e.kind());
+                warn!(hub = %identity.hub_url, error = %e, "no stream to the hub; retrying");
+            }
+        }
+        if started.elapsed() >= HEALTHY_AFTER {
+            backoff = reconnect_backoff();
+        }
+        let delay = backoff.next().unwrap_or(MAX_RECONNECT_DELAY);
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// One stream, from dialling to its end.
+async fn session(
+    config: &ConnectionConfig,
+    identity: &Identity,
+    k8s_version: &str,
+    engine: &EngineHandle,
+    metrics: &Metrics,
+) -> Result<(), ConnectError> {
+    let channel = dial(identity).await?;
+    let hello = AgentMessage {
+        cluster: identity.cluster.clone(),
+        body: Some(agent_message::Body::Hello(Hello {
+            agent_version: config.agent_version.clone(),
+            k8s_version: k8s_version.to_owned(),
+            last_applied_revision: engine.last_applied_revision(),
+        })),
+    };
+    // The engine's messages are few (one report in flight per policy, acks), so their
+    // queue is unbounded and the engine never waits on the hub; heartbeats queue at most
+    // one, so a stalled stream does not pile them up.
+    let (outbox, outbox_rx) = mpsc::unbounded_channel();
+    let (heartbeats, heartbeats_rx) = mpsc::channel(1);
+    let outbound = futures::stream::once(async { hello }).chain(futures::stream::select(
+        UnboundedReceiverStream::new(outbox_rx),
+        ReceiverStream::new(heartbeats_rx),
+    ));
+    let mut client = FederationClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let mut inbound = client
+        .sync(outbound)
+        .await
+        .map_err(ConnectError::Refused)?
+        .into_inner();
+    let id = engine.connected(outbox).await;
+    metrics.connected.set(1);
+    info!(hub = %identity.hub_url, cluster = %identity.cluster, "connected to the hub");
+
+    let mut ticker = tokio::time::interval(config.heartbeat_interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticker.tick().await; // the first tick is immediate; Hello just went out
+    let result = loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(message)) => engine.hub_message(message).await,
+                Ok(None) => break Ok(()),
+                Err(status) => break Err(ConnectError::Broken(status)),
+            },
+            _ = ticker.tick() => {
+                let heartbeat = AgentMessage {
+                    cluster: identity.cluster.clone(),
+                    body: Some(agent_message::Body::Heartbeat(Heartbeat {
+                        sent_unix_millis: unix_millis(),
+                    })),
+                };
+                // A full queue means the previous heartbeat has not gone out yet.
+                let _ = heartbeats.try_send(heartbeat);
+            }
+        }
+    };
+    engine.disconnected(id).await;
+    result
+}

@@ -1,0 +1,185 @@
+//! The agent's Prometheus metrics, served as text on `/metrics`.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Label of counters broken down by outcome or error kind.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// Outcome or error category, e.g. `accepted`, `not_found`.
+    pub kind: String,
+}
+
+impl KindLabel {
+    fn of(kind: &str) -> Self {
+        Self {
+            kind: kind.to_owned(),
+        }
+    }
+}
+
+/// Every metric the agent exports (names prefixed `accord_agent_`).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    /// 1 while the stream to the hub is open.
+    pub connected: Gauge,
+    /// Connection attempts that failed or streams that ended (each followed by a retry).
+    pub reconnects: Counter,
+    /// Assignments messages applied (each acknowledged once persisted).
+    pub assignments_applied: Counter,
+    /// Policies this cluster enforces.
+    pub managed_policies: Gauge,
+    /// Server-side applies of replicas that succeeded.
+    pub scale_applies: Counter,
+    /// Failed applies and other errors, by kind.
+    pub apply_errors: Family<KindLabel, Counter>,
+    /// Status reports sent to the hub.
+    pub reports_sent: Counter,
+    /// StatusAcks received, by result (`accepted`, `conflict`).
+    pub report_acks: Family<KindLabel, Counter>,
+    /// Policies whose latest observation the hub has not accepted yet.
+    pub reports_pending: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("accord_agent");
+        let metrics = Self {
+            registry: Arc::new(Registry::default()),
+            connected: Gauge::default(),
+            reconnects: Counter::default(),
+            assignments_applied: Counter::default(),
+            managed_policies: Gauge::default(),
+            scale_applies: Counter::default(),
+            apply_errors: Family::default(),
+            reports_sent: Counter::default(),
+            report_acks: Family::default(),
+            reports_pending: Gauge::default(),
+        };
+        registry.register(
+            "connected",
+            "1 while the stream to the hub is open",
+            metrics.connected.clone(),
+        );
+        registry.register(
+            "reconnects",
+            "Failed connection attempts and ended streams, each followed by a retry",
+            metrics.reconnects.clone(),
+        );
+        registry.register(
+            "assignments_applied",
+            "Assignments messages applied",
+            metrics.assignments_applied.clone(),
+        );
+        registry.register(
+            "managed_policies",
+            "Policies this cluster enforces",
+            metrics.managed_policies.clone(),
+        );
+        registry.register(
+            "scale_applies",
+            "Server-side applies of replicas that succeeded",
+            metrics.scale_applies.clone(),
+        );
+        registry.register(
+            "apply_errors",
+            "Failed applies and other errors, by kind",
+            metrics.apply_errors.clone(),
+        );
+        registry.register(
+            "status_reports_sent",
+            "Status reports sent to the hub",
+            metrics.reports_sent.clone(),
+        );
+        registry.register(
+            "status_acks",
+            "StatusAcks received, by result (accepted, conflict)",
+            metrics.report_acks.clone(),
+        );
+        registry.register(
+            "status_reports_pending",
+            "Policies whose latest observation the hub has not accepted yet",
+            metrics.reports_pending.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            ..metrics
+        }
+    }
+
+    /// Counts an error of `kind`.
+    pub fn error(&self, kind: &str) {
+        self.apply_errors.get_or_create(&KindLabel::of(kind)).inc();
+    }
+
+    /// Counts a StatusAck with `result`.
+    pub fn ack(&self, result: &str) {
+        self.report_acks.get_or_create(&KindLabel::of(result)).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The metric label for a Kubernetes API error.
+pub fn kube_error_kind(error: &kube::Error) -> &'static str {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            404 => "not_found",
+            403 | 401 => "forbidden",
+            409 => "conflict",
+            422 | 400 => "invalid",
+            429 => "throttled",
+            500..=599 => "server",
+            _ => "api",
+        },
+        kube::Error::HyperError(_) | kube::Error::Service(_) => "transport",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_exported_with_the_agent_prefix() {
+        let m = Metrics::new();
+        m.connected.set(1);
+        m.reconnects.inc();
+        m.error("not_found");
+        m.ack("accepted");
+        let text = m.encode();
+        for name in [
+            "accord_agent_connected 1",
+            "accord_agent_reconnects_total 1",
+            "accord_agent_assignments_applied_total",
+            "accord_agent_managed_policies",
+            "accord_agent_scale_applies_total",
+            "accord_agent_apply_errors_total{kind=\"not_found\"} 1",
+            "accord_agent_status_reports_sent_total",
+            "accord_agent_status_acks_total{kind=\"accepted\"} 1",
+            "accord_agent_status_reports_pending",
+        ] {
+            assert!(text.contains(name), "{name} missing from\n{text}");
+        }
+    }
+}

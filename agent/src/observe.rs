@@ -1,0 +1,462 @@
+//! Pure decisions about one scaled Deployment: whether it matches its assignment, whether a
+//! HorizontalPodAutoscaler owns its replicas, what to report, and the server-side apply
+//! patch that sets it. No API calls happen here.
+
+use std::fmt;
+
+use accord_crds::SCALE_REQUEST_ANNOTATION;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+
+use crate::assignments::{Assigned, ScaleTarget};
+
+/// Placement state, as the hub and the CrossClusterScalePolicy status spell it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PlacementState {
+    /// The assignment is being applied.
+    Pending,
+    /// The workload runs the assigned replicas and carries the current scale request id.
+    Synced,
+    /// The workload does not exist in this cluster.
+    TargetNotFound,
+    /// Something else owns the workload's replicas (a HorizontalPodAutoscaler).
+    Conflict,
+    /// The agent cannot see the workload (its watch fails).
+    Unavailable,
+    /// Applying failed, or the assignment cannot be applied.
+    Error,
+}
+
+impl PlacementState {
+    /// The state's name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Synced => "Synced",
+            Self::TargetNotFound => "TargetNotFound",
+            Self::Conflict => "Conflict",
+            Self::Unavailable => "Unavailable",
+            Self::Error => "Error",
+        }
+    }
+}
+
+impl fmt::Display for PlacementState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the agent makes of a Deployment against its assignment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Replicas and scale request id match; nothing to do.
+    Synced,
+    /// The Deployment needs the assignment applied.
+    NeedsApply,
+    /// No such Deployment.
+    TargetNotFound,
+    /// A HorizontalPodAutoscaler scales the Deployment; the message names it.
+    Conflict(String),
+    /// The assignment names a workload the agent cannot scale.
+    Unsupported(String),
+}
+
+/// Replica counts of an observed Deployment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaCounts {
+    /// `spec.replicas`.
+    pub desired: i32,
+    /// `status.readyReplicas`.
+    pub ready: i32,
+    /// `status.updatedReplicas`.
+    pub updated: i32,
+    /// `status.observedGeneration`.
+    pub observed_generation: i64,
+}
+
+/// One observation of a policy's workload, without the time it was made or the hub
+/// record it supersedes; two equal reports say the same thing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Placement state.
+    pub state: PlacementState,
+    /// Detail for the state.
+    pub message: String,
+    /// `metadata.resourceVersion` of the workload ("" when there is none).
+    pub resource_version: String,
+    /// `metadata.generation` of the workload (0 when there is none).
+    pub generation: i64,
+    /// Replica counts, when the workload exists.
+    pub replicas: Option<ReplicaCounts>,
+    /// Revision of the assignment the agent held.
+    pub applied_revision: i64,
+    /// Scale request id stamped on the workload ("" when none).
+    pub scale_request_id: String,
+}
+
+impl Report {
+    /// A report about a workload the agent cannot look at.
+    pub fn without_object(state: PlacementState, message: String, applied_revision: i64) -> Self {
+        Self {
+            state,
+            message,
+            resource_version: String::new(),
+            generation: 0,
+            replicas: None,
+            applied_revision,
+            scale_request_id: String::new(),
+        }
+    }
+}
+
+/// `spec.replicas` with the API's default of 1.
+pub fn spec_replicas(deployment: &Deployment) -> i32 {
+    deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+}
+
+/// The scale request id stamped on a Deployment ("" when none).
+pub fn stamped_request_id(deployment: &Deployment) -> &str {
+    deployment
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(SCALE_REQUEST_ANNOTATION))
+        .map_or("", String::as_str)
+}
+
+/// The HorizontalPodAutoscaler among `hpas` that scales Deployment `name`, if any.
+pub fn scaling_hpa<'a>(
+    name: &str,
+    hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
+) -> Option<&'a HorizontalPodAutoscaler> {
+    hpas.into_iter().find(|hpa| {
+        hpa.spec.as_ref().is_some_and(|spec| {
+            let target = &spec.scale_target_ref;
+            target.kind == "Deployment" && target.name == name
+        })
+    })
+}
+
+/// Judges `deployment` (absent: not found) against `target`, given the namespace's HPAs.
+pub fn verdict<'a>(
+    target: &ScaleTarget,
+    deployment: Option<&Deployment>,
+    hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
+) -> Verdict {
+    if !target.is_deployment() {
+        return Verdict::Unsupported(format!(
+            "the agent scales apps/v1 Deployments; {} {} is not supported",
+            target.api_version, target.kind
+        ));
+    }
+    if target.namespace.is_empty() || target.name.is_empty() {
+        return Verdict::Unsupported("the assignment names no namespace or no name".to_owned());
+    }
+    let Some(deployment) = deployment else {
+        return Verdict::TargetNotFound;
+    };
+    if let Some(hpa) = scaling_hpa(&target.name, hpas) {
+        return Verdict::Conflict(format!(
+            "HorizontalPodAutoscaler {}/{} scales Deployment {}; the agent leaves its replicas alone",
+            hpa.metadata
+                .namespace
+                .as_deref()
+                .unwrap_or(&target.namespace),
+            hpa.metadata.name.as_deref().unwrap_or_default(),
+            target.name,
+        ));
+    }
+    if spec_replicas(deployment) == target.replicas
+        && stamped_request_id(deployment) == target.scale_request_id
+    {
+        Verdict::Synced
+    } else {
+        Verdict::NeedsApply
+    }
+}
+
+/// What to tell the hub about `assigned`, from the verdict, the Deployment it was made on,
+/// and the last apply error (if the last apply failed).
+pub fn report(
+    assigned: &Assigned,
+    verdict: &Verdict,
+    deployment: Option<&Deployment>,
+    apply_error: Option<&str>,
+) -> Report {
+    let target = &assigned.scale;
+    let (state, message) = match verdict {
+        Verdict::Synced => (PlacementState::Synced, String::new()),
+        Verdict::NeedsApply => match apply_error {
+            Some(error) => (PlacementState::Error, error.to_owned()),
+            None => (
+                PlacementState::Pending,
+                format!("setting {} replicas", target.replicas),
+            ),
+        },
+        Verdict::TargetNotFound => (
+            PlacementState::TargetNotFound,
+            format!(
+                "Deployment {}/{} does not exist in this cluster",
+                target.namespace, target.name
+            ),
+        ),
+        Verdict::Conflict(message) => (PlacementState::Conflict, message.clone()),
+        Verdict::Unsupported(message) => (PlacementState::Error, message.clone()),
+    };
+    let Some(deployment) = deployment else {
+        return Report::without_object(state, message, assigned.revision);
+    };
+    let status = deployment.status.as_ref();
+    Report {
+        state,
+        message,
+        resource_version: deployment
+            .metadata
+            .resource_version
+            .clone()
+            .unwrap_or_default(),
+        generation: deployment.metadata.generation.unwrap_or_default(),
+        replicas: Some(ReplicaCounts {
+            desired: spec_replicas(deployment),
+            ready: status.and_then(|s| s.ready_replicas).unwrap_or_default(),
+            updated: status.and_then(|s| s.updated_replicas).unwrap_or_default(),
+            observed_generation: status
+                .and_then(|s| s.observed_generation)
+                .unwrap_or_default(),
+        }),
+        applied_revision: assigned.revision,
+        scale_request_id: stamped_request_id(deployment).to_owned(),
+    }
+}
+
+/// The server-side apply patch that sets `target`'s replicas and scale request id — and
+/// nothing else, so the agent's field manager owns exactly these two fields.
+pub fn scale_patch(target: &ScaleTarget) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": target.name,
+            "namespace": target.namespace,
+            "annotations": { SCALE_REQUEST_ANNOTATION: target.scale_request_id },
+        },
+        "spec": { "replicas": target.replicas },
+    })
+}
+
+/// Drops what the agent never reads from a watched Deployment, to keep its cache small.
+pub fn slim_deployment(deployment: &mut Deployment) {
+    deployment.metadata.managed_fields = None;
+    if let Some(annotations) = deployment.metadata.annotations.as_mut() {
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    if let Some(spec) = deployment.spec.as_mut() {
+        spec.template = Default::default();
+    }
+    if let Some(status) = deployment.status.as_mut() {
+        status.conditions = None;
+    }
+}
+
+/// Drops what the agent never reads from a watched HorizontalPodAutoscaler.
+pub fn slim_hpa(hpa: &mut HorizontalPodAutoscaler) {
+    hpa.metadata.managed_fields = None;
+    hpa.metadata.annotations = None;
+    hpa.status = None;
+    if let Some(spec) = hpa.spec.as_mut() {
+        spec.metrics = None;
+        spec.behavior = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(replicas: i32) -> ScaleTarget {
+        ScaleTarget {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "prod".into(),
+            name: "frontend".into(),
+            replicas,
+            scale_request_id: "01JREQ".into(),
+        }
+    }
+
+    fn assigned(replicas: i32) -> Assigned {
+        Assigned {
+            revision: 42,
+            scale: target(replicas),
+        }
+    }
+
+    fn deployment(replicas: i32, request_id: Option<&str>) -> Deployment {
+        let mut annotations = serde_json::Map::new();
+        if let Some(id) = request_id {
+            annotations.insert(SCALE_REQUEST_ANNOTATION.into(), id.into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "frontend", "namespace": "prod", "resourceVersion": "881",
+                         "generation": 5, "annotations": annotations},
+            "spec": {"replicas": replicas, "selector": {}, "template": {}},
+            "status": {"readyReplicas": 2, "updatedReplicas": 3, "observedGeneration": 4},
+        }))
+        .unwrap()
+    }
+
+    fn hpa(name: &str, kind: &str, target: &str) -> HorizontalPodAutoscaler {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "prod"},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": target},
+                     "maxReplicas": 10},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn matching_replicas_and_request_id_are_synced() {
+        let d = deployment(7, Some("01JREQ"));
+        assert_eq!(verdict(&target(7), Some(&d), []), Verdict::Synced);
+        let r = report(&assigned(7), &Verdict::Synced, Some(&d), None);
+        assert_eq!(r.state, PlacementState::Synced);
+        assert_eq!(r.resource_version, "881");
+        assert_eq!(r.generation, 5);
+        assert_eq!(r.scale_request_id, "01JREQ");
+        assert_eq!(
+            r.replicas,
+            Some(ReplicaCounts {
+                desired: 7,
+                ready: 2,
+                updated: 3,
+                observed_generation: 4
+            })
+        );
+        assert_eq!(r.applied_revision, 42);
+    }
+
+    #[test]
+    fn other_replicas_or_an_old_request_id_need_an_apply() {
+        assert_eq!(
+            verdict(&target(7), Some(&deployment(3, Some("01JREQ"))), []),
+            Verdict::NeedsApply
+        );
+        assert_eq!(
+            verdict(&target(7), Some(&deployment(7, Some("older"))), []),
+            Verdict::NeedsApply
+        );
+        assert_eq!(
+            verdict(&target(7), Some(&deployment(7, None)), []),
+            Verdict::NeedsApply
+        );
+    }
+
+    #[test]
+    fn a_pending_apply_reports_pending_and_a_failed_one_reports_the_error() {
+        let d = deployment(3, None);
+        let r = report(&assigned(7), &Verdict::NeedsApply, Some(&d), None);
+        assert_eq!(r.state, PlacementState::Pending);
+        let r = report(
+            &assigned(7),
+            &Verdict::NeedsApply,
+            Some(&d),
+            Some("admission webhook denied"),
+        );
+        assert_eq!(r.state, PlacementState::Error);
+        assert_eq!(r.message, "admission webhook denied");
+    }
+
+    #[test]
+    fn an_hpa_on_the_deployment_is_a_conflict_naming_the_hpa() {
+        let d = deployment(3, None);
+        let hpas = [
+            hpa("other", "Deployment", "backend"),
+            hpa("web-hpa", "Deployment", "frontend"),
+        ];
+        let v = verdict(&target(7), Some(&d), &hpas);
+        let Verdict::Conflict(message) = &v else {
+            panic!("expected a conflict, got {v:?}");
+        };
+        assert!(message.contains("prod/web-hpa"), "{message}");
+        let r = report(&assigned(7), &v, Some(&d), None);
+        assert_eq!(r.state, PlacementState::Conflict);
+        assert_eq!(r.replicas.unwrap().desired, 3);
+    }
+
+    #[test]
+    fn an_hpa_on_another_kind_with_the_same_name_is_no_conflict() {
+        let d = deployment(3, None);
+        let hpas = [hpa("ss", "StatefulSet", "frontend")];
+        assert_eq!(verdict(&target(7), Some(&d), &hpas), Verdict::NeedsApply);
+    }
+
+    #[test]
+    fn a_missing_deployment_is_target_not_found_even_with_an_hpa() {
+        let hpas = [hpa("web-hpa", "Deployment", "frontend")];
+        let v = verdict(&target(7), None, &hpas);
+        assert_eq!(v, Verdict::TargetNotFound);
+        let r = report(&assigned(7), &v, None, None);
+        assert_eq!(r.state, PlacementState::TargetNotFound);
+        assert!(r.message.contains("prod/frontend"), "{}", r.message);
+        assert_eq!(r.replicas, None);
+        assert_eq!(r.resource_version, "");
+    }
+
+    #[test]
+    fn other_workload_kinds_are_an_error() {
+        let mut t = target(2);
+        t.kind = "StatefulSet".into();
+        let v = verdict(&t, None, []);
+        assert!(matches!(v, Verdict::Unsupported(_)), "{v:?}");
+        let a = Assigned {
+            revision: 1,
+            scale: t,
+        };
+        assert_eq!(report(&a, &v, None, None).state, PlacementState::Error);
+    }
+
+    #[test]
+    fn an_unset_replica_count_counts_as_one() {
+        let mut d = deployment(1, Some("01JREQ"));
+        d.spec.as_mut().unwrap().replicas = None;
+        assert_eq!(verdict(&target(1), Some(&d), []), Verdict::Synced);
+    }
+
+    #[test]
+    fn the_apply_patch_holds_only_replicas_and_the_annotation() {
+        let patch = scale_patch(&target(7));
+        assert_eq!(
+            patch,
+            serde_json::json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": "frontend",
+                    "namespace": "prod",
+                    "annotations": {"accord.io/scale-request-id": "01JREQ"},
+                },
+                "spec": {"replicas": 7},
+            })
+        );
+    }
+
+    #[test]
+    fn slimming_keeps_what_verdicts_and_reports_read() {
+        let mut d = deployment(7, Some("01JREQ"));
+        let before = report(&assigned(7), &Verdict::Synced, Some(&d), None);
+        slim_deployment(&mut d);
+        assert_eq!(verdict(&target(7), Some(&d), []), Verdict::Synced);
+        assert_eq!(
+            report(&assigned(7), &Verdict::Synced, Some(&d), None),
+            before
+        );
+        let mut h = hpa("web-hpa", "Deployment", "frontend");
+        slim_hpa(&mut h);
+        assert!(scaling_hpa("frontend", [&h]).is_some());
+    }
+}

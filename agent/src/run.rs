@@ -1,0 +1,159 @@
+//! `accord-agent run`: wires the engine, the hub connection and the HTTP endpoint
+//! together and runs until the shutdown signal.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tracing::info;
+
+use crate::connection::{self, ConnectionConfig};
+use crate::engine::{self, EngineConfig};
+use crate::http::{self, Readiness};
+use crate::identity::{IdentityError, IdentitySource};
+use crate::metrics::Metrics;
+
+/// Everything `run` needs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Kubeconfig of the member cluster (`$KUBECONFIG`, `~/.kube/config` or the in-cluster
+    /// configuration when `None`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Where the identity comes from.
+    pub identity: IdentitySource,
+    /// Address of `/metrics`, `/healthz`, `/readyz`.
+    pub http_addr: SocketAddr,
+    /// The agent's namespace (holds the ConfigMap of saved assignments).
+    pub namespace: String,
+    /// Interval between heartbeats.
+    pub heartbeat_interval: Duration,
+    /// Delay between a change and the report about it.
+    pub report_debounce: Duration,
+}
+
+/// Why the agent could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The kubeconfig could not be read or loaded.
+    #[error("loading kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// No kubeconfig was given and none was found, in the environment or in-cluster.
+    #[error("no --kubeconfig given and none found ($KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
+    InferConfig(#[source] kube::config::InferConfigError),
+    /// The Kubernetes client could not be built.
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// The identity could not be read at start-up.
+    #[error("reading the agent identity: {0}")]
+    Identity(#[from] IdentityError),
+    /// The HTTP address could not be bound.
+    #[error("binding the HTTP address {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP server failed.
+    #[error("serving HTTP: {0}")]
+    Serve(#[source] std::io::Error),
+    /// A task of the agent ended unexpectedly.
+    #[error("the {0} stopped unexpectedly")]
+    Stopped(&'static str),
+}
+
+/// A client of the member cluster from a kubeconfig file, or inferred from the environment
+/// (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
+pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, RunError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let wrap = |source: Box<dyn std::error::Error + Send + Sync>| RunError::Kubeconfig {
+                path: path.clone(),
+                source,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| wrap(Box::new(e)))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| wrap(Box::new(e)))?
+        }
+        None => kube::Config::infer().await.map_err(RunError::InferConfig)?,
+    };
+    kube::Client::try_from(config).map_err(RunError::Client)
+}
+
+/// Makes ring the process-wide rustls crypto provider; a provider installed earlier is
+/// kept.
+pub fn install_crypto_provider() {
+    // Err only means a provider is already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Runs the agent until `shutdown` completes.
+pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
+    install_crypto_provider();
+    let client = kube_client(config.kubeconfig.as_ref()).await?;
+    let identity = config.identity.load(&client).await?;
+    info!(
+        cluster = %identity.cluster,
+        hub = %identity.hub_url,
+        source = %config.identity,
+        "starting the agent"
+    );
+    let metrics = Metrics::new();
+    let ready = Readiness::default();
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: config.http_addr,
+            source,
+        })?;
+    let http_task = http::serve(listener, metrics.clone(), ready.clone());
+
+    let engine = engine::start(
+        EngineConfig {
+            client: client.clone(),
+            namespace: config.namespace.clone(),
+            cluster: identity.cluster.clone(),
+            report_debounce: config.report_debounce,
+        },
+        metrics.clone(),
+    );
+    let handle = engine.handle().clone();
+    let readiness = async {
+        handle.wait_loaded().await;
+        ready.set(true);
+        std::future::pending::<()>().await;
+    };
+    let connection = connection::run(
+        ConnectionConfig {
+            identity: config.identity.clone(),
+            initial_identity: identity,
+            client,
+            heartbeat_interval: config.heartbeat_interval,
+            agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        handle.clone(),
+        metrics,
+    );
+    tokio::select! {
+        () = shutdown => {
+            info!("shutting down");
+            Ok(())
+        }
+        result = http_task => Err(match result {
+            Ok(()) => RunError::Stopped("HTTP server"),
+            Err(e) => RunError::Serve(e),
+        }),
+        _ = engine.join() => Err(RunError::Stopped("engine")),
+        () = connection => Err(RunError::Stopped("hub connection")),
+        () = readiness => Err(RunError::Stopped("readiness")),
+    }
+}
