@@ -818,7 +818,7 @@ impl Engine {
                 rt.apply_error = None;
                 // If the apply changed nothing, there is no watch event to wait for.
                 rt.awaiting_rv = (rv != from_rv).then_some(from_rv);
-                info!(policy = %key, namespace = %target.namespace, name = %target.name, replicas = target.replicas, "applied replicas");
+                info!(policy = %key, namespace = %target.namespace, name = %target.name, replicas = target.replicas, scale_request_id = %target.scale_request_id, "applied scale request");
             }
             Err(e) => {
                 self.metrics.error(e.kind());

@@ -32,10 +32,12 @@ pub struct Agent {
     pub process: Option<ProcessId>,
 }
 
-/// A hub and its agents.
-pub struct Federation {
+/// A hub and its agents; dropping it stops them (so the next test's hub does not find
+/// this one's still reconciling the same management cluster).
+pub struct Federation<'t> {
+    testbed: &'t Testbed,
     /// The hub.
-    pub hub: HubProcess,
+    pub hub: HubProcess<'t>,
     /// Hub options, to restart it.
     pub hub_options: HubOptions,
     /// Agents by cluster name.
@@ -69,11 +71,21 @@ pub fn write_identity(dir: &std::path::Path, hub: &str, id: &AgentIdentity) -> R
     Ok(())
 }
 
-impl Federation {
+impl Drop for Federation<'_> {
+    fn drop(&mut self) {
+        for agent in self.agents.values_mut() {
+            if let Some(id) = agent.process.take() {
+                self.testbed.stop_process(id);
+            }
+        }
+    }
+}
+
+impl<'t> Federation<'t> {
     /// Starts a hub (`etcd_prefix` keeps it apart from other tests) and one agent per
     /// `(cluster name, member index)`, each joined with its own token.
     pub async fn start(
-        testbed: &Testbed,
+        testbed: &'t Testbed,
         replica: &str,
         etcd_prefix: &str,
         hub_args: &[&str],
@@ -86,6 +98,7 @@ impl Federation {
         };
         let hub = HubProcess::start(testbed, &hub_options).await?;
         let mut fed = Self {
+            testbed,
             hub,
             hub_options,
             agents: BTreeMap::new(),
@@ -106,13 +119,14 @@ impl Federation {
                 process: None,
             };
             fed.agents.insert((*name).to_owned(), agent);
-            fed.start_agent(testbed, name)?;
+            fed.start_agent(name)?;
         }
         Ok(fed)
     }
 
     /// Starts (or restarts) the agent of cluster `name`.
-    pub fn start_agent(&mut self, testbed: &Testbed, name: &str) -> Result<()> {
+    pub fn start_agent(&mut self, name: &str) -> Result<()> {
+        let testbed = self.testbed;
         let agent = self
             .agents
             .get_mut(name)
@@ -132,7 +146,8 @@ impl Federation {
     }
 
     /// Kills the agent of cluster `name` with SIGKILL.
-    pub fn kill_agent(&mut self, testbed: &Testbed, name: &str) -> Result<()> {
+    pub fn kill_agent(&mut self, name: &str) -> Result<()> {
+        let testbed = self.testbed;
         let agent = self
             .agents
             .get_mut(name)
@@ -144,15 +159,15 @@ impl Federation {
     }
 
     /// Kills the hub with SIGKILL.
-    pub fn kill_hub(&mut self, testbed: &Testbed) -> Result<()> {
-        kill9(testbed, self.hub.id)
+    pub fn kill_hub(&mut self) -> Result<()> {
+        kill9(self.testbed, self.hub.id)
     }
 
     /// Starts the hub again with the same options (new ports; agents reconnect through
     /// their identity's hub URL, so the gRPC port is kept).
-    pub async fn restart_hub(&mut self, testbed: &Testbed) -> Result<()> {
+    pub async fn restart_hub(&mut self) -> Result<()> {
         let grpc = self.hub.grpc.clone();
-        self.hub = HubProcess::start_at(testbed, &self.hub_options, &grpc).await?;
+        self.hub = HubProcess::start_at(self.testbed, &self.hub_options, &grpc).await?;
         Ok(())
     }
 }

@@ -50,8 +50,10 @@ pub fn accord_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A running `accord-hub serve`.
-pub struct HubProcess {
+/// A running `accord-hub serve`; dropping it stops the process, so that tests sharing one
+/// management cluster never have two unrelated hubs writing the same objects' status.
+pub struct HubProcess<'t> {
+    testbed: &'t Testbed,
     /// Supervised process.
     pub id: ProcessId,
     /// Replica name.
@@ -88,15 +90,21 @@ pub async fn ensure_hub_namespace(testbed: &Testbed) -> Result<()> {
     Ok(())
 }
 
-impl HubProcess {
+impl Drop for HubProcess<'_> {
+    fn drop(&mut self) {
+        self.testbed.stop_process(self.id);
+    }
+}
+
+impl<'t> HubProcess<'t> {
     /// Starts `accord-hub serve` on free ports and waits until `/readyz` answers.
-    pub async fn start(testbed: &Testbed, opts: &HubOptions) -> Result<Self> {
+    pub async fn start(testbed: &'t Testbed, opts: &HubOptions) -> Result<Self> {
         Self::start_at(testbed, opts, &format!("127.0.0.1:{}", free_port()?)).await
     }
 
     /// Starts `accord-hub serve` with its gRPC server on `grpc` (e.g. to restart a hub
     /// where its agents expect it).
-    pub async fn start_at(testbed: &Testbed, opts: &HubOptions, grpc: &str) -> Result<Self> {
+    pub async fn start_at(testbed: &'t Testbed, opts: &HubOptions, grpc: &str) -> Result<Self> {
         ensure_hub_namespace(testbed).await?;
         let grpc = grpc.to_owned();
         let http_addr = format!("127.0.0.1:{}", free_port()?);
@@ -113,6 +121,7 @@ impl HubProcess {
             .env("RUST_LOG", "info,accord_hub=debug");
         let id = testbed.spawn(&format!("hub/{}", opts.replica), cmd)?;
         let hub = Self {
+            testbed,
             id,
             replica: opts.replica.clone(),
             grpc,

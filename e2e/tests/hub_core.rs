@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 
 static TESTBED: SharedTestbed =
     SharedTestbed::new(|b| b.members(0).without_mgmt_controller_manager());
+/// One hub (or one pair) at a time: every hub's leader writes the status of every
+/// ManagedCluster on the management cluster, as the one hub of a real deployment does.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn opts(replica: &str, prefix: &str, extra: &[&str]) -> HubOptions {
     HubOptions {
@@ -58,7 +61,7 @@ async fn wait_condition(
 
 async fn join(
     testbed: &Testbed,
-    hub: &HubProcess,
+    hub: &HubProcess<'_>,
     prefix: &str,
     cluster: &str,
 ) -> Result<agent_sim::AgentIdentity> {
@@ -68,6 +71,7 @@ async fn join(
 
 #[test]
 fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-election/";
@@ -162,6 +166,7 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
 
 #[test]
 fn a_valid_token_yields_a_certificate_naming_the_cluster_and_a_joined_managed_cluster() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-register/";
@@ -187,14 +192,16 @@ fn rustls_pemfile_first_cert(pem: &str) -> Result<Vec<u8>> {
 
 #[test]
 fn expired_unknown_used_and_conflicting_registrations_are_refused_with_clear_messages() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-refuse/";
         let hub = HubProcess::start(testbed, &opts("hub-refuse", prefix, &[])).await?;
 
-        // Expired: the token's TTL is one second; wait it out, then use it.
+        // Expired: the token's TTL is one second, and expiry is kept in whole seconds
+        // rounded up, so it is certainly over two seconds after creation.
         let (token, hash) = create_token(testbed, prefix, "1s").await?;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        tokio::time::sleep(Duration::from_millis(2100)).await;
         let err = agent_sim::register(&hub.grpc, &token, &hash, "ref-expired", false)
             .await
             .unwrap_err();
@@ -279,6 +286,7 @@ fn expired_unknown_used_and_conflicting_registrations_are_refused_with_clear_mes
 
 #[test]
 fn an_agent_cannot_speak_for_another_cluster() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-identity/";
@@ -334,6 +342,7 @@ async fn ack(stream: &mut AgentStream) -> Result<status_ack::Result> {
 
 #[test]
 fn status_reports_are_written_with_optimistic_concurrency() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-occ/";
@@ -379,6 +388,7 @@ fn status_reports_are_written_with_optimistic_concurrency() {
 
 #[test]
 fn availability_follows_the_agent_stream_and_heartbeats() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-avail/";
@@ -483,6 +493,7 @@ async fn next_scale(stream: &mut AgentStream) -> Result<(i64, accord_proto::v1::
 
 #[test]
 fn the_leader_divides_a_policy_and_streams_each_share_to_its_cluster() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-assign/";

@@ -38,7 +38,7 @@ async fn apply_deployment(
                  "template": {"metadata": {"labels": {"app": name}},
                               "spec": {"containers": [{"name": "app", "image": "pause:3.10"}]}}}
     });
-    api.patch(name, &PatchParams::apply(FM), &Patch::Apply(&d))
+    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&d))
         .await?;
     Ok(())
 }
@@ -291,7 +291,7 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
         apply_policy(testbed, ns, policy("web", ns, "web", 9, dist, serde_json::json!({"failover": {"enabled": true, "returnCooldownSeconds": 5}}))).await?;
         wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3), (2, 3)], Duration::from_secs(60)).await?;
 
-        fed.kill_agent(testbed, "fo-3")?;
+        fed.kill_agent("fo-3")?;
         let killed = Instant::now();
         wait_replicas(testbed, ns, "web", &[(0, 5), (1, 4)], Duration::from_secs(5)).await
             .context("the killed cluster's share did not move to the others within 5 s")?;
@@ -300,7 +300,7 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
         ensure!(status.placements.iter().find(|p| p.cluster == "fo-3").map(|p| p.desired_replicas) == Some(0));
 
         // Back: shares return once after the 5 s cooldown, then stay.
-        fed.start_agent(testbed, "fo-3")?;
+        fed.start_agent("fo-3")?;
         let returned = wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3), (2, 3)], Duration::from_secs(30)).await?;
         let api: Api<Deployment> = Api::namespaced(testbed.members()[0].client(), ns);
         let generation = api.get("web").await?.metadata.generation;
@@ -336,8 +336,8 @@ fn a_hub_killed_mid_change_converges_after_restart_without_reapplying_a_decision
         let before = wait_replicas(testbed, ns, "web", &[(0, 2), (1, 2)], Duration::from_secs(60)).await?;
         // Change and kill the hub at once, while the change is in flight.
         apply_policy(testbed, ns, policy("web", ns, "web", 10, dist, serde_json::json!({}))).await?;
-        fed.kill_hub(testbed)?;
-        fed.restart_hub(testbed).await?;
+        fed.kill_hub()?;
+        fed.restart_hub().await?;
         let after = wait_replicas(testbed, ns, "web", &[(0, 5), (1, 5)], Duration::from_secs(60)).await?;
         ensure!(after != before);
         wait_states(testbed, ns, "web", &[("crash-1", PlacementState::Synced), ("crash-2", PlacementState::Synced)], Duration::from_secs(60)).await?;

@@ -245,7 +245,7 @@ pub async fn user_deployment(
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10"}]},
+                "spec": {"containers": [{"name": "app", "image": "pause:3.10"}]},
             },
         },
     });

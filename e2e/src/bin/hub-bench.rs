@@ -266,7 +266,10 @@ async fn main() -> Result<()> {
     let mut last = -1.0;
     loop {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let writes = hub.metric(&http, "accord_hub_managedcluster_status_writes_total").await?.unwrap_or(0.0);
+        let writes = hub
+            .metric(&http, "accord_hub_managedcluster_status_writes_total")
+            .await?
+            .unwrap_or(0.0);
         if writes == last {
             break;
         }
@@ -327,7 +330,11 @@ async fn main() -> Result<()> {
         100.0 * cpu / secs
     );
     println!("status storm settled in   {settle_secs:.1} s (every ManagedCluster Available)");
-    println!("agents' CPU (this process) {:.1} s ({:.0}% of one core)", bench_cpu, 100.0 * bench_cpu / secs);
+    println!(
+        "agents' CPU (this process) {:.1} s ({:.0}% of one core)",
+        bench_cpu,
+        100.0 * bench_cpu / secs
+    );
     println!("heartbeats/s              {:.0}", hb / secs);
     println!("status reports/s          {:.0}", rep / secs);
     println!(

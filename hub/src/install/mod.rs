@@ -71,7 +71,7 @@ pub struct InstallArgs {
     /// Size of the evaluation etcd's PersistentVolumeClaim (--with-etcd).
     #[arg(long, default_value = "1Gi")]
     pub etcd_storage_size: String,
-    /// Hub container image (default: ghcr.io/accord-io/accord-hub:<this version>).
+    /// Hub container image (default: accord-io/accord-hub:<this version>).
     #[arg(long)]
     pub image: Option<String>,
     /// imagePullPolicy of the containers.

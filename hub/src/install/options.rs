@@ -12,9 +12,9 @@ pub const ETCD_NAME: &str = "accord-etcd";
 /// Namespace the hub is installed into unless `--namespace` says otherwise.
 pub const DEFAULT_NAMESPACE: &str = "accord-system";
 /// Registry and repository of the hub image; the tag is the hub's version.
-pub const DEFAULT_IMAGE_REPOSITORY: &str = "ghcr.io/accord-io/accord-hub";
+pub const DEFAULT_IMAGE_REPOSITORY: &str = "accord-io/accord-hub";
 /// Image of the evaluation etcd (`--with-etcd`): the release the testbed runs.
-pub const DEFAULT_ETCD_IMAGE: &str = "quay.io/coreos/etcd:v3.6.16";
+pub const DEFAULT_ETCD_IMAGE: &str = "etcd:v3.6.16";
 /// Port of the agent-facing gRPC server (mTLS).
 pub const DEFAULT_GRPC_PORT: u16 = 7443;
 /// Port of `/metrics`, `/healthz` and `/readyz`.
