@@ -1,0 +1,132 @@
+//! Propagation and failover benchmark on three real member clusters: a real hub, three real
+//! agents, a CrossClusterScalePolicy on the management cluster.
+//!
+//! - propagation: time from the CR change (the API server accepting the patch) until every
+//!   member's Deployment has its new `spec.replicas`, seen through watches on the members;
+//! - failover: time from `kill -9` of one agent until its share is on the other clusters.
+//!
+//! ```text
+//! cargo run --release -p accord-e2e --bin propagation-bench -- --changes 100 --failovers 5
+//! ```
+
+use accord_crds::CrossClusterScalePolicy;
+use accord_e2e::Testbed;
+use accord_e2e::federation::{Federation, ensure_namespace};
+use anyhow::{Context as _, Result};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex, watch};
+
+const NS: &str = "bench";
+const FM: &str = "accord-bench";
+
+fn flag(name: &str, default: usize) -> Result<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    Ok(match args.iter().position(|a| a == name) {
+        Some(i) => args.get(i + 1).context("flag needs a value")?.parse()?,
+        None => default,
+    })
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Latest `spec.replicas` per member, fed by a watch on each member's Deployment.
+async fn watch_members(testbed: &Testbed) -> watch::Receiver<HashMap<usize, i32>> {
+    let (tx, rx) = watch::channel(HashMap::new());
+    let tx = Arc::new(Mutex::new(tx));
+    for (i, member) in testbed.members().iter().enumerate() {
+        let api: Api<Deployment> = Api::namespaced(member.client(), NS);
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default().fields("metadata.name=web")).applied_objects().boxed();
+            while let Some(Ok(d)) = events.next().await {
+                let replicas = d.spec.and_then(|s| s.replicas).unwrap_or_default();
+                tx.lock().await.send_modify(|m| {
+                    m.insert(i, replicas);
+                });
+            }
+        });
+    }
+    rx
+}
+
+async fn wait_for(rx: &mut watch::Receiver<HashMap<usize, i32>>, want: &[(usize, i32)]) -> Result<()> {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if want.iter().all(|(m, r)| rx.borrow().get(m) == Some(r)) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("members never reached {want:?}: {:?}", rx.borrow()))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let changes = flag("--changes", 100)?;
+    let failovers = flag("--failovers", 5)?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let testbed = Testbed::builder().members(3).start().await?;
+    let mut fed = Federation::start(&testbed, "hub-bench", "/bench/", &[], &[("m1", 0), ("m2", 1), ("m3", 2)]).await?;
+    for member in testbed.members() {
+        ensure_namespace(member, NS).await?;
+        let api: Api<Deployment> = Api::namespaced(member.client(), NS);
+        let d = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "pause:3.10"}]}}}});
+        api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d)).await?;
+    }
+    ensure_namespace(testbed.mgmt(), NS).await?;
+    let policies: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), NS);
+    let policy = |desired: i32| serde_json::json!({
+        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy", "metadata": {"name": "web"},
+        "spec": {"targetRef": {"name": "web"}, "desiredReplicas": desired,
+                 "distribution": [{"cluster": "m1", "weight": 1}, {"cluster": "m2", "weight": 1}, {"cluster": "m3", "weight": 1}],
+                 "failover": {"enabled": true, "returnCooldownSeconds": 2}}});
+    let mut members = watch_members(&testbed).await;
+    policies.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&policy(3))).await?;
+    wait_for(&mut members, &[(0, 1), (1, 1), (2, 1)]).await?;
+
+    // Propagation: desiredReplicas 6, 9, 6, 9, ... (2 or 3 per cluster).
+    let mut samples = Vec::new();
+    for i in 0..changes {
+        let desired = if i % 2 == 0 { 6 } else { 9 };
+        let each = desired / 3;
+        let started = Instant::now();
+        policies.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&policy(desired))).await?;
+        wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
+        samples.push(started.elapsed());
+    }
+    samples.sort();
+    println!("propagation (CR change → all 3 member Deployments updated), n = {}", samples.len());
+    println!("  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}", pct(&samples, 0.5), pct(&samples, 0.9), pct(&samples, 0.99), pct(&samples, 1.0));
+
+    // Failover: kill m3's agent; its share (3 of 9) moves to m1/m2 (5 and 4).
+    policies.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&policy(9))).await?;
+    wait_for(&mut members, &[(0, 3), (1, 3), (2, 3)]).await?;
+    let mut failover = Vec::new();
+    for _ in 0..failovers {
+        let killed = Instant::now();
+        fed.kill_agent("m3")?;
+        wait_for(&mut members, &[(0, 5), (1, 4)]).await?;
+        failover.push(killed.elapsed());
+        fed.start_agent("m3")?;
+        wait_for(&mut members, &[(0, 3), (1, 3), (2, 3)]).await?;
+    }
+    failover.sort();
+    println!("failover (kill -9 of an agent → its share running elsewhere), n = {}", failover.len());
+    println!("  p50 {:?}  max {:?}", pct(&failover, 0.5), pct(&failover, 1.0));
+    Ok(())
+}
