@@ -2,8 +2,6 @@
 //! HorizontalPodAutoscaler owns its replicas, what to report, and the server-side apply
 //! patch that sets it. No API calls happen here.
 
-use std::fmt;
-
 use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -11,41 +9,7 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use crate::assignments::{Assigned, ScaleTarget};
 
 /// Placement state, as the hub and the CrossClusterScalePolicy status spell it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PlacementState {
-    /// The assignment is being applied.
-    Pending,
-    /// The workload runs the assigned replicas and carries the current scale request id.
-    Synced,
-    /// The workload does not exist in this cluster.
-    TargetNotFound,
-    /// Something else owns the workload's replicas (a HorizontalPodAutoscaler).
-    Conflict,
-    /// The agent cannot see the workload (its watch fails).
-    Unavailable,
-    /// Applying failed, or the assignment cannot be applied.
-    Error,
-}
-
-impl PlacementState {
-    /// The state's name in reports.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Synced => "Synced",
-            Self::TargetNotFound => "TargetNotFound",
-            Self::Conflict => "Conflict",
-            Self::Unavailable => "Unavailable",
-            Self::Error => "Error",
-        }
-    }
-}
-
-impl fmt::Display for PlacementState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use accord_crds::PlacementState;
 
 /// What the agent makes of a Deployment against its assignment.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -415,6 +415,12 @@ impl PlacementState {
     }
 }
 
+impl std::fmt::Display for PlacementState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What autoscaling saw and decided last.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

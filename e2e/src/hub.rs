@@ -2,9 +2,6 @@
 //! and reading their `/metrics`.
 
 use anyhow::{Context as _, Result, bail};
-use k8s_openapi::api::core::v1::Namespace;
-use kube::Api;
-use kube::api::PostParams;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -77,17 +74,7 @@ pub struct HubOptions {
 
 /// Creates the hub's namespace on the management cluster if needed.
 pub async fn ensure_hub_namespace(testbed: &Testbed) -> Result<()> {
-    let api: Api<Namespace> = Api::all(testbed.mgmt().client());
-    if api.get_opt(HUB_NAMESPACE).await?.is_none() {
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": HUB_NAMESPACE}}))?;
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    crate::federation::ensure_namespace(testbed.mgmt(), HUB_NAMESPACE).await
 }
 
 impl Drop for HubProcess<'_> {

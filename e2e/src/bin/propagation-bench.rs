@@ -46,7 +46,9 @@ async fn watch_members(testbed: &Testbed) -> watch::Receiver<HashMap<usize, i32>
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
         let tx = tx.clone();
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default().fields("metadata.name=web")).applied_objects().boxed();
+            let mut events = watcher(api, watcher::Config::default().fields("metadata.name=web"))
+                .applied_objects()
+                .boxed();
             while let Some(Ok(d)) = events.next().await {
                 let replicas = d.spec.and_then(|s| s.replicas).unwrap_or_default();
                 tx.lock().await.send_modify(|m| {
@@ -58,7 +60,10 @@ async fn watch_members(testbed: &Testbed) -> watch::Receiver<HashMap<usize, i32>
     rx
 }
 
-async fn wait_for(rx: &mut watch::Receiver<HashMap<usize, i32>>, want: &[(usize, i32)]) -> Result<()> {
+async fn wait_for(
+    rx: &mut watch::Receiver<HashMap<usize, i32>>,
+    want: &[(usize, i32)],
+) -> Result<()> {
     tokio::time::timeout(Duration::from_secs(30), async {
         loop {
             if want.iter().all(|(m, r)| rx.borrow().get(m) == Some(r)) {
@@ -79,24 +84,40 @@ async fn main() -> Result<()> {
     let failovers = flag("--failovers", 5)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
-    let mut fed = Federation::start(&testbed, "hub-bench", "/bench/", &[], &[("m1", 0), ("m2", 1), ("m3", 2)]).await?;
+    let mut fed = Federation::start(
+        &testbed,
+        "hub-bench",
+        "/bench/",
+        &[],
+        &[("m1", 0), ("m2", 1), ("m3", 2)],
+    )
+    .await?;
     for member in testbed.members() {
         ensure_namespace(member, NS).await?;
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
         let d = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
                      "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "pause:3.10"}]}}}});
-        api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d)).await?;
+        api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d))
+            .await?;
     }
     ensure_namespace(testbed.mgmt(), NS).await?;
     let policies: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), NS);
-    let policy = |desired: i32| serde_json::json!({
+    let policy = |desired: i32| {
+        serde_json::json!({
         "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy", "metadata": {"name": "web"},
         "spec": {"targetRef": {"name": "web"}, "desiredReplicas": desired,
                  "distribution": [{"cluster": "m1", "weight": 1}, {"cluster": "m2", "weight": 1}, {"cluster": "m3", "weight": 1}],
-                 "failover": {"enabled": true, "returnCooldownSeconds": 2}}});
+                 "failover": {"enabled": true, "returnCooldownSeconds": 2}}})
+    };
     let mut members = watch_members(&testbed).await;
-    policies.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&policy(3))).await?;
+    policies
+        .patch(
+            "web",
+            &PatchParams::apply(FM).force(),
+            &Patch::Apply(&policy(3)),
+        )
+        .await?;
     wait_for(&mut members, &[(0, 1), (1, 1), (2, 1)]).await?;
 
     // Propagation: desiredReplicas 6, 9, 6, 9, ... (2 or 3 per cluster).
@@ -105,16 +126,37 @@ async fn main() -> Result<()> {
         let desired = if i % 2 == 0 { 6 } else { 9 };
         let each = desired / 3;
         let started = Instant::now();
-        policies.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&policy(desired))).await?;
+        policies
+            .patch(
+                "web",
+                &PatchParams::apply(FM).force(),
+                &Patch::Apply(&policy(desired)),
+            )
+            .await?;
         wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
         samples.push(started.elapsed());
     }
     samples.sort();
-    println!("propagation (CR change → all 3 member Deployments updated), n = {}", samples.len());
-    println!("  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}", pct(&samples, 0.5), pct(&samples, 0.9), pct(&samples, 0.99), pct(&samples, 1.0));
+    println!(
+        "propagation (CR change → all 3 member Deployments updated), n = {}",
+        samples.len()
+    );
+    println!(
+        "  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
+        pct(&samples, 0.5),
+        pct(&samples, 0.9),
+        pct(&samples, 0.99),
+        pct(&samples, 1.0)
+    );
 
     // Failover: kill m3's agent; its share (3 of 9) moves to m1/m2 (5 and 4).
-    policies.patch("web", &PatchParams::apply(FM).force(), &Patch::Apply(&policy(9))).await?;
+    policies
+        .patch(
+            "web",
+            &PatchParams::apply(FM).force(),
+            &Patch::Apply(&policy(9)),
+        )
+        .await?;
     wait_for(&mut members, &[(0, 3), (1, 3), (2, 3)]).await?;
     let mut failover = Vec::new();
     for _ in 0..failovers {
@@ -126,7 +168,14 @@ async fn main() -> Result<()> {
         wait_for(&mut members, &[(0, 3), (1, 3), (2, 3)]).await?;
     }
     failover.sort();
-    println!("failover (kill -9 of an agent → its share running elsewhere), n = {}", failover.len());
-    println!("  p50 {:?}  max {:?}", pct(&failover, 0.5), pct(&failover, 1.0));
+    println!(
+        "failover (kill -9 of an agent → its share running elsewhere), n = {}",
+        failover.len()
+    );
+    println!(
+        "  p50 {:?}  max {:?}",
+        pct(&failover, 0.5),
+        pct(&failover, 1.0)
+    );
     Ok(())
 }
