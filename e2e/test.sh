@@ -30,4 +30,4 @@ ACCORD_TESTBED_BIN="$(bash e2e/testbed/build.sh | tail -n 1)"
 export ACCORD_TESTBED_BIN
 
 log "running the test suite"
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets --no-fail-fast "$@"

@@ -163,28 +163,38 @@ where
 }
 
 impl<T: DeserializeOwned + Clone> Shared<T> {
-    fn apply_put(&self, kv: &KeyValue) {
+    /// Applies a put to the map and returns the event to announce (announced by the
+    /// caller once the revision has advanced, so a subscriber that reads `revision()` on an
+    /// event never sees it lag behind).
+    fn apply_put(&self, kv: &KeyValue) -> Option<CacheEvent<T>> {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         match decode::<T>(kv) {
             Ok(value) => {
                 self.entries
                     .insert(key.clone(), (value.clone(), kv.mod_revision()));
-                let _ = self.events.send(CacheEvent::Put {
+                Some(CacheEvent::Put {
                     key,
                     value,
                     mod_revision: kv.mod_revision(),
-                });
+                })
             }
             Err(e) => {
                 log_error("cache ignores a malformed value", &e);
-                self.apply_delete(key);
+                self.apply_delete(key)
             }
         }
     }
 
-    fn apply_delete(&self, key: String) {
-        if self.entries.remove(&key).is_some() {
-            let _ = self.events.send(CacheEvent::Delete { key });
+    /// Applies a delete to the map; the event to announce, if the key was there.
+    fn apply_delete(&self, key: String) -> Option<CacheEvent<T>> {
+        self.entries
+            .remove(&key)
+            .map(|_| CacheEvent::Delete { key })
+    }
+
+    fn announce(&self, events: Vec<CacheEvent<T>>) {
+        for event in events {
+            let _ = self.events.send(event);
         }
     }
 
@@ -216,6 +226,7 @@ async fn relist<T: DeserializeOwned + Clone>(
         .await?;
     let revision = header_revision(response.header());
     let mut listed = std::collections::HashSet::with_capacity(response.kvs().len());
+    let mut announced = Vec::new();
     for kv in response.kvs() {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         let unchanged = shared
@@ -223,7 +234,7 @@ async fn relist<T: DeserializeOwned + Clone>(
             .get(&key)
             .is_some_and(|entry| entry.1 == kv.mod_revision());
         if !unchanged {
-            shared.apply_put(kv);
+            announced.extend(shared.apply_put(kv));
         }
         listed.insert(key);
     }
@@ -234,9 +245,10 @@ async fn relist<T: DeserializeOwned + Clone>(
         .map(|entry| entry.key().clone())
         .collect();
     for key in gone {
-        shared.apply_delete(key);
+        announced.extend(shared.apply_delete(key));
     }
     shared.advance(revision);
+    shared.announce(announced);
     Ok(revision)
 }
 
@@ -317,14 +329,15 @@ async fn follow<T: DeserializeOwned + Clone>(
             )));
         }
         let mut seen = *revision;
+        let mut announced = Vec::new();
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
-            match event.event_type() {
+            announced.extend(match event.event_type() {
                 EventType::Put => shared.apply_put(kv),
                 EventType::Delete => {
-                    shared.apply_delete(String::from_utf8_lossy(kv.key()).into_owned());
+                    shared.apply_delete(String::from_utf8_lossy(kv.key()).into_owned())
                 }
-            }
+            });
             seen = seen.max(kv.mod_revision());
         }
         // Only a progress notification (no events, not the creation answer) vouches that
@@ -335,6 +348,7 @@ async fn follow<T: DeserializeOwned + Clone>(
         }
         *revision = seen;
         shared.advance(seen);
+        shared.announce(announced);
     }
 }
 
