@@ -139,6 +139,8 @@ impl TestbedBuilder {
             .context("creating the testbed directory")?;
         let dir = tempdir.path().to_path_buf();
         let (tempdir, remove_on_abandon) = if self.keep_dir {
+            // Detach the directory from the TempDir guard, which would delete it now.
+            let _kept = tempdir.keep();
             (None, None)
         } else {
             (Some(tempdir), Some(dir.clone()))
