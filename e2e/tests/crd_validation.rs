@@ -6,7 +6,6 @@
 use accord_crds::testdata::{examples, invalid_cases};
 use accord_e2e::Testbed;
 use anyhow::{Context as _, Result, bail, ensure};
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
@@ -26,16 +25,6 @@ fn api_for(client: &kube::Client, obj: &Value) -> Result<Api<DynamicObject>> {
         }
         _ => Api::all_with(client.clone(), &resource),
     })
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<()> {
-    let api: Api<Namespace> = Api::all(client.clone());
-    if api.get_opt(name).await?.is_none() {
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-        api.create(&PostParams::default(), &ns).await?;
-    }
-    Ok(())
 }
 
 /// Creates `obj` for real (valid examples) or as a dry run (invalid cases).
@@ -62,7 +51,7 @@ async fn examples_are_accepted_and_invalid_crs_are_rejected_with_clear_messages(
     let all = examples();
     for (_, obj) in &all {
         if let Some(ns) = obj["metadata"]["namespace"].as_str() {
-            ensure_namespace(&client, ns).await?;
+            accord_e2e::federation::ensure_namespace(testbed.mgmt(), ns).await?;
         }
     }
     for (file, obj) in &all {

@@ -402,20 +402,9 @@ fn availability_follows_the_agent_stream_and_heartbeats() {
         let open = || async {
             let stream =
                 AgentStream::open(agent_sim::connect(&hub.grpc, &id).await?, "avail-a").await?;
-            let (tx, mut rx) = stream.split();
-            let heartbeats = tokio::spawn(async move {
-                let mut tick = tokio::time::interval(Duration::from_millis(500));
-                loop {
-                    tick.tick().await;
-                    let hb = accord_proto::v1::AgentMessage {
-                        cluster: String::new(),
-                        body: Some(agent_message::Body::Heartbeat(Default::default())),
-                    };
-                    if tx.send(hb).await.is_err() {
-                        return;
-                    }
-                }
-            });
+            // The heartbeat task holds the only sender: aborting it ends the stream.
+            let heartbeats = stream.spawn_heartbeats(Duration::from_millis(500));
+            let (_, mut rx) = stream.split();
             let reader = tokio::spawn(async move { while let Ok(Some(_)) = rx.message().await {} });
             Ok::<_, anyhow::Error>((heartbeats, reader))
         };

@@ -19,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -112,32 +112,16 @@ pub async fn run(
     election: Arc<LeaderElection>,
     metrics: Metrics,
 ) {
-    let mut leadership = election.subscribe();
-    loop {
-        let leading = leadership.borrow_and_update().is_some();
-        metrics.is_leader.set(i64::from(leading));
-        if leading {
-            info!("leading: writing ManagedCluster status");
-            tokio::select! {
-                r = lead(store.clone(), kube.clone(), metrics.clone()) => {
-                    if let Err(e) = r { warn!(error = %e, "cluster status controller stopped; restarting"); }
-                }
-                _ = wait_deposed(&mut leadership) => info!("no longer leading"),
-            }
-        } else if leadership.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
-async fn wait_deposed(
-    rx: &mut tokio::sync::watch::Receiver<Option<crate::store::election::Fence>>,
-) {
-    while rx.changed().await.is_ok() {
-        if rx.borrow().is_none() {
-            return;
-        }
-    }
+    let m = metrics.clone();
+    crate::leadership::while_leading(
+        &election,
+        "writing ManagedCluster status",
+        move |leading| {
+            m.is_leader.set(i64::from(leading));
+        },
+        || lead(store.clone(), kube.clone(), metrics.clone()),
+    )
+    .await;
 }
 
 fn cluster_of(key: &str, prefix: &str) -> Option<String> {

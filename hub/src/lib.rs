@@ -10,6 +10,7 @@ pub mod crdgen;
 pub mod grpc;
 pub mod http;
 pub mod install;
+pub mod leadership;
 pub mod metrics;
 pub mod pki;
 pub mod placement;

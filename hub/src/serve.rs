@@ -18,14 +18,11 @@ use crate::grpc::registration::RegistrationService;
 use crate::grpc::{AgentSettings, Shared};
 use crate::http::{self, Readiness};
 use crate::metrics::Metrics;
-use crate::pki::{self, HubCa};
+use crate::pki::{self, DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, HubCa, install_crypto_provider};
 use crate::scale::fanout::Fanout;
 use crate::store::election::LeaderElection;
 use crate::store::presence::ReplicaPresence;
 use crate::store::{Keyspace, Store};
-
-/// Name of the Secret holding the hub CA in the hub's namespace.
-pub const CA_SECRET_NAME: &str = "accord-hub-ca";
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -70,11 +67,6 @@ pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::C
             .context("no kubeconfig given and none found")?,
     };
     Ok(kube::Client::try_from(config)?)
-}
-
-/// Installs the process-wide rustls crypto provider (ring) once.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Runs the hub until Ctrl-C / SIGTERM.

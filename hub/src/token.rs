@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::cli::StateArgs;
 use crate::pki::HubCa;
-use crate::serve::{CA_SECRET_NAME, install_crypto_provider, kube_client};
+use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
+use crate::serve::kube_client;
 use crate::store::{Keyspace, Store};
 
 /// Reads the hub CA from its Secret; fails clearly when the hub was never started.
@@ -19,15 +20,7 @@ pub async fn read_ca(client: kube::Client, namespace: &str) -> anyhow::Result<Hu
              start the hub (accord-hub serve or accord-hub install) first"
         )
     })?;
-    let field = |k: &str| -> anyhow::Result<String> {
-        let bytes = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(k))
-            .with_context(|| format!("Secret {namespace}/{CA_SECRET_NAME} has no {k}"))?;
-        Ok(String::from_utf8(bytes.0.clone())?)
-    };
-    Ok(HubCa::from_pem(&field("tls.crt")?, &field("tls.key")?)?)
+    Ok(HubCa::from_secret(&secret)?)
 }
 
 /// The join line for a token.

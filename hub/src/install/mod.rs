@@ -34,8 +34,8 @@ pub use render::{
 };
 pub use wait::{Progress, WaitError, deployment_progress};
 
+use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
 use crate::pki::{HubCa, PkiError};
-use crate::serve::{CA_SECRET_NAME, install_crypto_provider};
 
 /// Flags of `accord-hub install`.
 #[derive(Debug, Clone, Args)]

@@ -19,7 +19,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use super::apply::{api_resource, identity};
-use crate::serve::CA_SECRET_NAME;
+use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 
 /// One permission: a verb on a resource (or one named object of it, or a subresource),
 /// cluster-wide or in a namespace.

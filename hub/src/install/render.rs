@@ -11,7 +11,7 @@ use super::options::{
     ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_NAME, ETCD_PEER_PORT, EtcdMode, HUB_METRICS_SERVICE,
     HUB_NAME, InstallOptions, Resources,
 };
-use crate::serve::CA_SECRET_NAME;
+use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 
 /// UID and GID the containers run as: the conventional "nonroot" user of distroless images.
 pub const NON_ROOT_ID: i64 = 65532;

@@ -334,19 +334,22 @@ pub async fn run(
     metrics: Metrics,
     replica: String,
 ) {
-    let mut leadership = election.subscribe();
-    loop {
-        if leadership.borrow_and_update().is_some() {
-            tokio::select! {
-                r = lead(store.clone(), kube.clone(), election.clone(), placements.clone(), metrics.clone(), replica.clone()) => {
-                    if let Err(e) = r { warn!(error = %e, "scale policy controller stopped; restarting"); }
-                }
-                _ = async { while leadership.changed().await.is_ok() { if leadership.borrow().is_none() { return; } } } => {}
-            }
-        } else if leadership.changed().await.is_err() {
-            return;
-        }
-    }
+    crate::leadership::while_leading(
+        &election,
+        "reconciling CrossClusterScalePolicies",
+        |_| {},
+        || {
+            lead(
+                store.clone(),
+                kube.clone(),
+                election.clone(),
+                placements.clone(),
+                metrics.clone(),
+                replica.clone(),
+            )
+        },
+    )
+    .await;
 }
 
 async fn lead(
@@ -357,7 +360,6 @@ async fn lead(
     metrics: Metrics,
     replica: String,
 ) -> anyhow::Result<()> {
-    info!("leading: reconciling CrossClusterScalePolicies");
     let statuses =
         PrefixCache::<StatusRecord>::start(store.clone(), store.keys().status_prefix()).await?;
     let (clusters, writer) = reflector::store();
