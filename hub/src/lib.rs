@@ -12,9 +12,11 @@ pub mod http;
 pub mod install;
 pub mod leadership;
 pub mod metrics;
-pub mod pki;
 pub mod placement;
 pub mod scale;
 pub mod serve;
 pub mod store;
 pub mod token;
+
+/// PKI of the hub–agent connection (the `accord-pki` crate, shared with the agent).
+pub use accord_pki as pki;
