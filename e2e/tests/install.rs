@@ -590,7 +590,12 @@ async fn a_user_lacking_permissions_is_told_each_missing_one_and_nothing_is_appl
         listed.contains(&"get secrets named accord-hub-ca in namespace accord-system".to_owned())
     );
     ensure!(
-        section(&err, "Missing to grant the hub its permissions").len() == to_grant.len(),
+        section(
+            &err,
+            "Missing to grant the rendered roles their permissions"
+        )
+        .len()
+            == to_grant.len(),
         "{err}"
     );
     ensure!(!namespace_exists(&admin).await?, "namespace created");
@@ -627,7 +632,10 @@ async fn a_user_lacking_permissions_is_told_each_missing_one_and_nothing_is_appl
             ],
         "{err}"
     );
-    let ungrantable = section(&err, "Missing to grant the hub its permissions");
+    let ungrantable = section(
+        &err,
+        "Missing to grant the rendered roles their permissions",
+    );
     ensure!(
         ungrantable.contains(&"patch managedclusters.accord.io/status (cluster-wide)".to_owned()),
         "{err}"

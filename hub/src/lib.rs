@@ -18,5 +18,5 @@ pub mod serve;
 pub mod store;
 pub mod token;
 
-/// PKI of the hub–agent connection (the `accord-pki` crate, shared with the agent).
-pub use accord_pki as pki;
+/// PKI of the hub–agent connection (shared with the agent in `accord-common`).
+pub use accord_common::pki;

@@ -8,10 +8,8 @@
 //! `--dry-run` prints it, `deploy/manifests/accord-hub.yaml` is its output with default
 //! options, and the Helm chart `deploy/helm/accord-hub` is tested against it.
 
-mod apply;
 mod join;
 mod options;
-mod preflight;
 mod render;
 mod wait;
 
@@ -20,14 +18,14 @@ use std::time::Duration;
 
 use clap::Args;
 
-pub use apply::{ApplyError, api_resource, resource_name};
+pub use accord_common::apply::{self, ApplyError, api_resource, resource_name};
+pub use accord_common::preflight::{self, Permission, PreflightError, granted_permissions};
 pub use join::TokenError;
 pub use options::{
     DEFAULT_ETCD_IMAGE, DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_IMAGE_REPOSITORY,
     DEFAULT_NAMESPACE, ETCD_NAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions,
     OptionsError, Resources, ServiceType, default_image,
 };
-pub use preflight::{Permission, PreflightError, granted_permissions, required_permissions};
 pub use render::{
     NON_ROOT_ID, RenderError, accord_plurals, dry_run_output, hub_cluster_rules,
     hub_namespace_rules, render, render_yaml,
@@ -36,6 +34,25 @@ pub use wait::{Progress, WaitError, deployment_progress};
 
 use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
 use crate::pki::{HubCa, PkiError};
+
+/// What `install` needs: create and patch every rendered object (with `wait`, list and
+/// watch what it waits on), and read and create the CA Secret in `namespace`.
+pub fn required_permissions(
+    objects: &[serde_json::Value],
+    namespace: &str,
+    wait: bool,
+) -> Vec<Permission> {
+    let mut needed = preflight::required_permissions(objects, wait);
+    needed.push(
+        Permission::new("", "secrets", "get")
+            .in_namespace(Some(namespace))
+            .named(Some(CA_SECRET_NAME)),
+    );
+    needed.push(Permission::new("", "secrets", "create").in_namespace(Some(namespace)));
+    needed.sort();
+    needed.dedup();
+    needed
+}
 
 /// Flags of `accord-hub install`.
 #[derive(Debug, Clone, Args)]
@@ -226,10 +243,16 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
     );
     let to_apply = required_permissions(&objects, &options.namespace, args.wait);
     let to_grant = granted_permissions(&objects);
-    preflight::check(&client, &options.namespace, &to_apply, &to_grant).await?;
+    let asker = preflight::Asker {
+        command: "accord-hub install",
+        url: &url,
+        advice: "Run install as a cluster administrator (it creates CRDs, a ClusterRole and a \
+                 ClusterRoleBinding), or have one grant these.",
+    };
+    preflight::check(&client, &asker, &options.namespace, &to_apply, &to_grant).await?;
 
     for object in &objects {
-        let applied = apply::apply(&client, object).await?;
+        let applied = apply::apply(&client, accord_crds::HUB_FIELD_MANAGER, object).await?;
         eprintln!("applied {applied}");
     }
 
@@ -377,5 +400,97 @@ mod tests {
         assert!(err.contains("--namespace"), "{err}");
         assert!(parse(&["--with-etcd", "--service-type", "Ingress"]).is_err());
         assert!(parse(&["--with-etcd", "--timeout", "soon"]).is_err());
+    }
+}
+
+/// What install renders, checked against the shared apply and preflight code.
+#[cfg(test)]
+mod rendered_tests {
+    use super::*;
+    use accord_common::apply::identity;
+
+    fn permission(group: &str, resource: &str, verb: &str, ns: Option<&str>) -> Permission {
+        Permission::new(group, resource, verb).in_namespace(ns)
+    }
+
+    #[test]
+    fn every_rendered_kind_has_an_api_resource_with_the_right_scope() {
+        let options = InstallOptions {
+            replicas: 2,
+            ..Default::default()
+        };
+        for object in render(&options).unwrap() {
+            let (kind, name, namespace) = identity(&object);
+            let (resource, namespaced) =
+                api_resource(kind).unwrap_or_else(|| panic!("{kind} unknown"));
+            assert_eq!(resource.kind, kind);
+            assert_eq!(
+                resource.api_version,
+                object["apiVersion"].as_str().unwrap(),
+                "{kind}"
+            );
+            assert_eq!(namespaced, namespace.is_some(), "{kind} {name}");
+        }
+    }
+
+    #[test]
+    fn install_needs_create_and_patch_of_every_object_and_the_ca_secret() {
+        let objects = render(&InstallOptions::default()).unwrap();
+        let needed = required_permissions(&objects, "accord-system", false);
+        for p in [
+            permission(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "patch",
+                None,
+            ),
+            permission(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                "create",
+                None,
+            ),
+            permission("rbac.authorization.k8s.io", "clusterroles", "patch", None),
+            permission(
+                "rbac.authorization.k8s.io",
+                "clusterrolebindings",
+                "create",
+                None,
+            ),
+            permission("apps", "deployments", "patch", Some("accord-system")),
+            permission("apps", "statefulsets", "patch", Some("accord-system")),
+            permission("", "namespaces", "patch", None),
+            permission("", "secrets", "get", Some("accord-system")).named(Some("accord-hub-ca")),
+            permission("", "secrets", "create", Some("accord-system")),
+        ] {
+            assert!(needed.contains(&p), "{p} not required");
+        }
+        assert!(!needed.iter().any(|p| p.verb == "watch"));
+        let with_wait = required_permissions(&objects, "accord-system", true);
+        assert!(with_wait.contains(&permission(
+            "apps",
+            "deployments",
+            "watch",
+            Some("accord-system")
+        )));
+    }
+
+    #[test]
+    fn the_hubs_grants_are_expanded_rule_by_rule() {
+        let objects = render(&InstallOptions::default()).unwrap();
+        let granted = granted_permissions(&objects);
+        assert!(granted.contains(&permission(
+            "accord.io",
+            "managedclusters/status",
+            "patch",
+            None
+        )));
+        assert!(granted.contains(&permission("accord.io", "managedclusters", "create", None)));
+        assert!(granted.contains(&permission("events.k8s.io", "events", "create", None)));
+        assert!(granted.contains(
+            &permission("", "secrets", "get", Some("accord-system")).named(Some("accord-hub-ca"))
+        ));
+        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Secret rules.
+        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2);
     }
 }

@@ -1,11 +1,12 @@
-//! Before anything is applied: which permissions `install` needs (computed from the
-//! rendered objects, no I/O) and which of them the kubeconfig's user lacks (asked with
-//! SelfSubjectAccessReviews), so a user without rights gets every missing permission in
-//! one message and nothing half-installed.
+//! Before anything is applied: which permissions applying a set of rendered objects needs
+//! (computed from the objects, no I/O) and which of them the kubeconfig's user lacks (asked
+//! with SelfSubjectAccessReviews), so a user without rights gets every missing permission
+//! in one message and nothing half-installed. Used by `accord-hub install` and
+//! `accord-agent join`.
 //!
 //! Two kinds are checked: the verbs needed to apply each object, and — because Kubernetes
 //! RBAC only lets a user grant permissions they hold themselves (unless they may `escalate`
-//! and `bind` roles) — every permission the hub's ClusterRole and Role grant.
+//! and `bind` roles) — every permission the rendered ClusterRoles and Roles grant.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -18,8 +19,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::Value;
 
-use super::apply::{api_resource, identity};
-use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
+use crate::apply::{api_resource, identity};
 
 /// One permission: a verb on a resource (or one named object of it, or a subresource),
 /// cluster-wide or in a namespace.
@@ -101,41 +101,60 @@ fn missing_text(to_apply: &[Permission], to_grant: &[Permission]) -> String {
     }
     if !to_grant.is_empty() {
         text.push_str(
-            "\nMissing to grant the hub its permissions (Kubernetes only lets you grant what \
-             you hold yourself, unless you may escalate and bind roles):",
+            "\nMissing to grant the rendered roles their permissions (Kubernetes only lets you \
+             grant what you hold yourself, unless you may escalate and bind roles):",
         );
         text.push_str(&bullets(to_grant));
     }
     text
 }
 
+/// Permissions a user lacks, and for what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Missing {
+    /// The command, e.g. `accord-hub install`.
+    pub command: String,
+    /// The API server's URL.
+    pub url: String,
+    /// What to do about it.
+    pub advice: String,
+    /// Who the API server says the user is.
+    pub user: String,
+    /// Missing to apply the objects, sorted.
+    pub to_apply: Vec<Permission>,
+    /// Granted by the rendered roles but not held by the user, sorted.
+    pub to_grant: Vec<Permission>,
+}
+
+impl fmt::Display for Missing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "permission denied: {} may not do everything `{}` needs on the cluster at {}; \
+             nothing was changed.{}\n{}",
+            self.user,
+            self.command,
+            self.url,
+            missing_text(&self.to_apply, &self.to_grant),
+            self.advice
+        )
+    }
+}
+
 /// The permission check could not be made, or found permissions missing.
 #[derive(Debug, thiserror::Error)]
 pub enum PreflightError {
-    /// The user lacks some permissions `install` needs.
-    #[error(
-        "permission denied: {user} may not do everything `accord-hub install` needs; nothing \
-         was changed.{}\nRun install as a cluster administrator (it creates CRDs, a \
-         ClusterRole and a ClusterRoleBinding), or have one grant these.",
-        missing_text(.to_apply, .to_grant)
-    )]
-    Missing {
-        /// Who the API server says the user is.
-        user: String,
-        /// Missing to apply the objects, sorted.
-        to_apply: Vec<Permission>,
-        /// Granted to the hub but not held by the user, sorted.
-        to_grant: Vec<Permission>,
-    },
+    /// The user lacks some permissions the command needs.
+    #[error("{0}")]
+    Missing(Box<Missing>),
     /// A SelfSubjectAccessReview could not be created.
     #[error("checking permissions with a SelfSubjectAccessReview failed")]
     Review(#[source] kube::Error),
 }
 
-/// What `install` needs to do with `objects`: create and patch each (server-side apply
-/// creates what is missing), read and create the CA Secret, and with `wait`, list and
-/// watch CRDs, Deployments and StatefulSets.
-pub fn required_permissions(objects: &[Value], namespace: &str, wait: bool) -> Vec<Permission> {
+/// What applying `objects` needs: create and patch each (server-side apply creates what is
+/// missing), and with `wait`, list and watch CRDs, Deployments and StatefulSets.
+pub fn required_permissions(objects: &[Value], wait: bool) -> Vec<Permission> {
     let mut needed = BTreeSet::new();
     for object in objects {
         let (kind, _, object_ns) = identity(object);
@@ -157,12 +176,6 @@ pub fn required_permissions(objects: &[Value], namespace: &str, wait: bool) -> V
                 .insert(Permission::new(&resource.group, &resource.plural, verb).in_namespace(ns));
         }
     }
-    needed.insert(
-        Permission::new("", "secrets", "get")
-            .in_namespace(Some(namespace))
-            .named(Some(CA_SECRET_NAME)),
-    );
-    needed.insert(Permission::new("", "secrets", "create").in_namespace(Some(namespace)));
     needed.into_iter().collect()
 }
 
@@ -211,7 +224,7 @@ pub fn granted_permissions(objects: &[Value]) -> Vec<Permission> {
 }
 
 /// What lets a user grant permissions they do not hold: `escalate` and `bind` on
-/// ClusterRoles, and on Roles in the hub namespace.
+/// ClusterRoles, and on Roles in `namespace`.
 fn escalation_permissions(namespace: &str) -> Vec<Permission> {
     let rbac = "rbac.authorization.k8s.io";
     vec![
@@ -261,11 +274,24 @@ async fn lacking(
     Ok(missing)
 }
 
+/// Who runs a preflight check, for its error message.
+#[derive(Debug, Clone)]
+pub struct Asker<'a> {
+    /// The command, e.g. `accord-hub install`.
+    pub command: &'a str,
+    /// The API server's URL.
+    pub url: &'a str,
+    /// What to do when permissions are missing.
+    pub advice: &'a str,
+}
+
 /// Asks the API server which of `to_apply` and `to_grant` the current user lacks; fails
 /// with [`PreflightError::Missing`] naming all of them. Permissions to grant are not
-/// needed when the user may escalate and bind roles in both scopes.
+/// needed when the user may escalate and bind roles in both scopes (cluster-wide and
+/// `namespace`).
 pub async fn check(
     client: &Client,
+    asker: &Asker<'_>,
     namespace: &str,
     to_apply: &[Permission],
     to_grant: &[Permission],
@@ -283,11 +309,14 @@ pub async fn check(
     if missing_apply.is_empty() && missing_grant.is_empty() {
         return Ok(());
     }
-    Err(PreflightError::Missing {
+    Err(PreflightError::Missing(Box::new(Missing {
+        command: asker.command.to_owned(),
+        url: asker.url.to_owned(),
+        advice: asker.advice.to_owned(),
         user: who_am_i(client).await,
         to_apply: missing_apply,
         to_grant: missing_grant,
-    })
+    })))
 }
 
 /// `user "NAME"` as the API server knows the kubeconfig's user, or a neutral phrase when it
@@ -313,71 +342,9 @@ async fn who_am_i(client: &Client) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::install::{InstallOptions, render};
 
     fn permission(group: &str, resource: &str, verb: &str, ns: Option<&str>) -> Permission {
         Permission::new(group, resource, verb).in_namespace(ns)
-    }
-
-    #[test]
-    fn install_needs_create_and_patch_of_every_object_and_the_ca_secret() {
-        let objects = render(&InstallOptions::default()).unwrap();
-        let needed = required_permissions(&objects, "accord-system", false);
-        for p in [
-            permission(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                "patch",
-                None,
-            ),
-            permission(
-                "apiextensions.k8s.io",
-                "customresourcedefinitions",
-                "create",
-                None,
-            ),
-            permission("rbac.authorization.k8s.io", "clusterroles", "patch", None),
-            permission(
-                "rbac.authorization.k8s.io",
-                "clusterrolebindings",
-                "create",
-                None,
-            ),
-            permission("apps", "deployments", "patch", Some("accord-system")),
-            permission("apps", "statefulsets", "patch", Some("accord-system")),
-            permission("", "namespaces", "patch", None),
-            permission("", "secrets", "get", Some("accord-system")).named(Some("accord-hub-ca")),
-            permission("", "secrets", "create", Some("accord-system")),
-        ] {
-            assert!(needed.contains(&p), "{p} not required");
-        }
-        assert!(!needed.iter().any(|p| p.verb == "watch"));
-        let with_wait = required_permissions(&objects, "accord-system", true);
-        assert!(with_wait.contains(&permission(
-            "apps",
-            "deployments",
-            "watch",
-            Some("accord-system")
-        )));
-    }
-
-    #[test]
-    fn the_hubs_grants_are_expanded_rule_by_rule() {
-        let objects = render(&InstallOptions::default()).unwrap();
-        let granted = granted_permissions(&objects);
-        assert!(granted.contains(&permission(
-            "accord.io",
-            "managedclusters/status",
-            "patch",
-            None
-        )));
-        assert!(granted.contains(&permission("accord.io", "managedclusters", "create", None)));
-        assert!(granted.contains(&permission("events.k8s.io", "events", "create", None)));
-        assert!(granted.contains(
-            &permission("", "secrets", "get", Some("accord-system")).named(Some("accord-hub-ca"))
-        ));
-        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Secret rules.
-        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2);
     }
 
     #[test]
@@ -400,7 +367,10 @@ mod tests {
 
     #[test]
     fn the_missing_permissions_message_lists_each_one_under_its_reason() {
-        let err = PreflightError::Missing {
+        let err = PreflightError::Missing(Box::new(Missing {
+            command: "accord-hub install".into(),
+            url: "https://127.0.0.1:6443/".into(),
+            advice: "Ask an administrator.".into(),
             user: "user \"dev\"".into(),
             to_apply: vec![permission(
                 "rbac.authorization.k8s.io",
@@ -409,9 +379,9 @@ mod tests {
                 None,
             )],
             to_grant: vec![permission("accord.io", "managedclusters", "list", None)],
-        };
+        }));
         let text = err.to_string();
-        assert!(text.contains("user \"dev\" may not"), "{text}");
+        assert!(text.contains("user \"dev\" may not do everything `accord-hub install` needs on the cluster at https://127.0.0.1:6443/"), "{text}");
         assert!(text.contains("nothing was changed"), "{text}");
         assert!(text.contains(
             "Missing to apply the objects:\n  - create clusterroles.rbac.authorization.k8s.io (cluster-wide)\n"
@@ -422,5 +392,6 @@ mod tests {
             ),
             "{text}"
         );
+        assert!(text.ends_with("Ask an administrator."), "{text}");
     }
 }

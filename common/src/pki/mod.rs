@@ -13,8 +13,6 @@
 //! - Afterwards every connection is mutual TLS; the hub reads the cluster from the verified
 //!   client certificate ([`peer_identity`]).
 
-#![forbid(unsafe_code)]
-
 mod ca;
 mod error;
 mod identity;

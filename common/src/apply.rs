@@ -1,5 +1,5 @@
-//! Talking to the management cluster: connecting (and saying clearly when it cannot),
-//! and server-side applying rendered objects with the field manager `accord-hub`.
+//! Talking to a cluster for `accord-hub install` and `accord-agent join`: connecting (and
+//! saying clearly when it cannot), and server-side applying rendered objects.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use serde_json::Value;
 /// How long the first request to the API server may take before it counts as unreachable.
 const REACH_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Connecting to, or applying to, the management cluster failed.
+/// Connecting to, or applying to, a cluster failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
     /// The kubeconfig could not be read or used.
@@ -143,7 +143,7 @@ pub fn display_name(name: &str, namespace: Option<&str>) -> String {
     }
 }
 
-/// A client for the management cluster and the URL it talks to.
+/// A client for the cluster `kubeconfig` (and `context`) points at, and its URL.
 pub async fn connect(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
@@ -198,10 +198,14 @@ pub async fn check_reachable(client: &Client, url: &str) -> Result<(), ApplyErro
     }
 }
 
-/// Server-side applies one rendered object with field manager `accord-hub`, taking over
-/// fields another manager set (what an installer is for); returns the object's
-/// `kind namespace/name` for progress output.
-pub async fn apply(client: &Client, object: &Value) -> Result<String, ApplyError> {
+/// Server-side applies one rendered object with `field_manager`, taking over fields another
+/// manager set (what an installer is for); returns the object's `kind namespace/name` for
+/// progress output.
+pub async fn apply(
+    client: &Client,
+    field_manager: &str,
+    object: &Value,
+) -> Result<String, ApplyError> {
     let (kind, name, namespace) = identity(object);
     let (resource, namespaced) =
         api_resource(kind).ok_or_else(|| ApplyError::UnknownKind(kind.to_owned()))?;
@@ -209,7 +213,7 @@ pub async fn apply(client: &Client, object: &Value) -> Result<String, ApplyError
         Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
         None => Api::all_with(client.clone(), &resource),
     };
-    let params = PatchParams::apply(accord_crds::HUB_FIELD_MANAGER).force();
+    let params = PatchParams::apply(field_manager).force();
     let shown = display_name(name, namespace);
     match api.patch(name, &params, &Patch::Apply(object)).await {
         Ok(_) => Ok(format!("{kind} {shown}")),
@@ -234,27 +238,6 @@ pub async fn apply(client: &Client, object: &Value) -> Result<String, ApplyError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::install::{InstallOptions, render};
-
-    #[test]
-    fn every_rendered_kind_has_an_api_resource_with_the_right_scope() {
-        let options = InstallOptions {
-            replicas: 2,
-            ..Default::default()
-        };
-        for object in render(&options).unwrap() {
-            let (kind, name, namespace) = identity(&object);
-            let (resource, namespaced) =
-                api_resource(kind).unwrap_or_else(|| panic!("{kind} unknown"));
-            assert_eq!(resource.kind, kind);
-            assert_eq!(
-                resource.api_version,
-                object["apiVersion"].as_str().unwrap(),
-                "{kind}"
-            );
-            assert_eq!(namespaced, namespace.is_some(), "{kind} {name}");
-        }
-    }
 
     #[test]
     fn resources_are_named_as_rbac_names_them() {
