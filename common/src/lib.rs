@@ -5,5 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod manifest;
 pub mod pki;
 pub mod preflight;
