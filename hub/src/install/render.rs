@@ -383,8 +383,8 @@ fn etcd_stateful_set(options: &InstallOptions, image: &str, storage_size: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::manifest::NON_ROOT_ID;
     use crate::install::options::ServiceType;
+    use accord_common::manifest::NON_ROOT_ID;
 
     fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
         objects
