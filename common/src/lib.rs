@@ -9,4 +9,5 @@ pub mod apply;
 pub mod manifest;
 pub mod pki;
 pub mod preflight;
+pub mod register;
 pub mod token;
