@@ -4,6 +4,9 @@
 
 use serde_json::{Value, json};
 
+/// Why objects could not be written as YAML (a bug, never bad input).
+pub use serde_saphyr::SerializeError as YamlError;
+
 /// UID and GID the containers run as: the conventional "nonroot" user of distroless images.
 pub const NON_ROOT_ID: i64 = 65532;
 
@@ -124,7 +127,7 @@ pub fn http_probe(path: &str, period_seconds: u32, failure_threshold: u32) -> Va
 }
 
 /// The objects as one multi-document YAML stream, each document opened by `---`.
-pub fn yaml_stream(objects: &[Value]) -> Result<String, serde_saphyr::SerializeError> {
+pub fn yaml_stream(objects: &[Value]) -> Result<String, YamlError> {
     let mut out = String::new();
     for object in objects {
         out.push_str("---\n");

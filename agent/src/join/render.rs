@@ -150,14 +150,13 @@ pub fn render(options: &AgentManifestOptions) -> Vec<Value> {
 }
 
 /// What `join --dry-run` prints: a header, then the YAML of [`render`].
-pub fn dry_run_output(
-    options: &AgentManifestOptions,
-) -> Result<String, serde_saphyr::SerializeError> {
+pub fn dry_run_output(options: &AgentManifestOptions) -> Result<String, manifest::YamlError> {
     let header = format!(
         "# Objects applied to a member cluster by `accord-agent join` (accord-agent {version}),\n\
          # printed by --dry-run. deploy/manifests/accord-agent.yaml is this output with default\n\
-         # options. Not shown: the identity Secret {ns}/{secret} (hub URL, cluster name, hub CA,\n\
-         # the agent's certificate and key), which join creates after registering with the hub.\n",
+         # options. Not shown: the identity Secret {ns}/{secret}\n\
+         # (hub URL, cluster name, hub CA, the agent's certificate and key), which join creates\n\
+         # after registering with the hub.\n",
         version = env!("CARGO_PKG_VERSION"),
         ns = options.namespace,
         secret = DEFAULT_IDENTITY_SECRET,
