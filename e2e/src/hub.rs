@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::installed::flag_value;
 use crate::ports::free_port;
 use crate::wait::{Check, until};
 use crate::{ProcessId, Testbed};
@@ -189,15 +190,8 @@ pub async fn create_token(
         );
     }
     let line = String::from_utf8(out.stdout)?;
-    let arg = |flag: &str| -> Result<String> {
-        let mut words = line.split_whitespace();
-        words
-            .find(|w| *w == flag)
-            .with_context(|| format!("no {flag} in {line:?}"))?;
-        words
-            .next()
-            .map(str::to_owned)
-            .with_context(|| format!("{flag} without a value"))
-    };
-    Ok((arg("--token")?, arg("--ca-cert-hash")?))
+    Ok((
+        flag_value(&line, "--token")?,
+        flag_value(&line, "--ca-cert-hash")?,
+    ))
 }

@@ -25,6 +25,7 @@ pub mod crds;
 pub mod etcd;
 pub mod federation;
 pub mod hub;
+pub mod installed;
 pub mod kafka;
 pub mod kubeconfig;
 pub mod kubernetes;

@@ -7,15 +7,17 @@
 //! never becomes available (`--wait` is tested for its timeout), and the RBAC is exercised
 //! by running `accord-hub serve` locally as the installed ServiceAccount (impersonation).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use accord_crds::{CrossClusterScalePolicy, ManagedCluster, conditions};
+use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::agent_sim::{self, AgentStream};
 use accord_e2e::hub::accord_binary;
-use accord_e2e::ports::free_port;
+use accord_e2e::installed::{
+    InstalledHub, flag_value, impersonating_kubeconfig, join_line, wait_cluster_condition,
+};
 use accord_e2e::wait::{Check, until};
 use accord_hub::install::{
     EtcdMode, InstallOptions, Permission, api_resource, granted_permissions, hub_cluster_rules,
@@ -32,7 +34,6 @@ use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 const NS: &str = "accord-system";
-const HUB_SA: &str = "system:serviceaccount:accord-system:accord-hub";
 
 async fn testbed() -> Result<Testbed> {
     Testbed::builder()
@@ -60,40 +61,6 @@ fn stdout(out: &Output) -> String {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The value after `flag` in a printed command line.
-fn arg_of(line: &str, flag: &str) -> Result<String> {
-    let mut words = line.split_whitespace();
-    words
-        .find(|w| *w == flag)
-        .with_context(|| format!("no {flag} in {line:?}"))?;
-    words
-        .next()
-        .map(str::to_owned)
-        .with_context(|| format!("{flag} without a value"))
-}
-
-/// A copy of the admin kubeconfig that impersonates `user` (in `groups`).
-fn impersonating_kubeconfig(testbed: &Testbed, user: &str, groups: &[&str]) -> Result<PathBuf> {
-    let admin = std::fs::read_to_string(testbed.mgmt().kubeconfig_path())?;
-    let groups = groups
-        .iter()
-        .map(|g| format!("{g:?}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let marker = "  user:\n";
-    ensure!(admin.contains(marker), "unexpected admin kubeconfig layout");
-    let impersonating = admin.replacen(
-        marker,
-        &format!("{marker}    as: {user:?}\n    as-groups: [{groups}]\n"),
-        1,
-    );
-    let path = testbed
-        .dir()
-        .join(format!("{}.kubeconfig", user.replace(':', "-")));
-    std::fs::write(&path, impersonating)?;
-    Ok(path)
 }
 
 async fn namespace_exists(client: &kube::Client) -> Result<bool> {
@@ -192,9 +159,9 @@ async fn install_applies_every_object_idempotently_after_a_dry_run_that_changes_
         .lines()
         .find(|l| l.trim_start().starts_with("accord-agent join"))
         .with_context(|| format!("no join line in {printed:?}"))?;
-    ensure!(arg_of(join, "--hub")? == "https://127.0.0.1:7443");
-    let token = arg_of(join, "--token")?;
-    let hash = arg_of(join, "--ca-cert-hash")?;
+    ensure!(flag_value(join, "--hub")? == "https://127.0.0.1:7443");
+    let token = flag_value(join, "--token")?;
+    let hash = flag_value(join, "--ca-cert-hash")?;
 
     for object in &expected {
         let found = installed(&client, object).await?.with_context(|| {
@@ -282,7 +249,7 @@ async fn install_applies_every_object_idempotently_after_a_dry_run_that_changes_
         again.uid() == ca_secret.uid() && again.resource_version() == ca_secret.resource_version(),
         "CA replaced"
     );
-    ensure!(arg_of(stdout(&out).trim(), "--ca-cert-hash")? == hash);
+    ensure!(flag_value(stdout(&out).trim(), "--ca-cert-hash")? == hash);
 
     // --wait reports progress and gives up at its deadline: no pod runs without a kubelet.
     let out = install(&[&flags[..], &["--wait", "--timeout", "3s"]].concat()).await?;
@@ -309,119 +276,26 @@ async fn install_applies_every_object_idempotently_after_a_dry_run_that_changes_
 }
 
 /// Waits until the ManagedCluster's condition `type_` is `status`.
-async fn wait_condition(
-    client: &kube::Client,
-    cluster: &str,
-    type_: &str,
-    status: &str,
-) -> Result<()> {
-    let api: Api<ManagedCluster> = Api::all(client.clone());
-    until(
-        &format!("{cluster} {type_}={status}"),
-        Duration::from_secs(30),
-        || {
-            let api = api.clone();
-            async move {
-                let seen = api
-                    .get_opt(cluster)
-                    .await?
-                    .and_then(|m| m.status)
-                    .and_then(|s| conditions::find(&s.conditions, type_).map(|c| c.status.clone()));
-                Ok(if seen.as_deref() == Some(status) {
-                    Check::Ready(())
-                } else {
-                    Check::NotYet(format!("{type_} is {seen:?}"))
-                })
-            }
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_running_as_the_installed_service_account_registers_agents_and_runs_policies()
 -> Result<()> {
     let testbed = testbed().await?;
     let _logs = testbed.logs_on_panic();
     let admin = testbed.mgmt().client();
-    let kubeconfig = testbed
-        .mgmt()
-        .kubeconfig_path()
-        .to_str()
-        .context("UTF-8 path")?
-        .to_owned();
-    let prefix = "/install-rbac/";
-    let out = install(&[
-        "--kubeconfig",
-        kubeconfig.as_str(),
-        "--etcd-endpoints",
-        testbed.etcd_endpoint(),
-        "--etcd-prefix",
-        prefix,
-    ])
-    .await?;
-    ensure!(out.status.success(), "install failed: {}", stderr(&out));
-    let join = stdout(&out);
-    let token = arg_of(&join, "--token")?;
-    let hash = arg_of(&join, "--ca-cert-hash")?;
-
-    // The hub, with exactly the permissions the install granted its ServiceAccount.
-    let as_sa = impersonating_kubeconfig(
-        &testbed,
-        HUB_SA,
-        &[
-            "system:serviceaccounts",
-            "system:serviceaccounts:accord-system",
-            "system:authenticated",
-        ],
-    )?;
-    let grpc = format!("127.0.0.1:{}", free_port()?);
-    let http = format!("127.0.0.1:{}", free_port()?);
-    let mut serve = std::process::Command::new(accord_binary("accord-hub")?);
-    serve
-        .arg("serve")
-        .arg("--kubeconfig")
-        .arg(&as_sa)
-        .args([
-            "--etcd-endpoints",
-            testbed.etcd_endpoint(),
-            "--etcd-prefix",
-            prefix,
-        ])
-        .args([
-            "--namespace",
-            NS,
-            "--grpc-addr",
-            &grpc,
-            "--http-addr",
-            &http,
-        ])
-        .args(["--replica-name", "hub-as-sa"])
-        .env("RUST_LOG", "info,accord_hub=debug");
-    let hub = testbed.spawn("hub/as-sa", serve)?;
-    let readyz = format!("http://{http}/readyz");
-    let tb = &testbed;
-    until("hub ready", Duration::from_secs(60), || {
-        let url = readyz.clone();
-        let testbed = tb;
-        async move {
-            testbed.ensure_running(hub)?;
-            Ok(match testbed.http().get(&url).send().await {
-                Ok(r) if r.status().is_success() => Check::Ready(()),
-                Ok(r) => Check::NotYet(format!("readyz {}", r.status())),
-                Err(e) => Check::NotYet(e.to_string()),
-            })
-        }
-    })
-    .await?;
+    let hub = InstalledHub::install(&testbed, "/install-rbac/").await?;
+    let join = join_line(&hub.install_output)?;
+    let token = flag_value(&join, "--token")?;
+    let hash = flag_value(&join, "--ca-cert-hash")?;
+    let grpc = hub.url.trim_start_matches("https://").to_owned();
 
     // Registration creates the ManagedCluster; the leader writes its status.
     let identity = agent_sim::register(&grpc, &token, &hash, "rbac-member", false).await?;
     let mut stream =
         AgentStream::open(agent_sim::connect(&grpc, &identity).await?, "rbac-member").await?;
     let _heartbeats = stream.spawn_heartbeats(Duration::from_millis(500));
-    wait_condition(&admin, "rbac-member", "Joined", "True").await?;
-    wait_condition(&admin, "rbac-member", "Available", "True").await?;
+    let minute = Duration::from_secs(60);
+    wait_cluster_condition(&admin, "rbac-member", "Joined", "True", minute).await?;
+    wait_cluster_condition(&admin, "rbac-member", "Available", "True", minute).await?;
 
     // A policy gets the hub's finalizer, a status and an assignment; deleting it lets go.
     let policies: Api<CrossClusterScalePolicy> = Api::namespaced(admin.clone(), "default");
@@ -470,7 +344,7 @@ async fn a_hub_running_as_the_installed_service_account_registers_agents_and_run
     })
     .await?;
 
-    testbed.ensure_running(hub)?;
+    testbed.ensure_running(hub.process)?;
     let log = std::fs::read_to_string(testbed.dir().join("logs/hub-as-sa.log"))?;
     ensure!(
         !log.to_lowercase().contains("forbidden"),
@@ -563,8 +437,12 @@ async fn a_user_lacking_permissions_is_told_each_missing_one_and_nothing_is_appl
     let to_grant = granted_permissions(&objects);
 
     // A user with no rights at all hears about every one, and nothing is applied.
-    let nobody =
-        impersonating_kubeconfig(&testbed, "accord-test-nobody", &["system:authenticated"])?;
+    let nobody = impersonating_kubeconfig(
+        &testbed,
+        testbed.mgmt(),
+        "accord-test-nobody",
+        &["system:authenticated"],
+    )?;
     let out = install_as(&testbed, &nobody).await?;
     ensure!(
         !out.status.success(),
@@ -606,8 +484,12 @@ async fn a_user_lacking_permissions_is_told_each_missing_one_and_nothing_is_appl
 
     // An operator who may apply everything but cluster-wide RBAC, and does not hold what
     // the hub is granted, is told exactly that.
-    let operator =
-        impersonating_kubeconfig(&testbed, "accord-test-operator", &["system:authenticated"])?;
+    let operator = impersonating_kubeconfig(
+        &testbed,
+        testbed.mgmt(),
+        "accord-test-operator",
+        &["system:authenticated"],
+    )?;
     let without_cluster_rbac: Vec<Permission> = to_apply
         .iter()
         .filter(|p| !matches!(p.resource.as_str(), "clusterroles" | "clusterrolebindings"))
