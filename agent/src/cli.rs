@@ -128,7 +128,7 @@ pub fn main() -> ExitCode {
             block_on(crate::run::run(config, shutdown_signal()), |_| {})
         }
         Command::Join(args) => block_on(crate::join::join(args, shutdown_signal()), |e| {
-            if !e.token_spent() {
+            if e.token_still_usable() {
                 eprintln!("(the bootstrap token was not used; it still works)");
             }
         }),

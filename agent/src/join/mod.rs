@@ -211,12 +211,18 @@ pub enum JoinError {
 }
 
 impl JoinError {
-    /// Whether the single-use token was spent before the failure.
-    pub fn token_spent(&self) -> bool {
-        matches!(
-            self,
-            Self::StoreIdentity { .. } | Self::ApplyAgent(_) | Self::Run(_)
-        )
+    /// Whether the token can still be used after this failure: it was well-formed, the hub
+    /// did not spend it, and the hub did not refuse the token itself.
+    pub fn token_still_usable(&self) -> bool {
+        match self {
+            Self::Token(_) | Self::StoreIdentity { .. } | Self::ApplyAgent(_) | Self::Run(_) => {
+                false
+            }
+            Self::Register(RegisterError::Refused { status, .. }) => {
+                status.code() != tonic::Code::Unauthenticated
+            }
+            _ => true,
+        }
     }
 }
 

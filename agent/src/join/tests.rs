@@ -107,7 +107,7 @@ fn an_existing_identity_is_reused_only_for_the_same_name_and_hub() {
         "{err}"
     );
     assert!(err.to_string().contains("--force"), "{err}");
-    assert!(!err.token_spent());
+    assert!(err.token_still_usable());
 
     let forced = parse(&["--force"]).unwrap();
     let (decision, previous) = existing_identity(&forced, Some(&other)).unwrap();
