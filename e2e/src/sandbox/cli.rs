@@ -359,6 +359,13 @@ fn follow(
             return Ok(state);
         }
         if let Some(status) = child.try_wait()? {
+            if status.success() {
+                bail!(
+                    "the sandbox was stopped (accord-sandbox down) before it was ready; \
+                     log: {}",
+                    log_path.display()
+                );
+            }
             bail!(
                 "the sandbox daemon exited ({status}) before it was ready; last lines of {}:\n{}",
                 log_path.display(),
@@ -401,7 +408,18 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
     out.push_str(&format!("  mgmt         {mgmt}\n"));
     for m in &state.members {
         out.push_str(&format!("  {:<12} {}\n", m.name, m.kubeconfig.display()));
+        if let Some(kafka) = &m.kafka_bootstrap {
+            out.push_str(&format!("  {:<12} Kafka {kafka}\n", ""));
+        }
+        if let Some(prometheus) = &m.prometheus_url {
+            out.push_str(&format!("  {:<12} Prometheus {prometheus}\n", ""));
+        }
     }
+    out.push_str(&format!(
+        "  logs         {} and {}\n",
+        state.dir.join(LOG_FILE).display(),
+        state.testbed_dir.join("logs").display()
+    ));
     out.push_str("\nTry:\n");
     let k = |kubeconfig: &str| format!("{kubectl} --kubeconfig {kubeconfig}");
     out.push_str(&format!("  {} get accord\n", k(&mgmt)));
@@ -421,15 +439,22 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             k(&mgmt)
         ));
     }
-    out.push_str("\n  accord-sandbox status");
-    if !is_default_dir(&state.dir) {
-        out.push_str(&format!(" --dir {}", state.dir.display()));
-    }
-    out.push_str("\n  accord-sandbox down");
-    if !is_default_dir(&state.dir) {
-        out.push_str(&format!(" --dir {}", state.dir.display()));
-    }
+    let sandbox = if on_path("accord-sandbox") {
+        "accord-sandbox".to_owned()
+    } else {
+        std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "accord-sandbox".to_owned())
+    };
+    let dir_flag = if is_default_dir(&state.dir) {
+        String::new()
+    } else {
+        format!(" --dir {}", state.dir.display())
+    };
     out.push('\n');
+    for command in ["status", "down"] {
+        out.push_str(&format!("  {sandbox} {command}{dir_flag}\n"));
+    }
     out
 }
 

@@ -169,8 +169,21 @@ async fn start(options: &DaemonOptions, state: &mut State) -> Result<Sandbox> {
         state.testbed_bin = bin.to_path_buf();
     }
     let sandbox = Sandbox { testbed, started };
-    let testbed = &sandbox.testbed;
+    if let Err(e) = set_up(options, state, &sandbox.testbed).await {
+        // The testbed's directory goes with it: keep what its components said.
+        eprintln!(
+            "component logs:\n{}",
+            sandbox
+                .testbed
+                .log_tails(crate::process::DEFAULT_TAIL_LINES)
+        );
+        return Err(e);
+    }
+    Ok(sandbox)
+}
 
+/// Everything after the clusters are up: hub, agents, examples.
+async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -> Result<()> {
     let mgmt_kubeconfig = options.dir.join(state::MGMT_KUBECONFIG);
     copy_file(testbed.mgmt().kubeconfig_path(), &mgmt_kubeconfig)?;
     for member in testbed.members() {
@@ -251,8 +264,7 @@ async fn start(options: &DaemonOptions, state: &mut State) -> Result<Sandbox> {
             )
         })
         .collect();
-    wait_policies_synced(testbed, &running, &plan).await?;
-    Ok(sandbox)
+    wait_policies_synced(testbed, &running, &plan).await
 }
 
 fn copy_file(from: &Path, to: &Path) -> Result<()> {

@@ -249,6 +249,7 @@ pub fn render(report: &Report) -> String {
     }
     if let Some(kubeconfig) = &report.mgmt_kubeconfig
         && report.running
+        && kubeconfig.exists()
     {
         let _ = writeln!(out, "  mgmt     {}", kubeconfig.display());
     }
