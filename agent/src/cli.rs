@@ -1,6 +1,4 @@
-//! Command-line interface of `accord-agent`.
-//!
-//! `join` (DESIGN section 7) arrives with the install work.
+//! Command-line interface of `accord-agent`: `join`, `run`, `version`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -33,6 +31,9 @@ pub enum Command {
     Version,
     /// Run the agent: hold the stream to the hub, enforce assignments, report status.
     Run(RunArgs),
+    /// Join this member cluster to a hub: register with a bootstrap token, store the
+    /// identity Secret, apply the agent's RBAC and Deployment (or run it with --run).
+    Join(crate::join::JoinArgs),
 }
 
 /// Where the identity comes from: at most one of the two; without either, the Secret
@@ -122,11 +123,24 @@ pub fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::Run(args) => run(args.config()),
+        Command::Run(args) => {
+            let config = args.config();
+            block_on(crate::run::run(config, shutdown_signal()), |_| {})
+        }
+        Command::Join(args) => block_on(crate::join::join(args, shutdown_signal()), |e| {
+            if !e.token_spent() {
+                eprintln!("(the bootstrap token was not used; it still works)");
+            }
+        }),
     }
 }
 
-fn run(config: RunConfig) -> ExitCode {
+/// Sets up logging and a single-threaded runtime, runs `future` on it, and on failure
+/// prints the error chain and whatever `after_error` adds.
+fn block_on<E: std::error::Error>(
+    future: impl std::future::Future<Output = Result<(), E>>,
+    after_error: impl FnOnce(&E),
+) -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -146,10 +160,11 @@ fn run(config: RunConfig) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(crate::run::run(config, shutdown_signal())) {
+    match runtime.block_on(future) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));
+            after_error(&e);
             ExitCode::FAILURE
         }
     }

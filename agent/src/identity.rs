@@ -9,13 +9,12 @@ use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tonic::transport::{Certificate, ClientTlsConfig, Identity as TlsIdentity, Uri};
+use tonic::transport::{ClientTlsConfig, Uri};
 
 /// Key holding the hub's gRPC URL, e.g. `https://hub.example.com:7443`.
 pub const HUB_URL_KEY: &str = "hub-url";
@@ -40,9 +39,6 @@ const KEYS: [&str; 6] = [
     TLS_KEY_KEY,
     TLS_SERVER_NAME_KEY,
 ];
-
-/// How long a TLS handshake with the hub may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why an identity could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -232,16 +228,17 @@ impl Identity {
     /// The TLS configuration of the channel to the hub: trust only the hub CA, verify the
     /// hub's certificate against [`Identity::server_name`], present the client certificate.
     pub fn client_tls_config(&self) -> ClientTlsConfig {
-        ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca_pem))
-            .identity(TlsIdentity::from_pem(&self.cert_pem, &self.key_pem))
-            .domain_name(self.server_name.clone())
-            .timeout(HANDSHAKE_TIMEOUT)
+        accord_common::pki::client_tls_config(
+            &self.ca_pem,
+            Some((&self.cert_pem, &self.key_pem)),
+            &self.server_name,
+        )
     }
 }
 
-/// The host of an `https://` URL (without IPv6 brackets).
-fn hub_host(url: &str) -> Result<String, &'static str> {
+/// The host of a hub URL `https://HOST:PORT` (without IPv6 brackets), or why the URL is
+/// not one.
+pub fn hub_host(url: &str) -> Result<String, &'static str> {
     let uri: Uri = url.parse().map_err(|_| "is not a URL")?;
     if uri.scheme_str() != Some("https") {
         return Err("must start with https://");

@@ -1,7 +1,8 @@
 //! The Accord agent: runs in a member cluster, keeps one mTLS stream to the hub, makes the
 //! cluster match its assignments and reports status back.
 //!
-//! The pieces, from the edge inwards: [`cli`] and [`run`] wire everything; [`connection`]
+//! The pieces, from the edge inwards: [`cli`] and [`run`] wire everything, [`join`] puts a
+//! member cluster under a hub; [`connection`]
 //! holds the Sync stream; [`engine`] owns the assignments and drives the pipeline of
 //! [`watch`] (cached Deployments and HPAs) → [`observe`] (pure verdicts, reports, apply
 //! patches) → server-side apply → [`report`] (optimistic concurrency of status reports);
@@ -18,6 +19,7 @@ pub mod convert;
 pub mod engine;
 pub mod http;
 pub mod identity;
+pub mod join;
 pub mod metrics;
 pub mod observe;
 pub mod persist;

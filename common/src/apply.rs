@@ -90,7 +90,7 @@ pub enum ApplyError {
     UnknownKind(String),
 }
 
-/// The API resource of a kind `render` produces, and whether it is namespaced.
+/// The API resource of a kind `install` or `join` renders, and whether it is namespaced.
 pub fn api_resource(kind: &str) -> Option<(ApiResource, bool)> {
     fn namespaced<K: Resource<DynamicType = ()>>() -> (ApiResource, bool)
     where
@@ -105,6 +105,7 @@ pub fn api_resource(kind: &str) -> Option<(ApiResource, bool)> {
         "CustomResourceDefinition" => namespaced::<CustomResourceDefinition>(),
         "ServiceAccount" => namespaced::<core::v1::ServiceAccount>(),
         "Service" => namespaced::<core::v1::Service>(),
+        "Secret" => namespaced::<core::v1::Secret>(),
         "ClusterRole" => namespaced::<rbac::v1::ClusterRole>(),
         "ClusterRoleBinding" => namespaced::<rbac::v1::ClusterRoleBinding>(),
         "Role" => namespaced::<rbac::v1::Role>(),

@@ -19,6 +19,7 @@ pub mod kafka;
 pub mod managed_cluster;
 pub mod messages;
 pub mod prometheus;
+pub mod reference;
 pub mod scale;
 pub mod validate;
 

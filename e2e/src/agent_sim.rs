@@ -2,12 +2,11 @@
 //! joins through the real token flow (CA pinning, CSR, Registration) and holds a real mTLS
 //! Sync stream. It does not reconcile anything; the real agent is `accord-agent`.
 
-use accord_hub::pki::{agent_csr, client_tls_config, fetch_pinned_ca};
+use accord_common::register;
+use accord_hub::pki::client_tls_config;
 use accord_proto::v1::federation_client::FederationClient;
-use accord_proto::v1::registration_client::RegistrationClient;
 use accord_proto::v1::{
-    AgentMessage, Heartbeat, Hello, HubMessage, ObjectRef, RegisterRequest, StatusReport,
-    agent_message,
+    AgentMessage, Heartbeat, Hello, HubMessage, ObjectRef, StatusReport, agent_message,
 };
 use anyhow::{Context as _, Result};
 use std::time::Duration;
@@ -48,35 +47,29 @@ pub async fn register(
     cluster: &str,
     force: bool,
 ) -> std::result::Result<AgentIdentity, tonic::Status> {
-    let internal = |e: String| tonic::Status::internal(e);
-    let ca_pem = fetch_pinned_ca(hub, ca_cert_hash)
-        .await
-        .map_err(|e| internal(e.to_string()))?;
-    let channel = Endpoint::from_shared(format!("https://{hub}"))
-        .map_err(|e| internal(e.to_string()))?
-        .tls_config(client_tls_config(&ca_pem, None, HUB_TLS_NAME))
-        .map_err(|e| internal(e.to_string()))?
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-    let csr = agent_csr(cluster).map_err(|e| internal(e.to_string()))?;
-    let response = RegistrationClient::new(channel)
-        .register(RegisterRequest {
-            token: token.to_owned(),
-            cluster_name: cluster.to_owned(),
-            csr_pem: csr.csr_pem,
-            agent_version: "sim".into(),
-            kubernetes_version: "v1.34.4".into(),
-            force,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
+    let url = format!("https://{hub}");
+    let registered = register::register(&register::Registration {
+        hub_url: &url,
+        server_name: HUB_TLS_NAME,
+        ca_cert_hash,
+        token,
+        cluster,
+        labels: Default::default(),
+        agent_version: "sim",
+        kubernetes_version: "v1.34.4",
+        force,
+    })
+    .await
+    .map_err(|e| match e {
+        register::RegisterError::Refused { status, .. } => status,
+        register::RegisterError::Unreachable { .. } => tonic::Status::unavailable(e.to_string()),
+        other => tonic::Status::internal(other.to_string()),
+    })?;
     Ok(AgentIdentity {
         cluster: cluster.to_owned(),
-        cert_pem: response.certificate_pem,
-        key_pem: csr.key_pem,
-        ca_pem: response.ca_certificate_pem,
+        cert_pem: registered.cert_pem,
+        key_pem: registered.key_pem,
+        ca_pem: registered.ca_pem,
     })
 }
 

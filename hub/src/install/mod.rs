@@ -19,6 +19,7 @@ use std::time::Duration;
 use clap::Args;
 
 pub use accord_common::apply::{self, ApplyError, api_resource, resource_name};
+pub use accord_common::manifest::NON_ROOT_ID;
 pub use accord_common::preflight::{self, Permission, PreflightError, granted_permissions};
 pub use join::TokenError;
 pub use options::{
@@ -27,8 +28,8 @@ pub use options::{
     OptionsError, Resources, ServiceType, default_image,
 };
 pub use render::{
-    NON_ROOT_ID, RenderError, accord_plurals, dry_run_output, hub_cluster_rules,
-    hub_namespace_rules, render, render_yaml,
+    RenderError, accord_plurals, dry_run_output, hub_cluster_rules, hub_namespace_rules, render,
+    render_yaml,
 };
 pub use wait::{Progress, WaitError, deployment_progress};
 

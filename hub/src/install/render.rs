@@ -7,14 +7,17 @@
 use accord_crds::{GROUP, all_crds};
 use serde_json::{Value, json};
 
+use accord_common::manifest::{
+    self, container_port as port, container_security_context, http_probe as probe, labels,
+    metadata, namespace, pod_security_context, selector,
+};
+
 use super::options::{
     ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_NAME, ETCD_PEER_PORT, EtcdMode, HUB_METRICS_SERVICE,
     HUB_NAME, InstallOptions, Resources,
 };
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 
-/// UID and GID the containers run as: the conventional "nonroot" user of distroless images.
-pub const NON_ROOT_ID: i64 = 65532;
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
 const ETCD_DATA_DIR: &str = "/var/lib/etcd";
 
@@ -75,12 +78,7 @@ pub fn render(options: &InstallOptions) -> Result<Vec<Value>, RenderError> {
 
 /// The objects as one multi-document YAML stream, each document opened by `---`.
 pub fn render_yaml(objects: &[Value]) -> Result<String, RenderError> {
-    let mut out = String::new();
-    for object in objects {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(object).map_err(RenderError::Yaml)?);
-    }
-    Ok(out)
+    manifest::yaml_stream(objects).map_err(RenderError::Yaml)
 }
 
 /// What `accord-hub install --dry-run` prints: a header saying what this is and how to use
@@ -98,23 +96,6 @@ pub fn dry_run_output(options: &InstallOptions) -> Result<String, RenderError> {
     Ok(header + &render_yaml(&render(options)?)?)
 }
 
-/// Labels of every object of the component `component` (`hub` or `etcd`).
-pub fn labels(name: &str, component: &str) -> Value {
-    json!({
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": component,
-        "app.kubernetes.io/part-of": "accord",
-    })
-}
-
-/// The immutable pod selector of a workload: a subset of [`labels`].
-fn selector(name: &str, component: &str) -> Value {
-    json!({
-        "app.kubernetes.io/name": name,
-        "app.kubernetes.io/component": component,
-    })
-}
-
 fn hub_labels() -> Value {
     labels(HUB_NAME, "hub")
 }
@@ -123,28 +104,8 @@ fn etcd_labels() -> Value {
     labels(ETCD_NAME, "etcd")
 }
 
-fn metadata(name: &str, namespace: Option<&str>, labels: Value) -> Value {
-    let mut m = json!({ "name": name, "labels": labels });
-    if let Some(ns) = namespace {
-        m["namespace"] = json!(ns);
-    }
-    m
-}
-
-fn namespace(ns: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": metadata(ns, None, json!({ "app.kubernetes.io/part-of": "accord" })),
-    })
-}
-
 fn service_account(ns: &str) -> Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "ServiceAccount",
-        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
-    })
+    manifest::service_account(HUB_NAME, ns, &hub_labels())
 }
 
 /// Plural names of every Accord resource, from the CRDs themselves.
@@ -179,26 +140,11 @@ pub fn hub_cluster_rules() -> Value {
 }
 
 fn cluster_role() -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": metadata(HUB_NAME, None, hub_labels()),
-        "rules": hub_cluster_rules(),
-    })
-}
-
-fn hub_subject(ns: &str) -> Value {
-    json!([{ "kind": "ServiceAccount", "name": HUB_NAME, "namespace": ns }])
+    manifest::role(HUB_NAME, None, &hub_labels(), hub_cluster_rules())
 }
 
 fn cluster_role_binding(ns: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": metadata(HUB_NAME, None, hub_labels()),
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": HUB_NAME },
-        "subjects": hub_subject(ns),
-    })
+    manifest::role_binding(HUB_NAME, None, ns, &hub_labels())
 }
 
 /// The hub's permissions in its own namespace: read its CA Secret (by name), and create it
@@ -212,22 +158,11 @@ pub fn hub_namespace_rules() -> Value {
 }
 
 fn role(ns: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "Role",
-        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
-        "rules": hub_namespace_rules(),
-    })
+    manifest::role(HUB_NAME, Some(ns), &hub_labels(), hub_namespace_rules())
 }
 
 fn role_binding(ns: &str) -> Value {
-    json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": HUB_NAME },
-        "subjects": hub_subject(ns),
-    })
+    manifest::role_binding(HUB_NAME, Some(ns), ns, &hub_labels())
 }
 
 fn resources(r: &Resources) -> Value {
@@ -235,34 +170,6 @@ fn resources(r: &Resources) -> Value {
         "requests": { "cpu": r.cpu_request, "memory": r.memory_request },
         "limits": { "cpu": r.cpu_limit, "memory": r.memory_limit },
     })
-}
-
-/// Pod-level security: non-root with a fixed UID, the runtime's default seccomp profile.
-fn pod_security_context(fs_group: bool) -> Value {
-    let mut sc = json!({
-        "runAsNonRoot": true,
-        "runAsUser": NON_ROOT_ID,
-        "runAsGroup": NON_ROOT_ID,
-        "seccompProfile": { "type": "RuntimeDefault" },
-    });
-    if fs_group {
-        sc["fsGroup"] = json!(NON_ROOT_ID);
-    }
-    sc
-}
-
-/// Container-level security: what Pod Security "restricted" asks, plus a read-only root.
-pub fn container_security_context() -> Value {
-    json!({
-        "allowPrivilegeEscalation": false,
-        "readOnlyRootFilesystem": true,
-        "runAsNonRoot": true,
-        "capabilities": { "drop": ["ALL"] },
-    })
-}
-
-fn port(name: &str, port: u16) -> Value {
-    json!({ "name": name, "containerPort": port, "protocol": "TCP" })
 }
 
 fn service_port(name: &str, port: u16) -> Value {
@@ -289,14 +196,6 @@ pub fn hub_args(options: &InstallOptions) -> Vec<String> {
 
 fn deployment(options: &InstallOptions) -> Value {
     let ns = options.namespace.as_str();
-    let probe = |path: &str, period: u32, failures: u32| {
-        json!({
-            "httpGet": { "path": path, "port": "http" },
-            "periodSeconds": period,
-            "timeoutSeconds": 2,
-            "failureThreshold": failures,
-        })
-    };
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -485,6 +384,7 @@ fn etcd_stateful_set(options: &InstallOptions, image: &str, storage_size: &str) 
 mod tests {
     use super::*;
     use crate::install::options::ServiceType;
+    use accord_common::manifest::NON_ROOT_ID;
 
     fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
         objects

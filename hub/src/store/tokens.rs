@@ -3,116 +3,22 @@
 //! the token's expiry by a grace period so that a late join is told "expired", not
 //! "unknown".
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+pub use accord_common::token::{BootstrapToken, MalformedToken, TOKEN_ID_LEN, TOKEN_SECRET_LEN};
+
 use super::{Store, StoreError, decode, encode, ttl_seconds};
 
-/// Length of a token id.
-pub const TOKEN_ID_LEN: usize = 6;
-/// Length of a token secret.
-pub const TOKEN_SECRET_LEN: usize = 16;
 /// How long a record outlives its token's expiry, so late joins are told "expired".
 pub const EXPIRED_TOKEN_GRACE: Duration = Duration::from_secs(3600);
-/// The characters ids and secrets are made of.
-const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
 /// Attempts at consuming a token whose record changes under us.
 const CONSUME_ATTEMPTS: usize = 3;
 /// Attempts at finding an unused id.
 const CREATE_ATTEMPTS: usize = 5;
-
-/// A bootstrap token. `Display` gives the full `<id>.<secret>`; `Debug` hides the secret.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BootstrapToken {
-    /// Public part: names the record, 6 characters of `[a-z0-9]`.
-    pub id: String,
-    /// Secret part: 16 characters of `[a-z0-9]`.
-    pub secret: String,
-}
-
-impl BootstrapToken {
-    /// A new random token (from the thread-local CSPRNG).
-    pub fn generate() -> Self {
-        Self {
-            id: random_string(TOKEN_ID_LEN),
-            secret: random_string(TOKEN_SECRET_LEN),
-        }
-    }
-
-    /// Hex SHA-256 of the secret, as stored.
-    pub fn secret_sha256(&self) -> String {
-        hex::encode(Sha256::digest(self.secret.as_bytes()))
-    }
-}
-
-fn random_string(len: usize) -> String {
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| char::from(ALPHABET[rng.random_range(0..ALPHABET.len())]))
-        .collect()
-}
-
-impl fmt::Display for BootstrapToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.id, self.secret)
-    }
-}
-
-impl fmt::Debug for BootstrapToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BootstrapToken")
-            .field("id", &self.id)
-            .field("secret", &"<redacted>")
-            .finish()
-    }
-}
-
-/// Why a string is not a bootstrap token. Never contains the secret.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "malformed bootstrap token: {reason}; expected <id>.<secret> with a 6-character id and \
-     a 16-character secret, both of lowercase letters and digits"
-)]
-pub struct MalformedToken {
-    /// What is wrong with it.
-    pub reason: &'static str,
-}
-
-impl FromStr for BootstrapToken {
-    type Err = MalformedToken;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let s = s.trim();
-        let Some((id, secret)) = s.split_once('.') else {
-            return Err(MalformedToken {
-                reason: "there is no '.' between id and secret",
-            });
-        };
-        let valid = |part: &str, len: usize| {
-            part.len() == len && part.bytes().all(|b| ALPHABET.contains(&b))
-        };
-        if !valid(id, TOKEN_ID_LEN) {
-            return Err(MalformedToken {
-                reason: "the id is not 6 characters of [a-z0-9]",
-            });
-        }
-        if !valid(secret, TOKEN_SECRET_LEN) {
-            return Err(MalformedToken {
-                reason: "the secret is not 16 characters of [a-z0-9]",
-            });
-        }
-        Ok(Self {
-            id: id.to_owned(),
-            secret: secret.to_owned(),
-        })
-    }
-}
 
 /// What the hub stores for a token at `tokens/<id>`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,265 @@
+//! The objects `accord-agent join` applies to a member cluster, rendered without I/O.
+//!
+//! The one source of truth for the agent's footprint: join applies it, `join --dry-run`
+//! prints it, `deploy/manifests/accord-agent.yaml` is its output with default options
+//! (`agent/tests/manifests.rs`), and the Helm chart `deploy/helm/accord-agent` is checked
+//! against that file (`hub/tests/install_helm.rs`).
+
+use std::collections::BTreeMap;
+
+use accord_common::manifest::{
+    self, container_port, container_security_context, http_probe, labels, metadata,
+    pod_security_context, selector,
+};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use serde_json::{Value, json};
+
+use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
+use crate::identity::{
+    CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
+};
+
+/// Name of the agent's ServiceAccount, roles, bindings and Deployment.
+pub const AGENT_NAME: &str = "accord-agent";
+/// Port of `/metrics`, `/healthz` and `/readyz` in the agent's pod.
+pub const DEFAULT_HTTP_PORT: u16 = 8081;
+
+/// What the rendered objects depend on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentManifestOptions {
+    /// The agent's namespace: identity Secret, assignments ConfigMap, Lease.
+    pub namespace: String,
+    /// The agent's container image.
+    pub image: String,
+    /// Port of `/metrics`, `/healthz` and `/readyz`.
+    pub http_port: u16,
+}
+
+impl Default for AgentManifestOptions {
+    fn default() -> Self {
+        Self {
+            namespace: DEFAULT_IDENTITY_NAMESPACE.to_owned(),
+            image: default_image(),
+            http_port: DEFAULT_HTTP_PORT,
+        }
+    }
+}
+
+/// `accord-io/accord-agent:<this version>`.
+pub fn default_image() -> String {
+    format!("accord-io/accord-agent:{}", env!("CARGO_PKG_VERSION"))
+}
+
+fn agent_labels() -> Value {
+    labels(AGENT_NAME, "agent")
+}
+
+/// The agent's cluster-wide permissions: exactly what it calls.
+///
+/// - `apps` Deployments: `get`/`list`/`watch` (the reflector of the Deployments it manages)
+///   and `patch` (server-side apply of `spec.replicas` with field manager `accord-agent`).
+/// - HorizontalPodAutoscalers: read only — a member-side HPA on the same Deployment is
+///   reported as `Conflict`, never fought.
+/// - `events.k8s.io` Events: `create` and `patch` (kube-runtime's recorder creates an Event
+///   and patches its series when it repeats).
+pub fn agent_cluster_rules() -> Value {
+    json!([
+        { "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"] },
+        { "apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["get", "list", "watch"] },
+        { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+    ])
+}
+
+/// The agent's permissions in its own namespace:
+///
+/// - ConfigMaps: the last applied assignments (`accord-agent-assignments`), kept so a
+///   restart while the hub is unreachable changes nothing (a create cannot be limited to a
+///   name, so these are namespace-wide).
+/// - Its identity Secret, by name: read at every connection, rewritten when the
+///   certificate is renewed.
+/// - Leases: which of two replicas is active.
+pub fn agent_namespace_rules() -> Value {
+    json!([
+        { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update", "patch"] },
+        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get", "update", "patch"] },
+        { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"] },
+    ])
+}
+
+/// The `accord-agent run` flags of the agent container (no `--kubeconfig`: in-cluster).
+pub fn agent_args(options: &AgentManifestOptions) -> Vec<String> {
+    let ns = &options.namespace;
+    vec![
+        "run".to_owned(),
+        format!("--identity-secret={ns}/{DEFAULT_IDENTITY_SECRET}"),
+        format!("--namespace={ns}"),
+        format!("--http-addr=0.0.0.0:{}", options.http_port),
+    ]
+}
+
+fn deployment(options: &AgentManifestOptions) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(AGENT_NAME, Some(&options.namespace), agent_labels()),
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": selector(AGENT_NAME, "agent") },
+            "template": {
+                "metadata": { "labels": agent_labels() },
+                "spec": {
+                    "serviceAccountName": AGENT_NAME,
+                    "securityContext": pod_security_context(false),
+                    "containers": [{
+                        "name": "agent",
+                        "image": options.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": agent_args(options),
+                        "ports": [container_port("http", options.http_port)],
+                        "livenessProbe": http_probe("/healthz", 10, 3),
+                        // Ready once the persisted assignments are loaded and enforced.
+                        "readinessProbe": http_probe("/readyz", 5, 2),
+                        "resources": {
+                            "requests": { "cpu": "10m", "memory": "32Mi" },
+                            "limits": { "cpu": "500m", "memory": "128Mi" },
+                        },
+                        "securityContext": container_security_context(),
+                    }],
+                },
+            },
+        },
+    })
+}
+
+/// Every object of the agent's footprint, in the order join applies them: Namespace,
+/// ServiceAccount, RBAC, and the Deployment last so its pod starts with everything in
+/// place. The identity Secret is not among them (see [`identity_secret`]).
+pub fn render(options: &AgentManifestOptions) -> Vec<Value> {
+    let ns = options.namespace.as_str();
+    let l = agent_labels();
+    vec![
+        manifest::namespace(ns),
+        manifest::service_account(AGENT_NAME, ns, &l),
+        manifest::role(AGENT_NAME, None, &l, agent_cluster_rules()),
+        manifest::role_binding(AGENT_NAME, None, ns, &l),
+        manifest::role(AGENT_NAME, Some(ns), &l, agent_namespace_rules()),
+        manifest::role_binding(AGENT_NAME, Some(ns), ns, &l),
+        deployment(options),
+    ]
+}
+
+/// What `join --dry-run` prints: a header, then the YAML of [`render`].
+pub fn dry_run_output(options: &AgentManifestOptions) -> Result<String, manifest::YamlError> {
+    let header = format!(
+        "# Objects applied to a member cluster by `accord-agent join` (accord-agent {version}),\n\
+         # printed by --dry-run. deploy/manifests/accord-agent.yaml is this output with default\n\
+         # options. Not shown: the identity Secret {ns}/{secret}\n\
+         # (hub URL, cluster name, hub CA, the agent's certificate and key), which join creates\n\
+         # after registering with the hub.\n",
+        version = env!("CARGO_PKG_VERSION"),
+        ns = options.namespace,
+        secret = DEFAULT_IDENTITY_SECRET,
+    );
+    Ok(header + &manifest::yaml_stream(&render(options))?)
+}
+
+/// What the identity Secret holds, in the layout `accord-agent run` reads.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IdentityMaterial {
+    /// The hub's gRPC URL.
+    pub hub_url: String,
+    /// The cluster's name on the hub.
+    pub cluster: String,
+    /// Name the hub's serving certificate must carry, when not the URL's host.
+    pub server_name: Option<String>,
+    /// The hub CA (PEM).
+    pub ca_pem: String,
+    /// The agent's client certificate (PEM).
+    pub cert_pem: String,
+    /// The agent's private key (PEM). Secret.
+    pub key_pem: String,
+}
+
+/// The identity Secret `NAMESPACE/accord-agent-identity`.
+pub fn identity_secret(namespace: &str, id: &IdentityMaterial) -> Secret {
+    let mut data = BTreeMap::new();
+    let mut put = |key: &str, value: &str| {
+        data.insert(key.to_owned(), ByteString(value.as_bytes().to_vec()));
+    };
+    put(HUB_URL_KEY, &id.hub_url);
+    put(CLUSTER_NAME_KEY, &id.cluster);
+    put(CA_CERT_KEY, &id.ca_pem);
+    put(TLS_CERT_KEY, &id.cert_pem);
+    put(TLS_KEY_KEY, &id.key_pem);
+    if let Some(name) = &id.server_name {
+        put(TLS_SERVER_NAME_KEY, name);
+    }
+    let mut secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata(DEFAULT_IDENTITY_SECRET, Some(namespace), agent_labels()),
+        "type": "Opaque",
+    }))
+    .unwrap_or_default();
+    secret.data = Some(data);
+    secret
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::Identity;
+
+    #[test]
+    fn the_identity_secret_is_what_run_reads() {
+        let ca = accord_common::pki::HubCa::generate("test CA").unwrap();
+        let csr = accord_common::pki::agent_csr("east").unwrap();
+        let signed = ca
+            .sign_agent_csr(&csr.csr_pem, "east", std::time::Duration::from_secs(3600))
+            .unwrap();
+        let material = IdentityMaterial {
+            hub_url: "https://127.0.0.1:7443".into(),
+            cluster: "east".into(),
+            server_name: None,
+            ca_pem: ca.cert_pem().to_owned(),
+            cert_pem: signed.cert_pem.clone(),
+            key_pem: csr.key_pem.clone(),
+        };
+        let secret = identity_secret("accord-system", &material);
+        let identity = Identity::from_secret(&secret).unwrap();
+        assert_eq!(identity.cluster, "east");
+        assert_eq!(identity.hub_url, "https://127.0.0.1:7443");
+        assert_eq!(identity.server_name, "localhost");
+        assert_eq!(secret.metadata.namespace.as_deref(), Some("accord-system"));
+        assert_eq!(secret.type_.as_deref(), Some("Opaque"));
+    }
+
+    #[test]
+    fn the_deployment_runs_the_agent_in_cluster_with_its_identity_secret() {
+        let options = AgentManifestOptions {
+            namespace: "accord".into(),
+            image: "example/agent:1".into(),
+            http_port: 9000,
+        };
+        let objects = render(&options);
+        let deployment = objects.last().unwrap();
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "example/agent:1");
+        assert_eq!(
+            container["args"],
+            json!([
+                "run",
+                "--identity-secret=accord/accord-agent-identity",
+                "--namespace=accord",
+                "--http-addr=0.0.0.0:9000"
+            ])
+        );
+        assert_eq!(container["ports"][0]["containerPort"], 9000);
+        for object in &objects[1..] {
+            if object["kind"] != "ClusterRole" && object["kind"] != "ClusterRoleBinding" {
+                assert_eq!(object["metadata"]["namespace"], "accord", "{object}");
+            }
+        }
+    }
+}

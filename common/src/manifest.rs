@@ -1,0 +1,164 @@
+//! Building blocks of the objects `accord-hub install` and `accord-agent join` render:
+//! the labels, metadata, RBAC and pod security every Accord component shares, and the
+//! multi-document YAML both commands print with `--dry-run`.
+
+use serde_json::{Value, json};
+
+/// Why objects could not be written as YAML (a bug, never bad input).
+pub use serde_saphyr::SerializeError as YamlError;
+
+/// UID and GID the containers run as: the conventional "nonroot" user of distroless images.
+pub const NON_ROOT_ID: i64 = 65532;
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// Labels of every object of the component `component` (`hub`, `etcd`, `agent`).
+pub fn labels(name: &str, component: &str) -> Value {
+    json!({
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "accord",
+    })
+}
+
+/// The immutable pod selector of a workload: a subset of [`labels`].
+pub fn selector(name: &str, component: &str) -> Value {
+    json!({
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/component": component,
+    })
+}
+
+/// `metadata` with a name, labels and, for namespaced objects, a namespace.
+pub fn metadata(name: &str, namespace: Option<&str>, labels: Value) -> Value {
+    let mut m = json!({ "name": name, "labels": labels });
+    if let Some(ns) = namespace {
+        m["namespace"] = json!(ns);
+    }
+    m
+}
+
+/// The Namespace an Accord component lives in.
+pub fn namespace(ns: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": metadata(ns, None, json!({ "app.kubernetes.io/part-of": "accord" })),
+    })
+}
+
+/// A component's ServiceAccount `name` in `ns`.
+pub fn service_account(name: &str, ns: &str, labels: &Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(name, Some(ns), labels.clone()),
+    })
+}
+
+/// A Role (`namespace` given) or ClusterRole named `name` granting `rules`.
+pub fn role(name: &str, namespace: Option<&str>, labels: &Value, rules: Value) -> Value {
+    json!({
+        "apiVersion": format!("{RBAC_GROUP}/v1"),
+        "kind": if namespace.is_some() { "Role" } else { "ClusterRole" },
+        "metadata": metadata(name, namespace, labels.clone()),
+        "rules": rules,
+    })
+}
+
+/// A RoleBinding (`namespace` given) or ClusterRoleBinding of the role `name` to the
+/// ServiceAccount of the same name in `sa_namespace`.
+pub fn role_binding(
+    name: &str,
+    namespace: Option<&str>,
+    sa_namespace: &str,
+    labels: &Value,
+) -> Value {
+    let (kind, role_kind) = match namespace {
+        Some(_) => ("RoleBinding", "Role"),
+        None => ("ClusterRoleBinding", "ClusterRole"),
+    };
+    json!({
+        "apiVersion": format!("{RBAC_GROUP}/v1"),
+        "kind": kind,
+        "metadata": metadata(name, namespace, labels.clone()),
+        "roleRef": { "apiGroup": RBAC_GROUP, "kind": role_kind, "name": name },
+        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": sa_namespace }],
+    })
+}
+
+/// Pod-level security: non-root with a fixed UID, the runtime's default seccomp profile.
+pub fn pod_security_context(fs_group: bool) -> Value {
+    let mut sc = json!({
+        "runAsNonRoot": true,
+        "runAsUser": NON_ROOT_ID,
+        "runAsGroup": NON_ROOT_ID,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    });
+    if fs_group {
+        sc["fsGroup"] = json!(NON_ROOT_ID);
+    }
+    sc
+}
+
+/// Container-level security: what Pod Security "restricted" asks, plus a read-only root.
+pub fn container_security_context() -> Value {
+    json!({
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "runAsNonRoot": true,
+        "capabilities": { "drop": ["ALL"] },
+    })
+}
+
+/// A named TCP container port.
+pub fn container_port(name: &str, port: u16) -> Value {
+    json!({ "name": name, "containerPort": port, "protocol": "TCP" })
+}
+
+/// An HTTP GET probe of `path` on the container port named `http`.
+pub fn http_probe(path: &str, period_seconds: u32, failure_threshold: u32) -> Value {
+    json!({
+        "httpGet": { "path": path, "port": "http" },
+        "periodSeconds": period_seconds,
+        "timeoutSeconds": 2,
+        "failureThreshold": failure_threshold,
+    })
+}
+
+/// The objects as one multi-document YAML stream, each document opened by `---`.
+pub fn yaml_stream(objects: &[Value]) -> Result<String, YamlError> {
+    let mut out = String::new();
+    for object in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(object)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn role_and_binding_pick_the_cluster_or_namespaced_kind() {
+        let l = labels("x", "agent");
+        assert_eq!(role("x", None, &l, json!([]))["kind"], "ClusterRole");
+        assert_eq!(role("x", Some("ns"), &l, json!([]))["kind"], "Role");
+        let b = role_binding("x", None, "ns", &l);
+        assert_eq!(b["kind"], "ClusterRoleBinding");
+        assert_eq!(b["roleRef"]["kind"], "ClusterRole");
+        assert!(b["metadata"].get("namespace").is_none());
+        let b = role_binding("x", Some("ns"), "ns", &l);
+        assert_eq!(b["kind"], "RoleBinding");
+        assert_eq!(b["metadata"]["namespace"], "ns");
+        assert_eq!(b["subjects"][0]["namespace"], "ns");
+    }
+
+    #[test]
+    fn yaml_streams_open_every_document() {
+        let text = yaml_stream(&[namespace("a"), namespace("b")]).unwrap();
+        assert_eq!(text.matches("---\n").count(), 2);
+        assert!(text.contains("name: b"));
+    }
+}
