@@ -146,8 +146,24 @@ async fn up_brings_a_joined_federation_and_down_leaves_no_process_behind() -> Re
         "{report:#}"
     );
 
-    // `down` stops the daemon and every process of its session.
+    // The agents were joined through the real token flow and run in the foreground.
     let recorded = state::read(&dir)?.context("no state.json while running")?;
+    for member in &recorded.members {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", member.agent_pid))?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        ensure!(
+            args.get(1).map(String::as_str) == Some("join")
+                && args.iter().any(|a| a == "--run")
+                && args.iter().any(|a| a == "--token"),
+            "agent of {} runs {args:?}",
+            member.name
+        );
+    }
+
+    // `down` stops the daemon and every process of its session.
     let mut pids = procs::session_members(recorded.pid);
     pids.extend([recorded.pid, recorded.hub_pid]);
     pids.extend(recorded.members.iter().map(|m| m.agent_pid));

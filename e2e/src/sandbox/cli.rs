@@ -281,8 +281,11 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         state::remove(&dir)?;
     }
 
+    let checking = Instant::now();
     let bin = tokio::task::spawn_blocking(testbed_bin).await??;
+    eprintln!("  testbed binaries ready in {:.1?}", checking.elapsed());
     eprintln!("building accord-hub and accord-agent (cargo build)");
+    let building = Instant::now();
     let (hub_bin, agent_bin) = tokio::task::spawn_blocking(|| {
         anyhow::Ok((
             accord_program("accord-hub")?,
@@ -290,6 +293,7 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
         ))
     })
     .await??;
+    eprintln!("  built in {:.1?}", building.elapsed());
 
     let log_path = dir.join(LOG_FILE);
     let log =

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::examples::{self, Fit, Plan};
 use super::state::{self, MemberState, State};
-use crate::federation::{AGENT_NAMESPACE, ensure_namespace};
+use crate::federation::ensure_namespace;
 use crate::ports::free_port;
 use crate::wait::{Check, until};
 use crate::{Cluster, ProcessId, Testbed};
@@ -71,7 +71,9 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         pid: std::process::id(),
         dir: options.dir.clone(),
         ready: false,
-        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        started_at: k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)?
+            .to_string(),
         mgmt_kubeconfig: options.dir.join(state::MGMT_KUBECONFIG),
         hub_grpc_url: String::new(),
         hub_http_url: String::new(),
@@ -202,25 +204,13 @@ async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -
     state.hub_pid = testbed.process_info(hub).pid;
     state::write(state)?;
 
-    let join_supported = agent_has_join(&options.agent_bin).await;
-    if !join_supported {
-        progress(
-            "accord-agent has no `join` subcommand yet: registering each member through the \
-             hub's Registration API and running `accord-agent run --identity-dir` instead",
-        );
-    }
     let mut agents = Vec::new();
     for member in testbed.members() {
         let kubeconfig = options.dir.join(format!("{}.kubeconfig", member.name()));
         let http = format!("127.0.0.1:{}", free_port()?);
-        ensure_namespace(member, AGENT_NAMESPACE).await?;
         let join =
             create_token(options, testbed, &mgmt_kubeconfig, &hub_url, member.name()).await?;
-        let command = if join_supported {
-            agent_command(&join, &options.agent_bin, &kubeconfig, &http)?
-        } else {
-            fallback_agent_command(options, testbed, &join, grpc_port, &kubeconfig, &http).await?
-        };
+        let command = agent_command(&join, &options.agent_bin, &kubeconfig, &http)?;
         progress(format!("joining {} through the token flow", member.name()));
         let mut cmd = Command::new(&command[0]);
         cmd.args(&command[1..])
@@ -378,18 +368,6 @@ async fn start_hub(
     Ok((hub, format!("http://{http_addr}")))
 }
 
-/// Whether this `accord-agent` has the `join` subcommand.
-async fn agent_has_join(agent_bin: &Path) -> bool {
-    tokio::process::Command::new(agent_bin)
-        .args(["join", "--help"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await
-        .is_ok_and(|s| s.success())
-}
-
 /// `accord-hub token create` for one member; returns the printed join line.
 async fn create_token(
     options: &DaemonOptions,
@@ -451,50 +429,6 @@ pub fn agent_command(
         http_addr.to_owned(),
     ]);
     Ok(command)
-}
-
-/// The value after `flag` in a command line.
-fn flag_value<'a>(line: &'a str, flag: &str) -> Result<&'a str> {
-    let mut words = line.split_whitespace();
-    words
-        .find(|w| *w == flag)
-        .with_context(|| format!("no {flag} in {line:?}"))?;
-    words
-        .next()
-        .with_context(|| format!("{flag} without a value in {line:?}"))
-}
-
-/// Until `accord-agent join` exists: registers with the token of the join line through the
-/// hub's Registration API, writes the identity directory and runs `accord-agent run`.
-async fn fallback_agent_command(
-    options: &DaemonOptions,
-    testbed: &Testbed,
-    join_line: &str,
-    grpc_port: u16,
-    kubeconfig: &Path,
-    http_addr: &str,
-) -> Result<Vec<String>> {
-    let cluster = flag_value(join_line, "--cluster-name")?;
-    let token = flag_value(join_line, "--token")?;
-    let hash = flag_value(join_line, "--ca-cert-hash")?;
-    let hub = format!("127.0.0.1:{grpc_port}");
-    let identity = crate::agent_sim::register(&hub, token, hash, cluster, false)
-        .await
-        .map_err(|s| anyhow::anyhow!("registering {cluster}: {s}"))?;
-    let dir = testbed.dir().join(format!("identity-{cluster}"));
-    crate::federation::write_identity(&dir, &hub, &identity)?;
-    Ok(vec![
-        options.agent_bin.to_string_lossy().into_owned(),
-        "run".into(),
-        "--kubeconfig".into(),
-        kubeconfig.to_string_lossy().into_owned(),
-        "--identity-dir".into(),
-        dir.to_string_lossy().into_owned(),
-        "--namespace".into(),
-        AGENT_NAMESPACE.into(),
-        "--http-addr".into(),
-        http_addr.into(),
-    ])
 }
 
 fn ensure_all_running(testbed: &Testbed, running: &[ProcessId]) -> Result<()> {
