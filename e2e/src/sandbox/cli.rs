@@ -492,6 +492,11 @@ async fn status_command(args: StatusArgs) -> Result<ExitCode> {
 /// SIGTERM to the daemon, then waits for its whole session to go; SIGKILLs what is left
 /// after `grace`. Returns how many processes the session held.
 fn stop_session(pid: u32, grace: Duration) -> usize {
+    if procs::alive(pid) && !procs::is_daemon(pid) {
+        // The daemon is gone and its pid now belongs to another program: whatever runs in
+        // a session of that id is not the sandbox's.
+        return 0;
+    }
     let members = procs::session_members(pid).len();
     if procs::is_daemon(pid) {
         let _ = procs::signal(pid, Signal::SIGTERM);

@@ -628,15 +628,15 @@ mod tests {
         );
         let command = agent_command(
             &line,
-            Path::new("/bin/accord-agent"),
-            Path::new("/sandbox/member-1.kubeconfig"),
+            Path::new("bin/accord-agent"),
+            Path::new("sandbox/member-1.kubeconfig"),
             "127.0.0.1:9000",
         )
         .unwrap();
         assert_eq!(
             command,
             [
-                "/bin/accord-agent",
+                "bin/accord-agent",
                 "join",
                 "--hub",
                 "https://127.0.0.1:7443",
@@ -647,7 +647,7 @@ mod tests {
                 "--cluster-name",
                 "member-1",
                 "--kubeconfig",
-                "/sandbox/member-1.kubeconfig",
+                "sandbox/member-1.kubeconfig",
                 "--run",
                 "--http-addr",
                 "127.0.0.1:9000",
