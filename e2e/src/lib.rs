@@ -34,6 +34,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
+pub mod sandbox;
 pub mod shared;
 pub mod testbed;
 pub mod wait;

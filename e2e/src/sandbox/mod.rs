@@ -1,0 +1,17 @@
+//! `accord-sandbox`: a local federation in one command.
+//!
+//! `up` starts a daemon in a session of its own. The daemon starts a testbed (management
+//! cluster and members), installs the hub with `accord-hub install`, runs `accord-hub
+//! serve` on the host as the installed ServiceAccount, joins every member through the real
+//! token flow (`accord-hub token create`, then the printed `accord-agent join ... --run`),
+//! applies the examples of `deploy/examples/` fitted to the members, waits until every
+//! member is Available and the example policy Synced, and records itself in
+//! `DIR/state.json`. `status` reads that file, `/proc` and the management cluster; `down`
+//! stops the daemon and waits until every process of its session is gone.
+
+pub mod cli;
+pub mod daemon;
+pub mod examples;
+pub mod procs;
+pub mod state;
+pub mod status;

@@ -1,0 +1,141 @@
+//! `DIR/state.json`: what a running sandbox daemon tells `status`, `down` and a second `up`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+
+/// File name of the state inside the sandbox directory.
+pub const STATE_FILE: &str = "state.json";
+/// File name of the daemon's log (its stdout and stderr) inside the sandbox directory.
+pub const LOG_FILE: &str = "sandbox.log";
+/// File name of the management cluster's kubeconfig inside the sandbox directory.
+pub const MGMT_KUBECONFIG: &str = "mgmt.kubeconfig";
+
+/// What a sandbox daemon records about itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct State {
+    /// The daemon's process id; also its session and process group id.
+    pub pid: u32,
+    /// The sandbox directory (absolute).
+    pub dir: PathBuf,
+    /// Whether start-up has finished: every member Available, the example policy Synced.
+    pub ready: bool,
+    /// When the daemon started (RFC 3339).
+    pub started_at: String,
+    /// Kubeconfig of the management cluster.
+    pub mgmt_kubeconfig: PathBuf,
+    /// The hub's gRPC URL, as agents dial it (`https://127.0.0.1:PORT`).
+    #[serde(default)]
+    pub hub_grpc_url: String,
+    /// The hub's `/metrics`, `/healthz`, `/readyz` base URL.
+    #[serde(default)]
+    pub hub_http_url: String,
+    /// The hub's process id.
+    #[serde(default)]
+    pub hub_pid: u32,
+    /// The member clusters.
+    #[serde(default)]
+    pub members: Vec<MemberState>,
+    /// The testbed's own directory (component logs).
+    #[serde(default)]
+    pub testbed_dir: PathBuf,
+    /// Directory of the testbed's programs (kubectl among them).
+    #[serde(default)]
+    pub testbed_bin: PathBuf,
+    /// The example objects applied to the management cluster (`Kind namespace/name`).
+    #[serde(default)]
+    pub examples: Vec<String>,
+}
+
+/// One member cluster of a sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberState {
+    /// Cluster name (also its ManagedCluster's name).
+    pub name: String,
+    /// Admin kubeconfig of the member cluster.
+    pub kubeconfig: PathBuf,
+    /// The agent's process id.
+    pub agent_pid: u32,
+    /// The agent's `/metrics` address, `127.0.0.1:PORT`.
+    pub agent_http: String,
+    /// The member's Kafka bootstrap address, with `--with-kafka`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_bootstrap: Option<String>,
+    /// The member's Prometheus URL, with `--with-prometheus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus_url: Option<String>,
+}
+
+/// Path of the state file in `dir`.
+pub fn path(dir: &Path) -> PathBuf {
+    dir.join(STATE_FILE)
+}
+
+/// Reads the state in `dir`, `None` when there is none.
+pub fn read(dir: &Path) -> Result<Option<State>> {
+    let path = path(dir);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not a sandbox state file", path.display()))
+            .map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Writes the state atomically (a reader never sees half a file).
+pub fn write(state: &State) -> Result<()> {
+    let path = path(&state.dir);
+    let tmp = state.dir.join(format!(".{STATE_FILE}.tmp"));
+    std::fs::write(&tmp, serde_json::to_vec_pretty(state)?)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Removes the state file in `dir`, if present.
+pub fn remove(dir: &Path) -> Result<()> {
+    let path = path(dir);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_survives_a_round_trip_through_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+        let state = State {
+            pid: 42,
+            dir: dir.path().to_path_buf(),
+            ready: true,
+            started_at: "2026-01-01T00:00:00Z".into(),
+            mgmt_kubeconfig: dir.path().join(MGMT_KUBECONFIG),
+            hub_grpc_url: "https://127.0.0.1:7443".into(),
+            hub_http_url: "http://127.0.0.1:8080".into(),
+            hub_pid: 43,
+            members: vec![MemberState {
+                name: "member-1".into(),
+                kubeconfig: dir.path().join("member-1.kubeconfig"),
+                agent_pid: 44,
+                agent_http: "127.0.0.1:8081".into(),
+                kafka_bootstrap: None,
+                prometheus_url: None,
+            }],
+            testbed_dir: dir.path().join("testbed"),
+            testbed_bin: PathBuf::from("bin"),
+            examples: vec!["CrossClusterScalePolicy default/webapp-global-scale".into()],
+        };
+        write(&state).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), Some(state));
+        remove(dir.path()).unwrap();
+        remove(dir.path()).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+    }
+}

@@ -1,0 +1,194 @@
+//! `accord-sandbox` end to end: the real binary brings up a management cluster and two
+//! members with joined agents, its printed kubeconfigs work, `status --json` reports it,
+//! and `down` leaves no process behind.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use accord_crds::{ManagedCluster, conditions};
+use accord_e2e::sandbox::{procs, state};
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use serde_json::Value;
+
+const SANDBOX: &str = env!("CARGO_BIN_EXE_accord-sandbox");
+
+async fn sandbox(args: &[&str], dir: &Path, timeout: Duration) -> Result<Output> {
+    let run = tokio::process::Command::new(SANDBOX)
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .env_remove("KUBECONFIG")
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(timeout, run)
+        .await
+        .with_context(|| format!("accord-sandbox {args:?} did not finish within {timeout:?}"))?
+        .with_context(|| format!("running accord-sandbox {args:?}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Stops the sandbox if the test fails half-way, and shows its log.
+struct DownOnDrop(PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.0.join(state::LOG_FILE);
+            eprintln!(
+                "sandbox log ({}):\n{}",
+                log.display(),
+                accord_e2e::process::tail(&log, 80)
+            );
+        }
+        let _ = std::process::Command::new(SANDBOX)
+            .arg("down")
+            .arg("--dir")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// The path printed after `label` on a line of `up`'s summary.
+fn printed_path(summary: &str, label: &str) -> Result<PathBuf> {
+    summary
+        .lines()
+        .find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some(label)).then(|| words.next().map(PathBuf::from))?
+        })
+        .with_context(|| format!("no {label} line in:\n{summary}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_brings_a_joined_federation_and_down_leaves_no_process_behind() -> Result<()> {
+    let tmp = tempfile::Builder::new()
+        .prefix("accord-sandbox-test-")
+        .tempdir()?;
+    let dir = tmp.path().join("sandbox");
+    let _down = DownOnDrop(dir.clone());
+
+    let out = sandbox(&["up", "--members", "2"], &dir, Duration::from_secs(900)).await?;
+    let summary = text(&out.stdout);
+    eprintln!("up:\n{}{summary}", text(&out.stderr));
+    ensure!(out.status.success(), "up failed");
+    ensure!(summary.contains("Accord sandbox ready in"), "{summary}");
+    ensure!(
+        summary.contains("get mcl"),
+        "no commands to try:\n{summary}"
+    );
+
+    // The printed kubeconfigs reach the clusters: both members are Joined and Available,
+    // and the example policy's Deployment got its share.
+    let mgmt = printed_path(&summary, "mgmt")?;
+    let client = accord_e2e::kubeconfig::client(&mgmt).await?;
+    let clusters: Api<ManagedCluster> = Api::all(client);
+    for name in ["member-1", "member-2"] {
+        let status = clusters
+            .get(name)
+            .await?
+            .status
+            .with_context(|| format!("{name} has no status"))?;
+        for condition in ["Joined", "Available"] {
+            ensure!(
+                conditions::is_true(&status.conditions, condition),
+                "{name} is not {condition}: {:?}",
+                status.conditions
+            );
+        }
+    }
+    let member = printed_path(&summary, "member-1")?;
+    let deployments: Api<Deployment> =
+        Api::namespaced(accord_e2e::kubeconfig::client(&member).await?, "prod-us");
+    let replicas = deployments
+        .get("frontend")
+        .await?
+        .spec
+        .and_then(|s| s.replicas);
+    ensure!(
+        replicas == Some(7),
+        "frontend in member-1 has {replicas:?} replicas"
+    );
+
+    // A second `up` finds it running and changes nothing.
+    let again = sandbox(&["up"], &dir, Duration::from_secs(120)).await?;
+    ensure!(again.status.success(), "second up failed");
+    ensure!(
+        text(&again.stdout).contains("already running"),
+        "{}",
+        text(&again.stdout)
+    );
+
+    let out = sandbox(&["status", "--json"], &dir, Duration::from_secs(60)).await?;
+    ensure!(out.status.success(), "status failed: {}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(
+        report["running"] == true && report["ready"] == true,
+        "{report:#}"
+    );
+    let members = report["members"].as_array().context("members")?;
+    ensure!(members.len() == 2, "{report:#}");
+    for m in members {
+        ensure!(
+            m["agent_alive"] == true && m["available"] == "True" && m["joined"] == "True",
+            "{m:#}"
+        );
+    }
+    ensure!(
+        report["policies"].as_array().is_some_and(|p| p
+            .iter()
+            .any(|p| p["name"] == "webapp-global-scale" && p["synced"] == true)),
+        "{report:#}"
+    );
+
+    // The agents were joined through the real token flow and run in the foreground.
+    let recorded = state::read(&dir)?.context("no state.json while running")?;
+    for member in &recorded.members {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", member.agent_pid))?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        ensure!(
+            args.get(1).map(String::as_str) == Some("join")
+                && args.iter().any(|a| a == "--run")
+                && args.iter().any(|a| a == "--token"),
+            "agent of {} runs {args:?}",
+            member.name
+        );
+    }
+
+    // `down` stops the daemon and every process of its session.
+    let mut pids = procs::session_members(recorded.pid);
+    pids.extend([recorded.pid, recorded.hub_pid]);
+    pids.extend(recorded.members.iter().map(|m| m.agent_pid));
+    ensure!(pids.len() > 10, "the session holds only {pids:?}");
+    let out = sandbox(&["down"], &dir, Duration::from_secs(120)).await?;
+    eprintln!("down:\n{}{}", text(&out.stdout), text(&out.stderr));
+    ensure!(out.status.success(), "down failed");
+    for pid in &pids {
+        ensure!(!procs::alive(*pid), "process {pid} survived down");
+    }
+    ensure!(
+        procs::session_members(recorded.pid).is_empty(),
+        "the sandbox's session still has processes"
+    );
+    ensure!(!state::path(&dir).exists(), "state.json is left");
+
+    // Nothing is running any more: status says so and fails; down is idempotent.
+    let out = sandbox(&["status"], &dir, Duration::from_secs(60)).await?;
+    ensure!(!out.status.success(), "status succeeded without a sandbox");
+    let out = sandbox(&["down"], &dir, Duration::from_secs(60)).await?;
+    ensure!(out.status.success(), "a second down failed");
+    ensure!(
+        text(&out.stdout).contains("nothing to stop"),
+        "{}",
+        text(&out.stdout)
+    );
+    Ok(())
+}
