@@ -81,13 +81,32 @@ pub fn impersonating_kubeconfig(
 
 /// Runs one of the workspace's binaries with `args` and collects its output.
 pub async fn run_binary(name: &str, args: &[&str]) -> Result<Output> {
-    Ok(tokio::process::Command::new(accord_binary(name)?)
+    run_program(&accord_binary(name)?, args).await
+}
+
+/// How long one command (install, token create, join) may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs `program` with `args` (without `$KUBECONFIG` or a token from the environment) and
+/// collects its output.
+pub async fn run_program(program: &Path, args: &[&str]) -> Result<Output> {
+    let run = tokio::process::Command::new(program)
         .args(args)
+        .stdin(std::process::Stdio::null())
         .env_remove("KUBECONFIG")
         .env_remove("ACCORD_JOIN_TOKEN")
         .env("RUST_LOG", "warn")
-        .output()
-        .await?)
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(COMMAND_TIMEOUT, run)
+        .await
+        .with_context(|| {
+            format!(
+                "{} did not finish within {COMMAND_TIMEOUT:?}",
+                program.display()
+            )
+        })?
+        .with_context(|| format!("running {}", program.display()))
 }
 
 /// Stdout and stderr of a finished command, for messages.
@@ -100,6 +119,28 @@ pub fn output_text(out: &Output) -> String {
     )
 }
 
+/// How to install and serve a hub.
+#[derive(Debug, Clone)]
+pub struct HubSetup {
+    /// The `accord-hub` binary.
+    pub hub_bin: PathBuf,
+    /// The hub's etcd key prefix.
+    pub etcd_prefix: String,
+    /// The serving replica's name.
+    pub replica: String,
+}
+
+impl HubSetup {
+    /// The workspace's `accord-hub` (built if needed) with `etcd_prefix`.
+    pub fn new(etcd_prefix: &str) -> Result<Self> {
+        Ok(Self {
+            hub_bin: accord_binary("accord-hub")?,
+            etcd_prefix: etcd_prefix.to_owned(),
+            replica: "hub-as-sa".to_owned(),
+        })
+    }
+}
+
 /// A hub installed with `accord-hub install` and served as its ServiceAccount.
 pub struct InstalledHub {
     /// The `serve` process.
@@ -108,8 +149,8 @@ pub struct InstalledHub {
     pub url: String,
     /// HTTP base URL (`/metrics`, `/readyz`).
     pub http: String,
-    /// The etcd prefix.
-    pub etcd_prefix: String,
+    /// How it was set up.
+    pub setup: HubSetup,
     /// What install printed on stdout (it ends with a join command).
     pub install_output: String,
 }
@@ -119,6 +160,12 @@ impl InstalledHub {
     /// https://127.0.0.1:PORT`, then `accord-hub serve` under the installed ServiceAccount on
     /// that port; returns once the hub is ready.
     pub async fn install(testbed: &Testbed, etcd_prefix: &str) -> Result<Self> {
+        Self::install_with(testbed, HubSetup::new(etcd_prefix)?).await
+    }
+
+    /// [`InstalledHub::install`] with the binary and names of `setup`.
+    pub async fn install_with(testbed: &Testbed, setup: HubSetup) -> Result<Self> {
+        let etcd_prefix = setup.etcd_prefix.as_str();
         let mgmt = testbed
             .mgmt()
             .kubeconfig_path()
@@ -127,8 +174,8 @@ impl InstalledHub {
         let grpc = format!("127.0.0.1:{}", free_port()?);
         let http = format!("127.0.0.1:{}", free_port()?);
         let url = format!("https://{grpc}");
-        let out = run_binary(
-            "accord-hub",
+        let out = run_program(
+            &setup.hub_bin,
             &[
                 "install",
                 "--kubeconfig",
@@ -155,7 +202,7 @@ impl InstalledHub {
             HUB_SERVICE_ACCOUNT,
             &SERVICE_ACCOUNT_GROUPS,
         )?;
-        let mut serve = std::process::Command::new(accord_binary("accord-hub")?);
+        let mut serve = std::process::Command::new(&setup.hub_bin);
         serve
             .arg("serve")
             .arg("--kubeconfig")
@@ -163,7 +210,8 @@ impl InstalledHub {
             .args(["--etcd-endpoints", testbed.etcd_endpoint()])
             .args(["--etcd-prefix", etcd_prefix, "--namespace", HUB_NAMESPACE])
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
-            .args(["--replica-name", "hub-as-sa"])
+            .args(["--replica-name", &setup.replica])
+            .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,accord_hub=debug");
         let process = testbed.spawn("hub/as-sa", serve)?;
         let http = format!("http://{http}");
@@ -184,7 +232,7 @@ impl InstalledHub {
             process,
             url,
             http,
-            etcd_prefix: etcd_prefix.to_owned(),
+            setup,
             install_output,
         })
     }
@@ -204,12 +252,12 @@ impl InstalledHub {
             "--etcd-endpoints",
             testbed.etcd_endpoint(),
             "--etcd-prefix",
-            &self.etcd_prefix,
+            &self.setup.etcd_prefix,
             "--hub-url",
             &self.url,
         ];
         all.extend_from_slice(args);
-        let out = run_binary("accord-hub", &all).await?;
+        let out = run_program(&self.setup.hub_bin, &all).await?;
         ensure!(out.status.success(), "token create: {}", output_text(&out));
         join_line(&String::from_utf8(out.stdout)?)
     }

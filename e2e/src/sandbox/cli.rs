@@ -443,7 +443,10 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             k(&mgmt)
         ));
     }
-    let sandbox = if on_path("accord-sandbox") {
+    // How the user started us, when a wrapper script says (e2e/sandbox.sh does).
+    let sandbox = if let Ok(command) = std::env::var("ACCORD_SANDBOX_COMMAND") {
+        command
+    } else if on_path("accord-sandbox") {
         "accord-sandbox".to_owned()
     } else {
         std::env::current_exe()

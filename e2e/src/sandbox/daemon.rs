@@ -8,7 +8,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use accord_crds::{
@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use super::examples::{self, Fit, Plan};
 use super::state::{self, MemberState, State};
 use crate::federation::ensure_namespace;
+use crate::installed::{HubSetup, InstalledHub};
 use crate::ports::free_port;
 use crate::wait::{Check, until};
 use crate::{Cluster, ProcessId, Testbed};
@@ -32,10 +33,6 @@ use crate::{Cluster, ProcessId, Testbed};
 pub const PROGRESS: &str = "[sandbox] ";
 /// Field manager of everything the sandbox applies.
 pub const FIELD_MANAGER: &str = "accord-sandbox";
-/// Namespace the hub is installed into.
-pub const HUB_NAMESPACE: &str = "accord-system";
-/// The installed hub's ServiceAccount, which the host-run hub impersonates.
-const HUB_SERVICE_ACCOUNT: &str = "system:serviceaccount:accord-system:accord-hub";
 /// How long each start-up step may take before the daemon gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -195,12 +192,19 @@ async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -
         )?;
     }
 
-    let grpc_port = free_port()?;
-    let hub_url = format!("https://127.0.0.1:{grpc_port}");
-    install_hub(options, testbed, &mgmt_kubeconfig, &hub_url).await?;
-    let (hub, hub_http) = start_hub(options, testbed, grpc_port).await?;
-    state.hub_grpc_url = hub_url.clone();
-    state.hub_http_url = hub_http;
+    progress("installing the hub (accord-hub install) and serving it as its ServiceAccount");
+    let installed = InstalledHub::install_with(
+        testbed,
+        HubSetup {
+            hub_bin: options.hub_bin.clone(),
+            etcd_prefix: testbed.hub_etcd_prefix().to_owned(),
+            replica: "sandbox-hub".to_owned(),
+        },
+    )
+    .await?;
+    let hub = installed.process;
+    state.hub_grpc_url = installed.url.clone();
+    state.hub_http_url = installed.http.clone();
     state.hub_pid = testbed.process_info(hub).pid;
     state::write(state)?;
 
@@ -208,8 +212,9 @@ async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -
     for member in testbed.members() {
         let kubeconfig = options.dir.join(format!("{}.kubeconfig", member.name()));
         let http = format!("127.0.0.1:{}", free_port()?);
-        let join =
-            create_token(options, testbed, &mgmt_kubeconfig, &hub_url, member.name()).await?;
+        let join = installed
+            .token_create(testbed, &["--ttl", "1h", "--cluster-name", member.name()])
+            .await?;
         let command = agent_command(&join, &options.agent_bin, &kubeconfig, &http)?;
         progress(format!("joining {} through the token flow", member.name()));
         let mut cmd = Command::new(&command[0]);
@@ -261,137 +266,6 @@ fn copy_file(from: &Path, to: &Path) -> Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     Ok(())
-}
-
-/// Runs a command to completion, failing with its output if it fails or hangs.
-async fn run_command(what: &str, mut command: tokio::process::Command) -> Result<String> {
-    command
-        .stdin(Stdio::null())
-        .env_remove("KUBECONFIG")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true);
-    let output = tokio::time::timeout(STEP_TIMEOUT, command.output())
-        .await
-        .with_context(|| format!("{what} did not finish within {STEP_TIMEOUT:?}"))?
-        .with_context(|| format!("running {what}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() {
-        bail!("{what} failed ({}):\n{stderr}{stdout}", output.status);
-    }
-    // Keep what the command said in the log, for whoever reads it later.
-    eprintln!("--- {what} ---\n{stderr}{stdout}");
-    Ok(stdout)
-}
-
-async fn install_hub(
-    options: &DaemonOptions,
-    testbed: &Testbed,
-    mgmt_kubeconfig: &Path,
-    hub_url: &str,
-) -> Result<()> {
-    progress("installing the hub on the management cluster (accord-hub install)");
-    let mut install = tokio::process::Command::new(&options.hub_bin);
-    install
-        .arg("install")
-        .arg("--kubeconfig")
-        .arg(mgmt_kubeconfig)
-        .args(["--namespace", HUB_NAMESPACE])
-        .args(["--etcd-endpoints", testbed.etcd_endpoint()])
-        .args(["--etcd-prefix", testbed.hub_etcd_prefix()])
-        .args(["--hub-url", hub_url, "--tls-san", "localhost"]);
-    run_command("accord-hub install", install).await?;
-    Ok(())
-}
-
-/// A copy of the management cluster's admin kubeconfig that impersonates the installed
-/// hub ServiceAccount, so the host-run hub has exactly the installed permissions.
-fn service_account_kubeconfig(testbed: &Testbed) -> Result<PathBuf> {
-    let admin = std::fs::read_to_string(testbed.mgmt().kubeconfig_path())?;
-    let marker = "  user:\n";
-    ensure!(
-        admin.contains(marker),
-        "unexpected layout of {}",
-        testbed.mgmt().kubeconfig_path().display()
-    );
-    let impersonating = admin.replacen(
-        marker,
-        &format!(
-            "{marker}    as: {HUB_SERVICE_ACCOUNT:?}\n    as-groups: [\"system:serviceaccounts\", \
-             \"system:serviceaccounts:{HUB_NAMESPACE}\", \"system:authenticated\"]\n"
-        ),
-        1,
-    );
-    let path = testbed.dir().join("hub-service-account.kubeconfig");
-    std::fs::write(&path, impersonating).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
-}
-
-async fn start_hub(
-    options: &DaemonOptions,
-    testbed: &Testbed,
-    grpc_port: u16,
-) -> Result<(ProcessId, String)> {
-    progress("starting accord-hub serve as the installed ServiceAccount");
-    let kubeconfig = service_account_kubeconfig(testbed)?;
-    let http_addr = format!("127.0.0.1:{}", free_port()?);
-    let mut serve = Command::new(&options.hub_bin);
-    serve
-        .arg("serve")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["--etcd-endpoints", testbed.etcd_endpoint()])
-        .args(["--etcd-prefix", testbed.hub_etcd_prefix()])
-        .args(["--namespace", HUB_NAMESPACE])
-        .args(["--grpc-addr", &format!("127.0.0.1:{grpc_port}")])
-        .args(["--http-addr", &http_addr])
-        .args(["--replica-name", "sandbox-hub"])
-        .args(["--tls-san", "127.0.0.1,localhost"])
-        .env_remove("KUBECONFIG")
-        .env("RUST_LOG", "info,accord_hub=debug");
-    let hub = testbed.spawn("hub", serve)?;
-    let http = testbed.http().clone();
-    let readyz = format!("http://{http_addr}/readyz");
-    until("the hub to be ready", STEP_TIMEOUT, || {
-        let http = http.clone();
-        let url = readyz.clone();
-        async move {
-            testbed.ensure_running(hub)?;
-            Ok(match http.get(&url).send().await {
-                Ok(r) if r.status().is_success() => Check::Ready(()),
-                Ok(r) => Check::NotYet(format!("/readyz answered {}", r.status())),
-                Err(e) => Check::NotYet(e.to_string()),
-            })
-        }
-    })
-    .await?;
-    Ok((hub, format!("http://{http_addr}")))
-}
-
-/// `accord-hub token create` for one member; returns the printed join line.
-async fn create_token(
-    options: &DaemonOptions,
-    testbed: &Testbed,
-    mgmt_kubeconfig: &Path,
-    hub_url: &str,
-    cluster: &str,
-) -> Result<String> {
-    let mut create = tokio::process::Command::new(&options.hub_bin);
-    create
-        .args(["token", "create"])
-        .arg("--kubeconfig")
-        .arg(mgmt_kubeconfig)
-        .args(["--etcd-endpoints", testbed.etcd_endpoint()])
-        .args(["--etcd-prefix", testbed.hub_etcd_prefix()])
-        .args(["--namespace", HUB_NAMESPACE, "--ttl", "1h"])
-        .args(["--hub-url", hub_url, "--cluster-name", cluster]);
-    let out = run_command(&format!("accord-hub token create for {cluster}"), create).await?;
-    out.lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(str::to_owned)
-        .context("accord-hub token create printed nothing")
 }
 
 /// The agent command a join line describes: the line's `accord-agent join` flags with the
