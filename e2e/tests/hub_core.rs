@@ -165,6 +165,88 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
 }
 
 #[test]
+fn a_leader_stopped_with_sigterm_hands_over_at_once_and_exits_despite_open_streams() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-sigterm/";
+        // A TTL far longer than the waits below: only a resignation can explain a handover.
+        let ttl = ["--election-ttl", "60s"];
+        let a = HubProcess::start(testbed, &opts("hub-ta", prefix, &ttl)).await?;
+        let b = HubProcess::start(testbed, &opts("hub-tb", prefix, &ttl)).await?;
+        let http = testbed.http();
+        let leader = until("one leader", Duration::from_secs(30), || async {
+            let la = a.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
+            let lb = b.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
+            Ok(match (la as i64, lb as i64) {
+                (1, 0) => Check::Ready("a"),
+                (0, 1) => Check::Ready("b"),
+                other => Check::NotYet(format!("is_leader = {other:?}")),
+            })
+        })
+        .await?;
+        let (old, survivor) = if leader == "a" { (&a, &b) } else { (&b, &a) };
+
+        // An agent holding a stream to the replica about to stop.
+        let identity = join(testbed, old, prefix, "sigterm-agent").await?;
+        let mut stream = AgentStream::open(
+            agent_sim::connect(&old.grpc, &identity).await?,
+            "sigterm-agent",
+        )
+        .await?;
+        let _heartbeats = stream.spawn_heartbeats(Duration::from_millis(500));
+
+        let pid = testbed.process_info(old.id).pid;
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::SIGTERM,
+        )?;
+        let stopped_at = Instant::now();
+        until("the survivor leads", Duration::from_secs(15), || async {
+            let l = survivor
+                .metric(http, "accord_hub_is_leader")
+                .await?
+                .unwrap_or(0.0);
+            Ok(if l == 1.0 {
+                Check::Ready(())
+            } else {
+                Check::NotYet("not yet".into())
+            })
+        })
+        .await?;
+        let handover = stopped_at.elapsed();
+        // The open stream ends with UNAVAILABLE, so the agent knows to reconnect.
+        let ended = tokio::time::timeout(Duration::from_secs(15), async {
+            loop {
+                match stream.next().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(status)) => return Some(status.code()),
+                    None => return None,
+                }
+            }
+        })
+        .await
+        .context("the stream stayed open after SIGTERM")?;
+        ensure!(
+            matches!(ended, Some(tonic::Code::Unavailable) | None),
+            "the stream ended with {ended:?}"
+        );
+        until("the stopped hub exits", Duration::from_secs(15), || async {
+            Ok(match testbed.ensure_running(old.id) {
+                Err(_) => Check::Ready(()),
+                Ok(()) => Check::NotYet("still running".into()),
+            })
+        })
+        .await?;
+        println!(
+            "handover after SIGTERM: {handover:?}, exit after {:?} (election TTL 60s)",
+            stopped_at.elapsed()
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn a_valid_token_yields_a_certificate_naming_the_cluster_and_a_joined_managed_cluster() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
@@ -249,6 +331,17 @@ fn expired_unknown_used_and_conflicting_registrations_are_refused_with_clear_mes
         // A joined name with another identity: refused, then replaced with --force, after
         // which the old certificate no longer opens a stream.
         let old = join(testbed, &hub, prefix, "ref-dup").await?;
+        // Without a valid token, nothing is said about the name.
+        let err = agent_sim::register(
+            &hub.grpc,
+            "abcdef.0123456789abcdef",
+            &hash,
+            "ref-dup",
+            false,
+        )
+        .await
+        .unwrap_err();
+        ensure!(err.code() == tonic::Code::Unauthenticated, "{err:?}");
         let (token, hash) = create_token(testbed, prefix, "10m").await?;
         let err = agent_sim::register(&hub.grpc, &token, &hash, "ref-dup", false)
             .await

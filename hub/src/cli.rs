@@ -78,7 +78,8 @@ pub struct ServeArgs {
     /// Extra DNS names or IPs for the serving certificate, comma-separated.
     #[arg(long, value_delimiter = ',')]
     tls_san: Vec<String>,
-    /// How often agents heartbeat.
+    /// How often the hub checks its agent streams for silence (agents heartbeat every
+    /// second by default; see --heartbeat-timeout).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     heartbeat_interval: Duration,
     /// Silence after which an agent counts as unavailable.

@@ -81,7 +81,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .context("loading the hub CA")?;
     let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
     sans.push(format!("accord-hub.{}.svc", cfg.namespace));
-    sans.extend(cfg.tls_sans.iter().cloned());
+    for san in &cfg.tls_sans {
+        if !sans.contains(san) {
+            sans.push(san.clone());
+        }
+    }
     let serving = ca
         .issue_server_cert(&sans, Duration::from_secs(365 * 24 * 3600))
         .context("issuing the serving certificate")?;
@@ -136,7 +140,31 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         ca_cert_hash = %ca.ca_cert_hash(), "accord-hub serving"
     );
     ready.set(true);
-    tonic::transport::Server::builder()
+    // On SIGTERM: stop taking traffic, hand leadership over, and end every agent stream
+    // with UNAVAILABLE so its agent reconnects to another replica at once (an open stream
+    // would otherwise hold the graceful shutdown until the process is killed).
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    let shutdown = {
+        let (ready, election, connections) =
+            (ready.clone(), election.clone(), shared.connections.clone());
+        async move {
+            shutdown_signal().await;
+            let _ = stopping_tx.send(true);
+            ready.set(false);
+            election.resign().await;
+            let streams = connections.all();
+            info!(
+                streams = streams.len(),
+                "shutting down: closing agent streams"
+            );
+            for (_, conn) in streams {
+                let _ = conn.outbox.try_send(Err(tonic::Status::unavailable(
+                    "this hub replica is shutting down; reconnect",
+                )));
+            }
+        }
+    };
+    let server = tonic::transport::Server::builder()
         .tls_config(pki::server_tls_config(&ca, &serving))?
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(5)))
@@ -148,14 +176,25 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown_signal())
-        .await?;
-    ready.set(false);
-    if let Ok(election) = Arc::try_unwrap(election) {
-        election.resign().await;
+        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown);
+    // Connections whose clients keep them open after their streams ended get a grace
+    // period, not a veto over the shutdown.
+    let grace = async {
+        let _ = stopping.wait_for(|stopping| *stopping).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        result = server => result?,
+        () = grace => warn!(
+            grace = ?SHUTDOWN_GRACE,
+            "connections still open after the shutdown grace period; exiting"
+        ),
     }
     Ok(())
 }
+
+/// How long a stopping replica waits for clients to close their connections.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Closes streams whose agent went silent past the heartbeat timeout and records them as
 /// disconnected.

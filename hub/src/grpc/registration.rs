@@ -50,6 +50,12 @@ impl Registration for RegistrationService {
                 accord_crds::messages::CLUSTER_NAME
             )));
         }
+        // The token first: a caller without a valid one learns nothing about cluster names
+        // and costs no signing work.
+        s.store
+            .check_token(&req.token)
+            .await
+            .map_err(token_status)?;
         let signed = s
             .ca
             .sign_agent_csr(&req.csr_pem, cluster, s.settings.cert_validity)

@@ -52,7 +52,7 @@ pub struct LeaderElection {
     identity: String,
     state: watch::Receiver<Option<Fence>>,
     shutdown: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl LeaderElection {
@@ -73,7 +73,7 @@ impl LeaderElection {
             identity,
             state,
             shutdown,
-            task: Some(task),
+            task: std::sync::Mutex::new(Some(task)),
         })
     }
 
@@ -131,10 +131,16 @@ impl LeaderElection {
         }
     }
 
-    /// Gives up leadership (or candidacy) at once and stops campaigning.
-    pub async fn resign(mut self) {
+    /// Gives up leadership (or candidacy) at once and stops campaigning. Takes `&self` so
+    /// a replica shutting down can resign while its controllers still hold the election.
+    pub async fn resign(&self) {
         let _ = self.shutdown.send(true);
-        if let Some(task) = self.task.take()
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task
             && let Err(e) = task.await
             && e.is_panic()
         {
@@ -145,7 +151,12 @@ impl LeaderElection {
 
 impl Drop for LeaderElection {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
+        let task = self
+            .task
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
             task.abort();
         }
     }

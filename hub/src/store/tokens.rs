@@ -172,37 +172,52 @@ impl Store {
         ))
     }
 
-    /// Accepts `token` once, for `cluster`: checks the secret (in constant time), that it is
-    /// unused and unexpired, and marks it used with a transaction that only applies if the
-    /// record did not change meanwhile — so two concurrent joins cannot both use it.
+    /// Checks `token` without using it: the secret matches (in constant time), and it is
+    /// unused and unexpired. Returns the record and its `mod_revision`.
+    async fn valid_token(&self, token: &BootstrapToken) -> Result<(TokenRecord, i64), TokenError> {
+        let key = self.keys().token(&token.id);
+        let presented = Sha256::digest(token.secret.as_bytes());
+        let response = self.client().kv_client().get(key.as_str(), None).await?;
+        let Some(kv) = response.kvs().first() else {
+            return Err(TokenError::Unknown);
+        };
+        let record: TokenRecord = decode(kv)?;
+        let stored = hex::decode(&record.secret_sha256).unwrap_or_default();
+        if !constant_time_eq(&stored, &presented) {
+            return Err(TokenError::Unknown);
+        }
+        if let Some(by) = record.used_by {
+            return Err(TokenError::AlreadyUsed { by });
+        }
+        if record.is_expired_at(now_unix_millis()) {
+            return Err(TokenError::Expired);
+        }
+        Ok((record, kv.mod_revision()))
+    }
+
+    /// Whether `token` would be accepted now, without using it: Registration asks this
+    /// before doing any work or saying anything about cluster names, so a caller without a
+    /// valid token learns nothing.
+    pub async fn check_token(&self, token: &str) -> Result<(), TokenError> {
+        let token: BootstrapToken = token.parse().map_err(|_| TokenError::Malformed)?;
+        self.valid_token(&token).await.map(|_| ())
+    }
+
+    /// Accepts `token` once, for `cluster`: checks it as [`Store::check_token`] does, and
+    /// marks it used with a transaction that only applies if the record did not change
+    /// meanwhile — so two concurrent joins cannot both use it.
     pub async fn consume_token(&self, token: &str, cluster: &str) -> Result<(), TokenError> {
         let token: BootstrapToken = token.parse().map_err(|_| TokenError::Malformed)?;
         let key = self.keys().token(&token.id);
-        let presented = Sha256::digest(token.secret.as_bytes());
         for _ in 0..CONSUME_ATTEMPTS {
-            let response = self.client().kv_client().get(key.as_str(), None).await?;
-            let Some(kv) = response.kvs().first() else {
-                return Err(TokenError::Unknown);
-            };
-            let mut record: TokenRecord = decode(kv)?;
-            let stored = hex::decode(&record.secret_sha256).unwrap_or_default();
-            if !constant_time_eq(&stored, &presented) {
-                return Err(TokenError::Unknown);
-            }
-            if let Some(by) = record.used_by {
-                return Err(TokenError::AlreadyUsed { by });
-            }
-            let now = now_unix_millis();
-            if record.is_expired_at(now) {
-                return Err(TokenError::Expired);
-            }
+            let (mut record, mod_revision) = self.valid_token(&token).await?;
             record.used_by = Some(cluster.to_owned());
-            record.used_unix = Some(now / 1000);
+            record.used_unix = Some(now_unix_millis() / 1000);
             let txn = Txn::new()
                 .when(vec![Compare::mod_revision(
                     key.as_str(),
                     CompareOp::Equal,
-                    kv.mod_revision(),
+                    mod_revision,
                 )])
                 .and_then(vec![TxnOp::put(
                     key.as_str(),
