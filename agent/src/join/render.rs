@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
 
 use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
+use crate::persist::CONFIGMAP_NAME;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };
@@ -71,19 +72,21 @@ pub fn agent_cluster_rules() -> Value {
     ])
 }
 
-/// The agent's permissions in its own namespace:
+/// The agent's permissions in its own namespace, each limited to the one object it uses
+/// where Kubernetes allows:
 ///
-/// - ConfigMaps: the last applied assignments (`accord-agent-assignments`), kept so a
-///   restart while the hub is unreachable changes nothing (a create cannot be limited to a
-///   name, so these are namespace-wide).
-/// - Its identity Secret, by name: read at every connection, rewritten when the
-///   certificate is renewed.
-/// - Leases: which of two replicas is active.
+/// - ConfigMap `accord-agent-assignments`: the last applied assignments, kept so a restart
+///   while the hub is unreachable changes nothing (`get`, and `patch` for server-side
+///   apply; `create` for the first write, which cannot be limited to a name).
+/// - Its identity Secret: `get`, at every connection.
+///
+/// Not granted until the agent uses them: Leases (two-replica mode) and writing the
+/// identity Secret (certificate renewal).
 pub fn agent_namespace_rules() -> Value {
     json!([
-        { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "update", "patch"] },
-        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get", "update", "patch"] },
-        { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CONFIGMAP_NAME], "verbs": ["get", "patch"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
+        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get"] },
     ])
 }
 
