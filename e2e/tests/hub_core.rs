@@ -59,6 +59,26 @@ async fn wait_condition(
     Ok(started.elapsed())
 }
 
+/// Waits until exactly one of `a` and `b` leads; returns (leader, follower).
+async fn leader_and_follower<'h, 't>(
+    testbed: &Testbed,
+    a: &'h HubProcess<'t>,
+    b: &'h HubProcess<'t>,
+) -> Result<(&'h HubProcess<'t>, &'h HubProcess<'t>)> {
+    let http = testbed.http();
+    let a_leads = until("exactly one leader", Duration::from_secs(30), || async {
+        let la = a.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
+        let lb = b.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
+        Ok(match (la as i64, lb as i64) {
+            (1, 0) => Check::Ready(true),
+            (0, 1) => Check::Ready(false),
+            other => Check::NotYet(format!("is_leader = {other:?}")),
+        })
+    })
+    .await?;
+    Ok(if a_leads { (a, b) } else { (b, a) })
+}
+
 async fn join(
     testbed: &Testbed,
     hub: &HubProcess<'_>,
@@ -80,21 +100,7 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
         let b =
             HubProcess::start(testbed, &opts("hub-b", prefix, &["--election-ttl", "2s"])).await?;
         let http = testbed.http();
-        let leader = until("exactly one leader", Duration::from_secs(30), || async {
-            let la = a.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
-            let lb = b.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
-            Ok(match (la as i64, lb as i64) {
-                (1, 0) => Check::Ready("hub-a"),
-                (0, 1) => Check::Ready("hub-b"),
-                other => Check::NotYet(format!("is_leader = {other:?}")),
-            })
-        })
-        .await?;
-        let (old, survivor) = if leader == "hub-a" {
-            (&a, &b)
-        } else {
-            (&b, &a)
-        };
+        let (old, survivor) = leader_and_follower(testbed, &a, &b).await?;
 
         // The old leader's fence, read from etcd before it dies.
         let store =
@@ -175,17 +181,7 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once_and_exits_despite_open_strea
         let a = HubProcess::start(testbed, &opts("hub-ta", prefix, &ttl)).await?;
         let b = HubProcess::start(testbed, &opts("hub-tb", prefix, &ttl)).await?;
         let http = testbed.http();
-        let leader = until("one leader", Duration::from_secs(30), || async {
-            let la = a.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
-            let lb = b.metric(http, "accord_hub_is_leader").await?.unwrap_or(0.0);
-            Ok(match (la as i64, lb as i64) {
-                (1, 0) => Check::Ready("a"),
-                (0, 1) => Check::Ready("b"),
-                other => Check::NotYet(format!("is_leader = {other:?}")),
-            })
-        })
-        .await?;
-        let (old, survivor) = if leader == "a" { (&a, &b) } else { (&b, &a) };
+        let (old, survivor) = leader_and_follower(testbed, &a, &b).await?;
 
         // An agent holding a stream to the replica about to stop.
         let identity = join(testbed, old, prefix, "sigterm-agent").await?;

@@ -16,10 +16,10 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
 
 use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
-use crate::persist::CONFIGMAP_NAME;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };
+use crate::persist::CONFIGMAP_NAME;
 
 /// Name of the agent's ServiceAccount, roles, bindings and Deployment.
 pub const AGENT_NAME: &str = "accord-agent";

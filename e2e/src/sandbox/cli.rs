@@ -184,7 +184,7 @@ fn member_names(args: &UpArgs) -> Result<Vec<String>> {
     };
     for (i, name) in names.iter().enumerate() {
         ensure!(
-            is_dns1123_label(name),
+            accord_crds::validate::is_dns1123_label(name),
             "invalid member name {name:?}: use lower-case letters, digits and '-', starting \
              and ending with a letter or digit, at most 63 characters"
         );
@@ -198,16 +198,6 @@ fn member_names(args: &UpArgs) -> Result<Vec<String>> {
         );
     }
     Ok(names)
-}
-
-fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
 }
 
 /// Creates `dir` if needed and returns its absolute path.
