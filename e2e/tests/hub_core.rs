@@ -348,7 +348,25 @@ fn expired_unknown_used_and_conflicting_registrations_are_refused_with_clear_mes
             "message: {}",
             err.message()
         );
+        // The old identity's open stream ends when the name is registered again.
+        let mut open =
+            AgentStream::open(agent_sim::connect(&hub.grpc, &old).await?, "ref-dup").await?;
         agent_sim::register(&hub.grpc, &token, &hash, "ref-dup", true).await?;
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match open.next().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(status)) => return Some(status.code()),
+                    None => return None,
+                }
+            }
+        })
+        .await
+        .context("the replaced identity's stream stayed open")?;
+        ensure!(
+            ended == Some(tonic::Code::PermissionDenied),
+            "the replaced stream ended with {ended:?}"
+        );
         let channel = agent_sim::connect(&hub.grpc, &old).await?;
         match AgentStream::open(channel, "ref-dup").await {
             Err(status) => ensure!(status.code() == tonic::Code::PermissionDenied, "{status:?}"),

@@ -114,6 +114,18 @@ impl Registration for RegistrationService {
             s.metrics.error("kubernetes");
             warn!(cluster, error = %e, "ManagedCluster not written; the status controller retries");
         }
+        // A replaced identity stops speaking for the cluster now, not at its next connect:
+        // end its stream if this replica holds it. (A stream held by another replica ends
+        // when it reconnects; the registry check refuses the old certificate then.)
+        if let Some(previous) = &existing
+            && previous.spki_sha256 != signed.spki_sha256
+            && let Some(conn) = s.connections.get(cluster)
+        {
+            let _ = conn.outbox.try_send(Err(Status::permission_denied(format!(
+                "cluster {cluster:?} was registered again with another identity; this \
+                 certificate no longer speaks for it"
+            ))));
+        }
         info!(cluster, replaced = existing.is_some(), "cluster registered");
         Ok(Response::new(RegisterResponse {
             certificate_pem: signed.cert_pem,
