@@ -16,5 +16,16 @@ log "building the testbed binaries (cached after the first run)"
 ACCORD_TESTBED_BIN="$(bash e2e/testbed/build.sh | tail -n 1)"
 export ACCORD_TESTBED_BIN
 
+# Helm, for the chart-vs-manifest drift tests (hub/tests/install_helm.rs), built from its Go
+# module once into Go's bin directory.
+HELM_VERSION=v3.22.0
+GOBIN_DIR="$(go env GOPATH)/bin"
+if ! command -v helm >/dev/null && [ ! -x "$GOBIN_DIR/helm" ]; then
+  log "building helm $HELM_VERSION (once)"
+  go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+command -v helm >/dev/null || export HELM="$GOBIN_DIR/helm"
+export ACCORD_REQUIRE_HELM=1
+
 log "running the test suite"
 cargo test --workspace --all-targets --no-fail-fast "$@"
