@@ -100,13 +100,20 @@ impl<'t> HubProcess<'t> {
         cmd.arg("serve")
             .arg("--kubeconfig")
             .arg(testbed.mgmt().kubeconfig_path())
-            .args(["--etcd-endpoints", testbed.etcd_endpoint()])
             .args(["--etcd-prefix", &opts.etcd_prefix])
             .args(["--namespace", HUB_NAMESPACE])
             .args(["--grpc-addr", &grpc, "--http-addr", &http_addr])
             .args(["--replica-name", &opts.replica])
             .args(&opts.extra_args)
             .env("RUST_LOG", "info,accord_hub=debug");
+        // The testbed's etcd unless the options name another.
+        if !opts
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--etcd-endpoints"))
+        {
+            cmd.args(["--etcd-endpoints", testbed.etcd_endpoint()]);
+        }
         let id = testbed.spawn(&format!("hub/{}", opts.replica), cmd)?;
         let hub = Self {
             testbed,

@@ -242,6 +242,88 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once_and_exits_despite_open_strea
     });
 }
 
+/// An etcd of the test's own on fixed ports, so it can be stopped and started again.
+fn own_etcd(
+    testbed: &Testbed,
+    dir: &std::path::Path,
+    client: u16,
+    peer: u16,
+) -> Result<accord_e2e::ProcessId> {
+    let endpoint = format!("http://127.0.0.1:{client}");
+    let peer = format!("http://127.0.0.1:{peer}");
+    let mut etcd = std::process::Command::new(&testbed.binaries().etcd);
+    etcd.arg("--name=own")
+        .arg(format!("--data-dir={}", dir.display()))
+        .arg(format!("--listen-client-urls={endpoint}"))
+        .arg(format!("--advertise-client-urls={endpoint}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster=own={peer}"))
+        .arg("--unsafe-no-fsync")
+        .arg("--log-level=warn");
+    testbed.spawn("etcd-own", etcd)
+}
+
+/// The hub's `/readyz` status code, or why there was none.
+async fn readyz(testbed: &Testbed, hub: &HubProcess<'_>) -> std::result::Result<u16, String> {
+    testbed
+        .http()
+        .get(format!("{}/readyz", hub.http))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn readiness_follows_etcd() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let dir = testbed.dir().join("etcd-own");
+        let (client, peer) = (
+            accord_e2e::ports::free_port()?,
+            accord_e2e::ports::free_port()?,
+        );
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let etcd = own_etcd(testbed, &dir, client, peer)?;
+        let hub = HubProcess::start(
+            testbed,
+            &opts("hub-readyz", "/t-readyz/", &["--etcd-endpoints", &endpoint]),
+        )
+        .await?;
+        ensure!(readyz(testbed, &hub).await == Ok(200));
+
+        testbed.stop_process(etcd);
+        until(
+            "not ready without etcd",
+            Duration::from_secs(20),
+            || async {
+                testbed.ensure_running(hub.id)?;
+                Ok(match readyz(testbed, &hub).await {
+                    Ok(503) => Check::Ready(()),
+                    other => Check::NotYet(format!("readyz {other:?}")),
+                })
+            },
+        )
+        .await?;
+
+        let restarted = own_etcd(testbed, &dir, client, peer)?;
+        let since = Instant::now();
+        until("ready again with etcd", Duration::from_secs(90), || async {
+            testbed.ensure_running(hub.id)?;
+            testbed.ensure_running(restarted)?;
+            Ok(match readyz(testbed, &hub).await {
+                Ok(200) => Check::Ready(()),
+                other => Check::NotYet(format!("readyz {other:?}")),
+            })
+        })
+        .await?;
+        println!("ready again {:?} after etcd restarted", since.elapsed());
+        Ok(())
+    });
+}
+
 #[test]
 fn a_valid_token_yields_a_certificate_naming_the_cluster_and_a_joined_managed_cluster() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -139,11 +139,12 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         grpc = %grpc_listener.local_addr()?, http = %cfg.http_addr, replica = %cfg.replica,
         ca_cert_hash = %ca.ca_cert_hash(), "accord-hub serving"
     );
+    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     ready.set(true);
+    tokio::spawn(follow_store(store.clone(), ready.clone(), stopping.clone()));
     // On SIGTERM: stop taking traffic, hand leadership over, and end every agent stream
     // with UNAVAILABLE so its agent reconnects to another replica at once (an open stream
     // would otherwise hold the graceful shutdown until the process is killed).
-    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     let shutdown = {
         let (ready, election, connections) =
             (ready.clone(), election.clone(), shared.connections.clone());
@@ -191,6 +192,40 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         ),
     }
     Ok(())
+}
+
+/// How often readiness asks etcd whether it answers.
+const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// `/readyz` follows etcd: a replica that cannot reach its store stops counting as ready
+/// (so a Service sends new agents elsewhere) and counts again once etcd answers. Ends when
+/// the replica starts stopping.
+async fn follow_store(
+    store: Store,
+    ready: Readiness,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(STORE_PROBE_INTERVAL);
+    loop {
+        tick.tick().await;
+        if *stopping.borrow() {
+            return;
+        }
+        let answered = tokio::time::timeout(STORE_PROBE_INTERVAL, store.ping())
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if *stopping.borrow() {
+            return;
+        }
+        if answered != ready.get() {
+            if answered {
+                info!("etcd answers again; ready");
+            } else {
+                warn!("etcd does not answer; not ready");
+            }
+        }
+        ready.set(answered);
+    }
 }
 
 /// How long a stopping replica waits for clients to close their connections.
