@@ -170,6 +170,23 @@ impl AgentStream {
     }
 
     /// The next message from the hub; `None` when the stream ended.
+    /// Skips messages until the hub ends the stream, within `timeout`; returns the status
+    /// code it ended with (`None` for a clean end).
+    pub async fn ended(&mut self, timeout: Duration) -> Result<Option<tonic::Code>> {
+        tokio::time::timeout(timeout, async {
+            loop {
+                match self.next().await {
+                    Some(Ok(_)) => continue,
+                    Some(Err(status)) => return Some(status.code()),
+                    None => return None,
+                }
+            }
+        })
+        .await
+        .with_context(|| format!("the stream stayed open for {timeout:?}"))
+    }
+
+    /// The next message from the hub, if the stream has not ended.
     pub async fn next(&mut self) -> Option<std::result::Result<HubMessage, tonic::Status>> {
         self.rx.message().await.transpose()
     }

@@ -32,25 +32,40 @@ pub fn cluster_prefix(cluster: &str) -> String {
     format!("/clusters/{cluster}")
 }
 
-/// Starts etcd with its data in `data_dir` (fsync disabled: test data only).
-pub fn spawn(supervisor: &Supervisor, binaries: &Binaries, data_dir: &Path) -> Result<Etcd> {
-    let client_port = free_port()?;
-    let peer_port = free_port()?;
+/// The command of a single-member etcd `name` on loopback ports `client_port` and
+/// `peer_port` with its data in `data_dir` (fsync disabled: test data only).
+pub fn command(
+    binaries: &Binaries,
+    name: &str,
+    data_dir: &Path,
+    client_port: u16,
+    peer_port: u16,
+) -> Command {
     let endpoint = format!("http://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
     let mut command = Command::new(&binaries.etcd);
     command
-        .arg("--name=testbed")
+        .arg(format!("--name={name}"))
         .arg(format!("--data-dir={}", data_dir.display()))
         .arg(format!("--listen-client-urls={endpoint}"))
         .arg(format!("--advertise-client-urls={endpoint}"))
         .arg(format!("--listen-peer-urls={peer}"))
         .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg(format!("--initial-cluster=testbed={peer}"))
+        .arg(format!("--initial-cluster={name}={peer}"))
         .arg("--unsafe-no-fsync")
         .arg("--log-level=warn");
+    command
+}
+
+/// Starts etcd with its data in `data_dir` on free ports.
+pub fn spawn(supervisor: &Supervisor, binaries: &Binaries, data_dir: &Path) -> Result<Etcd> {
+    let client_port = free_port()?;
+    let command = command(binaries, "testbed", data_dir, client_port, free_port()?);
     let process = supervisor.spawn("etcd", command)?;
-    Ok(Etcd { endpoint, process })
+    Ok(Etcd {
+        endpoint: format!("http://127.0.0.1:{client_port}"),
+        process,
+    })
 }
 
 /// Waits until etcd reports itself healthy.

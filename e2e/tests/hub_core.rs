@@ -212,17 +212,7 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once_and_exits_despite_open_strea
         .await?;
         let handover = stopped_at.elapsed();
         // The open stream ends with UNAVAILABLE, so the agent knows to reconnect.
-        let ended = tokio::time::timeout(Duration::from_secs(15), async {
-            loop {
-                match stream.next().await {
-                    Some(Ok(_)) => continue,
-                    Some(Err(status)) => return Some(status.code()),
-                    None => return None,
-                }
-            }
-        })
-        .await
-        .context("the stream stayed open after SIGTERM")?;
+        let ended = stream.ended(Duration::from_secs(15)).await?;
         ensure!(
             matches!(ended, Some(tonic::Code::Unavailable) | None),
             "the stream ended with {ended:?}"
@@ -249,19 +239,8 @@ fn own_etcd(
     client: u16,
     peer: u16,
 ) -> Result<accord_e2e::ProcessId> {
-    let endpoint = format!("http://127.0.0.1:{client}");
-    let peer = format!("http://127.0.0.1:{peer}");
-    let mut etcd = std::process::Command::new(&testbed.binaries().etcd);
-    etcd.arg("--name=own")
-        .arg(format!("--data-dir={}", dir.display()))
-        .arg(format!("--listen-client-urls={endpoint}"))
-        .arg(format!("--advertise-client-urls={endpoint}"))
-        .arg(format!("--listen-peer-urls={peer}"))
-        .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg(format!("--initial-cluster=own={peer}"))
-        .arg("--unsafe-no-fsync")
-        .arg("--log-level=warn");
-    testbed.spawn("etcd-own", etcd)
+    let command = accord_e2e::etcd::command(testbed.binaries(), "own", dir, client, peer);
+    testbed.spawn("etcd-own", command)
 }
 
 /// The hub's `/readyz` status code, or why there was none.
@@ -434,17 +413,7 @@ fn expired_unknown_used_and_conflicting_registrations_are_refused_with_clear_mes
         let mut open =
             AgentStream::open(agent_sim::connect(&hub.grpc, &old).await?, "ref-dup").await?;
         agent_sim::register(&hub.grpc, &token, &hash, "ref-dup", true).await?;
-        let ended = tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                match open.next().await {
-                    Some(Ok(_)) => continue,
-                    Some(Err(status)) => return Some(status.code()),
-                    None => return None,
-                }
-            }
-        })
-        .await
-        .context("the replaced identity's stream stayed open")?;
+        let ended = open.ended(Duration::from_secs(10)).await?;
         ensure!(
             ended == Some(tonic::Code::PermissionDenied),
             "the replaced stream ended with {ended:?}"
