@@ -237,6 +237,21 @@ async fn two_members_join_as_the_quickstart_says_and_run_a_policy() -> Result<()
         .await?;
     }
 
+    // The foreground agent restarted with the very same command (its token now spent)
+    // keeps its identity and comes back.
+    testbed.stop_process(west_agent);
+    wait_cluster_condition(&admin, "west", "Available", "False", MINUTE).await?;
+    let mut again = std::process::Command::new(accord_binary("accord-agent")?);
+    again.args(&words);
+    let west_again = testbed.spawn("agent/west-again", again)?;
+    wait_cluster_condition(&admin, "west", "Available", "True", MINUTE).await?;
+    testbed.ensure_running(west_again)?;
+    let log = std::fs::read_to_string(testbed.dir().join("logs/agent-west-again.log"))?;
+    ensure!(
+        log.contains("already joined as \"west\""),
+        "the restarted agent did not reuse its identity:\n{log}"
+    );
+
     // Re-running the first join changes nothing and needs no token.
     let line = join_line(&hub.install_output)?;
     let out = join(
