@@ -129,7 +129,7 @@ pub fn main() -> ExitCode {
         }
         Command::Join(args) => block_on(crate::join::join(args, shutdown_signal()), |e| {
             if e.token_still_usable() {
-                eprintln!("(the bootstrap token was not used; it still works)");
+                eprintln!("(the bootstrap token was not used)");
             }
         }),
     }

@@ -57,7 +57,7 @@ fn refused(out: &Output, needle: &str) -> Result<()> {
     ensure!(err.contains(needle), "expected {needle:?} in:\n{err}");
     ensure!(
         err.contains("the bootstrap token was not used"),
-        "the refusal should say the token still works:\n{err}"
+        "the refusal should say the token was not used:\n{err}"
     );
     Ok(())
 }
