@@ -1,13 +1,14 @@
 //! What the hub and the agent share beyond the protocol: the PKI of their connection, the
-//! bootstrap token format, their HTTP endpoint, and rendering and applying objects to a cluster (server-side
-//! apply after a preflight permission check) for `accord-hub install` and
-//! `accord-agent join`.
+//! bootstrap token format, their HTTP endpoint and metrics encoding, and rendering and
+//! applying objects to a cluster (server-side apply after a preflight permission check)
+//! for `accord-hub install` and `accord-agent join`.
 
 #![forbid(unsafe_code)]
 
 pub mod apply;
 pub mod http;
 pub mod manifest;
+pub mod metrics;
 pub mod pki;
 pub mod preflight;
 pub mod register;

@@ -1,27 +1,12 @@
 //! The hub's Prometheus metrics, served as text on `/metrics`.
 
-use prometheus_client::encoding::EncodeLabelSet;
+pub use accord_common::metrics::KindLabel;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
-
-/// Label of counters broken down by outcome or error kind.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
-    /// Outcome or error category, e.g. `accepted`, `conflict`, `etcd`.
-    pub kind: String,
-}
-
-impl KindLabel {
-    fn of(kind: &str) -> Self {
-        Self {
-            kind: kind.to_owned(),
-        }
-    }
-}
 
 /// Every metric the hub exports.
 #[derive(Clone)]
@@ -113,9 +98,6 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        accord_common::metrics::encode(&self.registry)
     }
 }
