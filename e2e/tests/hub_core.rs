@@ -59,6 +59,22 @@ async fn wait_condition(
     Ok(started.elapsed())
 }
 
+/// Waits until `hub` reports itself leader.
+async fn leads(testbed: &Testbed, hub: &HubProcess<'_>, timeout: Duration) -> Result<()> {
+    until(&format!("{} leads", hub.replica), timeout, || async {
+        let l = hub
+            .metric(testbed.http(), "accord_hub_is_leader")
+            .await?
+            .unwrap_or(0.0);
+        Ok(if l == 1.0 {
+            Check::Ready(())
+        } else {
+            Check::NotYet("not yet".into())
+        })
+    })
+    .await
+}
+
 /// Waits until exactly one of `a` and `b` leads; returns (leader, follower).
 async fn leader_and_follower<'h, 't>(
     testbed: &Testbed,
@@ -99,7 +115,6 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
             HubProcess::start(testbed, &opts("hub-a", prefix, &["--election-ttl", "2s"])).await?;
         let b =
             HubProcess::start(testbed, &opts("hub-b", prefix, &["--election-ttl", "2s"])).await?;
-        let http = testbed.http();
         let (old, survivor) = leader_and_follower(testbed, &a, &b).await?;
 
         // The old leader's fence, read from etcd before it dies.
@@ -136,18 +151,7 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
             nix::unistd::Pid::from_raw(pid as i32),
             nix::sys::signal::SIGKILL,
         )?;
-        until("the survivor leads", Duration::from_secs(2 + 3), || async {
-            let l = survivor
-                .metric(http, "accord_hub_is_leader")
-                .await?
-                .unwrap_or(0.0);
-            Ok(if l == 1.0 {
-                Check::Ready(())
-            } else {
-                Check::NotYet("not yet".into())
-            })
-        })
-        .await?;
+        leads(testbed, survivor, Duration::from_secs(2 + 3)).await?;
         println!(
             "failover after kill -9: {:?} (election TTL 2s)",
             killed_at.elapsed()
@@ -180,7 +184,6 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once_and_exits_despite_open_strea
         let ttl = ["--election-ttl", "60s"];
         let a = HubProcess::start(testbed, &opts("hub-ta", prefix, &ttl)).await?;
         let b = HubProcess::start(testbed, &opts("hub-tb", prefix, &ttl)).await?;
-        let http = testbed.http();
         let (old, survivor) = leader_and_follower(testbed, &a, &b).await?;
 
         // An agent holding a stream to the replica about to stop.
@@ -198,18 +201,7 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once_and_exits_despite_open_strea
             nix::sys::signal::SIGTERM,
         )?;
         let stopped_at = Instant::now();
-        until("the survivor leads", Duration::from_secs(15), || async {
-            let l = survivor
-                .metric(http, "accord_hub_is_leader")
-                .await?
-                .unwrap_or(0.0);
-            Ok(if l == 1.0 {
-                Check::Ready(())
-            } else {
-                Check::NotYet("not yet".into())
-            })
-        })
-        .await?;
+        leads(testbed, survivor, Duration::from_secs(15)).await?;
         let handover = stopped_at.elapsed();
         // The open stream ends with UNAVAILABLE, so the agent knows to reconnect.
         let ended = stream.ended(Duration::from_secs(15)).await?;
