@@ -2,15 +2,11 @@
 
 mod store_support;
 
-use std::time::Duration;
 
 use accord_hub::store::{CacheEvent, PrefixCache, Store};
 use serde::{Deserialize, Serialize};
-use store_support::within;
+use store_support::{PROMPTLY, within};
 use tokio::sync::broadcast;
-
-/// Deadline for an event to arrive.
-const PROMPTLY: Duration = Duration::from_secs(15);
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 struct Placement {

@@ -6,15 +6,10 @@ use std::time::Duration;
 
 use accord_hub::store::{Fence, LeaderElection, Store, StoreError};
 use etcd_client::{Compare, CompareOp, TxnOp};
-use store_support::{HelperProcess, helper_ready_and_wait, helper_store, unique_prefix, within};
-
-/// Election lease TTL in these tests (etcd's minimum lease TTL is about 2 s anyway).
-const TTL: Duration = Duration::from_secs(2);
-/// Slack on top of the TTL for a loaded two-core machine: the lease expiry check runs
-/// every 500 ms in etcd, then the next candidate's campaign returns.
-const MARGIN: Duration = Duration::from_secs(4);
-/// Deadline for things that should happen promptly (no TTL involved).
-const PROMPTLY: Duration = Duration::from_secs(15);
+use store_support::{
+    HelperProcess, MARGIN, PROMPTLY, TTL, helper_ready_and_wait, helper_store, unique_prefix,
+    within,
+};
 
 /// The test that helper child processes run; a no-op in a normal run.
 #[test]

@@ -7,15 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use accord_hub::store::StoreError;
-use store_support::{HelperProcess, helper_ready_and_wait, helper_store, unique_prefix, within};
+use store_support::{
+    HelperProcess, MARGIN, PROMPTLY, TTL, helper_ready_and_wait, helper_store, unique_prefix,
+    within,
+};
 
 const KIND: &str = "CrossClusterScalePolicy";
-/// Lock lease TTL in these tests.
-const TTL: Duration = Duration::from_secs(2);
-/// Slack on top of the TTL for a loaded two-core machine.
-const MARGIN: Duration = Duration::from_secs(4);
-/// Deadline for things that should happen promptly (no TTL involved).
-const PROMPTLY: Duration = Duration::from_secs(15);
 
 /// The test that helper child processes run; a no-op in a normal run.
 #[test]

@@ -6,14 +6,7 @@ use std::time::Duration;
 
 use accord_hub::store::presence::ConnectedRecord;
 use accord_hub::store::{ReplicaPresence, Store};
-use store_support::wait_until;
-
-/// Presence lease TTL in these tests.
-const TTL: Duration = Duration::from_secs(2);
-/// Slack on top of the TTL for a loaded two-core machine.
-const MARGIN: Duration = Duration::from_secs(4);
-/// Deadline for things that should happen promptly (no TTL involved).
-const PROMPTLY: Duration = Duration::from_secs(15);
+use store_support::{MARGIN, PROMPTLY, TTL, wait_until};
 
 fn rec(replica: &str) -> ConnectedRecord {
     ConnectedRecord {

@@ -21,6 +21,15 @@ use accord_hub::store::{Keyspace, Store};
 use anyhow::{Context as _, Result, bail};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
+/// Lease TTL of the elections, locks and presences under test (etcd's minimum lease TTL is
+/// about 2 s anyway).
+pub const TTL: Duration = Duration::from_secs(2);
+/// Slack on top of [`TTL`] for a loaded two-core machine: etcd checks lease expiry every
+/// 500 ms, then whoever waits on it has to notice.
+pub const MARGIN: Duration = Duration::from_secs(4);
+/// Deadline for things that should happen promptly (no TTL involved).
+pub const PROMPTLY: Duration = Duration::from_secs(15);
+
 /// Environment variable naming the testbed's bin directory (skips `build.sh`).
 pub const BIN_DIR_ENV: &str = "ACCORD_TESTBED_BIN";
 /// Environment variable selecting a helper mode in a re-invoked test binary.
