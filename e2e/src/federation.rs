@@ -59,6 +59,24 @@ pub async fn ensure_namespace(cluster: &Cluster, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// A Deployment `name` of `replicas` pause containers, labelled and selected by
+/// `app=<name>`: what kwok's fake nodes "run" in end-to-end tests, benchmarks and the
+/// sandbox.
+pub fn pause_deployment(name: &str, replicas: i32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "pause:3.10"}]}
+            }
+        }
+    })
+}
+
 /// Writes an identity directory in the layout `accord-agent run --identity-dir` reads.
 pub fn write_identity(dir: &std::path::Path, hub: &str, id: &AgentIdentity) -> Result<()> {
     std::fs::create_dir_all(dir)?;

@@ -12,7 +12,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster};
-use accord_e2e::federation::ensure_namespace;
+use accord_e2e::federation::{ensure_namespace, pause_deployment};
 use accord_e2e::hub::accord_binary;
 use accord_e2e::installed::{
     AGENT_SERVICE_ACCOUNT, InstalledHub, SERVICE_ACCOUNT_GROUPS, command_words,
@@ -73,13 +73,7 @@ async fn deployment_replicas(client: &kube::Client, ns: &str, name: &str) -> Res
 async fn create_frontend(member: &Cluster, ns: &str) -> Result<()> {
     ensure_namespace(member, ns).await?;
     let client = member.client();
-    let deployment: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "frontend", "namespace": ns},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "frontend"}},
-                 "template": {"metadata": {"labels": {"app": "frontend"}},
-                              "spec": {"containers": [{"name": "web", "image": "pause:3.10"}]}}}
-    }))?;
+    let deployment: Deployment = serde_json::from_value(pause_deployment("frontend", 1))?;
     Api::<Deployment>::namespaced(client, ns)
         .create(&PostParams::default(), &deployment)
         .await?;

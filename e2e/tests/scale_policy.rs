@@ -32,12 +32,7 @@ async fn apply_deployment(
     let cluster = &testbed.members()[member];
     accord_e2e::federation::ensure_namespace(cluster, ns).await?;
     let api: Api<Deployment> = Api::namespaced(cluster.client(), ns);
-    let d = serde_json::json!({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "app", "image": "pause:3.10"}]}}}
-    });
+    let d = accord_e2e::federation::pause_deployment(name, replicas);
     api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&d))
         .await?;
     Ok(())

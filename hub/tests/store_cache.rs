@@ -2,7 +2,6 @@
 
 mod store_support;
 
-
 use accord_hub::store::{CacheEvent, PrefixCache, Store};
 use serde::{Deserialize, Serialize};
 use store_support::{PROMPTLY, within};

@@ -95,9 +95,7 @@ async fn main() -> Result<()> {
     for member in testbed.members() {
         ensure_namespace(member, NS).await?;
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
-        let d = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
-                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "pause:3.10"}]}}}});
+        let d = accord_e2e::federation::pause_deployment("web", 1);
         api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d))
             .await?;
     }

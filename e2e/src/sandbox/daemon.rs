@@ -19,11 +19,10 @@ use anyhow::{Context as _, Result, bail, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use serde_json::{Value, json};
 
 use super::examples::{self, Fit, Plan};
 use super::state::{self, MemberState, State};
-use crate::federation::ensure_namespace;
+use crate::federation::{ensure_namespace, pause_deployment};
 use crate::installed::{HubSetup, InstalledHub};
 use crate::ports::free_port;
 use crate::wait::{Check, until};
@@ -372,7 +371,7 @@ async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
         api.patch(
             &target.name,
             &apply,
-            &Patch::Apply(&deployment(&target.name)),
+            &Patch::Apply(&pause_deployment(&target.name, 1)),
         )
         .await
         .with_context(|| {
@@ -417,22 +416,6 @@ async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
         progress(format!("applied example {kind} {name}"));
     }
     Ok(())
-}
-
-/// A Deployment for kwok's fake node to run.
-fn deployment(name: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "app", "image": "pause:3.10"}]}
-            }
-        }
-    })
 }
 
 async fn wait_policies_synced(testbed: &Testbed, running: &[ProcessId], plan: &Plan) -> Result<()> {
