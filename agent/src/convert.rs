@@ -68,7 +68,7 @@ pub fn status_report(
         resource_version: report.resource_version.clone(),
         generation: report.generation,
         expected_version,
-        state: report.state.as_str().to_owned(),
+        state: accord_common::distribution::state_to_proto(report.state) as i32,
         message: report.message.clone(),
         observed: report.replicas.map(|r| {
             status_report::Observed::Replicas(ReplicaStatus {
@@ -76,10 +76,10 @@ pub fn status_report(
                 ready_replicas: r.ready,
                 updated_replicas: r.updated,
                 observed_generation: r.observed_generation,
+                scale_request_id: report.scale_request_id.clone(),
             })
         }),
         applied_revision: report.applied_revision,
-        scale_request_id: report.scale_request_id.clone(),
         observed_unix_millis,
     }
 }
@@ -156,7 +156,7 @@ mod tests {
         };
         let s = status_report(&key, &report, 40, 1_700_000_000_000);
         assert_eq!(s.policy, Some(object_ref(&key)));
-        assert_eq!(s.state, "Synced");
+        assert_eq!(s.state, accord_proto::v1::PlacementState::Synced as i32);
         assert_eq!(s.expected_version, 40);
         assert_eq!(s.resource_version, "881");
         assert_eq!(s.applied_revision, 11);
@@ -168,6 +168,7 @@ mod tests {
                 ready_replicas: 6,
                 updated_replicas: 7,
                 observed_generation: 5,
+                scale_request_id: "01J".into(),
             }))
         );
     }

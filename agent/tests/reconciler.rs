@@ -12,7 +12,7 @@ use accord_agent::persist::{CONFIGMAP_NAME, DATA_KEY, SavedState};
 use accord_crds::AGENT_FIELD_MANAGER;
 use accord_e2e::hub::parse_metric;
 use accord_e2e::{SharedTestbed, Testbed};
-use accord_proto::v1::status_ack;
+use accord_proto::v1::{PlacementState, status_ack};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -66,10 +66,10 @@ fn an_assignment_takes_replicas_from_an_earlier_user_apply_and_reports_synced_th
         hub.ack_until(10).await?;
         let synced = hub
             .report_until("web", "Synced with 3 replicas", |r| {
-                r.state == "Synced" && desired(r) == Some(3)
+                r.state() == PlacementState::Synced && desired(r) == Some(3)
             })
             .await?;
-        ensure!(synced.scale_request_id == "req-1", "{synced:?}");
+        ensure!(reported_request_id(&synced) == Some("req-1"), "{synced:?}");
         ensure!(synced.applied_revision == 10, "{synced:?}");
         ensure!(!synced.resource_version.is_empty(), "{synced:?}");
 
@@ -137,7 +137,7 @@ fn an_hpa_on_the_deployment_is_a_conflict_and_its_replicas_stay() {
         )
         .await;
         let conflict = hub
-            .report_until("api", "Conflict", |r| r.state == "Conflict")
+            .report_until("api", "Conflict", |r| r.state() == PlacementState::Conflict)
             .await?;
         ensure!(conflict.message.contains("api-hpa"), "{}", conflict.message);
         ensure!(desired(&conflict) == Some(2), "{conflict:?}");
@@ -156,7 +156,7 @@ fn an_hpa_on_the_deployment_is_a_conflict_and_its_replicas_stay() {
         // Without the HPA the policy owns the replicas again.
         hpas.delete("api-hpa", &Default::default()).await?;
         hub.report_until("api", "Synced after the HPA went", |r| {
-            r.state == "Synced" && desired(r) == Some(5)
+            r.state() == PlacementState::Synced && desired(r) == Some(5)
         })
         .await?;
         Ok(())
@@ -180,7 +180,9 @@ fn a_missing_deployment_is_target_not_found_until_it_is_created() {
         )
         .await;
         let missing = hub
-            .report_until("late", "TargetNotFound", |r| r.state == "TargetNotFound")
+            .report_until("late", "TargetNotFound", |r| {
+                r.state() == PlacementState::TargetNotFound
+            })
             .await?;
         ensure!(
             missing.message.contains("t-missing/late"),
@@ -191,7 +193,7 @@ fn a_missing_deployment_is_target_not_found_until_it_is_created() {
 
         user_deployment(&client, ns, "late", 1).await?;
         hub.report_until("late", "Synced with 4", |r| {
-            r.state == "Synced" && desired(r) == Some(4)
+            r.state() == PlacementState::Synced && desired(r) == Some(4)
         })
         .await?;
         deployment_until(&client, ns, "late", "4 replicas", |d| {
@@ -218,7 +220,7 @@ fn a_replica_count_changed_by_hand_is_set_back() {
             vec![],
         )
         .await;
-        hub.report_until("cart", "Synced", |r| r.state == "Synced")
+        hub.report_until("cart", "Synced", |r| r.state() == PlacementState::Synced)
             .await?;
 
         scale_by_hand(&client, ns, "cart", 9).await?;
@@ -229,7 +231,7 @@ fn a_replica_count_changed_by_hand_is_set_back() {
         })
         .await?;
         hub.report_until("cart", "Synced again", |r| {
-            r.state == "Synced" && desired(r) == Some(2) && r.generation >= 4
+            r.state() == PlacementState::Synced && desired(r) == Some(2) && r.generation >= 4
         })
         .await?;
         Ok(())
@@ -279,7 +281,9 @@ fn conflicts_take_the_hubs_version_and_an_older_report_is_not_repeated() {
         hub.answer(&policy, status_ack::Result::Accepted(51)).await;
         hub.auto_accept = true;
         let later = hub
-            .report_until("occ", "a report expecting 51", |r| r.state == "Synced")
+            .report_until("occ", "a report expecting 51", |r| {
+                r.state() == PlacementState::Synced
+            })
             .await?;
         ensure!(later.expected_version >= 51, "{later:?}");
         let text = metrics.encode();
@@ -309,14 +313,14 @@ fn the_latest_report_is_sent_again_after_a_reconnect() {
         .await;
         let synced = hub
             .report_until("re", "Synced", |r| {
-                r.state == "Synced" && ready(r) == Some(1)
+                r.state() == PlacementState::Synced && ready(r) == Some(1)
             })
             .await?;
         let accepted = hub.next_version - 1;
 
         hub.reconnect().await;
         let again = hub.report_until("re", "the report again", |_| true).await?;
-        ensure!(again.state == "Synced", "{again:?}");
+        ensure!(again.state() == PlacementState::Synced, "{again:?}");
         ensure!(
             again.applied_revision == synced.applied_revision,
             "{again:?}"
@@ -349,7 +353,7 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
             )
             .await;
             hub.ack_until(21).await?;
-            hub.report_until("kept", "Synced", |r| r.state == "Synced")
+            hub.report_until("kept", "Synced", |r| r.state() == PlacementState::Synced)
                 .await?;
             engine.stop().await;
         }

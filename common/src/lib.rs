@@ -6,10 +6,12 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod distribution;
 pub mod http;
 pub mod manifest;
 pub mod metrics;
 pub mod pki;
 pub mod preflight;
 pub mod register;
+pub mod runtime;
 pub mod token;

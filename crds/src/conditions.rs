@@ -7,6 +7,50 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+/// Condition types Accord writes.
+pub mod types {
+    /// The object's intent holds everywhere it should.
+    pub const READY: &str = "Ready";
+    /// A change is being applied.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Something keeps the object from its intent (see the reason).
+    pub const DEGRADED: &str = "Degraded";
+    /// ManagedCluster: an agent has registered for the cluster.
+    pub const JOINED: &str = "Joined";
+    /// ManagedCluster: the agent is connected and heartbeating.
+    pub const AVAILABLE: &str = "Available";
+    /// FederatedKafkaTopic: a KafkaTopicPolicy is violated.
+    pub const POLICY_VIOLATION: &str = "PolicyViolation";
+}
+
+/// Condition reasons Accord writes (CamelCase, machine-readable).
+pub mod reasons {
+    /// Ready: every placement is synced and ready.
+    pub const ALL_PLACEMENTS_SYNCED: &str = "AllPlacementsSynced";
+    /// Ready: some placement is not synced or not ready yet.
+    pub const NOT_ALL_PLACEMENTS_READY: &str = "NotAllPlacementsReady";
+    /// Ready: the hub cannot act on the spec (it fails validation or cannot be decoded).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Progressing: a decision is being applied.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// Progressing: nothing in flight.
+    pub const SETTLED: &str = "Settled";
+    /// Degraded: the total cannot be placed within the bounds.
+    pub const INFEASIBLE: &str = "Infeasible";
+    /// Degraded: some placement is in trouble.
+    pub const PLACEMENT_PROBLEMS: &str = "PlacementProblems";
+    /// Degraded: nothing wrong.
+    pub const HEALTHY: &str = "Healthy";
+    /// Joined: the agent registered.
+    pub const REGISTERED: &str = "Registered";
+    /// Joined: no agent registered yet.
+    pub const NOT_REGISTERED: &str = "NotRegistered";
+    /// Available: the agent's stream is up.
+    pub const AGENT_CONNECTED: &str = "AgentConnected";
+    /// Available: no heartbeat within the timeout.
+    pub const AGENT_DISCONNECTED: &str = "AgentDisconnected";
+}
+
 /// Condition status values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

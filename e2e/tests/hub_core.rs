@@ -505,7 +505,7 @@ fn status_reports_are_written_with_optimistic_concurrency() {
             resource_version: rv.into(),
             generation: 1,
             expected_version: expected,
-            state: "Synced".into(),
+            state: accord_proto::v1::PlacementState::Synced as i32,
             applied_revision: applied,
             ..Default::default()
         };

@@ -232,24 +232,6 @@ pub fn divide(total: u32, candidates: &[Candidate]) -> Division {
     }
 }
 
-/// Of clusters that became available again, those whose availability has lasted at least
-/// `cooldown_secs` at `now_secs` and may be readmitted as candidates. Each entry is a
-/// cluster and the time (seconds) since which it has been continuously available; the
-/// caller resets that time whenever the cluster drops out again, so a cluster that keeps
-/// flapping stays out, and moves a readmitted cluster out of its returning set, so it comes
-/// back once. A start time in the future (clock skew) counts as not yet returned.
-pub fn clusters_to_readmit(
-    returning: &[(String, u64)],
-    now_secs: u64,
-    cooldown_secs: u64,
-) -> Vec<String> {
-    returning
-        .iter()
-        .filter(|(_, since)| *since <= now_secs && now_secs - since >= cooldown_secs)
-        .map(|(cluster, _)| cluster.clone())
-        .collect()
-}
-
 /// The first candidate the CRD would have rejected, in input order.
 fn first_invalid(candidates: &[Candidate]) -> Option<Infeasibility> {
     let mut seen = HashSet::new();
@@ -710,26 +692,6 @@ mod tests {
         assert_eq!(
             exact(u32::MAX, &weights(&[1, 3])),
             [1_073_741_824, 3_221_225_471]
-        );
-    }
-
-    #[test]
-    fn a_cluster_is_readmitted_once_its_cooldown_has_passed() {
-        let returning = [
-            ("settled".to_string(), 100),
-            ("just-back".to_string(), 125),
-            ("exactly".to_string(), 100),
-            ("skewed".to_string(), 200),
-        ];
-        assert_eq!(clusters_to_readmit(&returning[..2], 130, 30), ["settled"]);
-        assert_eq!(
-            clusters_to_readmit(&returning, 130, 30),
-            ["settled", "exactly"]
-        );
-        assert!(clusters_to_readmit(&returning, 129, 30).is_empty());
-        assert_eq!(
-            clusters_to_readmit(&returning[3..], 130, 0),
-            Vec::<String>::new()
         );
     }
 }

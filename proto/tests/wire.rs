@@ -78,3 +78,22 @@ fn envelopes_round_trip() {
         down
     );
 }
+
+#[test]
+fn the_typed_state_and_the_scale_request_id_have_their_own_numbers() {
+    use accord_proto::v1::{PlacementState, ReplicaStatus, status_report};
+    let report = StatusReport {
+        state: PlacementState::Synced as i32,
+        observed: Some(status_report::Observed::Replicas(ReplicaStatus {
+            scale_request_id: "01J".into(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&report.encode_to_vec()), vec![7, 13]);
+    let replicas = ReplicaStatus {
+        scale_request_id: "01J".into(),
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&replicas.encode_to_vec()), vec![5]);
+}

@@ -167,7 +167,7 @@ impl ScriptedHub {
                     "waiting for a report on {policy_name} with {what}; reports so far: {:#?}",
                     self.reports
                         .iter()
-                        .map(|r| (r.state.clone(), r.message.clone(), r.observed.clone()))
+                        .map(|r| (r.state(), r.message.clone(), r.observed.clone()))
                         .collect::<Vec<_>>()
                 )
             })?;
@@ -200,6 +200,16 @@ impl ScriptedHub {
 pub fn desired(report: &StatusReport) -> Option<i32> {
     match &report.observed {
         Some(accord_proto::v1::status_report::Observed::Replicas(r)) => Some(r.desired_replicas),
+        _ => None,
+    }
+}
+
+/// Scale request id the report observed on the Deployment.
+pub fn reported_request_id(report: &StatusReport) -> Option<&str> {
+    match &report.observed {
+        Some(accord_proto::v1::status_report::Observed::Replicas(r)) => {
+            Some(r.scale_request_id.as_str())
+        }
         _ => None,
     }
 }

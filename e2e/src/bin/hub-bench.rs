@@ -116,7 +116,7 @@ async fn run_agent(
                 resource_version: applied.to_string(),
                 generation: 1,
                 expected_version: expected,
-                state: "Synced".into(),
+                state: accord_proto::v1::PlacementState::Synced as i32,
                 applied_revision: applied,
                 ..Default::default()
             })),

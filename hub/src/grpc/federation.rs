@@ -262,14 +262,22 @@ impl Session {
                 "status report policy needs a kind and a name",
             ));
         }
+        let state = accord_common::distribution::state_from_proto(report.state)
+            .ok_or_else(|| Status::invalid_argument("status report without a placement state"))?;
+        let scale_request_id = match &report.observed {
+            Some(accord_proto::v1::status_report::Observed::Replicas(r)) => {
+                r.scale_request_id.clone()
+            }
+            _ => String::new(),
+        };
         let record = StatusRecord {
             resource_version: report.resource_version,
             generation: report.generation,
             applied_revision: report.applied_revision,
-            state: report.state,
+            state: state.as_str().to_owned(),
             message: report.message,
             observed_unix_millis: report.observed_unix_millis,
-            scale_request_id: report.scale_request_id,
+            scale_request_id,
             observed: observed_json(report.observed),
         };
         let started = Instant::now();

@@ -9,12 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use accord_common::runtime::{AbortOnDrop, Retry, backoff};
 use dashmap::DashMap;
 use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
-use tokio::task::JoinHandle;
 
 use super::{Store, StoreError, decode, header_revision, log_error};
 
@@ -46,7 +45,7 @@ pub enum CacheEvent<T> {
 /// full etcd keys (as [`Keyspace`](super::Keyspace) builds them). Cheap to clone; the watch
 /// stops when the last clone is dropped.
 pub struct PrefixCache<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<CacheState<T>>,
     _task: Arc<AbortOnDrop>,
 }
 
@@ -69,19 +68,11 @@ impl<T> std::fmt::Debug for PrefixCache<T> {
     }
 }
 
-struct Shared<T> {
+struct CacheState<T> {
     prefix: String,
     entries: DashMap<String, (T, i64)>,
     events: broadcast::Sender<CacheEvent<T>>,
     revision: watch::Sender<i64>,
-}
-
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl<T> PrefixCache<T>
@@ -92,7 +83,7 @@ where
     /// loaded.
     pub async fn start(store: Store, prefix: String) -> Result<Self, StoreError> {
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(CacheState {
             prefix,
             entries: DashMap::new(),
             events,
@@ -162,7 +153,7 @@ where
     }
 }
 
-impl<T: DeserializeOwned + Clone> Shared<T> {
+impl<T: DeserializeOwned + Clone> CacheState<T> {
     /// Applies a put to the map and returns the event to announce (announced by the
     /// caller once the revision has advanced, so a subscriber that reads `revision()` on an
     /// event never sees it lag behind).
@@ -214,7 +205,7 @@ impl<T: DeserializeOwned + Clone> Shared<T> {
 /// returns the listing's revision.
 async fn relist<T: DeserializeOwned + Clone>(
     store: &Store,
-    shared: &Shared<T>,
+    shared: &CacheState<T>,
 ) -> Result<i64, StoreError> {
     let response = store
         .client()
@@ -262,7 +253,7 @@ enum WatchEnd {
 
 async fn follow_forever<T: DeserializeOwned + Clone>(
     store: Store,
-    shared: Arc<Shared<T>>,
+    shared: Arc<CacheState<T>>,
     mut revision: i64,
 ) {
     let mut delays = retry_delays();
@@ -279,14 +270,14 @@ async fn follow_forever<T: DeserializeOwned + Clone>(
                         }
                         Err(e) => {
                             log_error("cache re-list failed", &e);
-                            tokio::time::sleep(delays.next().unwrap_or(MAX_RETRY_DELAY)).await;
+                            tokio::time::sleep(delays.next_delay()).await;
                         }
                     }
                 }
             }
             WatchEnd::Broken(e) => {
                 log_error("cache watch broke; re-opening", &e);
-                tokio::time::sleep(delays.next().unwrap_or(MAX_RETRY_DELAY)).await;
+                tokio::time::sleep(delays.next_delay()).await;
             }
         }
     }
@@ -295,7 +286,7 @@ async fn follow_forever<T: DeserializeOwned + Clone>(
 /// Follows the prefix from `revision + 1`, advancing `revision` as responses arrive.
 async fn follow<T: DeserializeOwned + Clone>(
     store: &Store,
-    shared: &Shared<T>,
+    shared: &CacheState<T>,
     revision: &mut i64,
 ) -> WatchEnd {
     let options = WatchOptions::new()
@@ -352,11 +343,6 @@ async fn follow<T: DeserializeOwned + Clone>(
     }
 }
 
-fn retry_delays() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(50))
-        .with_max_delay(MAX_RETRY_DELAY)
-        .with_jitter()
-        .without_max_times()
-        .build()
+fn retry_delays() -> Retry {
+    backoff(Duration::from_millis(50), MAX_RETRY_DELAY)
 }

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use accord_common::runtime::{Retry, backoff};
 use etcd_client::{
     Compare, CompareOp, EventType, LeaderKey, ResignOptions, WatchOptions, WatchStream,
 };
@@ -185,7 +185,7 @@ async fn campaign_forever(
             Err(e) => {
                 state.send_replace(None);
                 log_error("leader election failed; campaigning again", &e);
-                let delay = delays.next().unwrap_or(MAX_RETRY_DELAY);
+                let delay = delays.next_delay();
                 tokio::select! {
                     () = stopped(&mut shutdown) => return,
                     () = tokio::time::sleep(delay) => {}
@@ -365,11 +365,6 @@ async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|stop| *stop).await.map(|_| ());
 }
 
-fn retry_delays() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(MAX_RETRY_DELAY)
-        .with_jitter()
-        .without_max_times()
-        .build()
+fn retry_delays() -> Retry {
+    backoff(Duration::from_millis(100), MAX_RETRY_DELAY)
 }

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use accord_common::runtime::{Retry, backoff};
 use etcd_client::{Client, LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -162,7 +162,7 @@ async fn keep_alive(
             Ok(Err(e)) if is_lease_not_found(&e) => break 'reconnect,
             Ok(Err(e)) => {
                 tracing::debug!(lease = id, error = %error_chain(&e), "lease keepalive stream failed to open");
-                let delay = reconnect_delays.next().unwrap_or(interval);
+                let delay = reconnect_delays.next_delay();
                 if Instant::now() + delay >= deadline {
                     tokio::time::sleep_until(deadline).await;
                     break 'reconnect;
@@ -221,11 +221,6 @@ async fn refresh(
     }
 }
 
-fn reconnect_backoff(max: Duration) -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(50))
-        .with_max_delay(max)
-        .with_jitter()
-        .without_max_times()
-        .build()
+fn reconnect_backoff(max: Duration) -> Retry {
+    backoff(Duration::from_millis(50), max)
 }

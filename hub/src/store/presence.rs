@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
+use accord_common::runtime::backoff;
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
@@ -45,12 +45,12 @@ pub struct ConnectedRecord {
 /// vanish when the TTL runs out. [`ReplicaPresence::revoke`] removes them at once.
 #[derive(Debug)]
 pub struct ReplicaPresence {
-    shared: Arc<Shared>,
+    shared: Arc<PresenceState>,
     task: Option<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct PresenceState {
     store: Store,
     replica: String,
     lease_id: AtomicI64,
@@ -65,7 +65,7 @@ impl ReplicaPresence {
     /// Grants this replica's lease (`ttl`) and keeps it alive.
     pub async fn start(store: Store, replica: String, ttl: Duration) -> Result<Self, StoreError> {
         let lease = Lease::grant(&store.client(), ttl).await?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PresenceState {
             store,
             replica,
             lease_id: AtomicI64::new(lease.id()),
@@ -175,7 +175,7 @@ impl Drop for ReplicaPresence {
 }
 
 /// Waits for the lease to be lost, then takes a new one and re-writes every key.
-async fn keep_present(shared: Arc<Shared>, mut lease: Lease, ttl: Duration) {
+async fn keep_present(shared: Arc<PresenceState>, mut lease: Lease, ttl: Duration) {
     loop {
         lease.lost().await;
         tracing::warn!(
@@ -183,18 +183,13 @@ async fn keep_present(shared: Arc<Shared>, mut lease: Lease, ttl: Duration) {
             lease = lease.id(),
             "presence lease lost; re-granting and re-announcing connected clusters"
         );
-        let mut delays = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(MAX_REGRANT_DELAY)
-            .with_jitter()
-            .without_max_times()
-            .build();
+        let mut delays = backoff(Duration::from_millis(50), MAX_REGRANT_DELAY);
         lease = loop {
             match Lease::grant(&shared.store.client(), ttl).await {
                 Ok(lease) => break lease,
                 Err(e) => {
                     log_error("re-granting the presence lease failed", &e);
-                    tokio::time::sleep(delays.next().unwrap_or(MAX_REGRANT_DELAY)).await;
+                    tokio::time::sleep(delays.next_delay()).await;
                 }
             }
         };
@@ -218,7 +213,7 @@ async fn keep_present(shared: Arc<Shared>, mut lease: Lease, ttl: Duration) {
                         log_error("re-announcing a connected cluster failed", &e);
                     }
                     Err(_) => {
-                        tokio::time::sleep(delays.next().unwrap_or(MAX_REGRANT_DELAY)).await;
+                        tokio::time::sleep(delays.next_delay()).await;
                     }
                 }
             }

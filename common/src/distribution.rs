@@ -1,0 +1,424 @@
+//! The distribution path's vocabulary, shared by hub and agent: which policy an assignment
+//! comes from, what it asks of one member cluster (one variant per kind), what the agent
+//! observed there, and where the placement stands — with their translation to and from the
+//! `accord.v1` messages at the edge.
+//!
+//! Adding a kind adds one variant to [`AssignmentSpec`] and one to [`Observed`] (and their
+//! protocol messages); nothing else here changes.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use accord_proto::v1 as pb;
+use serde::{Deserialize, Serialize};
+
+/// Placement state, as the CRD status, the hub's records and the protocol spell it.
+pub use accord_crds::PlacementState;
+
+/// Identifies a policy on the hub (and hence its placements key and status records).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct PolicyRef {
+    /// Kind, e.g. `CrossClusterScalePolicy`.
+    pub kind: String,
+    /// Namespace on the hub (empty for cluster-scoped kinds).
+    pub namespace: String,
+    /// Name on the hub.
+    pub name: String,
+}
+
+impl PolicyRef {
+    /// A reference from its parts.
+    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// As a protocol object reference.
+    pub fn to_proto(&self) -> pb::ObjectRef {
+        pb::ObjectRef {
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// From a protocol object reference.
+    pub fn from_proto(r: &pb::ObjectRef) -> Self {
+        Self::new(&r.kind, &r.namespace, &r.name)
+    }
+}
+
+impl fmt::Display for PolicyRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}/{}", self.kind, self.name)
+        } else {
+            write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// Set a workload's replicas (CrossClusterScalePolicy).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleSpec {
+    /// Workload apiVersion, e.g. `apps/v1`.
+    pub api_version: String,
+    /// Workload kind, e.g. `Deployment`.
+    pub kind: String,
+    /// Namespace of the workload in the member cluster.
+    pub namespace: String,
+    /// Name of the workload.
+    pub name: String,
+    /// Replicas this cluster should run.
+    pub replicas: i32,
+    /// Id of the scaling decision, stamped on the workload.
+    pub scale_request_id: String,
+}
+
+impl ScaleSpec {
+    /// Whether the workload is an `apps/v1` Deployment (the one kind agents scale).
+    pub fn is_deployment(&self) -> bool {
+        self.kind == "Deployment" && self.api_version == "apps/v1"
+    }
+}
+
+/// Keep a Kafka topic as specified (FederatedKafkaTopic).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicSpec {
+    /// Topic name.
+    pub topic_name: String,
+    /// Partitions (may only grow).
+    pub partitions: i32,
+    /// Replication factor (fixed at creation).
+    pub replication_factor: i32,
+    /// Topic configs, e.g. `retention.ms`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// Render a Prometheus federation config (PrometheusFederation).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FederationSpec {
+    /// Namespaces whose Prometheus endpoints are federated.
+    #[serde(default)]
+    pub tenant_namespaces: Vec<String>,
+    /// Label selector (matchLabels) alternative to `tenant_namespaces`.
+    #[serde(default)]
+    pub tenant_labels: BTreeMap<String, String>,
+    /// `match[]` selectors.
+    #[serde(default)]
+    pub matchers: Vec<String>,
+    /// Scrape interval, Prometheus duration syntax.
+    pub scrape_interval: String,
+    /// Scrape timeout, Prometheus duration syntax.
+    pub scrape_timeout: String,
+    /// Per-scrape sample limit (0: none).
+    pub sample_limit: i64,
+    /// URL to POST to reload Prometheus.
+    pub reload_url: String,
+}
+
+/// What one policy asks of one member cluster: one variant per kind.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AssignmentSpec {
+    /// CrossClusterScalePolicy.
+    Scale(ScaleSpec),
+    /// FederatedKafkaTopic.
+    Topic(TopicSpec),
+    /// PrometheusFederation.
+    Federation(FederationSpec),
+}
+
+impl AssignmentSpec {
+    /// A short name of the kind of work, for logs and metric labels.
+    pub fn work(&self) -> &'static str {
+        match self {
+            Self::Scale(_) => "scale",
+            Self::Topic(_) => "topic",
+            Self::Federation(_) => "federation",
+        }
+    }
+
+    /// As the protocol's `Assignment.spec`.
+    pub fn to_proto(&self) -> pb::assignment::Spec {
+        match self {
+            Self::Scale(s) => pb::assignment::Spec::Scale(pb::ScaleAssignment {
+                api_version: s.api_version.clone(),
+                kind: s.kind.clone(),
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                replicas: s.replicas,
+                scale_request_id: s.scale_request_id.clone(),
+            }),
+            Self::Topic(t) => pb::assignment::Spec::Topic(pb::TopicAssignment {
+                topic_name: t.topic_name.clone(),
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+                config: t.config.clone().into_iter().collect(),
+            }),
+            Self::Federation(f) => pb::assignment::Spec::Federation(pb::FederationAssignment {
+                tenant_namespaces: f.tenant_namespaces.clone(),
+                tenant_labels: f.tenant_labels.clone().into_iter().collect(),
+                r#match: f.matchers.clone(),
+                scrape_interval: f.scrape_interval.clone(),
+                scrape_timeout: f.scrape_timeout.clone(),
+                sample_limit: f.sample_limit,
+                reload_url: f.reload_url.clone(),
+            }),
+        }
+    }
+
+    /// From the protocol's `Assignment.spec`.
+    pub fn from_proto(spec: pb::assignment::Spec) -> Self {
+        match spec {
+            pb::assignment::Spec::Scale(s) => Self::Scale(ScaleSpec {
+                api_version: s.api_version,
+                kind: s.kind,
+                namespace: s.namespace,
+                name: s.name,
+                replicas: s.replicas,
+                scale_request_id: s.scale_request_id,
+            }),
+            pb::assignment::Spec::Topic(t) => Self::Topic(TopicSpec {
+                topic_name: t.topic_name,
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+                config: t.config.into_iter().collect(),
+            }),
+            pb::assignment::Spec::Federation(f) => Self::Federation(FederationSpec {
+                tenant_namespaces: f.tenant_namespaces,
+                tenant_labels: f.tenant_labels.into_iter().collect(),
+                matchers: f.r#match,
+                scrape_interval: f.scrape_interval,
+                scrape_timeout: f.scrape_timeout,
+                sample_limit: f.sample_limit,
+                reload_url: f.reload_url,
+            }),
+        }
+    }
+}
+
+/// Observed replica counts of a Deployment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicasObserved {
+    /// `spec.replicas`.
+    pub desired: i32,
+    /// `status.readyReplicas`.
+    pub ready: i32,
+    /// `status.updatedReplicas`.
+    pub updated: i32,
+    /// `status.observedGeneration`.
+    pub observed_generation: i64,
+    /// Scale request id stamped on the Deployment ("" when none).
+    pub scale_request_id: String,
+}
+
+/// Observed state of a Kafka topic.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicObserved {
+    /// Partition count the broker reports.
+    pub partitions: i32,
+    /// Replication factor the broker reports.
+    pub replication_factor: i32,
+}
+
+/// Observed state of a rendered Prometheus federation config.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FederationObserved {
+    /// SHA-256 of the rendered config, hex.
+    pub config_hash: String,
+    /// Number of federation jobs (tenants).
+    pub jobs: i32,
+    /// Whether Prometheus confirmed loading it.
+    pub reloaded: bool,
+}
+
+/// What an agent observed of an assigned object: one variant per kind, or nothing (no
+/// object to look at).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Observed {
+    /// No object, or nothing observed.
+    #[default]
+    Nothing,
+    /// A scaled Deployment.
+    Replicas(ReplicasObserved),
+    /// A Kafka topic.
+    Topic(TopicObserved),
+    /// A federation config.
+    FederationConfig(FederationObserved),
+}
+
+impl Observed {
+    /// As the protocol's `StatusReport.observed`.
+    pub fn to_proto(&self) -> Option<pb::status_report::Observed> {
+        Some(match self {
+            Self::Nothing => return None,
+            Self::Replicas(r) => pb::status_report::Observed::Replicas(pb::ReplicaStatus {
+                desired_replicas: r.desired,
+                ready_replicas: r.ready,
+                updated_replicas: r.updated,
+                observed_generation: r.observed_generation,
+                scale_request_id: r.scale_request_id.clone(),
+            }),
+            Self::Topic(t) => pb::status_report::Observed::Topic(pb::TopicStatus {
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+            }),
+            Self::FederationConfig(f) => {
+                pb::status_report::Observed::FederationConfig(pb::FederationConfigStatus {
+                    config_hash: f.config_hash.clone(),
+                    jobs: f.jobs,
+                    reloaded: f.reloaded,
+                })
+            }
+        })
+    }
+
+    /// From the protocol's `StatusReport.observed`.
+    pub fn from_proto(observed: Option<pb::status_report::Observed>) -> Self {
+        match observed {
+            None => Self::Nothing,
+            Some(pb::status_report::Observed::Replicas(r)) => Self::Replicas(ReplicasObserved {
+                desired: r.desired_replicas,
+                ready: r.ready_replicas,
+                updated: r.updated_replicas,
+                observed_generation: r.observed_generation,
+                scale_request_id: r.scale_request_id,
+            }),
+            Some(pb::status_report::Observed::Topic(t)) => Self::Topic(TopicObserved {
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+            }),
+            Some(pb::status_report::Observed::FederationConfig(f)) => {
+                Self::FederationConfig(FederationObserved {
+                    config_hash: f.config_hash,
+                    jobs: f.jobs,
+                    reloaded: f.reloaded,
+                })
+            }
+        }
+    }
+
+    /// The replica counts, when this observes a Deployment.
+    pub fn replicas(&self) -> Option<&ReplicasObserved> {
+        match self {
+            Self::Replicas(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// The protocol's spelling of a placement state.
+pub fn state_to_proto(state: PlacementState) -> pb::PlacementState {
+    match state {
+        PlacementState::Pending => pb::PlacementState::Pending,
+        PlacementState::Synced => pb::PlacementState::Synced,
+        PlacementState::TargetNotFound => pb::PlacementState::TargetNotFound,
+        PlacementState::Conflict => pb::PlacementState::Conflict,
+        PlacementState::Unavailable => pb::PlacementState::Unavailable,
+        PlacementState::Error => pb::PlacementState::Error,
+    }
+}
+
+/// A placement state from the protocol; `None` for an unset or unknown value.
+pub fn state_from_proto(state: i32) -> Option<PlacementState> {
+    Some(match pb::PlacementState::try_from(state).ok()? {
+        pb::PlacementState::Unspecified => return None,
+        pb::PlacementState::Pending => PlacementState::Pending,
+        pb::PlacementState::Synced => PlacementState::Synced,
+        pb::PlacementState::TargetNotFound => PlacementState::TargetNotFound,
+        pb::PlacementState::Conflict => PlacementState::Conflict,
+        pb::PlacementState::Unavailable => PlacementState::Unavailable,
+        pb::PlacementState::Error => PlacementState::Error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_assignment_spec_survives_the_wire() {
+        let specs = [
+            AssignmentSpec::Scale(ScaleSpec {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "prod".into(),
+                name: "web".into(),
+                replicas: 7,
+                scale_request_id: "01J".into(),
+            }),
+            AssignmentSpec::Topic(TopicSpec {
+                topic_name: "events".into(),
+                partitions: 12,
+                replication_factor: 3,
+                config: [("retention.ms".to_owned(), "1000".to_owned())].into(),
+            }),
+            AssignmentSpec::Federation(FederationSpec {
+                tenant_namespaces: vec!["team-a".into()],
+                tenant_labels: [("tier".to_owned(), "gold".to_owned())].into(),
+                matchers: vec!["{job=\"x\"}".into()],
+                scrape_interval: "30s".into(),
+                scrape_timeout: "10s".into(),
+                sample_limit: 5,
+                reload_url: "http://p:9090/-/reload".into(),
+            }),
+        ];
+        for spec in specs {
+            assert_eq!(AssignmentSpec::from_proto(spec.to_proto()), spec);
+        }
+    }
+
+    #[test]
+    fn every_observation_survives_the_wire() {
+        let all = [
+            Observed::Nothing,
+            Observed::Replicas(ReplicasObserved {
+                desired: 3,
+                ready: 2,
+                updated: 3,
+                observed_generation: 4,
+                scale_request_id: "01J".into(),
+            }),
+            Observed::Topic(TopicObserved {
+                partitions: 12,
+                replication_factor: 3,
+            }),
+            Observed::FederationConfig(FederationObserved {
+                config_hash: "ab".into(),
+                jobs: 2,
+                reloaded: true,
+            }),
+        ];
+        for o in all {
+            assert_eq!(Observed::from_proto(o.to_proto()), o);
+        }
+    }
+
+    #[test]
+    fn every_state_survives_the_wire_and_unset_is_none() {
+        for s in [
+            PlacementState::Pending,
+            PlacementState::Synced,
+            PlacementState::TargetNotFound,
+            PlacementState::Conflict,
+            PlacementState::Unavailable,
+            PlacementState::Error,
+        ] {
+            assert_eq!(state_from_proto(state_to_proto(s) as i32), Some(s));
+        }
+        assert_eq!(state_from_proto(0), None);
+        assert_eq!(state_from_proto(99), None);
+    }
+}
