@@ -6,7 +6,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::messages;
+use crate::{bounds, messages};
 
 /// CEL rule: a topic name Kafka accepts.
 const TOPIC_NAME_RULE: &str =
@@ -24,7 +24,7 @@ const TOPIC_NAME_RULE: &str =
     shortname = "fkt",
     category = "accord",
     status = "FederatedKafkaTopicStatus",
-    doc = "A Kafka topic kept alike across the Kafka clusters of selected member clusters.",
+    doc = "A Kafka topic kept alike (partitions, replication factor, configs) in the Kafka of every selected member cluster. Partitions are only ever raised; a lower count or a new replication factor is refused with a status message.",
     printcolumn(name = "Topic", type_ = "string", json_path = ".spec.topicName"),
     printcolumn(name = "Partitions", type_ = "integer", json_path = ".spec.partitions"),
     printcolumn(name = "RF", type_ = "integer", json_path = ".spec.replicationFactor"),
@@ -47,11 +47,20 @@ pub struct FederatedKafkaTopicSpec {
     #[schemars(length(max = 249))]
     #[x_kube(validation = Rule::new(TOPIC_NAME_RULE).message(messages::TOPIC_NAME))]
     pub topic_name: Option<String>,
-    /// Number of partitions; may be raised later, never lowered.
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN))]
+    /// Number of partitions; may be raised later, never lowered. 1 to 10,000.
+    #[schemars(range(min = 1, max = bounds::MAX_PARTITIONS))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_PARTITIONS)).message(messages::PARTITIONS_MAX)
+    )]
     pub partitions: i32,
-    /// Replication factor; fixed once the topic exists.
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::REPLICATION_FACTOR_MIN))]
+    /// Replication factor; fixed once the topic exists. 1 to 32, and at most the number of
+    /// brokers in each member's Kafka.
+    #[schemars(range(min = 1, max = bounds::MAX_REPLICATION_FACTOR))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::REPLICATION_FACTOR_MIN),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICATION_FACTOR)).message(messages::REPLICATION_FACTOR_MAX)
+    )]
     pub replication_factor: i32,
     /// Topic configs, e.g. `retention.ms: "604800000"`, `cleanup.policy: delete`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -83,12 +92,14 @@ impl FederatedKafkaTopic {
 pub struct FederatedKafkaTopicStatus {
     /// Generation of the spec this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// The topic in each selected cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<TopicPlacement>,
     /// `Ready`, `Degraded`, `PolicyViolation`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
 }
 
@@ -102,9 +113,11 @@ pub struct TopicPlacement {
     pub state: crate::PlacementState,
     /// Partition count the broker reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub partitions: Option<i32>,
     /// Replication factor the broker reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub replication_factor: Option<i32>,
     /// Detail, e.g. why a change was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -140,17 +153,23 @@ pub struct KafkaTopicPolicySpec {
     /// Namespaces whose topics this policy governs, by namespace label (all when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
-    /// Topics must have at least this many partitions.
+    /// Topics must have at least this many partitions. 1 to 10,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN))]
+    #[schemars(range(min = 1, max = bounds::MAX_PARTITIONS))]
+    #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {}", bounds::MAX_PARTITIONS)).message(messages::MIN_PARTITIONS_RANGE))]
     pub min_partitions: Option<i32>,
-    /// Topics may have at most this many partitions.
+    /// Topics may have at most this many partitions. 1 to 10,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::PARTITIONS_MIN))]
+    #[schemars(range(min = 1, max = bounds::MAX_PARTITIONS))]
+    #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {}", bounds::MAX_PARTITIONS)).message(messages::MAX_PARTITIONS_RANGE))]
     pub max_partitions: Option<i32>,
-    /// Topics must have exactly this replication factor.
+    /// Topics must have exactly this replication factor. 1 to 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::REPLICATION_FACTOR_MIN))]
+    #[schemars(range(min = 1, max = bounds::MAX_REPLICATION_FACTOR))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::REPLICATION_FACTOR_MIN),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICATION_FACTOR)).message(messages::REPLICATION_FACTOR_MAX)
+    )]
     pub replication_factor: Option<i32>,
     /// Config keys topics may not set, e.g. `unclean.leader.election.enable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -166,12 +185,15 @@ pub struct KafkaTopicPolicySpec {
 pub struct KafkaTopicPolicyStatus {
     /// Generation of the spec this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// Topics currently violating this policy (they were created before it, or bypassed
     /// the webhook); the hub does not propagate them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub violating_topics: Option<i32>,
     /// `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
 }

@@ -13,6 +13,7 @@
 // kube's `printcolumn(...)` repeats `type_ = ".."` per column, which this lint misreads.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod bounds;
 pub mod conditions;
 pub mod duration;
 pub mod kafka;

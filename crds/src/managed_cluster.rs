@@ -5,7 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::messages;
+use crate::{bounds, messages};
 
 /// A member cluster of the federation. Created when the cluster's agent registers with a
 /// bootstrap token (or beforehand by an administrator); policies select clusters by name or
@@ -48,9 +48,13 @@ use crate::messages;
 #[serde(rename_all = "camelCase")]
 pub struct ManagedClusterSpec {
     /// Default share hint for policies that select this cluster by label rather than
-    /// listing it with a weight. Must be greater than 0; 1 when unset.
+    /// listing it with a weight. 1 to 10,000; 1 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self > 0").message(messages::WEIGHT_POSITIVE))]
+    #[schemars(range(min = 1, max = bounds::MAX_WEIGHT))]
+    #[x_kube(
+        validation = Rule::new("self > 0").message(messages::WEIGHT_POSITIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_WEIGHT)).message(messages::WEIGHT_MAX)
+    )]
     pub weight: Option<i32>,
 
     /// Drain switch: when true the cluster receives no new placements and its current
@@ -98,6 +102,7 @@ pub struct ManagedClusterStatus {
     /// `Joined` (registered with a valid token), `Available` (agent connected and
     /// heartbeating within the timeout), `Degraded` (agent reports a problem).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
     /// Version of the agent, as it reported in its Hello.
     #[serde(default, skip_serializing_if = "Option::is_none")]

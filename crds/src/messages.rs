@@ -3,10 +3,15 @@
 
 /// A weight is not positive.
 pub const WEIGHT_POSITIVE: &str = "weight must be greater than 0";
+/// A weight is above [`crate::bounds::MAX_WEIGHT`].
+pub const WEIGHT_MAX: &str =
+    "weight must be at most 10,000 (weights are relative: 60 and 40 split like 6,000 and 4,000)";
 /// minReplicas is above maxReplicas.
 pub const MIN_LE_MAX: &str = "minReplicas must not be greater than maxReplicas";
 /// A replica bound is negative.
 pub const REPLICAS_NON_NEGATIVE: &str = "replica counts must be 0 or more";
+/// A replica bound is above [`crate::bounds::MAX_REPLICAS`].
+pub const REPLICAS_MAX: &str = "replica counts must be at most 1,000,000";
 /// The same cluster appears twice in a distribution.
 pub const DISTRIBUTION_UNIQUE: &str =
     "each cluster may appear only once in distribution; merge the duplicate entries";
@@ -14,6 +19,8 @@ pub const DISTRIBUTION_UNIQUE: &str =
 pub const DISTRIBUTION_NOT_EMPTY: &str = "distribution must list at least one cluster";
 /// desiredReplicas is negative.
 pub const DESIRED_NON_NEGATIVE: &str = "desiredReplicas must be 0 or more";
+/// desiredReplicas is above [`crate::bounds::MAX_REPLICAS`].
+pub const DESIRED_MAX: &str = "desiredReplicas must be at most 1,000,000";
 /// Target kind is not one Accord can scale.
 pub const TARGET_KIND: &str =
     "targetRef must name an apps/v1 Deployment, the only kind Accord scales today";
@@ -21,8 +28,19 @@ pub const TARGET_KIND: &str =
 pub const CLUSTER_NAME: &str = "cluster names must be lowercase letters, digits and '-', start and end with a letter or digit, at most 63 characters";
 /// partitions is below 1.
 pub const PARTITIONS_MIN: &str = "partitions must be at least 1";
+/// partitions is above [`crate::bounds::MAX_PARTITIONS`].
+pub const PARTITIONS_MAX: &str =
+    "partitions must be at most 10,000; a topic needing more should be split";
+/// A topic policy's minPartitions is outside 1..=[`crate::bounds::MAX_PARTITIONS`].
+pub const MIN_PARTITIONS_RANGE: &str =
+    "minPartitions must be between 1 and 10,000 (the most partitions a topic may have)";
+/// A topic policy's maxPartitions is outside 1..=[`crate::bounds::MAX_PARTITIONS`].
+pub const MAX_PARTITIONS_RANGE: &str =
+    "maxPartitions must be between 1 and 10,000 (the most partitions a topic may have)";
 /// replicationFactor is below 1.
 pub const REPLICATION_FACTOR_MIN: &str = "replicationFactor must be at least 1";
+/// replicationFactor is above [`crate::bounds::MAX_REPLICATION_FACTOR`].
+pub const REPLICATION_FACTOR_MAX: &str = "replicationFactor must be at most 32";
 /// minPartitions is above maxPartitions.
 pub const MIN_PARTITIONS_LE_MAX: &str = "minPartitions must not be greater than maxPartitions";
 /// Not exactly one of clusters / clusterSelector.
@@ -44,12 +62,25 @@ pub const DURATION_FORMAT: &str =
 pub const TIMEOUT_LE_INTERVAL: &str = "scrapeTimeout must not be longer than scrapeInterval";
 /// sampleLimit is negative.
 pub const SAMPLE_LIMIT_NON_NEGATIVE: &str = "sampleLimit must be 0 (no limit) or more";
+/// sampleLimit is above [`crate::bounds::MAX_SAMPLE_LIMIT`].
+pub const SAMPLE_LIMIT_MAX: &str = "sampleLimit must be at most 10,000,000 samples (0: no limit)";
 /// ewmaAlpha is outside (0, 1].
 pub const EWMA_ALPHA_RANGE: &str = "ewmaAlpha must be greater than 0 and at most 1";
 /// targetPerReplica is not positive.
 pub const TARGET_PER_REPLICA_POSITIVE: &str = "targetPerReplica must be greater than 0";
 /// A ratio or factor is negative.
 pub const NON_NEGATIVE_NUMBER: &str = "must be 0 or more";
+/// A period in seconds is above [`crate::bounds::MAX_SECONDS`].
+pub const SECONDS_MAX: &str = "must be at most 86,400 seconds (one day)";
+/// debounceMillis is above [`crate::bounds::MAX_DEBOUNCE_MILLIS`].
+pub const DEBOUNCE_MAX: &str =
+    "must be at most 600,000 milliseconds (ten minutes); use cooldownSeconds for longer pauses";
+/// maxScaleOperationsPerMinute is above [`crate::bounds::MAX_SCALE_OPERATIONS_PER_MINUTE`].
+pub const SCALE_OPERATIONS_MAX: &str = "must be at most 60 (one scale operation a second)";
+/// failureThreshold is above [`crate::bounds::MAX_FAILURE_THRESHOLD`].
+pub const FAILURE_THRESHOLD_MAX: &str = "must be at most 100";
+/// A threshold multiplier is above [`crate::bounds::MAX_FACTOR`].
+pub const FACTOR_MAX: &str = "must be at most 10";
 /// A count or period that must be positive is not.
 pub const POSITIVE_INTEGER: &str = "must be at least 1";
 /// A URL is not http(s).

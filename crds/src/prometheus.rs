@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::messages;
+use crate::{bounds, messages};
 
 /// CEL rule: a duration in the units both Prometheus and CEL understand.
 const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$')";
@@ -79,9 +79,13 @@ pub struct PrometheusFederationSpec {
     #[x_kube(validation = Rule::new(DURATION_RULE).message(messages::DURATION_FORMAT))]
     pub scrape_timeout: String,
     /// Most samples one federation scrape may pull (0: no limit). Bounds the cost of a
-    /// tenant exposing far more series than expected.
+    /// tenant exposing far more series than expected. 0 to 10,000,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::SAMPLE_LIMIT_NON_NEGATIVE))]
+    #[schemars(range(min = 0, max = bounds::MAX_SAMPLE_LIMIT))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::SAMPLE_LIMIT_NON_NEGATIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_SAMPLE_LIMIT)).message(messages::SAMPLE_LIMIT_MAX)
+    )]
     pub sample_limit: Option<i64>,
     /// The federation Prometheus in each member cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,12 +147,14 @@ pub struct GlobalTier {
 pub struct PrometheusFederationStatus {
     /// Generation of the spec this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// The rendered config in each selected cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<FederationPlacement>,
     /// `Ready`, `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
 }
 
@@ -162,6 +168,7 @@ pub struct FederationPlacement {
     pub state: crate::PlacementState,
     /// Federation jobs (tenants) rendered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub jobs: Option<i32>,
     /// SHA-256 of the rendered config.
     #[serde(default, skip_serializing_if = "Option::is_none")]

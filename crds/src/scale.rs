@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::messages;
+use crate::{bounds, messages};
 
 /// CEL rule: a DNS-1123 label, as cluster names are.
 pub(crate) const CLUSTER_NAME_RULE: &str = "self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')";
@@ -55,7 +55,12 @@ pub struct CrossClusterScalePolicySpec {
 
     /// Global replica count, divided across the clusters in `distribution`. With
     /// `autoscaling` set, the hub changes the effective value between its min and max.
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::DESIRED_NON_NEGATIVE))]
+    /// 0 to 1,000,000.
+    #[schemars(range(min = 0, max = bounds::MAX_REPLICAS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::DESIRED_NON_NEGATIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICAS)).message(messages::DESIRED_MAX)
+    )]
     pub desired_replicas: i32,
 
     /// The clusters to run the workload in and their weights. Shares are proportional to
@@ -114,16 +119,29 @@ pub struct ClusterShare {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 63))]
     pub namespace: Option<String>,
-    /// Relative weight; shares are proportional to it. Must be greater than 0.
-    #[x_kube(validation = Rule::new("self > 0").message(messages::WEIGHT_POSITIVE))]
+    /// Relative weight; shares are proportional to it. 1 to 10,000 (weights in basis
+    /// points fit).
+    #[schemars(range(min = 1, max = bounds::MAX_WEIGHT))]
+    #[x_kube(
+        validation = Rule::new("self > 0").message(messages::WEIGHT_POSITIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_WEIGHT)).message(messages::WEIGHT_MAX)
+    )]
     pub weight: i32,
-    /// Fewest replicas this cluster runs while it is eligible.
+    /// Fewest replicas this cluster runs while it is eligible. 0 to 1,000,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    #[schemars(range(min = 0, max = bounds::MAX_REPLICAS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICAS)).message(messages::REPLICAS_MAX)
+    )]
     pub min_replicas: Option<i32>,
-    /// Most replicas this cluster runs, even when others fail over to it.
+    /// Most replicas this cluster runs, even when others fail over to it. 0 to 1,000,000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    #[schemars(range(min = 0, max = bounds::MAX_REPLICAS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICAS)).message(messages::REPLICAS_MAX)
+    )]
     pub max_replicas: Option<i32>,
 }
 
@@ -136,9 +154,14 @@ pub struct Failover {
     #[serde(default = "default_true")]
     pub enabled: bool,
     /// Seconds a returning cluster must stay available before its share moves back, so a
-    /// flapping cluster does not move replicas back and forth. Default 30.
+    /// flapping cluster does not move replicas back and forth. Default 30; 0 to 86,400
+    /// (one day).
     #[serde(default = "default_return_cooldown")]
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER))]
+    #[schemars(range(min = 0, max = bounds::MAX_SECONDS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_SECONDS)).message(messages::SECONDS_MAX)
+    )]
     pub return_cooldown_seconds: i32,
 }
 
@@ -164,11 +187,19 @@ fn default_return_cooldown() -> i32 {
 #[x_kube(validation = Rule::new("self.minReplicas <= self.maxReplicas").message(messages::MIN_LE_MAX))]
 #[serde(rename_all = "camelCase")]
 pub struct Autoscaling {
-    /// Lowest global count autoscaling may set.
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    /// Lowest global count autoscaling may set. 0 to 1,000,000.
+    #[schemars(range(min = 0, max = bounds::MAX_REPLICAS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICAS)).message(messages::REPLICAS_MAX)
+    )]
     pub min_replicas: i32,
-    /// Highest global count autoscaling may set.
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE))]
+    /// Highest global count autoscaling may set. 0 to 1,000,000.
+    #[schemars(range(min = 0, max = bounds::MAX_REPLICAS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::REPLICAS_NON_NEGATIVE),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICAS)).message(messages::REPLICAS_MAX)
+    )]
     pub max_replicas: i32,
     /// The metric that drives the count.
     pub metric: ScaleMetric,
@@ -212,19 +243,33 @@ pub struct PrometheusQuery {
 pub struct DynamicThreshold {
     /// Smoothing factor of the exponentially weighted moving average, in (0, 1].
     #[serde(default = "default_ewma_alpha")]
+    #[schemars(range(min = 0.0, max = 1.0))]
     #[x_kube(validation = Rule::new("self > 0.0 && self <= 1.0").message(messages::EWMA_ALPHA_RANGE))]
     pub ewma_alpha: f64,
-    /// Length of the history window, in seconds.
+    /// Length of the history window, in seconds. 1 to 86,400 (one day); default 1800.
     #[serde(default = "default_window_seconds")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    #[schemars(range(min = 1, max = bounds::MAX_SECONDS))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_SECONDS)).message(messages::SECONDS_MAX)
+    )]
     pub window_seconds: i32,
     /// How many standard deviations above the average a value must be to count as a rise.
+    /// 0 to 10; default 2.
     #[serde(default = "default_stddev_factor")]
-    #[x_kube(validation = Rule::new("self >= 0.0").message(messages::NON_NEGATIVE_NUMBER))]
+    #[schemars(range(min = 0.0, max = bounds::MAX_FACTOR))]
+    #[x_kube(
+        validation = Rule::new("self >= 0.0").message(messages::NON_NEGATIVE_NUMBER),
+        validation = Rule::new(format!("self <= {:.1}", bounds::MAX_FACTOR)).message(messages::FACTOR_MAX)
+    )]
     pub stddev_factor: f64,
-    /// The threshold never falls below EWMA × floorRatio.
+    /// The threshold never falls below EWMA × floorRatio. 0 to 10; default 0.8.
     #[serde(default = "default_floor_ratio")]
-    #[x_kube(validation = Rule::new("self >= 0.0").message(messages::NON_NEGATIVE_NUMBER))]
+    #[schemars(range(min = 0.0, max = bounds::MAX_FACTOR))]
+    #[x_kube(
+        validation = Rule::new("self >= 0.0").message(messages::NON_NEGATIVE_NUMBER),
+        validation = Rule::new(format!("self <= {:.1}", bounds::MAX_FACTOR)).message(messages::FACTOR_MAX)
+    )]
     pub floor_ratio: f64,
 }
 
@@ -256,25 +301,49 @@ fn default_floor_ratio() -> f64 {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleBehavior {
-    /// Changes closer together than this are merged into one decision.
+    /// Changes closer together than this, in milliseconds, are merged into one decision.
+    /// 0 to 600,000 (ten minutes); default 500.
     #[serde(default = "default_debounce_millis")]
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER))]
+    #[schemars(range(min = 0, max = bounds::MAX_DEBOUNCE_MILLIS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_DEBOUNCE_MILLIS)).message(messages::DEBOUNCE_MAX)
+    )]
     pub debounce_millis: i64,
-    /// After a scale, no other scale happens for this long.
+    /// After a scale, no other scale happens for this many seconds. 0 to 86,400 (one day);
+    /// default 60.
     #[serde(default = "default_cooldown_seconds")]
-    #[x_kube(validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER))]
+    #[schemars(range(min = 0, max = bounds::MAX_SECONDS))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_SECONDS)).message(messages::SECONDS_MAX)
+    )]
     pub cooldown_seconds: i32,
-    /// Token bucket: at most this many scale operations per minute.
+    /// Token bucket: at most this many scale operations per minute. 1 to 60; default 3.
     #[serde(default = "default_max_ops")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    #[schemars(range(min = 1, max = bounds::MAX_SCALE_OPERATIONS_PER_MINUTE))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_SCALE_OPERATIONS_PER_MINUTE)).message(messages::SCALE_OPERATIONS_MAX)
+    )]
     pub max_scale_operations_per_minute: i32,
-    /// Consecutive failures (metric query or apply) that open the circuit breaker.
+    /// Consecutive failures (metric query or apply) that open the circuit breaker. 1 to
+    /// 100; default 3.
     #[serde(default = "default_failure_threshold")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    #[schemars(range(min = 1, max = bounds::MAX_FAILURE_THRESHOLD))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_FAILURE_THRESHOLD)).message(messages::FAILURE_THRESHOLD_MAX)
+    )]
     pub failure_threshold: i32,
-    /// How long an open breaker blocks scaling before one trial decision.
+    /// Seconds an open breaker blocks scaling before one trial decision. 1 to 86,400 (one
+    /// day); default 60.
     #[serde(default = "default_breaker_open_seconds")]
-    #[x_kube(validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER))]
+    #[schemars(range(min = 1, max = bounds::MAX_SECONDS))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_SECONDS)).message(messages::SECONDS_MAX)
+    )]
     pub breaker_open_seconds: i32,
 }
 
@@ -312,12 +381,15 @@ fn default_breaker_open_seconds() -> i32 {
 pub struct CrossClusterScalePolicyStatus {
     /// Generation of the spec this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// Global count currently being divided (differs from spec with autoscaling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub desired_replicas: Option<i32>,
     /// Sum of ready replicas over all placements.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub ready_replicas: Option<i32>,
     /// Id of the current scaling decision, stamped on every member object as annotation
     /// `accord.io/scale-request-id`.
@@ -339,6 +411,7 @@ pub struct CrossClusterScalePolicyStatus {
     /// `Ready` (every placement Synced and ready), `Progressing` (a change is rolling
     /// out), `Degraded` (a placement is in Conflict, Error, TargetNotFound or Unavailable).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
 }
 
@@ -351,9 +424,11 @@ pub struct Placement {
     /// Namespace of the workload there.
     pub namespace: String,
     /// Replicas assigned to this cluster.
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub desired_replicas: i32,
     /// Ready replicas the agent last reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub ready_replicas: Option<i32>,
     /// Pending, Synced, TargetNotFound, Conflict, Unavailable or Error.
     pub state: PlacementState,
@@ -365,6 +440,7 @@ pub struct Placement {
     pub observed_resource_version: Option<String>,
     /// generation of the member object when last observed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
     pub observed_generation: Option<i64>,
     /// When the agent last reported this placement in sync.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -49,9 +49,19 @@ pub struct InvalidCase {
     pub patch: Value,
     /// Expected rejection message.
     pub message: String,
+    /// The value does not fit the Rust type at all: the Rust side cannot decode the object,
+    /// so only the API server can refuse it.
+    #[serde(default, rename = "beyondRustType")]
+    pub beyond_rust_type: bool,
 }
 
 impl InvalidCase {
+    /// True when the patch writes `status`: the case goes to the status subresource of the
+    /// (created) example, and only the schema's OpenAPI bounds apply to it.
+    pub fn is_status(&self) -> bool {
+        self.patch.get("status").is_some()
+    }
+
     /// The invalid object: the example with the patch applied.
     pub fn object(&self) -> Value {
         let mut obj = example(&self.example);

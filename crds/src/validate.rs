@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use crate::bounds;
 use crate::duration;
 use crate::kafka::{FederatedKafkaTopicSpec, KafkaTopicPolicySpec};
 use crate::managed_cluster::ManagedClusterSpec;
@@ -91,30 +92,37 @@ fn is_http_url(s: &str) -> bool {
     s.starts_with("http://") || s.starts_with("https://")
 }
 
-/// `minReplicas` / `maxReplicas` at `path`: each 0 or more, min not above max.
+/// `minReplicas` / `maxReplicas` at `path`: each 0 to [`bounds::MAX_REPLICAS`], min not
+/// above max.
 fn check_replica_bounds(
     errs: &mut ValidationErrors,
     path: &str,
     min: Option<i32>,
     max: Option<i32>,
 ) {
-    if let Some(v) = min {
-        errs.check(
-            v >= 0,
-            format!("{path}.minReplicas"),
-            m::REPLICAS_NON_NEGATIVE,
-        );
-    }
-    if let Some(v) = max {
-        errs.check(
-            v >= 0,
-            format!("{path}.maxReplicas"),
-            m::REPLICAS_NON_NEGATIVE,
-        );
+    for (field, value) in [("minReplicas", min), ("maxReplicas", max)] {
+        if let Some(v) = value {
+            errs.check(v >= 0, format!("{path}.{field}"), m::REPLICAS_NON_NEGATIVE);
+            errs.check(
+                v <= bounds::MAX_REPLICAS,
+                format!("{path}.{field}"),
+                m::REPLICAS_MAX,
+            );
+        }
     }
     if let (Some(lo), Some(hi)) = (min, max) {
         errs.check(lo <= hi, path.to_owned(), m::MIN_LE_MAX);
     }
+}
+
+/// `spec.replicationFactor`: 1 to [`bounds::MAX_REPLICATION_FACTOR`].
+fn check_replication_factor(errs: &mut ValidationErrors, rf: i32) {
+    errs.check(rf >= 1, "spec.replicationFactor", m::REPLICATION_FACTOR_MIN);
+    errs.check(
+        rf <= bounds::MAX_REPLICATION_FACTOR,
+        "spec.replicationFactor",
+        m::REPLICATION_FACTOR_MAX,
+    );
 }
 
 fn check_cluster_selection(
@@ -141,6 +149,7 @@ impl Validate for ManagedClusterSpec {
         let mut errs = ValidationErrors::default();
         if let Some(w) = self.weight {
             errs.check(w > 0, "spec.weight", m::WEIGHT_POSITIVE);
+            errs.check(w <= bounds::MAX_WEIGHT, "spec.weight", m::WEIGHT_MAX);
         }
         errs.into_result()
     }
@@ -161,6 +170,11 @@ impl Validate for CrossClusterScalePolicySpec {
             m::DESIRED_NON_NEGATIVE,
         );
         errs.check(
+            self.desired_replicas <= bounds::MAX_REPLICAS,
+            "spec.desiredReplicas",
+            m::DESIRED_MAX,
+        );
+        errs.check(
             !self.distribution.is_empty(),
             "spec.distribution",
             m::DISTRIBUTION_NOT_EMPTY,
@@ -174,6 +188,11 @@ impl Validate for CrossClusterScalePolicySpec {
                 m::CLUSTER_NAME,
             );
             errs.check(d.weight > 0, format!("{path}.weight"), m::WEIGHT_POSITIVE);
+            errs.check(
+                d.weight <= bounds::MAX_WEIGHT,
+                format!("{path}.weight"),
+                m::WEIGHT_MAX,
+            );
             check_replica_bounds(&mut errs, &path, d.min_replicas, d.max_replicas);
             if !seen.insert(d.cluster.as_str()) {
                 errs.check(false, "spec.distribution", m::DISTRIBUTION_UNIQUE);
@@ -183,6 +202,11 @@ impl Validate for CrossClusterScalePolicySpec {
             self.failover.return_cooldown_seconds >= 0,
             "spec.failover.returnCooldownSeconds",
             m::NON_NEGATIVE_NUMBER,
+        );
+        errs.check(
+            self.failover.return_cooldown_seconds <= bounds::MAX_SECONDS,
+            "spec.failover.returnCooldownSeconds",
+            m::SECONDS_MAX,
         );
         if let Some(a) = &self.autoscaling {
             let p = "spec.autoscaling";
@@ -216,14 +240,29 @@ impl Validate for CrossClusterScalePolicySpec {
                 m::POSITIVE_INTEGER,
             );
             errs.check(
+                t.window_seconds <= bounds::MAX_SECONDS,
+                format!("{q}.windowSeconds"),
+                m::SECONDS_MAX,
+            );
+            errs.check(
                 t.stddev_factor >= 0.0,
                 format!("{q}.stddevFactor"),
                 m::NON_NEGATIVE_NUMBER,
             );
             errs.check(
+                t.stddev_factor <= bounds::MAX_FACTOR,
+                format!("{q}.stddevFactor"),
+                m::FACTOR_MAX,
+            );
+            errs.check(
                 t.floor_ratio >= 0.0,
                 format!("{q}.floorRatio"),
                 m::NON_NEGATIVE_NUMBER,
+            );
+            errs.check(
+                t.floor_ratio <= bounds::MAX_FACTOR,
+                format!("{q}.floorRatio"),
+                m::FACTOR_MAX,
             );
             let b = &a.behavior;
             let q = format!("{p}.behavior");
@@ -233,9 +272,19 @@ impl Validate for CrossClusterScalePolicySpec {
                 m::NON_NEGATIVE_NUMBER,
             );
             errs.check(
+                b.debounce_millis <= bounds::MAX_DEBOUNCE_MILLIS,
+                format!("{q}.debounceMillis"),
+                m::DEBOUNCE_MAX,
+            );
+            errs.check(
                 b.cooldown_seconds >= 0,
                 format!("{q}.cooldownSeconds"),
                 m::NON_NEGATIVE_NUMBER,
+            );
+            errs.check(
+                b.cooldown_seconds <= bounds::MAX_SECONDS,
+                format!("{q}.cooldownSeconds"),
+                m::SECONDS_MAX,
             );
             errs.check(
                 b.max_scale_operations_per_minute >= 1,
@@ -243,14 +292,29 @@ impl Validate for CrossClusterScalePolicySpec {
                 m::POSITIVE_INTEGER,
             );
             errs.check(
+                b.max_scale_operations_per_minute <= bounds::MAX_SCALE_OPERATIONS_PER_MINUTE,
+                format!("{q}.maxScaleOperationsPerMinute"),
+                m::SCALE_OPERATIONS_MAX,
+            );
+            errs.check(
                 b.failure_threshold >= 1,
                 format!("{q}.failureThreshold"),
                 m::POSITIVE_INTEGER,
             );
             errs.check(
+                b.failure_threshold <= bounds::MAX_FAILURE_THRESHOLD,
+                format!("{q}.failureThreshold"),
+                m::FAILURE_THRESHOLD_MAX,
+            );
+            errs.check(
                 b.breaker_open_seconds >= 1,
                 format!("{q}.breakerOpenSeconds"),
                 m::POSITIVE_INTEGER,
+            );
+            errs.check(
+                b.breaker_open_seconds <= bounds::MAX_SECONDS,
+                format!("{q}.breakerOpenSeconds"),
+                m::SECONDS_MAX,
             );
         }
         errs.into_result()
@@ -265,10 +329,11 @@ impl Validate for FederatedKafkaTopicSpec {
         }
         errs.check(self.partitions >= 1, "spec.partitions", m::PARTITIONS_MIN);
         errs.check(
-            self.replication_factor >= 1,
-            "spec.replicationFactor",
-            m::REPLICATION_FACTOR_MIN,
+            self.partitions <= bounds::MAX_PARTITIONS,
+            "spec.partitions",
+            m::PARTITIONS_MAX,
         );
+        check_replication_factor(&mut errs, self.replication_factor);
         check_cluster_selection(
             &mut errs,
             self.clusters.as_deref(),
@@ -281,19 +346,31 @@ impl Validate for FederatedKafkaTopicSpec {
 impl Validate for KafkaTopicPolicySpec {
     fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = ValidationErrors::default();
-        for (field, v) in [
-            ("minPartitions", self.min_partitions),
-            ("maxPartitions", self.max_partitions),
+        for (field, v, message) in [
+            (
+                "minPartitions",
+                self.min_partitions,
+                m::MIN_PARTITIONS_RANGE,
+            ),
+            (
+                "maxPartitions",
+                self.max_partitions,
+                m::MAX_PARTITIONS_RANGE,
+            ),
         ] {
             if let Some(v) = v {
-                errs.check(v >= 1, format!("spec.{field}"), m::PARTITIONS_MIN);
+                errs.check(
+                    (1..=bounds::MAX_PARTITIONS).contains(&v),
+                    format!("spec.{field}"),
+                    message,
+                );
             }
         }
         if let (Some(lo), Some(hi)) = (self.min_partitions, self.max_partitions) {
             errs.check(lo <= hi, "spec", m::MIN_PARTITIONS_LE_MAX);
         }
         if let Some(rf) = self.replication_factor {
-            errs.check(rf >= 1, "spec.replicationFactor", m::REPLICATION_FACTOR_MIN);
+            check_replication_factor(&mut errs, rf);
         }
         errs.into_result()
     }
@@ -328,6 +405,11 @@ impl Validate for PrometheusFederationSpec {
         }
         if let Some(limit) = self.sample_limit {
             errs.check(limit >= 0, "spec.sampleLimit", m::SAMPLE_LIMIT_NON_NEGATIVE);
+            errs.check(
+                limit <= bounds::MAX_SAMPLE_LIMIT,
+                "spec.sampleLimit",
+                m::SAMPLE_LIMIT_MAX,
+            );
         }
         if let Some(url) = self.target.as_ref().and_then(|t| t.reload_url.as_deref()) {
             errs.check(is_http_url(url), "spec.target.reloadURL", m::HTTP_URL);

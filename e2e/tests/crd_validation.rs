@@ -1,12 +1,13 @@
 //! The real API server enforces Accord's CRD schemas: every example under
 //! `deploy/examples/` is accepted, and every invalid CR in `crds/tests/invalid-cases.yaml`
 //! is rejected with the message the table expects (the same table the Rust-side
-//! validation is tested against).
+//! validation is tested against). Cases that write `status` go, as a dry run, to the status
+//! subresource of the example created first; the others are dry-run creates.
 
 use accord_crds::testdata::{examples, invalid_cases};
 use accord_e2e::Testbed;
 use anyhow::{Context as _, Result, bail, ensure};
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
@@ -38,6 +39,26 @@ async fn create(client: &kube::Client, obj: &Value, dry_run: bool) -> Result<(),
     api.create(&params, &object).await.map(|_| ())
 }
 
+/// Merge-patches the status of the (already created) object `obj` names with `patch`, as a
+/// dry run.
+async fn patch_status(
+    client: &kube::Client,
+    obj: &Value,
+    patch: &Value,
+) -> Result<(), kube::Error> {
+    let api = api_for(client, obj).expect("known kind");
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .expect("examples have names");
+    let params = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.patch_status(name, &params, &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn examples_are_accepted_and_invalid_crs_are_rejected_with_clear_messages() -> Result<()> {
     let testbed = Testbed::builder()
@@ -67,7 +88,12 @@ async fn examples_are_accepted_and_invalid_crs_are_rejected_with_clear_messages(
     );
     let mut failures = Vec::new();
     for case in &cases {
-        match create(&client, &case.object(), true).await {
+        let outcome = if case.is_status() {
+            patch_status(&client, &case.object(), &case.patch).await
+        } else {
+            create(&client, &case.object(), true).await
+        };
+        match outcome {
             Ok(()) => failures.push(format!("{:?}: accepted", case.name)),
             Err(kube::Error::Api(status)) => {
                 if status.code != 422 || !status.message.contains(&case.message) {
