@@ -348,3 +348,151 @@ fn a_hub_killed_mid_change_converges_after_restart_without_reapplying_a_decision
         Ok(())
     });
 }
+
+/// Scale policies as untyped objects, which decode whatever the API server holds.
+fn dynamic_policies(testbed: &Testbed, ns: &str) -> Api<kube::core::DynamicObject> {
+    Api::namespaced_with(
+        testbed.mgmt().client(),
+        ns,
+        &kube::core::ApiResource::erase::<CrossClusterScalePolicy>(&()),
+    )
+}
+
+/// Name of the scale policies' CustomResourceDefinition.
+const CCSP_CRD: &str = "crossclusterscalepolicies.accord.io";
+
+/// Drops every bound and CEL rule below `schema`, so an object the real schema refuses can
+/// be stored (as one stored before a schema change, or written around validation, would be).
+fn relax(schema: &mut serde_json::Value) {
+    if let Some(object) = schema.as_object_mut() {
+        for key in ["minimum", "maximum", "format", "x-kubernetes-validations"] {
+            object.remove(key);
+        }
+        for value in object.values_mut() {
+            relax(value);
+        }
+    } else if let Some(items) = schema.as_array_mut() {
+        items.iter_mut().for_each(relax);
+    }
+}
+
+/// Replaces the CRD's spec with `spec` (keeping its current resourceVersion).
+async fn replace_crd_spec(testbed: &Testbed, spec: &serde_json::Value) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let api: Api<CustomResourceDefinition> = Api::all(testbed.mgmt().client());
+    let mut crd = serde_json::to_value(api.get(CCSP_CRD).await?)?;
+    crd["spec"] = spec.clone();
+    api.replace(CCSP_CRD, &Default::default(), &serde_json::from_value(crd)?)
+        .await?;
+    Ok(())
+}
+
+/// Creates `policy` under a relaxed schema, retrying until the API server serves the relaxed
+/// schema, and restores the real one afterwards whatever happened.
+async fn create_around_validation(testbed: &Testbed, policy: serde_json::Value) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(testbed.mgmt().client());
+    let original = serde_json::to_value(crds.get(CCSP_CRD).await?)?["spec"].clone();
+    let mut relaxed = original.clone();
+    for version in relaxed["versions"].as_array_mut().context("versions")? {
+        relax(&mut version["schema"]["openAPIV3Schema"]["properties"]["spec"]);
+    }
+    replace_crd_spec(testbed, &relaxed).await?;
+    let ns = policy["metadata"]["namespace"].as_str().context("namespace")?.to_owned();
+    let created = until("the relaxed schema admits the policy", Duration::from_secs(30), || {
+        let policy = policy.clone();
+        let ns = ns.clone();
+        async move {
+            // Untyped: the typed client could not decode what it gets back.
+            let api = dynamic_policies(testbed, &ns);
+            let name = policy["metadata"]["name"].as_str().unwrap_or_default();
+            Ok(match api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&policy)).await {
+                Ok(_) => Check::Ready(()),
+                Err(e) => Check::NotYet(e.to_string()),
+            })
+        }
+    })
+    .await;
+    let restored = replace_crd_spec(testbed, &original).await;
+    created?;
+    restored
+}
+
+#[test]
+fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after_a_restart() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-poison";
+        let mut fed = Federation::start(testbed, "hub-poison", "/e2e-poison/", &[], &[("poison-1", 0), ("poison-2", 1)]).await?;
+        for m in 0..2 {
+            apply_deployment(testbed, m, ns, "web", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "poison-1", "weight": 1}, {"cluster": "poison-2", "weight": 1}]);
+        apply_policy(testbed, ns, policy("good", ns, "web", 2, dist.clone(), serde_json::json!({}))).await?;
+        wait_replicas(testbed, ns, "web", &[(0, 1), (1, 1)], Duration::from_secs(60)).await?;
+
+        // The real schema refuses 3,000,000,000 replicas (more than an int32 holds).
+        let mut bad = policy("bad", ns, "other", 2, dist.clone(), serde_json::json!({}));
+        bad["spec"]["desiredReplicas"] = serde_json::json!(3_000_000_000_i64);
+        let refused = dynamic_policies(testbed, ns).patch("bad", &PatchParams::apply(FM).force(), &Patch::Apply(&bad)).await;
+        ensure!(
+            matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+            "the API server should refuse 3,000,000,000 replicas, got {refused:?}"
+        );
+        create_around_validation(testbed, bad).await?;
+
+        // The hub cannot decode it: it says so in the status and in an Event.
+        let invalid_spec = || async {
+            let object = dynamic_policies(testbed, ns).get("bad").await?;
+            let conditions = object.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            let ready = conditions.iter().find(|c| c["type"] == "Ready");
+            Ok(match ready {
+                Some(c) if c["status"] == "False" && c["reason"] == "InvalidSpec" => {
+                    Check::Ready(c["message"].as_str().unwrap_or_default().to_owned())
+                }
+                _ => Check::NotYet(format!("conditions {conditions:?}")),
+            })
+        };
+        let message = until("bad shows InvalidSpec", Duration::from_secs(30), invalid_spec).await?;
+        ensure!(message.contains("3000000000") || message.to_lowercase().contains("desiredreplicas"), "the message should say what does not decode: {message}");
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(testbed.mgmt().client(), ns);
+        until("a Warning Event about bad", Duration::from_secs(30), || async {
+            let list = events.list(&Default::default()).await?;
+            let about_bad: Vec<_> = list
+                .items
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some("bad"))
+                .map(|e| (e.type_.clone(), e.reason.clone()))
+                .collect();
+            Ok(if about_bad.iter().any(|(t, r)| t.as_deref() == Some("Warning") && r.as_deref() == Some("InvalidSpec")) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("events about bad: {about_bad:?}"))
+            })
+        })
+        .await?;
+
+        // Another policy keeps converging, before and after a hub restart.
+        apply_policy(testbed, ns, policy("good", ns, "web", 4, dist.clone(), serde_json::json!({}))).await?;
+        wait_replicas(testbed, ns, "web", &[(0, 2), (1, 2)], Duration::from_secs(60)).await?;
+        fed.kill_hub()?;
+        fed.restart_hub().await?;
+        apply_policy(testbed, ns, policy("good", ns, "web", 6, dist, serde_json::json!({}))).await?;
+        wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3)], Duration::from_secs(60)).await?;
+        wait_states(testbed, ns, "good", &[("poison-1", PlacementState::Synced), ("poison-2", PlacementState::Synced)], Duration::from_secs(60)).await?;
+        until("bad still shows InvalidSpec after the restart", Duration::from_secs(30), invalid_spec).await?;
+
+        // Deleting the undecodable policy completes (no finalizer is left hanging).
+        let dynamic = dynamic_policies(testbed, ns);
+        dynamic.delete("bad", &Default::default()).await?;
+        until("bad is gone", Duration::from_secs(30), || async {
+            Ok(match dynamic.get_opt("bad").await? {
+                None => Check::Ready(()),
+                Some(o) => Check::NotYet(format!("finalizers {:?}", o.metadata.finalizers)),
+            })
+        })
+        .await?;
+        Ok(())
+    });
+}
