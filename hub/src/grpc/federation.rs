@@ -12,14 +12,17 @@ use futures::Stream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, warn};
 
-use super::Shared;
+use super::AgentFacing;
+use accord_common::distribution::{Observed, state_from_proto};
+use accord_common::runtime::unix_millis;
+
 use crate::connections::Connection;
 use crate::pki::peer_identity;
 use crate::store::presence::ConnectedRecord;
@@ -30,12 +33,12 @@ const OUTBOX_CAPACITY: usize = 64;
 
 /// The Federation service.
 pub struct FederationService {
-    shared: Shared,
+    shared: AgentFacing,
 }
 
 impl FederationService {
     /// A service over the hub's shared state.
-    pub fn new(shared: Shared) -> Self {
+    pub fn new(shared: AgentFacing) -> Self {
         Self { shared }
     }
 }
@@ -43,7 +46,7 @@ impl FederationService {
 type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
 
 /// The verified cluster behind a request.
-async fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<String, Status> {
+async fn authenticate<T>(shared: &AgentFacing, request: &Request<T>) -> Result<String, Status> {
     let certs = request.peer_certs().ok_or_else(|| {
         Status::unauthenticated("a client certificate is required; join the cluster first")
     })?;
@@ -73,16 +76,6 @@ async fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<String
     }
 }
 
-fn unix_millis() -> i64 {
-    i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
-}
-
 #[tonic::async_trait]
 impl Federation for FederationService {
     type SyncStream = HubStream;
@@ -109,7 +102,7 @@ impl Federation for FederationService {
 
 /// One agent stream, from Hello to close.
 struct Session {
-    shared: Shared,
+    shared: AgentFacing,
     cluster: String,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
 }
@@ -262,23 +255,20 @@ impl Session {
                 "status report policy needs a kind and a name",
             ));
         }
-        let state = accord_common::distribution::state_from_proto(report.state)
-            .ok_or_else(|| Status::invalid_argument("status report without a placement state"))?;
-        let scale_request_id = match &report.observed {
-            Some(accord_proto::v1::status_report::Observed::Replicas(r)) => {
-                r.scale_request_id.clone()
-            }
-            _ => String::new(),
-        };
+        let state = state_from_proto(report.state).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "status report with an unset or unknown placement state ({})",
+                report.state
+            ))
+        })?;
         let record = StatusRecord {
             resource_version: report.resource_version,
             generation: report.generation,
             applied_revision: report.applied_revision,
-            state: state.as_str().to_owned(),
+            state,
             message: report.message,
             observed_unix_millis: report.observed_unix_millis,
-            scale_request_id,
-            observed: observed_json(report.observed),
+            observed: Observed::from_proto(report.observed),
         };
         let started = Instant::now();
         let outcome = s
@@ -315,28 +305,5 @@ impl Session {
                 result: Some(result),
             })),
         })
-    }
-}
-
-/// Kind-specific observed values as JSON for the status record.
-fn observed_json(observed: Option<accord_proto::v1::status_report::Observed>) -> serde_json::Value {
-    use accord_proto::v1::status_report::Observed;
-    match observed {
-        Some(Observed::Replicas(r)) => serde_json::json!({
-            "desiredReplicas": r.desired_replicas,
-            "readyReplicas": r.ready_replicas,
-            "updatedReplicas": r.updated_replicas,
-            "observedGeneration": r.observed_generation,
-        }),
-        Some(Observed::Topic(t)) => serde_json::json!({
-            "partitions": t.partitions,
-            "replicationFactor": t.replication_factor,
-        }),
-        Some(Observed::FederationConfig(f)) => serde_json::json!({
-            "configHash": f.config_hash,
-            "jobs": f.jobs,
-            "reloaded": f.reloaded,
-        }),
-        None => serde_json::Value::Null,
     }
 }
