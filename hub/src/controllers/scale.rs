@@ -523,3 +523,34 @@ fn policy_error(
 ) -> Action {
     error_policy(&ctx, &object_name(&policy), error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> ReconcileError {
+        ReconcileError::Kube(kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "Test").with_code(code),
+        )))
+    }
+
+    #[test]
+    fn refused_requests_wait_for_a_change_and_passing_trouble_is_retried() {
+        assert!(!api_error(422).is_transient(), "an invalid patch repeats");
+        assert!(!api_error(403).is_transient(), "missing RBAC repeats");
+        assert!(api_error(409).is_transient(), "a conflict passes");
+        assert!(api_error(429).is_transient(), "throttling passes");
+        assert!(
+            api_error(503).is_transient(),
+            "an unavailable API server passes"
+        );
+        assert!(ReconcileError::LockTimeout("ns/p".into()).is_transient());
+        assert!(!ReconcileError::NotLeader.is_transient());
+        assert!(!ReconcileError::Store(StoreError::Fenced).is_transient());
+        assert_eq!(api_error(500).category(), "kubernetes");
+        assert_eq!(
+            ReconcileError::LockTimeout("ns/p".into()).category(),
+            "lock_timeout"
+        );
+    }
+}
