@@ -113,6 +113,15 @@ impl<K: DeserializeOwned> Lenient<K> {
     }
 }
 
+impl<K> Lenient<K> {
+    /// The same object without its status.
+    fn without_status(&self) -> Self {
+        let mut copy = self.clone();
+        copy.data.remove("status");
+        copy
+    }
+}
+
 /// What reconcile does with one watched object.
 #[derive(Debug)]
 pub enum Decoded<K> {
@@ -137,7 +146,11 @@ pub fn decode_or_invalid<K: DeserializeOwned>(object: &Lenient<K>, now: &Time) -
         Ok(k) => return Decoded::Valid(Box::new(k)),
         Err(e) => e,
     };
-    let message = format!("the hub cannot read this object: {error}");
+    // serde names no field; say at least which part is at fault.
+    let message = match object.without_status().decode() {
+        Ok(_) => format!("the hub cannot read this object's status: {error}"),
+        Err(e) => format!("the hub cannot read this object's spec: {e}"),
+    };
     let generation = object.metadata.generation;
     let old = object.conditions();
     let new = conditions::merge(
@@ -211,6 +224,7 @@ mod tests {
             panic!("3000000000 replicas decoded as an i32")
         };
         assert!(message.contains("3000000000"), "{message}");
+        assert!(message.contains("spec"), "{message}");
         let patch = status_patch.expect("the condition must be written");
         let status = &patch["status"];
         assert_eq!(status["observedGeneration"], 2);
@@ -260,6 +274,20 @@ mod tests {
             patch["status"]["conditions"][0]["reason"],
             reasons::INVALID_SPEC
         );
+    }
+
+    #[test]
+    fn a_sound_spec_under_a_broken_status_is_reported_as_a_status_problem() {
+        let mut object = policy(serde_json::json!(3));
+        object.data.insert(
+            "status".into(),
+            serde_json::json!({"readyReplicas": "lots"}),
+        );
+        let Decoded::Invalid { message, .. } = decode_or_invalid(&object, &now()) else {
+            panic!("decoded")
+        };
+        assert!(message.contains("status"), "{message}");
+        assert!(!message.contains("spec"), "{message}");
     }
 
     #[test]

@@ -13,10 +13,10 @@
 //! and removes whatever placements an earlier, valid version of it left.
 
 use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_crds::CrossClusterScalePolicy;
 use accord_crds::conditions::{self, reasons, types};
 use accord_crds::scale::CrossClusterScalePolicyStatus;
 use accord_crds::validate::Validate;
-use accord_crds::{CrossClusterScalePolicy, ManagedClusterStatus};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -35,8 +35,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, info};
 
 use super::{
-    ClusterEvents, ControllerContext, ControllerError, Decoded, ErrorCategory, Lenient, Listed,
-    decode_or_invalid, error_policy,
+    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
+    Lenient, Listed, decode_or_invalid, error_policy,
 };
 use crate::distribution::{Decision, PlacementRecord};
 use crate::scale::plan::{AggregateInputs, ClusterView, aggregate, plan, status_changed};
@@ -111,27 +111,24 @@ fn cluster_views(ctx: &ControllerContext) -> HashMap<String, ClusterView> {
     ctx.clusters
         .state()
         .iter()
-        .map(|mc| {
-            let status: Option<ManagedClusterStatus> = mc
-                .pointer("/status")
-                .and_then(|s| serde_json::from_value(s.clone()).ok());
-            let available = status
-                .as_ref()
-                .and_then(|s| conditions::find(&s.conditions, types::AVAILABLE))
-                .map(|c| (c.status == "True", c.last_transition_time.0.as_second()));
-            (
-                mc.name_any(),
-                ClusterView {
-                    available: available.is_some_and(|a| a.0),
-                    available_since_unix: available.map_or(0, |a| a.1),
-                    unschedulable: mc
-                        .pointer("/spec/unschedulable")
-                        .and_then(serde_json::Value::as_bool)
-                        .unwrap_or(false),
-                },
-            )
-        })
+        .map(|mc| (mc.name_any(), cluster_view(mc)))
         .collect()
+}
+
+/// What planning needs of one ManagedCluster: its `Available` condition and whether it is
+/// drained, each read on its own so that nothing else in the object can hide them.
+fn cluster_view(mc: &ClusterObject) -> ClusterView {
+    let conditions = mc.conditions();
+    let available = conditions::find(&conditions, types::AVAILABLE)
+        .map(|c| (c.status == "True", c.last_transition_time.0.as_second()));
+    ClusterView {
+        available: available.is_some_and(|a| a.0),
+        available_since_unix: available.map_or(0, |a| a.1),
+        unschedulable: mc
+            .pointer("/spec/unschedulable")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false),
+    }
 }
 
 fn object_name(policy: &WatchedPolicy) -> String {
@@ -507,6 +504,9 @@ pub async fn run(
             futures::future::ready(())
         });
     // Each of these runs for as long as the controller does; whichever ends first ends it.
+    // They share one task on purpose: a shared-stream subscription that finds its object
+    // already deleted returns Pending without a wake-up, and the other branches' activity
+    // polls it again.
     tokio::select! {
         () = reconciling => {}
         () = cluster_changes => {}
@@ -527,6 +527,32 @@ fn policy_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_whose_spec_does_not_decode_still_counts_by_its_status() {
+        let mc = ClusterObject::from_value(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "metadata": {"name": "a"},
+            "spec": {"weight": 3_000_000_000_i64, "unschedulable": true},
+            "status": {"agentVersion": 7, "conditions": [{
+                "type": "Available", "status": "True", "reason": "AgentConnected",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:10Z"
+            }]}
+        }))
+        .unwrap();
+        assert!(
+            mc.decode().is_err(),
+            "the fixture must not decode as a whole"
+        );
+        assert_eq!(
+            cluster_view(&mc),
+            ClusterView {
+                available: true,
+                available_since_unix: 1_767_225_610,
+                unschedulable: true,
+            }
+        );
+    }
 
     fn api_error(code: u16) -> ReconcileError {
         ReconcileError::Kube(kube::Error::Api(Box::new(
