@@ -6,7 +6,8 @@
 
 use accord_proto::v1::federation_server::Federation;
 use accord_proto::v1::{
-    AgentMessage, HubMessage, StatusAck, StatusReport, agent_message, hub_message, status_ack,
+    AgentMessage, HubMessage, ObjectRef, StatusAck, StatusReport, agent_message, hub_message,
+    status_ack,
 };
 use futures::Stream;
 use std::pin::Pin;
@@ -246,30 +247,8 @@ impl Session {
     /// Writes one report with optimistic concurrency and builds the answer.
     async fn store_report(&self, report: StatusReport) -> Result<HubMessage, Status> {
         let s = &self.shared;
-        let policy = report
-            .policy
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;
-        if policy.kind.is_empty() || policy.name.is_empty() {
-            return Err(Status::invalid_argument(
-                "status report policy needs a kind and a name",
-            ));
-        }
-        let state = state_from_proto(report.state).ok_or_else(|| {
-            Status::invalid_argument(format!(
-                "status report with an unset or unknown placement state ({})",
-                report.state
-            ))
-        })?;
-        let record = StatusRecord {
-            resource_version: report.resource_version,
-            generation: report.generation,
-            applied_revision: report.applied_revision,
-            state,
-            message: report.message,
-            observed_unix_millis: report.observed_unix_millis,
-            observed: Observed::from_proto(report.observed),
-        };
+        let expected_version = report.expected_version;
+        let (policy, record) = translate_report(report)?;
         let started = Instant::now();
         let outcome = s
             .store
@@ -279,7 +258,7 @@ impl Session {
                 &policy.namespace,
                 &policy.name,
                 &record,
-                report.expected_version,
+                expected_version,
             )
             .await;
         s.metrics
@@ -305,5 +284,97 @@ impl Session {
                 result: Some(result),
             })),
         })
+    }
+}
+
+/// A report's policy and the status record to store, or `INVALID_ARGUMENT` saying what is
+/// missing: a policy with a kind and a name, and a known placement state.
+fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord), Status> {
+    let policy = report
+        .policy
+        .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;
+    if policy.kind.is_empty() || policy.name.is_empty() {
+        return Err(Status::invalid_argument(
+            "status report policy needs a kind and a name",
+        ));
+    }
+    let state = state_from_proto(report.state).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "status report with an unset or unknown placement state ({})",
+            report.state
+        ))
+    })?;
+    let record = StatusRecord {
+        resource_version: report.resource_version,
+        generation: report.generation,
+        applied_revision: report.applied_revision,
+        state,
+        message: report.message,
+        observed_unix_millis: report.observed_unix_millis,
+        observed: Observed::from_proto(report.observed),
+    };
+    Ok((policy, record))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::{PlacementState, ReplicasObserved, state_to_proto};
+    use accord_proto::v1::{ReplicaStatus, status_report};
+
+    fn report(state: i32) -> StatusReport {
+        StatusReport {
+            policy: Some(ObjectRef {
+                kind: "CrossClusterScalePolicy".into(),
+                namespace: "default".into(),
+                name: "web".into(),
+            }),
+            state,
+            resource_version: "12".into(),
+            generation: 3,
+            applied_revision: 40,
+            observed_unix_millis: 1_000,
+            observed: Some(status_report::Observed::Replicas(ReplicaStatus {
+                desired_replicas: 7,
+                ready_replicas: 6,
+                updated_replicas: 7,
+                observed_generation: 3,
+                scale_request_id: "01J".into(),
+            })),
+            ..StatusReport::default()
+        }
+    }
+
+    #[test]
+    fn a_report_becomes_a_typed_record_with_the_request_id_in_its_observation() {
+        let (policy, record) =
+            translate_report(report(state_to_proto(PlacementState::Synced) as i32)).unwrap();
+        assert_eq!(policy.name, "web");
+        assert_eq!(record.state, PlacementState::Synced);
+        assert_eq!(
+            record.observed.replicas(),
+            Some(&ReplicasObserved {
+                desired: 7,
+                ready: 6,
+                updated: 7,
+                observed_generation: 3,
+                scale_request_id: "01J".into(),
+            })
+        );
+        assert_eq!((record.applied_revision, record.generation), (40, 3));
+    }
+
+    #[test]
+    fn a_report_without_a_known_state_is_an_invalid_argument() {
+        for state in [0, 99] {
+            let err = translate_report(report(state)).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{state}");
+        }
+        let mut nameless = report(state_to_proto(PlacementState::Synced) as i32);
+        nameless.policy = None;
+        assert_eq!(
+            translate_report(nameless).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
     }
 }
