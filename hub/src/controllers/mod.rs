@@ -3,7 +3,14 @@
 //! the one ManagedCluster reflector they share, reports errors through [`report_error`]
 //! and retries through [`error_policy`].
 //!
-//! Adding a kind is a new file here plus one line in [`CONTROLLERS`].
+//! Every controller watches its kind as [`Lenient`] objects and decodes each one in
+//! reconcile ([`decode_or_invalid`]), so one object that does not fit its Rust type gets
+//! `Ready=False`/`InvalidSpec` and never stops the others. A controller that ends while
+//! leading ends [`run`] with an error, and the hub's supervisor stops the process.
+//!
+//! Adding a kind touches: a new file here (its reconcile), one line in [`CONTROLLERS`],
+//! a module of its own for the pure decisions (as [`crate::scale`]), and one variant of
+//! [`crate::distribution::Decision`].
 
 pub mod cluster_status;
 pub mod lenient;
