@@ -1,7 +1,10 @@
-//! The hub's HTTP endpoint: `/metrics`, `/healthz`, `/readyz` (ready once the gRPC server
-//! listens and etcd answered; not ready again from SIGTERM on).
+//! The hub's HTTP endpoint: `/metrics`, `/healthz`, `/readyz` — ready while etcd answers
+//! and, on the leader, once every controller has listed what it watches; not ready again
+//! from SIGTERM (or a failed task) on.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use accord_common::http::Readiness;
 
@@ -19,4 +22,98 @@ pub async fn serve(
 /// Binds the HTTP address, so that a port conflict fails start-up with a clear error.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await
+}
+
+/// The conditions `/readyz` combines; each holder sets its own, and [`Readiness`] follows
+/// their conjunction.
+#[derive(Clone, Default)]
+pub struct ReadinessGates {
+    ready: Readiness,
+    gates: Arc<Gates>,
+}
+
+#[derive(Debug, Default)]
+struct Gates {
+    serving: AtomicBool,
+    store_answers: AtomicBool,
+    controllers_waiting: AtomicBool,
+    stopping: AtomicBool,
+}
+
+impl ReadinessGates {
+    /// Gates feeding `ready`; not ready until [`ReadinessGates::set_serving`] and
+    /// [`ReadinessGates::set_store_answers`] say so.
+    pub fn new(ready: Readiness) -> Self {
+        let gates = Self {
+            ready,
+            gates: Arc::default(),
+        };
+        gates.update();
+        gates
+    }
+
+    /// The gRPC server listens.
+    pub fn set_serving(&self, on: bool) {
+        self.gates.serving.store(on, Ordering::SeqCst);
+        self.update();
+    }
+
+    /// etcd answers (or not).
+    pub fn set_store_answers(&self, on: bool) {
+        self.gates.store_answers.store(on, Ordering::SeqCst);
+        self.update();
+    }
+
+    /// Whether etcd answered at the last probe.
+    pub fn store_answers(&self) -> bool {
+        self.gates.store_answers.load(Ordering::SeqCst)
+    }
+
+    /// Every running controller has listed its objects (true, too, when none runs).
+    pub fn set_controllers_listed(&self, on: bool) {
+        self.gates.controllers_waiting.store(!on, Ordering::SeqCst);
+        self.update();
+    }
+
+    /// The replica is stopping: never ready again.
+    pub fn stop(&self) {
+        self.gates.stopping.store(true, Ordering::SeqCst);
+        self.update();
+    }
+
+    fn update(&self) {
+        let g = &self.gates;
+        self.ready.set(
+            g.serving.load(Ordering::SeqCst)
+                && g.store_answers.load(Ordering::SeqCst)
+                && !g.controllers_waiting.load(Ordering::SeqCst)
+                && !g.stopping.load(Ordering::SeqCst),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_only_while_every_gate_is_open_and_never_after_stop() {
+        let ready = Readiness::default();
+        let gates = ReadinessGates::new(ready.clone());
+        assert!(!ready.get());
+        gates.set_serving(true);
+        gates.set_store_answers(true);
+        assert!(ready.get());
+        gates.set_controllers_listed(false);
+        assert!(!ready.get(), "a controller that has not listed yet");
+        gates.set_controllers_listed(true);
+        assert!(ready.get());
+        gates.set_store_answers(false);
+        assert!(!ready.get());
+        gates.set_store_answers(true);
+        gates.stop();
+        assert!(!ready.get());
+        gates.set_controllers_listed(true);
+        assert!(!ready.get(), "stopping is final");
+    }
 }

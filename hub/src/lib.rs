@@ -4,18 +4,19 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
-pub mod cluster_status;
 pub mod connections;
+pub mod controllers;
 pub mod crdgen;
+pub mod distribution;
 pub mod grpc;
 pub mod http;
 pub mod install;
-pub mod leadership;
 pub mod metrics;
 pub mod placement;
 pub mod scale;
 pub mod serve;
 pub mod store;
+pub mod supervisor;
 pub mod token;
 
 /// PKI of the hub–agent connection (shared with the agent in `accord-common`).

@@ -1,6 +1,8 @@
 //! `accord-hub serve`: wires the store, the PKI, the gRPC services, the leader-only
-//! controllers and the HTTP endpoint together, and runs until interrupted.
+//! controllers and the HTTP endpoint together, and runs them under one [`Supervisor`]
+//! until interrupted or until one of them ends.
 
+use accord_common::runtime::{kube_client, shutdown_signal};
 use accord_proto::MAX_MESSAGE_BYTES;
 use accord_proto::v1::federation_server::FederationServer;
 use accord_proto::v1::registration_server::RegistrationServer;
@@ -13,16 +15,18 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
 use crate::connections::Connections;
+use crate::controllers::ControllerDeps;
+use crate::distribution::Fanout;
 use crate::grpc::federation::FederationService;
 use crate::grpc::registration::RegistrationService;
-use crate::grpc::{AgentSettings, Shared};
-use crate::http::{self, Readiness};
+use crate::grpc::{AgentFacing, AgentSettings};
+use crate::http::{self, Readiness, ReadinessGates};
 use crate::metrics::Metrics;
 use crate::pki::{self, DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, HubCa, install_crypto_provider};
-use crate::scale::fanout::Fanout;
 use crate::store::election::LeaderElection;
 use crate::store::presence::ReplicaPresence;
 use crate::store::{Keyspace, Store};
+use crate::supervisor::Supervisor;
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -52,27 +56,11 @@ pub struct ServeConfig {
     pub presence_ttl: Duration,
 }
 
-/// A kube client from a kubeconfig file, or the in-cluster / default configuration.
-pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig given and none found")?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
-/// Runs the hub until Ctrl-C / SIGTERM.
+/// Runs the hub until Ctrl-C / SIGTERM, or until one of its tasks ends — then it gives up
+/// leadership and returns the error, so the process exits non-zero and is restarted.
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     install_crypto_provider();
-    let kube = kube_client(cfg.kubeconfig.as_ref()).await?;
+    let kube = kube_client(cfg.kubeconfig.as_deref()).await?;
     let store = Store::connect(&cfg.etcd_endpoints, Keyspace::new(&cfg.etcd_prefix))
         .await
         .with_context(|| format!("connecting to etcd at {}", cfg.etcd_endpoints.join(",")))?;
@@ -92,6 +80,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
 
     let metrics = Metrics::new();
     let ready = Readiness::default();
+    let gates = ReadinessGates::new(ready.clone());
     let presence = Arc::new(
         ReplicaPresence::start(store.clone(), cfg.replica.clone(), cfg.presence_ttl).await?,
     );
@@ -99,39 +88,21 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         LeaderElection::start(store.clone(), cfg.replica.clone(), cfg.election_ttl).await?,
     );
     let connections = Connections::default();
-    let fanout = Fanout::start(store.clone(), connections.clone()).await?;
-    let shared = Shared {
+    let fanout = Fanout::start(store.clone()).await?;
+    let agents = AgentFacing {
         store: store.clone(),
         ca: ca.clone(),
         kube: kube.clone(),
         presence,
-        connections,
+        connections: connections.clone(),
         metrics: metrics.clone(),
         settings: cfg.agents.clone(),
         fanout: fanout.clone(),
     };
 
-    tokio::spawn(close_silent_streams(shared.clone()));
-    tokio::spawn(crate::cluster_status::run(
-        store.clone(),
-        kube.clone(),
-        election.clone(),
-        metrics.clone(),
-    ));
-    tokio::spawn(crate::scale::controller::run(
-        store.clone(),
-        kube.clone(),
-        election.clone(),
-        fanout.cache().clone(),
-        metrics.clone(),
-        cfg.replica.clone(),
-    ));
-
     let http_listener = http::bind(cfg.http_addr)
         .await
         .with_context(|| format!("binding the HTTP address {}", cfg.http_addr))?;
-    tokio::spawn(http::serve(http_listener, metrics.clone(), ready.clone()));
-
     let grpc_listener = tokio::net::TcpListener::bind(cfg.grpc_addr)
         .await
         .with_context(|| format!("binding the gRPC address {}", cfg.grpc_addr))?;
@@ -139,92 +110,117 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         grpc = %grpc_listener.local_addr()?, http = %cfg.http_addr, replica = %cfg.replica,
         ca_cert_hash = %ca.ca_cert_hash(), "accord-hub serving"
     );
-    let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-    ready.set(true);
-    tokio::spawn(follow_store(store.clone(), ready.clone(), stopping.clone()));
-    // On SIGTERM: stop taking traffic, hand leadership over, and end every agent stream
-    // with UNAVAILABLE so its agent reconnects to another replica at once (an open stream
-    // would otherwise hold the graceful shutdown until the process is killed).
-    let shutdown = {
-        let (ready, election, connections) =
-            (ready.clone(), election.clone(), shared.connections.clone());
-        async move {
-            shutdown_signal().await;
-            let _ = stopping_tx.send(true);
-            ready.set(false);
-            election.resign().await;
-            let streams = connections.all();
-            info!(
-                streams = streams.len(),
-                "shutting down: closing agent streams"
-            );
-            for (_, conn) in streams {
-                let _ = conn.outbox.try_send(Err(tonic::Status::unavailable(
-                    "this hub replica is shutting down; reconnect",
-                )));
-            }
-        }
+
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let mut tasks = Supervisor::new();
+    tasks.spawn_forever(
+        "placements fan-out",
+        fanout.clone().run(connections.clone()),
+    );
+    tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));
+    tasks.spawn(
+        "controllers",
+        crate::controllers::run(ControllerDeps {
+            kube: kube.clone(),
+            store: store.clone(),
+            election: election.clone(),
+            connections: connections.clone(),
+            metrics: metrics.clone(),
+            placements: fanout.cache().clone(),
+            replica: cfg.replica.clone(),
+            gates: gates.clone(),
+        }),
+    );
+    tasks.spawn(
+        "HTTP endpoint",
+        http::serve(http_listener, metrics.clone(), ready.clone()),
+    );
+    tasks.spawn_forever(
+        "etcd readiness probe",
+        follow_store(store.clone(), gates.clone()),
+    );
+    let server = {
+        let mut stopping = stopping.clone();
+        tonic::transport::Server::builder()
+            .tls_config(pki::server_tls_config(&ca, &serving))?
+            .http2_keepalive_interval(Some(Duration::from_secs(10)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(5)))
+            .add_service(RegistrationServer::new(RegistrationService::new(
+                agents.clone(),
+            )))
+            .add_service(
+                FederationServer::new(FederationService::new(agents.clone()))
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), async move {
+                let _ = stopping.wait_for(|stopping| *stopping).await;
+            })
     };
-    let server = tonic::transport::Server::builder()
-        .tls_config(pki::server_tls_config(&ca, &serving))?
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(5)))
-        .add_service(RegistrationServer::new(RegistrationService::new(
-            shared.clone(),
-        )))
-        .add_service(
-            FederationServer::new(FederationService::new(shared.clone()))
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+    tasks.spawn(GRPC_SERVER, server);
+    gates.set_serving(true);
+
+    // On SIGTERM, or when a task ends: stop taking traffic, hand leadership over, and end
+    // every agent stream with UNAVAILABLE so its agent reconnects to another replica at once
+    // (an open stream would otherwise hold the graceful shutdown until the process is
+    // killed).
+    let result = tasks
+        .run_until(
+            async {
+                shutdown_signal().await;
+                info!("shutting down");
+            },
+            async |_| {
+                gates.stop();
+                let _ = stopping_tx.send(true);
+                election.resign().await;
+                let streams = connections.all();
+                info!(streams = streams.len(), "stopping: closing agent streams");
+                for (_, conn) in streams {
+                    let _ = conn.outbox.try_send(Err(tonic::Status::unavailable(
+                        "this hub replica is shutting down; reconnect",
+                    )));
+                }
+            },
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(grpc_listener), shutdown);
+        .await;
+    if let Err(failure) = result {
+        return Err(failure.into());
+    }
     // Connections whose clients keep them open after their streams ended get a grace
     // period, not a veto over the shutdown.
-    let grace = async {
-        let _ = stopping.wait_for(|stopping| *stopping).await;
-        tokio::time::sleep(SHUTDOWN_GRACE).await;
-    };
-    tokio::select! {
-        result = server => result?,
-        () = grace => warn!(
+    if !tasks.wait_for(GRPC_SERVER, SHUTDOWN_GRACE).await {
+        warn!(
             grace = ?SHUTDOWN_GRACE,
             "connections still open after the shutdown grace period; exiting"
-        ),
+        );
     }
     Ok(())
 }
+
+/// Name of the gRPC server task, which is waited for on shutdown.
+const GRPC_SERVER: &str = "gRPC server";
 
 /// How often readiness asks etcd whether it answers.
 const STORE_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// `/readyz` follows etcd: a replica that cannot reach its store stops counting as ready
-/// (so a Service sends new agents elsewhere) and counts again once etcd answers. Ends when
-/// the replica starts stopping.
-async fn follow_store(
-    store: Store,
-    ready: Readiness,
-    stopping: tokio::sync::watch::Receiver<bool>,
-) {
+/// (so a Service sends new agents elsewhere) and counts again once etcd answers.
+async fn follow_store(store: Store, gates: ReadinessGates) {
     let mut tick = tokio::time::interval(STORE_PROBE_INTERVAL);
     loop {
         tick.tick().await;
-        if *stopping.borrow() {
-            return;
-        }
         let answered = tokio::time::timeout(STORE_PROBE_INTERVAL, store.ping())
             .await
             .is_ok_and(|r| r.is_ok());
-        if *stopping.borrow() {
-            return;
-        }
-        if answered != ready.get() {
+        if answered != gates.store_answers() {
             if answered {
-                info!("etcd answers again; ready");
+                info!("etcd answers; ready as far as the store goes");
             } else {
                 warn!("etcd does not answer; not ready");
             }
         }
-        ready.set(answered);
+        gates.set_store_answers(answered);
     }
 }
 
@@ -233,7 +229,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Closes streams whose agent went silent past the heartbeat timeout and records them as
 /// disconnected.
-async fn close_silent_streams(shared: Shared) {
+async fn close_silent_streams(shared: AgentFacing) {
     let period = (shared.settings.heartbeat_interval / 4).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(period);
     loop {
@@ -262,20 +258,4 @@ async fn close_silent_streams(shared: Shared) {
             .connected_agents
             .set(shared.connections.len() as i64);
     }
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    info!("shutting down");
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::cli::StateArgs;
 use crate::pki::HubCa;
 use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
-use crate::serve::kube_client;
 use crate::store::{Keyspace, Store};
+use accord_common::runtime::kube_client;
 
 /// Reads the hub CA from its Secret; fails clearly when the hub was never started.
 pub async fn read_ca(client: kube::Client, namespace: &str) -> anyhow::Result<HubCa> {
@@ -40,7 +40,7 @@ pub async fn create(
     description: &str,
 ) -> anyhow::Result<String> {
     install_crypto_provider();
-    let client = kube_client(state.kubeconfig.as_ref()).await?;
+    let client = kube_client(state.kubeconfig.as_deref()).await?;
     let ca = read_ca(client, &state.namespace).await?;
     let store = Store::connect(&state.etcd_endpoints, Keyspace::new(&state.etcd_prefix))
         .await

@@ -2,6 +2,7 @@
 
 mod store_support;
 
+use accord_common::distribution::{Observed, PlacementState, ReplicasObserved};
 use accord_hub::store::{StatusRecord, StoreError, WriteOutcome};
 
 const KIND: &str = "CrossClusterScalePolicy";
@@ -11,11 +12,14 @@ fn report(applied_revision: i64, generation: i64, resource_version: &str) -> Sta
         resource_version: resource_version.into(),
         generation,
         applied_revision,
-        state: "Synced".into(),
+        state: PlacementState::Synced,
         message: format!("rv {resource_version}"),
         observed_unix_millis: 1_700_000_000_000,
-        scale_request_id: "01JTEST".into(),
-        observed: serde_json::json!({"readyReplicas": 3}),
+        observed: Observed::Replicas(ReplicasObserved {
+            ready: 3,
+            scale_request_id: "01JTEST".into(),
+            ..ReplicasObserved::default()
+        }),
     }
 }
 

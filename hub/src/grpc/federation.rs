@@ -6,20 +6,24 @@
 
 use accord_proto::v1::federation_server::Federation;
 use accord_proto::v1::{
-    AgentMessage, HubMessage, StatusAck, StatusReport, agent_message, hub_message, status_ack,
+    AgentMessage, HubMessage, ObjectRef, StatusAck, StatusReport, agent_message, hub_message,
+    status_ack,
 };
 use futures::Stream;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, warn};
 
-use super::Shared;
+use super::AgentFacing;
+use accord_common::distribution::{Observed, state_from_proto};
+use accord_common::runtime::unix_millis;
+
 use crate::connections::Connection;
 use crate::pki::peer_identity;
 use crate::store::presence::ConnectedRecord;
@@ -30,12 +34,12 @@ const OUTBOX_CAPACITY: usize = 64;
 
 /// The Federation service.
 pub struct FederationService {
-    shared: Shared,
+    shared: AgentFacing,
 }
 
 impl FederationService {
     /// A service over the hub's shared state.
-    pub fn new(shared: Shared) -> Self {
+    pub fn new(shared: AgentFacing) -> Self {
         Self { shared }
     }
 }
@@ -43,7 +47,7 @@ impl FederationService {
 type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
 
 /// The verified cluster behind a request.
-async fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<String, Status> {
+async fn authenticate<T>(shared: &AgentFacing, request: &Request<T>) -> Result<String, Status> {
     let certs = request.peer_certs().ok_or_else(|| {
         Status::unauthenticated("a client certificate is required; join the cluster first")
     })?;
@@ -73,16 +77,6 @@ async fn authenticate<T>(shared: &Shared, request: &Request<T>) -> Result<String
     }
 }
 
-fn unix_millis() -> i64 {
-    i64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis(),
-    )
-    .unwrap_or(i64::MAX)
-}
-
 #[tonic::async_trait]
 impl Federation for FederationService {
     type SyncStream = HubStream;
@@ -109,7 +103,7 @@ impl Federation for FederationService {
 
 /// One agent stream, from Hello to close.
 struct Session {
-    shared: Shared,
+    shared: AgentFacing,
     cluster: String,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
 }
@@ -253,33 +247,8 @@ impl Session {
     /// Writes one report with optimistic concurrency and builds the answer.
     async fn store_report(&self, report: StatusReport) -> Result<HubMessage, Status> {
         let s = &self.shared;
-        let policy = report
-            .policy
-            .clone()
-            .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;
-        if policy.kind.is_empty() || policy.name.is_empty() {
-            return Err(Status::invalid_argument(
-                "status report policy needs a kind and a name",
-            ));
-        }
-        let state = accord_common::distribution::state_from_proto(report.state)
-            .ok_or_else(|| Status::invalid_argument("status report without a placement state"))?;
-        let scale_request_id = match &report.observed {
-            Some(accord_proto::v1::status_report::Observed::Replicas(r)) => {
-                r.scale_request_id.clone()
-            }
-            _ => String::new(),
-        };
-        let record = StatusRecord {
-            resource_version: report.resource_version,
-            generation: report.generation,
-            applied_revision: report.applied_revision,
-            state: state.as_str().to_owned(),
-            message: report.message,
-            observed_unix_millis: report.observed_unix_millis,
-            scale_request_id,
-            observed: observed_json(report.observed),
-        };
+        let expected_version = report.expected_version;
+        let (policy, record) = translate_report(report)?;
         let started = Instant::now();
         let outcome = s
             .store
@@ -289,7 +258,7 @@ impl Session {
                 &policy.namespace,
                 &policy.name,
                 &record,
-                report.expected_version,
+                expected_version,
             )
             .await;
         s.metrics
@@ -318,25 +287,94 @@ impl Session {
     }
 }
 
-/// Kind-specific observed values as JSON for the status record.
-fn observed_json(observed: Option<accord_proto::v1::status_report::Observed>) -> serde_json::Value {
-    use accord_proto::v1::status_report::Observed;
-    match observed {
-        Some(Observed::Replicas(r)) => serde_json::json!({
-            "desiredReplicas": r.desired_replicas,
-            "readyReplicas": r.ready_replicas,
-            "updatedReplicas": r.updated_replicas,
-            "observedGeneration": r.observed_generation,
-        }),
-        Some(Observed::Topic(t)) => serde_json::json!({
-            "partitions": t.partitions,
-            "replicationFactor": t.replication_factor,
-        }),
-        Some(Observed::FederationConfig(f)) => serde_json::json!({
-            "configHash": f.config_hash,
-            "jobs": f.jobs,
-            "reloaded": f.reloaded,
-        }),
-        None => serde_json::Value::Null,
+/// A report's policy and the status record to store, or `INVALID_ARGUMENT` saying what is
+/// missing: a policy with a kind and a name, and a known placement state.
+fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord), Status> {
+    let policy = report
+        .policy
+        .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;
+    if policy.kind.is_empty() || policy.name.is_empty() {
+        return Err(Status::invalid_argument(
+            "status report policy needs a kind and a name",
+        ));
+    }
+    let state = state_from_proto(report.state).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "status report with an unset or unknown placement state ({})",
+            report.state
+        ))
+    })?;
+    let record = StatusRecord {
+        resource_version: report.resource_version,
+        generation: report.generation,
+        applied_revision: report.applied_revision,
+        state,
+        message: report.message,
+        observed_unix_millis: report.observed_unix_millis,
+        observed: Observed::from_proto(report.observed),
+    };
+    Ok((policy, record))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::{PlacementState, ReplicasObserved, state_to_proto};
+    use accord_proto::v1::{ReplicaStatus, status_report};
+
+    fn report(state: i32) -> StatusReport {
+        StatusReport {
+            policy: Some(ObjectRef {
+                kind: "CrossClusterScalePolicy".into(),
+                namespace: "default".into(),
+                name: "web".into(),
+            }),
+            state,
+            resource_version: "12".into(),
+            generation: 3,
+            applied_revision: 40,
+            observed_unix_millis: 1_000,
+            observed: Some(status_report::Observed::Replicas(ReplicaStatus {
+                desired_replicas: 7,
+                ready_replicas: 6,
+                updated_replicas: 7,
+                observed_generation: 3,
+                scale_request_id: "01J".into(),
+            })),
+            ..StatusReport::default()
+        }
+    }
+
+    #[test]
+    fn a_report_becomes_a_typed_record_with_the_request_id_in_its_observation() {
+        let (policy, record) =
+            translate_report(report(state_to_proto(PlacementState::Synced) as i32)).unwrap();
+        assert_eq!(policy.name, "web");
+        assert_eq!(record.state, PlacementState::Synced);
+        assert_eq!(
+            record.observed.replicas(),
+            Some(&ReplicasObserved {
+                desired: 7,
+                ready: 6,
+                updated: 7,
+                observed_generation: 3,
+                scale_request_id: "01J".into(),
+            })
+        );
+        assert_eq!((record.applied_revision, record.generation), (40, 3));
+    }
+
+    #[test]
+    fn a_report_without_a_known_state_is_an_invalid_argument() {
+        for state in [0, 99] {
+            let err = translate_report(report(state)).unwrap_err();
+            assert_eq!(err.code(), tonic::Code::InvalidArgument, "{state}");
+        }
+        let mut nameless = report(state_to_proto(PlacementState::Synced) as i32);
+        nameless.policy = None;
+        assert_eq!(
+            translate_report(nameless).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
     }
 }

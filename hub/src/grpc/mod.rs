@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connections::Connections;
+use crate::distribution::Fanout;
 use crate::metrics::Metrics;
 use crate::pki::HubCa;
-use crate::scale::fanout::Fanout;
 use crate::store::Store;
 use crate::store::presence::ReplicaPresence;
 
@@ -27,9 +27,10 @@ pub struct AgentSettings {
     pub cert_validity: Duration,
 }
 
-/// What the gRPC services share.
+/// What the agent-facing services (and the stream sweeper) work with: the store, the CA,
+/// this replica's streams and presence, and the placements they fan out.
 #[derive(Clone)]
-pub struct Shared {
+pub struct AgentFacing {
     /// etcd state.
     pub store: Store,
     /// Hub CA, which signs agent certificates.

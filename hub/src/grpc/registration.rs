@@ -5,22 +5,21 @@ use accord_crds::{HUB_FIELD_MANAGER, ManagedCluster};
 use accord_proto::v1::registration_server::Registration;
 use accord_proto::v1::{RegisterRequest, RegisterResponse};
 use kube::api::{Api, Patch, PatchParams};
-use std::time::{SystemTime, UNIX_EPOCH};
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 
-use super::Shared;
+use super::AgentFacing;
 use crate::store::registry::ClusterRecord;
 use crate::store::tokens::TokenError;
 
 /// The Registration service.
 pub struct RegistrationService {
-    shared: Shared,
+    shared: AgentFacing,
 }
 
 impl RegistrationService {
     /// A service over the hub's shared state.
-    pub fn new(shared: Shared) -> Self {
+    pub fn new(shared: AgentFacing) -> Self {
         Self { shared }
     }
 }
@@ -80,15 +79,11 @@ impl Registration for RegistrationService {
             .await
             .map_err(token_status)?;
 
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
         let record = ClusterRecord {
             name: cluster.to_owned(),
             spki_sha256: signed.spki_sha256.clone(),
             labels: req.labels.clone().into_iter().collect(),
-            registered_unix: i64::try_from(now).unwrap_or(i64::MAX),
+            registered_unix: accord_common::runtime::unix_millis() / 1000,
         };
         s.store.put_cluster(&record).await.map_err(|e| {
             s.metrics.error(e.kind());

@@ -99,8 +99,8 @@ pub struct Resources {
 }
 
 impl Resources {
-    /// The hub's defaults: small when idle, room for thousands of agent streams (DESIGN
-    /// section 9 budgets 200 KiB per connected cluster).
+    /// The hub's defaults: small when idle, room for thousands of agent streams (the
+    /// budget is 200 KiB per connected cluster; see docs/benchmarks.md).
     pub fn hub_default() -> Self {
         Self {
             cpu_request: "100m".into(),

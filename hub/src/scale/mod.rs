@@ -1,7 +1,33 @@
-//! CrossClusterScalePolicy: placements records in etcd, their fan-out to agents, the pure
-//! planning and status aggregation, and the leader's controller.
+//! CrossClusterScalePolicy: what a scale decision records beside the per-cluster
+//! assignments, and the pure planning and status aggregation ([`plan`]). The controller
+//! lives in [`crate::controllers::scale`].
 
-pub mod controller;
-pub mod fanout;
 pub mod plan;
-pub mod record;
+
+use serde::{Deserialize, Serialize};
+
+/// Kind name of scale policies in keys and object references.
+pub const SCALE_KIND: &str = "CrossClusterScalePolicy";
+
+/// A scale policy's decision data (the variant [`Decision::Scale`] of its placements
+/// record).
+///
+/// [`Decision::Scale`]: crate::distribution::Decision::Scale
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDecision {
+    /// The global count divided.
+    pub desired_replicas: i32,
+    /// Id of the decision, stamped on every member object.
+    pub scale_request_id: String,
+    /// Why the total could not be placed exactly, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infeasible: Option<String>,
+}
+
+impl ScaleDecision {
+    /// True when `other` decides the same, whatever the ids.
+    pub fn same_intent(&self, other: &ScaleDecision) -> bool {
+        self.desired_replicas == other.desired_replicas && self.infeasible == other.infeasible
+    }
+}

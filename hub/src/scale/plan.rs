@@ -2,14 +2,16 @@
 //! (failover and the return cooldown), the shares in distribution order, and the status
 //! aggregated from the agents' reports.
 
-use accord_crds::conditions::{self, Desired, Status};
+use accord_common::distribution::{AssignmentSpec, ScaleSpec};
+use accord_crds::conditions::{self, Desired, Status, reasons, types};
 use accord_crds::scale::{CrossClusterScalePolicySpec, CrossClusterScalePolicyStatus};
 use accord_crds::{Placement, PlacementState};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::record::{PlacementRecord, ShareRecord};
+use super::ScaleDecision;
+use crate::distribution::{PlacementRecord, ShareRecord};
 use crate::placement::{Candidate, Division, divide};
 use crate::store::StatusRecord;
 
@@ -112,19 +114,29 @@ pub fn plan(
             best_effort,
         } => (best_effort, Some(reason.to_string())),
     };
+    let target = &spec.target_ref;
     let shares = spec
         .distribution
         .iter()
         .map(|d| ShareRecord {
             cluster: d.cluster.clone(),
-            namespace: d
-                .namespace
-                .clone()
-                .unwrap_or_else(|| default_namespace.to_owned()),
-            replicas: division
-                .iter()
-                .find(|s| s.cluster == d.cluster)
-                .map_or(0, |s| i32::try_from(s.replicas).unwrap_or(i32::MAX)),
+            // Every listed cluster is told its count, 0 included, so a cluster whose share
+            // moved away scales down instead of keeping what it had.
+            assignment: Some(AssignmentSpec::Scale(ScaleSpec {
+                api_version: target.api_version.clone(),
+                kind: target.kind.clone(),
+                namespace: d
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| default_namespace.to_owned()),
+                name: target.name.clone(),
+                replicas: division
+                    .iter()
+                    .find(|s| s.cluster == d.cluster)
+                    .map_or(0, |s| i32::try_from(s.replicas).unwrap_or(i32::MAX)),
+                // Named once the decision is known to be new (see the controller).
+                scale_request_id: String::new(),
+            })),
             held_reason: held.get(d.cluster.as_str()).cloned(),
         })
         .collect();
@@ -135,85 +147,158 @@ pub fn plan(
     }
 }
 
-/// The status a policy should show for `record` and the agents' `reports` (by cluster).
-pub fn aggregate(
-    record: &PlacementRecord,
-    reports: &HashMap<String, StatusRecord>,
-    clusters: &HashMap<String, ClusterView>,
-    generation: Option<i64>,
-    old: Option<&CrossClusterScalePolicyStatus>,
-    decided_at: &Time,
-    now: &Time,
-) -> CrossClusterScalePolicyStatus {
-    let old_placements = old.map(|o| o.placements.as_slice()).unwrap_or_default();
-    let mut placements = Vec::new();
-    for share in &record.shares {
-        let report = reports.get(&share.cluster);
-        let available = clusters.get(&share.cluster).is_some_and(|c| c.available);
-        let current = report.filter(|r| r.scale_request_id == record.scale_request_id);
-        let (state, message) = if !available {
-            (
-                PlacementState::Unavailable,
-                Some(share.held_reason.clone().unwrap_or_else(|| {
-                    "the cluster is unavailable; values are as last seen".to_owned()
-                })),
-            )
-        } else if let Some(r) = current {
-            let state = PlacementState::parse(&r.state).unwrap_or(PlacementState::Error);
-            (state, Some(r.message.clone()).filter(|m| !m.is_empty()))
-        } else if let Some(r) =
-            report.filter(|r| matches!(r.state.as_str(), "TargetNotFound" | "Conflict" | "Error"))
-        {
-            // The agent could not act on an earlier decision either; say why.
-            (
-                PlacementState::parse(&r.state).unwrap_or(PlacementState::Error),
-                Some(r.message.clone()),
-            )
-        } else {
-            (PlacementState::Pending, share.held_reason.clone())
-        };
-        let ready = report
-            .and_then(|r| r.observed.get("readyReplicas"))
-            .and_then(|v| v.as_i64());
-        let synced_before = old_placements
-            .iter()
-            .find(|p| p.cluster == share.cluster)
-            .and_then(|p| p.last_sync_time.clone());
-        let reported_at = current
-            .and_then(|r| {
-                k8s_openapi::jiff::Timestamp::from_millisecond(r.observed_unix_millis).ok()
-            })
-            .filter(|t| t.as_second() > 0)
-            .map(Time);
-        placements.push(Placement {
-            cluster: share.cluster.clone(),
-            namespace: share.namespace.clone(),
-            desired_replicas: share.replicas,
-            ready_replicas: ready.map(|r| i32::try_from(r).unwrap_or(i32::MAX)),
-            state,
-            message,
-            observed_resource_version: report.map(|r| r.resource_version.clone()),
-            observed_generation: report.map(|r| r.generation),
-            last_sync_time: if state == PlacementState::Synced {
-                reported_at.or(synced_before).or_else(|| Some(now.clone()))
-            } else {
-                synced_before
-            },
-        });
+/// A share's scale assignment, if it has one.
+pub fn scale_spec(share: &ShareRecord) -> Option<&ScaleSpec> {
+    match share.assignment.as_ref()? {
+        AssignmentSpec::Scale(s) => Some(s),
+        _ => None,
     }
-    let desired: i32 = record.shares.iter().map(|s| s.replicas).sum();
-    let ready: i32 = placements
+}
+
+/// Everything the status of a policy is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct AggregateInputs<'a> {
+    /// The stored decision's shares.
+    pub shares: &'a [ShareRecord],
+    /// The stored decision.
+    pub decision: &'a ScaleDecision,
+    /// The agents' last reports, by cluster.
+    pub reports: &'a HashMap<String, StatusRecord>,
+    /// What the hub knows of each cluster.
+    pub clusters: &'a HashMap<String, ClusterView>,
+    /// `metadata.generation` of the policy.
+    pub generation: Option<i64>,
+    /// The status the policy shows now.
+    pub old: Option<&'a CrossClusterScalePolicyStatus>,
+    /// When the decision was made.
+    pub decided_at: &'a Time,
+    /// The time to stamp on what changes now.
+    pub now: &'a Time,
+}
+
+/// The status a policy should show: its placements ([`placements`]) and the conditions
+/// built from them ([`scale_conditions`]).
+pub fn aggregate(inputs: &AggregateInputs<'_>) -> CrossClusterScalePolicyStatus {
+    let placements = placements(inputs);
+    let ready = ready_replicas(&placements);
+    let desired_conditions = scale_conditions(&placements, inputs.decision);
+    let old = inputs.old;
+    let old_conditions = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
+    CrossClusterScalePolicyStatus {
+        observed_generation: inputs.generation,
+        desired_replicas: Some(inputs.decision.desired_replicas),
+        ready_replicas: Some(ready),
+        scale_request_id: Some(inputs.decision.scale_request_id.clone()),
+        last_scale_time: Some(inputs.decided_at.clone()),
+        placements,
+        autoscaling: old.and_then(|o| o.autoscaling.clone()),
+        conditions: conditions::merge(
+            old_conditions,
+            &desired_conditions,
+            inputs.generation,
+            inputs.now,
+        ),
+    }
+}
+
+/// Each share's placement as the agents' reports show it.
+pub fn placements(inputs: &AggregateInputs<'_>) -> Vec<Placement> {
+    let old_placements = inputs
+        .old
+        .map(|o| o.placements.as_slice())
+        .unwrap_or_default();
+    inputs
+        .shares
+        .iter()
+        .map(|share| placement(share, inputs, old_placements))
+        .collect()
+}
+
+fn placement(
+    share: &ShareRecord,
+    inputs: &AggregateInputs<'_>,
+    old_placements: &[Placement],
+) -> Placement {
+    let spec = scale_spec(share);
+    let report = inputs.reports.get(&share.cluster);
+    let available = inputs
+        .clusters
+        .get(&share.cluster)
+        .is_some_and(|c| c.available);
+    let current = report.filter(|r| {
+        r.observed
+            .replicas()
+            .is_some_and(|o| o.scale_request_id == inputs.decision.scale_request_id)
+    });
+    let (state, message) = if !available {
+        (
+            PlacementState::Unavailable,
+            Some(share.held_reason.clone().unwrap_or_else(|| {
+                "the cluster is unavailable; values are as last seen".to_owned()
+            })),
+        )
+    } else if let Some(r) = current {
+        (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
+    } else if let Some(r) = report.filter(|r| is_trouble(r.state)) {
+        // The agent could not act on an earlier decision either; say why.
+        (r.state, Some(r.message.clone()))
+    } else {
+        (PlacementState::Pending, share.held_reason.clone())
+    };
+    let ready = report.and_then(|r| r.observed.replicas()).map(|o| o.ready);
+    let synced_before = old_placements
+        .iter()
+        .find(|p| p.cluster == share.cluster)
+        .and_then(|p| p.last_sync_time.clone());
+    let reported_at = current
+        .and_then(|r| k8s_openapi::jiff::Timestamp::from_millisecond(r.observed_unix_millis).ok())
+        .filter(|t| t.as_second() > 0)
+        .map(Time);
+    Placement {
+        cluster: share.cluster.clone(),
+        namespace: spec.map(|s| s.namespace.clone()).unwrap_or_default(),
+        desired_replicas: spec.map_or(0, |s| s.replicas),
+        ready_replicas: ready,
+        state,
+        message,
+        observed_resource_version: report.map(|r| r.resource_version.clone()),
+        observed_generation: report.map(|r| r.generation),
+        last_sync_time: if state == PlacementState::Synced {
+            reported_at
+                .or(synced_before)
+                .or_else(|| Some(inputs.now.clone()))
+        } else {
+            synced_before
+        },
+    }
+}
+
+/// States in which the agent could not do what it was asked.
+fn is_trouble(state: PlacementState) -> bool {
+    matches!(
+        state,
+        PlacementState::TargetNotFound | PlacementState::Conflict | PlacementState::Error
+    )
+}
+
+/// Ready replicas over the available placements, each counted up to its share.
+fn ready_replicas(placements: &[Placement]) -> i32 {
+    placements
         .iter()
         .filter(|p| p.state != PlacementState::Unavailable)
         .map(|p| p.ready_replicas.unwrap_or(0).min(p.desired_replicas))
-        .sum();
+        .sum()
+}
+
+/// `Ready`, `Progressing` and `Degraded` for a policy's placements.
+pub fn scale_conditions(placements: &[Placement], decision: &ScaleDecision) -> Vec<Desired> {
+    let desired: i32 = placements.iter().map(|p| p.desired_replicas).sum();
+    let ready = ready_replicas(placements);
     let troubled: Vec<String> = placements
         .iter()
         .filter(|p| {
-            matches!(
-                p.state,
-                PlacementState::Conflict | PlacementState::Error | PlacementState::TargetNotFound
-            ) || (p.state == PlacementState::Unavailable && p.desired_replicas > 0)
+            is_trouble(p.state)
+                || (p.state == PlacementState::Unavailable && p.desired_replicas > 0)
         })
         .map(|p| format!("{}: {}", p.cluster, p.state.as_str()))
         .collect();
@@ -225,65 +310,61 @@ pub fn aggregate(
             || (p.desired_replicas == 0 && p.state != PlacementState::Conflict)
     });
     let is_ready =
-        all_synced && ready >= desired && record.infeasible.is_none() && troubled.is_empty();
-    let mut desired_conditions = vec![
-        if is_ready {
-            Desired::new(
-                "Ready",
-                Status::True,
-                "AllPlacementsSynced",
-                format!("{ready}/{desired} replicas ready in every cluster"),
-            )
-        } else {
-            Desired::new(
-                "Ready",
-                Status::False,
-                "NotAllPlacementsReady",
-                format!("{ready}/{desired} replicas ready"),
-            )
-        },
-        if pending || (ready < desired && troubled.is_empty()) {
-            Desired::new(
-                "Progressing",
-                Status::True,
-                "RollingOut",
-                format!("scale request {} is being applied", record.scale_request_id),
-            )
-        } else {
-            Desired::new(
-                "Progressing",
-                Status::False,
-                "Settled",
-                "no change in flight",
-            )
-        },
-    ];
-    desired_conditions.push(match (&record.infeasible, troubled.is_empty()) {
-        (Some(reason), _) => Desired::new("Degraded", Status::True, "Infeasible", reason.clone()),
-        (None, false) => Desired::new(
-            "Degraded",
+        all_synced && ready >= desired && decision.infeasible.is_none() && troubled.is_empty();
+    let ready_condition = if is_ready {
+        Desired::new(
+            types::READY,
             Status::True,
-            "PlacementProblems",
+            reasons::ALL_PLACEMENTS_SYNCED,
+            format!("{ready}/{desired} replicas ready in every cluster"),
+        )
+    } else {
+        Desired::new(
+            types::READY,
+            Status::False,
+            reasons::NOT_ALL_PLACEMENTS_READY,
+            format!("{ready}/{desired} replicas ready"),
+        )
+    };
+    let progressing = if pending || (ready < desired && troubled.is_empty()) {
+        Desired::new(
+            types::PROGRESSING,
+            Status::True,
+            reasons::ROLLING_OUT,
+            format!(
+                "scale request {} is being applied",
+                decision.scale_request_id
+            ),
+        )
+    } else {
+        Desired::new(
+            types::PROGRESSING,
+            Status::False,
+            reasons::SETTLED,
+            "no change in flight",
+        )
+    };
+    let degraded = match (&decision.infeasible, troubled.is_empty()) {
+        (Some(reason), _) => Desired::new(
+            types::DEGRADED,
+            Status::True,
+            reasons::INFEASIBLE,
+            reason.clone(),
+        ),
+        (None, false) => Desired::new(
+            types::DEGRADED,
+            Status::True,
+            reasons::PLACEMENT_PROBLEMS,
             troubled.join("; "),
         ),
         (None, true) => Desired::new(
-            "Degraded",
+            types::DEGRADED,
             Status::False,
-            "Healthy",
+            reasons::HEALTHY,
             "every placement is healthy",
         ),
-    });
-    let old_conditions = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
-    CrossClusterScalePolicyStatus {
-        observed_generation: generation,
-        desired_replicas: Some(record.desired_replicas),
-        ready_replicas: Some(ready),
-        scale_request_id: Some(record.scale_request_id.clone()),
-        last_scale_time: Some(decided_at.clone()),
-        placements,
-        autoscaling: old.and_then(|o| o.autoscaling.clone()),
-        conditions: conditions::merge(old_conditions, &desired_conditions, generation, now),
-    }
+    };
+    vec![ready_condition, progressing, degraded]
 }
 
 /// True when `new` differs from `old` in anything but timestamps.
@@ -306,7 +387,9 @@ pub fn status_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scale::record::{PolicyRef, SCALE_KIND, Target};
+    use crate::distribution::Decision;
+    use crate::scale::SCALE_KIND;
+    use accord_common::distribution::{Observed, PolicyRef, ReplicasObserved};
     use k8s_openapi::jiff::Timestamp;
 
     fn spec(yaml: &str) -> CrossClusterScalePolicySpec {
@@ -342,27 +425,23 @@ mod tests {
     }
 
     fn replicas(p: &Plan) -> Vec<i32> {
-        p.shares.iter().map(|s| s.replicas).collect()
+        p.shares
+            .iter()
+            .map(|s| scale_spec(s).unwrap().replicas)
+            .collect()
     }
 
     fn record_of(p: &Plan) -> PlacementRecord {
         PlacementRecord {
-            policy: PolicyRef {
-                kind: SCALE_KIND.into(),
-                namespace: "default".into(),
-                name: "web".into(),
-            },
+            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
             generation: 1,
-            scale_request_id: "id-1".into(),
             decided_unix_millis: 0,
-            target: Target {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                name: "frontend".into(),
-            },
-            desired_replicas: 12,
             shares: p.shares.clone(),
-            infeasible: p.infeasible.clone(),
+            decision: Decision::Scale(ScaleDecision {
+                desired_replicas: 12,
+                scale_request_id: "id-1".into(),
+                infeasible: p.infeasible.clone(),
+            }),
         }
     }
 
@@ -376,7 +455,7 @@ mod tests {
             100,
         );
         assert_eq!(replicas(&p), vec![7, 5]);
-        assert_eq!(p.shares[0].namespace, "default");
+        assert_eq!(scale_spec(&p.shares[0]).unwrap().namespace, "default");
     }
 
     #[test]
@@ -490,17 +569,39 @@ mod tests {
         assert_eq!(replicas(&p), vec![12, 0]);
     }
 
-    fn report(state: &str, id: &str, ready: i64) -> StatusRecord {
+    fn report(state: PlacementState, id: &str, ready: i32) -> StatusRecord {
         StatusRecord {
             resource_version: "1".into(),
             generation: 1,
             applied_revision: 1,
-            state: state.into(),
+            state,
             message: String::new(),
             observed_unix_millis: 1_000,
-            scale_request_id: id.into(),
-            observed: serde_json::json!({"readyReplicas": ready}),
+            observed: Observed::Replicas(ReplicasObserved {
+                ready,
+                scale_request_id: id.into(),
+                ..ReplicasObserved::default()
+            }),
         }
+    }
+
+    fn status_of(
+        rec: &PlacementRecord,
+        reports: &HashMap<String, StatusRecord>,
+        cl: &HashMap<String, ClusterView>,
+        old: Option<&CrossClusterScalePolicyStatus>,
+        now: &Time,
+    ) -> CrossClusterScalePolicyStatus {
+        aggregate(&AggregateInputs {
+            shares: &rec.shares,
+            decision: rec.scale().unwrap(),
+            reports,
+            clusters: cl,
+            generation: Some(1),
+            old,
+            decided_at: now,
+            now,
+        })
     }
 
     #[test]
@@ -508,12 +609,12 @@ mod tests {
         let cl = views(&[("a", up(0)), ("b", up(0))]);
         let rec = record_of(&plan(&two_clusters(), "default", &cl, None, 100));
         let reports: HashMap<_, _> = [
-            ("a".to_owned(), report("Synced", "id-1", 7)),
-            ("b".to_owned(), report("Synced", "id-1", 5)),
+            ("a".to_owned(), report(PlacementState::Synced, "id-1", 7)),
+            ("b".to_owned(), report(PlacementState::Synced, "id-1", 5)),
         ]
         .into();
         let now = Time(Timestamp::from_second(100).unwrap());
-        let st = aggregate(&rec, &reports, &cl, Some(1), None, &now, &now);
+        let st = status_of(&rec, &reports, &cl, None, &now);
         assert_eq!(st.ready_replicas, Some(12));
         assert!(conditions::is_true(&st.conditions, "Ready"));
         assert!(!conditions::is_true(&st.conditions, "Degraded"));
@@ -524,7 +625,7 @@ mod tests {
         );
         assert!(!status_changed(
             Some(&st),
-            &aggregate(&rec, &reports, &cl, Some(1), Some(&st), &now, &now)
+            &status_of(&rec, &reports, &cl, Some(&st), &now)
         ));
     }
 
@@ -533,12 +634,12 @@ mod tests {
         let cl = views(&[("a", up(0)), ("b", up(0))]);
         let rec = record_of(&plan(&two_clusters(), "default", &cl, None, 100));
         let reports: HashMap<_, _> = [
-            ("a".to_owned(), report("Synced", "id-0", 6)),
-            ("b".to_owned(), report("Conflict", "id-1", 5)),
+            ("a".to_owned(), report(PlacementState::Synced, "id-0", 6)),
+            ("b".to_owned(), report(PlacementState::Conflict, "id-1", 5)),
         ]
         .into();
         let now = Time(Timestamp::from_second(100).unwrap());
-        let st = aggregate(&rec, &reports, &cl, Some(1), None, &now, &now);
+        let st = status_of(&rec, &reports, &cl, None, &now);
         assert_eq!(st.placements[0].state, PlacementState::Pending);
         assert_eq!(st.placements[1].state, PlacementState::Conflict);
         assert!(conditions::is_true(&st.conditions, "Degraded"));

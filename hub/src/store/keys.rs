@@ -1,4 +1,4 @@
-//! The hub's etcd keyspace (DESIGN section 3). Every key lives under one configurable
+//! The hub's etcd keyspace (docs/architecture.md). Every key lives under one configurable
 //! prefix (default `/accord/`), so several hubs — or a hub and its tests — can share an
 //! etcd without seeing each other.
 

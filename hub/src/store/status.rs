@@ -4,6 +4,7 @@
 
 use std::cmp::Ordering;
 
+use accord_common::distribution::{Observed, PlacementState};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 
@@ -19,17 +20,17 @@ pub struct StatusRecord {
     pub generation: i64,
     /// The hub assignment revision the agent had applied when it reported.
     pub applied_revision: i64,
-    /// Placement state (`Pending`, `Synced`, `TargetNotFound`, `Conflict`, `Unavailable`,
-    /// `Error`).
-    pub state: String,
+    /// Placement state (stored as its name: `Pending`, `Synced`, `TargetNotFound`,
+    /// `Conflict`, `Unavailable`, `Error`).
+    pub state: PlacementState,
     /// Human-readable detail.
     pub message: String,
     /// When the agent observed the object, in milliseconds since the Unix epoch.
     pub observed_unix_millis: i64,
-    /// The scale request id stamped on the member object.
-    pub scale_request_id: String,
-    /// Kind-specific observations (ready replicas, partitions, ...).
-    pub observed: serde_json::Value,
+    /// What the agent observed of the object, one variant per kind (a scaled Deployment's
+    /// counts and scale request id, a topic's partitions, ...).
+    #[serde(default)]
+    pub observed: Observed,
 }
 
 /// The result of [`Store::write_status`].
@@ -213,11 +214,10 @@ mod tests {
             resource_version: rv.into(),
             generation,
             applied_revision: applied,
-            state: "Synced".into(),
+            state: PlacementState::Synced,
             message: String::new(),
             observed_unix_millis: millis,
-            scale_request_id: String::new(),
-            observed: serde_json::Value::Null,
+            observed: Observed::Nothing,
         }
     }
 

@@ -3,7 +3,9 @@
 //! the token's expiry by a grace period so that a late join is told "expired", not
 //! "unknown".
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use accord_common::runtime::unix_millis;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
@@ -103,14 +105,6 @@ impl From<etcd_client::Error> for TokenError {
     }
 }
 
-/// Milliseconds since the Unix epoch by the system clock.
-pub(crate) fn now_unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
-}
-
 /// Compares two byte strings in time that depends only on their length.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
@@ -133,7 +127,7 @@ impl Store {
         );
         for _ in 0..CREATE_ATTEMPTS {
             let token = BootstrapToken::generate();
-            let now = now_unix_millis();
+            let now = unix_millis();
             let ttl_millis = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
             let record = TokenRecord {
                 secret_sha256: token.secret_sha256(),
@@ -189,7 +183,7 @@ impl Store {
         if let Some(by) = record.used_by {
             return Err(TokenError::AlreadyUsed { by });
         }
-        if record.is_expired_at(now_unix_millis()) {
+        if record.is_expired_at(unix_millis()) {
             return Err(TokenError::Expired);
         }
         Ok((record, kv.mod_revision()))
@@ -212,7 +206,7 @@ impl Store {
         for _ in 0..CONSUME_ATTEMPTS {
             let (mut record, mod_revision) = self.valid_token(&token).await?;
             record.used_by = Some(cluster.to_owned());
-            record.used_unix = Some(now_unix_millis() / 1000);
+            record.used_unix = Some(unix_millis() / 1000);
             let txn = Txn::new()
                 .when(vec![Compare::mod_revision(
                     key.as_str(),

@@ -7,24 +7,24 @@
 //! per [`HEARTBEAT_WRITE_INTERVAL`] while a cluster stays available — like the kubelet's
 //! `nodeStatusReportFrequency` — so thousands of healthy clusters cost few writes.
 
-use accord_crds::conditions::{self, Desired, Status as CondStatus};
+use accord_crds::conditions::{self, Desired, Status as CondStatus, reasons, types};
 use accord_crds::{HUB_FIELD_MANAGER, ManagedCluster, ManagedClusterStatus};
 use dashmap::DashSet;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store as Reflector};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
-use tracing::{debug, warn};
+use tracing::debug;
 
-use crate::metrics::Metrics;
-use crate::store::Store;
+use super::{
+    ClusterEvents, ControllerContext, ControllerError, ErrorCategory, Listed, report_error,
+};
 use crate::store::cache::{CacheEvent, PrefixCache};
-use crate::store::election::LeaderElection;
 use crate::store::presence::ConnectedRecord;
 use crate::store::registry::ClusterRecord;
 
@@ -46,33 +46,33 @@ pub fn desired_status(
     let current = current.unwrap_or(&empty);
     let joined = if registered {
         Desired::new(
-            "Joined",
+            types::JOINED,
             CondStatus::True,
-            "Registered",
+            reasons::REGISTERED,
             "the agent registered with a bootstrap token",
         )
     } else {
         Desired::new(
-            "Joined",
+            types::JOINED,
             CondStatus::False,
-            "NotRegistered",
+            reasons::NOT_REGISTERED,
             "no agent has registered for this cluster yet",
         )
     };
     let available = match connected {
         Some(c) => Desired::new(
-            "Available",
+            types::AVAILABLE,
             CondStatus::True,
-            "AgentConnected",
+            reasons::AGENT_CONNECTED,
             format!(
                 "the agent is connected to hub replica {} and heartbeating",
                 c.replica
             ),
         ),
         None => Desired::new(
-            "Available",
+            types::AVAILABLE,
             CondStatus::False,
-            "AgentDisconnected",
+            reasons::AGENT_DISCONNECTED,
             "no heartbeat from the agent within the timeout; its placements are treated as unavailable",
         ),
     };
@@ -90,7 +90,7 @@ pub fn desired_status(
             now.0.duration_since(t.0).as_secs_f64() >= HEARTBEAT_WRITE_INTERVAL.as_secs_f64()
         });
     let just_connected =
-        connected.is_some() && !conditions::is_true(&current.conditions, "Available");
+        connected.is_some() && !conditions::is_true(&current.conditions, types::AVAILABLE);
     if heartbeat_stale || just_connected {
         next.last_heartbeat_time = Some(now.clone());
     }
@@ -105,23 +105,24 @@ pub fn desired_status(
     (!unchanged).then_some(next)
 }
 
-/// Runs the controller on this replica whenever it is the leader.
-pub async fn run(
-    store: Store,
-    kube: kube::Client,
-    election: Arc<LeaderElection>,
-    metrics: Metrics,
-) {
-    let m = metrics.clone();
-    crate::leadership::while_leading(
-        &election,
-        "writing ManagedCluster status",
-        move |leading| {
-            m.is_leader.set(i64::from(leading));
-        },
-        || lead(store.clone(), kube.clone(), metrics.clone()),
-    )
-    .await;
+/// Why a status write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusWriteError {
+    /// The Kubernetes API refused or failed the write.
+    #[error("writing ManagedCluster status")]
+    Kube(#[from] kube::Error),
+}
+
+impl ErrorCategory for StatusWriteError {
+    fn category(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn is_transient(&self) -> bool {
+        // Status is recomputed from the registry and the connections on every pass, so a
+        // failed write is always worth another try.
+        true
+    }
 }
 
 fn cluster_of(key: &str, prefix: &str) -> Option<String> {
@@ -130,29 +131,32 @@ fn cluster_of(key: &str, prefix: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The controller's work while leading.
-async fn lead(store: Store, kube: kube::Client, metrics: Metrics) -> anyhow::Result<()> {
+/// Runs the status writer until it fails; `clusters` is its subscription to the shared
+/// ManagedCluster reflector, and `listed` is told once the registry and the connections
+/// are loaded.
+pub async fn run(
+    ctx: Arc<ControllerContext>,
+    clusters: ClusterEvents,
+    listed: Listed,
+) -> Result<(), ControllerError> {
+    let store = &ctx.store;
     let keys = store.keys().clone();
-    let registry =
-        PrefixCache::<ClusterRecord>::start(store.clone(), keys.clusters_prefix()).await?;
-    let connected =
-        PrefixCache::<ConnectedRecord>::start(store.clone(), keys.connected_prefix()).await?;
-    let api: Api<ManagedCluster> = Api::all(kube.clone());
-    let (reader, writer) = reflector::store();
+    let registry = PrefixCache::<ClusterRecord>::start(store.clone(), keys.clusters_prefix())
+        .await
+        .map_err(ControllerError::Store)?;
+    let connected = PrefixCache::<ConnectedRecord>::start(store.clone(), keys.connected_prefix())
+        .await
+        .map_err(ControllerError::Store)?;
+    let api: Api<ManagedCluster> = Api::all(ctx.kube.clone());
     let queue = WorkQueue::new();
 
     // Object changes (someone edited or deleted status, a new object) → recheck.
     let q = queue.clone();
-    let objects = reflector::reflector(writer, watcher(api.clone(), watcher::Config::default()))
-        .applied_objects()
-        .for_each(move |o| {
-            if let Ok(o) = o {
-                q.push(o.metadata.name.unwrap_or_default());
-            }
-            futures::future::ready(())
-        });
-    let objects = tokio::spawn(objects);
-    reader.wait_until_ready().await?;
+    let objects = clusters.for_each(move |o| {
+        q.push(o.name_any());
+        futures::future::ready(())
+    });
+    let _ = listed.send(());
 
     let feeders = [
         spawn_feeder(
@@ -170,7 +174,7 @@ async fn lead(store: Store, kube: kube::Client, metrics: Metrics) -> anyhow::Res
     ];
     let q = queue.clone();
     let names = registry_names(&registry, &keys);
-    let resync = tokio::spawn(async move {
+    let resync = async move {
         let mut tick = tokio::time::interval(RESYNC_INTERVAL);
         loop {
             tick.tick().await;
@@ -178,40 +182,35 @@ async fn lead(store: Store, kube: kube::Client, metrics: Metrics) -> anyhow::Res
                 q.push(n);
             }
         }
-    });
+    };
 
-    let result = async {
+    let work = async {
         while let Some(name) = queue.pop().await {
             let record = registry.get(&keys.cluster(&name)).map(|(r, _)| r);
             let conn = connected.get(&keys.connected(&name)).map(|(c, _)| c);
-            if let Err(e) = reconcile(
-                &api,
-                &reader,
-                &name,
-                record.as_ref(),
-                conn.as_ref(),
-                &metrics,
-            )
-            .await
-            {
-                metrics.error("kubernetes");
-                warn!(cluster = %name, error = %e, "status write failed; retrying");
-                let q = queue.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    q.push(name);
-                });
+            match reconcile(&ctx, &api, &name, record.as_ref(), conn.as_ref()).await {
+                Ok(()) => ctx.succeeded(&name),
+                Err(e) => {
+                    report_error(&ctx.metrics, &name, &e);
+                    let delay = ctx.retry_delay(&name);
+                    let q = queue.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        q.push(name);
+                    });
+                }
             }
         }
-        Ok::<(), anyhow::Error>(())
+    };
+    tokio::select! {
+        () = work => {}
+        () = objects => {}
+        () = resync => {}
     }
-    .await;
-    objects.abort();
-    resync.abort();
     for f in feeders {
         f.abort();
     }
-    result
+    Err(ControllerError::Ended("ManagedCluster status writer"))
 }
 
 fn registry_names(
@@ -258,17 +257,21 @@ fn spawn_feeder<T: Clone + Send + 'static>(
 }
 
 async fn reconcile(
+    ctx: &ControllerContext,
     api: &Api<ManagedCluster>,
-    reader: &Reflector<ManagedCluster>,
     name: &str,
     record: Option<&ClusterRecord>,
     connected: Option<&ConnectedRecord>,
-    metrics: &Metrics,
-) -> Result<(), kube::Error> {
-    let key = reflector::ObjectRef::new(name);
-    let object = reader.get(&key);
-    let object = match (object, record) {
-        (Some(o), _) => o,
+) -> Result<(), StatusWriteError> {
+    let object = ctx.clusters.get(&reflector::ObjectRef::new(name));
+    // The current status and generation, read leniently: a status that does not decode is
+    // simply rewritten.
+    let (current, generation) = match (object, record) {
+        (Some(o), _) => (
+            o.pointer("/status")
+                .and_then(|s| serde_json::from_value::<ManagedClusterStatus>(s.clone()).ok()),
+            o.metadata.generation,
+        ),
         (None, Some(r)) => {
             // Registered but the object is missing (deleted, or registration could not
             // write it): recreate it from the registry.
@@ -276,14 +279,14 @@ async fn reconcile(
                 "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
                 "metadata": { "name": name, "labels": r.labels }, "spec": {},
             });
-            Arc::new(
-                api.patch(
+            let created = api
+                .patch(
                     name,
                     &PatchParams::apply(HUB_FIELD_MANAGER),
                     &Patch::Apply(&obj),
                 )
-                .await?,
-            )
+                .await?;
+            (created.status, created.metadata.generation)
         }
         (None, None) => return Ok(()),
     };
@@ -291,8 +294,8 @@ async fn reconcile(
     let Some(status) = desired_status(
         record.is_some(),
         connected,
-        object.status.as_ref(),
-        object.metadata.generation,
+        current.as_ref(),
+        generation,
         &now,
     ) else {
         return Ok(());
@@ -304,7 +307,7 @@ async fn reconcile(
         &Patch::Merge(serde_json::json!({ "status": status })),
     )
     .await?;
-    metrics.status_writes.inc();
+    ctx.metrics.status_writes.inc();
     Ok(())
 }
 

@@ -1,4 +1,4 @@
-//! Fans placements out to the agent streams this replica holds.
+//! Fans placements of every kind out to the agent streams this replica holds.
 //!
 //! Every replica watches `placements/` (one key per policy). One policy change is one etcd
 //! write; each replica turns the watch event into a delta for the clusters it holds — an
@@ -10,7 +10,9 @@ use std::collections::{HashMap, HashSet};
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
-use super::record::{PlacementRecord, PolicyRef};
+use accord_common::distribution::PolicyRef;
+
+use super::record::PlacementRecord;
 use crate::connections::Connections;
 use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
 
@@ -21,11 +23,16 @@ pub struct Fanout {
 }
 
 impl Fanout {
-    /// Starts watching `placements/` and fanning changes out to `connections`.
-    pub async fn start(store: Store, connections: Connections) -> Result<Self, StoreError> {
+    /// Lists `placements/` and starts following it; [`Fanout::run`] sends the changes.
+    pub async fn start(store: Store) -> Result<Self, StoreError> {
         let cache = PrefixCache::start(store.clone(), store.keys().placements_prefix()).await?;
-        tokio::spawn(run(cache.clone(), connections));
         Ok(Self { cache })
+    }
+
+    /// Fans every change out to `connections`; returns only if the cache stops, so the
+    /// caller supervises it.
+    pub async fn run(self, connections: Connections) {
+        run(self.cache, connections).await;
     }
 
     /// The placements cache (also read by the leader's controller).

@@ -1,0 +1,287 @@
+//! The leader's controllers, in one shape: each gets the same [`ControllerContext`]
+//! (clients, store, connections, metrics, Event recorder, election) and a subscription to
+//! the one ManagedCluster reflector they share, reports errors through [`report_error`]
+//! and retries through [`error_policy`].
+//!
+//! Every controller watches its kind as [`Lenient`] objects and decodes each one in
+//! reconcile ([`decode_or_invalid`]), so one object that does not fit its Rust type gets
+//! `Ready=False`/`InvalidSpec` and never stops the others. A controller that ends while
+//! leading ends [`run`] with an error, and the hub's supervisor stops the process.
+//!
+//! Adding a kind touches: a new file here (its reconcile), one line in [`CONTROLLERS`],
+//! a module of its own for the pure decisions (as [`crate::scale`]), and one variant of
+//! [`crate::distribution::Decision`].
+
+pub mod cluster_status;
+pub mod lenient;
+pub mod scale;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accord_common::runtime::{Retry, backoff};
+use accord_crds::ManagedCluster;
+use dashmap::DashMap;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use kube::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ReflectHandle, Store as Reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+use crate::connections::Connections;
+use crate::distribution::PlacementRecord;
+use crate::http::ReadinessGates;
+use crate::metrics::Metrics;
+use crate::store::election::LeaderElection;
+use crate::store::{PrefixCache, StatusRecord, Store, error_chain};
+use crate::supervisor::{Supervisor, SupervisorError};
+pub use lenient::{Decoded, Lenient, decode_or_invalid};
+
+/// ManagedClusters as every controller sees them: metadata typed, the rest as stored, so
+/// one malformed cluster object cannot stop the shared watch.
+pub type ClusterObject = Lenient<ManagedCluster>;
+/// One controller's subscription to the shared ManagedCluster reflector.
+pub type ClusterEvents = ReflectHandle<ClusterObject>;
+
+/// Events the shared ManagedCluster reflector buffers for a slow subscriber.
+const CLUSTER_EVENT_BUFFER: usize = 1024;
+/// Shortest and longest wait before a transient error is retried.
+const RETRY_MIN: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Errors that end the controllers' work.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// A controller (or the shared reflector) stopped while this replica led.
+    #[error("a controller stopped while leading")]
+    Stopped(#[source] SupervisorError),
+    /// A controller's own streams ended (it should run until stopped).
+    #[error("{0} stopped")]
+    Ended(&'static str),
+    /// etcd could not be followed.
+    #[error("following etcd")]
+    Store(#[source] crate::store::StoreError),
+    /// The leader election ended.
+    #[error("the leader election ended")]
+    ElectionEnded,
+}
+
+/// An error's category (a metric label, an Event reason) and whether retrying may help.
+pub trait ErrorCategory: std::error::Error + 'static {
+    /// A short, stable name, e.g. `kubernetes`, `etcd`, `lock_timeout`.
+    fn category(&self) -> &'static str;
+    /// True when the same call may succeed later by itself (requeue with backoff); false
+    /// when it repeats until the object or the world changes (wait for a change).
+    fn is_transient(&self) -> bool;
+}
+
+/// The one place a controller error is reported: logged once with its whole chain, and
+/// counted by category.
+pub fn report_error<E: ErrorCategory>(metrics: &Metrics, object: &str, error: &E) {
+    metrics.error(error.category());
+    warn!(
+        object,
+        category = error.category(),
+        transient = error.is_transient(),
+        error = %error_chain(error),
+        "reconcile failed"
+    );
+}
+
+/// What every controller works with.
+pub struct ControllerContext {
+    /// The management cluster.
+    pub kube: kube::Client,
+    /// etcd state.
+    pub store: Store,
+    /// The election whose fence guards every write.
+    pub election: Arc<LeaderElection>,
+    /// Agent streams this replica holds.
+    pub connections: Connections,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Publishes Kubernetes Events.
+    pub recorder: Recorder,
+    /// Every policy's placements record.
+    pub placements: PrefixCache<PlacementRecord>,
+    /// Every cluster's last report on every policy.
+    pub statuses: PrefixCache<StatusRecord>,
+    /// The shared ManagedCluster reflector's store.
+    pub clusters: Reflector<ClusterObject>,
+    /// Backoff state of objects whose last reconcile failed transiently.
+    retries: DashMap<String, Retry>,
+}
+
+impl ControllerContext {
+    /// The wait before `object` is retried after a transient error (growing while it keeps
+    /// failing).
+    pub fn retry_delay(&self, object: &str) -> Duration {
+        self.retries
+            .entry(object.to_owned())
+            .or_insert_with(|| backoff(RETRY_MIN, RETRY_MAX))
+            .next_delay()
+    }
+
+    /// Forgets `object`'s backoff after a successful reconcile.
+    pub fn succeeded(&self, object: &str) {
+        self.retries.remove(object);
+    }
+}
+
+/// The shared `error_policy`: report once; wait for the next change on a permanent error,
+/// requeue with backoff on a transient one.
+pub fn error_policy<E: ErrorCategory>(ctx: &ControllerContext, object: &str, error: &E) -> Action {
+    report_error(&ctx.metrics, object, error);
+    if error.is_transient() {
+        Action::requeue(ctx.retry_delay(object))
+    } else {
+        Action::await_change()
+    }
+}
+
+/// Tells the hub's readiness that a controller has listed what it watches.
+pub type Listed = oneshot::Sender<()>;
+
+/// A controller: runs until it fails (it should not end while leading).
+pub type ControllerFn = fn(
+    Arc<ControllerContext>,
+    ClusterEvents,
+    Listed,
+) -> BoxFuture<'static, Result<(), ControllerError>>;
+
+/// Every controller the leader runs, by name. A new kind registers here.
+pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
+    (
+        "CrossClusterScalePolicy controller",
+        |ctx, clusters, listed| Box::pin(scale::run(ctx, clusters, listed)),
+    ),
+    ("ManagedCluster status writer", |ctx, clusters, listed| {
+        Box::pin(cluster_status::run(ctx, clusters, listed))
+    }),
+];
+
+/// What the controllers are started with.
+#[derive(Clone)]
+pub struct ControllerDeps {
+    /// The management cluster.
+    pub kube: kube::Client,
+    /// etcd state.
+    pub store: Store,
+    /// This replica's election.
+    pub election: Arc<LeaderElection>,
+    /// Agent streams.
+    pub connections: Connections,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Placements records.
+    pub placements: PrefixCache<PlacementRecord>,
+    /// This replica's name (the Events' reporting instance).
+    pub replica: String,
+    /// The hub's readiness.
+    pub gates: ReadinessGates,
+}
+
+/// Runs every controller while this replica leads. Returns an error — and so stops the
+/// hub — when a controller or the shared reflector ends while leading: a leader never
+/// keeps leading with a dead controller. Being deposed stops them and waits for the next
+/// term.
+pub async fn run(deps: ControllerDeps) -> Result<(), ControllerError> {
+    let mut leadership = deps.election.subscribe();
+    loop {
+        let leading = leadership.borrow_and_update().is_some();
+        deps.metrics.is_leader.set(i64::from(leading));
+        if !leading {
+            deps.gates.set_controllers_listed(true);
+            leadership
+                .changed()
+                .await
+                .map_err(|_| ControllerError::ElectionEnded)?;
+            continue;
+        }
+        info!("leading: starting the controllers");
+        let deposed = async {
+            while leadership.changed().await.is_ok() {
+                if leadership.borrow().is_none() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            result = lead(&deps) => return result,
+            () = deposed => info!("no longer leading: controllers stopped"),
+        }
+    }
+}
+
+/// One term: the shared ManagedCluster reflector, every controller, and readiness once
+/// they all listed. Returns only when one of them ends.
+async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
+    deps.gates.set_controllers_listed(false);
+    let (clusters, writer) = reflector::store_shared::<ClusterObject>(CLUSTER_EVENT_BUFFER);
+    let subscriptions: Vec<ClusterEvents> = CONTROLLERS
+        .iter()
+        .map(|_| {
+            writer
+                .subscribe()
+                .expect("a shared store can be subscribed")
+        })
+        .collect();
+    let recorder = Recorder::new(
+        deps.kube.clone(),
+        Reporter {
+            controller: "accord-hub".into(),
+            instance: Some(deps.replica.clone()),
+        },
+    );
+    let statuses =
+        PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
+            .await
+            .map_err(ControllerError::Store)?;
+    let ctx = Arc::new(ControllerContext {
+        kube: deps.kube.clone(),
+        store: deps.store.clone(),
+        election: deps.election.clone(),
+        connections: deps.connections.clone(),
+        metrics: deps.metrics.clone(),
+        recorder,
+        placements: deps.placements.clone(),
+        statuses,
+        clusters: clusters.clone(),
+        retries: DashMap::new(),
+    });
+    let mut term = Supervisor::new();
+    let api: Api<ClusterObject> = Api::all(deps.kube.clone());
+    term.spawn_forever(
+        "ManagedCluster reflector",
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect_shared(writer)
+            .for_each(|_| futures::future::ready(())),
+    );
+    let mut listed = Vec::new();
+    for ((name, start), events) in CONTROLLERS.iter().zip(subscriptions) {
+        let (tx, rx) = oneshot::channel();
+        listed.push(rx);
+        term.spawn(name, start(ctx.clone(), events, tx));
+    }
+    let gates = deps.gates.clone();
+    term.spawn_forever("controller readiness", async move {
+        let clusters_ready = clusters.wait_until_ready().await.is_ok();
+        let all_listed = futures::future::join_all(listed)
+            .await
+            .into_iter()
+            .all(|r| r.is_ok());
+        if clusters_ready && all_listed {
+            info!("every controller has listed its objects");
+            gates.set_controllers_listed(true);
+        }
+        // Stay in the set: this task ending is not a failure.
+        std::future::pending::<()>().await;
+    });
+    Err(ControllerError::Stopped(term.next_exit().await))
+}

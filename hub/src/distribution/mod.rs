@@ -1,0 +1,12 @@
+//! The kind-neutral distribution path: a policy's decision becomes one placements record
+//! in etcd ([`record`]), every replica fans it out to the agent streams it holds
+//! ([`fanout`]), and the agents' reports come back as status records
+//! ([`crate::store::status`]) that the kind's controller aggregates into the CR's status.
+//!
+//! Adding a kind adds one [`record::Decision`] variant; the fan-out does not change.
+
+pub mod fanout;
+pub mod record;
+
+pub use fanout::Fanout;
+pub use record::{Decision, PlacementRecord, ShareRecord};
