@@ -9,6 +9,7 @@ use std::time::Duration;
 use accord_agent::engine::{self, EngineConfig, EngineTask};
 use accord_agent::metrics::Metrics;
 use accord_agent::persist::{CONFIGMAP_NAME, DATA_KEY, SavedState};
+use accord_common::distribution::AssignmentSpec;
 use accord_crds::AGENT_FIELD_MANAGER;
 use accord_e2e::hub::parse_metric;
 use accord_e2e::{SharedTestbed, Testbed};
@@ -365,11 +366,12 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
             .as_ref()
             .and_then(|d| d.get(DATA_KEY))
             .context("no saved state")?;
-        let saved: SavedState = serde_json::from_str(document)?;
+        let saved = SavedState::decode(document)?.state;
         ensure!(saved.cluster == "member-1", "{saved:?}");
         ensure!(saved.last_applied_revision == 21, "{saved:?}");
         ensure!(
-            saved.policies.len() == 1 && saved.policies[0].scale.replicas == 3,
+            saved.policies.len() == 1
+                && matches!(&saved.policies[0].spec, AssignmentSpec::Scale(s) if s.replicas == 3),
             "{saved:?}"
         );
 
@@ -390,14 +392,15 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
         let mut hub = ScriptedHub::connect(engine.handle()).await;
         hub.assign(30, true, vec![], vec![]).await;
         hub.ack_until(30).await?;
-        let saved: SavedState = serde_json::from_str(
+        let saved = SavedState::decode(
             cms.get(CONFIGMAP_NAME)
                 .await?
                 .data
                 .as_ref()
                 .and_then(|d| d.get(DATA_KEY))
                 .context("no saved state")?,
-        )?;
+        )?
+        .state;
         ensure!(
             saved.policies.is_empty() && saved.last_applied_revision == 30,
             "{saved:?}"
