@@ -88,10 +88,19 @@ fn an_assignment_takes_replicas_from_an_earlier_user_apply_and_reports_synced_th
         );
 
         // kwok runs the pods: the agent reports them ready, each report expecting the
-        // version the hub accepted last.
-        let ready_report = hub
-            .report_until("web", "3 ready", |r| ready(r) == Some(3))
-            .await?;
+        // version the hub accepted last. If the pods were ready before the first report
+        // went out, everything was said in it and no further report is bound to come: a
+        // change to the Deployment makes one.
+        let ready_report = if ready(&synced) != Some(3) {
+            hub.report_until("web", "3 ready", |r| ready(r) == Some(3))
+                .await?
+        } else if synced.expected_version >= 100 {
+            synced.clone()
+        } else {
+            annotate(&client, ns, "web", "touched", "1").await?;
+            hub.report_until("web", "3 ready after a change", |r| ready(r) == Some(3))
+                .await?
+        };
         ensure!(
             ready_report.expected_version >= 100,
             "expected the last accepted version, got {}",
@@ -281,9 +290,18 @@ fn conflicts_take_the_hubs_version_and_an_older_report_is_not_repeated() {
         );
         hub.answer(&policy, status_ack::Result::Accepted(51)).await;
         hub.auto_accept = true;
+        // The agent sets the replicas back to 1 on its own, but its observations may all
+        // have been coalesced into the report just accepted, leaving nothing more to say.
+        // A further change is bound to be reported, and the first report after the accept
+        // expects 51.
+        scale_by_hand(&client, ns, "occ", 4).await?;
+        let next = hub
+            .report_until("occ", "the first report after 51", |_| true)
+            .await?;
+        ensure!(next.expected_version == 51, "{next:?}");
         let later = hub
-            .report_until("occ", "a report expecting 51", |r| {
-                r.state() == PlacementState::Synced
+            .report_until("occ", "Synced again after the change", |r| {
+                r.state() == PlacementState::Synced && desired(r) == Some(1)
             })
             .await?;
         ensure!(later.expected_version >= 51, "{later:?}");
