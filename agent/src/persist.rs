@@ -2,9 +2,9 @@
 //! namespace, so that an agent restarted while the hub is unreachable enforces exactly what
 //! it enforced before.
 //!
-//! The document is versioned ([`FORMAT_VERSION`]): `{"version": 2, "cluster", "lastAppliedRevision",
-//! "policies": [{"policy", "revision", "spec": {"scale": {...}}}]}`, one spec variant per
-//! kind. The first format (no `version`, a `scale` object per policy) is read and migrated;
+//! The document is versioned ([`FORMAT_VERSION`]): `{"version": 2, "cluster",
+//! "lastAppliedRevision", "policies": [{"policy", "revision", "spec": {"scale": {...}}}]}`,
+//! one spec variant per kind. The first format (no `version`, a `scale` object per policy) is read and migrated;
 //! a version this agent does not know, or a document it cannot read, is ignored with a
 //! warning: the hub resends the assignments when the agent connects.
 //!
