@@ -428,6 +428,74 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
 }
 
 #[test]
+fn a_configmap_in_the_first_format_is_enforced_and_rewritten_in_the_current_one() {
+    TESTBED.run(|testbed| async move {
+        let client = testbed.members()[0].client();
+        let ns = "t-migrate";
+        let agent_ns = "t-migrate-agent";
+        namespace(&client, ns).await?;
+        namespace(&client, agent_ns).await?;
+        user_deployment(&client, ns, "old", 1).await?;
+        // What agents wrote before the document had a version.
+        let legacy = serde_json::json!({
+            "cluster": "member-1",
+            "lastAppliedRevision": 12,
+            "policies": [{
+                "policy": {"kind": "CrossClusterScalePolicy", "namespace": "default", "name": "old"},
+                "revision": 11,
+                "scale": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": ns,
+                          "name": "old", "replicas": 3, "scaleRequestId": "req-v1"},
+            }],
+        });
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), agent_ns);
+        cms.patch(
+            CONFIGMAP_NAME,
+            &PatchParams::apply(AGENT_FIELD_MANAGER),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CONFIGMAP_NAME, "namespace": agent_ns},
+                "data": {DATA_KEY: legacy.to_string()},
+            })),
+        )
+        .await?;
+
+        let (engine, _metrics) = engine(testbed, agent_ns).await?;
+        ensure!(engine.handle().last_applied_revision() == 12);
+        deployment_until(&client, ns, "old", "3 replicas from the old document", |d| {
+            replicas(d) == Some(3) && request_id(d) == Some("req-v1")
+        })
+        .await?;
+        // Rewritten in the current format without waiting for the hub.
+        let rewritten = tokio::time::timeout(
+            WAIT,
+            kube::runtime::wait::await_condition(cms.clone(), CONFIGMAP_NAME, |cm: Option<&ConfigMap>| {
+                cm.and_then(|cm| cm.data.as_ref())
+                    .and_then(|d| d.get(DATA_KEY))
+                    .is_some_and(|doc| doc.contains("\"version\":2"))
+            }),
+        )
+        .await
+        .context("the old document was not rewritten")??
+        .context("the ConfigMap vanished")?;
+        let document = rewritten
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DATA_KEY))
+            .context("no saved state")?;
+        let saved = SavedState::decode(document)?;
+        ensure!(!saved.migrated, "{document}");
+        ensure!(saved.state.last_applied_revision == 12, "{document}");
+        ensure!(
+            matches!(&saved.state.policies[..], [p] if p.revision == 11
+                && matches!(&p.spec, AssignmentSpec::Scale(s) if s.replicas == 3)),
+            "{document}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn the_identity_is_read_from_a_secret_in_the_member_cluster() {
     TESTBED.run(|testbed| async move {
         use accord_agent::identity::{self, IdentitySource};
