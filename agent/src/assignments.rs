@@ -1,105 +1,40 @@
-//! Assignment bookkeeping: which policies this cluster enforces, at which hub revision, and
-//! how a full or delta Assignments message changes that. Pure: no Kubernetes, no gRPC.
+//! Assignment bookkeeping: which policies this cluster holds, at which hub revision, and
+//! how a full or delta Assignments message changes that. Pure and kind-neutral: no
+//! Kubernetes, no gRPC, and no knowledge of what an assignment asks for.
 //!
-//! Rules (protocol `accord.v1`, DESIGN §4):
+//! Rules (protocol `accord.v1`, see `docs/architecture.md`):
 //! - an item is taken only if its revision is newer than the one held for its policy;
 //! - a full message is the complete set at its revision: a held policy it does not list
 //!   stops being managed, unless what is held is newer than the message;
 //! - a delta's `removed` ends management of a policy unless what is held is newer;
 //! - the agent's last applied revision only grows.
 //!
-//! A policy that stops being managed is simply forgotten: its workload keeps the replicas
-//! it has.
+//! A policy that stops being managed is simply forgotten: what it made in the cluster stays
+//! as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 
+use accord_common::distribution::{AssignmentSpec, PolicyRef};
 use serde::{Deserialize, Serialize};
-
-/// Identifies a policy on the hub (and hence its status record).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PolicyKey {
-    /// Kind, e.g. `CrossClusterScalePolicy`.
-    pub kind: String,
-    /// Namespace on the hub (empty for cluster-scoped kinds).
-    pub namespace: String,
-    /// Name on the hub.
-    pub name: String,
-}
-
-impl PolicyKey {
-    /// A key from its parts.
-    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
-        Self {
-            kind: kind.to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-        }
-    }
-}
-
-impl fmt::Display for PolicyKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.namespace.is_empty() {
-            write!(f, "{}/{}", self.kind, self.name)
-        } else {
-            write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
-        }
-    }
-}
-
-/// A workload whose replicas a policy sets in this cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ScaleTarget {
-    /// Workload apiVersion, e.g. `apps/v1`.
-    pub api_version: String,
-    /// Workload kind, e.g. `Deployment`.
-    pub kind: String,
-    /// Namespace of the workload in this cluster.
-    pub namespace: String,
-    /// Name of the workload.
-    pub name: String,
-    /// Replicas this cluster should run.
-    pub replicas: i32,
-    /// Id of the scaling decision, stamped on the workload.
-    pub scale_request_id: String,
-}
-
-impl ScaleTarget {
-    /// Whether the agent knows how to scale this kind of workload.
-    pub fn is_deployment(&self) -> bool {
-        self.kind == "Deployment" && self.api_version == "apps/v1"
-    }
-}
 
 /// One policy's assignment as held by the agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assigned {
     /// Hub revision at which the assignment last changed.
     pub revision: i64,
-    /// What to scale.
-    pub scale: ScaleTarget,
-}
-
-/// What an incoming assignment asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Work {
-    /// Set a workload's replicas.
-    Scale(ScaleTarget),
-    /// Work this agent does not handle yet (Kafka topics, Prometheus federation).
-    Unhandled(&'static str),
+    /// What the policy asks of this cluster.
+    pub spec: AssignmentSpec,
 }
 
 /// One assignment of an incoming message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Incoming {
     /// The policy.
-    pub policy: PolicyKey,
+    pub policy: PolicyRef,
     /// Hub revision at which it last changed.
     pub revision: i64,
     /// What it asks for.
-    pub work: Work,
+    pub spec: AssignmentSpec,
 }
 
 /// An Assignments message in domain terms.
@@ -112,20 +47,18 @@ pub struct Update {
     /// Assignments added or changed.
     pub items: Vec<Incoming>,
     /// Policies whose assignment ended (deltas only).
-    pub removed: Vec<PolicyKey>,
+    pub removed: Vec<PolicyRef>,
 }
 
 /// What applying an [`Update`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
     /// Policies added or changed.
-    pub upserted: Vec<PolicyKey>,
+    pub upserted: Vec<PolicyRef>,
     /// Policies no longer managed.
-    pub removed: Vec<PolicyKey>,
+    pub removed: Vec<PolicyRef>,
     /// Items skipped because the agent holds the same or a newer revision.
     pub stale: usize,
-    /// Items of kinds this agent does not handle, with the kind of work.
-    pub unhandled: Vec<(PolicyKey, &'static str)>,
 }
 
 impl Applied {
@@ -139,14 +72,14 @@ impl Applied {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AssignmentBook {
     last_applied_revision: i64,
-    policies: BTreeMap<PolicyKey, Assigned>,
+    policies: BTreeMap<PolicyRef, Assigned>,
 }
 
 impl AssignmentBook {
     /// A book holding `policies`, last applied at `last_applied_revision`.
     pub fn from_parts(
         last_applied_revision: i64,
-        policies: impl IntoIterator<Item = (PolicyKey, Assigned)>,
+        policies: impl IntoIterator<Item = (PolicyRef, Assigned)>,
     ) -> Self {
         Self {
             last_applied_revision,
@@ -160,12 +93,12 @@ impl AssignmentBook {
     }
 
     /// The managed policies.
-    pub fn policies(&self) -> &BTreeMap<PolicyKey, Assigned> {
+    pub fn policies(&self) -> &BTreeMap<PolicyRef, Assigned> {
         &self.policies
     }
 
     /// One policy's assignment.
-    pub fn get(&self, policy: &PolicyKey) -> Option<&Assigned> {
+    pub fn get(&self, policy: &PolicyRef) -> Option<&Assigned> {
         self.policies.get(policy)
     }
 
@@ -175,13 +108,6 @@ impl AssignmentBook {
         let mut listed = BTreeSet::new();
         for item in update.items {
             listed.insert(item.policy.clone());
-            let scale = match item.work {
-                Work::Scale(scale) => scale,
-                Work::Unhandled(what) => {
-                    applied.unhandled.push((item.policy, what));
-                    continue;
-                }
-            };
             match self.policies.get(&item.policy) {
                 Some(held) if held.revision >= item.revision => applied.stale += 1,
                 _ => {
@@ -189,14 +115,14 @@ impl AssignmentBook {
                         item.policy.clone(),
                         Assigned {
                             revision: item.revision,
-                            scale,
+                            spec: item.spec,
                         },
                     );
                     applied.upserted.push(item.policy);
                 }
             }
         }
-        let ended: Vec<PolicyKey> = if update.full {
+        let ended: Vec<PolicyRef> = if update.full {
             self.policies
                 .iter()
                 .filter(|(key, held)| !listed.contains(*key) && held.revision <= update.revision)
@@ -226,19 +152,27 @@ impl AssignmentBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_common::distribution::{ScaleSpec, TopicSpec};
 
-    fn key(name: &str) -> PolicyKey {
-        PolicyKey::new("CrossClusterScalePolicy", "default", name)
+    fn key(name: &str) -> PolicyRef {
+        PolicyRef::new("CrossClusterScalePolicy", "default", name)
     }
 
-    fn scale(name: &str, replicas: i32) -> ScaleTarget {
-        ScaleTarget {
+    fn scale(name: &str, replicas: i32) -> AssignmentSpec {
+        AssignmentSpec::Scale(ScaleSpec {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             namespace: "prod".into(),
             name: name.into(),
             replicas,
             scale_request_id: format!("req-{replicas}"),
+        })
+    }
+
+    fn replicas(book: &AssignmentBook, name: &str) -> i32 {
+        match &book.get(&key(name)).unwrap().spec {
+            AssignmentSpec::Scale(s) => s.replicas,
+            other => panic!("not a scale assignment: {other:?}"),
         }
     }
 
@@ -246,7 +180,7 @@ mod tests {
         Incoming {
             policy: key(name),
             revision,
-            work: Work::Scale(scale(name, replicas)),
+            spec: scale(name, replicas),
         }
     }
 
@@ -259,7 +193,7 @@ mod tests {
         }
     }
 
-    fn delta(revision: i64, items: Vec<Incoming>, removed: Vec<PolicyKey>) -> Update {
+    fn delta(revision: i64, items: Vec<Incoming>, removed: Vec<PolicyRef>) -> Update {
         Update {
             revision,
             full: false,
@@ -274,7 +208,7 @@ mod tests {
         let applied = book.apply(full(10, vec![item("a", 7, 3), item("b", 10, 2)]));
         assert_eq!(applied.upserted, vec![key("a"), key("b")]);
         assert_eq!(book.last_applied_revision(), 10);
-        assert_eq!(book.get(&key("a")).unwrap().scale.replicas, 3);
+        assert_eq!(replicas(&book, "a"), 3);
     }
 
     #[test]
@@ -286,10 +220,10 @@ mod tests {
         assert!(!same.changed());
         let older = book.apply(delta(7, vec![item("a", 4, 9)], vec![]));
         assert_eq!(older.stale, 1);
-        assert_eq!(book.get(&key("a")).unwrap().scale.replicas, 3);
+        assert_eq!(replicas(&book, "a"), 3);
         let newer = book.apply(delta(8, vec![item("a", 8, 9)], vec![]));
         assert_eq!(newer.upserted, vec![key("a")]);
-        assert_eq!(book.get(&key("a")).unwrap().scale.replicas, 9);
+        assert_eq!(replicas(&book, "a"), 9);
         assert_eq!(book.get(&key("a")).unwrap().revision, 8);
     }
 
@@ -342,18 +276,19 @@ mod tests {
     }
 
     #[test]
-    fn unhandled_work_is_reported_and_not_managed() {
+    fn assignments_of_every_kind_are_held_alike() {
         let mut book = AssignmentBook::default();
+        let topic = PolicyRef::new("FederatedKafkaTopic", "default", "t");
         let applied = book.apply(full(
             4,
             vec![Incoming {
-                policy: PolicyKey::new("FederatedKafkaTopic", "default", "t"),
+                policy: topic.clone(),
                 revision: 4,
-                work: Work::Unhandled("topic"),
+                spec: AssignmentSpec::Topic(TopicSpec::default()),
             }],
         ));
-        assert_eq!(applied.unhandled.len(), 1);
-        assert!(book.policies().is_empty());
+        assert_eq!(applied.upserted, vec![topic.clone()]);
+        assert_eq!(book.get(&topic).unwrap().spec.work(), "topic");
         assert_eq!(book.last_applied_revision(), 4);
     }
 

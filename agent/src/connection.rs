@@ -2,12 +2,12 @@
 //! messages to the engine, and reconnect with exponential backoff and jitter when the
 //! stream ends.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use accord_common::runtime::{Retry, backoff, unix_millis};
 use accord_proto::MAX_MESSAGE_BYTES;
 use accord_proto::v1::federation_client::FederationClient;
 use accord_proto::v1::{AgentMessage, Heartbeat, Hello, agent_message};
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -92,19 +92,8 @@ pub struct ConnectionConfig {
     pub agent_version: String,
 }
 
-fn reconnect_backoff() -> ExponentialBackoff {
-    ExponentialBuilder::new()
-        .with_min_delay(MIN_RECONNECT_DELAY)
-        .with_max_delay(MAX_RECONNECT_DELAY)
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+fn reconnect_backoff() -> Retry {
+    backoff(MIN_RECONNECT_DELAY, MAX_RECONNECT_DELAY)
 }
 
 /// An mTLS channel to the hub named by `identity`.
@@ -133,7 +122,7 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
     engine.wait_loaded().await;
     let mut identity = config.initial_identity.clone();
     let mut k8s_version = String::new();
-    let mut backoff = reconnect_backoff();
+    let mut retry = reconnect_backoff();
     loop {
         match config.identity.load(&config.client).await {
             Ok(fresh) => {
@@ -163,9 +152,9 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
             }
         }
         if started.elapsed() >= HEALTHY_AFTER {
-            backoff = reconnect_backoff();
+            retry = reconnect_backoff();
         }
-        let delay = backoff.next().unwrap_or(MAX_RECONNECT_DELAY);
+        let delay = retry.next_delay();
         tokio::time::sleep(delay).await;
     }
 }

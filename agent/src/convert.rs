@@ -1,84 +1,53 @@
 //! Translation between the `accord.v1` messages and the agent's domain types, at the edge.
+//! Kind-neutral: the shared vocabulary (`accord_common::distribution`) translates each
+//! kind's spec and observation.
 
-use accord_proto::v1::{
-    Assignments, ObjectRef, ReplicaStatus, StatusReport, assignment, status_report,
-};
+use accord_common::distribution::{AssignmentSpec, PolicyRef, state_to_proto};
+use accord_proto::v1::{Assignments, StatusReport};
 
-use crate::assignments::{Incoming, PolicyKey, ScaleTarget, Update, Work};
-use crate::observe::Report;
+use crate::assignments::{Incoming, Update};
+use crate::report::Report;
 
-/// A policy key from its reference.
-pub fn policy_key(r: &ObjectRef) -> PolicyKey {
-    PolicyKey::new(&r.kind, &r.namespace, &r.name)
-}
-
-/// A policy reference from its key.
-pub fn object_ref(key: &PolicyKey) -> ObjectRef {
-    ObjectRef {
-        kind: key.kind.clone(),
-        namespace: key.namespace.clone(),
-        name: key.name.clone(),
-    }
-}
-
-/// An Assignments message as an [`Update`]; items without a policy are dropped.
-pub fn update(message: Assignments) -> Update {
-    let items = message
+/// An Assignments message as an [`Update`], and how many items were dropped because they
+/// name no policy or carry no spec (the hub never sends such items).
+pub fn update(message: Assignments) -> (Update, usize) {
+    let total = message.items.len();
+    let items: Vec<Incoming> = message
         .items
         .into_iter()
         .filter_map(|item| {
-            let policy = policy_key(item.policy.as_ref()?);
-            let work = match item.spec {
-                Some(assignment::Spec::Scale(s)) => Work::Scale(ScaleTarget {
-                    api_version: s.api_version,
-                    kind: s.kind,
-                    namespace: s.namespace,
-                    name: s.name,
-                    replicas: s.replicas,
-                    scale_request_id: s.scale_request_id,
-                }),
-                Some(assignment::Spec::Topic(_)) => Work::Unhandled("Kafka topic"),
-                Some(assignment::Spec::Federation(_)) => Work::Unhandled("Prometheus federation"),
-                None => Work::Unhandled("empty assignment"),
-            };
             Some(Incoming {
-                policy,
+                policy: PolicyRef::from_proto(item.policy.as_ref()?),
                 revision: item.revision,
-                work,
+                spec: AssignmentSpec::from_proto(item.spec?),
             })
         })
         .collect();
-    Update {
+    let malformed = total - items.len();
+    let update = Update {
         revision: message.revision,
         full: message.full,
         items,
-        removed: message.removed.iter().map(policy_key).collect(),
-    }
+        removed: message.removed.iter().map(PolicyRef::from_proto).collect(),
+    };
+    (update, malformed)
 }
 
 /// The StatusReport of `report` about `policy`.
 pub fn status_report(
-    policy: &PolicyKey,
+    policy: &PolicyRef,
     report: &Report,
     expected_version: i64,
     observed_unix_millis: i64,
 ) -> StatusReport {
     StatusReport {
-        policy: Some(object_ref(policy)),
+        policy: Some(policy.to_proto()),
         resource_version: report.resource_version.clone(),
         generation: report.generation,
         expected_version,
-        state: accord_common::distribution::state_to_proto(report.state) as i32,
+        state: state_to_proto(report.state) as i32,
         message: report.message.clone(),
-        observed: report.replicas.map(|r| {
-            status_report::Observed::Replicas(ReplicaStatus {
-                desired_replicas: r.desired,
-                ready_replicas: r.ready,
-                updated_replicas: r.updated,
-                observed_generation: r.observed_generation,
-                scale_request_id: report.scale_request_id.clone(),
-            })
-        }),
+        observed: report.observed.to_proto(),
         applied_revision: report.applied_revision,
         observed_unix_millis,
     }
@@ -87,11 +56,14 @@ pub fn status_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::{PlacementState, ReplicaCounts};
-    use accord_proto::v1::{Assignment, ScaleAssignment, TopicAssignment};
+    use accord_common::distribution::{Observed, PlacementState, ReplicasObserved};
+    use accord_proto::v1::{
+        Assignment, ObjectRef, ReplicaStatus, ScaleAssignment, TopicAssignment, assignment,
+        status_report,
+    };
 
     #[test]
-    fn scale_items_become_scale_work_and_others_are_unhandled() {
+    fn items_of_every_kind_become_specs_and_items_without_a_policy_or_spec_are_dropped() {
         let policy = ObjectRef {
             kind: "CrossClusterScalePolicy".into(),
             namespace: "default".into(),
@@ -126,36 +98,42 @@ mod tests {
                     revision: 12,
                     spec: None,
                 },
+                Assignment {
+                    policy: Some(policy.clone()),
+                    revision: 12,
+                    spec: None,
+                },
             ],
             removed: vec![policy.clone()],
         };
-        let u = update(message);
+        let (u, malformed) = update(message);
         assert_eq!(u.revision, 12);
         assert_eq!(u.items.len(), 2);
-        assert!(matches!(&u.items[0].work, Work::Scale(s) if s.replicas == 7));
-        assert!(matches!(u.items[1].work, Work::Unhandled(_)));
-        assert_eq!(u.removed, vec![policy_key(&policy)]);
+        assert_eq!(malformed, 2);
+        assert!(matches!(&u.items[0].spec, AssignmentSpec::Scale(s) if s.replicas == 7));
+        assert!(matches!(u.items[1].spec, AssignmentSpec::Topic(_)));
+        assert_eq!(u.removed, vec![PolicyRef::from_proto(&policy)]);
     }
 
     #[test]
     fn a_report_carries_every_observed_field() {
-        let key = PolicyKey::new("CrossClusterScalePolicy", "default", "web");
+        let key = PolicyRef::new("CrossClusterScalePolicy", "default", "web");
         let report = Report {
             state: PlacementState::Synced,
             message: String::new(),
             resource_version: "881".into(),
             generation: 5,
-            replicas: Some(ReplicaCounts {
+            observed: Observed::Replicas(ReplicasObserved {
                 desired: 7,
                 ready: 6,
                 updated: 7,
                 observed_generation: 5,
+                scale_request_id: "01J".into(),
             }),
             applied_revision: 11,
-            scale_request_id: "01J".into(),
         };
         let s = status_report(&key, &report, 40, 1_700_000_000_000);
-        assert_eq!(s.policy, Some(object_ref(&key)));
+        assert_eq!(s.policy, Some(key.to_proto()));
         assert_eq!(s.state, accord_proto::v1::PlacementState::Synced as i32);
         assert_eq!(s.expected_version, 40);
         assert_eq!(s.resource_version, "881");

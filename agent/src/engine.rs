@@ -1,44 +1,43 @@
-//! The enforcement engine: one task that owns the assignments, makes the member cluster
-//! match them and decides what to report to the hub.
+//! The engine: one task that owns the assignments, has its [enforcers](crate::enforce) make
+//! the member cluster match them, and decides what to report to the hub. Kind-neutral: what
+//! an assignment asks for is the enforcers' business.
 //!
 //! Everything reaches it as an [`Input`] on one channel — hub messages, stream
 //! connects/disconnects, watch events, finished applies, finished saves — so its state
-//! needs no locks. Side effects run in spawned tasks that answer with another input:
-//! server-side applies of replicas, the ConfigMap writer. The hub connection is not part of
-//! the engine: without one it keeps enforcing what it holds, and tests drive it directly.
+//! needs no locks. Side effects run in spawned tasks that answer with another input: the
+//! enforcers' applies, the writer of the saved state. The hub connection is not part of the
+//! engine: without one it keeps enforcing what it holds, and tests drive it directly.
 //!
-//! Per policy the pipeline is: read the cached Deployment and HPAs → [`observe::verdict`]
-//! → apply if needed (with backoff on errors and on fights with another writer) →
-//! [`observe::report`] → debounced StatusReport under optimistic concurrency
-//! ([`ReportTracker`]).
+//! The rules it keeps, whatever the kind:
+//! - save, then acknowledge: an Ack for a revision goes out only once the state holding it
+//!   is saved ([`StateStore`]), so an agent restarted after an Ack enforces what it acked;
+//! - per policy: the enforcer judges → apply if needed (one at a time, with backoff on
+//!   errors and on fights with another writer) → the report, debounced and sent under
+//!   optimistic concurrency ([`ReportTracker`]);
+//! - an assignment no enforcer takes is held, saved, acknowledged and reported as an error.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use accord_crds::AGENT_FIELD_MANAGER;
+use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_common::runtime::{AbortOnDrop, Retry, backoff, unix_millis};
 use accord_proto::v1::{
     AgentMessage, HubMessage, StatusAck, agent_message, hub_message, status_ack,
 };
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::assignments::{AssignmentBook, PolicyKey, ScaleTarget};
+use crate::assignments::{Assigned, AssignmentBook};
 use crate::convert;
-use crate::metrics::{Metrics, kube_error_kind};
-use crate::observe::{self, PlacementState, Report, Verdict};
-use crate::persist::{PersistError, SavedState, StateStore};
-use crate::report::{AfterConflict, ReportTracker};
-use crate::watch::{NamespaceWatch, WatchEvent};
+use crate::enforce::{self, Action, ApplyError, Enforcer, EventSink, WatchEvent};
+use crate::metrics::Metrics;
+use crate::persist::{ConfigMapStore, SavedState, StateStore};
+use crate::report::{AfterConflict, Report, ReportTracker};
 
 /// Default delay between a change and the report about it; changes within it coalesce.
 pub const DEFAULT_REPORT_DEBOUNCE: Duration = Duration::from_millis(100);
@@ -47,31 +46,16 @@ pub const DEFAULT_REPORT_DEBOUNCE: Duration = Duration::from_millis(100);
 const INPUT_CAPACITY: usize = 1024;
 
 /// Retries of a failing apply, and of re-applying against another writer.
-fn apply_backoff() -> ExponentialBackoff {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(30))
-        .with_jitter()
-        .without_max_times()
-        .build()
+fn apply_backoff() -> Retry {
+    backoff(Duration::from_millis(200), Duration::from_secs(30))
 }
 
-/// Retries of loading and saving the ConfigMap.
-fn persist_backoff() -> ExponentialBackoff {
-    ExponentialBuilder::new()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
-        .with_jitter()
-        .without_max_times()
-        .build()
+/// Retries of loading and saving the state.
+fn persist_backoff() -> Retry {
+    backoff(Duration::from_millis(100), Duration::from_secs(5))
 }
 
-fn next_delay(backoff: &mut ExponentialBackoff) -> Duration {
-    // Built without a limit, so the iterator never ends; the fallback is for form's sake.
-    backoff.next().unwrap_or(Duration::from_secs(5))
-}
-
-/// What the engine needs.
+/// What the engine needs in a cluster.
 #[derive(Clone)]
 pub struct EngineConfig {
     /// Client of the member cluster.
@@ -84,44 +68,13 @@ pub struct EngineConfig {
     pub report_debounce: Duration,
 }
 
-/// Why an apply failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The API server refused or failed the server-side apply.
-    #[error("applying replicas to Deployment {namespace}/{name}: {source}")]
-    Kube {
-        /// Namespace of the Deployment.
-        namespace: String,
-        /// Name of the Deployment.
-        name: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl ApplyError {
-    /// The metric label of the error.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Kube { source, .. } => kube_error_kind(source),
-        }
-    }
-
-    fn is_not_found(&self) -> bool {
-        matches!(self, Self::Kube { source: kube::Error::Api(s), .. } if s.code == 404)
-    }
-
-    /// A short message for the status report.
-    fn status_message(&self) -> String {
-        match self {
-            Self::Kube {
-                source: kube::Error::Api(status),
-                ..
-            } => format!("server-side apply failed: {}", status.message),
-            Self::Kube { source, .. } => format!("server-side apply failed: {source}"),
-        }
-    }
+/// What the kind-neutral core needs besides its store and enforcers.
+#[derive(Clone, Debug)]
+pub struct CoreConfig {
+    /// Cluster the agent speaks for.
+    pub cluster: String,
+    /// Delay between a change and the report about it.
+    pub report_debounce: Duration,
 }
 
 /// Everything that reaches the engine.
@@ -141,28 +94,33 @@ pub enum Input {
         /// Id of the stream.
         id: u64,
     },
-    /// A watch saw something.
-    Watch(WatchEvent),
-    /// A server-side apply finished.
+    /// An enforcer's watch saw something.
+    Watch {
+        /// The enforcer's name.
+        enforcer: &'static str,
+        /// What it saw.
+        event: WatchEvent,
+    },
+    /// An apply finished.
     Applied {
         /// The policy applied.
-        policy: PolicyKey,
+        policy: PolicyRef,
         /// What was applied.
-        target: ScaleTarget,
-        /// `resourceVersion` of the Deployment the apply was decided on.
-        from_rv: String,
-        /// The Deployment's `resourceVersion` afterwards, or the error.
+        spec: AssignmentSpec,
+        /// Version of the object the apply was decided on.
+        from_version: String,
+        /// The object's version afterwards, or the error.
         result: Result<String, Box<ApplyError>>,
     },
-    /// The saved state up to `seq` is in the ConfigMap.
+    /// The saved state up to `seq` is stored.
     Persisted {
         /// Sequence number of the saved snapshot.
         seq: u64,
     },
 }
 
-/// State shared between the engine and its handles.
-struct Shared {
+/// What the engine publishes to its handles.
+struct EngineStatus {
     last_applied_revision: AtomicI64,
     next_stream: AtomicU64,
     loaded: watch::Sender<bool>,
@@ -173,7 +131,7 @@ struct Shared {
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Input>,
-    shared: Arc<Shared>,
+    status: Arc<EngineStatus>,
 }
 
 impl EngineHandle {
@@ -184,7 +142,7 @@ impl EngineHandle {
 
     /// Tells the engine a stream opened; returns the stream id for [`Self::disconnected`].
     pub async fn connected(&self, outbox: mpsc::UnboundedSender<AgentMessage>) -> u64 {
-        let id = self.shared.next_stream.fetch_add(1, Ordering::Relaxed);
+        let id = self.status.next_stream.fetch_add(1, Ordering::Relaxed);
         let _ = self.tx.send(Input::Connected { id, outbox }).await;
         id
     }
@@ -196,17 +154,17 @@ impl EngineHandle {
 
     /// Highest hub revision applied, for Hello.
     pub fn last_applied_revision(&self) -> i64 {
-        self.shared.last_applied_revision.load(Ordering::Relaxed)
+        self.status.last_applied_revision.load(Ordering::Relaxed)
     }
 
     /// Whether the saved assignments have been loaded (and are being enforced).
     pub fn is_loaded(&self) -> bool {
-        self.shared.ready.load(Ordering::Relaxed)
+        self.status.ready.load(Ordering::Relaxed)
     }
 
     /// Waits until the saved assignments have been loaded.
     pub async fn wait_loaded(&self) {
-        let mut loaded = self.shared.loaded.subscribe();
+        let mut loaded = self.status.loaded.subscribe();
         let _ = loaded.wait_for(|l| *l).await;
     }
 }
@@ -241,29 +199,51 @@ impl Drop for EngineTask {
     }
 }
 
-/// Starts the engine: it loads the saved assignments, enforces them, and then follows its
-/// inputs.
+/// Starts the engine of a member cluster: its state in the ConfigMap of the agent's
+/// namespace, and this agent version's [enforcers](enforce::enforcers).
 pub fn start(config: EngineConfig, metrics: Metrics) -> EngineTask {
+    let store = Arc::new(ConfigMapStore::new(
+        config.client.clone(),
+        &config.namespace,
+    ));
+    let enforcers = enforce::enforcers(&config.client, &metrics);
+    start_with(
+        CoreConfig {
+            cluster: config.cluster,
+            report_debounce: config.report_debounce,
+        },
+        store,
+        enforcers,
+        metrics,
+    )
+}
+
+/// Starts the engine with the given store and enforcers: it loads the saved assignments,
+/// enforces them, and then follows its inputs.
+pub fn start_with(
+    config: CoreConfig,
+    store: Arc<dyn StateStore>,
+    enforcers: Vec<Box<dyn Enforcer>>,
+    metrics: Metrics,
+) -> EngineTask {
     let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
     let (loaded, _) = watch::channel(false);
-    let shared = Arc::new(Shared {
+    let status = Arc::new(EngineStatus {
         last_applied_revision: AtomicI64::new(0),
         next_stream: AtomicU64::new(1),
         loaded,
         ready: AtomicBool::new(false),
     });
-    let store = StateStore::new(config.client.clone(), &config.namespace);
     let (persist_tx, persist_rx) = watch::channel(Snapshot::default());
     let engine = Engine {
         config,
         metrics: metrics.clone(),
-        shared: shared.clone(),
+        status: status.clone(),
         rx,
         tx: tx.clone(),
         book: AssignmentBook::default(),
         policies: BTreeMap::new(),
-        targets: HashMap::new(),
-        namespaces: HashMap::new(),
+        enforcers,
         stream: None,
         timers: BinaryHeap::new(),
         persist_tx,
@@ -279,19 +259,11 @@ pub fn start(config: EngineConfig, metrics: Metrics) -> EngineTask {
             metrics,
         ));
         let _writer = AbortOnDrop(writer);
-        engine.run(store).await;
+        engine.run(store.as_ref()).await;
     });
     EngineTask {
-        handle: EngineHandle { tx, shared },
+        handle: EngineHandle { tx, status },
         task,
-    }
-}
-
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -302,19 +274,23 @@ struct Snapshot {
     state: Arc<SavedState>,
 }
 
-/// Writes the latest snapshot to the ConfigMap, retrying with backoff; newer snapshots
-/// replace older ones that were not written yet.
+/// Writes the latest snapshot to the store, retrying with backoff; newer snapshots replace
+/// older ones that were not written yet.
 async fn persist_loop(
-    store: StateStore,
+    store: Arc<dyn StateStore>,
     mut rx: watch::Receiver<Snapshot>,
     tx: mpsc::Sender<Input>,
     metrics: Metrics,
 ) {
     while rx.changed().await.is_ok() {
-        let mut backoff = persist_backoff();
+        let mut retry = persist_backoff();
         loop {
             let snapshot = rx.borrow_and_update().clone();
-            match store.save(&snapshot.state).await {
+            let saved = match snapshot.state.encode() {
+                Ok(document) => store.save(document).await,
+                Err(e) => Err(e),
+            };
+            match saved {
                 Ok(()) => {
                     if tx
                         .send(Input::Persisted { seq: snapshot.seq })
@@ -327,7 +303,7 @@ async fn persist_loop(
                 }
                 Err(e) => {
                     metrics.error(e.kind());
-                    let delay = next_delay(&mut backoff);
+                    let delay = retry.next_delay();
                     warn!(error = %e, "could not save the assignments; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
                 }
@@ -341,16 +317,16 @@ async fn persist_loop(
 struct PolicyRuntime {
     /// An apply is running.
     applying: bool,
-    /// `resourceVersion` the Deployment had when the last successful apply was decided:
-    /// while the cache still shows it, the watch has not delivered the result yet.
-    awaiting_rv: Option<String>,
-    /// The last apply's error, until an apply succeeds or the verdict changes.
+    /// Version the object had when the last successful apply was decided: while the
+    /// enforcer's cache still shows it, its watch has not delivered the result yet.
+    awaiting_version: Option<String>,
+    /// The last apply's error, until an apply succeeds or the judgement settles.
     apply_error: Option<String>,
     /// No apply before this instant.
     retry_at: Option<Instant>,
-    /// Applies since the Deployment was last seen synced.
+    /// Applies since the object was last judged settled.
     unsynced_applies: u32,
-    backoff: Option<ExponentialBackoff>,
+    retry: Option<Retry>,
     /// The latest observation.
     latest: Option<Report>,
     /// When the debounced report goes out.
@@ -362,15 +338,15 @@ struct PolicyRuntime {
 
 impl PolicyRuntime {
     fn delay(&mut self) -> Duration {
-        next_delay(self.backoff.get_or_insert_with(apply_backoff))
+        self.retry.get_or_insert_with(apply_backoff).next_delay()
     }
 
     fn settled(&mut self) {
         self.apply_error = None;
         self.retry_at = None;
-        self.awaiting_rv = None;
+        self.awaiting_version = None;
         self.unsynced_applies = 0;
-        self.backoff = None;
+        self.retry = None;
     }
 }
 
@@ -381,18 +357,16 @@ struct Stream {
 }
 
 struct Engine {
-    config: EngineConfig,
+    config: CoreConfig,
     metrics: Metrics,
-    shared: Arc<Shared>,
+    status: Arc<EngineStatus>,
     rx: mpsc::Receiver<Input>,
     tx: mpsc::Sender<Input>,
     book: AssignmentBook,
-    policies: BTreeMap<PolicyKey, PolicyRuntime>,
-    /// Managed policies by target Deployment (namespace, name).
-    targets: HashMap<(String, String), BTreeSet<PolicyKey>>,
-    namespaces: HashMap<String, NamespaceWatch>,
+    policies: BTreeMap<PolicyRef, PolicyRuntime>,
+    enforcers: Vec<Box<dyn Enforcer>>,
     stream: Option<Stream>,
-    timers: BinaryHeap<Reverse<(Instant, PolicyKey)>>,
+    timers: BinaryHeap<Reverse<(Instant, PolicyRef)>>,
     persist_tx: watch::Sender<Snapshot>,
     persist_seq: u64,
     /// Revisions to acknowledge once the snapshot numbered with them is saved.
@@ -400,15 +374,9 @@ struct Engine {
     pending_reports: i64,
 }
 
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl Engine {
-    async fn run(mut self, store: StateStore) {
-        self.load(&store).await;
+    async fn run(mut self, store: &dyn StateStore) {
+        self.load(store).await;
         loop {
             let next = self.timers.peek().map(|Reverse((at, _))| *at);
             tokio::select! {
@@ -423,49 +391,68 @@ impl Engine {
         }
     }
 
-    /// Loads the saved assignments (retrying while the API server does not answer) and
-    /// starts enforcing them.
-    async fn load(&mut self, store: &StateStore) {
-        let mut backoff = persist_backoff();
-        let saved = loop {
+    /// Loads the saved assignments (retrying while the store does not answer) and starts
+    /// enforcing them. A document written in an older format is saved again in the current
+    /// one right away.
+    async fn load(&mut self, store: &dyn StateStore) {
+        let mut retry = persist_backoff();
+        let document = loop {
             match store.load().await {
-                Ok(saved) => break saved,
-                Err(e @ PersistError::Decode { .. }) => {
-                    self.metrics.error(e.kind());
-                    warn!(error = %e, "ignoring the saved assignments; the hub will resend them");
-                    break None;
-                }
+                Ok(document) => break document,
                 Err(e) => {
                     self.metrics.error(e.kind());
-                    let delay = next_delay(&mut backoff);
+                    let delay = retry.next_delay();
                     warn!(error = %e, "could not load the saved assignments; retrying in {delay:?}");
                     tokio::time::sleep(delay).await;
                 }
             }
         };
-        match saved {
-            Some(state) if state.cluster == self.config.cluster || state.cluster.is_empty() => {
+        let loaded = match document.as_deref().map(SavedState::decode) {
+            None => {
+                debug!("no saved assignments");
+                None
+            }
+            Some(Ok(loaded)) => Some(loaded),
+            Some(Err(e)) => {
+                self.metrics.error(e.kind());
+                warn!(error = %e, "ignoring the saved assignments; the hub will resend them");
+                None
+            }
+        };
+        match loaded {
+            Some(loaded)
+                if loaded.state.cluster == self.config.cluster
+                    || loaded.state.cluster.is_empty() =>
+            {
                 info!(
-                    policies = state.policies.len(),
-                    revision = state.last_applied_revision,
+                    policies = loaded.state.policies.len(),
+                    revision = loaded.state.last_applied_revision,
+                    migrated = loaded.migrated,
                     "enforcing the saved assignments"
                 );
-                self.book = state.into_book();
+                self.book = loaded.state.into_book();
+                if loaded.migrated {
+                    self.save();
+                }
             }
-            Some(state) => warn!(
-                saved_for = %state.cluster,
+            Some(loaded) => warn!(
+                saved_for = %loaded.state.cluster,
                 cluster = %self.config.cluster,
                 "ignoring saved assignments made for another cluster"
             ),
-            None => debug!("no saved assignments"),
+            None => {}
         }
-        let keys: Vec<PolicyKey> = self.book.policies().keys().cloned().collect();
-        for key in keys {
-            self.policies.insert(key, PolicyRuntime::default());
+        let keys: Vec<PolicyRef> = self.book.policies().keys().cloned().collect();
+        for key in &keys {
+            self.policies.insert(key.clone(), PolicyRuntime::default());
         }
         self.book_changed();
-        self.shared.ready.store(true, Ordering::Relaxed);
-        self.shared.loaded.send_replace(true);
+        for key in &keys {
+            self.reconcile(key);
+        }
+        self.metrics.reports_pending.set(self.pending_reports);
+        self.status.ready.store(true, Ordering::Relaxed);
+        self.status.loaded.send_replace(true);
     }
 
     fn handle(&mut self, input: Input) {
@@ -483,13 +470,13 @@ impl Engine {
                     self.stream = None;
                 }
             }
-            Input::Watch(event) => self.watch_event(event),
+            Input::Watch { enforcer, event } => self.watch_event(enforcer, event),
             Input::Applied {
                 policy,
-                target,
-                from_rv,
+                spec,
+                from_version,
                 result,
-            } => self.applied(policy, &target, from_rv, result),
+            } => self.applied(policy, &spec, from_version, result),
             Input::Persisted { seq } => self.persisted(seq),
         }
     }
@@ -499,12 +486,15 @@ impl Engine {
     fn assignments(&mut self, message: accord_proto::v1::Assignments) {
         let revision = message.revision;
         let before = self.book.last_applied_revision();
-        let update = convert::update(message);
+        let (update, malformed) = convert::update(message);
+        if malformed > 0 {
+            warn!(
+                revision,
+                malformed, "ignoring assignments without a policy or a spec"
+            );
+        }
         let full = update.full;
         let applied = self.book.apply(update);
-        for (policy, what) in &applied.unhandled {
-            debug!(%policy, what, "ignoring an assignment this agent does not handle yet");
-        }
         self.metrics.assignments_applied.inc();
         info!(
             revision,
@@ -529,12 +519,8 @@ impl Engine {
         let changed = applied.changed() || self.book.last_applied_revision() != before;
         if changed {
             self.book_changed();
-            self.persist_seq += 1;
-            self.unacked.push((self.persist_seq, revision));
-            self.persist_tx.send_replace(Snapshot {
-                seq: self.persist_seq,
-                state: Arc::new(SavedState::of(&self.config.cluster, &self.book)),
-            });
+            let seq = self.save();
+            self.unacked.push((seq, revision));
         } else {
             self.ack(revision);
         }
@@ -544,47 +530,34 @@ impl Engine {
         self.metrics.reports_pending.set(self.pending_reports);
     }
 
-    /// Rebuilds the target index and the set of watched namespaces.
+    /// Hands the book to the writer; returns the snapshot's sequence number.
+    fn save(&mut self) -> u64 {
+        self.persist_seq += 1;
+        self.persist_tx.send_replace(Snapshot {
+            seq: self.persist_seq,
+            state: Arc::new(SavedState::of(&self.config.cluster, &self.book)),
+        });
+        self.persist_seq
+    }
+
+    /// Publishes the revision and tells every enforcer what it now enforces.
     fn book_changed(&mut self) {
-        self.shared
+        self.status
             .last_applied_revision
             .store(self.book.last_applied_revision(), Ordering::Relaxed);
         self.metrics
             .managed_policies
             .set(i64::try_from(self.book.policies().len()).unwrap_or(i64::MAX));
-        self.targets.clear();
-        for (key, assigned) in self.book.policies() {
-            let s = &assigned.scale;
-            if s.is_deployment() && !s.namespace.is_empty() && !s.name.is_empty() {
-                self.targets
-                    .entry((s.namespace.clone(), s.name.clone()))
-                    .or_default()
-                    .insert(key.clone());
-            }
-        }
-        let needed: BTreeSet<String> = self.targets.keys().map(|(ns, _)| ns.clone()).collect();
-        self.namespaces.retain(|ns, _| needed.contains(ns));
-        for ns in needed {
-            if !self.namespaces.contains_key(&ns) {
-                debug!(namespace = %ns, "watching namespace");
-                let watch =
-                    NamespaceWatch::start(&self.config.client, &ns, self.tx.clone(), Input::Watch);
-                self.namespaces.insert(ns, watch);
-            }
-        }
-        // Targets that need no watch are judged right away.
-        let unwatched: Vec<PolicyKey> = self
-            .book
-            .policies()
-            .iter()
-            .filter(|(_, a)| {
-                let s = &a.scale;
-                !s.is_deployment() || s.namespace.is_empty() || s.name.is_empty()
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in unwatched {
-            self.reconcile(&key);
+        for enforcer in &mut self.enforcers {
+            let mine: BTreeMap<PolicyRef, Assigned> = self
+                .book
+                .policies()
+                .iter()
+                .filter(|(_, a)| enforcer.enforces(&a.spec))
+                .map(|(k, a)| (k.clone(), a.clone()))
+                .collect();
+            let events = EventSink::new(self.tx.clone(), enforcer.name());
+            enforcer.assign(&mine, &events);
         }
     }
 
@@ -603,129 +576,48 @@ impl Engine {
 
     // ---- watches --------------------------------------------------------------------
 
-    fn watch_event(&mut self, event: WatchEvent) {
-        match event {
-            WatchEvent::Changed {
-                kind: crate::watch::WatchedKind::Deployments,
-                namespace,
-                name,
-            } => {
-                let keys: Vec<PolicyKey> = self
-                    .targets
-                    .get(&(namespace, name))
-                    .map(|set| set.iter().cloned().collect())
-                    .unwrap_or_default();
-                for key in keys {
-                    self.reconcile(&key);
-                }
-            }
-            WatchEvent::Changed {
-                kind: crate::watch::WatchedKind::Hpas,
-                namespace,
-                ..
-            } => self.reconcile_namespace(&namespace),
-            WatchEvent::Synced { kind, namespace } => {
-                if let Some(watch) = self.namespaces.get_mut(&namespace) {
-                    watch.mark_synced(kind);
-                    if watch.synced() {
-                        self.reconcile_namespace(&namespace);
-                    }
-                }
-            }
-            WatchEvent::Failed {
-                namespace, message, ..
-            } => {
-                self.metrics.error("watch");
-                warn!(error = %message, "watch failed; retrying");
-                if let Some(watch) = self.namespaces.get_mut(&namespace)
-                    && !watch.synced()
-                {
-                    watch.error = Some(message);
-                    self.reconcile_namespace(&namespace);
-                }
-            }
+    fn watch_event(&mut self, enforcer: &'static str, event: WatchEvent) {
+        if let WatchEvent::Failed { message, .. } = &event {
+            self.metrics.error("watch");
+            warn!(enforcer, error = %message, "watch failed; retrying");
+        }
+        let Some(e) = self.enforcers.iter_mut().find(|e| e.name() == enforcer) else {
+            return;
+        };
+        for key in e.event(event) {
+            self.reconcile(&key);
         }
         self.metrics.reports_pending.set(self.pending_reports);
     }
 
-    fn reconcile_namespace(&mut self, namespace: &str) {
-        let keys: Vec<PolicyKey> = self
-            .targets
-            .iter()
-            .filter(|((ns, _), _)| ns == namespace)
-            .flat_map(|(_, set)| set.iter().cloned())
-            .collect();
-        for key in keys {
-            self.reconcile(&key);
-        }
-    }
-
     // ---- reconcile ------------------------------------------------------------------
 
-    /// Judges one policy against the cache, applies if needed, and updates its report.
-    fn reconcile(&mut self, key: &PolicyKey) {
+    /// Has the policy's enforcer judge it, applies if needed, and updates its report.
+    fn reconcile(&mut self, key: &PolicyRef) {
         let Some(assigned) = self.book.get(key).cloned() else {
             return;
         };
-        let target = &assigned.scale;
         let now = Instant::now();
-
-        // Another policy got to this Deployment first: only one may own its replicas.
-        let owner = self
-            .targets
-            .get(&(target.namespace.clone(), target.name.clone()))
-            .and_then(|set| set.first())
-            .filter(|owner| *owner != key)
-            .cloned();
-
-        let watched =
-            target.is_deployment() && !target.namespace.is_empty() && !target.name.is_empty();
-        let (verdict, deployment) = if !watched {
-            (observe::verdict(target, None, []), None)
-        } else {
-            let Some(watch) = self.namespaces.get(&target.namespace) else {
-                return;
-            };
-            if !watch.synced() {
-                if let Some(message) = watch.error.clone() {
-                    let report = Report::without_object(
-                        PlacementState::Unavailable,
-                        message,
-                        assigned.revision,
-                    );
-                    self.observed(key, report, now);
-                }
-                return;
-            }
-            let deployment = watch
-                .deployments
-                .get(&ObjectRef::new(&target.name).within(&target.namespace));
-            let hpas = watch.hpas.state();
-            let verdict = match &owner {
-                Some(owner) if deployment.is_some() => Verdict::Conflict(format!(
-                    "policy {owner} already sets the replicas of Deployment {}/{}",
-                    target.namespace, target.name
-                )),
-                _ => observe::verdict(
-                    target,
-                    deployment.as_deref(),
-                    hpas.iter().map(AsRef::as_ref),
-                ),
-            };
-            (verdict, deployment)
+        let Some(index) = self
+            .enforcers
+            .iter()
+            .position(|e| e.enforces(&assigned.spec))
+        else {
+            let report = enforce::unenforced_report(key, &assigned);
+            self.observed(key, report, now);
+            return;
         };
-
         let Some(rt) = self.policies.get_mut(key) else {
             return;
         };
+        let Some(judgement) = self.enforcers[index].look(key, &assigned, rt.apply_error.as_deref())
+        else {
+            return;
+        };
         let mut apply_from = None;
-        match &verdict {
-            Verdict::NeedsApply => {
-                let rv = deployment
-                    .as_ref()
-                    .and_then(|d| d.metadata.resource_version.clone())
-                    .unwrap_or_default();
-                if rt.awaiting_rv.as_deref() == Some(rv.as_str()) {
+        match judgement.action {
+            Action::Apply { from_version } => {
+                if rt.awaiting_version.as_deref() == Some(from_version.as_str()) {
                     // The watch has not delivered the result of the last apply yet.
                 } else if rt.applying {
                     // One apply at a time; its result triggers the next look.
@@ -738,57 +630,38 @@ impl Engine {
                     rt.retry_at = Some(at);
                     self.timers.push(Reverse((at, key.clone())));
                 } else {
-                    rt.awaiting_rv = None;
+                    rt.awaiting_version = None;
                     rt.retry_at = None;
                     rt.applying = true;
                     rt.unsynced_applies += 1;
-                    apply_from = Some(rv);
+                    apply_from = Some(from_version);
                 }
             }
-            Verdict::Synced
-            | Verdict::TargetNotFound
-            | Verdict::Conflict(_)
-            | Verdict::Unsupported(_) => rt.settled(),
+            Action::Settled => rt.settled(),
+            Action::Unknown => {}
         }
-        let apply_error = rt.apply_error.clone();
-        if let Some(rv) = apply_from {
-            self.spawn_apply(key.clone(), target.clone(), rv);
+        if let Some(from_version) = apply_from {
+            self.spawn_apply(index, key.clone(), assigned, from_version);
         }
-        let report = observe::report(
-            &assigned,
-            &verdict,
-            deployment.as_deref(),
-            apply_error.as_deref(),
-        );
-        self.observed(key, report, now);
+        self.observed(key, judgement.report, now);
     }
 
-    fn spawn_apply(&self, policy: PolicyKey, target: ScaleTarget, from_rv: String) {
-        let api: Api<Deployment> = Api::namespaced(self.config.client.clone(), &target.namespace);
+    fn spawn_apply(
+        &self,
+        enforcer: usize,
+        policy: PolicyRef,
+        assigned: Assigned,
+        from_version: String,
+    ) {
+        let apply = self.enforcers[enforcer].apply(&policy, &assigned);
         let tx = self.tx.clone();
-        debug!(%policy, namespace = %target.namespace, name = %target.name, replicas = target.replicas, "applying replicas");
         tokio::spawn(async move {
-            let patch = observe::scale_patch(&target);
-            let result = api
-                .patch(
-                    &target.name,
-                    &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-                .map(|d| d.metadata.resource_version.unwrap_or_default())
-                .map_err(|source| {
-                    Box::new(ApplyError::Kube {
-                        namespace: target.namespace.clone(),
-                        name: target.name.clone(),
-                        source,
-                    })
-                });
+            let result = apply.await.map_err(Box::new);
             let _ = tx
                 .send(Input::Applied {
                     policy,
-                    target,
-                    from_rv,
+                    spec: assigned.spec,
+                    from_version,
                     result,
                 })
                 .await;
@@ -797,37 +670,35 @@ impl Engine {
 
     fn applied(
         &mut self,
-        key: PolicyKey,
-        target: &ScaleTarget,
-        from_rv: String,
+        key: PolicyRef,
+        spec: &AssignmentSpec,
+        from_version: String,
         result: Result<String, Box<ApplyError>>,
     ) {
-        let current = self.book.get(&key).map(|a| &a.scale);
+        let current = self.book.get(&key).map(|a| &a.spec);
         let Some(rt) = self.policies.get_mut(&key) else {
             return;
         };
         rt.applying = false;
-        if current != Some(target) {
+        if current != Some(spec) {
             // The assignment changed while applying; judge the new one.
             self.reconcile(&key);
             return;
         }
         match result {
-            Ok(rv) => {
-                self.metrics.scale_applies.inc();
+            Ok(version) => {
                 rt.apply_error = None;
                 // If the apply changed nothing, there is no watch event to wait for.
-                rt.awaiting_rv = (rv != from_rv).then_some(from_rv);
-                info!(policy = %key, namespace = %target.namespace, name = %target.name, replicas = target.replicas, scale_request_id = %target.scale_request_id, "applied scale request");
+                rt.awaiting_version = (version != from_version).then_some(from_version);
             }
             Err(e) => {
                 self.metrics.error(e.kind());
-                rt.awaiting_rv = None;
+                rt.awaiting_version = None;
                 let at = Instant::now() + rt.delay();
                 rt.retry_at = Some(at);
                 self.timers.push(Reverse((at, key.clone())));
                 if e.is_not_found() {
-                    // Deleted under the apply: the watch reports TargetNotFound.
+                    // Deleted under the apply: the watch reports it.
                     rt.apply_error = None;
                 } else {
                     warn!(policy = %key, error = %e, "apply failed; retrying with backoff");
@@ -841,7 +712,7 @@ impl Engine {
     // ---- reports --------------------------------------------------------------------
 
     /// Takes a fresh observation of `key` and schedules its report if the hub lacks it.
-    fn observed(&mut self, key: &PolicyKey, report: Report, now: Instant) {
+    fn observed(&mut self, key: &PolicyRef, report: Report, now: Instant) {
         let debounce = self.config.report_debounce;
         let Some(rt) = self.policies.get_mut(key) else {
             return;
@@ -856,7 +727,7 @@ impl Engine {
         self.update_pending(key);
     }
 
-    fn update_pending(&mut self, key: &PolicyKey) {
+    fn update_pending(&mut self, key: &PolicyRef) {
         let Some(rt) = self.policies.get_mut(key) else {
             return;
         };
@@ -901,7 +772,7 @@ impl Engine {
 
     /// Sends the latest observation of `key` if connected, nothing is in flight and the
     /// hub lacks it.
-    fn flush_report(&mut self, key: &PolicyKey) {
+    fn flush_report(&mut self, key: &PolicyRef) {
         let Some(stream) = &self.stream else {
             return;
         };
@@ -935,7 +806,7 @@ impl Engine {
     }
 
     fn status_ack(&mut self, ack: StatusAck) {
-        let Some(policy) = ack.policy.as_ref().map(convert::policy_key) else {
+        let Some(policy) = ack.policy.as_ref().map(PolicyRef::from_proto) else {
             debug!("StatusAck without a policy");
             return;
         };
@@ -956,7 +827,7 @@ impl Engine {
             Some(status_ack::Result::Conflict(current)) => {
                 match rt.tracker.conflict(current) {
                     AfterConflict::Resend | AfterConflict::ResendIfNewer => {
-                        // A fresh observation of the cache, stamped with the current time.
+                        // A fresh observation, stamped with the current time.
                         self.reconcile(&policy);
                         self.flush_report(&policy);
                     }
@@ -978,7 +849,7 @@ impl Engine {
     fn connected(&mut self, id: u64, outbox: mpsc::UnboundedSender<AgentMessage>) {
         self.stream = Some(Stream { id, outbox });
         // Acknowledgements are implied by Hello's last applied revision.
-        let keys: Vec<PolicyKey> = self.policies.keys().cloned().collect();
+        let keys: Vec<PolicyRef> = self.policies.keys().cloned().collect();
         for key in keys {
             if let Some(rt) = self.policies.get_mut(&key) {
                 rt.tracker.reconnected();

@@ -2,13 +2,14 @@
 //! cluster match its assignments and reports status back.
 //!
 //! The pieces, from the edge inwards: [`cli`] and [`run`] wire everything, [`join`] puts a
-//! member cluster under a hub; [`connection`]
-//! holds the Sync stream; [`engine`] owns the assignments and drives the pipeline of
-//! [`watch`] (cached Deployments and HPAs) → [`observe`] (pure verdicts, reports, apply
-//! patches) → server-side apply → [`report`] (optimistic concurrency of status reports);
-//! [`assignments`] is the pure bookkeeping of what is assigned, [`persist`] keeps it in a
-//! ConfigMap, [`convert`] translates to and from the protocol, [`identity`] reads the mTLS
-//! identity, [`metrics`] and [`http`] serve `/metrics`, `/healthz` and `/readyz`.
+//! member cluster under a hub; [`connection`] holds the Sync stream. [`engine`] is the
+//! kind-neutral core: it owns the assignments ([`assignments`], pure bookkeeping), saves
+//! them before acknowledging ([`persist`], the versioned ConfigMap document), has one
+//! enforcer per kind make the cluster match ([`enforce`]: what it watches, a pure judge, an
+//! async apply — Deployment scaling in [`enforce::deployment`]) and sends debounced reports
+//! under optimistic concurrency ([`report`]). [`convert`] translates to and from the
+//! protocol, [`identity`] reads the mTLS identity, [`metrics`] and [`http`] serve
+//! `/metrics`, `/healthz` and `/readyz`.
 
 #![forbid(unsafe_code)]
 
@@ -16,13 +17,12 @@ pub mod assignments;
 pub mod cli;
 pub mod connection;
 pub mod convert;
+pub mod enforce;
 pub mod engine;
 pub mod http;
 pub mod identity;
 pub mod join;
 pub mod metrics;
-pub mod observe;
 pub mod persist;
 pub mod report;
 pub mod run;
-pub mod watch;

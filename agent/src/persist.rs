@@ -1,19 +1,32 @@
-//! The applied assignments, kept in ConfigMap `accord-agent-assignments` in the agent's
+//! The held assignments, kept in ConfigMap `accord-agent-assignments` in the agent's
 //! namespace, so that an agent restarted while the hub is unreachable enforces exactly what
 //! it enforced before.
+//!
+//! The document is versioned ([`FORMAT_VERSION`]): `{"version": 2, "cluster",
+//! "lastAppliedRevision", "policies": [{"policy", "revision", "spec": {"scale": {...}}}]}`,
+//! one spec variant per kind. The first format (no `version`, a `scale` object per policy) is read and migrated;
+//! a version this agent does not know, or a document it cannot read, is ignored with a
+//! warning: the hub resends the assignments when the agent connects.
+//!
+//! Where the document lives is a [`StateStore`]: the ConfigMap in a cluster
+//! ([`ConfigMapStore`]), anything else in tests.
 
+use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
 use accord_crds::AGENT_FIELD_MANAGER;
+use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde::{Deserialize, Serialize};
 
-use crate::assignments::{Assigned, AssignmentBook, PolicyKey, ScaleTarget};
+use crate::assignments::{Assigned, AssignmentBook};
 
 /// Name of the ConfigMap.
 pub const CONFIGMAP_NAME: &str = "accord-agent-assignments";
 /// Key of the ConfigMap holding the JSON document.
 pub const DATA_KEY: &str = "assignments.json";
+/// Version of the document this agent writes.
+pub const FORMAT_VERSION: u64 = 2;
 
 /// Why the assignments could not be loaded or saved.
 #[derive(Debug, thiserror::Error)]
@@ -36,27 +49,35 @@ pub enum PersistError {
         #[source]
         source: kube::Error,
     },
-    /// The ConfigMap holds something that is not a saved state.
-    #[error("ConfigMap {namespace}/{CONFIGMAP_NAME} key {DATA_KEY} is not a saved state: {source}")]
-    Decode {
-        /// The agent's namespace.
-        namespace: String,
-        /// The JSON error.
-        #[source]
-        source: serde_json::Error,
-    },
+    /// The document is not a saved state this agent can read.
+    #[error("the saved assignments are not a document this agent can read: {0}")]
+    Decode(#[source] serde_json::Error),
+    /// The document was written in a format version this agent does not know (by a newer
+    /// agent, say).
+    #[error(
+        "the saved assignments have format version {0}; this agent reads versions 1 and {FORMAT_VERSION}"
+    )]
+    UnknownVersion(serde_json::Value),
     /// The state could not be encoded.
     #[error("encoding the saved state: {0}")]
     Encode(#[source] serde_json::Error),
+    /// A store other than the ConfigMap failed (used by other stores, e.g. in tests).
+    #[error("the state store failed: {0}")]
+    Store(String),
 }
 
 impl PersistError {
     /// The metric label of the error.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Read { .. } | Self::Write { .. } => "persist",
-            Self::Decode { .. } | Self::Encode(_) => "persist_decode",
+            Self::Read { .. } | Self::Write { .. } | Self::Store(_) => "persist",
+            Self::Decode(_) | Self::UnknownVersion(_) | Self::Encode(_) => "persist_decode",
         }
+    }
+
+    /// Whether retrying cannot help: the document is unreadable and is to be ignored.
+    pub fn is_unreadable(&self) -> bool {
+        matches!(self, Self::Decode(_) | Self::UnknownVersion(_))
     }
 }
 
@@ -65,14 +86,14 @@ impl PersistError {
 #[serde(rename_all = "camelCase")]
 pub struct SavedPolicy {
     /// The policy on the hub.
-    pub policy: PolicyKey,
+    pub policy: PolicyRef,
     /// Revision of its assignment.
     pub revision: i64,
-    /// What it scales.
-    pub scale: ScaleTarget,
+    /// What it asks of this cluster.
+    pub spec: AssignmentSpec,
 }
 
-/// The document stored in the ConfigMap.
+/// The saved state (the document without its version).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct SavedState {
@@ -82,6 +103,42 @@ pub struct SavedState {
     pub last_applied_revision: i64,
     /// Managed policies.
     pub policies: Vec<SavedPolicy>,
+}
+
+/// A decoded document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loaded {
+    /// What it holds.
+    pub state: SavedState,
+    /// It was written in an older format: save it again to migrate it.
+    pub migrated: bool,
+}
+
+/// The current document: the state and its version.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Document<'a> {
+    version: u64,
+    #[serde(flatten)]
+    state: &'a SavedState,
+}
+
+/// The first format: no version, and every policy scaled a workload.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LegacyState {
+    #[serde(default)]
+    cluster: String,
+    last_applied_revision: i64,
+    policies: Vec<LegacyPolicy>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LegacyPolicy {
+    policy: PolicyRef,
+    revision: i64,
+    scale: ScaleSpec,
 }
 
 impl SavedState {
@@ -96,7 +153,7 @@ impl SavedState {
                 .map(|(policy, assigned)| SavedPolicy {
                     policy: policy.clone(),
                     revision: assigned.revision,
-                    scale: assigned.scale.clone(),
+                    spec: assigned.spec.clone(),
                 })
                 .collect(),
         }
@@ -111,21 +168,73 @@ impl SavedState {
                     p.policy,
                     Assigned {
                         revision: p.revision,
-                        scale: p.scale,
+                        spec: p.spec,
                     },
                 )
             }),
         )
     }
+
+    /// The document holding this state, in the current format.
+    pub fn encode(&self) -> Result<String, PersistError> {
+        serde_json::to_string(&Document {
+            version: FORMAT_VERSION,
+            state: self,
+        })
+        .map_err(PersistError::Encode)
+    }
+
+    /// Reads a document of any known format version.
+    pub fn decode(document: &str) -> Result<Loaded, PersistError> {
+        let value: serde_json::Value =
+            serde_json::from_str(document).map_err(PersistError::Decode)?;
+        match value.get("version") {
+            None => {
+                let legacy: LegacyState =
+                    serde_json::from_value(value).map_err(PersistError::Decode)?;
+                let state = SavedState {
+                    cluster: legacy.cluster,
+                    last_applied_revision: legacy.last_applied_revision,
+                    policies: legacy
+                        .policies
+                        .into_iter()
+                        .map(|p| SavedPolicy {
+                            policy: p.policy,
+                            revision: p.revision,
+                            spec: AssignmentSpec::Scale(p.scale),
+                        })
+                        .collect(),
+                };
+                Ok(Loaded {
+                    state,
+                    migrated: true,
+                })
+            }
+            Some(version) if version.as_u64() == Some(FORMAT_VERSION) => {
+                // serde ignores the `version` field it has no place for.
+                let state = serde_json::from_value(value).map_err(PersistError::Decode)?;
+                Ok(Loaded {
+                    state,
+                    migrated: false,
+                })
+            }
+            Some(version) => Err(PersistError::UnknownVersion(version.clone())),
+        }
+    }
 }
 
-/// The server-side apply body of the ConfigMap holding `state`.
-pub fn configmap_patch(
-    namespace: &str,
-    state: &SavedState,
-) -> Result<serde_json::Value, PersistError> {
-    let document = serde_json::to_string(state).map_err(PersistError::Encode)?;
-    Ok(serde_json::json!({
+/// Where the saved document lives. Kept to raw documents so that the format, and its
+/// migration, is the same whatever the store.
+pub trait StateStore: Send + Sync + 'static {
+    /// The saved document, if there is one.
+    fn load(&self) -> BoxFuture<'_, Result<Option<String>, PersistError>>;
+    /// Replaces the saved document; done only once the document is durably stored.
+    fn save(&self, document: String) -> BoxFuture<'_, Result<(), PersistError>>;
+}
+
+/// The server-side apply body of the ConfigMap holding `document`.
+pub fn configmap_patch(namespace: &str, document: &str) -> serde_json::Value {
+    serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -134,17 +243,17 @@ pub fn configmap_patch(
             "labels": {"app.kubernetes.io/managed-by": AGENT_FIELD_MANAGER},
         },
         "data": { DATA_KEY: document },
-    }))
+    })
 }
 
-/// Reads and writes the saved state.
+/// The saved document in ConfigMap [`CONFIGMAP_NAME`] of the agent's namespace.
 #[derive(Clone)]
-pub struct StateStore {
+pub struct ConfigMapStore {
     api: Api<ConfigMap>,
     namespace: String,
 }
 
-impl StateStore {
+impl ConfigMapStore {
     /// The store in `namespace` (which must exist).
     pub fn new(client: kube::Client, namespace: &str) -> Self {
         Self {
@@ -153,8 +262,12 @@ impl StateStore {
         }
     }
 
-    /// The saved state, if there is one.
-    pub async fn load(&self) -> Result<Option<SavedState>, PersistError> {
+    /// Writes `state` in the current format (what the engine does on every change).
+    pub async fn save_state(&self, state: &SavedState) -> Result<(), PersistError> {
+        self.save_document(state.encode()?).await
+    }
+
+    async fn load_document(&self) -> Result<Option<String>, PersistError> {
         let configmap =
             self.api
                 .get_opt(CONFIGMAP_NAME)
@@ -163,24 +276,14 @@ impl StateStore {
                     namespace: self.namespace.clone(),
                     source,
                 })?;
-        let Some(document) = configmap
-            .as_ref()
-            .and_then(|cm| cm.data.as_ref())
-            .and_then(|data| data.get(DATA_KEY))
-        else {
-            return Ok(None);
-        };
-        serde_json::from_str(document)
-            .map(Some)
-            .map_err(|source| PersistError::Decode {
-                namespace: self.namespace.clone(),
-                source,
-            })
+        Ok(configmap
+            .and_then(|cm| cm.data)
+            .and_then(|mut data| data.remove(DATA_KEY)))
     }
 
-    /// Writes `state`, creating the ConfigMap if needed.
-    pub async fn save(&self, state: &SavedState) -> Result<(), PersistError> {
-        let body = configmap_patch(&self.namespace, state)?;
+    /// Writes `document`, creating the ConfigMap if needed.
+    pub async fn save_document(&self, document: String) -> Result<(), PersistError> {
+        let body = configmap_patch(&self.namespace, &document);
         self.api
             .patch(
                 CONFIGMAP_NAME,
@@ -196,10 +299,36 @@ impl StateStore {
     }
 }
 
+impl StateStore for ConfigMapStore {
+    fn load(&self) -> BoxFuture<'_, Result<Option<String>, PersistError>> {
+        Box::pin(self.load_document())
+    }
+
+    fn save(&self, document: String) -> BoxFuture<'_, Result<(), PersistError>> {
+        Box::pin(self.save_document(document))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assignments::{Incoming, Update, Work};
+    use crate::assignments::{Incoming, Update};
+    use accord_common::distribution::TopicSpec;
+
+    fn web() -> PolicyRef {
+        PolicyRef::new("CrossClusterScalePolicy", "default", "web")
+    }
+
+    fn frontend() -> ScaleSpec {
+        ScaleSpec {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: "prod".into(),
+            name: "frontend".into(),
+            replicas: 7,
+            scale_request_id: "01J".into(),
+        }
+    }
 
     #[test]
     fn a_saved_state_round_trips_through_the_configmap_document() {
@@ -207,32 +336,91 @@ mod tests {
         book.apply(Update {
             revision: 9,
             full: true,
-            items: vec![Incoming {
-                policy: PolicyKey::new("CrossClusterScalePolicy", "default", "web"),
-                revision: 8,
-                work: Work::Scale(ScaleTarget {
-                    api_version: "apps/v1".into(),
-                    kind: "Deployment".into(),
-                    namespace: "prod".into(),
-                    name: "frontend".into(),
-                    replicas: 7,
-                    scale_request_id: "01J".into(),
-                }),
-            }],
+            items: vec![
+                Incoming {
+                    policy: web(),
+                    revision: 8,
+                    spec: AssignmentSpec::Scale(frontend()),
+                },
+                Incoming {
+                    policy: PolicyRef::new("FederatedKafkaTopic", "default", "events"),
+                    revision: 9,
+                    spec: AssignmentSpec::Topic(TopicSpec {
+                        topic_name: "events".into(),
+                        partitions: 12,
+                        replication_factor: 3,
+                        config: Default::default(),
+                    }),
+                },
+            ],
             removed: vec![],
         });
         let state = SavedState::of("member-1", &book);
-        let patch = configmap_patch("accord-system", &state).unwrap();
+        let encoded = state.encode().unwrap();
+        let patch = configmap_patch("accord-system", &encoded);
         assert_eq!(patch["metadata"]["name"], CONFIGMAP_NAME);
         assert_eq!(patch["metadata"]["namespace"], "accord-system");
         let document = patch["data"][DATA_KEY].as_str().unwrap();
+        assert!(document.contains("\"version\":2"), "{document}");
         assert!(document.contains("\"lastAppliedRevision\":9"), "{document}");
         assert!(
             document.contains("\"scaleRequestId\":\"01J\""),
             "{document}"
         );
-        let back: SavedState = serde_json::from_str(document).unwrap();
-        assert_eq!(back, state);
-        assert_eq!(back.into_book(), book);
+        let value: serde_json::Value = serde_json::from_str(document).unwrap();
+        assert_eq!(value["policies"][0]["spec"]["scale"]["replicas"], 7);
+        let back = SavedState::decode(document).unwrap();
+        assert!(!back.migrated);
+        assert_eq!(back.state, state);
+        assert_eq!(back.state.into_book(), book);
+    }
+
+    #[test]
+    fn the_first_format_is_read_as_scale_assignments_and_marked_for_migration() {
+        // Written by agents before the format had a version.
+        let document = r#"{"cluster":"member-1","lastAppliedRevision":9,"policies":[
+            {"policy":{"kind":"CrossClusterScalePolicy","namespace":"default","name":"web"},
+             "revision":8,
+             "scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"prod",
+                      "name":"frontend","replicas":7,"scaleRequestId":"01J"}}]}"#;
+        let loaded = SavedState::decode(document).unwrap();
+        assert!(loaded.migrated);
+        assert_eq!(
+            loaded.state,
+            SavedState {
+                cluster: "member-1".into(),
+                last_applied_revision: 9,
+                policies: vec![SavedPolicy {
+                    policy: web(),
+                    revision: 8,
+                    spec: AssignmentSpec::Scale(frontend()),
+                }],
+            }
+        );
+        let again = SavedState::decode(&loaded.state.encode().unwrap()).unwrap();
+        assert!(!again.migrated, "written back in the current format");
+        assert_eq!(again.state, loaded.state);
+    }
+
+    #[test]
+    fn an_unknown_version_or_garbage_is_unreadable_not_a_panic() {
+        for document in [
+            r#"{"version":3,"cluster":"x","lastAppliedRevision":1,"policies":[]}"#,
+            r#"{"version":"two"}"#,
+            r#"{"version":2,"policies":"nope"}"#,
+            r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"K","namespace":"","name":"n"},"revision":1,"spec":{"crystalBall":{}}}]}"#,
+            "not json",
+            "[]",
+            "",
+        ] {
+            let error = SavedState::decode(document).unwrap_err();
+            assert!(error.is_unreadable(), "{document}: {error}");
+        }
+        assert!(
+            SavedState::decode(r#"{"version":3}"#)
+                .unwrap_err()
+                .to_string()
+                .contains("version 3")
+        );
     }
 }

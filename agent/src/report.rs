@@ -1,5 +1,7 @@
-//! Optimistic concurrency of status reports, per policy. Pure: the engine feeds it what it
-//! sent and what the hub answered, and asks whether a fresh observation should go out.
+//! What the agent tells the hub about one policy ([`Report`], the same shape for every
+//! kind), and the optimistic concurrency of those reports, per policy. Pure: the engine
+//! feeds it what it sent and what the hub answered, and asks whether a fresh observation
+//! should go out.
 //!
 //! The hub keeps one status record per (cluster, policy) and writes a report only when its
 //! `expected_version` is the record's current version and the report is not older than
@@ -8,7 +10,39 @@
 //! version was already current, the report was older than the record: the agent sends
 //! again only once it has something different to say. Consecutive conflicts are bounded.
 
-use crate::observe::Report;
+use accord_common::distribution::{Observed, PlacementState};
+
+/// One observation of a policy's object, without the time it was made or the hub record
+/// it supersedes; two equal reports say the same thing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Placement state.
+    pub state: PlacementState,
+    /// Detail for the state.
+    pub message: String,
+    /// `metadata.resourceVersion` of the object, or the kind's own version ("" when none).
+    pub resource_version: String,
+    /// `metadata.generation` of the object (0 when there is none).
+    pub generation: i64,
+    /// What was observed, in the kind's own terms.
+    pub observed: Observed,
+    /// Revision of the assignment the agent held.
+    pub applied_revision: i64,
+}
+
+impl Report {
+    /// A report about an object the agent cannot look at (or that does not exist).
+    pub fn without_object(state: PlacementState, message: String, applied_revision: i64) -> Self {
+        Self {
+            state,
+            message,
+            resource_version: String::new(),
+            generation: 0,
+            observed: Observed::Nothing,
+            applied_revision,
+        }
+    }
+}
 
 /// Consecutive conflicts for one policy before the agent waits for the next change.
 pub const MAX_CONFLICTS: u32 = 5;
@@ -129,7 +163,7 @@ impl ReportTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::PlacementState;
+    use accord_common::distribution::ReplicasObserved;
 
     fn report(rv: &str) -> Report {
         Report {
@@ -137,9 +171,11 @@ mod tests {
             message: String::new(),
             resource_version: rv.into(),
             generation: 1,
-            replicas: None,
+            observed: Observed::Replicas(ReplicasObserved {
+                scale_request_id: "r".into(),
+                ..Default::default()
+            }),
             applied_revision: 3,
-            scale_request_id: "r".into(),
         }
     }
 

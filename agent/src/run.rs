@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use accord_common::pki::install_crypto_provider;
+use accord_common::runtime::{KubeClientError, kube_client};
 use tracing::info;
 
 use crate::connection::{self, ConnectionConfig};
@@ -35,21 +37,10 @@ pub struct RunConfig {
 /// Why the agent could not run.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// The kubeconfig could not be read or loaded.
-    #[error("loading kubeconfig {}: {source}", path.display())]
-    Kubeconfig {
-        /// The file.
-        path: PathBuf,
-        /// What went wrong.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// No kubeconfig was given and none was found, in the environment or in-cluster.
-    #[error("no --kubeconfig given and none found ($KUBECONFIG, ~/.kube/config, in-cluster): {0}")]
-    InferConfig(#[source] kube::config::InferConfigError),
-    /// The Kubernetes client could not be built.
-    #[error("building the Kubernetes client: {0}")]
-    Client(#[source] kube::Error),
+    /// No client of the member cluster: the kubeconfig could not be read or loaded, none
+    /// was found, or the client could not be built.
+    #[error("connecting to the member cluster: {0}")]
+    MemberClient(#[source] KubeClientError),
     /// The identity could not be read at start-up.
     #[error("reading the agent identity: {0}")]
     Identity(#[from] IdentityError),
@@ -70,36 +61,12 @@ pub enum RunError {
     Stopped(&'static str),
 }
 
-/// A client of the member cluster from a kubeconfig file, or inferred from the environment
-/// (`$KUBECONFIG`, `~/.kube/config`, in-cluster).
-pub async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, RunError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let wrap = |source: Box<dyn std::error::Error + Send + Sync>| RunError::Kubeconfig {
-                path: path.clone(),
-                source,
-            };
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| wrap(Box::new(e)))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| wrap(Box::new(e)))?
-        }
-        None => kube::Config::infer().await.map_err(RunError::InferConfig)?,
-    };
-    kube::Client::try_from(config).map_err(RunError::Client)
-}
-
-/// Makes ring the process-wide rustls crypto provider; a provider installed earlier is
-/// kept.
-pub fn install_crypto_provider() {
-    // Err only means a provider is already installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// Runs the agent until `shutdown` completes.
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
     install_crypto_provider();
-    let client = kube_client(config.kubeconfig.as_ref()).await?;
+    let client = kube_client(config.kubeconfig.as_deref())
+        .await
+        .map_err(RunError::MemberClient)?;
     let identity = config.identity.load(&client).await?;
     info!(
         cluster = %identity.cluster,

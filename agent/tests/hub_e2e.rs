@@ -9,9 +9,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use accord_agent::assignments::{PolicyKey, ScaleTarget};
 use accord_agent::identity;
-use accord_agent::persist::{SavedPolicy, SavedState, StateStore};
+use accord_agent::persist::{ConfigMapStore, SavedPolicy, SavedState};
+use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
 use accord_crds::ManagedCluster;
 use accord_crds::conditions;
 use accord_e2e::agent_sim;
@@ -106,21 +106,21 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
         namespace(&client, ns).await?;
         namespace(&client, agent_ns).await?;
         user_deployment(&client, ns, "web", 1).await?;
-        StateStore::new(client.clone(), agent_ns)
-            .save(&SavedState {
+        ConfigMapStore::new(client.clone(), agent_ns)
+            .save_state(&SavedState {
                 cluster: CLUSTER.into(),
                 last_applied_revision: 1,
                 policies: vec![SavedPolicy {
-                    policy: PolicyKey::new("CrossClusterScalePolicy", "default", "e2e-web"),
+                    policy: PolicyRef::new("CrossClusterScalePolicy", "default", "e2e-web"),
                     revision: 1,
-                    scale: ScaleTarget {
+                    spec: AssignmentSpec::Scale(ScaleSpec {
                         api_version: "apps/v1".into(),
                         kind: "Deployment".into(),
                         namespace: ns.into(),
                         name: "web".into(),
                         replicas: 2,
                         scale_request_id: "req-e2e".into(),
-                    },
+                    }),
                 }],
             })
             .await?;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use accord_agent::engine::{self, EngineConfig, EngineTask};
 use accord_agent::metrics::Metrics;
 use accord_agent::persist::{CONFIGMAP_NAME, DATA_KEY, SavedState};
+use accord_common::distribution::AssignmentSpec;
 use accord_crds::AGENT_FIELD_MANAGER;
 use accord_e2e::hub::parse_metric;
 use accord_e2e::{SharedTestbed, Testbed};
@@ -87,10 +88,19 @@ fn an_assignment_takes_replicas_from_an_earlier_user_apply_and_reports_synced_th
         );
 
         // kwok runs the pods: the agent reports them ready, each report expecting the
-        // version the hub accepted last.
-        let ready_report = hub
-            .report_until("web", "3 ready", |r| ready(r) == Some(3))
-            .await?;
+        // version the hub accepted last. If the pods were ready before the first report
+        // went out, everything was said in it and no further report is bound to come: a
+        // change to the Deployment makes one.
+        let ready_report = if ready(&synced) != Some(3) {
+            hub.report_until("web", "3 ready", |r| ready(r) == Some(3))
+                .await?
+        } else if synced.expected_version >= 100 {
+            synced.clone()
+        } else {
+            annotate(&client, ns, "web", "touched", "1").await?;
+            hub.report_until("web", "3 ready after a change", |r| ready(r) == Some(3))
+                .await?
+        };
         ensure!(
             ready_report.expected_version >= 100,
             "expected the last accepted version, got {}",
@@ -280,9 +290,18 @@ fn conflicts_take_the_hubs_version_and_an_older_report_is_not_repeated() {
         );
         hub.answer(&policy, status_ack::Result::Accepted(51)).await;
         hub.auto_accept = true;
+        // The agent sets the replicas back to 1 on its own, but its observations may all
+        // have been coalesced into the report just accepted, leaving nothing more to say.
+        // A further change is bound to be reported, and the first report after the accept
+        // expects 51.
+        scale_by_hand(&client, ns, "occ", 4).await?;
+        let next = hub
+            .report_until("occ", "the first report after 51", |_| true)
+            .await?;
+        ensure!(next.expected_version == 51, "{next:?}");
         let later = hub
-            .report_until("occ", "a report expecting 51", |r| {
-                r.state() == PlacementState::Synced
+            .report_until("occ", "Synced again after the change", |r| {
+                r.state() == PlacementState::Synced && desired(r) == Some(1)
             })
             .await?;
         ensure!(later.expected_version >= 51, "{later:?}");
@@ -365,11 +384,12 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
             .as_ref()
             .and_then(|d| d.get(DATA_KEY))
             .context("no saved state")?;
-        let saved: SavedState = serde_json::from_str(document)?;
+        let saved = SavedState::decode(document)?.state;
         ensure!(saved.cluster == "member-1", "{saved:?}");
         ensure!(saved.last_applied_revision == 21, "{saved:?}");
         ensure!(
-            saved.policies.len() == 1 && saved.policies[0].scale.replicas == 3,
+            saved.policies.len() == 1
+                && matches!(&saved.policies[0].spec, AssignmentSpec::Scale(s) if s.replicas == 3),
             "{saved:?}"
         );
 
@@ -390,17 +410,86 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
         let mut hub = ScriptedHub::connect(engine.handle()).await;
         hub.assign(30, true, vec![], vec![]).await;
         hub.ack_until(30).await?;
-        let saved: SavedState = serde_json::from_str(
+        let saved = SavedState::decode(
             cms.get(CONFIGMAP_NAME)
                 .await?
                 .data
                 .as_ref()
                 .and_then(|d| d.get(DATA_KEY))
                 .context("no saved state")?,
-        )?;
+        )?
+        .state;
         ensure!(
             saved.policies.is_empty() && saved.last_applied_revision == 30,
             "{saved:?}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
+fn a_configmap_in_the_first_format_is_enforced_and_rewritten_in_the_current_one() {
+    TESTBED.run(|testbed| async move {
+        let client = testbed.members()[0].client();
+        let ns = "t-migrate";
+        let agent_ns = "t-migrate-agent";
+        namespace(&client, ns).await?;
+        namespace(&client, agent_ns).await?;
+        user_deployment(&client, ns, "old", 1).await?;
+        // What agents wrote before the document had a version.
+        let legacy = serde_json::json!({
+            "cluster": "member-1",
+            "lastAppliedRevision": 12,
+            "policies": [{
+                "policy": {"kind": "CrossClusterScalePolicy", "namespace": "default", "name": "old"},
+                "revision": 11,
+                "scale": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": ns,
+                          "name": "old", "replicas": 3, "scaleRequestId": "req-v1"},
+            }],
+        });
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), agent_ns);
+        cms.patch(
+            CONFIGMAP_NAME,
+            &PatchParams::apply(AGENT_FIELD_MANAGER),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": CONFIGMAP_NAME, "namespace": agent_ns},
+                "data": {DATA_KEY: legacy.to_string()},
+            })),
+        )
+        .await?;
+
+        let (engine, _metrics) = engine(testbed, agent_ns).await?;
+        ensure!(engine.handle().last_applied_revision() == 12);
+        deployment_until(&client, ns, "old", "3 replicas from the old document", |d| {
+            replicas(d) == Some(3) && request_id(d) == Some("req-v1")
+        })
+        .await?;
+        // Rewritten in the current format without waiting for the hub.
+        let rewritten = tokio::time::timeout(
+            WAIT,
+            kube::runtime::wait::await_condition(cms.clone(), CONFIGMAP_NAME, |cm: Option<&ConfigMap>| {
+                cm.and_then(|cm| cm.data.as_ref())
+                    .and_then(|d| d.get(DATA_KEY))
+                    .is_some_and(|doc| doc.contains("\"version\":2"))
+            }),
+        )
+        .await
+        .context("the old document was not rewritten")??
+        .context("the ConfigMap vanished")?;
+        let document = rewritten
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DATA_KEY))
+            .context("no saved state")?;
+        let saved = SavedState::decode(document)?;
+        ensure!(!saved.migrated, "{document}");
+        ensure!(saved.state.last_applied_revision == 12, "{document}");
+        ensure!(
+            matches!(&saved.state.policies[..], [p] if p.revision == 11
+                && matches!(&p.spec, AssignmentSpec::Scale(s) if s.replicas == 3)),
+            "{document}"
         );
         Ok(())
     });

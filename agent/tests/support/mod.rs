@@ -287,6 +287,26 @@ pub async fn scale_by_hand(
     Ok(())
 }
 
+/// Sets annotation `key` of Deployment `namespace/name`: a change the agent sees but that
+/// leaves its replicas alone.
+pub async fn annotate(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> Result<()> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {key: value}}})),
+    )
+    .await
+    .with_context(|| format!("annotating Deployment {namespace}/{name}"))?;
+    Ok(())
+}
+
 /// Waits until Deployment `namespace/name` satisfies `cond`.
 pub async fn deployment_until(
     client: &kube::Client,

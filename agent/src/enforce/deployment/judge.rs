@@ -2,14 +2,12 @@
 //! HorizontalPodAutoscaler owns its replicas, what to report, and the server-side apply
 //! patch that sets it. No API calls happen here.
 
+use accord_common::distribution::{Observed, PlacementState, ReplicasObserved, ScaleSpec};
 use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
-use crate::assignments::{Assigned, ScaleTarget};
-
-/// Placement state, as the hub and the CrossClusterScalePolicy status spell it.
-pub use accord_crds::PlacementState;
+use crate::report::Report;
 
 /// What the agent makes of a Deployment against its assignment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,54 +22,6 @@ pub enum Verdict {
     Conflict(String),
     /// The assignment names a workload the agent cannot scale.
     Unsupported(String),
-}
-
-/// Replica counts of an observed Deployment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ReplicaCounts {
-    /// `spec.replicas`.
-    pub desired: i32,
-    /// `status.readyReplicas`.
-    pub ready: i32,
-    /// `status.updatedReplicas`.
-    pub updated: i32,
-    /// `status.observedGeneration`.
-    pub observed_generation: i64,
-}
-
-/// One observation of a policy's workload, without the time it was made or the hub
-/// record it supersedes; two equal reports say the same thing.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    /// Placement state.
-    pub state: PlacementState,
-    /// Detail for the state.
-    pub message: String,
-    /// `metadata.resourceVersion` of the workload ("" when there is none).
-    pub resource_version: String,
-    /// `metadata.generation` of the workload (0 when there is none).
-    pub generation: i64,
-    /// Replica counts, when the workload exists.
-    pub replicas: Option<ReplicaCounts>,
-    /// Revision of the assignment the agent held.
-    pub applied_revision: i64,
-    /// Scale request id stamped on the workload ("" when none).
-    pub scale_request_id: String,
-}
-
-impl Report {
-    /// A report about a workload the agent cannot look at.
-    pub fn without_object(state: PlacementState, message: String, applied_revision: i64) -> Self {
-        Self {
-            state,
-            message,
-            resource_version: String::new(),
-            generation: 0,
-            replicas: None,
-            applied_revision,
-            scale_request_id: String::new(),
-        }
-    }
 }
 
 /// `spec.replicas` with the API's default of 1.
@@ -108,7 +58,7 @@ pub fn scaling_hpa<'a>(
 
 /// Judges `deployment` (absent: not found) against `target`, given the namespace's HPAs.
 pub fn verdict<'a>(
-    target: &ScaleTarget,
+    target: &ScaleSpec,
     deployment: Option<&Deployment>,
     hpas: impl IntoIterator<Item = &'a HorizontalPodAutoscaler>,
 ) -> Verdict {
@@ -144,15 +94,15 @@ pub fn verdict<'a>(
     }
 }
 
-/// What to tell the hub about `assigned`, from the verdict, the Deployment it was made on,
-/// and the last apply error (if the last apply failed).
+/// What to tell the hub about `target` (assigned at `applied_revision`), from the verdict,
+/// the Deployment it was made on, and the last apply error (if the last apply failed).
 pub fn report(
-    assigned: &Assigned,
+    target: &ScaleSpec,
+    applied_revision: i64,
     verdict: &Verdict,
     deployment: Option<&Deployment>,
     apply_error: Option<&str>,
 ) -> Report {
-    let target = &assigned.scale;
     let (state, message) = match verdict {
         Verdict::Synced => (PlacementState::Synced, String::new()),
         Verdict::NeedsApply => match apply_error {
@@ -173,7 +123,7 @@ pub fn report(
         Verdict::Unsupported(message) => (PlacementState::Error, message.clone()),
     };
     let Some(deployment) = deployment else {
-        return Report::without_object(state, message, assigned.revision);
+        return Report::without_object(state, message, applied_revision);
     };
     let status = deployment.status.as_ref();
     Report {
@@ -185,22 +135,22 @@ pub fn report(
             .clone()
             .unwrap_or_default(),
         generation: deployment.metadata.generation.unwrap_or_default(),
-        replicas: Some(ReplicaCounts {
+        observed: Observed::Replicas(ReplicasObserved {
             desired: spec_replicas(deployment),
             ready: status.and_then(|s| s.ready_replicas).unwrap_or_default(),
             updated: status.and_then(|s| s.updated_replicas).unwrap_or_default(),
             observed_generation: status
                 .and_then(|s| s.observed_generation)
                 .unwrap_or_default(),
+            scale_request_id: stamped_request_id(deployment).to_owned(),
         }),
-        applied_revision: assigned.revision,
-        scale_request_id: stamped_request_id(deployment).to_owned(),
+        applied_revision,
     }
 }
 
 /// The server-side apply patch that sets `target`'s replicas and scale request id — and
 /// nothing else, so the agent's field manager owns exactly these two fields.
-pub fn scale_patch(target: &ScaleTarget) -> serde_json::Value {
+pub fn scale_patch(target: &ScaleSpec) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -242,21 +192,14 @@ pub fn slim_hpa(hpa: &mut HorizontalPodAutoscaler) {
 mod tests {
     use super::*;
 
-    fn target(replicas: i32) -> ScaleTarget {
-        ScaleTarget {
+    fn target(replicas: i32) -> ScaleSpec {
+        ScaleSpec {
             api_version: "apps/v1".into(),
             kind: "Deployment".into(),
             namespace: "prod".into(),
             name: "frontend".into(),
             replicas,
             scale_request_id: "01JREQ".into(),
-        }
-    }
-
-    fn assigned(replicas: i32) -> Assigned {
-        Assigned {
-            revision: 42,
-            scale: target(replicas),
         }
     }
 
@@ -287,18 +230,18 @@ mod tests {
     fn matching_replicas_and_request_id_are_synced() {
         let d = deployment(7, Some("01JREQ"));
         assert_eq!(verdict(&target(7), Some(&d), []), Verdict::Synced);
-        let r = report(&assigned(7), &Verdict::Synced, Some(&d), None);
+        let r = report(&target(7), 42, &Verdict::Synced, Some(&d), None);
         assert_eq!(r.state, PlacementState::Synced);
         assert_eq!(r.resource_version, "881");
         assert_eq!(r.generation, 5);
-        assert_eq!(r.scale_request_id, "01JREQ");
         assert_eq!(
-            r.replicas,
-            Some(ReplicaCounts {
+            r.observed,
+            Observed::Replicas(ReplicasObserved {
                 desired: 7,
                 ready: 2,
                 updated: 3,
-                observed_generation: 4
+                observed_generation: 4,
+                scale_request_id: "01JREQ".into(),
             })
         );
         assert_eq!(r.applied_revision, 42);
@@ -323,10 +266,11 @@ mod tests {
     #[test]
     fn a_pending_apply_reports_pending_and_a_failed_one_reports_the_error() {
         let d = deployment(3, None);
-        let r = report(&assigned(7), &Verdict::NeedsApply, Some(&d), None);
+        let r = report(&target(7), 42, &Verdict::NeedsApply, Some(&d), None);
         assert_eq!(r.state, PlacementState::Pending);
         let r = report(
-            &assigned(7),
+            &target(7),
+            42,
             &Verdict::NeedsApply,
             Some(&d),
             Some("admission webhook denied"),
@@ -347,9 +291,9 @@ mod tests {
             panic!("expected a conflict, got {v:?}");
         };
         assert!(message.contains("prod/web-hpa"), "{message}");
-        let r = report(&assigned(7), &v, Some(&d), None);
+        let r = report(&target(7), 42, &v, Some(&d), None);
         assert_eq!(r.state, PlacementState::Conflict);
-        assert_eq!(r.replicas.unwrap().desired, 3);
+        assert_eq!(r.observed.replicas().unwrap().desired, 3);
     }
 
     #[test]
@@ -364,10 +308,10 @@ mod tests {
         let hpas = [hpa("web-hpa", "Deployment", "frontend")];
         let v = verdict(&target(7), None, &hpas);
         assert_eq!(v, Verdict::TargetNotFound);
-        let r = report(&assigned(7), &v, None, None);
+        let r = report(&target(7), 42, &v, None, None);
         assert_eq!(r.state, PlacementState::TargetNotFound);
         assert!(r.message.contains("prod/frontend"), "{}", r.message);
-        assert_eq!(r.replicas, None);
+        assert_eq!(r.observed, Observed::Nothing);
         assert_eq!(r.resource_version, "");
     }
 
@@ -377,11 +321,7 @@ mod tests {
         t.kind = "StatefulSet".into();
         let v = verdict(&t, None, []);
         assert!(matches!(v, Verdict::Unsupported(_)), "{v:?}");
-        let a = Assigned {
-            revision: 1,
-            scale: t,
-        };
-        assert_eq!(report(&a, &v, None, None).state, PlacementState::Error);
+        assert_eq!(report(&t, 1, &v, None, None).state, PlacementState::Error);
     }
 
     #[test]
@@ -412,11 +352,11 @@ mod tests {
     #[test]
     fn slimming_keeps_what_verdicts_and_reports_read() {
         let mut d = deployment(7, Some("01JREQ"));
-        let before = report(&assigned(7), &Verdict::Synced, Some(&d), None);
+        let before = report(&target(7), 42, &Verdict::Synced, Some(&d), None);
         slim_deployment(&mut d);
         assert_eq!(verdict(&target(7), Some(&d), []), Verdict::Synced);
         assert_eq!(
-            report(&assigned(7), &Verdict::Synced, Some(&d), None),
+            report(&target(7), 42, &Verdict::Synced, Some(&d), None),
             before
         );
         let mut h = hpa("web-hpa", "Deployment", "frontend");

@@ -1,0 +1,89 @@
+//! A kube-runtime watch of one resource in one namespace, feeding a reflector cache its
+//! enforcer reads and telling the engine what changed. Kind-neutral: enforcers start one per
+//! resource and namespace they need.
+//!
+//! Watching per namespace (not cluster-wide) keeps caches to the namespaces the agent works
+//! in; `slim` drops what the enforcer never reads before an object is cached.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use accord_common::runtime::AbortOnDrop;
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::{EventSink, WatchEvent};
+
+/// A running watch and its cache; dropping it stops the watch.
+pub struct ResourceWatch<K: Resource + 'static>
+where
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// The cached objects.
+    pub cache: Store<K>,
+    _task: AbortOnDrop,
+}
+
+impl<K> ResourceWatch<K>
+where
+    K: Resource<Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    /// Starts watching `resource` (its plural name, for events and messages) in
+    /// `namespace`.
+    pub fn start(
+        client: &kube::Client,
+        resource: &'static str,
+        namespace: &str,
+        slim: fn(&mut K),
+        events: EventSink,
+    ) -> Self {
+        let (cache, writer) = reflector::store();
+        let api = Api::<K>::namespaced(client.clone(), namespace);
+        let namespace = namespace.to_owned();
+        let task = tokio::spawn(async move {
+            let stream = watcher::watcher(api, watcher::Config::default())
+                .modify(slim)
+                .default_backoff()
+                .reflect(writer);
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                let event = match item {
+                    Ok(Event::Apply(object) | Event::Delete(object)) => WatchEvent::Changed {
+                        resource,
+                        namespace: namespace.clone(),
+                        name: object.name_any(),
+                    },
+                    Ok(Event::InitDone) => WatchEvent::Synced {
+                        resource,
+                        namespace: namespace.clone(),
+                    },
+                    Ok(Event::Init | Event::InitApply(_)) => continue,
+                    Err(e) => WatchEvent::Failed {
+                        resource,
+                        namespace: namespace.clone(),
+                        message: format!("watching {resource} in {namespace}: {e}"),
+                    },
+                };
+                if !events.send(event).await {
+                    return;
+                }
+            }
+        });
+        Self {
+            cache,
+            _task: AbortOnDrop(task),
+        }
+    }
+}

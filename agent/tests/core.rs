@@ -1,0 +1,662 @@
+//! The engine's kind-neutral core without an API server: a fake enforcer stands in for a
+//! kind (its "cluster" is a map the test holds), a memory store for the ConfigMap, and the
+//! test plays the hub. Time is tokio's paused clock, so debounces and backoffs take no
+//! real time and waits for something that must not happen are exact.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accord_agent::assignments::Assigned;
+use accord_agent::enforce::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use accord_agent::engine::{self, CoreConfig, EngineTask};
+use accord_agent::metrics::Metrics;
+use accord_agent::persist::{PersistError, SavedState, StateStore};
+use accord_agent::report::Report;
+use accord_common::distribution::{
+    AssignmentSpec, Observed, PlacementState, PolicyRef, ReplicasObserved, ScaleSpec, TopicSpec,
+};
+use accord_proto::v1::{
+    self as pb, AgentMessage, Assignment, Assignments, HubMessage, StatusAck, StatusReport,
+    agent_message, hub_message, status_ack,
+};
+use futures::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, timeout};
+
+/// Longest any wait for something bound to happen may take (virtual time).
+const WAIT: Duration = Duration::from_secs(60);
+/// How long the tests watch for something that must not happen (virtual time).
+const QUIET: Duration = Duration::from_secs(10);
+const DEBOUNCE: Duration = Duration::from_millis(100);
+const CLUSTER: &str = "member-1";
+
+// ---- the fake kind ---------------------------------------------------------------------
+
+/// An object of the fake kind.
+#[derive(Clone, Debug, Default)]
+struct Object {
+    replicas: i32,
+    ready: i32,
+    version: u64,
+}
+
+/// The fake cluster: objects by name, the applies made, and where watch events go.
+#[derive(Default)]
+struct World {
+    objects: HashMap<String, Object>,
+    sink: Option<EventSink>,
+    applied: Option<mpsc::UnboundedSender<(String, i32)>>,
+}
+
+type SharedWorld = Arc<Mutex<World>>;
+
+fn world(objects: &[(&str, i32)]) -> (SharedWorld, mpsc::UnboundedReceiver<(String, i32)>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let world = World {
+        objects: objects
+            .iter()
+            .map(|(name, replicas)| {
+                (
+                    (*name).to_owned(),
+                    Object {
+                        replicas: *replicas,
+                        ready: 0,
+                        version: 1,
+                    },
+                )
+            })
+            .collect(),
+        sink: None,
+        applied: Some(tx),
+    };
+    (Arc::new(Mutex::new(world)), rx)
+}
+
+/// Changes object `name` as another writer would, and lets its watch tell the engine.
+async fn change(world: &SharedWorld, name: &str, edit: impl FnOnce(&mut Object)) {
+    let sink = {
+        let mut w = world.lock().unwrap();
+        let object = w.objects.get_mut(name).expect("no such object");
+        edit(object);
+        object.version += 1;
+        w.sink
+            .clone()
+            .expect("the enforcer was never assigned anything")
+    };
+    sink.send(changed(name)).await;
+}
+
+fn changed(name: &str) -> WatchEvent {
+    WatchEvent::Changed {
+        resource: "fakes",
+        namespace: String::new(),
+        name: name.to_owned(),
+    }
+}
+
+/// Enforces scale assignments on the fake cluster.
+struct FakeEnforcer {
+    world: SharedWorld,
+    assigned: BTreeMap<PolicyRef, Assigned>,
+}
+
+fn scale_of(assigned: &Assigned) -> &ScaleSpec {
+    match &assigned.spec {
+        AssignmentSpec::Scale(s) => s,
+        other => panic!("the fake enforcer got {other:?}"),
+    }
+}
+
+impl Enforcer for FakeEnforcer {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+
+    fn enforces(&self, spec: &AssignmentSpec) -> bool {
+        matches!(spec, AssignmentSpec::Scale(_))
+    }
+
+    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+        self.world.lock().unwrap().sink = Some(events.clone());
+        self.assigned = assigned.clone();
+    }
+
+    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+        let WatchEvent::Changed { name, .. } = event else {
+            return Vec::new();
+        };
+        self.assigned
+            .iter()
+            .filter(|(_, a)| scale_of(a).name == name)
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    fn look(
+        &self,
+        _policy: &PolicyRef,
+        assigned: &Assigned,
+        _apply_error: Option<&str>,
+    ) -> Option<Judgement> {
+        let spec = scale_of(assigned);
+        let world = self.world.lock().unwrap();
+        let Some(object) = world.objects.get(&spec.name) else {
+            return Some(Judgement {
+                report: Report::without_object(
+                    PlacementState::TargetNotFound,
+                    "no such object".into(),
+                    assigned.revision,
+                ),
+                action: Action::Settled,
+            });
+        };
+        let synced = object.replicas == spec.replicas;
+        Some(Judgement {
+            report: Report {
+                state: if synced {
+                    PlacementState::Synced
+                } else {
+                    PlacementState::Pending
+                },
+                message: String::new(),
+                resource_version: object.version.to_string(),
+                generation: 0,
+                observed: Observed::Replicas(ReplicasObserved {
+                    desired: object.replicas,
+                    ready: object.ready,
+                    ..Default::default()
+                }),
+                applied_revision: assigned.revision,
+            },
+            action: if synced {
+                Action::Settled
+            } else {
+                Action::Apply {
+                    from_version: object.version.to_string(),
+                }
+            },
+        })
+    }
+
+    fn apply(
+        &self,
+        _policy: &PolicyRef,
+        assigned: &Assigned,
+    ) -> BoxFuture<'static, Result<String, ApplyError>> {
+        let world = self.world.clone();
+        let spec = scale_of(assigned).clone();
+        Box::pin(async move {
+            let (sink, version) = {
+                let mut w = world.lock().unwrap();
+                let object = w.objects.entry(spec.name.clone()).or_default();
+                object.replicas = spec.replicas;
+                object.version += 1;
+                let version = object.version;
+                if let Some(applied) = &w.applied {
+                    let _ = applied.send((spec.name.clone(), spec.replicas));
+                }
+                (w.sink.clone(), version)
+            };
+            if let Some(sink) = sink {
+                sink.send(changed(&spec.name)).await;
+            }
+            Ok(version.to_string())
+        })
+    }
+}
+
+// ---- the memory store ------------------------------------------------------------------
+
+/// A save waiting for the test's verdict: true stores it, false fails it.
+type SaveRequest = (String, oneshot::Sender<bool>);
+
+/// Keeps the document in memory; optionally every save waits for the test's verdict.
+#[derive(Default)]
+struct MemoryStore {
+    document: Mutex<Option<String>>,
+    gate: Option<mpsc::UnboundedSender<SaveRequest>>,
+    saved: Option<mpsc::UnboundedSender<String>>,
+}
+
+impl MemoryStore {
+    fn holding(document: &str) -> Self {
+        Self {
+            document: Mutex::new(Some(document.to_owned())),
+            ..Self::default()
+        }
+    }
+
+    fn state(&self) -> SavedState {
+        let document = self
+            .document
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("nothing saved");
+        SavedState::decode(&document).expect("undecodable").state
+    }
+}
+
+impl StateStore for MemoryStore {
+    fn load(&self) -> BoxFuture<'_, Result<Option<String>, PersistError>> {
+        let document = self.document.lock().unwrap().clone();
+        Box::pin(std::future::ready(Ok(document)))
+    }
+
+    fn save(&self, document: String) -> BoxFuture<'_, Result<(), PersistError>> {
+        Box::pin(async move {
+            if let Some(gate) = &self.gate {
+                let (verdict, answer) = oneshot::channel();
+                let _ = gate.send((document.clone(), verdict));
+                if !answer.await.unwrap_or(false) {
+                    return Err(PersistError::Store("the test failed this save".into()));
+                }
+            }
+            *self.document.lock().unwrap() = Some(document.clone());
+            if let Some(saved) = &self.saved {
+                let _ = saved.send(document);
+            }
+            Ok(())
+        })
+    }
+}
+
+// ---- the hub the test plays ------------------------------------------------------------
+
+fn start(store: Arc<MemoryStore>, world: &SharedWorld) -> EngineTask {
+    engine::start_with(
+        CoreConfig {
+            cluster: CLUSTER.into(),
+            report_debounce: DEBOUNCE,
+        },
+        store,
+        vec![Box::new(FakeEnforcer {
+            world: world.clone(),
+            assigned: BTreeMap::new(),
+        })],
+        Metrics::new(),
+    )
+}
+
+struct Hub {
+    engine: EngineTask,
+    outbox: mpsc::UnboundedReceiver<AgentMessage>,
+}
+
+impl Hub {
+    async fn connect(engine: EngineTask) -> Self {
+        timeout(WAIT, engine.handle().wait_loaded())
+            .await
+            .expect("the engine did not load");
+        let (tx, outbox) = mpsc::unbounded_channel();
+        engine.handle().connected(tx).await;
+        Self { engine, outbox }
+    }
+
+    async fn send(&self, body: hub_message::Body) {
+        self.engine
+            .handle()
+            .hub_message(HubMessage { body: Some(body) })
+            .await;
+    }
+
+    async fn assign(&self, revision: i64, items: Vec<Assignment>) {
+        self.send(hub_message::Body::Assignments(Assignments {
+            revision,
+            full: true,
+            items,
+            removed: Vec::new(),
+        }))
+        .await;
+    }
+
+    async fn accept(&self, report: &StatusReport, version: i64) {
+        self.send(hub_message::Body::StatusAck(StatusAck {
+            policy: report.policy.clone(),
+            result: Some(status_ack::Result::Accepted(version)),
+        }))
+        .await;
+    }
+
+    async fn next(&mut self, what: &str) -> agent_message::Body {
+        timeout(WAIT, self.outbox.recv())
+            .await
+            .unwrap_or_else(|_| panic!("nothing from the engine while waiting for {what}"))
+            .expect("the engine closed the stream")
+            .body
+            .expect("an empty message")
+    }
+
+    async fn ack(&mut self, revision: i64) {
+        loop {
+            if let agent_message::Body::Ack(ack) = self.next(&format!("Ack {revision}")).await
+                && ack.revision >= revision
+            {
+                assert_eq!(ack.revision, revision);
+                return;
+            }
+        }
+    }
+
+    async fn report(
+        &mut self,
+        what: &str,
+        matches: impl Fn(&StatusReport) -> bool,
+    ) -> StatusReport {
+        loop {
+            if let agent_message::Body::StatusReport(r) = self.next(what).await
+                && matches(&r)
+            {
+                return r;
+            }
+        }
+    }
+
+    /// Everything the engine sends within [`QUIET`].
+    async fn quiet(&mut self) -> Vec<agent_message::Body> {
+        let mut seen = Vec::new();
+        let until = Instant::now() + QUIET;
+        while let Ok(Some(message)) = tokio::time::timeout_at(until, self.outbox.recv()).await {
+            seen.extend(message.body);
+        }
+        seen
+    }
+}
+
+fn policy(name: &str) -> PolicyRef {
+    PolicyRef::new("CrossClusterScalePolicy", "default", name)
+}
+
+fn scale(name: &str, revision: i64, replicas: i32) -> Assignment {
+    Assignment {
+        policy: Some(policy(name).to_proto()),
+        revision,
+        spec: Some(
+            AssignmentSpec::Scale(ScaleSpec {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "prod".into(),
+                name: name.into(),
+                replicas,
+                scale_request_id: format!("req-{replicas}"),
+            })
+            .to_proto(),
+        ),
+    }
+}
+
+fn observed(report: &StatusReport) -> Observed {
+    Observed::from_proto(report.observed.clone())
+}
+
+fn replicas_in(state: &SavedState, name: &str) -> Option<(i64, i32)> {
+    state
+        .policies
+        .iter()
+        .find(|p| p.policy == policy(name))
+        .map(|p| match &p.spec {
+            AssignmentSpec::Scale(s) => (p.revision, s.replicas),
+            other => panic!("{other:?}"),
+        })
+}
+
+// ---- the tests -------------------------------------------------------------------------
+
+#[tokio::test(start_paused = true)]
+async fn an_ack_goes_out_only_after_the_save_completed_and_waits_through_failed_saves() {
+    let (gate, mut saves) = mpsc::unbounded_channel();
+    let store = Arc::new(MemoryStore {
+        gate: Some(gate),
+        ..MemoryStore::default()
+    });
+    let (world, _applied) = world(&[("web", 3)]);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+
+    hub.assign(5, vec![scale("web", 5, 3)]).await;
+    let (document, verdict) = timeout(WAIT, saves.recv()).await.unwrap().unwrap();
+    assert!(document.contains("\"lastAppliedRevision\":5"), "{document}");
+    // The save hangs: reports may go out, an Ack must not.
+    let meanwhile = hub.quiet().await;
+    assert!(
+        !meanwhile
+            .iter()
+            .any(|m| matches!(m, agent_message::Body::Ack(_))),
+        "acked before the save completed: {meanwhile:?}"
+    );
+    assert!(
+        meanwhile
+            .iter()
+            .any(|m| matches!(m, agent_message::Body::StatusReport(_))),
+        "reports do not wait for the save: {meanwhile:?}"
+    );
+
+    // The save fails; the retry waits for the test again, and still nothing is acked.
+    verdict.send(false).unwrap();
+    let (_, verdict) = timeout(WAIT, saves.recv()).await.unwrap().unwrap();
+    let meanwhile = hub.quiet().await;
+    assert!(
+        !meanwhile
+            .iter()
+            .any(|m| matches!(m, agent_message::Body::Ack(_))),
+        "acked after a failed save: {meanwhile:?}"
+    );
+    assert!(store.document.lock().unwrap().is_none());
+
+    verdict.send(true).unwrap();
+    hub.ack(5).await;
+    assert_eq!(replicas_in(&store.state(), "web"), Some((5, 3)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_that_changes_nothing_is_acked_without_a_save() {
+    let (gate, mut saves) = mpsc::unbounded_channel();
+    let store = Arc::new(MemoryStore {
+        gate: Some(gate),
+        ..MemoryStore::default()
+    });
+    let (world, _applied) = world(&[("web", 3)]);
+    let mut hub = Hub::connect(start(store, &world)).await;
+    hub.assign(5, vec![scale("web", 5, 3)]).await;
+    let (_, verdict) = timeout(WAIT, saves.recv()).await.unwrap().unwrap();
+    verdict.send(true).unwrap();
+    hub.ack(5).await;
+
+    hub.assign(5, vec![scale("web", 5, 3)]).await;
+    hub.ack(5).await;
+    assert!(saves.try_recv().is_err(), "saved although nothing changed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_a_newer_revision_of_a_policy_replaces_what_is_held() {
+    let store = Arc::new(MemoryStore::default());
+    let (world, mut applied) = world(&[("web", 1)]);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+
+    hub.assign(5, vec![scale("web", 5, 3)]).await;
+    hub.ack(5).await;
+    assert_eq!(
+        timeout(WAIT, applied.recv()).await.unwrap(),
+        Some(("web".into(), 3))
+    );
+
+    // An older and then an equal revision of the policy, in newer messages: both ignored.
+    hub.assign(6, vec![scale("web", 4, 9)]).await;
+    hub.ack(6).await;
+    hub.assign(7, vec![scale("web", 5, 9)]).await;
+    hub.ack(7).await;
+    let held = store.state();
+    assert_eq!(held.last_applied_revision, 7);
+    assert_eq!(replicas_in(&held, "web"), Some((5, 3)));
+
+    // A newer revision is taken and enforced.
+    hub.assign(8, vec![scale("web", 8, 9)]).await;
+    hub.ack(8).await;
+    assert_eq!(
+        timeout(WAIT, applied.recv()).await.unwrap(),
+        Some(("web".into(), 9)),
+        "the first apply after 3 sets the newer revision's replicas"
+    );
+    assert_eq!(replicas_in(&store.state(), "web"), Some((8, 9)));
+    assert!(applied.try_recv().is_err(), "no other apply");
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_within_the_debounce_coalesce_into_one_report() {
+    let store = Arc::new(MemoryStore::default());
+    let (world, _applied) = world(&[("web", 2)]);
+    let mut hub = Hub::connect(start(store, &world)).await;
+    hub.assign(3, vec![scale("web", 3, 2)]).await;
+    let first = hub
+        .report("the first report", |r| {
+            r.state() == pb::PlacementState::Synced
+        })
+        .await;
+    hub.accept(&first, 100).await;
+    assert!(
+        hub.quiet()
+            .await
+            .iter()
+            .all(|m| !matches!(m, agent_message::Body::StatusReport(_))),
+        "nothing changed, nothing to report"
+    );
+
+    let changed_at = Instant::now();
+    change(&world, "web", |o| o.ready = 1).await;
+    change(&world, "web", |o| o.ready = 2).await;
+    let report = hub.report("the coalesced report", |_| true).await;
+    assert!(
+        changed_at.elapsed() >= DEBOUNCE,
+        "sent {:?} after the change, before the debounce",
+        changed_at.elapsed()
+    );
+    assert_eq!(observed(&report).replicas().map(|r| r.ready), Some(2));
+    assert_eq!(report.expected_version, 100);
+    hub.accept(&report, 101).await;
+    let after = hub.quiet().await;
+    assert!(
+        after.is_empty(),
+        "the first change was reported on its own: {after:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn saved_assignments_are_enforced_by_a_restarted_engine_without_a_hub() {
+    let store = Arc::new(MemoryStore::default());
+    let (world, mut applied) = world(&[("web", 1)]);
+    {
+        let mut hub = Hub::connect(start(store.clone(), &world)).await;
+        hub.assign(9, vec![scale("web", 9, 4)]).await;
+        hub.ack(9).await;
+        assert_eq!(
+            timeout(WAIT, applied.recv()).await.unwrap(),
+            Some(("web".into(), 4))
+        );
+        hub.engine.stop().await;
+    }
+    // While no agent runs, someone scales by hand.
+    world
+        .lock()
+        .unwrap()
+        .objects
+        .get_mut("web")
+        .unwrap()
+        .replicas = 1;
+
+    let engine = start(store.clone(), &world);
+    timeout(WAIT, engine.handle().wait_loaded()).await.unwrap();
+    assert_eq!(engine.handle().last_applied_revision(), 9);
+    assert_eq!(
+        timeout(WAIT, applied.recv()).await.unwrap(),
+        Some(("web".into(), 4)),
+        "the saved assignment is enforced again"
+    );
+    assert_eq!(replicas_in(&store.state(), "web"), Some((9, 4)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_document_in_the_first_format_is_enforced_and_saved_again_in_the_current_one() {
+    let legacy = r#"{"cluster":"member-1","lastAppliedRevision":9,"policies":[
+        {"policy":{"kind":"CrossClusterScalePolicy","namespace":"default","name":"web"},
+         "revision":8,
+         "scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"prod","name":"web",
+                  "replicas":7,"scaleRequestId":"01J"}}]}"#;
+    let (saved_tx, mut saved) = mpsc::unbounded_channel();
+    let store = Arc::new(MemoryStore {
+        saved: Some(saved_tx),
+        ..MemoryStore::holding(legacy)
+    });
+    let (world, mut applied) = world(&[("web", 1)]);
+    let engine = start(store.clone(), &world);
+    timeout(WAIT, engine.handle().wait_loaded()).await.unwrap();
+    assert_eq!(engine.handle().last_applied_revision(), 9);
+    assert_eq!(
+        timeout(WAIT, applied.recv()).await.unwrap(),
+        Some(("web".into(), 7))
+    );
+    let document = timeout(WAIT, saved.recv()).await.unwrap().unwrap();
+    let value: serde_json::Value = serde_json::from_str(&document).unwrap();
+    assert_eq!(value["version"], 2, "{document}");
+    assert_eq!(
+        value["policies"][0]["spec"]["scale"]["replicas"], 7,
+        "{document}"
+    );
+    assert_eq!(value["policies"][0]["revision"], 8, "{document}");
+    assert_eq!(value["lastAppliedRevision"], 9, "{document}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_document_is_ignored_and_the_hub_resends() {
+    let store = Arc::new(MemoryStore::holding(r#"{"version":99,"policies":"?"}"#));
+    let (world, mut applied) = world(&[("web", 1)]);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+    assert_eq!(hub.engine.handle().last_applied_revision(), 0);
+    hub.assign(4, vec![scale("web", 4, 2)]).await;
+    hub.ack(4).await;
+    assert_eq!(
+        timeout(WAIT, applied.recv()).await.unwrap(),
+        Some(("web".into(), 2))
+    );
+    assert_eq!(replicas_in(&store.state(), "web"), Some((4, 2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_as_an_error() {
+    let store = Arc::new(MemoryStore::default());
+    let (world, _applied) = world(&[]);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+    let topic = PolicyRef::new("FederatedKafkaTopic", "default", "events");
+    hub.assign(
+        6,
+        vec![Assignment {
+            policy: Some(topic.to_proto()),
+            revision: 6,
+            spec: Some(
+                AssignmentSpec::Topic(TopicSpec {
+                    topic_name: "events".into(),
+                    partitions: 3,
+                    replication_factor: 1,
+                    config: Default::default(),
+                })
+                .to_proto(),
+            ),
+        }],
+    )
+    .await;
+    hub.ack(6).await;
+    let report = hub.report("the error report", |_| true).await;
+    assert_eq!(report.policy, Some(topic.to_proto()));
+    assert_eq!(report.state(), pb::PlacementState::Error);
+    assert!(
+        report
+            .message
+            .contains("does not enforce FederatedKafkaTopic assignments"),
+        "{}",
+        report.message
+    );
+    assert_eq!(report.applied_revision, 6);
+    assert_eq!(observed(&report), Observed::Nothing);
+    let held = store.state();
+    assert_eq!(held.policies.len(), 1);
+    assert_eq!(held.policies[0].policy, topic);
+}
