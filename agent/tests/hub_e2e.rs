@@ -215,9 +215,16 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
             .await?
             .context("no status record in the hub's store")?;
         ensure!(version > 0);
-        ensure!(record.state == "Synced", "{record:?}");
-        ensure!(record.scale_request_id == "req-e2e", "{record:?}");
-        ensure!(record.observed["desiredReplicas"] == 2, "{record:?}");
+        ensure!(
+            record.state == accord_crds::PlacementState::Synced,
+            "{record:?}"
+        );
+        let seen = record
+            .observed
+            .replicas()
+            .context("the record holds no replica counts")?;
+        ensure!(seen.scale_request_id == "req-e2e", "{record:?}");
+        ensure!(seen.desired == 2, "{record:?}");
 
         // Heartbeats keep the cluster Available.
         let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());

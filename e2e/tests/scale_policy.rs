@@ -398,20 +398,36 @@ async fn create_around_validation(testbed: &Testbed, policy: serde_json::Value) 
         relax(&mut version["schema"]["openAPIV3Schema"]["properties"]["spec"]);
     }
     replace_crd_spec(testbed, &relaxed).await?;
-    let ns = policy["metadata"]["namespace"].as_str().context("namespace")?.to_owned();
-    let created = until("the relaxed schema admits the policy", Duration::from_secs(30), || {
-        let policy = policy.clone();
-        let ns = ns.clone();
-        async move {
-            // Untyped: the typed client could not decode what it gets back.
-            let api = dynamic_policies(testbed, &ns);
-            let name = policy["metadata"]["name"].as_str().unwrap_or_default();
-            Ok(match api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&policy)).await {
-                Ok(_) => Check::Ready(()),
-                Err(e) => Check::NotYet(e.to_string()),
-            })
-        }
-    })
+    let ns = policy["metadata"]["namespace"]
+        .as_str()
+        .context("namespace")?
+        .to_owned();
+    let created = until(
+        "the relaxed schema admits the policy",
+        Duration::from_secs(30),
+        || {
+            let policy = policy.clone();
+            let ns = ns.clone();
+            async move {
+                // Untyped: the typed client could not decode what it gets back.
+                let api = dynamic_policies(testbed, &ns);
+                let name = policy["metadata"]["name"].as_str().unwrap_or_default();
+                Ok(
+                    match api
+                        .patch(
+                            name,
+                            &PatchParams::apply(FM).force(),
+                            &Patch::Apply(&policy),
+                        )
+                        .await
+                    {
+                        Ok(_) => Check::Ready(()),
+                        Err(e) => Check::NotYet(e.to_string()),
+                    },
+                )
+            }
+        },
+    )
     .await;
     let restored = replace_crd_spec(testbed, &original).await;
     created?;
