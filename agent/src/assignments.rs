@@ -159,14 +159,12 @@ mod tests {
     }
 
     fn scale(name: &str, replicas: i32) -> AssignmentSpec {
-        AssignmentSpec::Scale(ScaleSpec {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "prod".into(),
-            name: name.into(),
+        AssignmentSpec::Scale(ScaleSpec::deployment(
+            "prod",
+            name,
             replicas,
-            scale_request_id: format!("req-{replicas}"),
-        })
+            &format!("req-{replicas}"),
+        ))
     }
 
     fn replicas(book: &AssignmentBook, name: &str) -> i32 {

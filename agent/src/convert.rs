@@ -56,10 +56,9 @@ pub fn status_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{Observed, PlacementState, ReplicasObserved};
+    use accord_common::distribution::{Observed, PlacementState, ReplicasObserved, ScaleSpec};
     use accord_proto::v1::{
-        Assignment, ObjectRef, ReplicaStatus, ScaleAssignment, TopicAssignment, assignment,
-        status_report,
+        Assignment, ObjectRef, ReplicaStatus, TopicAssignment, assignment, status_report,
     };
 
     #[test]
@@ -76,14 +75,10 @@ mod tests {
                 Assignment {
                     policy: Some(policy.clone()),
                     revision: 11,
-                    spec: Some(assignment::Spec::Scale(ScaleAssignment {
-                        api_version: "apps/v1".into(),
-                        kind: "Deployment".into(),
-                        namespace: "prod".into(),
-                        name: "frontend".into(),
-                        replicas: 7,
-                        scale_request_id: "01J".into(),
-                    })),
+                    spec: Some(
+                        AssignmentSpec::Scale(ScaleSpec::deployment("prod", "frontend", 7, "01J"))
+                            .to_proto(),
+                    ),
                 },
                 Assignment {
                     policy: Some(ObjectRef {

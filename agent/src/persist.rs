@@ -320,14 +320,7 @@ mod tests {
     }
 
     fn frontend() -> ScaleSpec {
-        ScaleSpec {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "prod".into(),
-            name: "frontend".into(),
-            replicas: 7,
-            scale_request_id: "01J".into(),
-        }
+        ScaleSpec::deployment("prod", "frontend", 7, "01J")
     }
 
     #[test]

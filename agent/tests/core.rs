@@ -373,14 +373,12 @@ fn scale(name: &str, revision: i64, replicas: i32) -> Assignment {
         policy: Some(policy(name).to_proto()),
         revision,
         spec: Some(
-            AssignmentSpec::Scale(ScaleSpec {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "prod".into(),
-                name: name.into(),
+            AssignmentSpec::Scale(ScaleSpec::deployment(
+                "prod",
+                name,
                 replicas,
-                scale_request_id: format!("req-{replicas}"),
-            })
+                &format!("req-{replicas}"),
+            ))
             .to_proto(),
         ),
     }

@@ -113,14 +113,7 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
                 policies: vec![SavedPolicy {
                     policy: PolicyRef::new("CrossClusterScalePolicy", "default", "e2e-web"),
                     revision: 1,
-                    spec: AssignmentSpec::Scale(ScaleSpec {
-                        api_version: "apps/v1".into(),
-                        kind: "Deployment".into(),
-                        namespace: ns.into(),
-                        name: "web".into(),
-                        replicas: 2,
-                        scale_request_id: "req-e2e".into(),
-                    }),
+                    spec: AssignmentSpec::Scale(ScaleSpec::deployment(ns, "web", 2, "req-e2e")),
                 }],
             })
             .await?;

@@ -80,6 +80,18 @@ pub struct ScaleSpec {
 }
 
 impl ScaleSpec {
+    /// Sets the replicas of `apps/v1` Deployment `namespace/name`.
+    pub fn deployment(namespace: &str, name: &str, replicas: i32, scale_request_id: &str) -> Self {
+        Self {
+            api_version: "apps/v1".to_owned(),
+            kind: "Deployment".to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            replicas,
+            scale_request_id: scale_request_id.to_owned(),
+        }
+    }
+
     /// Whether the workload is an `apps/v1` Deployment (the one kind agents scale).
     pub fn is_deployment(&self) -> bool {
         self.kind == "Deployment" && self.api_version == "apps/v1"
@@ -351,14 +363,7 @@ mod tests {
     #[test]
     fn every_assignment_spec_survives_the_wire() {
         let specs = [
-            AssignmentSpec::Scale(ScaleSpec {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: "prod".into(),
-                name: "web".into(),
-                replicas: 7,
-                scale_request_id: "01J".into(),
-            }),
+            AssignmentSpec::Scale(ScaleSpec::deployment("prod", "web", 7, "01J")),
             AssignmentSpec::Topic(TopicSpec {
                 topic_name: "events".into(),
                 partitions: 12,

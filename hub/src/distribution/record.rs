@@ -125,14 +125,9 @@ mod tests {
                 .iter()
                 .map(|(c, r)| ShareRecord {
                     cluster: (*c).into(),
-                    assignment: Some(AssignmentSpec::Scale(ScaleSpec {
-                        api_version: "apps/v1".into(),
-                        kind: "Deployment".into(),
-                        namespace: "prod".into(),
-                        name: "frontend".into(),
-                        replicas: *r,
-                        scale_request_id: "01ABC".into(),
-                    })),
+                    assignment: Some(AssignmentSpec::Scale(ScaleSpec::deployment(
+                        "prod", "frontend", *r, "01ABC",
+                    ))),
                     held_reason: None,
                 })
                 .collect(),

@@ -193,14 +193,7 @@ mod tests {
     use super::*;
 
     fn target(replicas: i32) -> ScaleSpec {
-        ScaleSpec {
-            api_version: "apps/v1".into(),
-            kind: "Deployment".into(),
-            namespace: "prod".into(),
-            name: "frontend".into(),
-            replicas,
-            scale_request_id: "01JREQ".into(),
-        }
+        ScaleSpec::deployment("prod", "frontend", replicas, "01JREQ")
     }
 
     fn deployment(replicas: i32, request_id: Option<&str>) -> Deployment {
