@@ -5,7 +5,9 @@
 //! Each test runs its own hub (own etcd prefix) and its own agents, with cluster names of
 //! its own, against the shared three member clusters; tests use separate namespaces.
 
-use accord_crds::{CrossClusterScalePolicy, PlacementState, SCALE_REQUEST_ANNOTATION};
+use accord_crds::{
+    CrossClusterScalePolicy, ManagedCluster, PlacementState, SCALE_REQUEST_ANNOTATION,
+};
 use accord_e2e::federation::Federation;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -349,17 +351,24 @@ fn a_hub_killed_mid_change_converges_after_restart_without_reapplying_a_decision
     });
 }
 
-/// Scale policies as untyped objects, which decode whatever the API server holds.
-fn dynamic_policies(testbed: &Testbed, ns: &str) -> Api<kube::core::DynamicObject> {
-    Api::namespaced_with(
-        testbed.mgmt().client(),
-        ns,
-        &kube::core::ApiResource::erase::<CrossClusterScalePolicy>(&()),
-    )
+/// Objects of kind `K` as untyped objects, which decode whatever the API server holds
+/// (`ns` empty: cluster-scoped).
+fn untyped<K>(testbed: &Testbed, ns: &str) -> Api<kube::core::DynamicObject>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let resource = kube::core::ApiResource::erase::<K>(&());
+    if ns.is_empty() {
+        Api::all_with(testbed.mgmt().client(), &resource)
+    } else {
+        Api::namespaced_with(testbed.mgmt().client(), ns, &resource)
+    }
 }
 
-/// Name of the scale policies' CustomResourceDefinition.
-const CCSP_CRD: &str = "crossclusterscalepolicies.accord.io";
+/// Scale policies as untyped objects.
+fn dynamic_policies(testbed: &Testbed, ns: &str) -> Api<kube::core::DynamicObject> {
+    untyped::<CrossClusterScalePolicy>(testbed, ns)
+}
 
 /// Drops every bound and CEL rule below `schema`, so an object the real schema refuses can
 /// be stored (as one stored before a schema change, or written around validation, would be).
@@ -376,62 +385,109 @@ fn relax(schema: &mut serde_json::Value) {
     }
 }
 
-/// Replaces the CRD's spec with `spec` (keeping its current resourceVersion).
-async fn replace_crd_spec(testbed: &Testbed, spec: &serde_json::Value) -> Result<()> {
+/// Replaces the spec of CRD `crd` with `spec` (keeping its current resourceVersion).
+async fn replace_crd_spec(testbed: &Testbed, crd: &str, spec: &serde_json::Value) -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: Api<CustomResourceDefinition> = Api::all(testbed.mgmt().client());
-    let mut crd = serde_json::to_value(api.get(CCSP_CRD).await?)?;
-    crd["spec"] = spec.clone();
-    api.replace(CCSP_CRD, &Default::default(), &serde_json::from_value(crd)?)
+    let mut current = serde_json::to_value(api.get(crd).await?)?;
+    current["spec"] = spec.clone();
+    api.replace(crd, &Default::default(), &serde_json::from_value(current)?)
         .await?;
     Ok(())
 }
 
-/// Creates `policy` under a relaxed schema, retrying until the API server serves the relaxed
-/// schema, and restores the real one afterwards whatever happened.
-async fn create_around_validation(testbed: &Testbed, policy: serde_json::Value) -> Result<()> {
+/// Creates `object` of kind `K` under a relaxed schema, retrying until the API server
+/// serves the relaxed schema, and restores the real one afterwards whatever happened.
+async fn create_around_validation<K>(testbed: &Testbed, object: serde_json::Value) -> Result<()>
+where
+    K: kube::Resource<DynamicType = ()>,
+{
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd = format!("{}.{}", K::plural(&()), K::group(&()));
     let crds: Api<CustomResourceDefinition> = Api::all(testbed.mgmt().client());
-    let original = serde_json::to_value(crds.get(CCSP_CRD).await?)?["spec"].clone();
+    let original = serde_json::to_value(crds.get(&crd).await?)?["spec"].clone();
     let mut relaxed = original.clone();
     for version in relaxed["versions"].as_array_mut().context("versions")? {
         relax(&mut version["schema"]["openAPIV3Schema"]["properties"]["spec"]);
     }
-    replace_crd_spec(testbed, &relaxed).await?;
-    let ns = policy["metadata"]["namespace"]
+    replace_crd_spec(testbed, &crd, &relaxed).await?;
+    let ns = object["metadata"]["namespace"]
         .as_str()
-        .context("namespace")?
+        .unwrap_or_default()
         .to_owned();
     let created = until(
-        "the relaxed schema admits the policy",
+        &format!("the relaxed {crd} schema admits the object"),
         Duration::from_secs(30),
         || {
-            let policy = policy.clone();
-            let ns = ns.clone();
+            let object = object.clone();
+            // Untyped: the typed client could not decode what it gets back.
+            let api = untyped::<K>(testbed, &ns);
             async move {
-                // Untyped: the typed client could not decode what it gets back.
-                let api = dynamic_policies(testbed, &ns);
-                let name = policy["metadata"]["name"].as_str().unwrap_or_default();
-                Ok(
-                    match api
-                        .patch(
-                            name,
-                            &PatchParams::apply(FM).force(),
-                            &Patch::Apply(&policy),
-                        )
-                        .await
-                    {
-                        Ok(_) => Check::Ready(()),
-                        Err(e) => Check::NotYet(e.to_string()),
-                    },
-                )
+                let name = object["metadata"]["name"].as_str().unwrap_or_default();
+                let applied = api
+                    .patch(
+                        name,
+                        &PatchParams::apply(FM).force(),
+                        &Patch::Apply(&object),
+                    )
+                    .await;
+                Ok(match applied {
+                    Ok(_) => Check::Ready(()),
+                    Err(e) => Check::NotYet(e.to_string()),
+                })
             }
         },
     )
     .await;
-    let restored = replace_crd_spec(testbed, &original).await;
+    let restored = replace_crd_spec(testbed, &crd, &original).await;
     created?;
     restored
+}
+
+/// The condition `type_` of an untyped object, as (status, reason, message).
+async fn untyped_condition(
+    api: &Api<kube::core::DynamicObject>,
+    name: &str,
+    type_: &str,
+) -> Result<Option<(String, String, String)>> {
+    let object = api.get(name).await?;
+    let conditions = object.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    Ok(conditions.iter().find(|c| c["type"] == type_).map(|c| {
+        let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+        (text("status"), text("reason"), text("message"))
+    }))
+}
+
+/// Waits for a Warning Event with `reason` about object `name` in `ns` ("default" for
+/// cluster-scoped objects, where the recorder puts their Events).
+async fn warning_event(testbed: &Testbed, ns: &str, name: &str, reason: &str) -> Result<()> {
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(testbed.mgmt().client(), ns);
+    until(
+        &format!("a Warning {reason} Event about {name}"),
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&Default::default()).await?;
+            let about: Vec<_> = list
+                .items
+                .iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some(name))
+                .map(|e| (e.type_.clone(), e.reason.clone()))
+                .collect();
+            let found = about
+                .iter()
+                .any(|(t, r)| t.as_deref() == Some("Warning") && r.as_deref() == Some(reason));
+            Ok(if found {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("events about {name}: {about:?}"))
+            })
+        },
+    )
+    .await
 }
 
 #[test]
@@ -456,38 +512,37 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
             matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
             "the API server should refuse 3,000,000,000 replicas, got {refused:?}"
         );
-        create_around_validation(testbed, bad).await?;
+        create_around_validation::<CrossClusterScalePolicy>(testbed, bad).await?;
 
         // The hub cannot decode it: it says so in the status and in an Event.
+        let policies = dynamic_policies(testbed, ns);
         let invalid_spec = || async {
-            let object = dynamic_policies(testbed, ns).get("bad").await?;
-            let conditions = object.data["status"]["conditions"].as_array().cloned().unwrap_or_default();
-            let ready = conditions.iter().find(|c| c["type"] == "Ready");
-            Ok(match ready {
-                Some(c) if c["status"] == "False" && c["reason"] == "InvalidSpec" => {
-                    Check::Ready(c["message"].as_str().unwrap_or_default().to_owned())
+            Ok(match untyped_condition(&policies, "bad", "Ready").await? {
+                Some((status, reason, message)) if status == "False" && reason == "InvalidSpec" => {
+                    Check::Ready(message)
                 }
-                _ => Check::NotYet(format!("conditions {conditions:?}")),
+                other => Check::NotYet(format!("Ready {other:?}")),
             })
         };
         let message = until("bad shows InvalidSpec", Duration::from_secs(30), invalid_spec).await?;
         ensure!(message.contains("3000000000") || message.to_lowercase().contains("desiredreplicas"), "the message should say what does not decode: {message}");
-        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(testbed.mgmt().client(), ns);
-        until("a Warning Event about bad", Duration::from_secs(30), || async {
-            let list = events.list(&Default::default()).await?;
-            let about_bad: Vec<_> = list
-                .items
-                .iter()
-                .filter(|e| e.involved_object.name.as_deref() == Some("bad"))
-                .map(|e| (e.type_.clone(), e.reason.clone()))
-                .collect();
-            Ok(if about_bad.iter().any(|(t, r)| t.as_deref() == Some("Warning") && r.as_deref() == Some("InvalidSpec")) {
-                Check::Ready(())
-            } else {
-                Check::NotYet(format!("events about bad: {about_bad:?}"))
+        warning_event(testbed, ns, "bad", "InvalidSpec").await?;
+
+        // Every kind the hub watches: a ManagedCluster whose weight no int32 holds is
+        // Degraded with the reason, and does not stop the shared cluster watch.
+        let bad_cluster = serde_json::json!({"apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "metadata": {"name": "poison-bad-weight"}, "spec": {"weight": 3_000_000_000_i64}});
+        create_around_validation::<ManagedCluster>(testbed, bad_cluster).await?;
+        let clusters = untyped::<ManagedCluster>(testbed, "");
+        let degraded = until("poison-bad-weight shows Degraded/InvalidSpec", Duration::from_secs(30), || async {
+            Ok(match untyped_condition(&clusters, "poison-bad-weight", "Degraded").await? {
+                Some((status, reason, message)) if status == "True" && reason == "InvalidSpec" => Check::Ready(message),
+                other => Check::NotYet(format!("Degraded {other:?}")),
             })
         })
         .await?;
+        ensure!(degraded.contains("3000000000"), "the message should say what does not decode: {degraded}");
+        warning_event(testbed, "default", "poison-bad-weight", "InvalidSpec").await?;
 
         // Another policy keeps converging, before and after a hub restart.
         apply_policy(testbed, ns, policy("good", ns, "web", 4, dist.clone(), serde_json::json!({}))).await?;
@@ -499,11 +554,11 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
         wait_states(testbed, ns, "good", &[("poison-1", PlacementState::Synced), ("poison-2", PlacementState::Synced)], Duration::from_secs(60)).await?;
         until("bad still shows InvalidSpec after the restart", Duration::from_secs(30), invalid_spec).await?;
 
-        // Deleting the undecodable policy completes (no finalizer is left hanging).
-        let dynamic = dynamic_policies(testbed, ns);
-        dynamic.delete("bad", &Default::default()).await?;
+        // Deleting the undecodable objects completes (no finalizer is left hanging).
+        clusters.delete("poison-bad-weight", &Default::default()).await?;
+        policies.delete("bad", &Default::default()).await?;
         until("bad is gone", Duration::from_secs(30), || async {
-            Ok(match dynamic.get_opt("bad").await? {
+            Ok(match policies.get_opt("bad").await? {
                 None => Check::Ready(()),
                 Some(o) => Check::NotYet(format!("finalizers {:?}", o.metadata.finalizers)),
             })

@@ -8,21 +8,23 @@
 //! `nodeStatusReportFrequency` — so thousands of healthy clusters cost few writes.
 
 use accord_crds::conditions::{self, Desired, Status as CondStatus, reasons, types};
-use accord_crds::{HUB_FIELD_MANAGER, ManagedCluster, ManagedClusterStatus};
+use accord_crds::{HUB_FIELD_MANAGER, ManagedClusterStatus};
 use dashmap::DashSet;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector;
+use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tracing::debug;
 
 use super::{
-    ClusterEvents, ControllerContext, ControllerError, ErrorCategory, Listed, report_error,
+    ClusterEvents, ClusterObject, ControllerContext, ControllerError, ErrorCategory, Listed,
+    report_error,
 };
 use crate::store::cache::{CacheEvent, PrefixCache};
 use crate::store::presence::ConnectedRecord;
@@ -34,10 +36,12 @@ pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(300);
 const RESYNC_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The status a cluster should have, or `None` when `current` already says it (ignoring
-/// timestamps) and the heartbeat time is recent enough.
+/// timestamps) and the heartbeat time is recent enough. `spec_error` is why the object's
+/// spec does not decode, if it does not: `Degraded=True`, reason `InvalidSpec`.
 pub fn desired_status(
     registered: bool,
     connected: Option<&ConnectedRecord>,
+    spec_error: Option<&str>,
     current: Option<&ManagedClusterStatus>,
     generation: Option<i64>,
     now: &Time,
@@ -76,8 +80,27 @@ pub fn desired_status(
             "no heartbeat from the agent within the timeout; its placements are treated as unavailable",
         ),
     };
+    let degraded = match spec_error {
+        Some(error) => Desired::new(
+            types::DEGRADED,
+            CondStatus::True,
+            reasons::INVALID_SPEC,
+            format!("the hub cannot read this object's spec: {error}"),
+        ),
+        None => Desired::new(
+            types::DEGRADED,
+            CondStatus::False,
+            reasons::HEALTHY,
+            "the object's spec is readable",
+        ),
+    };
     let mut next = current.clone();
-    next.conditions = conditions::merge(&current.conditions, &[joined, available], generation, now);
+    next.conditions = conditions::merge(
+        &current.conditions,
+        &[joined, available, degraded],
+        generation,
+        now,
+    );
     if let Some(c) = connected {
         next.agent_version = Some(c.agent_version.clone()).filter(|v| !v.is_empty());
         next.kubernetes_version = Some(c.kubernetes_version.clone()).filter(|v| !v.is_empty());
@@ -147,7 +170,8 @@ pub async fn run(
     let connected = PrefixCache::<ConnectedRecord>::start(store.clone(), keys.connected_prefix())
         .await
         .map_err(ControllerError::Store)?;
-    let api: Api<ManagedCluster> = Api::all(ctx.kube.clone());
+    // Lenient: the API server's answers hold the object's spec, which may not decode.
+    let api: Api<ClusterObject> = Api::all(ctx.kube.clone());
     let queue = WorkQueue::new();
 
     // Object changes (someone edited or deleted status, a new object) → recheck.
@@ -258,7 +282,7 @@ fn spawn_feeder<T: Clone + Send + 'static>(
 
 async fn reconcile(
     ctx: &ControllerContext,
-    api: &Api<ManagedCluster>,
+    api: &Api<ClusterObject>,
     name: &str,
     record: Option<&ClusterRecord>,
     connected: Option<&ConnectedRecord>,
@@ -266,11 +290,17 @@ async fn reconcile(
     let object = ctx.clusters.get(&reflector::ObjectRef::new(name));
     // The current status and generation, read leniently: a status that does not decode is
     // simply rewritten.
-    let (current, generation) = match (object, record) {
+    let status_of = |o: &ClusterObject| {
+        o.pointer("/status")
+            .and_then(|s| serde_json::from_value::<ManagedClusterStatus>(s.clone()).ok())
+    };
+    let (current, generation, spec_error) = match (&object, record) {
         (Some(o), _) => (
-            o.pointer("/status")
-                .and_then(|s| serde_json::from_value::<ManagedClusterStatus>(s.clone()).ok()),
+            status_of(o),
             o.metadata.generation,
+            // Availability never depends on the spec, so a cluster whose spec does not
+            // decode keeps its placements; the condition says what to fix.
+            o.without_status().decode().err().map(|e| e.to_string()),
         ),
         (None, Some(r)) => {
             // Registered but the object is missing (deleted, or registration could not
@@ -286,7 +316,7 @@ async fn reconcile(
                     &Patch::Apply(&obj),
                 )
                 .await?;
-            (created.status, created.metadata.generation)
+            (status_of(&created), created.metadata.generation, None)
         }
         (None, None) => return Ok(()),
     };
@@ -294,12 +324,18 @@ async fn reconcile(
     let Some(status) = desired_status(
         record.is_some(),
         connected,
+        spec_error.as_deref(),
         current.as_ref(),
         generation,
         &now,
     ) else {
         return Ok(());
     };
+    let newly_invalid = spec_error.is_some()
+        && !current.as_ref().is_some_and(|c| {
+            conditions::find(&c.conditions, types::DEGRADED)
+                .is_some_and(|d| d.reason == reasons::INVALID_SPEC)
+        });
     debug!(cluster = name, "writing ManagedCluster status");
     api.patch_status(
         name,
@@ -308,6 +344,16 @@ async fn reconcile(
     )
     .await?;
     ctx.metrics.status_writes.inc();
+    if let (true, Some(object), Some(error)) = (newly_invalid, &object, &spec_error) {
+        ctx.metrics.error("invalid_spec");
+        ctx.publish(
+            &object.object_ref(&()),
+            EventType::Warning,
+            reasons::INVALID_SPEC,
+            format!("the hub cannot read this ManagedCluster's spec: {error}"),
+        )
+        .await;
+    }
     Ok(())
 }
 
@@ -361,7 +407,7 @@ mod tests {
 
     #[test]
     fn a_connecting_cluster_becomes_joined_and_available() {
-        let s = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        let s = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
         assert!(conditions::is_true(&s.conditions, "Joined"));
         assert!(conditions::is_true(&s.conditions, "Available"));
         assert_eq!(s.hub_replica.as_deref(), Some("hub-0"));
@@ -371,18 +417,19 @@ mod tests {
 
     #[test]
     fn nothing_is_written_while_a_healthy_cluster_stays_healthy() {
-        let s = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        let s = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
         assert_eq!(
-            desired_status(true, Some(&conn()), Some(&s), Some(1), &at(160)),
+            desired_status(true, Some(&conn()), None, Some(&s), Some(1), &at(160)),
             None
         );
     }
 
     #[test]
     fn heartbeat_time_is_refreshed_only_after_the_write_interval() {
-        let s = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
+        let s = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
         let later = 100 + HEARTBEAT_WRITE_INTERVAL.as_secs() as i64;
-        let refreshed = desired_status(true, Some(&conn()), Some(&s), Some(1), &at(later)).unwrap();
+        let refreshed =
+            desired_status(true, Some(&conn()), None, Some(&s), Some(1), &at(later)).unwrap();
         assert_eq!(refreshed.last_heartbeat_time, Some(at(later)));
         assert_eq!(
             refreshed.conditions, s.conditions,
@@ -392,15 +439,37 @@ mod tests {
 
     #[test]
     fn a_disconnected_cluster_turns_unavailable_and_keeps_its_last_heartbeat() {
-        let up = desired_status(true, Some(&conn()), None, Some(1), &at(100)).unwrap();
-        let down = desired_status(true, None, Some(&up), Some(1), &at(103)).unwrap();
+        let up = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
+        let down = desired_status(true, None, None, Some(&up), Some(1), &at(103)).unwrap();
         let available = conditions::find(&down.conditions, "Available").unwrap();
         assert_eq!(available.status, "False");
         assert_eq!(available.last_transition_time, at(103));
         assert_eq!(down.last_heartbeat_time, Some(at(100)));
         assert_eq!(down.hub_replica, None);
-        let back = desired_status(true, Some(&conn()), Some(&down), Some(1), &at(110)).unwrap();
+        let back =
+            desired_status(true, Some(&conn()), None, Some(&down), Some(1), &at(110)).unwrap();
         assert!(conditions::is_true(&back.conditions, "Available"));
         assert_eq!(back.last_heartbeat_time, Some(at(110)));
+    }
+
+    #[test]
+    fn a_spec_that_does_not_decode_is_degraded_with_the_error_and_the_cluster_stays_available() {
+        let error = "invalid value: integer `3000000000`, expected i32";
+        let s = desired_status(true, Some(&conn()), Some(error), None, Some(2), &at(100)).unwrap();
+        let degraded = conditions::find(&s.conditions, types::DEGRADED).unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", reasons::INVALID_SPEC)
+        );
+        assert!(degraded.message.contains(error), "{}", degraded.message);
+        assert!(conditions::is_true(&s.conditions, types::AVAILABLE));
+        // Fixed: back to healthy, with a transition.
+        let fixed = desired_status(true, Some(&conn()), None, Some(&s), Some(3), &at(120)).unwrap();
+        let degraded = conditions::find(&fixed.conditions, types::DEGRADED).unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("False", reasons::HEALTHY)
+        );
+        assert_eq!(degraded.last_transition_time, at(120));
     }
 }

@@ -115,7 +115,7 @@ impl<K: DeserializeOwned> Lenient<K> {
 
 impl<K> Lenient<K> {
     /// The same object without its status.
-    fn without_status(&self) -> Self {
+    pub fn without_status(&self) -> Self {
         let mut copy = self.clone();
         copy.data.remove("status");
         copy

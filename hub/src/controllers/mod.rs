@@ -26,7 +26,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ReflectHandle, Store as Reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
@@ -129,6 +129,26 @@ impl ControllerContext {
     /// Forgets `object`'s backoff after a successful reconcile.
     pub fn succeeded(&self, object: &str) {
         self.retries.remove(object);
+    }
+
+    /// Publishes an Event about `object`; a failure to publish is only logged.
+    pub async fn publish(
+        &self,
+        object: &k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, object).await {
+            tracing::debug!(error = %e, "could not publish an Event");
+        }
     }
 }
 

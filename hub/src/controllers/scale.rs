@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -189,8 +189,7 @@ async fn invalid(
     )
     .await?;
     ctx.metrics.error("invalid_spec");
-    publish(
-        ctx,
+    ctx.publish(
         &policy.object_ref(&()),
         EventType::Warning,
         reasons::INVALID_SPEC,
@@ -198,26 +197,6 @@ async fn invalid(
     )
     .await;
     Ok(Action::await_change())
-}
-
-/// Publishes an Event about `object`; a failure to publish is only logged.
-async fn publish(
-    ctx: &ControllerContext,
-    object: &k8s_openapi::api::core::v1::ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let event = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&event, object).await {
-        debug!(error = %e, "could not publish an Event");
-    }
 }
 
 async fn apply(
@@ -347,8 +326,7 @@ async fn announce(
         .map(|(c, r)| format!("{c}={r}"))
         .collect::<Vec<_>>()
         .join(", ");
-    publish(
-        ctx,
+    ctx.publish(
         &policy.object_ref(&()),
         if decision.infeasible.is_some() {
             EventType::Warning
