@@ -83,14 +83,19 @@ fn clusters_of(record: &PlacementRecord) -> HashSet<String> {
     record.shares.iter().map(|s| s.cluster.clone()).collect()
 }
 
-async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
-    let mut events = cache.subscribe();
-    // Which policy each key holds and which clusters it named, to send removals.
-    let mut known: HashMap<String, (PolicyRef, HashSet<String>)> = cache
+/// Which policy each key holds and which clusters it names, as the cache has them now.
+fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PolicyRef, HashSet<String>)> {
+    cache
         .snapshot()
         .into_iter()
         .map(|(k, r, _)| (k, (r.policy.clone(), clusters_of(&r))))
-        .collect();
+        .collect()
+}
+
+async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
+    let mut events = cache.subscribe();
+    // Which policy each key holds and which clusters it named, to send removals.
+    let mut known = known_of(&cache);
     loop {
         match events.recv().await {
             Ok(CacheEvent::Put {
@@ -139,11 +144,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
             }
             Err(RecvError::Lagged(n)) => {
                 debug!(missed = n, "placements fan-out lagged; resending full sets");
-                known = cache
-                    .snapshot()
-                    .into_iter()
-                    .map(|(k, r, _)| (k, (r.policy.clone(), clusters_of(&r))))
-                    .collect();
+                known = known_of(&cache);
                 for (cluster, _) in connections.all() {
                     send(&connections, &cluster, full_assignments(&cache, &cluster));
                 }
