@@ -64,6 +64,10 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let store = Store::connect(&cfg.etcd_endpoints, Keyspace::new(&cfg.etcd_prefix))
         .await
         .with_context(|| format!("connecting to etcd at {}", cfg.etcd_endpoints.join(",")))?;
+    tokio::select! {
+        () = store.wait_until_answering() => {}
+        () = shutdown_signal() => return Ok(()),
+    }
     let ca = HubCa::load_or_create(kube.clone(), &cfg.namespace, CA_SECRET_NAME)
         .await
         .context("loading the hub CA")?;

@@ -218,6 +218,20 @@ impl Store {
         Ok(())
     }
 
+    /// Waits until etcd answers, retrying with backoff and logging each failure: a hub
+    /// started before its etcd (or while etcd restarts) waits instead of exiting.
+    pub async fn wait_until_answering(&self) {
+        let mut delays = accord_common::runtime::backoff(
+            std::time::Duration::from_millis(200),
+            std::time::Duration::from_secs(5),
+        );
+        while let Err(e) = self.ping().await {
+            let delay = delays.next_delay();
+            tracing::warn!(error = %error_chain(&e), retry_in = ?delay, "etcd does not answer yet");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     /// Reads and decodes the JSON value at `key`, with its `mod_revision`.
     pub async fn get_json<T: DeserializeOwned>(
         &self,
