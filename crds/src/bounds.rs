@@ -24,6 +24,9 @@ pub const MAX_REPLICATION_FACTOR: i32 = 32;
 /// Longest cooldown, breaker-open time or history window, in seconds: one day.
 pub const MAX_SECONDS: i32 = 86_400;
 /// Longest debounce, in milliseconds: ten minutes (longer pauses are what cooldowns are for).
+/// Longest autoscaling poll interval, seconds (one hour).
+pub const MAX_POLL_SECONDS: i32 = 3_600;
+/// Longest debounce, milliseconds.
 pub const MAX_DEBOUNCE_MILLIS: i64 = 600_000;
 /// Most scale operations per minute: one a second.
 pub const MAX_SCALE_OPERATIONS_PER_MINUTE: i32 = 60;

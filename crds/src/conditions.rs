@@ -21,6 +21,9 @@ pub mod types {
     pub const AVAILABLE: &str = "Available";
     /// FederatedKafkaTopic: a KafkaTopicPolicy is violated.
     pub const POLICY_VIOLATION: &str = "PolicyViolation";
+    /// CrossClusterScalePolicy with autoscaling: the metric is read and decisions are made
+    /// (False while the circuit breaker is open or the metric fails).
+    pub const SCALING_ACTIVE: &str = "ScalingActive";
 }
 
 /// Condition reasons Accord writes (CamelCase, machine-readable).
@@ -31,6 +34,14 @@ pub mod reasons {
     pub const NOT_ALL_PLACEMENTS_READY: &str = "NotAllPlacementsReady";
     /// Ready: the hub cannot act on the spec (it fails validation or cannot be decoded).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// ScalingActive: the metric answers and decisions are made.
+    pub const METRIC_AVAILABLE: &str = "MetricAvailable";
+    /// ScalingActive: the last query failed; the count holds.
+    pub const METRIC_FAILED: &str = "MetricFailed";
+    /// ScalingActive: the circuit breaker is open; the count holds where it is.
+    pub const BREAKER_OPEN: &str = "BreakerOpen";
+    /// ScalingActive: no sample read yet.
+    pub const AWAITING_METRIC: &str = "AwaitingMetric";
     /// Progressing: a decision is being applied.
     pub const ROLLING_OUT: &str = "RollingOut";
     /// Progressing: nothing in flight.

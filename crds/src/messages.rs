@@ -87,3 +87,5 @@ pub const POSITIVE_INTEGER: &str = "must be at least 1";
 pub const HTTP_URL: &str = "must be an http:// or https:// URL";
 /// A PromQL query is empty.
 pub const QUERY_NOT_EMPTY: &str = "query must not be empty";
+/// Autoscaling poll interval above its cap.
+pub const POLL_SECONDS_MAX: &str = "pollSeconds must be at most 3,600 (one hour)";

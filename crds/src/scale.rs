@@ -220,6 +220,19 @@ pub struct ScaleMetric {
     /// Metric value one replica should carry: desired = ceil(value / targetPerReplica).
     #[x_kube(validation = Rule::new("self > 0.0").message(messages::TARGET_PER_REPLICA_POSITIVE))]
     pub target_per_replica: f64,
+    /// Seconds between two queries. 1 to 3,600; default 15. Each query times out after
+    /// the poll interval or 10 s, whichever is shorter.
+    #[serde(default = "default_poll_seconds")]
+    #[schemars(range(min = 1, max = bounds::MAX_POLL_SECONDS))]
+    #[x_kube(
+        validation = Rule::new("self >= 1").message(messages::POSITIVE_INTEGER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_POLL_SECONDS)).message(messages::POLL_SECONDS_MAX)
+    )]
+    pub poll_seconds: i32,
+}
+
+fn default_poll_seconds() -> i32 {
+    15
 }
 
 /// A PromQL query against one Prometheus.
@@ -497,20 +510,68 @@ impl std::fmt::Display for PlacementState {
     }
 }
 
-/// What autoscaling saw and decided last.
+/// What autoscaling saw and decided last. Written by the hub only; the effective count it
+/// holds is what the placements divide (`spec` is never written).
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AutoscalingStatus {
     /// Last metric value read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_metric_value: Option<f64>,
-    /// Current dynamic threshold.
+    /// When the last query was answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sample_time: Option<Time>,
+    /// Queries answered since autoscaling started (continues across hub restarts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
+    pub samples: Option<i64>,
+    /// Exponentially weighted moving average of the metric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ewma: Option<f64>,
+    /// Standard deviation of the metric over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stddev: Option<f64>,
+    /// Current dynamic threshold: max(EWMA × floorRatio, EWMA + stddevFactor × σ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
-    /// Last decision: e.g. ScaledUp, ScaledDown, HeldCooldown, HeldRateLimit, BreakerOpen.
+    /// ceil(value / targetPerReplica), clamped to minReplicas..maxReplicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub recommendation: Option<i32>,
+    /// The global count autoscaling holds; the placements divide it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub effective_desired_replicas: Option<i32>,
+    /// When autoscaling last changed the count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_time: Option<Time>,
+    /// Last decision: ScaledUp, ScaledDown, Held, HeldDebounce, HeldCooldown,
+    /// HeldRateLimit, MetricFailed or BreakerOpen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_decision: Option<String>,
-    /// Why the last decision was made or held.
+    /// Why, as a code: Surge, Trend, SustainedLow, Steady, Rising, Falling, AtLimit,
+    /// QueryFailed, NotConverged, BreakerOpen, ProbeFailed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why, with the numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the last decision was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_decision_time: Option<Time>,
+    /// Circuit breaker: Closed, Open or HalfOpen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker_state: Option<String>,
+    /// Consecutive failed queries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub consecutive_failures: Option<i32>,
+    /// Consecutive scale operations that did not converge in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub unconverged_operations: Option<i32>,
+    /// Scale operations still allowed in the current minute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub tokens_left: Option<i32>,
 }

@@ -218,6 +218,16 @@ impl Validate for CrossClusterScalePolicySpec {
                 m::TARGET_PER_REPLICA_POSITIVE,
             );
             errs.check(
+                metric.poll_seconds >= 1,
+                format!("{p}.metric.pollSeconds"),
+                m::POSITIVE_INTEGER,
+            );
+            errs.check(
+                metric.poll_seconds <= bounds::MAX_POLL_SECONDS,
+                format!("{p}.metric.pollSeconds"),
+                m::POLL_SECONDS_MAX,
+            );
+            errs.check(
                 is_http_url(&metric.prometheus.url),
                 format!("{p}.metric.prometheus.url"),
                 m::HTTP_URL,
