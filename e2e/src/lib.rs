@@ -23,6 +23,7 @@ pub mod agent_sim;
 pub mod binaries;
 pub mod crds;
 pub mod etcd;
+pub mod exporter;
 pub mod federation;
 pub mod hub;
 pub mod installed;

@@ -1,5 +1,7 @@
 //! A Prometheus server per member cluster (the system's `prometheus`), with the lifecycle
-//! API enabled so that its configuration can be rewritten and reloaded while it runs.
+//! API enabled so that its configuration can be rewritten and reloaded while it runs; and
+//! a Prometheus scraping given targets at a short interval, which a test can stop and start
+//! again on the same port and data (the metric source of autoscaling tests).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use anyhow::{Context as _, Result, ensure};
 use crate::binaries::Binaries;
 use crate::ports::free_port;
 use crate::process::{ProcessId, Supervisor};
+use crate::testbed::Testbed;
 use crate::wait::{self, Check};
 
 /// How long Prometheus may take to report itself ready.
@@ -115,6 +118,164 @@ pub async fn start(
     Ok(prometheus)
 }
 
+/// A Prometheus duration (`250ms`, `1s`) for `interval`, in whole milliseconds.
+fn duration_text(interval: Duration) -> String {
+    format!("{}ms", interval.as_millis().max(1))
+}
+
+/// Renders a configuration scraping the server itself and every target in `targets`
+/// (`host:port`, path `/metrics`) every `interval`; the scrape timeout is the interval, as
+/// Prometheus requires it to be no longer.
+pub fn render_scrape_config(self_address: &str, interval: Duration, targets: &[String]) -> String {
+    let interval = duration_text(interval);
+    let targets: Vec<String> = targets.iter().map(|t| format!("'{t}'")).collect();
+    format!(
+        "global:
+  scrape_interval: {interval}
+  scrape_timeout: {interval}
+  evaluation_interval: {interval}
+scrape_configs:
+  - job_name: prometheus
+    static_configs:
+      - targets: ['{self_address}']
+  - job_name: load
+    static_configs:
+      - targets: [{}]
+",
+        targets.join(", ")
+    )
+}
+
+/// A Prometheus scraping test exporters, under the testbed's supervision, that can be
+/// stopped (to take the metric source away) and started again on the same port and data
+/// directory (so the URL the hub queries stays valid and the history is kept).
+#[derive(Debug)]
+pub struct ScrapingPrometheus {
+    /// `http://127.0.0.1:<port>`, stable across restarts.
+    pub url: String,
+    name: String,
+    address: String,
+    dir: std::path::PathBuf,
+    process: Option<ProcessId>,
+}
+
+impl ScrapingPrometheus {
+    /// Writes the configuration into `dir`, starts Prometheus as component
+    /// `<name>/prometheus` on a free port and waits until it is ready.
+    pub async fn start(
+        testbed: &Testbed,
+        name: &str,
+        dir: &Path,
+        interval: Duration,
+        targets: &[String],
+    ) -> Result<Self> {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let address = format!("127.0.0.1:{}", free_port()?);
+        fs::write(
+            dir.join("prometheus.yml"),
+            render_scrape_config(&address, interval, targets),
+        )?;
+        let mut prometheus = Self {
+            url: format!("http://{address}"),
+            name: name.to_owned(),
+            address,
+            dir: dir.to_path_buf(),
+            process: None,
+        };
+        prometheus.resume(testbed).await?;
+        Ok(prometheus)
+    }
+
+    /// Whether the process is running (as far as this handle knows).
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
+    }
+
+    /// The supervised process while it runs.
+    pub fn process(&self) -> Option<ProcessId> {
+        self.process
+    }
+
+    /// Stops the process (SIGTERM, then SIGKILL after the supervisor's grace period);
+    /// queries fail with "connection refused" until [`ScrapingPrometheus::resume`].
+    pub fn stop(&mut self, testbed: &Testbed) {
+        if let Some(id) = self.process.take() {
+            testbed.stop_process(id);
+        }
+    }
+
+    /// Starts the process again on the same port and data directory (a no-op while it
+    /// runs) and waits until it is ready.
+    pub async fn resume(&mut self, testbed: &Testbed) -> Result<()> {
+        if self.process.is_some() {
+            return Ok(());
+        }
+        let mut command = Command::new(&testbed.binaries().prometheus);
+        command
+            .arg(format!(
+                "--config.file={}",
+                self.dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                self.dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={}", self.address))
+            .arg("--storage.tsdb.retention.time=1d")
+            // A killed Prometheus may leave its lock file behind; the restart must not
+            // refuse the data directory because of it.
+            .arg("--storage.tsdb.no-lockfile");
+        let process = testbed.spawn(&format!("{}/prometheus", self.name), command)?;
+        self.process = Some(process);
+        let ready = format!("{}/-/ready", self.url);
+        let http = testbed.http();
+        wait::until(
+            &format!("{}/prometheus /-/ready", self.name),
+            READY_TIMEOUT,
+            || async {
+                testbed.ensure_running(process)?;
+                Ok(match http.get(&ready).send().await {
+                    Ok(response) if response.status().is_success() => Check::Ready(()),
+                    Ok(response) => Check::NotYet(format!("HTTP {}", response.status())),
+                    Err(e) => Check::NotYet(e.to_string()),
+                })
+            },
+        )
+        .await
+    }
+
+    /// Waits until an instant query for `query` returns exactly one sample equal to
+    /// `value`, i.e. until the scraped value has reached Prometheus.
+    pub async fn wait_for_value(
+        &self,
+        http: &reqwest::Client,
+        query: &str,
+        value: f64,
+        timeout: Duration,
+    ) -> Result<()> {
+        let url = format!("{}/api/v1/query", self.url);
+        wait::until(&format!("{query} = {value}"), timeout, || async {
+            let answer = http.get(&url).query(&[("query", query)]).send().await;
+            let body: serde_json::Value = match answer {
+                Ok(response) => response.json().await?,
+                Err(e) => return Ok(Check::NotYet(e.to_string())),
+            };
+            let result = &body["data"]["result"];
+            let seen = result
+                .as_array()
+                .filter(|r| r.len() == 1)
+                .and_then(|r| r[0]["value"][1].as_str())
+                .and_then(|v| v.parse::<f64>().ok());
+            Ok(if seen == Some(value) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("result {result}"))
+            })
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +285,17 @@ mod tests {
         let config = render_config("127.0.0.1:9999", "  - job_name: extra\n");
         assert!(config.contains("targets: ['127.0.0.1:9999']"));
         assert!(config.ends_with("  - job_name: extra\n"));
+    }
+
+    #[test]
+    fn a_scrape_configuration_names_each_target_and_a_timeout_no_longer_than_the_interval() {
+        let config = render_scrape_config(
+            "127.0.0.1:9999",
+            Duration::from_millis(250),
+            &["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+        );
+        assert!(config.contains("scrape_interval: 250ms\n  scrape_timeout: 250ms"));
+        assert!(config.contains("targets: ['127.0.0.1:1', '127.0.0.1:2']"));
+        assert!(config.contains("targets: ['127.0.0.1:9999']"));
     }
 }
