@@ -174,7 +174,11 @@ async fn serve(mut stream: TcpStream, gauges: &Mutex<Gauges>) -> std::io::Result
         let body = render(&gauges.lock().unwrap_or_else(|e| e.into_inner()));
         ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
     } else {
-        ("404 Not Found", "text/plain; charset=utf-8", "not found\n".into())
+        (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "not found\n".into(),
+        )
     };
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
