@@ -221,10 +221,7 @@ impl ScrapingPrometheus {
                 self.dir.join("data").display()
             ))
             .arg(format!("--web.listen-address={}", self.address))
-            .arg("--storage.tsdb.retention.time=1d")
-            // A killed Prometheus may leave its lock file behind; the restart must not
-            // refuse the data directory because of it.
-            .arg("--storage.tsdb.no-lockfile");
+            .arg("--storage.tsdb.retention.time=1d");
         let process = testbed.spawn(&format!("{}/prometheus", self.name), command)?;
         self.process = Some(process);
         let ready = format!("{}/-/ready", self.url);
