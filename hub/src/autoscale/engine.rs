@@ -403,7 +403,9 @@ pub fn step(
         }
         _ => None,
     };
-    let ewma = s.ewma.map_or(value, |e| cfg.alpha * value + (1.0 - cfg.alpha) * e);
+    let ewma = s
+        .ewma
+        .map_or(value, |e| cfg.alpha * value + (1.0 - cfg.alpha) * e);
     s.ewma = Some(ewma);
     s.window.push(now_ms, cfg.window_ms, value);
     s.stddev = Some(s.window.moments().stddev());
@@ -429,11 +431,7 @@ pub fn step(
         rise.polls += 1;
         let polls = rise.polls;
         if threshold.is_some_and(|t| value > t) {
-            Ok((
-                rec,
-                "Surge",
-                format!("{} > {threshold_text}", num(value)),
-            ))
+            Ok((rec, "Surge", format!("{} > {threshold_text}", num(value))))
         } else if polls >= TREND_POLLS {
             Ok((
                 rec,
@@ -534,7 +532,12 @@ pub fn step(
                 s.rise = None;
                 s.low = None;
                 Decision {
-                    action: if to > current { "ScaledUp" } else { "ScaledDown" }.to_owned(),
+                    action: if to > current {
+                        "ScaledUp"
+                    } else {
+                        "ScaledDown"
+                    }
+                    .to_owned(),
                     reason: reason.to_owned(),
                     message: format!("scaled {current} → {to}: {why}"),
                     at_ms: now_ms,
@@ -601,7 +604,12 @@ mod tests {
     }
 
     /// Runs `values` (None = a failed query) a poll apart, as the runner would.
-    fn run(cfg: &Config, start: i32, polls: &[Option<f64>], poll_ms: i64) -> Vec<(State, Decision)> {
+    fn run(
+        cfg: &Config,
+        start: i32,
+        polls: &[Option<f64>],
+        poll_ms: i64,
+    ) -> Vec<(State, Decision)> {
         let mut state = State::default();
         let mut out = Vec::new();
         for (i, v) in polls.iter().enumerate() {
@@ -632,21 +640,32 @@ mod tests {
             0.0f64..2.0,
             (0i64..5_000, 0i64..120, 1u32..10, 1u32..6, 1i64..120),
         )
-            .prop_map(|(min, extra, target, alpha, window_s, k, floor, (debounce, cooldown_s, ops, failures, open_s))| Config {
-                min,
-                max: min + extra,
-                target_per_replica: target,
-                alpha,
-                window_ms: window_s * 1000,
-                stddev_factor: k,
-                floor_ratio: floor,
-                debounce_ms: debounce,
-                cooldown_ms: cooldown_s * 1000,
-                max_ops_per_minute: ops,
-                failure_threshold: failures,
-                breaker_open_ms: open_s * 1000,
-                poll_ms: 1000,
-            })
+            .prop_map(
+                |(
+                    min,
+                    extra,
+                    target,
+                    alpha,
+                    window_s,
+                    k,
+                    floor,
+                    (debounce, cooldown_s, ops, failures, open_s),
+                )| Config {
+                    min,
+                    max: min + extra,
+                    target_per_replica: target,
+                    alpha,
+                    window_ms: window_s * 1000,
+                    stddev_factor: k,
+                    floor_ratio: floor,
+                    debounce_ms: debounce,
+                    cooldown_ms: cooldown_s * 1000,
+                    max_ops_per_minute: ops,
+                    failure_threshold: failures,
+                    breaker_open_ms: open_s * 1000,
+                    poll_ms: 1000,
+                },
+            )
     }
 
     fn arb_polls() -> impl Strategy<Value = Vec<Option<f64>>> {
@@ -744,7 +763,10 @@ mod tests {
 
     #[test]
     fn a_failed_probe_opens_the_breaker_again() {
-        let c = Config { failure_threshold: 1, ..cfg() };
+        let c = Config {
+            failure_threshold: 1,
+            ..cfg()
+        };
         let out = run(&c, 10, &[Some(1.0), None, None, None, None, None], 15_000);
         assert_eq!(out[1].0.breaker.name(), "Open");
         let (state, d) = &out[5];
@@ -763,26 +785,55 @@ mod tests {
         let ops: Vec<&Decision> = out.iter().map(|(_, d)| d).filter(|d| d.scaled()).collect();
         assert_eq!(ops.len(), 1, "{ops:?}");
         assert_eq!((ops[0].reason.as_str(), ops[0].to), ("Surge", 50));
-        assert!(ops[0].message.contains("5000 > threshold"), "{}", ops[0].message);
+        assert!(
+            ops[0].message.contains("5000 > threshold"),
+            "{}",
+            ops[0].message
+        );
     }
 
     #[test]
     fn a_slow_ramp_is_followed_even_though_it_never_crosses_the_threshold() {
-        let c = Config { cooldown_ms: 15_000, max_ops_per_minute: 10, max: 1000, ..cfg() };
+        let c = Config {
+            cooldown_ms: 15_000,
+            max_ops_per_minute: 10,
+            max: 1000,
+            ..cfg()
+        };
         let polls: Vec<Option<f64>> = (0..60).map(|i| Some(1000.0 * 1.03f64.powi(i))).collect();
         let out = run(&c, 10, &polls, 15_000);
         let (last, _) = out.last().unwrap();
         let rec = last.recommendation.unwrap();
-        assert!(last.effective(10) >= rec - rec / 10, "{} vs {rec}", last.effective(10));
+        assert!(
+            last.effective(10) >= rec - rec / 10,
+            "{} vs {rec}",
+            last.effective(10)
+        );
         assert!(out.iter().any(|(_, d)| d.reason == "Trend" && d.scaled()));
     }
 
     #[test]
     fn a_scale_down_waits_for_the_cooldown_and_goes_to_the_highest_recommendation_seen() {
-        let c = Config { cooldown_ms: 60_000, ..cfg() };
-        let polls = [Some(2000.0), Some(2000.0), Some(2000.0), Some(800.0), Some(1200.0), Some(700.0), Some(900.0), Some(600.0)];
+        let c = Config {
+            cooldown_ms: 60_000,
+            ..cfg()
+        };
+        let polls = [
+            Some(2000.0),
+            Some(2000.0),
+            Some(2000.0),
+            Some(800.0),
+            Some(1200.0),
+            Some(700.0),
+            Some(900.0),
+            Some(600.0),
+        ];
         let out = run(&c, 20, &polls, 15_000);
-        let downs: Vec<&Decision> = out.iter().map(|(_, d)| d).filter(|d| d.action == "ScaledDown").collect();
+        let downs: Vec<&Decision> = out
+            .iter()
+            .map(|(_, d)| d)
+            .filter(|d| d.action == "ScaledDown")
+            .collect();
         assert_eq!(downs.len(), 1, "{downs:?}");
         assert_eq!(downs[0].to, 12, "the highest recommendation of the low run");
         assert_eq!(downs[0].at_ms - out[3].1.at_ms, 60_000);

@@ -161,8 +161,10 @@ mod tests {
     use super::*;
 
     fn ok(result_type: &str, result: &str) -> Vec<u8> {
-        format!(r#"{{"status":"success","data":{{"resultType":"{result_type}","result":{result}}}}}"#)
-            .into_bytes()
+        format!(
+            r#"{{"status":"success","data":{{"resultType":"{result_type}","result":{result}}}}}"#
+        )
+        .into_bytes()
     }
 
     #[test]
@@ -198,11 +200,15 @@ mod tests {
 
     #[test]
     fn prometheus_errors_and_garbage_say_what_happened() {
-        let refused = br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#;
+        let refused =
+            br#"{"status":"error","errorType":"bad_data","error":"parse error at char 4"}"#;
         let e = parse(400, refused).unwrap_err();
         assert!(e.to_string().contains("parse error at char 4"), "{e}");
         assert!(e.to_string().contains("HTTP 400"), "{e}");
         let e = parse(502, b"<html>bad gateway</html>").unwrap_err();
-        assert!(matches!(e, QueryError::Unreadable { status: 502, .. }), "{e}");
+        assert!(
+            matches!(e, QueryError::Unreadable { status: 502, .. }),
+            "{e}"
+        );
     }
 }

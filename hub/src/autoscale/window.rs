@@ -169,7 +169,10 @@ mod tests {
     #[test]
     fn large_values_with_small_spread_keep_their_spread() {
         let mut w = Window::default();
-        for (i, v) in [1e9 + 1.0, 1e9 - 1.0, 1e9 + 1.0, 1e9 - 1.0].iter().enumerate() {
+        for (i, v) in [1e9 + 1.0, 1e9 - 1.0, 1e9 + 1.0, 1e9 - 1.0]
+            .iter()
+            .enumerate()
+        {
             w.push(i as i64 * 1000, 60_000, *v);
         }
         assert!((w.moments().stddev() - 1.0).abs() < 1e-6);
