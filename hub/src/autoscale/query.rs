@@ -45,10 +45,13 @@ pub enum QueryError {
     /// The query returned a kind of result that is not one number.
     #[error("the query returned a {0}; it must return a scalar or a one-element vector")]
     WrongType(String),
-    /// The value is NaN or infinite.
-    #[error("the query returned {0}")]
+    /// The value is NaN, infinite or beyond ±1e15.
+    #[error("the query returned {0}, not a number autoscaling can use (finite, within ±1e15)")]
     NotFinite(String),
 }
+
+/// Largest magnitude taken as a value.
+pub const MAX_VALUE: f64 = 1e15;
 
 #[derive(Deserialize)]
 struct Answer {
@@ -107,7 +110,8 @@ pub fn parse(status: u16, body: &[u8]) -> Result<f64, QueryError> {
         status,
         reason: format!("value {text:?} is not a number"),
     })?;
-    if value.is_finite() {
+    // Beyond ±1e15 the window's squared deviations could overflow to infinity.
+    if value.is_finite() && value.abs() <= MAX_VALUE {
         Ok(value)
     } else {
         Err(QueryError::NotFinite(text.to_owned()))
@@ -185,7 +189,7 @@ mod tests {
             parse(200, &ok("vector", two)),
             Err(QueryError::Several(2))
         ));
-        for bad in ["NaN", "+Inf", "-Inf"] {
+        for bad in ["NaN", "+Inf", "-Inf", "1e300"] {
             let v = format!(r#"[{{"metric":{{}},"value":[1,"{bad}"]}}]"#);
             assert!(matches!(
                 parse(200, &ok("vector", &v)),
