@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod autoscale;
 pub mod cli;
 pub mod connections;
 pub mod controllers;

@@ -1,12 +1,33 @@
 //! The hub's Prometheus metrics, served as text on `/metrics`.
 
 pub use accord_common::metrics::KindLabel;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// Label of autoscaling decisions: what was done and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    /// ScaledUp, ScaledDown, Held, HeldCooldown, … (`status.autoscaling.lastDecision`).
+    pub action: String,
+    /// Surge, Trend, SustainedLow, … (`status.autoscaling.reason`).
+    pub reason: String,
+}
+
+/// Label of per-policy gauges: `namespace/name`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabel {
+    /// `namespace/name` of the policy.
+    pub policy: String,
+}
+
+/// A gauge holding a float.
+pub type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// Every metric the hub exports.
 #[derive(Clone)]
@@ -26,6 +47,14 @@ pub struct Metrics {
     pub errors: Family<KindLabel, Counter>,
     /// ManagedCluster status writes.
     pub status_writes: Counter,
+    /// Autoscaling decisions by action and reason.
+    pub autoscale_decisions: Family<DecisionLabel, Counter>,
+    /// Last metric value read, by policy.
+    pub autoscale_value: Family<PolicyLabel, FloatGauge>,
+    /// Current dynamic threshold, by policy.
+    pub autoscale_threshold: Family<PolicyLabel, FloatGauge>,
+    /// 1 while a policy's circuit breaker is open (or half-open), by policy.
+    pub autoscale_breaker_open: Family<PolicyLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -72,8 +101,36 @@ impl Metrics {
             "ManagedCluster status patches written",
             status_writes.clone(),
         );
+        let autoscale_decisions = Family::<DecisionLabel, Counter>::default();
+        let autoscale_value = Family::<PolicyLabel, FloatGauge>::default();
+        let autoscale_threshold = Family::<PolicyLabel, FloatGauge>::default();
+        let autoscale_breaker_open = Family::<PolicyLabel, Gauge>::default();
+        registry.register(
+            "autoscale_decisions",
+            "Autoscaling decisions by action and reason",
+            autoscale_decisions.clone(),
+        );
+        registry.register(
+            "autoscale_metric_value",
+            "Last metric value an autoscaled policy read",
+            autoscale_value.clone(),
+        );
+        registry.register(
+            "autoscale_threshold",
+            "Dynamic scale-up threshold of an autoscaled policy",
+            autoscale_threshold.clone(),
+        );
+        registry.register(
+            "autoscale_breaker_open",
+            "1 while an autoscaled policy's circuit breaker is open or half-open",
+            autoscale_breaker_open.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            autoscale_decisions,
+            autoscale_value,
+            autoscale_threshold,
+            autoscale_breaker_open,
             connected_agents,
             is_leader,
             heartbeats,

@@ -12,6 +12,7 @@
 //! a module of its own for the pure decisions (as [`crate::scale`]), and one variant of
 //! [`crate::distribution::Decision`].
 
+pub mod autoscale;
 pub mod cluster_status;
 pub mod lenient;
 pub mod scale;
@@ -110,6 +111,9 @@ pub struct ControllerContext {
     pub placements: PrefixCache<PlacementRecord>,
     /// Every cluster's last report on every policy.
     pub statuses: PrefixCache<StatusRecord>,
+    /// Every autoscaled policy's state (`autoscale/`), written by the autoscaler and
+    /// followed by the scale controller.
+    pub autoscale: PrefixCache<crate::autoscale::engine::State>,
     /// The shared ManagedCluster reflector's store.
     pub clusters: Reflector<ClusterObject>,
     /// Backoff state of objects whose last reconcile failed transiently.
@@ -178,6 +182,10 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
     (
         "CrossClusterScalePolicy controller",
         |ctx, clusters, listed| Box::pin(scale::run(ctx, clusters, listed)),
+    ),
+    (
+        "CrossClusterScalePolicy autoscaler",
+        |ctx, clusters, listed| Box::pin(autoscale::run(ctx, clusters, listed)),
     ),
     ("ManagedCluster status writer", |ctx, clusters, listed| {
         Box::pin(cluster_status::run(ctx, clusters, listed))
@@ -262,6 +270,12 @@ async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
         PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
             .await
             .map_err(ControllerError::Store)?;
+    let autoscale = PrefixCache::<crate::autoscale::engine::State>::start(
+        deps.store.clone(),
+        deps.store.keys().autoscale_prefix(),
+    )
+    .await
+    .map_err(ControllerError::Store)?;
     let ctx = Arc::new(ControllerContext {
         kube: deps.kube.clone(),
         store: deps.store.clone(),
@@ -271,6 +285,7 @@ async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
         recorder,
         placements: deps.placements.clone(),
         statuses,
+        autoscale,
         clusters: clusters.clone(),
         retries: DashMap::new(),
     });

@@ -38,6 +38,7 @@ use super::{
     ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
     Lenient, Listed, decode_or_invalid, error_policy,
 };
+use crate::autoscale::engine::Config;
 use crate::distribution::{Decision, PlacementRecord};
 use crate::scale::plan::{AggregateInputs, ClusterView, aggregate, plan, status_changed};
 use crate::scale::{SCALE_KIND, ScaleDecision};
@@ -228,11 +229,26 @@ async fn apply(
         return Ok(Action::await_change());
     }
 
+    // With autoscaling, the count divided is the one the autoscaler holds (spec is never
+    // written); `spec.desiredReplicas` until it has decided one.
+    let autoscaled = policy.spec.autoscaling.as_ref().map(|a| {
+        let state = ctx
+            .autoscale
+            .get(&ctx.store.keys().autoscale(&ns, &name))
+            .map(|(s, _)| s);
+        (Config::from_spec(a), state)
+    });
+    let mut spec = policy.spec.clone();
+    if let Some((cfg, Some(state))) = &autoscaled
+        && let Some(count) = state.desired
+    {
+        spec.desired_replicas = count.clamp(cfg.min, cfg.max);
+    }
     let key = ctx.store.keys().placements(SCALE_KIND, &ns, &name);
     let previous = ctx.placements.get(&key);
     let views = cluster_views(ctx);
     let planned = plan(
-        &policy.spec,
+        &spec,
         &ns,
         &views,
         previous.as_ref().map(|(r, _)| r),
@@ -244,7 +260,7 @@ async fn apply(
         decided_unix_millis: Timestamp::now().as_millisecond(),
         shares: planned.shares,
         decision: Decision::Scale(ScaleDecision {
-            desired_replicas: policy.spec.desired_replicas,
+            desired_replicas: spec.desired_replicas,
             scale_request_id: String::new(),
             infeasible: planned.infeasible,
         }),
@@ -275,7 +291,7 @@ async fn apply(
     let decided = Timestamp::from_millisecond(record.decided_unix_millis)
         .map(Time)
         .unwrap_or_else(|_| now.clone());
-    let status = aggregate(&AggregateInputs {
+    let mut status = aggregate(&AggregateInputs {
         shares: &record.shares,
         decision,
         reports: &reports,
@@ -285,6 +301,24 @@ async fn apply(
         decided_at: &decided,
         now: &now,
     });
+    status.autoscaling = autoscaled.as_ref().map(|(cfg, state)| {
+        state.as_ref().map_or_else(Default::default, |s| {
+            crate::autoscale::status(s, cfg, policy.spec.desired_replicas)
+        })
+    });
+    status.conditions = match &autoscaled {
+        Some((_, state)) => conditions::merge(
+            &status.conditions,
+            &[crate::autoscale::scaling_active(state.as_ref())],
+            generation,
+            &now,
+        ),
+        None => {
+            let mut c = status.conditions;
+            c.retain(|c| c.type_ != types::SCALING_ACTIVE);
+            c
+        }
+    };
     write_status(&api, &name, old_status, &status).await?;
     Ok(match planned.recheck_after {
         Some(after) => Action::requeue(after),
@@ -407,6 +441,9 @@ async fn cleanup(
     let key = ctx.store.keys().placements(SCALE_KIND, &ns, &name);
     ctx.store.fenced_delete(&fence, &key).await?;
     ctx.store
+        .fenced_delete(&fence, &ctx.store.keys().autoscale(&ns, &name))
+        .await?;
+    ctx.store
         .delete_policy_status(SCALE_KIND, &ns, &name)
         .await?;
     info!(policy = %format!("{ns}/{name}"), "policy deleted; member workloads keep their replicas and are no longer managed");
@@ -465,6 +502,26 @@ pub async fn run(
         }
     };
 
+    // The autoscaler's decisions → the policy they are about.
+    let autoscale_prefix = ctx.store.keys().autoscale_prefix();
+    let mut decisions = ctx.autoscale.subscribe();
+    let t = trigger.clone();
+    let autoscale_changes = async move {
+        loop {
+            match decisions.recv().await {
+                Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
+                    if let Some((ns, name)) =
+                        key.trim_start_matches(&autoscale_prefix).split_once('/')
+                    {
+                        let _ = t.send(ObjectRef::new(name).within(ns));
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    };
+
     let ready = policy_store.clone();
     let report_listed = async move {
         if ready.wait_until_ready().await.is_ok() {
@@ -489,6 +546,7 @@ pub async fn run(
         () = reconciling => {}
         () = cluster_changes => {}
         () = report_changes => {}
+        () = autoscale_changes => {}
         () = report_listed => {}
     }
     Err(ControllerError::Ended("CrossClusterScalePolicy controller"))

@@ -93,6 +93,11 @@ impl Keyspace {
         self.key(&["autoscale", namespace, name])
     }
 
+    /// Prefix of every autoscaling state.
+    pub fn autoscale_prefix(&self) -> String {
+        self.key(&["autoscale", ""])
+    }
+
     /// `tokens/<id>`: a bootstrap token (hashed secret, on a TTL lease).
     pub fn token(&self, id: &str) -> String {
         self.key(&["tokens", id])
