@@ -1082,8 +1082,13 @@ fn a_stopped_prometheus_opens_the_breaker_holding_replicas_and_its_return_closes
             recorder.dump(8)
         );
         ensure!(history.iter().any(|s| s.decision() == "MetricFailed"), "no MetricFailed decision before the breaker opened");
-        let condition = scaling_active(&open.status);
-        ensure!(condition == Some(("False".into(), "BreakerOpen".into())), "ScalingActive is {condition:?} while the breaker is open");
+        recorder
+            .wait("ScalingActive False/BreakerOpen while the breaker is open", FEW_POLLS, |h| {
+                h.iter().rev().find(|s| {
+                    s.breaker() == "Open" && scaling_active(&s.status) == Some(("False".into(), "BreakerOpen".into()))
+                }).cloned()
+            })
+            .await?;
         wait_event(testbed, ns, "web", "Warning", "BreakerOpened", |_| true).await?;
         let text = hub_metrics(testbed, &fed.hub).await?;
         ensure!(labelled_metric(&text, "accord_hub_autoscale_breaker_open", &[("policy", &format!("{ns}/web"))]) == Some(1.0), "breaker_open gauge is not 1");
