@@ -480,47 +480,22 @@ pub async fn run(
         futures::future::ready(())
     });
 
-    // Agents' reports → the policy they are about.
-    let status_prefix = ctx.store.keys().status_prefix();
-    let mut events = ctx.statuses.subscribe();
-    let t = trigger.clone();
-    let report_changes = async move {
-        loop {
-            match events.recv().await {
-                Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                    let parts: Vec<&str> =
-                        key.trim_start_matches(&status_prefix).split('/').collect();
-                    if let [_cluster, kind, ns, name] = parts.as_slice()
-                        && *kind == SCALE_KIND
-                    {
-                        let _ = t.send(ObjectRef::new(name).within(ns));
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    };
-
-    // The autoscaler's decisions → the policy they are about.
-    let autoscale_prefix = ctx.store.keys().autoscale_prefix();
-    let mut decisions = ctx.autoscale.subscribe();
-    let t = trigger.clone();
-    let autoscale_changes = async move {
-        loop {
-            match decisions.recv().await {
-                Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                    if let Some((ns, name)) =
-                        key.trim_start_matches(&autoscale_prefix).split_once('/')
-                    {
-                        let _ = t.send(ObjectRef::new(name).within(ns));
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    };
+    // Agents' reports and the autoscaler's decisions → the policy they are about.
+    let report_changes = trigger_on_changes(
+        ctx.statuses.subscribe(),
+        ctx.store.keys().status_prefix(),
+        trigger.clone(),
+        |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
+            [_cluster, kind, ns, name] if *kind == SCALE_KIND => Some((ns, name)),
+            _ => None,
+        },
+    );
+    let autoscale_changes = trigger_on_changes(
+        ctx.autoscale.subscribe(),
+        ctx.store.keys().autoscale_prefix(),
+        trigger.clone(),
+        |rest| rest.split_once('/'),
+    );
 
     let ready = policy_store.clone();
     let report_listed = async move {
@@ -550,6 +525,29 @@ pub async fn run(
         () = report_listed => {}
     }
     Err(ControllerError::Ended("CrossClusterScalePolicy controller"))
+}
+
+/// Triggers the policy each changed key of an etcd cache names (`policy_of` reads namespace
+/// and name from the key after `prefix`), until the cache ends.
+async fn trigger_on_changes<T: Clone>(
+    mut events: tokio::sync::broadcast::Receiver<CacheEvent<T>>,
+    prefix: String,
+    trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
+    policy_of: fn(&str) -> Option<(&str, &str)>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
+                if let Some((ns, name)) = policy_of(key.trim_start_matches(&prefix)) {
+                    let _ = trigger.send(ObjectRef::new(name).within(ns));
+                }
+            }
+            // Missed changes are caught by the periodic resync.
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
 }
 
 fn policy_error(
