@@ -236,6 +236,9 @@ async fn latency(
     let mut rng = SplitMix(0x00A5_CA1E);
     let mut high = false;
     for (poll, steps) in [(1, args.steps), (15, args.slow_steps)] {
+        if steps == 0 {
+            continue;
+        }
         policies
             .patch(
                 "web",
@@ -243,8 +246,17 @@ async fn latency(
                 &Patch::Apply(&policy(poll)),
             )
             .await?;
-        // Let the new interval take over from the old schedule before timing steps.
-        tokio::time::sleep(Duration::from_secs(3 * poll as u64)).await;
+        // Three polls at the new interval before timing steps: the old schedule is gone
+        // and the window holds enough samples for a threshold (a step before that would
+        // wait for the trend rule and measure the warm-up instead).
+        let from = samples_of(&policies, "web").await?;
+        let deadline = Instant::now() + Duration::from_secs(10 * poll as u64 + 30);
+        while samples_of(&policies, "web").await? < from + 3 {
+            if Instant::now() > deadline {
+                bail!("the policy did not poll three times at pollSeconds {poll}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let mut samples = Vec::new();
         for _ in 0..steps {
             // A random phase of the poll interval, as a real load change would have.
@@ -270,7 +282,8 @@ async fn latency(
             samples.len()
         );
         println!(
-            "  p50 {:.2?}  p90 {:.2?}  p99 {:.2?}  max {:.2?}",
+            "  min {:.2?}  p50 {:.2?}  p90 {:.2?}  p99 {:.2?}  max {:.2?}",
+            pct(&samples, 0.0),
             pct(&samples, 0.5),
             pct(&samples, 0.9),
             pct(&samples, 0.99),
@@ -279,6 +292,16 @@ async fn latency(
     }
     policies.delete("web", &Default::default()).await?;
     Ok(())
+}
+
+/// `status.autoscaling.samples` of policy `name` (0 before the first answer).
+async fn samples_of(api: &Api<CrossClusterScalePolicy>, name: &str) -> Result<i64> {
+    let policy = api.get(name).await?;
+    Ok(policy
+        .status
+        .and_then(|s| s.autoscaling)
+        .and_then(|a| a.samples)
+        .unwrap_or(0))
 }
 
 /// Sum of `status.autoscaling.samples` over the policies, and how many have one.
