@@ -433,6 +433,16 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             k(&mgmt)
         ));
     }
+    let autoscaled = "checkout-autoscaled";
+    if let Some(example) = state.examples.iter().find(|e| e.ends_with(autoscaled)) {
+        let ns = example.rsplit_once('/').map_or("default", |(head, _)| {
+            head.rsplit(' ').next().unwrap_or("default")
+        });
+        out.push_str(&format!(
+            "  {} -n {ns} get ccsp {autoscaled} -o jsonpath='{{.status.autoscaling}}'   # metric-driven\n",
+            k(&mgmt)
+        ));
+    }
     // How the user started us, when a wrapper script says (e2e/sandbox.sh does).
     let sandbox = if let Ok(command) = std::env::var("ACCORD_SANDBOX_COMMAND") {
         command

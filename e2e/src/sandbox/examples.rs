@@ -37,6 +37,10 @@ pub const EXAMPLE_FILES: &[(&str, &str)] = &[
 /// Kind of the scale policy.
 pub const CCSP: &str = "CrossClusterScalePolicy";
 
+/// The query the sandbox gives autoscaled examples: every target its Prometheus scrapes
+/// and finds up counts for 250 requests/s.
+pub const SANDBOX_QUERY: &str = "sum(up) * 250";
+
 /// What the sandbox runs, as far as the examples care.
 #[derive(Debug, Clone, Default)]
 pub struct Fit<'a> {
@@ -204,6 +208,9 @@ fn fit_scale_policy(
             return Ok(false);
         };
         object["spec"]["autoscaling"]["metric"]["prometheus"]["url"] = json!(url);
+        // The sandbox serves no checkout traffic; a series its Prometheus does have (one
+        // `up` per scrape target, standing for 250 requests/s) shows autoscaling at work.
+        object["spec"]["autoscaling"]["metric"]["prometheus"]["query"] = json!(SANDBOX_QUERY);
     }
     let Some(entries) = object["spec"]["distribution"].as_array() else {
         return Ok(true);
@@ -375,6 +382,10 @@ mod tests {
         assert_eq!(
             autoscaled["spec"]["autoscaling"]["metric"]["prometheus"]["url"],
             "http://127.0.0.1:9090"
+        );
+        assert_eq!(
+            autoscaled["spec"]["autoscaling"]["metric"]["prometheus"]["query"], SANDBOX_QUERY,
+            "a query the sandbox's Prometheus can answer"
         );
         let topic = plan
             .objects

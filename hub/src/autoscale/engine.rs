@@ -570,14 +570,24 @@ fn half_open_if_due(state: &mut State, now_ms: i64) {
     }
 }
 
-/// A number as people read it in a message: integers without decimals, others with
-/// up to two.
+/// A number as people read it in a message: thousands separated by commas, integers
+/// without decimals, others with two.
 pub fn num(x: f64) -> String {
-    if (x - x.round()).abs() < 1e-9 && x.abs() < 1e15 {
+    let text = if (x - x.round()).abs() < 1e-9 && x.abs() < 1e15 {
         format!("{}", x.round() as i64)
     } else {
         format!("{x:.2}")
+    };
+    let (sign, rest) = text.split_at(usize::from(text.starts_with('-')));
+    let (int, frac) = rest.split_at(rest.find('.').unwrap_or(rest.len()));
+    let mut grouped = String::new();
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(c);
     }
+    format!("{sign}{grouped}{frac}")
 }
 
 #[cfg(test)]
@@ -786,7 +796,7 @@ mod tests {
         assert_eq!(ops.len(), 1, "{ops:?}");
         assert_eq!((ops[0].reason.as_str(), ops[0].to), ("Surge", 50));
         assert!(
-            ops[0].message.contains("5000 > threshold"),
+            ops[0].message.contains("5,000 > threshold"),
             "{}",
             ops[0].message
         );
@@ -837,6 +847,15 @@ mod tests {
         assert_eq!(downs.len(), 1, "{downs:?}");
         assert_eq!(downs[0].to, 12, "the highest recommendation of the low run");
         assert_eq!(downs[0].at_ms - out[3].1.at_ms, 60_000);
+    }
+
+    #[test]
+    fn numbers_read_as_people_write_them() {
+        assert_eq!(num(1750.0), "1,750");
+        assert_eq!(num(1_234_567.891), "1,234,567.89");
+        assert_eq!(num(-1400.0), "-1,400");
+        assert_eq!(num(999.0), "999");
+        assert_eq!(num(0.5), "0.50");
     }
 
     #[test]
