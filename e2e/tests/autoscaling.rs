@@ -1131,6 +1131,17 @@ fn a_stopped_prometheus_opens_the_breaker_holding_replicas_and_its_return_closes
             .wait("placements of the scale-up", FEW_POLLS, |h| h.iter().rev().find(|s| s.status.scale_request_id.as_deref() == Some(id.as_str())).cloned())
             .await?;
         member_log.wait_for(&expected_members(&status.status, &clusters(&names)), &id, FEW_POLLS).await?;
+
+        // And a later step scales again.
+        source.set_and_wait("web", 5000.0).await?;
+        let later = recorder
+            .wait("the scale-up to 50 after a later step", FEW_POLLS, |h| operations(h).into_iter().find(|o| o.to == 50))
+            .await?;
+        let id = later.scale_request_id.context("no scaleRequestID")?;
+        let status = recorder
+            .wait("placements of 50", FEW_POLLS, |h| h.iter().rev().find(|s| s.status.scale_request_id.as_deref() == Some(id.as_str())).cloned())
+            .await?;
+        member_log.wait_for(&expected_members(&status.status, &clusters(&names)), &id, FEW_POLLS).await?;
         drop(fed);
         Ok(())
     });
