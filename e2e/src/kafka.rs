@@ -82,13 +82,16 @@ group.initial.rebalance.delay.ms=0
     )
 }
 
-/// A fresh Kafka cluster id: 16 random bytes, base64url without padding.
+/// A fresh Kafka cluster id: 16 random bytes, base64url without padding, never starting
+/// with `-` (the storage tool would read the id as a flag, as Kafka's own generator knows).
 fn random_cluster_id() -> String {
     let mut bytes = [0u8; 16];
     for (i, chunk) in bytes.chunks_mut(8).enumerate() {
         let value = RandomState::new().hash_one(i);
         chunk.copy_from_slice(&value.to_le_bytes());
     }
+    // The first character encodes the top six bits; below 32 it is a letter (A–f).
+    bytes[0] &= 0x7F;
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
@@ -171,4 +174,18 @@ async fn wait_ready(supervisor: &Supervisor, broker: &KafkaBroker) -> Result<()>
         }
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_ids_never_start_with_a_dash() {
+        for _ in 0..2000 {
+            let id = random_cluster_id();
+            assert!(id.starts_with(|c: char| c.is_ascii_alphabetic()), "{id}");
+            assert_eq!(id.len(), 22);
+        }
+    }
 }

@@ -614,6 +614,23 @@ impl Drop for LogsOnPanic<'_> {
     }
 }
 
+/// CPU seconds (user + system) a process has used (0 if it is gone).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of /proc/PID/stat (index 11 and 12 after ')'),
+    // in clock ticks of 1/100 s (USER_HZ) as Linux reports them to user space.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Resident set size of a process in bytes (0 if it is gone).
 pub fn rss_bytes(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

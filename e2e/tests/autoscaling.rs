@@ -26,6 +26,8 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -352,22 +354,9 @@ impl PolicyRecorder {
         &self,
         what: &str,
         timeout: Duration,
-        mut check: impl FnMut(&[Snapshot]) -> Option<T>,
+        check: impl FnMut(&[Snapshot]) -> Option<T>,
     ) -> Result<T> {
-        let mut rx = self.history.clone();
-        let found = tokio::time::timeout(timeout, async {
-            loop {
-                let found = check(&rx.borrow_and_update());
-                if found.is_some() {
-                    return found;
-                }
-                if rx.changed().await.is_err() {
-                    return None;
-                }
-            }
-        })
-        .await;
-        match found {
+        match watch_history(&self.history, timeout, check).await {
             Ok(Some(t)) => Ok(t),
             Ok(None) => bail!("the watch on {} ended while waiting for {what}", self.what),
             Err(_) => bail!(
@@ -390,6 +379,28 @@ impl PolicyRecorder {
     async fn next_poll(&self) -> Result<Snapshot> {
         self.wait_samples(self.samples() + 1, FEW_POLLS).await
     }
+}
+
+/// Waits until `check` finds what it looks for in a recorded history: `Ok(None)` when the
+/// recording ended first, `Err` when `timeout` passed.
+async fn watch_history<S, T>(
+    history: &watch::Receiver<Vec<S>>,
+    timeout: Duration,
+    mut check: impl FnMut(&[S]) -> Option<T>,
+) -> std::result::Result<Option<T>, tokio::time::error::Elapsed> {
+    let mut rx = history.clone();
+    tokio::time::timeout(timeout, async {
+        loop {
+            let found = check(&rx.borrow_and_update());
+            if found.is_some() {
+                return found;
+            }
+            if rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    })
+    .await
 }
 
 /// The scale operations in a history.
@@ -522,7 +533,6 @@ impl MemberRecorder {
         id: &str,
         timeout: Duration,
     ) -> Result<i64> {
-        let mut rx = self.history.clone();
         let reached = |h: &[MemberState]| -> Option<i64> {
             let mut latest = 0;
             for (member, replicas) in expected {
@@ -535,19 +545,7 @@ impl MemberRecorder {
             }
             Some(latest)
         };
-        let found = tokio::time::timeout(timeout, async {
-            loop {
-                let found = reached(&rx.borrow_and_update());
-                if found.is_some() {
-                    return found;
-                }
-                if rx.changed().await.is_err() {
-                    return None;
-                }
-            }
-        })
-        .await;
-        match found {
+        match watch_history(&self.history, timeout, reached).await {
             Ok(Some(at)) => Ok(at),
             _ => bail!(
                 "members never reached {expected:?} under {id} within {timeout:?}: {:?}",
@@ -686,21 +684,6 @@ fn numbers_in(message: &str) -> Vec<f64> {
         .collect()
 }
 
-/// A small deterministic generator (SplitMix64), so noisy loads repeat run to run.
-struct SplitMix(u64);
-
-impl SplitMix {
-    /// Uniform in [0, 1).
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1_u64 << 53) as f64
-    }
-}
-
 /// Cluster names of a test, mapped to the member clusters 0, 1, 2.
 fn clusters<'a>(names: &[&'a str]) -> BTreeMap<&'a str, usize> {
     names.iter().enumerate().map(|(i, n)| (*n, i)).collect()
@@ -815,8 +798,9 @@ fn steady_noisy_load_makes_no_scale_operation_after_the_first_settle() {
         // between 9, 10 and 11 from one poll to the next.
         const MEAN: f64 = 1000.0;
         const COOLDOWN: i64 = 15;
-        let mut rng = SplitMix(0x5EED_0013);
-        let mut noisy = move || MEAN * (0.9 + 0.2 * rng.next());
+        // Seeded, so a noisy load repeats run to run.
+        let mut rng = StdRng::seed_from_u64(0x5EED_0013);
+        let mut noisy = move || MEAN * (0.9 + 0.2 * rng.random::<f64>());
         let source = MetricSource::start(testbed, "noise").await?;
         source.set_and_wait("web", noisy()).await?;
         let fed = Federation::start(

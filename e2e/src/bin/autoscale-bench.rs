@@ -17,13 +17,15 @@ use accord_e2e::Testbed;
 use accord_e2e::exporter::Exporter;
 use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
 use accord_e2e::prometheus::ScrapingPrometheus;
-use accord_e2e::testbed::rss_bytes;
+use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt as _, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -72,40 +74,8 @@ fn parse_args() -> Result<Args> {
     Ok(a)
 }
 
-/// CPU seconds (user + system) a process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The command name may hold spaces; the fields after it are plain.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Linux reports these in clock ticks of 1/100 s (USER_HZ) to user space.
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of /proc/PID/stat (index 11 and 12 after ')').
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-/// A small deterministic generator (SplitMix64) for the step phases.
-struct SplitMix(u64);
-
-impl SplitMix {
-    /// Uniform in [0, 1).
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1_u64 << 53) as f64
-    }
 }
 
 /// Latest `spec.replicas` per member, fed by a watch on each member's Deployment `web`.
@@ -233,7 +203,7 @@ async fn latency(
         Duration::from_secs(60),
     )
     .await?;
-    let mut rng = SplitMix(0x00A5_CA1E);
+    let mut rng = StdRng::seed_from_u64(0x00A5_CA1E);
     let mut high = false;
     for (poll, steps) in [(1, args.steps), (15, args.slow_steps)] {
         if steps == 0 {
@@ -260,7 +230,10 @@ async fn latency(
         let mut samples = Vec::new();
         for _ in 0..steps {
             // A random phase of the poll interval, as a real load change would have.
-            tokio::time::sleep(Duration::from_secs_f64(rng.next() * f64::from(poll))).await;
+            tokio::time::sleep(Duration::from_secs_f64(
+                rng.random::<f64>() * f64::from(poll),
+            ))
+            .await;
             high = !high;
             let (value, total) = if high { (2000.0, 20) } else { (1000.0, 10) };
             let started = Instant::now();

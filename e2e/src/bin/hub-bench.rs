@@ -12,7 +12,7 @@
 use accord_e2e::Testbed;
 use accord_e2e::agent_sim::{self, AgentStream, policy};
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
-use accord_e2e::testbed::rss_bytes;
+use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use accord_e2e::wait::{Check, until};
 use accord_hub::store::{Keyspace, Store};
 use accord_proto::v1::{
@@ -53,22 +53,6 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
-}
-
-/// CPU seconds (user + system) a process has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may contain spaces) start after the last ')'.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15 of /proc/PID/stat (index 11 and 12 after ')').
-    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn percentile(sorted: &[u64], p: f64) -> Duration {
