@@ -1222,10 +1222,22 @@ fn a_new_leader_continues_the_samples_and_ewma_and_keeps_the_running_cooldown() 
             ensure!(m.scale_request_id.is_empty() || status_ids.contains(&m.scale_request_id), "member {} ran scale request {} that no status named", m.member, m.scale_request_id);
         }
         for name in names {
-            let log = std::fs::read_to_string(testbed.process_info(fed.agents[name].process.context("running")?).log)?;
+            let log_file = testbed.process_info(fed.agents[name].process.context("running")?).log;
+            let applied = |log: &str, id: &str| log.lines().filter(|l| l.contains("applied scale request") && l.contains(id)).count();
+            // The member's Deployment changes before the agent logs that it did: wait for
+            // the line, then count.
+            let log = until(&format!("{name} logging every operation"), Duration::from_secs(10), || async {
+                let log = std::fs::read_to_string(&log_file)?;
+                Ok(if op_ids.iter().all(|id| applied(&log, id) > 0) {
+                    Check::Ready(log)
+                } else {
+                    Check::NotYet(format!("operations {op_ids:?}"))
+                })
+            })
+            .await?;
             for id in &op_ids {
-                let applied = log.lines().filter(|l| l.contains("applied scale request") && l.contains(id.as_str())).count();
-                ensure!(applied == 1, "{name} applied scale request {id} {applied} times");
+                let n = applied(&log, id);
+                ensure!(n == 1, "{name} applied scale request {id} {n} times");
             }
         }
         drop(fed);
