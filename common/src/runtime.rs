@@ -80,6 +80,13 @@ pub fn unix_millis() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// Milliseconds since the Unix epoch as a Kubernetes `Time`; `None` when out of range.
+pub fn time_from_millis(ms: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    k8s_openapi::jiff::Timestamp::from_millisecond(ms)
+        .ok()
+        .map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time)
+}
+
 /// A spawned task that is aborted when this handle is dropped, so helper tasks end with
 /// their owner.
 #[derive(Debug)]

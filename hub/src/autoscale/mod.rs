@@ -7,17 +7,11 @@ pub mod engine;
 pub mod query;
 pub mod window;
 
+use accord_common::runtime::time_from_millis as time;
 use accord_crds::conditions::{Desired, Status, reasons, types};
 use accord_crds::scale::AutoscalingStatus;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use engine::{Breaker, Config, State};
-
-fn time(ms: i64) -> Option<Time> {
-    k8s_openapi::jiff::Timestamp::from_millisecond(ms)
-        .ok()
-        .map(Time)
-}
 
 /// `status.autoscaling` as the stored state shows it. Everything is read from the state
 /// (tokens as of the last decision), so the status changes only when a poll changed it.

@@ -13,6 +13,7 @@
 //! and removes whatever placements an earlier, valid version of it left.
 
 use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_common::runtime::time_from_millis;
 use accord_crds::CrossClusterScalePolicy;
 use accord_crds::conditions::{self, reasons, types};
 use accord_crds::scale::CrossClusterScalePolicyStatus;
@@ -288,9 +289,7 @@ async fn apply(
             ctx.statuses.get(&key).map(|(r, _)| (s.cluster.clone(), r))
         })
         .collect();
-    let decided = Timestamp::from_millisecond(record.decided_unix_millis)
-        .map(Time)
-        .unwrap_or_else(|_| now.clone());
+    let decided = time_from_millis(record.decided_unix_millis).unwrap_or_else(|| now.clone());
     let mut status = aggregate(&AggregateInputs {
         shares: &record.shares,
         decision,

@@ -251,9 +251,8 @@ fn placement(
         .find(|p| p.cluster == share.cluster)
         .and_then(|p| p.last_sync_time.clone());
     let reported_at = current
-        .and_then(|r| k8s_openapi::jiff::Timestamp::from_millisecond(r.observed_unix_millis).ok())
-        .filter(|t| t.as_second() > 0)
-        .map(Time);
+        .filter(|r| r.observed_unix_millis >= 1000)
+        .and_then(|r| accord_common::runtime::time_from_millis(r.observed_unix_millis));
     Placement {
         cluster: share.cluster.clone(),
         namespace: spec.map(|s| s.namespace.clone()).unwrap_or_default(),
