@@ -3,7 +3,9 @@
 //! resource and namespace they need.
 //!
 //! Watching per namespace (not cluster-wide) keeps caches to the namespaces the agent works
-//! in; `slim` drops what the enforcer never reads before an object is cached.
+//! in; where an enforcer must look across namespaces it narrows the watch with a label or
+//! field selector instead ([`ResourceWatch::start_with`]). `slim` drops what the enforcer
+//! never reads before an object is cached.
 
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -31,13 +33,7 @@ where
 
 impl<K> ResourceWatch<K>
 where
-    K: Resource<Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     /// Starts watching `resource` (its plural name, for events and messages) in
@@ -48,32 +44,54 @@ where
         namespace: &str,
         slim: fn(&mut K),
         events: EventSink,
+    ) -> Self
+    where
+        K: Resource<Scope = NamespaceResourceScope>,
+    {
+        let api = Api::<K>::namespaced(client.clone(), namespace);
+        Self::start_with(api, watcher::Config::default(), resource, namespace, slim, events)
+    }
+
+    /// Starts watching what `api` and `config` select. `scope` names what is watched in
+    /// [`WatchEvent::Synced`] and [`WatchEvent::Failed`] (the namespace, or "" for a watch
+    /// across namespaces); [`WatchEvent::Changed`] carries each object's own namespace.
+    pub fn start_with(
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &'static str,
+        scope: &str,
+        slim: fn(&mut K),
+        events: EventSink,
     ) -> Self {
         let (cache, writer) = reflector::store();
-        let api = Api::<K>::namespaced(client.clone(), namespace);
-        let namespace = namespace.to_owned();
+        let scope = scope.to_owned();
         let task = tokio::spawn(async move {
-            let stream = watcher::watcher(api, watcher::Config::default())
+            let stream = watcher::watcher(api, config)
                 .modify(slim)
                 .default_backoff()
                 .reflect(writer);
             let mut stream = std::pin::pin!(stream);
+            let place = if scope.is_empty() {
+                "the cluster".to_owned()
+            } else {
+                scope.clone()
+            };
             while let Some(item) = stream.next().await {
                 let event = match item {
                     Ok(Event::Apply(object) | Event::Delete(object)) => WatchEvent::Changed {
                         resource,
-                        namespace: namespace.clone(),
+                        namespace: object.namespace().unwrap_or_default(),
                         name: object.name_any(),
                     },
                     Ok(Event::InitDone) => WatchEvent::Synced {
                         resource,
-                        namespace: namespace.clone(),
+                        namespace: scope.clone(),
                     },
                     Ok(Event::Init | Event::InitApply(_)) => continue,
                     Err(e) => WatchEvent::Failed {
                         resource,
-                        namespace: namespace.clone(),
-                        message: format!("watching {resource} in {namespace}: {e}"),
+                        namespace: scope.clone(),
+                        message: format!("watching {resource} in {place}: {e}"),
                     },
                 };
                 if !events.send(event).await {
