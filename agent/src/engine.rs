@@ -206,7 +206,7 @@ pub fn start(config: EngineConfig, metrics: Metrics) -> EngineTask {
         config.client.clone(),
         &config.namespace,
     ));
-    let enforcers = enforce::enforcers(&config.client, &metrics);
+    let enforcers = enforce::enforcers(&config.client, &metrics, &config.namespace);
     start_with(
         CoreConfig {
             cluster: config.cluster,

@@ -19,6 +19,7 @@
 //! [`enforcers`].
 
 pub mod deployment;
+pub mod federation;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -32,12 +33,23 @@ use crate::engine::Input;
 use crate::metrics::{Metrics, kube_error_kind};
 use crate::report::Report;
 
-/// The enforcers of this agent version, one per kind it enforces.
-pub fn enforcers(client: &kube::Client, metrics: &Metrics) -> Vec<Box<dyn Enforcer>> {
-    vec![Box::new(deployment::DeploymentEnforcer::new(
-        client.clone(),
-        metrics.clone(),
-    ))]
+/// The enforcers of this agent version, one per kind it enforces; `namespace` is the
+/// agent's own.
+pub fn enforcers(
+    client: &kube::Client,
+    metrics: &Metrics,
+    namespace: &str,
+) -> Vec<Box<dyn Enforcer>> {
+    vec![
+        Box::new(deployment::DeploymentEnforcer::new(
+            client.clone(),
+            metrics.clone(),
+        )),
+        Box::new(federation::FederationEnforcer::new(
+            client.clone(),
+            namespace.to_owned(),
+        )),
+    ]
 }
 
 /// Makes the member cluster match the assignments of one kind.

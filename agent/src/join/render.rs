@@ -20,6 +20,7 @@ use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };
 use crate::persist::CONFIGMAP_NAME;
+use accord_common::federation::CONFIG_MAP_NAME as FEDERATION_CONFIG_MAP;
 
 /// Name of the agent's ServiceAccount, roles, bindings and Deployment.
 pub const AGENT_NAME: &str = "accord-agent";
@@ -64,11 +65,20 @@ fn agent_labels() -> Value {
 ///   reported as `Conflict`, never fought.
 /// - `events.k8s.io` Events: `create` and `patch` (kube-runtime's recorder creates an Event
 ///   and patches its series when it repeats).
+/// - Services and Namespaces: read only — the federation sources (Services labelled
+///   `accord.io/federation-source: "true"`, watched with that label selector) and the tenant
+///   namespaces a PrometheusFederation selects by label.
+/// - ConfigMaps named `prometheus-federation` (in whichever namespace a PrometheusFederation
+///   names): read, server-side apply and delete, limited to that name (its watch uses the
+///   matching field selector); `create` for the first write, which cannot be limited to a name.
 pub fn agent_cluster_rules() -> Value {
     json!([
         { "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"] },
         { "apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["get", "list", "watch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+        { "apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["get", "list", "watch"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FEDERATION_CONFIG_MAP], "verbs": ["get", "list", "watch", "patch", "delete"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
     ])
 }
 

@@ -1,0 +1,375 @@
+//! Pure decisions about the federation config of one ConfigMap namespace: which tenant
+//! namespaces and sources each policy federates, the whole config rendered from every policy
+//! assigned there, whether the ConfigMap holds it, and what Prometheus (through the reloader's
+//! annotations) said about it. No API calls happen here.
+//!
+//! Every PrometheusFederation whose ConfigMap lives in the same namespace shares one config
+//! (one federation Prometheus per namespace). A policy that cannot be rendered — a `match[]`
+//! selector that cannot be narrowed to its tenants, say — is left out of the shared config and
+//! reported as `Error`; the others are rendered without it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accord_common::distribution::{FederationObserved, FederationSpec, Observed, PlacementState};
+use accord_common::distribution::PolicyRef;
+use accord_common::federation::{
+    self, CONFIG_KEY, MemberPolicy, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
+    TenantSources,
+};
+use accord_crds::OWNED_BY_LABEL;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+
+use crate::report::Report;
+
+/// `app.kubernetes.io/managed-by` value on the ConfigMaps the agent writes.
+pub const MANAGED_BY: &str = "accord-agent";
+/// `accord.io/owned-by` value on the ConfigMaps the agent writes.
+pub const OWNED_BY: &str = "prometheusfederation";
+/// The standard label naming what manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Service port names taken before the first port, in this order.
+const PREFERRED_PORTS: [&str; 4] = ["web", "http-web", "http", "prometheus"];
+
+/// The tenant namespaces `spec` selects, sorted; `namespaces` is every Namespace of the
+/// cluster (needed only for a label selector).
+pub fn tenants(spec: &FederationSpec, namespaces: &[&Namespace]) -> Result<Vec<String>, String> {
+    if !spec.tenant_namespaces.is_empty() {
+        let set: BTreeSet<String> = spec.tenant_namespaces.iter().cloned().collect();
+        return Ok(set.into_iter().collect());
+    }
+    if spec.tenant_labels.is_empty() {
+        return Err("the assignment selects no tenant namespaces".to_owned());
+    }
+    let mut selected: Vec<String> = namespaces
+        .iter()
+        .filter(|ns| {
+            let labels = ns.metadata.labels.as_ref();
+            spec.tenant_labels
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        })
+        .filter_map(|ns| ns.metadata.name.clone())
+        .collect();
+    selected.sort();
+    Ok(selected)
+}
+
+/// Whether `service` is a federation source (labelled `accord.io/federation-source: "true"`).
+pub fn is_source(service: &Service) -> bool {
+    service
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(SOURCE_LABEL))
+        .is_some_and(|v| v == "true")
+}
+
+/// The port of `service` that serves `/federate`: the first named like a Prometheus web
+/// port, else the first port.
+pub fn source_port(service: &Service) -> Option<i32> {
+    let ports = service.spec.as_ref()?.ports.as_ref()?;
+    PREFERRED_PORTS
+        .iter()
+        .find_map(|want| {
+            ports
+                .iter()
+                .find(|p| p.name.as_deref() == Some(*want))
+                .map(|p| p.port)
+        })
+        .or_else(|| ports.first().map(|p| p.port))
+}
+
+/// The federation targets in tenant namespace `tenant`, sorted by Service name.
+pub fn sources_in(tenant: &str, services: &[&Service]) -> Vec<SourceTarget> {
+    let mut targets: Vec<SourceTarget> = services
+        .iter()
+        .filter(|s| s.metadata.namespace.as_deref() == Some(tenant) && is_source(s))
+        .filter_map(|s| {
+            Some(SourceTarget {
+                namespace: tenant.to_owned(),
+                service: s.metadata.name.clone()?,
+                port: source_port(s)?,
+            })
+        })
+        .collect();
+    targets.sort_by(|a, b| a.service.cmp(&b.service));
+    targets
+}
+
+/// What one policy contributes to its namespace's config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyJobs {
+    /// Jobs (tenants with at least one source) rendered.
+    pub jobs: usize,
+    /// Job names, to find this policy's scrape errors.
+    pub job_names: Vec<String>,
+    /// Tenants without any source, said in the report.
+    pub tenants_without_sources: Vec<String>,
+}
+
+/// The config of one ConfigMap namespace, rendered from every policy assigned there.
+#[derive(Clone, Debug)]
+pub struct GroupRender {
+    /// The whole config.
+    pub rendered: Rendered,
+    /// Each policy's part, or why it could not be rendered.
+    pub policies: BTreeMap<PolicyRef, Result<PolicyJobs, String>>,
+}
+
+/// Renders the whole config of one ConfigMap namespace from `policies`, given the cluster's
+/// Namespaces and federation-source Services. A policy that cannot be rendered is left out.
+pub fn render_group(
+    policies: &BTreeMap<PolicyRef, FederationSpec>,
+    namespaces: &[&Namespace],
+    services: &[&Service],
+) -> GroupRender {
+    let mut parts = BTreeMap::new();
+    let mut good = Vec::new();
+    for (policy, spec) in policies {
+        let member = tenants(spec, namespaces).map(|tenants| MemberPolicy {
+            policy: policy.clone(),
+            spec: spec.clone(),
+            tenants: tenants
+                .into_iter()
+                .map(|namespace| TenantSources {
+                    targets: sources_in(&namespace, services),
+                    namespace,
+                })
+                .collect(),
+        });
+        let part = member.and_then(|member| {
+            federation::render_member(std::slice::from_ref(&member))
+                .map_err(|e| e.to_string())?;
+            let with_sources: Vec<&TenantSources> =
+                member.tenants.iter().filter(|t| !t.targets.is_empty()).collect();
+            let jobs = PolicyJobs {
+                jobs: with_sources.len(),
+                job_names: with_sources
+                    .iter()
+                    .map(|t| federation::member_job_name(policy, &t.namespace))
+                    .collect(),
+                tenants_without_sources: member
+                    .tenants
+                    .iter()
+                    .filter(|t| t.targets.is_empty())
+                    .map(|t| t.namespace.clone())
+                    .collect(),
+            };
+            good.push(member);
+            Ok(jobs)
+        });
+        parts.insert(policy.clone(), part);
+    }
+    let rendered = match federation::render_member(&good) {
+        Ok(rendered) => rendered,
+        Err(e) => {
+            // Each rendered alone; together they should too. Say so rather than panic.
+            for part in parts.values_mut() {
+                if part.is_ok() {
+                    *part = Err(format!("rendering the shared config: {e}"));
+                }
+            }
+            empty_render()
+        }
+    };
+    GroupRender {
+        rendered,
+        policies: parts,
+    }
+}
+
+fn empty_render() -> Rendered {
+    let yaml = federation::empty_config();
+    Rendered {
+        hash: federation::config_hash(&yaml),
+        yaml,
+        jobs: 0,
+    }
+}
+
+/// The config the ConfigMap holds, if any.
+pub fn stored_config(config_map: &ConfigMap) -> Option<&str> {
+    config_map
+        .data
+        .as_ref()
+        .and_then(|d| d.get(CONFIG_KEY))
+        .map(String::as_str)
+}
+
+/// Whether the agent wrote `config_map` (otherwise it is left alone).
+pub fn is_ours(config_map: &ConfigMap) -> bool {
+    let labels = config_map.metadata.labels.as_ref();
+    labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY)
+        && labels.and_then(|l| l.get(OWNED_BY_LABEL)).map(String::as_str) == Some(OWNED_BY)
+}
+
+/// What the agent makes of one policy's placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The policy cannot be rendered; the message says why.
+    Invalid(String),
+    /// A ConfigMap of that name exists and the agent did not write it.
+    Foreign,
+    /// The ConfigMap does not hold the rendered config: write it.
+    NeedsApply,
+    /// Written; the reloader has not confirmed it yet.
+    Waiting,
+    /// Prometheus confirmed it loaded the config.
+    Loaded,
+    /// The reloader reported a failure for this config.
+    Failed(PlacementState, String),
+}
+
+/// Judges `policy` against the ConfigMap of its namespace (absent: not written yet).
+pub fn verdict(render: &GroupRender, policy: &PolicyRef, config_map: Option<&ConfigMap>) -> Verdict {
+    match render.policies.get(policy) {
+        Some(Ok(_)) => {}
+        Some(Err(message)) => return Verdict::Invalid(message.clone()),
+        None => return Verdict::Invalid("the policy is not rendered".to_owned()),
+    }
+    let Some(config_map) = config_map else {
+        return Verdict::NeedsApply;
+    };
+    if !is_ours(config_map) {
+        return Verdict::Foreign;
+    }
+    if stored_config(config_map).map(federation::config_hash) != Some(render.rendered.hash.clone())
+    {
+        return Verdict::NeedsApply;
+    }
+    let status = ReloadStatus::from_annotations(
+        config_map.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+    );
+    let hash = &render.rendered.hash;
+    if status.loaded_hash.as_ref() == Some(hash) {
+        return Verdict::Loaded;
+    }
+    if status.reload_hash.as_ref() == Some(hash) {
+        let message = status.message.clone().unwrap_or_default();
+        match status.state.as_deref() {
+            Some("Error") => return Verdict::Failed(PlacementState::Error, message),
+            Some("Unavailable") => return Verdict::Failed(PlacementState::Unavailable, message),
+            _ => {}
+        }
+    }
+    Verdict::Waiting
+}
+
+/// What to tell the hub about `policy` (assigned at `applied_revision`).
+pub fn report(
+    render: &GroupRender,
+    policy: &PolicyRef,
+    applied_revision: i64,
+    verdict: &Verdict,
+    config_map: Option<&ConfigMap>,
+    apply_error: Option<&str>,
+) -> Report {
+    let short = render.rendered.hash.get(..12).unwrap_or_default();
+    let part = render.policies.get(policy).and_then(|p| p.as_ref().ok());
+    let namespace = config_map
+        .and_then(|c| c.metadata.namespace.clone())
+        .unwrap_or_default();
+    let (state, mut message) = match verdict {
+        Verdict::Invalid(message) => (PlacementState::Error, message.clone()),
+        Verdict::Foreign => (
+            PlacementState::Conflict,
+            format!(
+                "ConfigMap {namespace}/{} exists and was not written by accord-agent; it is left alone",
+                federation::CONFIG_MAP_NAME
+            ),
+        ),
+        Verdict::NeedsApply => match apply_error {
+            Some(error) => (PlacementState::Error, error.to_owned()),
+            None => (PlacementState::Pending, format!("writing config {short}")),
+        },
+        Verdict::Waiting => (
+            PlacementState::Pending,
+            format!(
+                "config {short} written; waiting for the reloader beside Prometheus to confirm it is loaded"
+            ),
+        ),
+        Verdict::Loaded => (PlacementState::Synced, String::new()),
+        Verdict::Failed(state, message) => (*state, message.clone()),
+    };
+    if let Some(part) = part {
+        let mut notes = Vec::new();
+        if *verdict == Verdict::Loaded
+            && let Some(config_map) = config_map
+        {
+            let status = ReloadStatus::from_annotations(
+                config_map.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+            );
+            for job in &part.job_names {
+                if let Some(error) = status.scrape_errors.get(job) {
+                    notes.push(format!("scrape of {job} failing: {error}"));
+                }
+            }
+        }
+        for tenant in &part.tenants_without_sources {
+            notes.push(format!(
+                "no Service labelled {SOURCE_LABEL}=true in tenant namespace {tenant}"
+            ));
+        }
+        if !notes.is_empty() {
+            if !message.is_empty() {
+                message.push_str("; ");
+            }
+            message.push_str(&notes.join("; "));
+        }
+    }
+    let Some(part) = part else {
+        return Report::without_object(state, message, applied_revision);
+    };
+    Report {
+        state,
+        message,
+        resource_version: config_map
+            .and_then(|c| c.metadata.resource_version.clone())
+            .unwrap_or_default(),
+        generation: 0,
+        observed: Observed::FederationConfig(FederationObserved {
+            config_hash: render.rendered.hash.clone(),
+            jobs: i32::try_from(part.jobs).unwrap_or(i32::MAX),
+            reloaded: *verdict == Verdict::Loaded,
+        }),
+        applied_revision,
+    }
+}
+
+/// The server-side apply body of the ConfigMap holding `rendered` in `namespace`.
+pub fn config_map_patch(namespace: &str, rendered: &Rendered) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": federation::CONFIG_MAP_NAME,
+            "namespace": namespace,
+            "labels": {
+                MANAGED_BY_LABEL: MANAGED_BY,
+                OWNED_BY_LABEL: OWNED_BY,
+            },
+            "annotations": { federation::ANN_CONFIG_HASH: rendered.hash },
+        },
+        "data": { CONFIG_KEY: rendered.yaml },
+    })
+}
+
+/// Drops what the judge never reads from a Service.
+pub fn slim_service(service: &mut Service) {
+    service.metadata.managed_fields = None;
+    service.metadata.annotations = None;
+    service.status = None;
+}
+
+/// Drops what the judge never reads from a Namespace.
+pub fn slim_namespace(namespace: &mut Namespace) {
+    namespace.metadata.managed_fields = None;
+    namespace.metadata.annotations = None;
+    namespace.spec = None;
+    namespace.status = None;
+}
+
+/// Drops what the judge never reads from a ConfigMap.
+pub fn slim_config_map(config_map: &mut ConfigMap) {
+    config_map.metadata.managed_fields = None;
+}
