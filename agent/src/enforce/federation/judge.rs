@@ -373,3 +373,190 @@ pub fn slim_namespace(namespace: &mut Namespace) {
 pub fn slim_config_map(config_map: &mut ConfigMap) {
     config_map.metadata.managed_fields = None;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn spec(tenants: &[&str], matchers: &[&str]) -> FederationSpec {
+        FederationSpec {
+            tenant_namespaces: tenants.iter().map(|t| (*t).to_owned()).collect(),
+            matchers: matchers.iter().map(|m| (*m).to_owned()).collect(),
+            scrape_interval: "30s".into(),
+            scrape_timeout: "10s".into(),
+            ..FederationSpec::default()
+        }
+    }
+
+    fn service(ns: &str, name: &str, ports: &[(&str, i32)], source: bool) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                labels: source.then(|| [(SOURCE_LABEL.to_owned(), "true".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(ServiceSpec {
+                ports: Some(
+                    ports
+                        .iter()
+                        .map(|(n, p)| ServicePort {
+                            name: (!n.is_empty()).then(|| (*n).to_owned()),
+                            port: *p,
+                            ..ServicePort::default()
+                        })
+                        .collect(),
+                ),
+                ..ServiceSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn namespace(name: &str, labels: &[(&str, &str)]) -> Namespace {
+        Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                        .collect(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        }
+    }
+
+    fn policy(name: &str) -> PolicyRef {
+        PolicyRef::new("PrometheusFederation", "monitoring", name)
+    }
+
+    fn config_map(render: &GroupRender, annotations: &[(&str, &str)]) -> ConfigMap {
+        let patch = config_map_patch("accord-system", &render.rendered);
+        let mut cm: ConfigMap = serde_json::from_value(patch).unwrap();
+        let a = cm.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in annotations {
+            a.insert((*k).to_owned(), (*v).to_owned());
+        }
+        cm.metadata.resource_version = Some("7".into());
+        cm
+    }
+
+    #[test]
+    fn tenants_by_name_are_sorted_once_and_by_label_match_every_label() {
+        assert_eq!(
+            tenants(&spec(&["b", "a", "b"], &["up"]), &[]).unwrap(),
+            ["a", "b"]
+        );
+        let mut by_label = spec(&[], &["up"]);
+        by_label.tenant_labels = [("tier".to_owned(), "gold".to_owned())].into();
+        let gold = namespace("team-a", &[("tier", "gold"), ("x", "y")]);
+        let silver = namespace("team-b", &[("tier", "silver")]);
+        let bare = namespace("team-c", &[]);
+        assert_eq!(
+            tenants(&by_label, &[&silver, &gold, &bare]).unwrap(),
+            ["team-a"]
+        );
+        assert!(tenants(&spec(&[], &["up"]), &[]).is_err());
+    }
+
+    #[test]
+    fn a_source_is_a_labelled_service_on_its_web_port_or_its_first() {
+        let named = service("a", "prom", &[("metrics", 8080), ("web", 9090)], true);
+        let first = service("a", "prom2", &[("", 9091), ("grpc", 10901)], true);
+        let unlabelled = service("a", "other", &[("web", 9090)], false);
+        let elsewhere = service("b", "prom", &[("web", 9090)], true);
+        let targets = sources_in("a", &[&first, &named, &unlabelled, &elsewhere]);
+        let got: Vec<(String, i32)> = targets.iter().map(|t| (t.service.clone(), t.port)).collect();
+        assert_eq!(got, [("prom".to_owned(), 9090), ("prom2".to_owned(), 9091)]);
+    }
+
+    #[test]
+    fn policies_of_one_namespace_share_one_config_and_a_bad_one_is_left_out() {
+        let s_a = service("team-a", "prom", &[("web", 9090)], true);
+        let s_b = service("team-b", "prom", &[("web", 9090)], true);
+        let mut policies = BTreeMap::new();
+        policies.insert(policy("one"), spec(&["team-a"], &["{job=\"x\"}"]));
+        policies.insert(policy("two"), spec(&["team-b", "team-c"], &["up"]));
+        let good = render_group(&policies, &[], &[&s_a, &s_b]);
+        assert_eq!(good.rendered.jobs, 2);
+        let two = good.policies[&policy("two")].as_ref().unwrap();
+        assert_eq!((two.jobs, two.tenants_without_sources.clone()), (1, vec!["team-c".to_owned()]));
+
+        policies.insert(policy("bad"), spec(&["team-a"], &["{job=~\"x\""]));
+        let with_bad = render_group(&policies, &[], &[&s_a, &s_b]);
+        assert!(with_bad.policies[&policy("bad")].is_err());
+        assert_eq!(with_bad.rendered.hash, good.rendered.hash, "the bad policy changes nothing");
+        assert!(matches!(
+            verdict(&with_bad, &policy("bad"), None),
+            Verdict::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn the_verdict_follows_the_config_map_and_the_reloader() {
+        let s_a = service("team-a", "prom", &[("web", 9090)], true);
+        let policies: BTreeMap<_, _> = [(policy("one"), spec(&["team-a"], &["up"]))].into();
+        let render = render_group(&policies, &[], &[&s_a]);
+        let hash = render.rendered.hash.clone();
+        let p = policy("one");
+        assert_eq!(verdict(&render, &p, None), Verdict::NeedsApply);
+
+        let written = config_map(&render, &[]);
+        assert_eq!(verdict(&render, &p, Some(&written)), Verdict::Waiting);
+        let report_waiting = report(&render, &p, 3, &Verdict::Waiting, Some(&written), None);
+        assert_eq!(report_waiting.state, PlacementState::Pending);
+        assert_eq!(report_waiting.resource_version, "7");
+
+        let mut stale = written.clone();
+        stale
+            .data
+            .as_mut()
+            .unwrap()
+            .insert(CONFIG_KEY.into(), "scrape_configs: []\n".into());
+        assert_eq!(verdict(&render, &p, Some(&stale)), Verdict::NeedsApply, "drift is rewritten");
+
+        let loaded = config_map(
+            &render,
+            &[(federation::ANN_LOADED_HASH, &hash), (federation::ANN_SCRAPE_ERRORS, &format!(
+                "{{\"{}\":\"sample limit exceeded\"}}",
+                federation::member_job_name(&p, "team-a")
+            ))],
+        );
+        assert_eq!(verdict(&render, &p, Some(&loaded)), Verdict::Loaded);
+        let synced = report(&render, &p, 3, &Verdict::Loaded, Some(&loaded), None);
+        assert_eq!(synced.state, PlacementState::Synced);
+        assert!(synced.message.contains("sample limit exceeded"), "{}", synced.message);
+        let Observed::FederationConfig(observed) = &synced.observed else {
+            panic!("no federation observation")
+        };
+        assert_eq!((observed.config_hash.as_str(), observed.jobs, observed.reloaded), (hash.as_str(), 1, true));
+
+        let refused = config_map(
+            &render,
+            &[
+                (federation::ANN_LOADED_HASH, "older"),
+                (federation::ANN_RELOAD_HASH, &hash),
+                (federation::ANN_RELOAD_STATE, "Error"),
+                (federation::ANN_RELOAD_MESSAGE, "not a valid duration string"),
+            ],
+        );
+        assert_eq!(
+            verdict(&render, &p, Some(&refused)),
+            Verdict::Failed(PlacementState::Error, "not a valid duration string".into())
+        );
+        let about_older = config_map(
+            &render,
+            &[(federation::ANN_RELOAD_HASH, "older"), (federation::ANN_RELOAD_STATE, "Error")],
+        );
+        assert_eq!(verdict(&render, &p, Some(&about_older)), Verdict::Waiting);
+
+        let mut foreign = written;
+        foreign.metadata.labels = None;
+        assert_eq!(verdict(&render, &p, Some(&foreign)), Verdict::Foreign);
+    }
+}
