@@ -25,6 +25,7 @@ pub mod crds;
 pub mod etcd;
 pub mod exporter;
 pub mod federation;
+pub mod pfed_scenario;
 pub mod hub;
 pub mod installed;
 pub mod kafka;
