@@ -35,6 +35,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
+pub mod promfed;
 pub mod sandbox;
 pub mod shared;
 pub mod testbed;
