@@ -262,7 +262,7 @@ fn render_hosts(entries: &BTreeMap<String, Ipv4Addr>) -> String {
 /// whole (`2s`); also what `accord-agent reload` accepts for its durations.
 pub fn duration_text(duration: Duration) -> String {
     let millis = duration.as_millis().max(1);
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         format!("{}s", millis / 1000)
     } else {
         format!("{millis}ms")
