@@ -55,12 +55,11 @@ use crate::wait::{self, Check};
 /// The port every testbed Prometheus listens on, each on its own loopback address, as
 /// behind a Service.
 pub const PROMETHEUS_PORT: u16 = 9090;
-/// Label marking a Service as a federation source (the value is `"true"`).
-pub const SOURCE_LABEL: &str = "accord.io/federation-source";
-/// The member ConfigMap the federation Prometheus's reloader watches.
-pub const CONFIG_MAP_NAME: &str = "prometheus-federation";
-/// The management-side ConfigMap the global Prometheus's reloader watches.
-pub const GLOBAL_CONFIG_MAP_NAME: &str = "prometheus-federation-global";
+/// The ConfigMap contract's names (re-exported): the member ConfigMap
+/// ([`CONFIG_MAP_NAME`]) and the management-side one ([`GLOBAL_CONFIG_MAP_NAME`]) the
+/// reloaders watch, and the label marking a Service as a federation source
+/// ([`SOURCE_LABEL`], value `"true"`).
+pub use accord_common::federation::{CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, SOURCE_LABEL};
 /// Job of a tenant Prometheus scraping itself with its own namespace as label.
 pub const TENANT_JOB: &str = "tenant";
 /// Job of a tenant Prometheus scraping itself labelled with another namespace.
@@ -70,9 +69,6 @@ pub const FIELD_MANAGER: &str = "accord-e2e-promfed";
 /// Scrape interval of tenant Prometheus servers: their series only need to exist, and
 /// `/federate` serves the latest sample, so a modest interval spares the two cores.
 pub const TENANT_SCRAPE_INTERVAL: &str = "2s";
-/// What the federation and global Prometheus servers start with, and what the reloader
-/// writes when no policy is left.
-pub const EMPTY_CONFIG: &str = "scrape_configs: []\n";
 
 /// How long Prometheus may take to report itself ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -678,7 +674,9 @@ impl Tier {
 }
 
 /// A federation Prometheus of a member (or, as [`GlobalPrometheus`], the global one) with
-/// its configuration file in a directory of its own (starting as [`EMPTY_CONFIG`]),
+/// its configuration file in a directory of its own (starting as
+/// [`accord_common::federation::empty_config`], what the reloader writes when no policy is
+/// left),
 /// listening on its own loopback address at port [`PROMETHEUS_PORT`], and optionally the
 /// reloader beside it: `accord-agent reload --kubeconfig <cluster kubeconfig> --namespace
 /// <ns> --config-map <tier's ConfigMap> --config-file <file> --prometheus-url <url>
@@ -748,7 +746,7 @@ impl FederationPrometheus {
             format!("{cluster}/prometheus-{}", tier.role()),
             &member_dir(testbed, cluster),
             tier.role(),
-            |_| EMPTY_CONFIG.to_owned(),
+            |_| accord_common::federation::empty_config(),
             options.lifecycle,
             hosts,
         )?;
@@ -1257,7 +1255,11 @@ mod tests {
 
     #[test]
     fn the_empty_configuration_has_no_jobs() {
-        assert!(job_names(EMPTY_CONFIG).unwrap().is_empty());
+        assert!(
+            job_names(&accord_common::federation::empty_config())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
