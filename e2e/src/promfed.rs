@@ -1254,6 +1254,25 @@ mod tests {
     }
 
     #[test]
+    fn tenant_configuration_passes_promtool() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("prometheus.yml");
+        let spec = TenantSpec::new("team-a", "metrics").leaking("team-b");
+        fs::write(&file, render_tenant_config("127.70.0.1:9090", &spec)).unwrap();
+        let output = Command::new("promtool")
+            .args(["check", "config", "--syntax-only"])
+            .arg(&file)
+            .output()
+            .expect("promtool (Debian package prometheus) is installed");
+        assert!(
+            output.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    #[test]
     fn the_empty_configuration_has_no_jobs() {
         assert!(
             job_names(&accord_common::federation::empty_config())

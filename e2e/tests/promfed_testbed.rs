@@ -275,3 +275,79 @@ fn a_federation_prometheus_without_the_lifecycle_api_refuses_reloads_with_403() 
         Ok(())
     });
 }
+
+#[test]
+fn a_global_prometheus_federates_member_federation_prometheus_servers_by_url() {
+    TESTBED.run(|testbed| async move {
+        let member = testbed.member("member-1").context("member-1")?;
+        let http = testbed.http();
+        // Two federation setups stand in for two members (the global tier only sees URLs).
+        let mut federations = Vec::new();
+        for (cluster, namespace) in [("east", "global-a"), ("west", "global-b")] {
+            let tenants = [TenantSpec::new(namespace, "metrics")];
+            let promfed =
+                PromfedMember::start(testbed, member, &tenants, &FederationOptions::default())
+                    .await?;
+            let matcher = format!(r#"{{namespace="{namespace}"}}"#);
+            let job = federate_job(
+                "tenant-federation",
+                &[promfed.tenants[0].target()],
+                &matcher,
+            );
+            promfed
+                .federation
+                .reload_with(http, &config(&[job]))
+                .await?;
+            federations.push((cluster, promfed));
+        }
+        let global =
+            FederationPrometheus::start_global(testbed, &FederationOptions::default()).await?;
+        let jobs: Vec<String> = federations
+            .iter()
+            .map(|(cluster, promfed)| {
+                let host = promfed
+                    .federation
+                    .url()
+                    .trim_start_matches("http://")
+                    .to_owned();
+                format!(
+                    "{}    metric_relabel_configs:
+      - {{target_label: cluster, replacement: '{cluster}', action: replace}}
+",
+                    federate_job(
+                        &format!("global-{cluster}"),
+                        &[host],
+                        r#"{namespace=~"global-.+"}"#
+                    )
+                )
+            })
+            .collect();
+        global.reload_with(http, &config(&jobs)).await?;
+
+        let samples = promfed::wait_for_series(
+            http,
+            &global.url(),
+            &format!(r#"up{{job="{TENANT_JOB}"}}"#),
+            SERIES_TIMEOUT,
+            |s| s.len() == 2,
+        )
+        .await?;
+        let seen: BTreeSet<(String, String)> = samples
+            .iter()
+            .map(|(labels, _)| {
+                let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+                (get("cluster"), get("namespace"))
+            })
+            .collect();
+        let expected: BTreeSet<(String, String)> = [("east", "global-a"), ("west", "global-b")]
+            .into_iter()
+            .map(|(c, n)| (c.to_owned(), n.to_owned()))
+            .collect();
+        ensure!(
+            seen == expected,
+            "series {}",
+            promfed::format_samples(&samples)
+        );
+        Ok(())
+    });
+}
