@@ -35,6 +35,9 @@ pub enum Command {
     /// Join this member cluster to a hub: register with a bootstrap token, store the
     /// identity Secret, apply the agent's RBAC and Deployment (or run it with --run).
     Join(crate::join::JoinArgs),
+    /// Run beside a Prometheus: watch its federation ConfigMap, validate, write the config
+    /// file atomically, reload Prometheus and confirm the load in the ConfigMap's annotations.
+    Reload(crate::reload::ReloadArgs),
 }
 
 /// Where the identity comes from: at most one of the two; without either, the Secret
@@ -128,6 +131,7 @@ pub fn main() -> ExitCode {
             let config = args.config();
             block_on(crate::run::run(config, shutdown_signal()), |_| {})
         }
+        Command::Reload(args) => block_on(crate::reload::run(args, shutdown_signal()), |_| {}),
         Command::Join(args) => block_on(crate::join::join(args, shutdown_signal()), |e| {
             if e.token_still_usable() {
                 eprintln!("(the bootstrap token was not used)");

@@ -24,5 +24,6 @@ pub mod identity;
 pub mod join;
 pub mod metrics;
 pub mod persist;
+pub mod reload;
 pub mod report;
 pub mod run;
