@@ -9,13 +9,17 @@ use std::os::unix::fs::MetadataExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+use accord_common::federation::{ReloadStatus, STATE_SYNCED, STATE_UNAVAILABLE, config_hash};
 use accord_e2e::SharedTestbed;
+use accord_e2e::federation::ensure_namespace;
 use accord_e2e::promfed::{
-    self, FederationOptions, FederationPrometheus, HostsFile, LEAK_JOB, PromfedMember,
-    SOURCE_LABEL, TENANT_JOB, TenantPrometheus, TenantSpec,
+    self, CONFIG_MAP_NAME, FederationOptions, FederationPrometheus, GLOBAL_CONFIG_MAP_NAME,
+    GlobalPrometheus, HostsFile, LEAK_JOB, PromfedMember, ReloaderOptions, SOURCE_LABEL,
+    TENANT_JOB, TenantPrometheus, TenantSpec,
 };
+use accord_e2e::reloader_support::{put_config, wait_status};
 use anyhow::{Context as _, ensure};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::Api;
 
 static TESTBED: SharedTestbed = SharedTestbed::new(|builder| {
@@ -27,6 +31,8 @@ static TESTBED: SharedTestbed = SharedTestbed::new(|builder| {
 
 /// Long enough for a first scrape plus Go's five-second hosts-file cache.
 const SERIES_TIMEOUT: Duration = Duration::from_secs(30);
+/// Long enough for the reloader's debounce, a reload and its retry backoff (at most 10 s).
+const RELOAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A federation job scraping `targets` (`host:port`) at `/federate` for `match`.
 fn federate_job(name: &str, targets: &[String], matcher: &str) -> String {
@@ -348,6 +354,114 @@ fn a_global_prometheus_federates_member_federation_prometheus_servers_by_url() {
             "series {}",
             promfed::format_samples(&samples)
         );
+        Ok(())
+    });
+}
+
+/// Whether the reloader confirmed that Prometheus loaded `config`.
+fn synced(config: &str) -> impl Fn(&ReloadStatus) -> bool {
+    let hash = config_hash(config);
+    move |status| {
+        status.loaded_hash.as_deref() == Some(hash.as_str())
+            && status.state.as_deref() == Some(STATE_SYNCED)
+    }
+}
+
+#[test]
+fn reloaders_deliver_config_maps_to_the_federation_and_global_prometheus_servers() {
+    TESTBED.run(|testbed| async move {
+        let member = testbed.member("member-1").context("member-1")?;
+        let mgmt = testbed.mgmt();
+        let http = testbed.http();
+        let reloader = |namespace: &str| ReloaderOptions {
+            namespace: namespace.to_owned(),
+            debounce: Duration::from_millis(200),
+            ..ReloaderOptions::default()
+        };
+
+        // Member tier: ConfigMap prometheus-federation in the member.
+        ensure_namespace(member, "promfed-reload").await?;
+        let options = FederationOptions::with_reloader(reloader("promfed-reload"));
+        let tenants = [TenantSpec::new("reload-a", "metrics")];
+        let mut promfed = PromfedMember::start(testbed, member, &tenants, &options).await?;
+        let member_maps: Api<ConfigMap> = Api::namespaced(member.client(), "promfed-reload");
+        let job = "accord/promfed-reload/policy/reload-a";
+        let member_config = config(&[federate_job(
+            job,
+            &[promfed.tenants[0].target()],
+            r#"{namespace="reload-a"}"#,
+        )]);
+        put_config(&member_maps, CONFIG_MAP_NAME, &member_config).await?;
+        wait_status(
+            &member_maps,
+            CONFIG_MAP_NAME,
+            "the member config confirmed",
+            RELOAD_TIMEOUT,
+            synced(&member_config),
+        )
+        .await?;
+        let url = promfed.federation.url();
+        ensure!(promfed::loaded_job_names(http, &url).await? == [job]);
+        let up = format!(r#"up{{job="{job}"}}"#);
+        promfed::wait_for_series(http, &url, &up, SERIES_TIMEOUT, |s| {
+            s.len() == 1 && s[0].1 == 1.0
+        })
+        .await?;
+
+        // Global tier: ConfigMap prometheus-federation-global on the management side,
+        // federating the member's federation Prometheus by URL.
+        ensure_namespace(mgmt, "promfed-global").await?;
+        let options = FederationOptions::with_reloader(reloader("promfed-global"));
+        let global = GlobalPrometheus::start_global(testbed, &options).await?;
+        let global_maps: Api<ConfigMap> = Api::namespaced(mgmt.client(), "promfed-global");
+        let federation_host = url.trim_start_matches("http://").to_owned();
+        let global_config = config(&[federate_job(
+            "accord-global/promfed-reload/policy/member-1",
+            &[federation_host],
+            r#"{namespace="reload-a"}"#,
+        )]);
+        put_config(&global_maps, GLOBAL_CONFIG_MAP_NAME, &global_config).await?;
+        wait_status(
+            &global_maps,
+            GLOBAL_CONFIG_MAP_NAME,
+            "the global config confirmed",
+            RELOAD_TIMEOUT,
+            synced(&global_config),
+        )
+        .await?;
+        let tenant_up = format!(r#"up{{job="{TENANT_JOB}",namespace="reload-a"}}"#);
+        promfed::wait_for_series(http, &global.url(), &tenant_up, SERIES_TIMEOUT, |s| {
+            s.len() == 1
+        })
+        .await?;
+
+        // The member's federation Prometheus stopped during an edit: the reloader (left
+        // running) reports it unavailable, then loads the edit once it is back.
+        promfed.federation.stop(testbed);
+        let edited = config(&[federate_job(
+            job,
+            &[promfed.tenants[0].target()],
+            r#"up{namespace="reload-a"}"#,
+        )]);
+        put_config(&member_maps, CONFIG_MAP_NAME, &edited).await?;
+        wait_status(
+            &member_maps,
+            CONFIG_MAP_NAME,
+            "the edit reported unavailable",
+            RELOAD_TIMEOUT,
+            |s| s.state.as_deref() == Some(STATE_UNAVAILABLE),
+        )
+        .await?;
+        promfed.federation.resume(testbed).await?;
+        wait_status(
+            &member_maps,
+            CONFIG_MAP_NAME,
+            "the edit confirmed after the restart",
+            RELOAD_TIMEOUT,
+            synced(&edited),
+        )
+        .await?;
+        promfed.federation.ensure_running(testbed)?;
         Ok(())
     });
 }
