@@ -955,6 +955,59 @@ impl PromfedMember {
     }
 }
 
+/// The whole federation testbed: a [`PromfedMember`] for every member cluster of the
+/// testbed, each with the same tenants (tenants span members, as in real fleets), and the
+/// [`GlobalPrometheus`] on the management side.
+#[derive(Debug)]
+pub struct Promfed {
+    /// One per member cluster, in the testbed's order.
+    pub members: Vec<PromfedMember>,
+    /// The global tier's Prometheus.
+    pub global: GlobalPrometheus,
+}
+
+impl Promfed {
+    /// Starts everything in parallel: for every member cluster a tenant Prometheus per
+    /// entry of `tenants` (published as Services) and the federation Prometheus started
+    /// with `member_options`, and the global Prometheus started with `global_options`.
+    /// Reloaders' ConfigMap namespaces must exist (a missing ConfigMap is fine).
+    pub async fn start(
+        testbed: &Testbed,
+        tenants: &[TenantSpec],
+        member_options: &FederationOptions,
+        global_options: &FederationOptions,
+    ) -> Result<Self> {
+        let members = try_join_all(
+            testbed
+                .members()
+                .iter()
+                .map(|cluster| PromfedMember::start(testbed, cluster, tenants, member_options)),
+        );
+        let global = FederationPrometheus::start_global(testbed, global_options);
+        let (members, global) = tokio::try_join!(members, global)?;
+        Ok(Self { members, global })
+    }
+
+    /// The setup of member cluster `cluster`.
+    pub fn member(&self, cluster: &str) -> Option<&PromfedMember> {
+        self.members.iter().find(|m| m.cluster == cluster)
+    }
+
+    /// The setup of member cluster `cluster`, to stop or resume its servers.
+    pub fn member_mut(&mut self, cluster: &str) -> Option<&mut PromfedMember> {
+        self.members.iter_mut().find(|m| m.cluster == cluster)
+    }
+
+    /// Each member's federation endpoint (`http://<address>:9090`, what
+    /// `ManagedCluster.spec.federationEndpoint` names), by cluster name.
+    pub fn federation_endpoints(&self) -> BTreeMap<String, String> {
+        self.members
+            .iter()
+            .map(|m| (m.cluster.clone(), m.federation.url()))
+            .collect()
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Prometheus HTTP API helpers.
 

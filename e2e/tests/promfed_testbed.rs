@@ -14,8 +14,8 @@ use accord_e2e::SharedTestbed;
 use accord_e2e::federation::ensure_namespace;
 use accord_e2e::promfed::{
     self, CONFIG_MAP_NAME, FederationOptions, FederationPrometheus, GLOBAL_CONFIG_MAP_NAME,
-    GlobalPrometheus, HostsFile, LEAK_JOB, PromfedMember, ReloaderOptions, SOURCE_LABEL,
-    TENANT_JOB, TenantPrometheus, TenantSpec,
+    HostsFile, LEAK_JOB, Promfed, PromfedMember, ReloaderOptions, SOURCE_LABEL, TENANT_JOB,
+    TenantPrometheus, TenantSpec,
 };
 use accord_e2e::reloader_support::{put_config, wait_status};
 use anyhow::{Context as _, ensure};
@@ -379,11 +379,21 @@ fn reloaders_deliver_config_maps_to_the_federation_and_global_prometheus_servers
             ..ReloaderOptions::default()
         };
 
-        // Member tier: ConfigMap prometheus-federation in the member.
+        // Member tier: ConfigMap prometheus-federation in the member; global tier:
+        // ConfigMap prometheus-federation-global on the management side.
         ensure_namespace(member, "promfed-reload").await?;
-        let options = FederationOptions::with_reloader(reloader("promfed-reload"));
+        ensure_namespace(mgmt, "promfed-global").await?;
         let tenants = [TenantSpec::new("reload-a", "metrics")];
-        let mut promfed = PromfedMember::start(testbed, member, &tenants, &options).await?;
+        let mut all = Promfed::start(
+            testbed,
+            &tenants,
+            &FederationOptions::with_reloader(reloader("promfed-reload")),
+            &FederationOptions::with_reloader(reloader("promfed-global")),
+        )
+        .await?;
+        let endpoints = all.federation_endpoints();
+        let global_url = all.global.url();
+        let promfed = all.member_mut("member-1").context("member-1's setup")?;
         let member_maps: Api<ConfigMap> = Api::namespaced(member.client(), "promfed-reload");
         let job = "accord/promfed-reload/policy/reload-a";
         let member_config = config(&[federate_job(
@@ -408,11 +418,11 @@ fn reloaders_deliver_config_maps_to_the_federation_and_global_prometheus_servers
         })
         .await?;
 
-        // Global tier: ConfigMap prometheus-federation-global on the management side,
-        // federating the member's federation Prometheus by URL.
-        ensure_namespace(mgmt, "promfed-global").await?;
-        let options = FederationOptions::with_reloader(reloader("promfed-global"));
-        let global = GlobalPrometheus::start_global(testbed, &options).await?;
+        // The global tier federates the member's federation Prometheus by URL.
+        ensure!(
+            endpoints.get("member-1") == Some(&url),
+            "endpoints {endpoints:?}"
+        );
         let global_maps: Api<ConfigMap> = Api::namespaced(mgmt.client(), "promfed-global");
         let federation_host = url.trim_start_matches("http://").to_owned();
         let global_config = config(&[federate_job(
@@ -430,7 +440,7 @@ fn reloaders_deliver_config_maps_to_the_federation_and_global_prometheus_servers
         )
         .await?;
         let tenant_up = format!(r#"up{{job="{TENANT_JOB}",namespace="reload-a"}}"#);
-        promfed::wait_for_series(http, &global.url(), &tenant_up, SERIES_TIMEOUT, |s| {
+        promfed::wait_for_series(http, &global_url, &tenant_up, SERIES_TIMEOUT, |s| {
             s.len() == 1
         })
         .await?;
