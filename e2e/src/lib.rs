@@ -36,6 +36,7 @@ pub mod pki;
 pub mod ports;
 pub mod process;
 pub mod prometheus;
+pub mod promfed;
 pub mod reloader_support;
 pub mod sandbox;
 pub mod shared;
