@@ -134,6 +134,9 @@ pub struct FederationSpec {
     pub sample_limit: i64,
     /// URL to POST to reload Prometheus.
     pub reload_url: String,
+    /// Namespace of the member's ConfigMap `prometheus-federation` ("": the agent's own).
+    #[serde(default)]
+    pub config_map_namespace: String,
 }
 
 /// What one policy asks of one member cluster: one variant per kind.
@@ -183,6 +186,7 @@ impl AssignmentSpec {
                 scrape_timeout: f.scrape_timeout.clone(),
                 sample_limit: f.sample_limit,
                 reload_url: f.reload_url.clone(),
+                config_map_namespace: f.config_map_namespace.clone(),
             }),
         }
     }
@@ -212,6 +216,7 @@ impl AssignmentSpec {
                 scrape_timeout: f.scrape_timeout,
                 sample_limit: f.sample_limit,
                 reload_url: f.reload_url,
+                config_map_namespace: f.config_map_namespace,
             }),
         }
     }
@@ -378,6 +383,7 @@ mod tests {
                 scrape_timeout: "10s".into(),
                 sample_limit: 5,
                 reload_url: "http://p:9090/-/reload".into(),
+                config_map_namespace: "monitoring".into(),
             }),
         ];
         for spec in specs {
