@@ -250,8 +250,10 @@ impl Federation {
         message: String,
     ) -> Result<Action, ReconcileError> {
         self.sync_global().await?;
-        let api: Api<PrometheusFederation> =
-            Api::namespaced(self.ctx.kube.clone(), &policy.namespace().unwrap_or_default());
+        let api: Api<PrometheusFederation> = Api::namespaced(
+            self.ctx.kube.clone(),
+            &policy.namespace().unwrap_or_default(),
+        );
         let old = policy.status.as_ref();
         let mut status = old.cloned().unwrap_or_default();
         let generation = policy.metadata.generation;
@@ -302,7 +304,8 @@ impl Federation {
                 let revision = ctx.store.fenced_put(&fence, &key, value).await?;
                 // Read our own write before anything is computed from the cache.
                 ctx.placements.wait_for_revision(revision).await;
-                let clusters: Vec<&str> = record.shares.iter().map(|s| s.cluster.as_str()).collect();
+                let clusters: Vec<&str> =
+                    record.shares.iter().map(|s| s.cluster.as_str()).collect();
                 info!(policy = %p, ?clusters, revision, "federation placements");
                 (record, revision)
             }
@@ -349,8 +352,13 @@ impl Federation {
             now: &Time(Timestamp::now()),
         });
         for note in new_errors(old, &status) {
-            ctx.publish(&policy.object_ref(&()), EventType::Warning, PLACEMENT_ERROR, note)
-                .await;
+            ctx.publish(
+                &policy.object_ref(&()),
+                EventType::Warning,
+                PLACEMENT_ERROR,
+                note,
+            )
+            .await;
         }
         let api: Api<PrometheusFederation> = Api::namespaced(ctx.kube.clone(), &p.namespace);
         write_status(&api, &p.name, old, &status).await?;
@@ -388,7 +396,8 @@ impl Federation {
             .filter_map(|p| global_policy(p, &clusters))
             .collect();
         let planned = global::plan(&policies);
-        let rendered = global::render(&planned).map_err(|e| ReconcileError::Render(e.to_string()))?;
+        let rendered =
+            global::render(&planned).map_err(|e| ReconcileError::Render(e.to_string()))?;
         let api: Api<ConfigMap> = Api::namespaced(self.ctx.kube.clone(), &self.namespace);
         let current = self.current_global(&api).await?;
         let Some(rendered) = rendered else {
@@ -554,10 +563,8 @@ pub async fn run(
     let ps = policy_store.clone();
     let global_changes = watcher(
         config_maps,
-        watcher::Config::default().fields(&format!(
-            "metadata.name={}",
-            lib::GLOBAL_CONFIG_MAP_NAME
-        )),
+        watcher::Config::default()
+            .fields(&format!("metadata.name={}", lib::GLOBAL_CONFIG_MAP_NAME)),
     )
     .default_backoff()
     .reflect(global_writer)
@@ -689,7 +696,10 @@ mod tests {
             }]}
         }))
         .unwrap();
-        assert!(mc.decode().is_err(), "the fixture must not decode as a whole");
+        assert!(
+            mc.decode().is_err(),
+            "the fixture must not decode as a whole"
+        );
         let info = cluster_info(&mc);
         assert!(info.available);
         assert_eq!(info.labels["tier"], "prod");
@@ -761,15 +771,15 @@ mod tests {
             jobs: 0,
         };
         let cm = global_config_map("accord-system", &rendered);
-        assert_eq!(cm.metadata.name.as_deref(), Some(lib::GLOBAL_CONFIG_MAP_NAME));
+        assert_eq!(
+            cm.metadata.name.as_deref(),
+            Some(lib::GLOBAL_CONFIG_MAP_NAME)
+        );
         assert_eq!(cm.metadata.namespace.as_deref(), Some("accord-system"));
         assert_eq!(cm.annotations()[lib::ANN_CONFIG_HASH], "abc");
         assert_eq!(cm.labels()["app.kubernetes.io/managed-by"], "accord-hub");
         assert_eq!(cm.labels()["accord.io/owned-by"], "prometheusfederation");
-        assert_eq!(
-            cm.data.unwrap()[lib::CONFIG_KEY],
-            "scrape_configs: []\n"
-        );
+        assert_eq!(cm.data.unwrap()[lib::CONFIG_KEY], "scrape_configs: []\n");
     }
 
     fn api_error(code: u16) -> ReconcileError {
@@ -781,7 +791,10 @@ mod tests {
     #[test]
     fn refused_requests_wait_for_a_change_and_passing_trouble_is_retried() {
         assert!(!api_error(403).is_transient(), "missing RBAC repeats");
-        assert!(!api_error(404).is_transient(), "a missing namespace repeats");
+        assert!(
+            !api_error(404).is_transient(),
+            "a missing namespace repeats"
+        );
         assert!(api_error(409).is_transient());
         assert!(api_error(503).is_transient());
         assert!(!ReconcileError::NotLeader.is_transient());

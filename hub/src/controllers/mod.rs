@@ -193,9 +193,10 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
     ("ManagedCluster status writer", |ctx, clusters, listed| {
         Box::pin(cluster_status::run(ctx, clusters, listed))
     }),
-    ("PrometheusFederation controller", |ctx, clusters, listed| {
-        Box::pin(federation::run(ctx, clusters, listed))
-    }),
+    (
+        "PrometheusFederation controller",
+        |ctx, clusters, listed| Box::pin(federation::run(ctx, clusters, listed)),
+    ),
 ];
 
 /// What the controllers are started with.

@@ -204,7 +204,10 @@ mod tests {
         assert!(federation.same_decision(&federation.clone()));
         assert!(federation.scale().is_none());
         let json = serde_json::to_string(&federation).unwrap();
-        assert_eq!(serde_json::from_str::<PlacementRecord>(&json).unwrap(), federation);
+        assert_eq!(
+            serde_json::from_str::<PlacementRecord>(&json).unwrap(),
+            federation
+        );
     }
 
     #[test]

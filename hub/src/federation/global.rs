@@ -15,8 +15,7 @@ use accord_crds::prometheus::GlobalTierStatus;
 use super::lib::{self, GlobalTarget, ReloadStatus, RenderError, Rendered};
 
 /// Message while the global Prometheus has not confirmed the current config.
-pub const WAITING_FOR_RELOADER: &str =
-    "waiting for the global Prometheus's reloader to confirm";
+pub const WAITING_FOR_RELOADER: &str = "waiting for the global Prometheus's reloader to confirm";
 /// The reloader's state values the hub acts on.
 const RELOAD_ERROR: &str = "Error";
 const RELOAD_UNAVAILABLE: &str = "Unavailable";
@@ -127,7 +126,10 @@ pub fn tier_status(
     } else if about_this && reload.state.as_deref() == Some(RELOAD_UNAVAILABLE) {
         (PlacementState::Unavailable, reload.message.clone())
     } else {
-        (PlacementState::Pending, Some(WAITING_FOR_RELOADER.to_owned()))
+        (
+            PlacementState::Pending,
+            Some(WAITING_FOR_RELOADER.to_owned()),
+        )
     };
     let mut message: Vec<String> = detail.into_iter().collect();
     for cluster in &part.federated {
@@ -175,7 +177,12 @@ mod tests {
         }
     }
 
-    fn reload(loaded: Option<&str>, about: Option<&str>, state: Option<&str>, msg: &str) -> ReloadStatus {
+    fn reload(
+        loaded: Option<&str>,
+        about: Option<&str>,
+        state: Option<&str>,
+        msg: &str,
+    ) -> ReloadStatus {
         ReloadStatus {
             loaded_hash: loaded.map(str::to_owned),
             reload_hash: about.map(str::to_owned),
@@ -188,7 +195,7 @@ mod tests {
     #[test]
     fn every_member_with_an_endpoint_is_one_target_and_the_others_are_named() {
         let p = policy("a", &[("east", Some("http://east:9090")), ("west", None)]);
-        let planned = plan(&[p.clone()]);
+        let planned = plan(std::slice::from_ref(&p));
         assert_eq!(planned.targets.len(), 1);
         assert_eq!(planned.targets[0].cluster, "east");
         assert_eq!(planned.targets[0].url, "http://east:9090");
@@ -235,12 +242,22 @@ mod tests {
     #[test]
     fn synced_only_once_the_reloader_confirms_the_current_hash() {
         let p = policy("a", &[("east", Some("http://east:9090"))]);
-        let part = &plan(&[p.clone()]).parts[&p.policy];
-        let st = tier_status(&p.policy, part, "new", &reload(Some("old"), Some("old"), Some("Synced"), ""));
+        let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
+        let st = tier_status(
+            &p.policy,
+            part,
+            "new",
+            &reload(Some("old"), Some("old"), Some("Synced"), ""),
+        );
         assert_eq!(st.state, PlacementState::Pending);
         assert_eq!(st.message.as_deref(), Some(WAITING_FOR_RELOADER));
         assert_eq!(st.config_hash.as_deref(), Some("new"));
-        let st = tier_status(&p.policy, part, "new", &reload(Some("new"), Some("new"), Some("Synced"), ""));
+        let st = tier_status(
+            &p.policy,
+            part,
+            "new",
+            &reload(Some("new"), Some("new"), Some("Synced"), ""),
+        );
         assert_eq!(st.state, PlacementState::Synced);
         assert_eq!(st.jobs, Some(1));
         assert_eq!(st.message, None);
@@ -249,21 +266,37 @@ mod tests {
     #[test]
     fn the_reloaders_error_or_unavailability_counts_only_for_the_current_hash() {
         let p = policy("a", &[("east", Some("http://east:9090"))]);
-        let part = &plan(&[p.clone()]).parts[&p.policy];
-        let refused = reload(Some("old"), Some("new"), Some("Error"), "bad config: line 3");
+        let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
+        let refused = reload(
+            Some("old"),
+            Some("new"),
+            Some("Error"),
+            "bad config: line 3",
+        );
         let st = tier_status(&p.policy, part, "new", &refused);
         assert_eq!(st.state, PlacementState::Error);
         assert_eq!(st.message.as_deref(), Some("bad config: line 3"));
         let down = reload(Some("old"), Some("new"), Some("Unavailable"), "unreachable");
-        assert_eq!(tier_status(&p.policy, part, "new", &down).state, PlacementState::Unavailable);
-        let stale = reload(Some("old"), Some("older"), Some("Error"), "about something else");
-        assert_eq!(tier_status(&p.policy, part, "new", &stale).state, PlacementState::Pending);
+        assert_eq!(
+            tier_status(&p.policy, part, "new", &down).state,
+            PlacementState::Unavailable
+        );
+        let stale = reload(
+            Some("old"),
+            Some("older"),
+            Some("Error"),
+            "about something else",
+        );
+        assert_eq!(
+            tier_status(&p.policy, part, "new", &stale).state,
+            PlacementState::Pending
+        );
     }
 
     #[test]
     fn missing_endpoints_and_failing_scrapes_are_in_the_message() {
         let p = policy("a", &[("east", Some("http://east:9090")), ("west", None)]);
-        let part = &plan(&[p.clone()]).parts[&p.policy];
+        let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
         let mut r = reload(Some("h"), Some("h"), Some("Synced"), "");
         r.scrape_errors.insert(
             lib::global_job_name(&p.policy, "east"),
@@ -272,7 +305,10 @@ mod tests {
         let st = tier_status(&p.policy, part, "h", &r);
         assert_eq!(st.state, PlacementState::Synced);
         let message = st.message.unwrap();
-        assert!(message.contains("scraping cluster east fails: connection refused"), "{message}");
+        assert!(
+            message.contains("scraping cluster east fails: connection refused"),
+            "{message}"
+        );
         assert!(message.contains("no spec.federationEndpoint"), "{message}");
         assert!(message.ends_with(": west"), "{message}");
     }

@@ -103,7 +103,10 @@ mod tests {
         .unwrap();
         assert_eq!(a.tenant_labels["tenant"], "yes");
         assert!(a.tenant_namespaces.is_empty());
-        assert_eq!((a.scrape_interval.as_str(), a.scrape_timeout.as_str()), ("15s", "5s"));
+        assert_eq!(
+            (a.scrape_interval.as_str(), a.scrape_timeout.as_str()),
+            ("15s", "5s")
+        );
         assert_eq!(a.sample_limit, 1000);
         assert_eq!(a.reload_url, "http://p:9090/-/reload");
         assert_eq!(a.config_map_namespace, "monitoring");
@@ -125,8 +128,14 @@ mod tests {
         let spec = FederationSpec::default();
         let s = shares(
             &[
-                SelectedCluster { name: "a".into(), known: true },
-                SelectedCluster { name: "mars".into(), known: false },
+                SelectedCluster {
+                    name: "a".into(),
+                    known: true,
+                },
+                SelectedCluster {
+                    name: "mars".into(),
+                    known: false,
+                },
             ],
             &spec,
         );

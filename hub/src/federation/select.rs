@@ -144,7 +144,10 @@ mod tests {
     }
 
     fn names(selected: &[SelectedCluster]) -> Vec<(&str, bool)> {
-        selected.iter().map(|s| (s.name.as_str(), s.known)).collect()
+        selected
+            .iter()
+            .map(|s| (s.name.as_str(), s.known))
+            .collect()
     }
 
     const TENANTS: &str = "tenantSelector: {namespaces: [a]}\nmatch: ['{job=\"x\"}']\n";
@@ -215,8 +218,11 @@ mod tests {
 
     #[test]
     fn match_labels_and_expressions_must_all_hold() {
-        let labels: BTreeMap<String, String> =
-            [("tier".to_owned(), "prod".to_owned()), ("r".to_owned(), "eu".to_owned())].into();
+        let labels: BTreeMap<String, String> = [
+            ("tier".to_owned(), "prod".to_owned()),
+            ("r".to_owned(), "eu".to_owned()),
+        ]
+        .into();
         let s: LabelSelector = serde_saphyr::from_str(
             "{matchLabels: {tier: prod}, matchExpressions: [{key: r, operator: In, values: [us]}]}",
         )

@@ -88,7 +88,10 @@ pub struct RenderError(String);
 
 /// `accord-global/<ns>/<name>/<cluster>`.
 pub fn global_job_name(policy: &PolicyRef, cluster: &str) -> String {
-    format!("accord-global/{}/{}/{cluster}", policy.namespace, policy.name)
+    format!(
+        "accord-global/{}/{}/{cluster}",
+        policy.namespace, policy.name
+    )
 }
 
 /// Renders the global tier's config: one job per target.

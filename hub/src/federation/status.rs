@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use accord_common::distribution::{Observed, PlacementState};
+use accord_crds::PrometheusFederationStatus;
 use accord_crds::conditions::{self, Desired, Status, reasons, types};
 use accord_crds::prometheus::{FederationPlacement, GlobalTierStatus};
-use accord_crds::PrometheusFederationStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::select::ClusterInfo;
@@ -85,7 +85,10 @@ pub fn placement(
     let (state, message) = if share.assignment.is_none() {
         (PlacementState::Pending, share.held_reason.clone())
     } else if !cluster.is_some_and(|c| c.available) {
-        (PlacementState::Unavailable, Some(AGENT_DISCONNECTED.to_owned()))
+        (
+            PlacementState::Unavailable,
+            Some(AGENT_DISCONNECTED.to_owned()),
+        )
     } else {
         match report {
             Some(r) if r.applied_revision >= revision => {
@@ -147,7 +150,11 @@ pub fn federation_conditions(
                 "the federation config is loaded in {} cluster{}{}",
                 placements.len(),
                 if placements.len() == 1 { "" } else { "s" },
-                if global.is_some() { " and the global tier" } else { "" }
+                if global.is_some() {
+                    " and the global tier"
+                } else {
+                    ""
+                }
             ),
         )
     } else {
@@ -168,7 +175,10 @@ pub fn federation_conditions(
         .map(|p| format!("{}: {}", p.cluster, detail(p.state, p.message.as_ref())))
         .collect();
     if let Some(g) = global.filter(|g| is_trouble(g.state)) {
-        troubled.push(format!("global tier: {}", detail(g.state, g.message.as_ref())));
+        troubled.push(format!(
+            "global tier: {}",
+            detail(g.state, g.message.as_ref())
+        ));
     }
     let degraded = if troubled.is_empty() {
         Desired::new(types::DEGRADED, Status::False, reasons::HEALTHY, "")
@@ -334,7 +344,13 @@ mod tests {
             ("b", report(PlacementState::Synced, 11, "h2", "")),
         ];
         let global = synced_global();
-        let st = status(&[share("a"), share("b")], &reports, &clusters, Some(&global), None);
+        let st = status(
+            &[share("a"), share("b")],
+            &reports,
+            &clusters,
+            Some(&global),
+            None,
+        );
         assert_eq!(st.observed_generation, Some(3));
         assert_eq!(st.placements[0].state, PlacementState::Synced);
         assert_eq!(st.placements[0].config_hash.as_deref(), Some("h1"));
@@ -356,7 +372,11 @@ mod tests {
         let st = status(&[share("a")], &reports, &clusters, Some(&global), None);
         let ready = conditions::find(&st.conditions, types::READY).unwrap();
         assert_eq!(ready.status, "False");
-        assert!(ready.message.contains("global tier (Pending)"), "{}", ready.message);
+        assert!(
+            ready.message.contains("global tier (Pending)"),
+            "{}",
+            ready.message
+        );
         assert!(!conditions::is_true(&st.conditions, types::DEGRADED));
     }
 
@@ -366,8 +386,15 @@ mod tests {
         let reports = [("a", report(PlacementState::Synced, 9, "old", ""))];
         let st = status(&[share("a"), share("b")], &reports, &clusters, None, None);
         assert_eq!(st.placements[0].state, PlacementState::Pending);
-        assert_eq!(st.placements[0].message.as_deref(), Some(WAITING_FOR_CHANGE));
-        assert_eq!(st.placements[0].config_hash.as_deref(), Some("old"), "as last reported");
+        assert_eq!(
+            st.placements[0].message.as_deref(),
+            Some(WAITING_FOR_CHANGE)
+        );
+        assert_eq!(
+            st.placements[0].config_hash.as_deref(),
+            Some("old"),
+            "as last reported"
+        );
         assert_eq!(st.placements[1].state, PlacementState::Pending);
         assert_eq!(st.placements[1].message.as_deref(), Some(WAITING_FOR_AGENT));
         assert!(!conditions::is_true(&st.conditions, types::READY));
@@ -378,23 +405,48 @@ mod tests {
         let mut clusters = up(&["a", "b"]);
         clusters.insert("c".into(), ClusterInfo::default());
         let reports = [
-            ("a", report(PlacementState::Error, 10, "h", "Prometheus refused the config: bad")),
+            (
+                "a",
+                report(
+                    PlacementState::Error,
+                    10,
+                    "h",
+                    "Prometheus refused the config: bad",
+                ),
+            ),
             ("b", report(PlacementState::Synced, 10, "h", "")),
             ("c", report(PlacementState::Synced, 10, "h", "")),
         ];
-        let st = status(&[share("a"), share("b"), share("c")], &reports, &clusters, None, None);
+        let st = status(
+            &[share("a"), share("b"), share("c")],
+            &reports,
+            &clusters,
+            None,
+            None,
+        );
         assert_eq!(st.placements[0].state, PlacementState::Error);
         assert_eq!(
             st.placements[0].message.as_deref(),
             Some("Prometheus refused the config: bad")
         );
         assert_eq!(st.placements[2].state, PlacementState::Unavailable);
-        assert_eq!(st.placements[2].message.as_deref(), Some(AGENT_DISCONNECTED));
+        assert_eq!(
+            st.placements[2].message.as_deref(),
+            Some(AGENT_DISCONNECTED)
+        );
         let degraded = conditions::find(&st.conditions, types::DEGRADED).unwrap();
         assert_eq!(degraded.status, "True");
         assert_eq!(degraded.reason, reasons::PLACEMENT_PROBLEMS);
-        assert!(degraded.message.contains("a: Error: Prometheus refused"), "{}", degraded.message);
-        assert!(degraded.message.contains("c: Unavailable"), "{}", degraded.message);
+        assert!(
+            degraded.message.contains("a: Error: Prometheus refused"),
+            "{}",
+            degraded.message
+        );
+        assert!(
+            degraded.message.contains("c: Unavailable"),
+            "{}",
+            degraded.message
+        );
         assert!(!degraded.message.contains("b:"), "{}", degraded.message);
     }
 
@@ -402,7 +454,10 @@ mod tests {
     fn an_unknown_cluster_is_pending_with_the_reason() {
         let st = status(&[unknown("mars")], &[], &up(&[]), None, None);
         assert_eq!(st.placements[0].state, PlacementState::Pending);
-        assert_eq!(st.placements[0].message.as_deref(), Some("no ManagedCluster mars"));
+        assert_eq!(
+            st.placements[0].message.as_deref(),
+            Some("no ManagedCluster mars")
+        );
         assert!(!conditions::is_true(&st.conditions, types::READY));
     }
 
@@ -440,10 +495,19 @@ mod tests {
             ..synced_global()
         };
         let before = status(&[share("a"), share("b")], &[], &clusters, None, None);
-        let after = status(&[share("a"), share("b")], &bad, &clusters, Some(&failed_global), Some(&before));
+        let after = status(
+            &[share("a"), share("b")],
+            &bad,
+            &clusters,
+            Some(&failed_global),
+            Some(&before),
+        );
         assert_eq!(
             new_errors(Some(&before), &after),
-            vec!["cluster a: refused".to_owned(), "global tier: global refused".to_owned()]
+            vec![
+                "cluster a: refused".to_owned(),
+                "global tier: global refused".to_owned()
+            ]
         );
         assert!(new_errors(Some(&after), &after).is_empty());
     }
