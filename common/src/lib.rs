@@ -7,6 +7,7 @@
 
 pub mod apply;
 pub mod distribution;
+pub mod federation;
 pub mod http;
 pub mod manifest;
 pub mod metrics;
