@@ -11,13 +11,12 @@
 pub mod global;
 pub mod plan;
 pub mod select;
-pub mod standin;
 pub mod status;
 
 use serde::{Deserialize, Serialize};
 
-/// The render library: the stand-in until `accord_common::federation` lands.
-pub use standin as lib;
+/// The render library (config rendering and the ConfigMap contract), shared with the agent.
+pub use accord_common::federation as lib;
 
 /// Kind name of federation policies in keys and object references.
 pub const FEDERATION_KIND: &str = "PrometheusFederation";
