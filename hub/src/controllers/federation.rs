@@ -59,8 +59,6 @@ use crate::store::{CacheEvent, StatusRecord, StoreError};
 pub const FINALIZER: &str = super::scale::FINALIZER;
 /// Re-check every policy this often even without events.
 const RESYNC: Duration = Duration::from_secs(300);
-/// Longest wait for the global ConfigMap's watch to list before it is read directly.
-const GLOBAL_LIST_WAIT: Duration = Duration::from_secs(5);
 /// Labels of the global ConfigMap.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "accord-hub");
 const OWNED_BY: (&str, &str) = ("accord.io/owned-by", "prometheusfederation");
@@ -219,8 +217,8 @@ impl Federation {
         message: &str,
         status_patch: Option<serde_json::Value>,
     ) -> Result<Action, ReconcileError> {
-        self.sync_global().await?;
         let Some(patch) = status_patch else {
+            self.sync_global().await?;
             return Ok(Action::await_change());
         };
         let ns = policy.namespace().unwrap_or_default();
@@ -240,6 +238,8 @@ impl Federation {
                 message.to_owned(),
             )
             .await;
+        // Its global jobs, if an earlier version had any, go.
+        self.sync_global().await?;
         Ok(Action::await_change())
     }
 
@@ -249,7 +249,6 @@ impl Federation {
         policy: &PrometheusFederation,
         message: String,
     ) -> Result<Action, ReconcileError> {
-        self.sync_global().await?;
         let api: Api<PrometheusFederation> = Api::namespaced(
             self.ctx.kube.clone(),
             &policy.namespace().unwrap_or_default(),
@@ -270,6 +269,8 @@ impl Federation {
             &Time(Timestamp::now()),
         );
         write_status(&api, &policy.name_any(), old, &status).await?;
+        // Its global jobs, if an earlier version had any, go.
+        self.sync_global().await?;
         Ok(Action::await_change())
     }
 
@@ -443,9 +444,10 @@ impl Federation {
     }
 
     /// The global ConfigMap as last seen: from the watch once it has listed, read directly
-    /// before (so that a watch that cannot list never stalls the policies).
+    /// until then (so that a watch that cannot list never stalls the policies).
     async fn current_global(&self, api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, kube::Error> {
-        let listed = tokio::time::timeout(GLOBAL_LIST_WAIT, self.global.wait_until_ready())
+        // Polled once: ready at once when the watch has listed.
+        let listed = tokio::time::timeout(Duration::ZERO, self.global.wait_until_ready())
             .await
             .is_ok_and(|r| r.is_ok());
         if listed {
