@@ -134,7 +134,7 @@ pub struct FederationSpec {
     pub sample_limit: i64,
     /// URL to POST to reload Prometheus.
     pub reload_url: String,
-    /// Namespace of ConfigMap `prometheus-federation` ("": the agent's namespace).
+    /// Namespace of the member's ConfigMap `prometheus-federation` ("": the agent's own).
     #[serde(default)]
     pub config_map_namespace: String,
 }

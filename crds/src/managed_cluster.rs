@@ -66,6 +66,15 @@ pub struct ManagedClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub taints: Vec<ClusterTaint>,
+
+    /// Base URL at which the hub's global Prometheus reaches this cluster's federation
+    /// Prometheus (it scrapes `<federationEndpoint>/federate`), e.g.
+    /// `https://prometheus-federation.us-central1.example.com`. Clusters without it are
+    /// left out of every PrometheusFederation's global tier (its status says which).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 2048))]
+    #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message(messages::FEDERATION_ENDPOINT))]
+    pub federation_endpoint: Option<String>,
 }
 
 /// A taint on a member cluster.

@@ -85,6 +85,8 @@ pub const FACTOR_MAX: &str = "must be at most 10";
 pub const POSITIVE_INTEGER: &str = "must be at least 1";
 /// A URL is not http(s).
 pub const HTTP_URL: &str = "must be an http:// or https:// URL";
+/// A ManagedCluster's federationEndpoint is not http(s).
+pub const FEDERATION_ENDPOINT: &str = "federationEndpoint must be an http:// or https:// base URL of the cluster's federation Prometheus (the global tier scrapes <federationEndpoint>/federate)";
 /// A PromQL query is empty.
 pub const QUERY_NOT_EMPTY: &str = "query must not be empty";
 /// Autoscaling poll interval above its cap.

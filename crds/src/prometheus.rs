@@ -152,10 +152,32 @@ pub struct PrometheusFederationStatus {
     /// The rendered config in each selected cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<FederationPlacement>,
+    /// The global tier on the hub, when `spec.global.enabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalTierStatus>,
     /// `Ready`, `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
+}
+
+/// The global tier's config as the global Prometheus's reloader last confirmed it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GlobalTierStatus {
+    /// Pending, Synced, Unavailable or Error.
+    pub state: crate::PlacementState,
+    /// Global federation jobs of this policy (one per member cluster with a
+    /// federationEndpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub jobs: Option<i32>,
+    /// SHA-256 of the whole global config the hub wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_hash: Option<String>,
+    /// Detail for the state, and which selected clusters have no federationEndpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The federation config as one cluster's agent last applied it.

@@ -151,6 +151,13 @@ impl Validate for ManagedClusterSpec {
             errs.check(w > 0, "spec.weight", m::WEIGHT_POSITIVE);
             errs.check(w <= bounds::MAX_WEIGHT, "spec.weight", m::WEIGHT_MAX);
         }
+        if let Some(url) = &self.federation_endpoint {
+            errs.check(
+                is_http_url(url),
+                "spec.federationEndpoint",
+                m::FEDERATION_ENDPOINT,
+            );
+        }
         errs.into_result()
     }
 }

@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Validity of agent client certificates (agents renew before expiry).
     #[arg(long, default_value = "2160h", value_parser = parse_duration)]
     agent_cert_validity: Duration,
+    /// Namespace of ConfigMap prometheus-federation-global, the global federation tier's
+    /// config (default: --namespace).
+    #[arg(long)]
+    federation_namespace: Option<String>,
 }
 
 /// Token operations.
@@ -174,6 +178,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 etcd_prefix: a.state.etcd_prefix,
                 grpc_addr: a.grpc_addr,
                 http_addr: a.http_addr,
+                federation_namespace: a
+                    .federation_namespace
+                    .unwrap_or_else(|| a.state.namespace.clone()),
                 namespace: a.state.namespace,
                 replica: replica.clone(),
                 tls_sans: a.tls_san,

@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub http_addr: SocketAddr,
     /// Namespace of the hub on the management cluster (holds the CA Secret).
     pub namespace: String,
+    /// Namespace of the global federation tier's ConfigMap.
+    pub federation_namespace: String,
     /// Name of this replica.
     pub replica: String,
     /// Extra DNS names / IPs for the serving certificate.
@@ -133,6 +135,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             placements: fanout.cache().clone(),
             replica: cfg.replica.clone(),
             gates: gates.clone(),
+            federation_namespace: cfg.federation_namespace.clone(),
         }),
     );
     tasks.spawn(

@@ -14,6 +14,7 @@
 
 pub mod autoscale;
 pub mod cluster_status;
+pub mod federation;
 pub mod lenient;
 pub mod scale;
 
@@ -116,6 +117,8 @@ pub struct ControllerContext {
     pub autoscale: PrefixCache<crate::autoscale::engine::State>,
     /// The shared ManagedCluster reflector's store.
     pub clusters: Reflector<ClusterObject>,
+    /// Namespace of the global federation tier's ConfigMap.
+    pub federation_namespace: String,
     /// Backoff state of objects whose last reconcile failed transiently.
     retries: DashMap<String, Retry>,
 }
@@ -190,6 +193,10 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
     ("ManagedCluster status writer", |ctx, clusters, listed| {
         Box::pin(cluster_status::run(ctx, clusters, listed))
     }),
+    (
+        "PrometheusFederation controller",
+        |ctx, clusters, listed| Box::pin(federation::run(ctx, clusters, listed)),
+    ),
 ];
 
 /// What the controllers are started with.
@@ -211,6 +218,8 @@ pub struct ControllerDeps {
     pub replica: String,
     /// The hub's readiness.
     pub gates: ReadinessGates,
+    /// Namespace of the global federation tier's ConfigMap.
+    pub federation_namespace: String,
 }
 
 /// Runs every controller while this replica leads. Returns an error — and so stops the
@@ -287,6 +296,7 @@ async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
         statuses,
         autoscale,
         clusters: clusters.clone(),
+        federation_namespace: deps.federation_namespace.clone(),
         retries: DashMap::new(),
     });
     let mut term = Supervisor::new();

@@ -327,8 +327,9 @@ async fn apply(
 
 /// Stamps a new decision's id on the record and on every share's assignment.
 fn name_decision(record: &mut PlacementRecord, id: &str) {
-    let Decision::Scale(decision) = &mut record.decision;
-    decision.scale_request_id = id.to_owned();
+    if let Decision::Scale(decision) = &mut record.decision {
+        decision.scale_request_id = id.to_owned();
+    }
     for share in &mut record.shares {
         if let Some(AssignmentSpec::Scale(spec)) = &mut share.assignment {
             spec.scale_request_id = id.to_owned();

@@ -10,6 +10,7 @@ use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
 use accord_proto::v1::Assignment;
 use serde::{Deserialize, Serialize};
 
+use crate::federation::FederationDecision;
 use crate::scale::ScaleDecision;
 
 /// One cluster's part of a decision.
@@ -33,6 +34,8 @@ pub struct ShareRecord {
 pub enum Decision {
     /// CrossClusterScalePolicy.
     Scale(ScaleDecision),
+    /// PrometheusFederation.
+    Federation(FederationDecision),
 }
 
 impl Decision {
@@ -40,6 +43,8 @@ impl Decision {
     fn same_intent(&self, other: &Decision) -> bool {
         match (self, other) {
             (Decision::Scale(a), Decision::Scale(b)) => a.same_intent(b),
+            (Decision::Federation(a), Decision::Federation(b)) => a == b,
+            _ => false,
         }
     }
 }
@@ -96,6 +101,7 @@ impl PlacementRecord {
     pub fn scale(&self) -> Option<&ScaleDecision> {
         match &self.decision {
             Decision::Scale(d) => Some(d),
+            Decision::Federation(_) => None,
         }
     }
 
@@ -145,8 +151,9 @@ mod tests {
                 spec.scale_request_id = id.into();
             }
         }
-        let Decision::Scale(d) = &mut r.decision;
-        d.scale_request_id = id.into();
+        if let Decision::Scale(d) = &mut r.decision {
+            d.scale_request_id = id.into();
+        }
         r
     }
 
@@ -184,6 +191,23 @@ mod tests {
         let stored = record(&[("a", 7), ("b", 5)]);
         let planned = with_request_id(stored.clone(), "");
         assert!(planned.same_decision(&stored));
+    }
+
+    #[test]
+    fn records_of_different_kinds_never_decide_the_same() {
+        let scale = record(&[("a", 7)]);
+        let federation = PlacementRecord {
+            decision: Decision::Federation(FederationDecision::default()),
+            ..scale.clone()
+        };
+        assert!(!scale.same_decision(&federation));
+        assert!(federation.same_decision(&federation.clone()));
+        assert!(federation.scale().is_none());
+        let json = serde_json::to_string(&federation).unwrap();
+        assert_eq!(
+            serde_json::from_str::<PlacementRecord>(&json).unwrap(),
+            federation
+        );
     }
 
     #[test]

@@ -491,7 +491,20 @@ mod rendered_tests {
         assert!(granted.contains(
             &permission("", "secrets", "get", Some("accord-system")).named(Some("accord-hub-ca"))
         ));
-        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Secret rules.
-        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2);
+        assert!(
+            granted.contains(
+                &permission("", "configmaps", "patch", Some("accord-system"))
+                    .named(Some("prometheus-federation-global"))
+            )
+        );
+        assert!(granted.contains(&permission(
+            "",
+            "configmaps",
+            "create",
+            Some("accord-system")
+        )));
+        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Secret rules,
+        // 5 verbs on the global tier's ConfigMap and 1 ConfigMap create.
+        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2 + 5 + 1);
     }
 }

@@ -16,6 +16,7 @@ use super::options::{
     ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_NAME, ETCD_PEER_PORT, EtcdMode, HUB_METRICS_SERVICE,
     HUB_NAME, InstallOptions, Resources,
 };
+use crate::federation::lib::GLOBAL_CONFIG_MAP_NAME;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
@@ -147,13 +148,21 @@ fn cluster_role_binding(ns: &str) -> Value {
     manifest::role_binding(HUB_NAME, None, ns, &hub_labels())
 }
 
-/// The hub's permissions in its own namespace: read its CA Secret (by name), and create it
-/// on first start (a create cannot be limited to a name). `accord-hub token create` run in
-/// the hub's pod needs the same read.
+/// The hub's permissions in its own namespace (which is also its federation namespace:
+/// `serve --federation-namespace` defaults to `--namespace`):
+///
+/// - read its CA Secret (by name), and create it on first start (a create cannot be
+///   limited to a name). `accord-hub token create` run in the hub's pod needs the same read.
+/// - the global federation tier's ConfigMap, by name: `get`, and `list`/`watch` (the
+///   leader watches it with a `metadata.name` field selector for the reloader's answers),
+///   `patch` (server-side apply) and `delete` (when no policy enables the global tier);
+///   `create`, because an apply that creates it is authorised as a create.
 pub fn hub_namespace_rules() -> Value {
     json!([
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [CA_SECRET_NAME], "verbs": ["get"] },
         { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [GLOBAL_CONFIG_MAP_NAME], "verbs": ["get", "list", "watch", "patch", "delete"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
     ])
 }
 
@@ -550,10 +559,33 @@ mod tests {
             json!([
                 { "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["accord-hub-ca"], "verbs": ["get"] },
                 { "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] },
+                { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["prometheus-federation-global"], "verbs": ["get", "list", "watch", "patch", "delete"] },
+                { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
             ])
         );
         let cluster_role = find(&objects, "ClusterRole", "accord-hub");
         assert!(!cluster_role.to_string().contains("secrets"));
+    }
+
+    #[test]
+    fn config_maps_are_granted_only_in_the_hub_namespace_and_only_the_global_tiers_by_name() {
+        let objects = render(&external()).unwrap();
+        let cluster_role = find(&objects, "ClusterRole", "accord-hub");
+        assert!(!cluster_role.to_string().contains("configmaps"));
+        let role = find(&objects, "Role", "accord-hub");
+        for rule in role["rules"].as_array().unwrap() {
+            if rule["resources"] != json!(["configmaps"]) {
+                continue;
+            }
+            // Only a create cannot name its object.
+            if rule["verbs"] != json!(["create"]) {
+                assert_eq!(
+                    rule["resourceNames"],
+                    json!(["prometheus-federation-global"]),
+                    "{rule}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,232 @@
+//! Which member clusters a PrometheusFederation selects: `spec.clusters` by name (in the
+//! spec's order, unknown names kept so that status can say so) or `spec.clusterSelector`
+//! over the ManagedClusters' labels (by name order).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accord_crds::PrometheusFederationSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+/// What the federation controller needs of one ManagedCluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusterInfo {
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// Whether its `Available` condition is `True` (its agent is connected).
+    pub available: bool,
+    /// `spec.federationEndpoint`, if set.
+    pub federation_endpoint: Option<String>,
+}
+
+/// One cluster a policy selects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectedCluster {
+    /// Its name.
+    pub name: String,
+    /// Whether a ManagedCluster of that name exists (always, for a label selection).
+    pub known: bool,
+}
+
+/// A label selector the hub cannot evaluate.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct SelectorError {
+    /// Which selector, e.g. `spec.clusterSelector`.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The clusters `spec` selects among `clusters` (by name).
+pub fn select_clusters(
+    spec: &PrometheusFederationSpec,
+    clusters: &BTreeMap<String, ClusterInfo>,
+) -> Result<Vec<SelectedCluster>, SelectorError> {
+    if let Some(names) = &spec.clusters {
+        let mut seen = BTreeSet::new();
+        return Ok(names
+            .iter()
+            .filter(|n| seen.insert(n.as_str()))
+            .map(|n| SelectedCluster {
+                name: n.clone(),
+                known: clusters.contains_key(n),
+            })
+            .collect());
+    }
+    let Some(selector) = &spec.cluster_selector else {
+        return Ok(Vec::new());
+    };
+    let mut selected = Vec::new();
+    for (name, info) in clusters {
+        if matches(selector, &info.labels, "spec.clusterSelector")? {
+            selected.push(SelectedCluster {
+                name: name.clone(),
+                known: true,
+            });
+        }
+    }
+    Ok(selected)
+}
+
+/// Whether `labels` satisfy `selector`, with Kubernetes' semantics: every `matchLabels`
+/// pair and every `matchExpressions` entry must hold; an empty selector selects everything.
+/// An operator other than `In`, `NotIn`, `Exists` and `DoesNotExist`, or values that do
+/// not fit the operator, are an error naming `field`.
+pub fn matches(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+    field: &str,
+) -> Result<bool, SelectorError> {
+    let error = |reason: String| SelectorError {
+        field: field.to_owned(),
+        reason,
+    };
+    let mut ok = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
+        let values = e.values.as_deref().unwrap_or_default();
+        let value = labels.get(&e.key);
+        let holds = match e.operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => {
+                return Err(error(format!(
+                    "matchExpressions[{i}]: operator {} needs at least one value",
+                    e.operator
+                )));
+            }
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(error(format!(
+                    "matchExpressions[{i}]: operator {} takes no values",
+                    e.operator
+                )));
+            }
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => {
+                return Err(error(format!(
+                    "matchExpressions[{i}]: unknown operator {other:?} (use In, NotIn, Exists or DoesNotExist)"
+                )));
+            }
+        };
+        ok &= holds;
+    }
+    Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn spec(yaml: &str) -> PrometheusFederationSpec {
+        serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    fn clusters(list: &[(&str, &[(&str, &str)])]) -> BTreeMap<String, ClusterInfo> {
+        list.iter()
+            .map(|(name, labels)| {
+                (
+                    (*name).to_owned(),
+                    ClusterInfo {
+                        labels: labels
+                            .iter()
+                            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                            .collect(),
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn names(selected: &[SelectedCluster]) -> Vec<(&str, bool)> {
+        selected
+            .iter()
+            .map(|s| (s.name.as_str(), s.known))
+            .collect()
+    }
+
+    const TENANTS: &str = "tenantSelector: {namespaces: [a]}\nmatch: ['{job=\"x\"}']\n";
+
+    #[test]
+    fn named_clusters_keep_the_spec_order_and_unknown_names_are_kept_as_unknown() {
+        let all = clusters(&[("east", &[]), ("west", &[])]);
+        let s = spec(&format!("clusters: [west, mars, east, west]\n{TENANTS}"));
+        assert_eq!(
+            names(&select_clusters(&s, &all).unwrap()),
+            vec![("west", true), ("mars", false), ("east", true)]
+        );
+    }
+
+    #[test]
+    fn a_label_selector_picks_the_matching_clusters_by_name() {
+        let all = clusters(&[
+            ("c", &[("tier", "prod"), ("region", "eu")]),
+            ("a", &[("tier", "prod"), ("region", "us")]),
+            ("b", &[("tier", "dev")]),
+        ]);
+        let s = spec(&format!(
+            "clusterSelector: {{matchLabels: {{tier: prod}}}}\n{TENANTS}"
+        ));
+        assert_eq!(
+            names(&select_clusters(&s, &all).unwrap()),
+            vec![("a", true), ("c", true)]
+        );
+        let s = spec(&format!(
+            "clusterSelector: {{matchExpressions: [{{key: region, operator: NotIn, values: [us]}}]}}\n{TENANTS}"
+        ));
+        assert_eq!(
+            names(&select_clusters(&s, &all).unwrap()),
+            vec![("b", true), ("c", true)],
+            "NotIn also selects clusters without the label"
+        );
+    }
+
+    #[test]
+    fn every_operator_follows_kubernetes_semantics() {
+        let labels: BTreeMap<String, String> = [("tier".to_owned(), "prod".to_owned())].into();
+        let expr = |op: &str, values: &[&str]| LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: op.into(),
+                values: Some(values.iter().map(|v| (*v).to_owned()).collect()),
+            }]),
+            match_labels: None,
+        };
+        let m = |s: &LabelSelector| matches(s, &labels, "sel").unwrap();
+        assert!(m(&expr("In", &["prod", "dev"])));
+        assert!(!m(&expr("In", &["dev"])));
+        assert!(!m(&expr("NotIn", &["prod"])));
+        assert!(m(&expr("Exists", &[])));
+        assert!(!m(&expr("DoesNotExist", &[])));
+        assert!(m(&LabelSelector::default()), "empty selects everything");
+        let err = matches(&expr("In", &[]), &labels, "spec.clusterSelector").unwrap_err();
+        assert_eq!(err.field, "spec.clusterSelector");
+        assert!(err.reason.contains("at least one value"), "{err}");
+        assert!(matches(&expr("Exists", &["x"]), &labels, "s").is_err());
+        assert!(
+            matches(&expr("Matches", &["x"]), &labels, "s")
+                .unwrap_err()
+                .reason
+                .contains("unknown operator")
+        );
+    }
+
+    #[test]
+    fn match_labels_and_expressions_must_all_hold() {
+        let labels: BTreeMap<String, String> = [
+            ("tier".to_owned(), "prod".to_owned()),
+            ("r".to_owned(), "eu".to_owned()),
+        ]
+        .into();
+        let s: LabelSelector = serde_saphyr::from_str(
+            "{matchLabels: {tier: prod}, matchExpressions: [{key: r, operator: In, values: [us]}]}",
+        )
+        .unwrap();
+        assert!(!matches(&s, &labels, "s").unwrap());
+    }
+}

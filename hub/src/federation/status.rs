@@ -1,0 +1,514 @@
+//! A PrometheusFederation's status from its placements record, the agents' reports and the
+//! global tier: one placement per selected cluster, and the `Ready` and `Degraded`
+//! conditions.
+
+use std::collections::{BTreeMap, HashMap};
+
+use accord_common::distribution::{Observed, PlacementState};
+use accord_crds::PrometheusFederationStatus;
+use accord_crds::conditions::{self, Desired, Status, reasons, types};
+use accord_crds::prometheus::{FederationPlacement, GlobalTierStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::select::ClusterInfo;
+use crate::distribution::ShareRecord;
+use crate::store::StatusRecord;
+
+/// Message of a placement no report has been received for.
+pub const WAITING_FOR_AGENT: &str = "waiting for the agent";
+/// Message of a placement whose last report is about an earlier assignment.
+pub const WAITING_FOR_CHANGE: &str = "waiting for the agent to apply the latest change";
+/// Message of a placement whose cluster's agent is not connected.
+pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; its federation \
+     Prometheus keeps the config it last loaded (values are as last reported)";
+
+/// Everything the status of a policy is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    /// The stored record's shares.
+    pub shares: &'a [ShareRecord],
+    /// The record's etcd revision: the assignment revision a current report has applied.
+    pub revision: i64,
+    /// The agents' last reports, by cluster.
+    pub reports: &'a HashMap<String, StatusRecord>,
+    /// The ManagedClusters, by name.
+    pub clusters: &'a BTreeMap<String, ClusterInfo>,
+    /// The global tier's status, when the policy enables it.
+    pub global: Option<&'a GlobalTierStatus>,
+    /// `metadata.generation` of the policy.
+    pub generation: Option<i64>,
+    /// The status the policy shows now.
+    pub old: Option<&'a PrometheusFederationStatus>,
+    /// The time to stamp on conditions that change now.
+    pub now: &'a Time,
+}
+
+/// The status a policy should show.
+pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
+    let placements: Vec<FederationPlacement> = inputs
+        .shares
+        .iter()
+        .map(|share| {
+            placement(
+                share,
+                inputs.revision,
+                inputs.reports.get(&share.cluster),
+                inputs.clusters.get(&share.cluster),
+            )
+        })
+        .collect();
+    let desired = federation_conditions(&placements, inputs.global);
+    let old_conditions = inputs
+        .old
+        .map(|o| o.conditions.as_slice())
+        .unwrap_or_default();
+    PrometheusFederationStatus {
+        observed_generation: inputs.generation,
+        conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
+        placements,
+        global: inputs.global.cloned(),
+    }
+}
+
+/// One cluster's placement: what its agent last reported about the current assignment
+/// (the record's `revision` or later), or why there is nothing to show yet.
+pub fn placement(
+    share: &ShareRecord,
+    revision: i64,
+    report: Option<&StatusRecord>,
+    cluster: Option<&ClusterInfo>,
+) -> FederationPlacement {
+    let observed = report.and_then(|r| match &r.observed {
+        Observed::FederationConfig(f) => Some(f),
+        _ => None,
+    });
+    let (state, message) = if share.assignment.is_none() {
+        (PlacementState::Pending, share.held_reason.clone())
+    } else if !cluster.is_some_and(|c| c.available) {
+        (
+            PlacementState::Unavailable,
+            Some(AGENT_DISCONNECTED.to_owned()),
+        )
+    } else {
+        match report {
+            Some(r) if r.applied_revision >= revision => {
+                (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
+            }
+            Some(_) => (PlacementState::Pending, Some(WAITING_FOR_CHANGE.to_owned())),
+            None => (PlacementState::Pending, Some(WAITING_FOR_AGENT.to_owned())),
+        }
+    };
+    FederationPlacement {
+        cluster: share.cluster.clone(),
+        state,
+        jobs: observed.map(|o| o.jobs),
+        config_hash: observed
+            .map(|o| o.config_hash.clone())
+            .filter(|h| !h.is_empty()),
+        message,
+    }
+}
+
+/// States in which something keeps the config from being loaded.
+fn is_trouble(state: PlacementState) -> bool {
+    matches!(
+        state,
+        PlacementState::Error
+            | PlacementState::Unavailable
+            | PlacementState::TargetNotFound
+            | PlacementState::Conflict
+    )
+}
+
+/// `Ready` (every placement Synced, and the global tier too when enabled) and `Degraded`
+/// (some placement or the global tier in trouble, naming them).
+pub fn federation_conditions(
+    placements: &[FederationPlacement],
+    global: Option<&GlobalTierStatus>,
+) -> Vec<Desired> {
+    let mut not_synced: Vec<String> = placements
+        .iter()
+        .filter(|p| p.state != PlacementState::Synced)
+        .map(|p| format!("{} ({})", p.cluster, p.state))
+        .collect();
+    if let Some(g) = global.filter(|g| g.state != PlacementState::Synced) {
+        not_synced.push(format!("global tier ({})", g.state));
+    }
+    let ready = if placements.is_empty() {
+        Desired::new(
+            types::READY,
+            Status::False,
+            reasons::NOT_ALL_PLACEMENTS_READY,
+            "no member cluster is selected",
+        )
+    } else if not_synced.is_empty() {
+        Desired::new(
+            types::READY,
+            Status::True,
+            reasons::ALL_PLACEMENTS_SYNCED,
+            format!(
+                "the federation config is loaded in {} cluster{}{}",
+                placements.len(),
+                if placements.len() == 1 { "" } else { "s" },
+                if global.is_some() {
+                    " and the global tier"
+                } else {
+                    ""
+                }
+            ),
+        )
+    } else {
+        Desired::new(
+            types::READY,
+            Status::False,
+            reasons::NOT_ALL_PLACEMENTS_READY,
+            format!("not loaded yet: {}", not_synced.join(", ")),
+        )
+    };
+    let detail = |state: PlacementState, message: Option<&String>| match message {
+        Some(m) => format!("{state}: {m}"),
+        None => state.to_string(),
+    };
+    let mut troubled: Vec<String> = placements
+        .iter()
+        .filter(|p| is_trouble(p.state))
+        .map(|p| format!("{}: {}", p.cluster, detail(p.state, p.message.as_ref())))
+        .collect();
+    if let Some(g) = global.filter(|g| is_trouble(g.state)) {
+        troubled.push(format!(
+            "global tier: {}",
+            detail(g.state, g.message.as_ref())
+        ));
+    }
+    let degraded = if troubled.is_empty() {
+        Desired::new(types::DEGRADED, Status::False, reasons::HEALTHY, "")
+    } else {
+        Desired::new(
+            types::DEGRADED,
+            Status::True,
+            reasons::PLACEMENT_PROBLEMS,
+            troubled.join("; "),
+        )
+    };
+    vec![ready, degraded]
+}
+
+/// Whether `new` differs from `old` in anything but condition timestamps.
+pub fn status_changed(
+    old: Option<&PrometheusFederationStatus>,
+    new: &PrometheusFederationStatus,
+) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &PrometheusFederationStatus| PrometheusFederationStatus {
+        conditions: Vec::new(),
+        ..s.clone()
+    };
+    !conditions::equal_ignoring_time(&old.conditions, &new.conditions) || strip(old) != strip(new)
+}
+
+/// What newly went to `Error` between `old` and `new` ("cluster east: …", "global tier:
+/// …"): one Warning Event each.
+pub fn new_errors(
+    old: Option<&PrometheusFederationStatus>,
+    new: &PrometheusFederationStatus,
+) -> Vec<String> {
+    let was_error = |cluster: &str| {
+        old.is_some_and(|o| {
+            o.placements
+                .iter()
+                .any(|p| p.cluster == cluster && p.state == PlacementState::Error)
+        })
+    };
+    let mut notes: Vec<String> = new
+        .placements
+        .iter()
+        .filter(|p| p.state == PlacementState::Error && !was_error(&p.cluster))
+        .map(|p| {
+            format!(
+                "cluster {}: {}",
+                p.cluster,
+                p.message.as_deref().unwrap_or("error")
+            )
+        })
+        .collect();
+    let global_was_error = old
+        .and_then(|o| o.global.as_ref())
+        .is_some_and(|g| g.state == PlacementState::Error);
+    if let Some(g) = new.global.as_ref()
+        && g.state == PlacementState::Error
+        && !global_was_error
+    {
+        notes.push(format!(
+            "global tier: {}",
+            g.message.as_deref().unwrap_or("error")
+        ));
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::{AssignmentSpec, FederationObserved, FederationSpec};
+    use k8s_openapi::jiff::Timestamp;
+
+    fn share(cluster: &str) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.into(),
+            assignment: Some(AssignmentSpec::Federation(FederationSpec::default())),
+            held_reason: None,
+        }
+    }
+
+    fn unknown(cluster: &str) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.into(),
+            assignment: None,
+            held_reason: Some(format!("no ManagedCluster {cluster}")),
+        }
+    }
+
+    fn report(state: PlacementState, revision: i64, hash: &str, message: &str) -> StatusRecord {
+        StatusRecord {
+            resource_version: "1".into(),
+            generation: 1,
+            applied_revision: revision,
+            state,
+            message: message.into(),
+            observed_unix_millis: 1_000,
+            observed: Observed::FederationConfig(FederationObserved {
+                config_hash: hash.into(),
+                jobs: 2,
+                reloaded: state == PlacementState::Synced,
+            }),
+        }
+    }
+
+    fn up(names: &[&str]) -> BTreeMap<String, ClusterInfo> {
+        names
+            .iter()
+            .map(|n| {
+                (
+                    (*n).to_owned(),
+                    ClusterInfo {
+                        available: true,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn now() -> Time {
+        Time(Timestamp::from_second(1_000).unwrap())
+    }
+
+    fn status(
+        shares: &[ShareRecord],
+        reports: &[(&str, StatusRecord)],
+        clusters: &BTreeMap<String, ClusterInfo>,
+        global: Option<&GlobalTierStatus>,
+        old: Option<&PrometheusFederationStatus>,
+    ) -> PrometheusFederationStatus {
+        let reports: HashMap<String, StatusRecord> = reports
+            .iter()
+            .map(|(c, r)| ((*c).to_owned(), r.clone()))
+            .collect();
+        let now = now();
+        aggregate(&StatusInputs {
+            shares,
+            revision: 10,
+            reports: &reports,
+            clusters,
+            global,
+            generation: Some(3),
+            old,
+            now: &now,
+        })
+    }
+
+    fn synced_global() -> GlobalTierStatus {
+        GlobalTierStatus {
+            state: PlacementState::Synced,
+            jobs: Some(2),
+            config_hash: Some("g".into()),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn every_placement_synced_and_the_global_tier_loaded_make_the_policy_ready() {
+        let clusters = up(&["a", "b"]);
+        let reports = [
+            ("a", report(PlacementState::Synced, 10, "h1", "")),
+            ("b", report(PlacementState::Synced, 11, "h2", "")),
+        ];
+        let global = synced_global();
+        let st = status(
+            &[share("a"), share("b")],
+            &reports,
+            &clusters,
+            Some(&global),
+            None,
+        );
+        assert_eq!(st.observed_generation, Some(3));
+        assert_eq!(st.placements[0].state, PlacementState::Synced);
+        assert_eq!(st.placements[0].config_hash.as_deref(), Some("h1"));
+        assert_eq!(st.placements[0].jobs, Some(2));
+        assert_eq!(st.placements[0].message, None);
+        assert_eq!(st.global, Some(global));
+        assert!(conditions::is_true(&st.conditions, types::READY));
+        assert!(!conditions::is_true(&st.conditions, types::DEGRADED));
+    }
+
+    #[test]
+    fn a_global_tier_not_yet_confirmed_keeps_the_policy_not_ready() {
+        let clusters = up(&["a"]);
+        let reports = [("a", report(PlacementState::Synced, 10, "h1", ""))];
+        let global = GlobalTierStatus {
+            state: PlacementState::Pending,
+            ..synced_global()
+        };
+        let st = status(&[share("a")], &reports, &clusters, Some(&global), None);
+        let ready = conditions::find(&st.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert!(
+            ready.message.contains("global tier (Pending)"),
+            "{}",
+            ready.message
+        );
+        assert!(!conditions::is_true(&st.conditions, types::DEGRADED));
+    }
+
+    #[test]
+    fn a_report_about_an_earlier_assignment_leaves_the_placement_pending() {
+        let clusters = up(&["a", "b"]);
+        let reports = [("a", report(PlacementState::Synced, 9, "old", ""))];
+        let st = status(&[share("a"), share("b")], &reports, &clusters, None, None);
+        assert_eq!(st.placements[0].state, PlacementState::Pending);
+        assert_eq!(
+            st.placements[0].message.as_deref(),
+            Some(WAITING_FOR_CHANGE)
+        );
+        assert_eq!(
+            st.placements[0].config_hash.as_deref(),
+            Some("old"),
+            "as last reported"
+        );
+        assert_eq!(st.placements[1].state, PlacementState::Pending);
+        assert_eq!(st.placements[1].message.as_deref(), Some(WAITING_FOR_AGENT));
+        assert!(!conditions::is_true(&st.conditions, types::READY));
+    }
+
+    #[test]
+    fn errors_and_disconnected_clusters_degrade_the_policy_and_are_named() {
+        let mut clusters = up(&["a", "b"]);
+        clusters.insert("c".into(), ClusterInfo::default());
+        let reports = [
+            (
+                "a",
+                report(
+                    PlacementState::Error,
+                    10,
+                    "h",
+                    "Prometheus refused the config: bad",
+                ),
+            ),
+            ("b", report(PlacementState::Synced, 10, "h", "")),
+            ("c", report(PlacementState::Synced, 10, "h", "")),
+        ];
+        let st = status(
+            &[share("a"), share("b"), share("c")],
+            &reports,
+            &clusters,
+            None,
+            None,
+        );
+        assert_eq!(st.placements[0].state, PlacementState::Error);
+        assert_eq!(
+            st.placements[0].message.as_deref(),
+            Some("Prometheus refused the config: bad")
+        );
+        assert_eq!(st.placements[2].state, PlacementState::Unavailable);
+        assert_eq!(
+            st.placements[2].message.as_deref(),
+            Some(AGENT_DISCONNECTED)
+        );
+        let degraded = conditions::find(&st.conditions, types::DEGRADED).unwrap();
+        assert_eq!(degraded.status, "True");
+        assert_eq!(degraded.reason, reasons::PLACEMENT_PROBLEMS);
+        assert!(
+            degraded.message.contains("a: Error: Prometheus refused"),
+            "{}",
+            degraded.message
+        );
+        assert!(
+            degraded.message.contains("c: Unavailable"),
+            "{}",
+            degraded.message
+        );
+        assert!(!degraded.message.contains("b:"), "{}", degraded.message);
+    }
+
+    #[test]
+    fn an_unknown_cluster_is_pending_with_the_reason() {
+        let st = status(&[unknown("mars")], &[], &up(&[]), None, None);
+        assert_eq!(st.placements[0].state, PlacementState::Pending);
+        assert_eq!(
+            st.placements[0].message.as_deref(),
+            Some("no ManagedCluster mars")
+        );
+        assert!(!conditions::is_true(&st.conditions, types::READY));
+    }
+
+    #[test]
+    fn no_selected_cluster_is_not_ready() {
+        let st = status(&[], &[], &up(&[]), None, None);
+        let ready = conditions::find(&st.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.message, "no member cluster is selected");
+    }
+
+    #[test]
+    fn an_unchanged_status_is_not_rewritten_and_a_state_change_is() {
+        let clusters = up(&["a"]);
+        let reports = [("a", report(PlacementState::Synced, 10, "h", ""))];
+        let first = status(&[share("a")], &reports, &clusters, None, None);
+        let again = status(&[share("a")], &reports, &clusters, None, Some(&first));
+        assert!(!status_changed(Some(&first), &again));
+        let reports = [("a", report(PlacementState::Unavailable, 10, "h", "down"))];
+        let later = status(&[share("a")], &reports, &clusters, None, Some(&first));
+        assert!(status_changed(Some(&first), &later));
+        assert!(status_changed(None, &first));
+    }
+
+    #[test]
+    fn only_a_new_error_is_announced() {
+        let clusters = up(&["a", "b"]);
+        let bad = [
+            ("a", report(PlacementState::Error, 10, "h", "refused")),
+            ("b", report(PlacementState::Synced, 10, "h", "")),
+        ];
+        let failed_global = GlobalTierStatus {
+            state: PlacementState::Error,
+            message: Some("global refused".into()),
+            ..synced_global()
+        };
+        let before = status(&[share("a"), share("b")], &[], &clusters, None, None);
+        let after = status(
+            &[share("a"), share("b")],
+            &bad,
+            &clusters,
+            Some(&failed_global),
+            Some(&before),
+        );
+        assert_eq!(
+            new_errors(Some(&before), &after),
+            vec![
+                "cluster a: refused".to_owned(),
+                "global tier: global refused".to_owned()
+            ]
+        );
+        assert!(new_errors(Some(&after), &after).is_empty());
+    }
+}
