@@ -43,7 +43,8 @@ use tracing::{debug, info};
 
 use super::{
     ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy,
+    Lenient, Listed, decode_or_invalid, error_policy, signal_when_listed, trace_result,
+    trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
 use crate::federation::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
@@ -52,7 +53,7 @@ use crate::federation::plan::{self, PlanError};
 use crate::federation::select::{ClusterInfo, select_clusters};
 use crate::federation::status::{StatusInputs, aggregate, new_errors, status_changed};
 use crate::federation::{FEDERATION_KIND, FederationDecision};
-use crate::store::{CacheEvent, StatusRecord, StoreError};
+use crate::store::{StatusRecord, StoreError};
 
 /// Finalizer that removes a policy's placements and global jobs before the policy goes
 /// (the same name the scale controller uses: it means the same thing).
@@ -607,19 +608,17 @@ pub async fn run(
     });
 
     // Agents' reports → the policy they are about.
-    let report_changes = trigger_on_reports(
+    let report_changes = trigger_on_changes(
         ctx.statuses.subscribe(),
         ctx.store.keys().status_prefix(),
         trigger.clone(),
+        |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
+            [_cluster, kind, ns, name] if *kind == FEDERATION_KIND => Some((ns, name)),
+            _ => None,
+        },
     );
 
-    let ready = policy_store.clone();
-    let report_listed = async move {
-        if ready.wait_until_ready().await.is_ok() {
-            let _ = listed.send(());
-        }
-        std::future::pending::<()>().await;
-    };
+    let report_listed = signal_when_listed(policy_store.clone(), listed);
     let fed = Arc::new(Federation {
         ctx,
         namespace,
@@ -630,12 +629,7 @@ pub async fn run(
     let reconciling = controller
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .run(reconcile, policy_error, fed)
-        .for_each(|r| {
-            if let Err(e) = r {
-                debug!(error = %e, "controller event");
-            }
-            futures::future::ready(())
-        });
+        .for_each(trace_result);
     // One task on purpose, as in the scale controller: a shared-stream subscription that
     // finds its object already deleted returns Pending without a wake-up, and the other
     // branches' activity polls it again.
@@ -647,31 +641,6 @@ pub async fn run(
         () = report_listed => {}
     }
     Err(ControllerError::Ended("PrometheusFederation controller"))
-}
-
-/// Triggers the policy each changed federation status record is about, until the cache
-/// ends.
-async fn trigger_on_reports(
-    mut events: tokio::sync::broadcast::Receiver<CacheEvent<StatusRecord>>,
-    prefix: String,
-    trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        match events.recv().await {
-            Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                let rest = key.trim_start_matches(&prefix);
-                if let [_cluster, kind, ns, name] = rest.split('/').collect::<Vec<_>>().as_slice()
-                    && *kind == FEDERATION_KIND
-                {
-                    let _ = trigger.send(ObjectRef::new(name).within(ns));
-                }
-            }
-            // Missed changes are caught by the periodic resync.
-            Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => return,
-        }
-    }
 }
 
 fn policy_error(

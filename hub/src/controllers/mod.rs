@@ -173,6 +173,56 @@ pub fn error_policy<E: ErrorCategory>(ctx: &ControllerContext, object: &str, err
 /// Tells the hub's readiness that a controller has listed what it watches.
 pub type Listed = oneshot::Sender<()>;
 
+/// Says `listed` once `store` (a controller's own reflector) has listed its kind, then
+/// waits forever; one of the futures a controller's `run` selects over.
+pub async fn signal_when_listed<K>(store: Reflector<K>, listed: Listed)
+where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    if store.wait_until_ready().await.is_ok() {
+        let _ = listed.send(());
+    }
+    std::future::pending::<()>().await;
+}
+
+/// What a controller does with each result of its reconcile stream: errors were reported
+/// by its error policy already, so they are only traced here.
+pub fn trace_result<T, E: std::fmt::Display>(result: Result<T, E>) -> futures::future::Ready<()> {
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "controller event");
+    }
+    futures::future::ready(())
+}
+
+/// Triggers the object each changed key of an etcd cache names (`policy_of` reads
+/// namespace and name from the key after `prefix`), until the cache ends.
+pub async fn trigger_on_changes<T: Clone, K>(
+    mut events: tokio::sync::broadcast::Receiver<crate::store::CacheEvent<T>>,
+    prefix: String,
+    trigger: tokio::sync::mpsc::UnboundedSender<reflector::ObjectRef<K>>,
+    policy_of: fn(&str) -> Option<(&str, &str)>,
+) where
+    K: kube::Resource<DynamicType = ()>,
+{
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(
+                crate::store::CacheEvent::Put { key, .. }
+                | crate::store::CacheEvent::Delete { key },
+            ) => {
+                if let Some((ns, name)) = policy_of(key.trim_start_matches(&prefix)) {
+                    let _ = trigger.send(reflector::ObjectRef::new(name).within(ns));
+                }
+            }
+            // Missed changes are caught by the periodic resync.
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
 /// A controller: runs until it fails (it should not end while leading).
 pub type ControllerFn = fn(
     Arc<ControllerContext>,

@@ -33,17 +33,18 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tracing::{debug, info};
+use tracing::info;
 
 use super::{
     ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy,
+    Lenient, Listed, decode_or_invalid, error_policy, signal_when_listed, trace_result,
+    trigger_on_changes,
 };
 use crate::autoscale::engine::Config;
 use crate::distribution::{Decision, PlacementRecord};
 use crate::scale::plan::{AggregateInputs, ClusterView, aggregate, plan, status_changed};
 use crate::scale::{SCALE_KIND, ScaleDecision};
-use crate::store::{CacheEvent, StatusRecord, StoreError};
+use crate::store::{StatusRecord, StoreError};
 
 /// Finalizer that removes a policy's placements before the policy goes.
 pub const FINALIZER: &str = "accord.io/placements";
@@ -497,22 +498,11 @@ pub async fn run(
         |rest| rest.split_once('/'),
     );
 
-    let ready = policy_store.clone();
-    let report_listed = async move {
-        if ready.wait_until_ready().await.is_ok() {
-            let _ = listed.send(());
-        }
-        std::future::pending::<()>().await;
-    };
+    let report_listed = signal_when_listed(policy_store.clone(), listed);
     let reconciling = controller
         .reconcile_on(UnboundedReceiverStream::new(triggers))
         .run(reconcile, policy_error, ctx)
-        .for_each(|r| {
-            if let Err(e) = r {
-                debug!(error = %e, "controller event");
-            }
-            futures::future::ready(())
-        });
+        .for_each(trace_result);
     // Each of these runs for as long as the controller does; whichever ends first ends it.
     // They share one task on purpose: a shared-stream subscription that finds its object
     // already deleted returns Pending without a wake-up, and the other branches' activity
@@ -525,29 +515,6 @@ pub async fn run(
         () = report_listed => {}
     }
     Err(ControllerError::Ended("CrossClusterScalePolicy controller"))
-}
-
-/// Triggers the policy each changed key of an etcd cache names (`policy_of` reads namespace
-/// and name from the key after `prefix`), until the cache ends.
-async fn trigger_on_changes<T: Clone>(
-    mut events: tokio::sync::broadcast::Receiver<CacheEvent<T>>,
-    prefix: String,
-    trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
-    policy_of: fn(&str) -> Option<(&str, &str)>,
-) {
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        match events.recv().await {
-            Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                if let Some((ns, name)) = policy_of(key.trim_start_matches(&prefix)) {
-                    let _ = trigger.send(ObjectRef::new(name).within(ns));
-                }
-            }
-            // Missed changes are caught by the periodic resync.
-            Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => return,
-        }
-    }
 }
 
 fn policy_error(
