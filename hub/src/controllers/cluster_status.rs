@@ -337,12 +337,7 @@ async fn reconcile(
                 .is_some_and(|d| d.reason == reasons::INVALID_SPEC)
         });
     debug!(cluster = name, "writing ManagedCluster status");
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": status })),
-    )
-    .await?;
+    super::patch_status(api, name, current.as_ref(), &status).await?;
     ctx.metrics.status_writes.inc();
     if let (true, Some(object), Some(error)) = (newly_invalid, &object, &spec_error) {
         ctx.metrics.error("invalid_spec");

@@ -43,8 +43,8 @@ use tracing::{debug, info};
 
 use super::{
     ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy, signal_when_listed, trace_result,
-    trigger_on_changes,
+    Lenient, Listed, decode_or_invalid, error_policy, patch_status, signal_when_listed,
+    trace_result, trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
 use crate::federation::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
@@ -528,22 +528,7 @@ async fn write_status(
     if !status_changed(old, new) {
         return Ok(());
     }
-    let mut status = serde_json::to_value(new).expect("a status always serialises");
-    // A merge patch leaves out what is not named: say explicitly that placements or the
-    // global tier are gone.
-    if let Some(fields) = status.as_object_mut() {
-        fields
-            .entry("placements")
-            .or_insert_with(|| serde_json::json!([]));
-        fields.entry("global").or_insert(serde_json::Value::Null);
-    }
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": status })),
-    )
-    .await?;
-    Ok(())
+    patch_status(api, name, old, new).await
 }
 
 /// Runs the controller until it fails; `clusters` is its subscription to the shared

@@ -173,6 +173,58 @@ pub fn error_policy<E: ErrorCategory>(ctx: &ControllerContext, object: &str, err
 /// Tells the hub's readiness that a controller has listed what it watches.
 pub type Listed = oneshot::Sender<()>;
 
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed values as they are
+/// now, and `null` for every key `new` no longer has, at any depth. Serialising `new` alone
+/// would leave a field that became empty (skipped when serialised) at its old value.
+pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in new {
+                match old.get(key) {
+                    Some(before) if before == value => {}
+                    Some(before) => {
+                        patch.insert(key.clone(), merge_patch(before, value));
+                    }
+                    None => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in old.keys().filter(|k| !new.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// Writes a CR's status as the merge patch from `old` (what the controller read) to `new`,
+/// so that fields that became empty are removed.
+pub async fn patch_status<K, S>(
+    api: &Api<K>,
+    name: &str,
+    old: Option<&S>,
+    new: &S,
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    S: serde::Serialize,
+{
+    let value = |s: &S| serde_json::to_value(s).unwrap_or(serde_json::Value::Null);
+    let old = old.map_or_else(|| serde_json::json!({}), value);
+    let patch = merge_patch(&old, &value(new));
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({ "status": patch })),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Says `listed` once `store` (a controller's own reflector) has listed its kind, then
 /// waits forever; one of the futures a controller's `run` selects over.
 pub async fn signal_when_listed<K>(store: Reflector<K>, listed: Listed)
@@ -379,4 +431,36 @@ async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
         std::future::pending::<()>().await;
     });
     Err(ControllerError::Stopped(term.next_exit().await))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_patch;
+    use serde_json::json;
+
+    #[test]
+    fn a_merge_patch_removes_what_became_empty_at_any_depth_and_leaves_the_rest() {
+        let old = json!({
+            "observedGeneration": 3,
+            "global": {"state": "Pending", "message": "waiting", "jobs": 2},
+            "message": "infeasible",
+            "placements": [{"cluster": "a", "message": "x"}],
+        });
+        let new = json!({
+            "observedGeneration": 4,
+            "global": {"state": "Synced", "jobs": 2},
+            "placements": [{"cluster": "a"}],
+        });
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({
+                "observedGeneration": 4,
+                "global": {"state": "Synced", "message": null},
+                "message": null,
+                "placements": [{"cluster": "a"}],
+            })
+        );
+        assert_eq!(merge_patch(&json!({}), &new), new);
+        assert_eq!(merge_patch(&new, &new), json!({}));
+    }
 }

@@ -37,8 +37,8 @@ use tracing::info;
 
 use super::{
     ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy, signal_when_listed, trace_result,
-    trigger_on_changes,
+    Lenient, Listed, decode_or_invalid, error_policy, patch_status, signal_when_listed,
+    trace_result, trigger_on_changes,
 };
 use crate::autoscale::engine::Config;
 use crate::distribution::{Decision, PlacementRecord};
@@ -423,13 +423,7 @@ async fn write_status(
     if !status_changed(old, new) {
         return Ok(());
     }
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({ "status": new })),
-    )
-    .await?;
-    Ok(())
+    patch_status(api, name, old, new).await
 }
 
 async fn cleanup(
