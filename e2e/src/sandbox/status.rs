@@ -19,8 +19,9 @@ use super::state::{self, State};
 /// How long status waits for the management cluster to answer.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// A query on the global Prometheus that shows federated series from every member: how
-/// many `up` series each (cluster, tenant) pair has.
-pub const FEDERATED_QUERY: &str = "count by (cluster, tenant) (up)";
+/// many tenant targets are `up` per (cluster, tenant). The `tenant` matcher leaves out the
+/// global Prometheus's own `up` series of its federation jobs, which carry neither label.
+pub const FEDERATED_QUERY: &str = r#"count by (cluster, tenant) (up{tenant!=""})"#;
 
 /// A `curl` command running instant query `query` on the Prometheus at `url`.
 pub fn query_command(url: &str, query: &str) -> String {
@@ -467,7 +468,7 @@ mod tests {
         assert_eq!(
             query_command("http://127.70.0.1:9090", FEDERATED_QUERY),
             "curl -s 'http://127.70.0.1:9090/api/v1/query' --data-urlencode \
-             'query=count by (cluster, tenant) (up)'"
+             'query=count by (cluster, tenant) (up{tenant!=\"\"})'"
         );
     }
 
