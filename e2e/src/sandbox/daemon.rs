@@ -20,6 +20,8 @@ use accord_crds::{
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::future::try_join_all;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 
@@ -28,7 +30,7 @@ use super::state::{self, MemberState, State};
 use super::status::FEDERATED_QUERY;
 use crate::federation::{ensure_namespace, pause_deployment};
 use crate::hub::HUB_NAMESPACE;
-use crate::installed::{HubSetup, InstalledHub};
+use crate::installed::{HubSetup, InstalledHub, impersonating_kubeconfig};
 use crate::ports::free_port;
 use crate::promfed::{
     self, FederationOptions, FederationPrometheus, GlobalPrometheus, PromfedMember, TenantSpec,
@@ -44,6 +46,13 @@ pub const FIELD_MANAGER: &str = "accord-sandbox";
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
 /// Name of the Service each tenant's Prometheus is published as, in the tenant's namespace.
 pub const TENANT_SERVICE: &str = "prometheus";
+/// The manifest of a member's federation Prometheus. The sandbox runs Prometheus itself and
+/// applies only the reloader's identity and least-privilege Role from it
+/// ([`RELOADER_RBAC_KINDS`]), so each member's reloader runs with exactly those rights.
+const FEDERATION_MANIFEST: &str =
+    include_str!("../../../deploy/manifests/prometheus-federation.yaml");
+/// The kinds of [`FEDERATION_MANIFEST`] the sandbox applies.
+const RELOADER_RBAC_KINDS: [&str; 4] = ["Namespace", "ServiceAccount", "Role", "RoleBinding"];
 
 /// What the daemon starts.
 #[derive(Debug, Clone)]
@@ -393,16 +402,19 @@ async fn start_federation(
     };
     let (members, global) = tokio::try_join!(members, global)?;
 
+    let rbac = reloader_rbac(&example.config_map_namespace)?;
     let mut reloaders = Vec::new();
     for member in &members {
         let cluster = testbed
             .member(&member.cluster)
             .with_context(|| format!("no member {}", member.cluster))?;
+        let kubeconfig = apply_reloader_rbac(testbed, cluster, &rbac).await?;
         reloaders.push(spawn_reloader(
             testbed,
             agent_bin,
             &member.federation,
-            cluster,
+            cluster.name(),
+            &kubeconfig,
             &example.config_map_namespace,
             CONFIG_MAP_NAME,
         )?);
@@ -414,7 +426,8 @@ async fn start_federation(
             testbed,
             agent_bin,
             global,
-            testbed.mgmt(),
+            testbed.mgmt().name(),
+            testbed.mgmt().kubeconfig_path(),
             HUB_NAMESPACE,
             GLOBAL_CONFIG_MAP_NAME,
         )?);
@@ -454,14 +467,90 @@ async fn start_federation(
     })
 }
 
-/// Starts `accord-agent reload` beside `prometheus`: it watches ConfigMap `config_map` in
-/// `namespace` of `cluster` and delivers it to Prometheus's config file (component
-/// `<cluster>/reloader-<config map>`).
+/// The reloader's objects of [`FEDERATION_MANIFEST`] moved to `namespace`, and the user
+/// name of its ServiceAccount (`system:serviceaccount:<namespace>:<name>`).
+pub fn reloader_rbac(namespace: &str) -> Result<(Vec<serde_json::Value>, String)> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(FEDERATION_MANIFEST)
+        .context("parsing deploy/manifests/prometheus-federation.yaml")?;
+    let mut objects = Vec::new();
+    let mut account = None;
+    for mut doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        if !RELOADER_RBAC_KINDS.contains(&kind.as_str()) {
+            continue;
+        }
+        if kind == "Namespace" {
+            doc["metadata"]["name"] = serde_json::json!(namespace);
+        } else {
+            doc["metadata"]["namespace"] = serde_json::json!(namespace);
+        }
+        // `get_mut`, not indexing: indexing would add `subjects: null` to every object.
+        let subjects = doc
+            .get_mut("subjects")
+            .and_then(serde_json::Value::as_array_mut);
+        for subject in subjects.into_iter().flatten() {
+            subject["namespace"] = serde_json::json!(namespace);
+        }
+        if kind == "ServiceAccount" {
+            account = doc["metadata"]["name"].as_str().map(str::to_owned);
+        }
+        objects.push(doc);
+    }
+    let account = account.context("the federation manifest has no ServiceAccount")?;
+    Ok((
+        objects,
+        format!("system:serviceaccount:{namespace}:{account}"),
+    ))
+}
+
+/// Applies the reloader's objects ([`reloader_rbac`]) to member `cluster` and returns a
+/// kubeconfig acting as its ServiceAccount.
+async fn apply_reloader_rbac(
+    testbed: &Testbed,
+    cluster: &Cluster,
+    (objects, user): &(Vec<serde_json::Value>, String),
+) -> Result<PathBuf> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let resource = match kind {
+            "Namespace" => ApiResource::erase::<Namespace>(&()),
+            "ServiceAccount" => ApiResource::erase::<ServiceAccount>(&()),
+            "Role" => ApiResource::erase::<Role>(&()),
+            "RoleBinding" => ApiResource::erase::<RoleBinding>(&()),
+            other => bail!("no API resource known for {other}"),
+        };
+        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(cluster.client(), ns, &resource),
+            None => Api::all_with(cluster.client(), &resource),
+        };
+        api.patch(name, &apply, &Patch::Apply(object))
+            .await
+            .with_context(|| format!("applying {kind} {name} in {}", cluster.name()))?;
+    }
+    let namespace = user.split(':').nth(2).unwrap_or_default();
+    impersonating_kubeconfig(
+        testbed,
+        cluster,
+        user,
+        &[
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated",
+        ],
+    )
+}
+
+/// Starts `accord-agent reload` beside `prometheus` as the user of `kubeconfig`: it watches
+/// ConfigMap `config_map` in `namespace` of `cluster` and delivers it to Prometheus's config
+/// file (component `<cluster>/reloader-<config map>`).
 fn spawn_reloader(
     testbed: &Testbed,
     agent_bin: &Path,
     prometheus: &FederationPrometheus,
-    cluster: &Cluster,
+    cluster: &str,
+    kubeconfig: &Path,
     namespace: &str,
     config_map: &str,
 ) -> Result<ProcessId> {
@@ -469,17 +558,15 @@ fn spawn_reloader(
     command
         .arg("reload")
         .arg("--kubeconfig")
-        .arg(cluster.kubeconfig_path())
+        .arg(kubeconfig)
         .args(["--namespace", namespace, "--config-map", config_map])
         .arg("--config-file")
         .arg(prometheus.config_file())
         .args(["--prometheus-url", &prometheus.url()])
         .args(["--debounce", "1s"])
-        .env("RUST_LOG", "info");
-    testbed.spawn(
-        &format!("{}/reloader-{config_map}", cluster.name()),
-        command,
-    )
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1");
+    testbed.spawn(&format!("{cluster}/reloader-{config_map}"), command)
 }
 
 /// Adds `labels` to ManagedCluster `cluster` and sets its `spec.federationEndpoint` to
@@ -974,6 +1061,37 @@ mod tests {
                 &members
             )
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn member_reloaders_get_only_the_manifests_service_account_and_config_map_role() {
+        let (objects, user) = reloader_rbac("observability").unwrap();
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["Namespace", "ServiceAccount", "Role", "RoleBinding"]
+        );
+        assert_eq!(
+            user,
+            "system:serviceaccount:observability:prometheus-federation"
+        );
+        assert_eq!(objects[0]["metadata"]["name"], "observability");
+        for object in &objects[1..] {
+            assert_eq!(object["metadata"]["namespace"], "observability", "{object}");
+        }
+        assert_eq!(objects[3]["subjects"][0]["namespace"], "observability");
+        for object in &objects[..3] {
+            assert!(object.get("subjects").is_none(), "{object}");
+        }
+        assert_eq!(
+            objects[2]["rules"],
+            serde_json::json!([{
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [CONFIG_MAP_NAME],
+                "verbs": ["get", "list", "watch", "patch"],
+            }])
         );
     }
 }
