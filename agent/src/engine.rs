@@ -105,8 +105,8 @@ pub enum Input {
     Applied {
         /// The policy applied.
         policy: PolicyRef,
-        /// What was applied.
-        spec: AssignmentSpec,
+        /// What was applied (boxed: the largest input by far).
+        spec: Box<AssignmentSpec>,
         /// Version of the object the apply was decided on.
         from_version: String,
         /// The object's version afterwards, or the error.
@@ -660,7 +660,7 @@ impl Engine {
             let _ = tx
                 .send(Input::Applied {
                     policy,
-                    spec: assigned.spec,
+                    spec: Box::new(assigned.spec),
                     from_version,
                     result,
                 })

@@ -49,7 +49,14 @@ where
         K: Resource<Scope = NamespaceResourceScope>,
     {
         let api = Api::<K>::namespaced(client.clone(), namespace);
-        Self::start_with(api, watcher::Config::default(), resource, namespace, slim, events)
+        Self::start_with(
+            api,
+            watcher::Config::default(),
+            resource,
+            namespace,
+            slim,
+            events,
+        )
     }
 
     /// Starts watching what `api` and `config` select. `scope` names what is watched in

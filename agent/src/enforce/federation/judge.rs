@@ -10,8 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accord_common::distribution::{FederationObserved, FederationSpec, Observed, PlacementState};
 use accord_common::distribution::PolicyRef;
+use accord_common::distribution::{FederationObserved, FederationSpec, Observed, PlacementState};
 use accord_common::federation::{
     self, CONFIG_KEY, MemberPolicy, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
     TenantSources,
@@ -138,10 +138,12 @@ pub fn render_group(
                 .collect(),
         });
         let part = member.and_then(|member| {
-            federation::render_member(std::slice::from_ref(&member))
-                .map_err(|e| e.to_string())?;
-            let with_sources: Vec<&TenantSources> =
-                member.tenants.iter().filter(|t| !t.targets.is_empty()).collect();
+            federation::render_member(std::slice::from_ref(&member)).map_err(|e| e.to_string())?;
+            let with_sources: Vec<&TenantSources> = member
+                .tenants
+                .iter()
+                .filter(|t| !t.targets.is_empty())
+                .collect();
             let jobs = PolicyJobs {
                 jobs: with_sources.len(),
                 job_names: with_sources
@@ -199,8 +201,14 @@ pub fn stored_config(config_map: &ConfigMap) -> Option<&str> {
 /// Whether the agent wrote `config_map` (otherwise it is left alone).
 pub fn is_ours(config_map: &ConfigMap) -> bool {
     let labels = config_map.metadata.labels.as_ref();
-    labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MANAGED_BY)
-        && labels.and_then(|l| l.get(OWNED_BY_LABEL)).map(String::as_str) == Some(OWNED_BY)
+    labels
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .map(String::as_str)
+        == Some(MANAGED_BY)
+        && labels
+            .and_then(|l| l.get(OWNED_BY_LABEL))
+            .map(String::as_str)
+            == Some(OWNED_BY)
 }
 
 /// What the agent makes of one policy's placement.
@@ -221,7 +229,11 @@ pub enum Verdict {
 }
 
 /// Judges `policy` against the ConfigMap of its namespace (absent: not written yet).
-pub fn verdict(render: &GroupRender, policy: &PolicyRef, config_map: Option<&ConfigMap>) -> Verdict {
+pub fn verdict(
+    render: &GroupRender,
+    policy: &PolicyRef,
+    config_map: Option<&ConfigMap>,
+) -> Verdict {
     match render.policies.get(policy) {
         Some(Ok(_)) => {}
         Some(Err(message)) => return Verdict::Invalid(message.clone()),
@@ -238,7 +250,11 @@ pub fn verdict(render: &GroupRender, policy: &PolicyRef, config_map: Option<&Con
         return Verdict::NeedsApply;
     }
     let status = ReloadStatus::from_annotations(
-        config_map.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+        config_map
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap_or(&BTreeMap::new()),
     );
     let hash = &render.rendered.hash;
     if status.loaded_hash.as_ref() == Some(hash) {
@@ -297,7 +313,11 @@ pub fn report(
             && let Some(config_map) = config_map
         {
             let status = ReloadStatus::from_annotations(
-                config_map.metadata.annotations.as_ref().unwrap_or(&BTreeMap::new()),
+                config_map
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .unwrap_or(&BTreeMap::new()),
             );
             for job in &part.job_names {
                 if let Some(error) = status.scrape_errors.get(job) {
@@ -471,7 +491,10 @@ mod tests {
         let unlabelled = service("a", "other", &[("web", 9090)], false);
         let elsewhere = service("b", "prom", &[("web", 9090)], true);
         let targets = sources_in("a", &[&first, &named, &unlabelled, &elsewhere]);
-        let got: Vec<(String, i32)> = targets.iter().map(|t| (t.service.clone(), t.port)).collect();
+        let got: Vec<(String, i32)> = targets
+            .iter()
+            .map(|t| (t.service.clone(), t.port))
+            .collect();
         assert_eq!(got, [("prom".to_owned(), 9090), ("prom2".to_owned(), 9091)]);
     }
 
@@ -485,12 +508,18 @@ mod tests {
         let good = render_group(&policies, &[], &[&s_a, &s_b]);
         assert_eq!(good.rendered.jobs, 2);
         let two = good.policies[&policy("two")].as_ref().unwrap();
-        assert_eq!((two.jobs, two.tenants_without_sources.clone()), (1, vec!["team-c".to_owned()]));
+        assert_eq!(
+            (two.jobs, two.tenants_without_sources.clone()),
+            (1, vec!["team-c".to_owned()])
+        );
 
         policies.insert(policy("bad"), spec(&["team-a"], &["{job=~\"x\""]));
         let with_bad = render_group(&policies, &[], &[&s_a, &s_b]);
         assert!(with_bad.policies[&policy("bad")].is_err());
-        assert_eq!(with_bad.rendered.hash, good.rendered.hash, "the bad policy changes nothing");
+        assert_eq!(
+            with_bad.rendered.hash, good.rendered.hash,
+            "the bad policy changes nothing"
+        );
         assert!(matches!(
             verdict(&with_bad, &policy("bad"), None),
             Verdict::Invalid(_)
@@ -518,23 +547,44 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert(CONFIG_KEY.into(), "scrape_configs: []\n".into());
-        assert_eq!(verdict(&render, &p, Some(&stale)), Verdict::NeedsApply, "drift is rewritten");
+        assert_eq!(
+            verdict(&render, &p, Some(&stale)),
+            Verdict::NeedsApply,
+            "drift is rewritten"
+        );
 
         let loaded = config_map(
             &render,
-            &[(federation::ANN_LOADED_HASH, &hash), (federation::ANN_SCRAPE_ERRORS, &format!(
-                "{{\"{}\":\"sample limit exceeded\"}}",
-                federation::member_job_name(&p, "team-a")
-            ))],
+            &[
+                (federation::ANN_LOADED_HASH, &hash),
+                (
+                    federation::ANN_SCRAPE_ERRORS,
+                    &format!(
+                        "{{\"{}\":\"sample limit exceeded\"}}",
+                        federation::member_job_name(&p, "team-a")
+                    ),
+                ),
+            ],
         );
         assert_eq!(verdict(&render, &p, Some(&loaded)), Verdict::Loaded);
         let synced = report(&render, &p, 3, &Verdict::Loaded, Some(&loaded), None);
         assert_eq!(synced.state, PlacementState::Synced);
-        assert!(synced.message.contains("sample limit exceeded"), "{}", synced.message);
+        assert!(
+            synced.message.contains("sample limit exceeded"),
+            "{}",
+            synced.message
+        );
         let Observed::FederationConfig(observed) = &synced.observed else {
             panic!("no federation observation")
         };
-        assert_eq!((observed.config_hash.as_str(), observed.jobs, observed.reloaded), (hash.as_str(), 1, true));
+        assert_eq!(
+            (
+                observed.config_hash.as_str(),
+                observed.jobs,
+                observed.reloaded
+            ),
+            (hash.as_str(), 1, true)
+        );
 
         let refused = config_map(
             &render,
@@ -542,7 +592,10 @@ mod tests {
                 (federation::ANN_LOADED_HASH, "older"),
                 (federation::ANN_RELOAD_HASH, &hash),
                 (federation::ANN_RELOAD_STATE, "Error"),
-                (federation::ANN_RELOAD_MESSAGE, "not a valid duration string"),
+                (
+                    federation::ANN_RELOAD_MESSAGE,
+                    "not a valid duration string",
+                ),
             ],
         );
         assert_eq!(
@@ -551,7 +604,10 @@ mod tests {
         );
         let about_older = config_map(
             &render,
-            &[(federation::ANN_RELOAD_HASH, "older"), (federation::ANN_RELOAD_STATE, "Error")],
+            &[
+                (federation::ANN_RELOAD_HASH, "older"),
+                (federation::ANN_RELOAD_STATE, "Error"),
+            ],
         );
         assert_eq!(verdict(&render, &p, Some(&about_older)), Verdict::Waiting);
 

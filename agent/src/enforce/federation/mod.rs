@@ -284,8 +284,8 @@ impl Enforcer for FederationEnforcer {
             }
         }
         if self.config_maps.is_none() {
-            let config = watcher::Config::default()
-                .fields(&format!("metadata.name={CONFIG_MAP_NAME}"));
+            let config =
+                watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP_NAME}"));
             self.config_maps = Some(Watched::start(
                 Api::all(self.client.clone()),
                 config,
@@ -358,7 +358,11 @@ impl Enforcer for FederationEnforcer {
             } => {
                 let error = Some(message);
                 let changed = match resource {
-                    SERVICES => self.services.as_mut().filter(|w| !w.synced).map(|w| w.error = error),
+                    SERVICES => self
+                        .services
+                        .as_mut()
+                        .filter(|w| !w.synced)
+                        .map(|w| w.error = error),
                     NAMESPACES => self
                         .namespaces
                         .as_mut()

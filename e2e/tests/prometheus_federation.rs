@@ -1,0 +1,360 @@
+//! PrometheusFederation end to end: `kubectl apply`-style changes on the management cluster
+//! → real hub → real agents → ConfigMap `prometheus-federation` in three real member
+//! clusters → the reloader beside each real federation Prometheus → series from real tenant
+//! Prometheus servers, federated again by a real global Prometheus. Every claim is checked
+//! through Prometheus's own HTTP API as well as through the CR's status.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use accord_crds::{PlacementState, PrometheusFederation};
+use accord_e2e::pfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
+use accord_e2e::promfed::{self, FederationOptions, ReloaderOptions};
+use accord_e2e::wait::{Check, until};
+use accord_e2e::{SharedTestbed, Testbed};
+use anyhow::{Context as _, Result, ensure};
+use kube::Api;
+use kube::api::DeleteParams;
+use std::sync::Mutex;
+
+static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
+/// The scenarios run a dozen Prometheus servers; one at a time on two cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A spec over `clusters` federating both tenants with a `match[]` as broad as any (the
+/// `edit_N_=""` matcher selects every series — none has that label — and makes each edit's
+/// config unique).
+fn spec(
+    clusters: &[String],
+    edit: u32,
+    interval: &str,
+    extra: serde_json::Value,
+) -> serde_json::Value {
+    let mut spec = serde_json::json!({
+        "clusters": clusters,
+        "tenantSelector": {"namespaces": TENANTS},
+        "match": [format!("{{__name__=~\".+\",edit_{edit}_=\"\"}}")],
+        "scrapeInterval": interval,
+        "scrapeTimeout": "2s",
+        "global": {"enabled": true},
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    spec
+}
+
+/// What identifies edit `edit` in a rendered or loaded config.
+fn marker(edit: u32) -> String {
+    format!("edit_{edit}_=")
+}
+
+/// (cluster, tenant) pairs of the series `promql` returns on the Prometheus at `url`.
+async fn cluster_tenants(
+    testbed: &Testbed,
+    url: &str,
+    promql: &str,
+) -> Result<BTreeSet<(String, String)>> {
+    Ok(promfed::query(testbed.http(), url, promql)
+        .await?
+        .into_iter()
+        .map(|(labels, _)| {
+            (
+                labels.get("cluster").cloned().unwrap_or_default(),
+                labels.get("tenant").cloned().unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+#[test]
+fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_confirmed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let mut s = Scenario::start(
+            testbed,
+            ScenarioOptions {
+                name: "pfed-main",
+                members: &[0, 1, 2],
+                tenants: ScenarioOptions::tenant_defaults(),
+                federation: FederationOptions::with_reloader(ReloaderOptions::default()),
+                global: true,
+            },
+        )
+        .await?;
+        let (ns, name) = ("pfed-main", "tenants");
+        let clusters = s.clusters.clone();
+        let global_url = s.global.as_ref().context("global")?.url();
+
+        // Both tenants of every member, on the global Prometheus with cluster and tenant.
+        pfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&clusters, 0, "2s", serde_json::json!({})),
+        )
+        .await?;
+        let status = s.wait_confirmed(ns, name, &marker(0), true, WAIT).await?;
+        for p in &status.placements {
+            ensure!(p.jobs == Some(2), "two jobs in {}: {p:?}", p.cluster);
+        }
+        let expected: BTreeSet<(String, String)> = clusters
+            .iter()
+            .flat_map(|c| TENANTS.iter().map(move |t| (c.clone(), (*t).to_owned())))
+            .collect();
+        until(
+            "every member's tenants on the global Prometheus",
+            WAIT,
+            || async {
+                let got = cluster_tenants(testbed, &global_url, "up{job=\"tenant\"}").await?;
+                Ok(if got == expected {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(format!("{got:?}"))
+                })
+            },
+        )
+        .await?;
+        let ready = testbed.mgmt().client();
+        let pfed = Api::<PrometheusFederation>::namespaced(ready, ns)
+            .get(name)
+            .await?;
+        let conditions = pfed.status.unwrap_or_default().conditions;
+        ensure!(
+            accord_crds::conditions::is_true(&conditions, "Ready"),
+            "Ready: {conditions:?}"
+        );
+
+        // Isolation: team-a's Prometheus also serves series labelled namespace team-b
+        // (job "leak"); a match[] as broad as {__name__=~".+"} still brings only team-a's.
+        let tenant_a = s.members[0]
+            .tenant(TENANTS[0], "prom")
+            .context("tenant a")?
+            .url();
+        ensure!(
+            !promfed::query(testbed.http(), &tenant_a, "up{job=\"leak\"}")
+                .await?
+                .is_empty(),
+            "the leaking source serves the other namespace's series"
+        );
+        for url in s
+            .members
+            .iter()
+            .map(|m| m.federation.url())
+            .chain([global_url.clone()])
+        {
+            let leaked = promfed::query(testbed.http(), &url, "{job=\"leak\"}").await?;
+            ensure!(
+                leaked.is_empty(),
+                "{url} federated another namespace's series: {leaked:?}"
+            );
+            let wrong = promfed::query(
+                testbed.http(),
+                &url,
+                "{tenant=\"team-a\",namespace!=\"team-a\"}",
+            )
+            .await?;
+            ensure!(wrong.is_empty(), "{url}: team-a's job returned {wrong:?}");
+        }
+
+        // An edit of match[] is loaded by every member and the global tier, and confirmed.
+        pfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&clusters, 1, "2s", serde_json::json!({})),
+        )
+        .await?;
+        s.wait_confirmed(ns, name, &marker(1), true, WAIT).await?;
+        for m in &s.members {
+            let loaded = promfed::loaded_config(testbed.http(), &m.federation.url()).await?;
+            ensure!(loaded.contains(&marker(1)), "{} loaded {loaded}", m.cluster);
+        }
+
+        // Valid for the API server, refused by Prometheus ("1s1s"): Error with Prometheus's
+        // message, the previous config still loaded, federation still flowing.
+        pfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&clusters, 2, "1s1s", serde_json::json!({})),
+        )
+        .await?;
+        pfed_scenario::wait_placements(
+            testbed,
+            ns,
+            name,
+            &clusters,
+            PlacementState::Error,
+            "not a valid duration string",
+            WAIT,
+        )
+        .await?;
+        for m in &s.members {
+            let loaded = promfed::loaded_config(testbed.http(), &m.federation.url()).await?;
+            ensure!(
+                loaded.contains(&marker(1)) && !loaded.contains(&marker(2)),
+                "{} loaded {loaded}",
+                m.cluster
+            );
+            let url = m.federation.url();
+            let newest = |url: String| async move {
+                let v = promfed::query(
+                    testbed.http(),
+                    &url,
+                    "max(timestamp(up{tenant=\"team-a\"}))",
+                )
+                .await?;
+                Ok::<f64, anyhow::Error>(v.first().map_or(0.0, |s| s.1))
+            };
+            let before = newest(url.clone()).await?;
+            until(
+                &format!("{}: federation still flowing", m.cluster),
+                WAIT,
+                || async {
+                    let now = newest(url.clone()).await?;
+                    Ok(if now > before {
+                        Check::Ready(())
+                    } else {
+                        Check::NotYet(format!("{now} <= {before}"))
+                    })
+                },
+            )
+            .await?;
+        }
+        pfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&clusters, 3, "2s", serde_json::json!({})),
+        )
+        .await?;
+        s.wait_confirmed(ns, name, &marker(3), true, WAIT).await?;
+
+        // Prometheus stopped during an edit: Unavailable, then Synced once it is back.
+        s.members[0].federation.stop(testbed);
+        pfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&clusters, 4, "2s", serde_json::json!({})),
+        )
+        .await?;
+        pfed_scenario::wait_placements(
+            testbed,
+            ns,
+            name,
+            &clusters[..1],
+            PlacementState::Unavailable,
+            "unreachable",
+            WAIT,
+        )
+        .await?;
+        s.members[0].federation.resume(testbed).await?;
+        s.wait_confirmed(ns, name, &marker(4), true, WAIT).await?;
+
+        // A source over sampleLimit: the scrape failure in the placement's message.
+        pfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&clusters, 5, "2s", serde_json::json!({"sampleLimit": 10})),
+        )
+        .await?;
+        s.wait_confirmed(ns, name, &marker(5), true, WAIT).await?;
+        pfed_scenario::wait_placements(
+            testbed,
+            ns,
+            name,
+            &clusters,
+            PlacementState::Synced,
+            "sample limit exceeded",
+            WAIT,
+        )
+        .await?;
+
+        // Deleting the policy removes its jobs from every member and the global tier, and the
+        // ConfigMaps with the last policy.
+        Api::<PrometheusFederation>::namespaced(testbed.mgmt().client(), ns)
+            .delete(name, &DeleteParams::default())
+            .await?;
+        for (i, m) in s.members.iter().enumerate() {
+            let cluster = s.member_cluster(i)?;
+            let url = m.federation.url();
+            until(
+                &format!("{}: ConfigMap gone and no job loaded", m.cluster),
+                WAIT,
+                || async {
+                    let data = pfed_scenario::config_map_data(
+                        cluster,
+                        accord_e2e::federation::AGENT_NAMESPACE,
+                        accord_common::federation::CONFIG_MAP_NAME,
+                    )
+                    .await?;
+                    let jobs = promfed::loaded_job_names(testbed.http(), &url).await?;
+                    Ok(if data.is_none() && jobs.is_empty() {
+                        Check::Ready(())
+                    } else {
+                        Check::NotYet(format!("ConfigMap {}, jobs {jobs:?}", data.is_some()))
+                    })
+                },
+            )
+            .await?;
+        }
+        until("global tier without jobs", WAIT, || async {
+            let data = pfed_scenario::config_map_data(
+                testbed.mgmt(),
+                &s.global_namespace,
+                accord_common::federation::GLOBAL_CONFIG_MAP_NAME,
+            )
+            .await?;
+            let jobs = promfed::loaded_job_names(testbed.http(), &global_url).await?;
+            Ok(if data.is_none() && jobs.is_empty() {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("ConfigMap {}, jobs {jobs:?}", data.is_some()))
+            })
+        })
+        .await?;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_prometheus_without_the_lifecycle_api_is_reported_with_the_flag_to_set() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let s = Scenario::start(
+            testbed,
+            ScenarioOptions {
+                name: "pfed-lifecycle",
+                members: &[1],
+                tenants: ScenarioOptions::tenant_defaults(),
+                federation: FederationOptions {
+                    lifecycle: false,
+                    ..FederationOptions::with_reloader(ReloaderOptions::default())
+                },
+                global: false,
+            },
+        )
+        .await?;
+        let (ns, name) = ("pfed-lifecycle", "tenants");
+        let mut spec = spec(&s.clusters, 0, "2s", serde_json::json!({}));
+        spec["global"]["enabled"] = serde_json::json!(false);
+        pfed_scenario::apply(testbed, ns, name, spec).await?;
+        pfed_scenario::wait_placements(
+            testbed,
+            ns,
+            name,
+            &s.clusters,
+            PlacementState::Error,
+            "--web.enable-lifecycle",
+            WAIT,
+        )
+        .await?;
+        Ok(())
+    });
+}
