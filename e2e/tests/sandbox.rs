@@ -1,12 +1,16 @@
 //! `accord-sandbox` end to end: the real binary brings up a management cluster and two
-//! members with joined agents, its printed kubeconfigs work, `status --json` reports it,
-//! and `down` leaves no process behind.
+//! members with joined agents and, with `--with-prometheus`, the example
+//! PrometheusFederation working (series of both members on the global Prometheus, with
+//! their `cluster` and `tenant` labels); its printed kubeconfigs work, `status` reports it
+//! all, the global Prometheus and a query included, and `down` leaves no process behind.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
 use accord_crds::{ManagedCluster, conditions};
+use accord_e2e::promfed;
+use accord_e2e::sandbox::status::{FEDERATED_QUERY, query_command};
 use accord_e2e::sandbox::{procs, state};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -54,6 +58,20 @@ impl Drop for DownOnDrop {
     }
 }
 
+/// The URL printed after `label Prometheus` on a line of `up`'s summary.
+fn printed_prometheus(summary: &str, label: &str) -> Result<String> {
+    summary
+        .lines()
+        .find_map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            match words[..] {
+                [first, "Prometheus", url] if first == label => Some(url.to_owned()),
+                _ => None,
+            }
+        })
+        .with_context(|| format!("no \"{label} Prometheus URL\" line in:\n{summary}"))
+}
+
 /// The path printed after `label` on a line of `up`'s summary.
 fn printed_path(summary: &str, label: &str) -> Result<PathBuf> {
     summary
@@ -66,14 +84,20 @@ fn printed_path(summary: &str, label: &str) -> Result<PathBuf> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn up_brings_a_joined_federation_and_down_leaves_no_process_behind() -> Result<()> {
+async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves_no_process_behind()
+-> Result<()> {
     let tmp = tempfile::Builder::new()
         .prefix("accord-sandbox-test-")
         .tempdir()?;
     let dir = tmp.path().join("sandbox");
     let _down = DownOnDrop(dir.clone());
 
-    let out = sandbox(&["up", "--members", "2"], &dir, Duration::from_secs(900)).await?;
+    let out = sandbox(
+        &["up", "--members", "2", "--with-prometheus"],
+        &dir,
+        Duration::from_secs(900),
+    )
+    .await?;
     let summary = text(&out.stdout);
     eprintln!("up:\n{}{summary}", text(&out.stderr));
     ensure!(out.status.success(), "up failed");
@@ -115,6 +139,42 @@ async fn up_brings_a_joined_federation_and_down_leaves_no_process_behind() -> Re
         "frontend in member-1 has {replicas:?} replicas"
     );
 
+    // The example federation works: `up` returned once the global Prometheus had series
+    // from both members, each with its cluster label and the tenant's label, and a tenant's
+    // series are only its own namespace's.
+    let global = printed_prometheus(&summary, "global")?;
+    ensure!(
+        summary.contains(&query_command(&global, FEDERATED_QUERY)),
+        "no query to try:\n{summary}"
+    );
+    let http = reqwest::Client::new();
+    let federated = promfed::query(&http, &global, FEDERATED_QUERY).await?;
+    for name in ["member-1", "member-2"] {
+        ensure!(
+            federated.iter().any(|(labels, value)| {
+                labels.get("cluster").map(String::as_str) == Some(name)
+                    && labels.get("tenant").map(String::as_str) == Some("team-a")
+                    && *value >= 1.0
+            }),
+            "no team-a series of {name} on the global Prometheus: {}",
+            promfed::format_samples(&federated)
+        );
+    }
+    let by_namespace = promfed::query(
+        &http,
+        &global,
+        r#"count by (cluster, tenant, namespace) ({tenant!=""})"#,
+    )
+    .await?;
+    ensure!(
+        !by_namespace.is_empty()
+            && by_namespace
+                .iter()
+                .all(|(labels, _)| labels.get("namespace") == labels.get("tenant")),
+        "series of another namespace under a tenant: {}",
+        promfed::format_samples(&by_namespace)
+    );
+
     // A second `up` finds it running and changes nothing.
     let again = sandbox(&["up"], &dir, Duration::from_secs(120)).await?;
     ensure!(again.status.success(), "second up failed");
@@ -145,6 +205,35 @@ async fn up_brings_a_joined_federation_and_down_leaves_no_process_behind() -> Re
             .any(|p| p["name"] == "webapp-global-scale" && p["synced"] == true)),
         "{report:#}"
     );
+    ensure!(
+        report["global_prometheus"]["url"] == global.as_str(),
+        "{report:#}"
+    );
+    let federation = report["federations"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["name"] == "team-a"))
+        .with_context(|| format!("no PrometheusFederation team-a in {report:#}"))?;
+    ensure!(
+        federation["ready"] == true
+            && federation["global"]["state"] == "Synced"
+            && federation["placements"]
+                .as_array()
+                .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["state"] == "Synced")),
+        "{federation:#}"
+    );
+    let out = sandbox(&["status"], &dir, Duration::from_secs(60)).await?;
+    let printed = text(&out.stdout);
+    ensure!(out.status.success(), "status failed: {}", text(&out.stderr));
+    for expected in [
+        format!("global   Prometheus {global}"),
+        query_command(&global, FEDERATED_QUERY),
+        "pfed monitoring/team-a: Ready [member-1 Synced".to_owned(),
+    ] {
+        ensure!(
+            printed.contains(&expected),
+            "status does not print {expected:?}:\n{printed}"
+        );
+    }
 
     // The agents were joined through the real token flow and run in the foreground.
     let recorded = state::read(&dir)?.context("no state.json while running")?;

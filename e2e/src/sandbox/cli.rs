@@ -63,7 +63,10 @@ pub struct UpArgs {
     /// Run a Kafka broker in each member and apply the Kafka examples.
     #[arg(long)]
     with_kafka: bool,
-    /// Run a Prometheus server in each member and apply the Prometheus examples.
+    /// Run Prometheus servers and apply the Prometheus examples: in each member one for
+    /// the autoscaling example, and for the example PrometheusFederation a tenant
+    /// Prometheus and a federation Prometheus with its reloader; on the management side the
+    /// global Prometheus federating every member.
     #[arg(long)]
     with_prometheus: bool,
     /// How long to wait for the sandbox to become ready (testbed build not included).
@@ -408,6 +411,15 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
         if let Some(prometheus) = &m.prometheus_url {
             out.push_str(&format!("  {:<12} Prometheus {prometheus}\n", ""));
         }
+        if let Some(federation) = &m.federation_url {
+            out.push_str(&format!(
+                "  {:<12} federation Prometheus {federation}\n",
+                ""
+            ));
+        }
+    }
+    if let Some(global) = &state.global_prometheus_url {
+        out.push_str(&format!("  {:<12} Prometheus {global}\n", "global"));
     }
     out.push_str(&format!(
         "  logs         {} and {}\n",
@@ -442,6 +454,20 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             "  {} -n {ns} get ccsp {autoscaled} -o jsonpath='{{.status.autoscaling}}'   # metric-driven\n",
             k(&mgmt)
         ));
+    }
+    if let Some(global) = &state.global_prometheus_url {
+        out.push_str(&format!(
+            "  {}   # federated series of every member\n",
+            status::query_command(global, status::FEDERATED_QUERY)
+        ));
+        if let Some(example) = state
+            .examples
+            .iter()
+            .find_map(|e| e.strip_prefix("PrometheusFederation "))
+        {
+            let (ns, name) = example.split_once('/').unwrap_or(("default", example));
+            out.push_str(&format!("  {} -n {ns} get pfed {name}\n", k(&mgmt)));
+        }
     }
     // How the user started us, when a wrapper script says (e2e/sandbox.sh does).
     let sandbox = if let Ok(command) = std::env::var("ACCORD_SANDBOX_COMMAND") {

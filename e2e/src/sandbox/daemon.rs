@@ -6,25 +6,35 @@
 //! process it starts stays in its session, so `down` can find them all; the testbed's
 //! watchdog stops them should the daemon itself be killed.
 
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use accord_common::federation::{CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME};
 use accord_crds::{
     CrossClusterScalePolicy, FederatedKafkaTopic, KafkaTopicPolicy, ManagedCluster, PlacementState,
-    PrometheusFederation, conditions,
+    PrometheusFederation, PrometheusFederationStatus, conditions,
 };
 use anyhow::{Context as _, Result, bail, ensure};
+use futures::future::try_join_all;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 
-use super::examples::{self, Fit, Plan};
+use super::examples::{self, FederationExample, Fit, Plan};
 use super::state::{self, MemberState, State};
+use super::status::FEDERATED_QUERY;
 use crate::federation::{ensure_namespace, pause_deployment};
-use crate::installed::{HubSetup, InstalledHub};
+use crate::hub::HUB_NAMESPACE;
+use crate::installed::{HubSetup, InstalledHub, impersonating_kubeconfig};
 use crate::ports::free_port;
+use crate::promfed::{
+    self, FederationOptions, FederationPrometheus, GlobalPrometheus, PromfedMember, TenantSpec,
+};
 use crate::wait::{Check, until};
 use crate::{Cluster, ProcessId, Testbed};
 
@@ -34,6 +44,15 @@ pub const PROGRESS: &str = "[sandbox] ";
 pub const FIELD_MANAGER: &str = "accord-sandbox";
 /// How long each start-up step may take before the daemon gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
+/// Name of the Service each tenant's Prometheus is published as, in the tenant's namespace.
+pub const TENANT_SERVICE: &str = "prometheus";
+/// The manifest of a member's federation Prometheus. The sandbox runs Prometheus itself and
+/// applies only the reloader's identity and least-privilege Role from it
+/// ([`RELOADER_RBAC_KINDS`]), so each member's reloader runs with exactly those rights.
+const FEDERATION_MANIFEST: &str =
+    include_str!("../../../deploy/manifests/prometheus-federation.yaml");
+/// The kinds of [`FEDERATION_MANIFEST`] the sandbox applies.
+const RELOADER_RBAC_KINDS: [&str; 4] = ["Namespace", "ServiceAccount", "Role", "RoleBinding"];
 
 /// What the daemon starts.
 #[derive(Debug, Clone)]
@@ -80,6 +99,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             .map(PathBuf::from)
             .unwrap_or_default(),
         examples: Vec::new(),
+        global_prometheus_url: None,
     };
     state::write(&state)?;
 
@@ -117,10 +137,38 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
 }
 
 /// A started sandbox; dropping it stops everything (the testbed's processes include the
-/// hub and the agents).
+/// hub, the agents and the example federation's Prometheus servers and reloaders).
 struct Sandbox {
     testbed: Testbed,
+    /// Handles of the example federation's servers, kept while the testbed runs them.
+    _federation: Option<FederationServers>,
     started: Instant,
+}
+
+/// The Prometheus servers the example PrometheusFederation works with: in every member the
+/// tenants' servers (published as Services) and the federation Prometheus, and the global
+/// Prometheus on the management side; each federation and global Prometheus has an
+/// `accord-agent reload` beside it.
+struct FederationServers {
+    members: Vec<PromfedMember>,
+    global: Option<GlobalPrometheus>,
+    reloaders: Vec<ProcessId>,
+}
+
+impl FederationServers {
+    /// Every process that must keep running.
+    fn processes(&self) -> Vec<ProcessId> {
+        let members = self.members.iter().flat_map(|m| {
+            m.tenants
+                .iter()
+                .filter_map(|t| t.process())
+                .chain(m.federation.process())
+        });
+        members
+            .chain(self.global.iter().filter_map(FederationPrometheus::process))
+            .chain(self.reloaders.iter().copied())
+            .collect()
+    }
 }
 
 impl Drop for Sandbox {
@@ -166,22 +214,34 @@ async fn start(options: &DaemonOptions, state: &mut State) -> Result<Sandbox> {
     {
         state.testbed_bin = bin.to_path_buf();
     }
-    let sandbox = Sandbox { testbed, started };
-    if let Err(e) = set_up(options, state, &sandbox.testbed).await {
-        // The testbed's directory goes with it: keep what its components said.
-        eprintln!(
-            "component logs:\n{}",
-            sandbox
-                .testbed
-                .log_tails(crate::process::DEFAULT_TAIL_LINES)
-        );
-        return Err(e);
+    let mut sandbox = Sandbox {
+        testbed,
+        _federation: None,
+        started,
+    };
+    match set_up(options, state, &sandbox.testbed).await {
+        Ok(federation) => sandbox._federation = federation,
+        Err(e) => {
+            // The testbed's directory goes with it: keep what its components said.
+            eprintln!(
+                "component logs:\n{}",
+                sandbox
+                    .testbed
+                    .log_tails(crate::process::DEFAULT_TAIL_LINES)
+            );
+            return Err(e);
+        }
     }
     Ok(sandbox)
 }
 
-/// Everything after the clusters are up: hub, agents, examples.
-async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -> Result<()> {
+/// Everything after the clusters are up: hub, agents, the example federation's Prometheus
+/// servers, examples.
+async fn set_up(
+    options: &DaemonOptions,
+    state: &mut State,
+    testbed: &Testbed,
+) -> Result<Option<FederationServers>> {
     let mgmt_kubeconfig = options.dir.join(state::MGMT_KUBECONFIG);
     copy_file(testbed.mgmt().kubeconfig_path(), &mgmt_kubeconfig)?;
     for member in testbed.members() {
@@ -228,10 +288,11 @@ async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -
             agent_http: http,
             kafka_bootstrap: member.kafka_bootstrap().map(str::to_owned),
             prometheus_url: member.prometheus_url().map(str::to_owned),
+            federation_url: None,
         });
     }
     state::write(state)?;
-    let running = std::iter::once(hub)
+    let mut running = std::iter::once(hub)
         .chain(agents.iter().copied())
         .collect::<Vec<_>>();
     wait_members_available(testbed, &running, &options.members).await?;
@@ -242,6 +303,23 @@ async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -
         kafka: options.kafka,
         prometheus_url: testbed.members().first().and_then(Cluster::prometheus_url),
     })?;
+    let federation = match &plan.federation {
+        Some(example) => {
+            let servers = start_federation(testbed, &options.agent_bin, example).await?;
+            running.extend(servers.processes());
+            for member in &mut state.members {
+                member.federation_url = servers
+                    .members
+                    .iter()
+                    .find(|m| m.cluster == member.name)
+                    .map(|m| m.federation.url());
+            }
+            state.global_prometheus_url = servers.global.as_ref().map(FederationPrometheus::url);
+            state::write(state)?;
+            Some(servers)
+        }
+        None => None,
+    };
     apply_examples(testbed, &plan).await?;
     state.examples = plan
         .objects
@@ -258,7 +336,383 @@ async fn set_up(options: &DaemonOptions, state: &mut State, testbed: &Testbed) -
             )
         })
         .collect();
-    wait_policies_synced(testbed, &running, &plan).await
+    wait_policies_synced(testbed, &running, &plan).await?;
+    if let Some(example) = &plan.federation {
+        wait_federation_ready(
+            testbed,
+            &running,
+            example,
+            &options.members,
+            state.global_prometheus_url.as_deref(),
+        )
+        .await?;
+    }
+    Ok(federation)
+}
+
+/// Starts what the example federation needs: in every member its ConfigMap namespace, a
+/// tenant Prometheus per tenant namespace (published as Service [`TENANT_SERVICE`]) and the
+/// federation Prometheus; the global Prometheus when the global tier is enabled; a reloader
+/// beside each federation and global Prometheus. Then labels every member's ManagedCluster
+/// so the example selects it and points its `spec.federationEndpoint` at its federation
+/// Prometheus.
+async fn start_federation(
+    testbed: &Testbed,
+    agent_bin: &Path,
+    example: &FederationExample,
+) -> Result<FederationServers> {
+    progress(format!(
+        "starting the Prometheus servers of PrometheusFederation {}/{}: per member a tenant \
+         Prometheus for {} and a federation Prometheus{}",
+        example.namespace,
+        example.name,
+        example.tenants.join(", "),
+        if example.global {
+            "; the global Prometheus"
+        } else {
+            ""
+        }
+    ));
+    let tenants: Vec<TenantSpec> = example
+        .tenants
+        .iter()
+        .map(|ns| TenantSpec::new(ns, TENANT_SERVICE))
+        .collect();
+    // The reloaders are started here, with the agent binary the sandbox was given (the
+    // testbed's own would build one with cargo, which an installed sandbox cannot).
+    let plain = FederationOptions::default();
+    let members = try_join_all(testbed.members().iter().map(|cluster| {
+        let tenants = &tenants;
+        let plain = &plain;
+        async move {
+            ensure_namespace(cluster, &example.config_map_namespace).await?;
+            PromfedMember::start(testbed, cluster, tenants, plain)
+                .await
+                .with_context(|| format!("Prometheus servers of {}", cluster.name()))
+        }
+    }));
+    let global = async {
+        if !example.global {
+            return Ok(None);
+        }
+        FederationPrometheus::start_global(testbed, &plain)
+            .await
+            .map(Some)
+            .context("the global Prometheus")
+    };
+    let (members, global) = tokio::try_join!(members, global)?;
+
+    let rbac = reloader_rbac(&example.config_map_namespace)?;
+    let mut reloaders = Vec::new();
+    for member in &members {
+        let cluster = testbed
+            .member(&member.cluster)
+            .with_context(|| format!("no member {}", member.cluster))?;
+        let kubeconfig = apply_reloader_rbac(testbed, cluster, &rbac).await?;
+        reloaders.push(spawn_reloader(
+            testbed,
+            agent_bin,
+            &member.federation,
+            cluster.name(),
+            &kubeconfig,
+            &example.config_map_namespace,
+            CONFIG_MAP_NAME,
+        )?);
+    }
+    if let Some(global) = &global {
+        // The hub installed by the sandbox keeps the global tier's ConfigMap in its own
+        // namespace (`accord-hub serve --federation-namespace` defaults to it).
+        reloaders.push(spawn_reloader(
+            testbed,
+            agent_bin,
+            global,
+            testbed.mgmt().name(),
+            testbed.mgmt().kubeconfig_path(),
+            HUB_NAMESPACE,
+            GLOBAL_CONFIG_MAP_NAME,
+        )?);
+    }
+
+    for member in &members {
+        fit_managed_cluster(
+            testbed,
+            &member.cluster,
+            &example.cluster_labels,
+            &member.federation.url(),
+        )
+        .await?;
+    }
+    progress(format!(
+        "federation Prometheus servers: {}{}; members labelled {} and their federationEndpoint set",
+        members
+            .iter()
+            .map(|m| format!("{} {}", m.cluster, m.federation.url()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        global
+            .as_ref()
+            .map(|g| format!("; global {}", g.url()))
+            .unwrap_or_default(),
+        example
+            .cluster_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    ));
+    Ok(FederationServers {
+        members,
+        global,
+        reloaders,
+    })
+}
+
+/// The reloader's objects of [`FEDERATION_MANIFEST`] moved to `namespace`, and the user
+/// name of its ServiceAccount (`system:serviceaccount:<namespace>:<name>`).
+pub fn reloader_rbac(namespace: &str) -> Result<(Vec<serde_json::Value>, String)> {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(FEDERATION_MANIFEST)
+        .context("parsing deploy/manifests/prometheus-federation.yaml")?;
+    let mut objects = Vec::new();
+    let mut account = None;
+    for mut doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        if !RELOADER_RBAC_KINDS.contains(&kind.as_str()) {
+            continue;
+        }
+        if kind == "Namespace" {
+            doc["metadata"]["name"] = serde_json::json!(namespace);
+        } else {
+            doc["metadata"]["namespace"] = serde_json::json!(namespace);
+        }
+        // `get_mut`, not indexing: indexing would add `subjects: null` to every object.
+        let subjects = doc
+            .get_mut("subjects")
+            .and_then(serde_json::Value::as_array_mut);
+        for subject in subjects.into_iter().flatten() {
+            subject["namespace"] = serde_json::json!(namespace);
+        }
+        if kind == "ServiceAccount" {
+            account = doc["metadata"]["name"].as_str().map(str::to_owned);
+        }
+        objects.push(doc);
+    }
+    let account = account.context("the federation manifest has no ServiceAccount")?;
+    Ok((
+        objects,
+        format!("system:serviceaccount:{namespace}:{account}"),
+    ))
+}
+
+/// Applies the reloader's objects ([`reloader_rbac`]) to member `cluster` and returns a
+/// kubeconfig acting as its ServiceAccount.
+async fn apply_reloader_rbac(
+    testbed: &Testbed,
+    cluster: &Cluster,
+    (objects, user): &(Vec<serde_json::Value>, String),
+) -> Result<PathBuf> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let resource = match kind {
+            "Namespace" => ApiResource::erase::<Namespace>(&()),
+            "ServiceAccount" => ApiResource::erase::<ServiceAccount>(&()),
+            "Role" => ApiResource::erase::<Role>(&()),
+            "RoleBinding" => ApiResource::erase::<RoleBinding>(&()),
+            other => bail!("no API resource known for {other}"),
+        };
+        let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(cluster.client(), ns, &resource),
+            None => Api::all_with(cluster.client(), &resource),
+        };
+        api.patch(name, &apply, &Patch::Apply(object))
+            .await
+            .with_context(|| format!("applying {kind} {name} in {}", cluster.name()))?;
+    }
+    let namespace = user.split(':').nth(2).unwrap_or_default();
+    impersonating_kubeconfig(
+        testbed,
+        cluster,
+        user,
+        &[
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated",
+        ],
+    )
+}
+
+/// Starts `accord-agent reload` beside `prometheus` as the user of `kubeconfig`: it watches
+/// ConfigMap `config_map` in `namespace` of `cluster` and delivers it to Prometheus's config
+/// file (component `<cluster>/reloader-<config map>`).
+fn spawn_reloader(
+    testbed: &Testbed,
+    agent_bin: &Path,
+    prometheus: &FederationPrometheus,
+    cluster: &str,
+    kubeconfig: &Path,
+    namespace: &str,
+    config_map: &str,
+) -> Result<ProcessId> {
+    let mut command = Command::new(agent_bin);
+    command
+        .arg("reload")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--namespace", namespace, "--config-map", config_map])
+        .arg("--config-file")
+        .arg(prometheus.config_file())
+        .args(["--prometheus-url", &prometheus.url()])
+        .args(["--debounce", "1s"])
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1");
+    testbed.spawn(&format!("{cluster}/reloader-{config_map}"), command)
+}
+
+/// Adds `labels` to ManagedCluster `cluster` and sets its `spec.federationEndpoint` to
+/// `endpoint` (a merge patch: what the agent and the examples set stays).
+async fn fit_managed_cluster(
+    testbed: &Testbed,
+    cluster: &str,
+    labels: &BTreeMap<String, String>,
+    endpoint: &str,
+) -> Result<()> {
+    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    let patch = serde_json::json!({
+        "metadata": {"labels": labels},
+        "spec": {"federationEndpoint": endpoint},
+    });
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch(cluster, &params, &Patch::Merge(&patch))
+        .await
+        .with_context(|| {
+            format!("labelling ManagedCluster {cluster} and setting its federationEndpoint")
+        })?;
+    Ok(())
+}
+
+/// What keeps a PrometheusFederation from being ready in a sandbox with `members`: a
+/// member whose placement is not Synced, and, with `global`, a global tier that is not
+/// Synced with a job for every member. Empty when it is ready.
+pub fn federation_waiting(
+    status: &PrometheusFederationStatus,
+    members: &[String],
+    global: bool,
+) -> Vec<String> {
+    let mut waiting: Vec<String> = members
+        .iter()
+        .filter_map(|cluster| {
+            let placement = status.placements.iter().find(|p| &p.cluster == cluster);
+            match placement {
+                Some(p) if p.state == PlacementState::Synced => None,
+                Some(p) => Some(format!(
+                    "{cluster} is {}{}",
+                    p.state,
+                    p.message
+                        .as_deref()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default()
+                )),
+                None => Some(format!("{cluster} has no placement")),
+            }
+        })
+        .collect();
+    if global {
+        let expected = i32::try_from(members.len()).unwrap_or(i32::MAX);
+        match &status.global {
+            Some(g) if g.state == PlacementState::Synced && g.jobs == Some(expected) => {}
+            Some(g) => waiting.push(format!(
+                "the global tier is {} with {} of {expected} jobs{}",
+                g.state,
+                g.jobs.unwrap_or(0),
+                g.message
+                    .as_deref()
+                    .map(|m| format!(" ({m})"))
+                    .unwrap_or_default()
+            )),
+            None => waiting.push("the global tier has no status".to_owned()),
+        }
+    }
+    waiting
+}
+
+/// Waits until the example federation is confirmed in every member and the global tier
+/// (its status), then until the global Prometheus answers [`FEDERATED_QUERY`] with series
+/// from every member, so that the query `status` prints shows them at once.
+async fn wait_federation_ready(
+    testbed: &Testbed,
+    running: &[ProcessId],
+    example: &FederationExample,
+    members: &[String],
+    global_url: Option<&str>,
+) -> Result<()> {
+    let FederationExample {
+        namespace, name, ..
+    } = example;
+    let api: Api<PrometheusFederation> = Api::namespaced(testbed.mgmt().client(), namespace);
+    until(
+        &format!("PrometheusFederation {namespace}/{name} to be Synced everywhere"),
+        STEP_TIMEOUT,
+        || {
+            let api = api.clone();
+            async move {
+                ensure_all_running(testbed, running)?;
+                let status = api
+                    .get_opt(name)
+                    .await?
+                    .and_then(|p| p.status)
+                    .unwrap_or_default();
+                let waiting = federation_waiting(&status, members, example.global);
+                Ok(if waiting.is_empty() {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(waiting.join(", "))
+                })
+            }
+        },
+    )
+    .await?;
+    progress(format!(
+        "PrometheusFederation {namespace}/{name} is Synced in {}{}",
+        members.join(", "),
+        if example.global {
+            " and the global tier"
+        } else {
+            ""
+        }
+    ));
+    if let Some(url) = global_url {
+        promfed::wait_for_series(
+            testbed.http(),
+            url,
+            FEDERATED_QUERY,
+            STEP_TIMEOUT,
+            |samples| members_missing(samples, members).is_empty(),
+        )
+        .await?;
+        progress(format!(
+            "the global Prometheus {url} has federated series from {}",
+            members.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The members of which `samples` hold no series with a `tenant` label.
+pub fn members_missing<'a>(samples: &[promfed::Sample], members: &'a [String]) -> Vec<&'a str> {
+    members
+        .iter()
+        .filter(|member| {
+            !samples.iter().any(|(labels, _)| {
+                labels.get("cluster") == Some(*member)
+                    && labels.get("tenant").is_some_and(|t| !t.is_empty())
+            })
+        })
+        .map(String::as_str)
+        .collect()
 }
 
 fn copy_file(from: &Path, to: &Path) -> Result<()> {
@@ -522,5 +976,122 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("accord-agent join"), "{err}");
+    }
+
+    fn placement(
+        cluster: &str,
+        state: PlacementState,
+    ) -> accord_crds::prometheus::FederationPlacement {
+        serde_json::from_value(serde_json::json!({
+            "cluster": cluster,
+            "state": state.as_str(),
+            "message": "detail",
+        }))
+        .unwrap()
+    }
+
+    fn global(
+        state: PlacementState,
+        jobs: i32,
+    ) -> Option<accord_crds::prometheus::GlobalTierStatus> {
+        serde_json::from_value(serde_json::json!({"state": state.as_str(), "jobs": jobs})).unwrap()
+    }
+
+    #[test]
+    fn a_federation_is_ready_once_every_member_and_the_global_tier_with_every_job_are_synced() {
+        let members = vec!["member-1".to_owned(), "member-2".to_owned()];
+        let mut status = PrometheusFederationStatus {
+            placements: vec![
+                placement("member-1", PlacementState::Synced),
+                placement("member-2", PlacementState::Pending),
+            ],
+            ..PrometheusFederationStatus::default()
+        };
+        assert_eq!(
+            federation_waiting(&status, &members, true),
+            [
+                "member-2 is Pending (detail)",
+                "the global tier has no status"
+            ]
+        );
+        assert_eq!(
+            federation_waiting(&status, &members, false),
+            ["member-2 is Pending (detail)"]
+        );
+        status.placements[1] = placement("member-2", PlacementState::Synced);
+        status.global = global(PlacementState::Synced, 1);
+        assert_eq!(
+            federation_waiting(&status, &members, true),
+            ["the global tier is Synced with 1 of 2 jobs"],
+            "a member left out of the global tier is waited for"
+        );
+        status.global = global(PlacementState::Synced, 2);
+        assert!(federation_waiting(&status, &members, true).is_empty());
+        status.placements.pop();
+        assert_eq!(
+            federation_waiting(&status, &members, true),
+            ["member-2 has no placement"]
+        );
+    }
+
+    #[test]
+    fn a_member_counts_as_federated_only_with_tenant_labelled_series() {
+        let members = vec!["member-1".to_owned(), "member-2".to_owned()];
+        let sample = |cluster: &str, tenant: &str| -> promfed::Sample {
+            (
+                [
+                    ("cluster".to_owned(), cluster.to_owned()),
+                    ("tenant".to_owned(), tenant.to_owned()),
+                ]
+                .into(),
+                3.0,
+            )
+        };
+        assert_eq!(members_missing(&[], &members), ["member-1", "member-2"]);
+        assert_eq!(
+            members_missing(
+                &[sample("member-1", "team-a"), sample("member-2", "")],
+                &members
+            ),
+            ["member-2"]
+        );
+        assert!(
+            members_missing(
+                &[sample("member-1", "team-a"), sample("member-2", "team-a")],
+                &members
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn member_reloaders_get_only_the_manifests_service_account_and_config_map_role() {
+        let (objects, user) = reloader_rbac("observability").unwrap();
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["Namespace", "ServiceAccount", "Role", "RoleBinding"]
+        );
+        assert_eq!(
+            user,
+            "system:serviceaccount:observability:prometheus-federation"
+        );
+        assert_eq!(objects[0]["metadata"]["name"], "observability");
+        for object in &objects[1..] {
+            assert_eq!(object["metadata"]["namespace"], "observability", "{object}");
+        }
+        assert_eq!(objects[3]["subjects"][0]["namespace"], "observability");
+        for object in &objects[..3] {
+            assert!(object.get("subjects").is_none(), "{object}");
+        }
+        assert_eq!(
+            objects[2]["rules"],
+            serde_json::json!([{
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [CONFIG_MAP_NAME],
+                "verbs": ["get", "list", "watch", "patch"],
+            }])
+        );
     }
 }

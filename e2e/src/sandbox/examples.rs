@@ -1,10 +1,17 @@
 //! The example CRs of `deploy/examples/`, fitted to a sandbox: their cluster names
 //! (`us-central1`, `eu-west1`) become the sandbox's members, Kafka and Prometheus examples
-//! are kept only when the sandbox runs Kafka or Prometheus, and the Deployments the scale
-//! policies target are listed so they can be created in the members. Pure: no I/O.
+//! are kept only when the sandbox runs Kafka or Prometheus, the Deployments the scale
+//! policies target are listed so they can be created in the members, and the
+//! PrometheusFederation is fitted to the sandbox's Prometheus servers and described so that
+//! they can be started for it. Pure: no I/O.
 
-use anyhow::{Context as _, Result, bail};
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
+
+use crate::federation::AGENT_NAMESPACE;
+use crate::promfed::TENANT_JOB;
 
 /// The example files, embedded so an installed binary needs no checkout.
 pub const EXAMPLE_FILES: &[(&str, &str)] = &[
@@ -41,6 +48,16 @@ pub const CCSP: &str = "CrossClusterScalePolicy";
 /// and finds up counts for 250 requests/s.
 pub const SANDBOX_QUERY: &str = "sum(up) * 250";
 
+/// Scrape interval of the sandbox's federation: series show on the global Prometheus within
+/// seconds (the example's 30 s is meant for real fleets).
+pub const FEDERATION_SCRAPE_INTERVAL: &str = "5s";
+/// Scrape timeout of the sandbox's federation (below the interval, as Prometheus requires).
+pub const FEDERATION_SCRAPE_TIMEOUT: &str = "4s";
+/// The job label the example's first matcher selects (`{job="prometheus"}`, a tenant
+/// Prometheus scraping itself); the sandbox's tenant Prometheus servers call that job
+/// [`TENANT_JOB`].
+const EXAMPLE_TENANT_JOB: &str = r#"job="prometheus""#;
+
 /// What the sandbox runs, as far as the examples care.
 #[derive(Debug, Clone, Default)]
 pub struct Fit<'a> {
@@ -75,6 +92,28 @@ pub struct Plan {
     /// Scale policies (`namespace`, `name`) whose placements must all be Synced before the
     /// sandbox counts as ready (the plain ones; metric-driven ones are reported only).
     pub wait_for: Vec<(String, String)>,
+    /// The PrometheusFederation example, when kept: what the sandbox starts for it.
+    pub federation: Option<FederationExample>,
+}
+
+/// What the sandbox starts for the PrometheusFederation example: in every member a tenant
+/// Prometheus per tenant namespace and a federation Prometheus whose reloader watches the
+/// ConfigMap namespace; every member labelled so the example selects it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FederationExample {
+    /// Namespace of the PrometheusFederation on the management cluster.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The tenant namespaces it federates (`spec.tenantSelector.namespaces`).
+    pub tenants: Vec<String>,
+    /// Where the agent writes ConfigMap `prometheus-federation` in each member
+    /// (`spec.target.configMapNamespace`, else the agent's namespace).
+    pub config_map_namespace: String,
+    /// Labels every member's ManagedCluster gets so that `spec.clusterSelector` selects it.
+    pub cluster_labels: BTreeMap<String, String>,
+    /// Whether the global tier is enabled (`spec.global.enabled`).
+    pub global: bool,
 }
 
 /// Fits every embedded example to the sandbox.
@@ -117,7 +156,17 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
                 fit.kafka
             }
             "KafkaTopicPolicy" => fit.kafka,
-            "PrometheusFederation" => fit.prometheus_url.is_some(),
+            "PrometheusFederation" => {
+                if fit.prometheus_url.is_some() {
+                    ensure!(
+                        plan.federation.is_none(),
+                        "more than one PrometheusFederation example: the sandbox runs one \
+                         federation Prometheus per member"
+                    );
+                    plan.federation = Some(fit_federation(&mut object)?);
+                }
+                fit.prometheus_url.is_some()
+            }
             other => bail!("example of unexpected kind {other:?}"),
         };
         if !keep {
@@ -238,6 +287,68 @@ fn fit_scale_policy(
     Ok(true)
 }
 
+/// Fits a PrometheusFederation to the sandbox: a short scrape interval, and matchers that
+/// select what the sandbox's tenant Prometheus servers serve (their self-scrape job is
+/// called [`TENANT_JOB`], not `prometheus`); returns what the sandbox must start for it.
+fn fit_federation(object: &mut Value) -> Result<FederationExample> {
+    let name = object["metadata"]["name"]
+        .as_str()
+        .context("a PrometheusFederation example without a name")?
+        .to_owned();
+    let spec = &mut object["spec"];
+    spec["scrapeInterval"] = json!(FEDERATION_SCRAPE_INTERVAL);
+    spec["scrapeTimeout"] = json!(FEDERATION_SCRAPE_TIMEOUT);
+    let tenant_job = format!(r#"job="{TENANT_JOB}""#);
+    let mut matchers: Vec<String> = spec["match"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|m| m.replace(EXAMPLE_TENANT_JOB, &tenant_job))
+        .collect();
+    if !matchers.iter().any(|m| m.contains(&tenant_job)) {
+        matchers.push(format!("{{{tenant_job}}}"));
+    }
+    spec["match"] = json!(matchers);
+
+    let tenants: Vec<String> = spec["tenantSelector"]["namespaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    ensure!(
+        !tenants.is_empty(),
+        "PrometheusFederation example {name} names no tenant namespaces \
+         (spec.tenantSelector.namespaces): the sandbox starts a tenant Prometheus per namespace"
+    );
+    ensure!(
+        spec["clusterSelector"]["matchExpressions"].is_null(),
+        "PrometheusFederation example {name}: the sandbox fits clusterSelector.matchLabels only"
+    );
+    let cluster_labels: BTreeMap<String, String> = spec["clusterSelector"]["matchLabels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    Ok(FederationExample {
+        namespace: object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned(),
+        name,
+        tenants,
+        config_map_namespace: object["spec"]["target"]["configMapNamespace"]
+            .as_str()
+            .unwrap_or(AGENT_NAMESPACE)
+            .to_owned(),
+        cluster_labels,
+        global: object["spec"]["global"]["enabled"].as_bool() == Some(true),
+    })
+}
+
 fn fit_cluster_list(
     list: &Value,
     fit: &Fit<'_>,
@@ -328,6 +439,7 @@ mod tests {
             [("default".to_owned(), "webapp-global-scale".to_owned())]
         );
         assert!(plan.mgmt_namespaces.is_empty());
+        assert_eq!(plan.federation, None, "no Prometheus, no federation");
     }
 
     #[test]
@@ -401,6 +513,104 @@ mod tests {
             plan.deployments.iter().any(|d| d.name == "checkout"
                 && d.namespace == "default"
                 && d.cluster == "member-2")
+        );
+    }
+
+    #[test]
+    fn the_federation_example_scrapes_what_the_sandbox_serves_every_five_seconds() {
+        let names = members(&["member-1", "member-2"]);
+        let plan = plan(&Fit {
+            members: &names,
+            prometheus_url: Some("http://127.0.0.1:9090"),
+            ..Fit::default()
+        })
+        .unwrap();
+        let federation = plan
+            .objects
+            .iter()
+            .find(|o| o["kind"] == "PrometheusFederation")
+            .unwrap();
+        let spec = &federation["spec"];
+        assert_eq!(spec["scrapeInterval"], FEDERATION_SCRAPE_INTERVAL);
+        assert_eq!(spec["scrapeTimeout"], FEDERATION_SCRAPE_TIMEOUT);
+        assert_eq!(
+            spec["match"],
+            json!([r#"{job="tenant"}"#, r#"{__name__=~"job:.*"}"#])
+        );
+        assert_eq!(
+            spec["clusterSelector"],
+            json!({"matchLabels": {"tier": "prod"}}),
+            "the selector is kept; the members are labelled to match it"
+        );
+        assert_eq!(spec["global"]["enabled"], true);
+        assert_eq!(
+            plan.federation,
+            Some(FederationExample {
+                namespace: "monitoring".into(),
+                name: "team-a".into(),
+                tenants: vec!["team-a".into()],
+                config_map_namespace: "monitoring".into(),
+                cluster_labels: [("tier".to_owned(), "prod".to_owned())].into(),
+                global: true,
+            })
+        );
+    }
+
+    #[test]
+    fn a_federation_example_the_sandbox_cannot_serve_is_refused_with_the_reason() {
+        let names = members(&["member-1"]);
+        let fit = Fit {
+            members: &names,
+            prometheus_url: Some("http://127.0.0.1:9090"),
+            ..Fit::default()
+        };
+        let federation = |spec: Value| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1",
+                "kind": "PrometheusFederation",
+                "metadata": {"name": "f", "namespace": "monitoring"},
+                "spec": spec,
+            })
+        };
+        let by_label = federation(json!({
+            "tenantSelector": {"labelSelector": {"matchLabels": {"team": "a"}}},
+            "match": ["up"],
+        }));
+        let err = plan_objects(vec![by_label], &fit).unwrap_err().to_string();
+        assert!(err.contains("names no tenant namespaces"), "{err}");
+
+        let twice = federation(json!({"tenantSelector": {"namespaces": ["a"]}, "match": ["up"]}));
+        let err = plan_objects(vec![twice.clone(), twice], &fit)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more than one PrometheusFederation"), "{err}");
+    }
+
+    #[test]
+    fn a_federation_without_a_target_namespace_writes_to_the_agents_and_gets_the_tenant_job() {
+        let names = members(&["member-1"]);
+        let object = json!({
+            "apiVersion": "accord.io/v1alpha1",
+            "kind": "PrometheusFederation",
+            "metadata": {"name": "f", "namespace": "monitoring"},
+            "spec": {"tenantSelector": {"namespaces": ["a"]}, "match": ["up"]},
+        });
+        let plan = plan_objects(
+            vec![object],
+            &Fit {
+                members: &names,
+                prometheus_url: Some("http://127.0.0.1:9090"),
+                ..Fit::default()
+            },
+        )
+        .unwrap();
+        let federation = plan.federation.unwrap();
+        assert_eq!(federation.config_map_namespace, AGENT_NAMESPACE);
+        assert!(federation.cluster_labels.is_empty());
+        assert!(!federation.global);
+        assert_eq!(
+            plan.objects[0]["spec"]["match"],
+            json!(["up", r#"{job="tenant"}"#])
         );
     }
 }

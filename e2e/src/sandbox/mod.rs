@@ -6,7 +6,11 @@
 //! token flow (`accord-hub token create`, then the printed `accord-agent join ... --run`),
 //! applies the examples of `deploy/examples/` fitted to the members, waits until every
 //! member is Available and the example policy Synced, and records itself in
-//! `DIR/state.json`. `status` reads that file, `/proc` and the management cluster; `down`
+//! `DIR/state.json`. With `--with-prometheus` it also runs, for the example
+//! PrometheusFederation, a tenant Prometheus and a federation Prometheus with its reloader
+//! in every member and the global Prometheus with its reloader on the management side, and
+//! waits until the federation is Synced everywhere and the global Prometheus has series
+//! from every member. `status` reads that file, `/proc` and the management cluster; `down`
 //! stops the daemon and waits until every process of its session is gone.
 
 pub mod cli;

@@ -46,6 +46,10 @@ pub struct State {
     /// The example objects applied to the management cluster (`Kind namespace/name`).
     #[serde(default)]
     pub examples: Vec<String>,
+    /// The global tier's Prometheus (`http://ADDRESS:9090`), federating every member's
+    /// federation Prometheus, with `--with-prometheus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_prometheus_url: Option<String>,
 }
 
 /// One member cluster of a sandbox.
@@ -65,6 +69,10 @@ pub struct MemberState {
     /// The member's Prometheus URL, with `--with-prometheus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus_url: Option<String>,
+    /// The member's federation Prometheus (its ManagedCluster's `spec.federationEndpoint`),
+    /// with `--with-prometheus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub federation_url: Option<String>,
 }
 
 /// Path of the state file in `dir`.
@@ -126,11 +134,13 @@ mod tests {
                 agent_pid: 44,
                 agent_http: "127.0.0.1:8081".into(),
                 kafka_bootstrap: None,
-                prometheus_url: None,
+                prometheus_url: Some("http://127.0.0.1:9091".into()),
+                federation_url: Some("http://127.70.0.2:9090".into()),
             }],
             testbed_dir: dir.path().join("testbed"),
             testbed_bin: PathBuf::from("bin"),
             examples: vec!["CrossClusterScalePolicy default/webapp-global-scale".into()],
+            global_prometheus_url: Some("http://127.70.0.1:9090".into()),
         };
         write(&state).unwrap();
         assert_eq!(read(dir.path()).unwrap(), Some(state));

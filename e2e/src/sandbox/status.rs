@@ -1,12 +1,14 @@
 //! `accord-sandbox status`: the daemon, the hub, each member's ManagedCluster conditions
-//! and agent, and the example policies, read from the state file, `/proc` and the
-//! management cluster.
+//! and agent, the example policies and federations, and the global Prometheus with a query
+//! showing what it federates, read from the state file, `/proc` and the management cluster.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PlacementState, conditions};
+use accord_crds::{
+    CrossClusterScalePolicy, ManagedCluster, PlacementState, PrometheusFederation, conditions,
+};
 use anyhow::Result;
 use kube::{Api, ResourceExt as _};
 use serde::Serialize;
@@ -16,6 +18,15 @@ use super::state::{self, State};
 
 /// How long status waits for the management cluster to answer.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
+/// A query on the global Prometheus that shows federated series from every member: how
+/// many tenant targets are `up` per (cluster, tenant). The `tenant` matcher leaves out the
+/// global Prometheus's own `up` series of its federation jobs, which carry neither label.
+pub const FEDERATED_QUERY: &str = r#"count by (cluster, tenant) (up{tenant!=""})"#;
+
+/// A `curl` command running instant query `query` on the Prometheus at `url`.
+pub fn query_command(url: &str, query: &str) -> String {
+    format!("curl -s '{url}/api/v1/query' --data-urlencode 'query={query}'")
+}
 
 /// What `status` reports (also its `--json` form).
 #[derive(Debug, Clone, Serialize)]
@@ -42,6 +53,12 @@ pub struct Report {
     pub members: Vec<MemberReport>,
     /// Every CrossClusterScalePolicy on the management cluster.
     pub policies: Vec<PolicyReport>,
+    /// The global tier's Prometheus, with `--with-prometheus`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global_prometheus: Option<GlobalPrometheusReport>,
+    /// Every PrometheusFederation on the management cluster.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub federations: Vec<FederationReport>,
     /// Why part of the report is missing (e.g. the management cluster did not answer).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
@@ -75,6 +92,52 @@ pub struct MemberReport {
     pub joined: Option<String>,
     /// Status of the ManagedCluster's `Available` condition.
     pub available: Option<String>,
+    /// The member's federation Prometheus, with `--with-prometheus`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub federation_url: Option<String>,
+}
+
+/// The global Prometheus's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct GlobalPrometheusReport {
+    /// Its URL (`http://ADDRESS:9090`).
+    pub url: String,
+    /// A query showing federated series from every member ([`FEDERATED_QUERY`]).
+    pub query: String,
+    /// The `curl` command running it.
+    pub command: String,
+}
+
+/// One PrometheusFederation's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct FederationReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Whether its `Ready` condition is True (every placement Synced, and the global tier
+    /// when enabled).
+    pub ready: bool,
+    /// Per cluster: the placement's state and message.
+    pub placements: Vec<FederationPlacementReport>,
+    /// The global tier's state, when enabled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global: Option<FederationPlacementReport>,
+}
+
+/// One placement of a PrometheusFederation (or its global tier, as cluster `global`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FederationPlacementReport {
+    /// Member cluster, or `global`.
+    pub cluster: String,
+    /// Placement state.
+    pub state: String,
+    /// Federation jobs rendered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<i32>,
+    /// Detail for the state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One scale policy's part of the report.
@@ -115,6 +178,8 @@ pub async fn gather(dir: &Path) -> Result<Report> {
         hub: None,
         members: Vec::new(),
         policies: Vec::new(),
+        global_prometheus: None,
+        federations: Vec::new(),
         problems: Vec::new(),
     };
     let Some(state) = state::read(dir)? else {
@@ -149,8 +214,18 @@ pub async fn gather(dir: &Path) -> Result<Report> {
             agent_alive: procs::alive(m.agent_pid),
             joined: None,
             available: None,
+            federation_url: m.federation_url.clone(),
         })
         .collect();
+    report.global_prometheus =
+        state
+            .global_prometheus_url
+            .as_ref()
+            .map(|url| GlobalPrometheusReport {
+                url: url.clone(),
+                query: FEDERATED_QUERY.to_owned(),
+                command: query_command(url, FEDERATED_QUERY),
+            });
     if state.hub_pid != 0 {
         match tokio::time::timeout(API_TIMEOUT, read_cluster(&state, &mut report)).await {
             Ok(Ok(())) => {}
@@ -179,7 +254,7 @@ async fn read_cluster(state: &State, report: &mut Report) -> Result<()> {
         member.joined = of("Joined");
         member.available = of("Available");
     }
-    let policies: Api<CrossClusterScalePolicy> = Api::all(client);
+    let policies: Api<CrossClusterScalePolicy> = Api::all(client.clone());
     for policy in policies.list(&Default::default()).await? {
         let placements: Vec<PlacementReport> = policy
             .status
@@ -202,6 +277,31 @@ async fn read_cluster(state: &State, report: &mut Report) -> Result<()> {
                     .iter()
                     .all(|p| p.state == PlacementState::Synced.as_str()),
             placements,
+        });
+    }
+    let federations: Api<PrometheusFederation> = Api::all(client);
+    for federation in federations.list(&Default::default()).await? {
+        let status = federation.status.clone().unwrap_or_default();
+        report.federations.push(FederationReport {
+            namespace: federation.namespace().unwrap_or_default(),
+            name: federation.name_any(),
+            ready: conditions::is_true(&status.conditions, "Ready"),
+            placements: status
+                .placements
+                .iter()
+                .map(|p| FederationPlacementReport {
+                    cluster: p.cluster.clone(),
+                    state: p.state.to_string(),
+                    jobs: p.jobs,
+                    message: p.message.clone(),
+                })
+                .collect(),
+            global: status.global.as_ref().map(|g| FederationPlacementReport {
+                cluster: "global".to_owned(),
+                state: g.state.to_string(),
+                jobs: g.jobs,
+                message: g.message.clone(),
+            }),
         });
     }
     Ok(())
@@ -264,6 +364,9 @@ pub fn render(report: &Report) -> String {
             alive(m.agent_alive),
             m.kubeconfig.display()
         );
+        if let Some(url) = &m.federation_url {
+            let _ = writeln!(out, "  {:<8} federation Prometheus {url}", "");
+        }
     }
     for p in &report.policies {
         let placements = p
@@ -289,6 +392,38 @@ pub fn render(report: &Report) -> String {
             placements
         );
     }
+    if let Some(global) = &report.global_prometheus {
+        let _ = writeln!(
+            out,
+            "  global   Prometheus {} (federates every member's federation Prometheus)",
+            global.url
+        );
+        let _ = writeln!(out, "           {}", global.command);
+    }
+    for f in &report.federations {
+        let placement = |p: &FederationPlacementReport| {
+            let mut text = format!("{} {}", p.cluster, p.state);
+            if let Some(jobs) = p.jobs {
+                let _ = write!(text, " ({jobs} jobs)");
+            }
+            if p.state != PlacementState::Synced.as_str()
+                && let Some(message) = &p.message
+            {
+                let _ = write!(text, ": {message}");
+            }
+            text
+        };
+        let mut placements: Vec<String> = f.placements.iter().map(placement).collect();
+        placements.extend(f.global.iter().map(placement));
+        let _ = writeln!(
+            out,
+            "  pfed {}/{}: {} [{}]",
+            f.namespace,
+            f.name,
+            if f.ready { "Ready" } else { "not Ready" },
+            placements.join(", ")
+        );
+    }
     for problem in &report.problems {
         let _ = writeln!(out, "  ! {problem}");
     }
@@ -297,4 +432,99 @@ pub fn render(report: &Report) -> String {
 
 fn alive(alive: bool) -> &'static str {
     if alive { "alive" } else { "NOT RUNNING" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running_report() -> Report {
+        Report {
+            dir: PathBuf::from("/sandbox"),
+            running: true,
+            ready: true,
+            pid: Some(1),
+            started_at: Some("2026-01-01T00:00:00Z".into()),
+            mgmt_kubeconfig: None,
+            hub: None,
+            members: vec![MemberReport {
+                name: "member-1".into(),
+                kubeconfig: PathBuf::from("/sandbox/member-1.kubeconfig"),
+                agent_pid: 2,
+                agent_alive: true,
+                joined: Some("True".into()),
+                available: Some("True".into()),
+                federation_url: Some("http://127.70.0.2:9090".into()),
+            }],
+            policies: Vec::new(),
+            global_prometheus: None,
+            federations: Vec::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_query_command_runs_the_query_on_the_global_prometheus() {
+        assert_eq!(
+            query_command("http://127.70.0.1:9090", FEDERATED_QUERY),
+            "curl -s 'http://127.70.0.1:9090/api/v1/query' --data-urlencode \
+             'query=count by (cluster, tenant) (up{tenant!=\"\"})'"
+        );
+    }
+
+    #[test]
+    fn status_prints_the_global_prometheus_its_query_and_the_federation_placements() {
+        let mut report = running_report();
+        report.global_prometheus = Some(GlobalPrometheusReport {
+            url: "http://127.70.0.1:9090".into(),
+            query: FEDERATED_QUERY.into(),
+            command: query_command("http://127.70.0.1:9090", FEDERATED_QUERY),
+        });
+        report.federations.push(FederationReport {
+            namespace: "monitoring".into(),
+            name: "team-a".into(),
+            ready: false,
+            placements: vec![FederationPlacementReport {
+                cluster: "member-1".into(),
+                state: "Error".into(),
+                jobs: Some(1),
+                message: Some("invalid config".into()),
+            }],
+            global: Some(FederationPlacementReport {
+                cluster: "global".into(),
+                state: "Synced".into(),
+                jobs: Some(1),
+                message: Some("all members".into()),
+            }),
+        });
+        let text = render(&report);
+        assert!(
+            text.contains("federation Prometheus http://127.70.0.2:9090"),
+            "{text}"
+        );
+        assert!(
+            text.contains("global   Prometheus http://127.70.0.1:9090"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&query_command("http://127.70.0.1:9090", FEDERATED_QUERY)),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "pfed monitoring/team-a: not Ready [member-1 Error (1 jobs): invalid config, \
+                 global Synced (1 jobs)]"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_prometheus_status_prints_no_federation_lines() {
+        let mut report = running_report();
+        report.members[0].federation_url = None;
+        let text = render(&report);
+        assert!(!text.contains("Prometheus"), "{text}");
+        assert!(!text.contains("pfed"), "{text}");
+    }
 }
