@@ -625,6 +625,11 @@ pub struct ReloaderOptions {
     pub targets_interval: Duration,
     /// `RUST_LOG` of the reloader (default `info,accord_agent=debug`).
     pub log_filter: String,
+    /// The `accord-agent` binary (default: built from this workspace).
+    pub agent_bin: Option<PathBuf>,
+    /// The kubeconfig it uses (default: the cluster's admin kubeconfig), e.g. one of a
+    /// ServiceAccount with only the reloader's Role.
+    pub kubeconfig: Option<PathBuf>,
 }
 
 impl Default for ReloaderOptions {
@@ -634,6 +639,8 @@ impl Default for ReloaderOptions {
             debounce: Duration::from_secs(1),
             targets_interval: Duration::from_secs(1),
             log_filter: "info,accord_agent=debug".to_owned(),
+            agent_bin: None,
+            kubeconfig: None,
         }
     }
 }
@@ -818,11 +825,15 @@ impl FederationPrometheus {
         options: ReloaderOptions,
     ) -> Result<ProcessId> {
         self.stop_reloader(testbed);
-        let mut command = Command::new(accord_binary("accord-agent")?);
+        let program = match &options.agent_bin {
+            Some(bin) => bin.clone(),
+            None => accord_binary("accord-agent")?,
+        };
+        let mut command = Command::new(program);
         command
             .arg("reload")
             .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            .arg(options.kubeconfig.as_ref().unwrap_or(&self.kubeconfig))
             .args(["--namespace", &options.namespace])
             .args(["--config-map", self.tier.config_map()])
             .arg("--config-file")

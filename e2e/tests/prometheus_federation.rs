@@ -172,7 +172,11 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
         // is removed, not left at its old value).
         let global = status.global.context("status.global")?;
         ensure!(global.message.is_none(), "stale message: {global:?}");
-        ensure!(status.placements.iter().all(|p| p.message.is_none()), "{:?}", status.placements);
+        ensure!(
+            status.placements.iter().all(|p| p.message.is_none()),
+            "{:?}",
+            status.placements
+        );
         for m in &s.members {
             let loaded = promfed::loaded_config(testbed.http(), &m.federation.url()).await?;
             ensure!(loaded.contains(&marker(1)), "{} loaded {loaded}", m.cluster);

@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use accord_common::federation::{CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME};
 use accord_crds::{
     CrossClusterScalePolicy, FederatedKafkaTopic, KafkaTopicPolicy, ManagedCluster, PlacementState,
     PrometheusFederation, PrometheusFederationStatus, conditions,
@@ -33,7 +32,8 @@ use crate::hub::HUB_NAMESPACE;
 use crate::installed::{HubSetup, InstalledHub, impersonating_kubeconfig};
 use crate::ports::free_port;
 use crate::promfed::{
-    self, FederationOptions, FederationPrometheus, GlobalPrometheus, PromfedMember, TenantSpec,
+    self, FederationOptions, FederationPrometheus, GlobalPrometheus, PromfedMember,
+    ReloaderOptions, TenantSpec,
 };
 use crate::wait::{Check, until};
 use crate::{Cluster, ProcessId, Testbed};
@@ -400,37 +400,29 @@ async fn start_federation(
             .map(Some)
             .context("the global Prometheus")
     };
-    let (members, global) = tokio::try_join!(members, global)?;
+    let (mut members, mut global) = tokio::try_join!(members, global)?;
 
     let rbac = reloader_rbac(&example.config_map_namespace)?;
+    let reloader = |namespace: &str, kubeconfig: Option<PathBuf>| ReloaderOptions {
+        namespace: namespace.to_owned(),
+        log_filter: "info".to_owned(),
+        agent_bin: Some(agent_bin.to_path_buf()),
+        kubeconfig,
+        ..ReloaderOptions::default()
+    };
     let mut reloaders = Vec::new();
-    for member in &members {
+    for member in &mut members {
         let cluster = testbed
             .member(&member.cluster)
             .with_context(|| format!("no member {}", member.cluster))?;
         let kubeconfig = apply_reloader_rbac(testbed, cluster, &rbac).await?;
-        reloaders.push(spawn_reloader(
-            testbed,
-            agent_bin,
-            &member.federation,
-            cluster.name(),
-            &kubeconfig,
-            &example.config_map_namespace,
-            CONFIG_MAP_NAME,
-        )?);
+        let options = reloader(&example.config_map_namespace, Some(kubeconfig));
+        reloaders.push(member.federation.start_reloader(testbed, options)?);
     }
-    if let Some(global) = &global {
+    if let Some(global) = &mut global {
         // The hub installed by the sandbox keeps the global tier's ConfigMap in its own
         // namespace (`accord-hub serve --federation-namespace` defaults to it).
-        reloaders.push(spawn_reloader(
-            testbed,
-            agent_bin,
-            global,
-            testbed.mgmt().name(),
-            testbed.mgmt().kubeconfig_path(),
-            HUB_NAMESPACE,
-            GLOBAL_CONFIG_MAP_NAME,
-        )?);
+        reloaders.push(global.start_reloader(testbed, reloader(HUB_NAMESPACE, None))?);
     }
 
     for member in &members {
@@ -540,33 +532,6 @@ async fn apply_reloader_rbac(
             "system:authenticated",
         ],
     )
-}
-
-/// Starts `accord-agent reload` beside `prometheus` as the user of `kubeconfig`: it watches
-/// ConfigMap `config_map` in `namespace` of `cluster` and delivers it to Prometheus's config
-/// file (component `<cluster>/reloader-<config map>`).
-fn spawn_reloader(
-    testbed: &Testbed,
-    agent_bin: &Path,
-    prometheus: &FederationPrometheus,
-    cluster: &str,
-    kubeconfig: &Path,
-    namespace: &str,
-    config_map: &str,
-) -> Result<ProcessId> {
-    let mut command = Command::new(agent_bin);
-    command
-        .arg("reload")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--namespace", namespace, "--config-map", config_map])
-        .arg("--config-file")
-        .arg(prometheus.config_file())
-        .args(["--prometheus-url", &prometheus.url()])
-        .args(["--debounce", "1s"])
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1");
-    testbed.spawn(&format!("{cluster}/reloader-{config_map}"), command)
 }
 
 /// Adds `labels` to ManagedCluster `cluster` and sets its `spec.federationEndpoint` to
@@ -1089,7 +1054,7 @@ mod tests {
             serde_json::json!([{
                 "apiGroups": [""],
                 "resources": ["configmaps"],
-                "resourceNames": [CONFIG_MAP_NAME],
+                "resourceNames": [accord_common::federation::CONFIG_MAP_NAME],
                 "verbs": ["get", "list", "watch", "patch"],
             }])
         );
