@@ -11,7 +11,7 @@
 use std::process::Output;
 use std::time::Duration;
 
-use accord_crds::{CrossClusterScalePolicy, ManagedCluster};
+use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PrometheusFederation};
 use accord_e2e::federation::{ensure_namespace, pause_deployment};
 use accord_e2e::hub::accord_binary;
 use accord_e2e::installed::{
@@ -24,7 +24,7 @@ use accord_e2e::{Cluster, Testbed};
 use accord_hub::pki::HubCa;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -230,6 +230,64 @@ async fn two_members_join_as_the_quickstart_says_and_run_a_policy() -> Result<()
         )
         .await?;
     }
+
+    // The installed hub and the agent with exactly its rendered RBAC render a federation:
+    // the agent reads the tenant's source Service and writes ConfigMap prometheus-federation
+    // (no reloader runs here, so the placement waits for one, saying so).
+    ensure_namespace(east, "team-a").await?;
+    Api::<Service>::namespaced(east.client(), "team-a")
+        .patch(
+            "prometheus",
+            &PatchParams::apply("join-test"),
+            &Patch::Apply(accord_e2e::promfed::source_service("prometheus", "team-a")),
+        )
+        .await?;
+    let federation: PrometheusFederation = serde_json::from_value(json!({
+        "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",
+        "metadata": {"name": "team-a", "namespace": "default"},
+        "spec": {"clusters": ["east"], "tenantSelector": {"namespaces": ["team-a"]},
+                 "match": ["{job=\"prometheus\"}"]}
+    }))?;
+    Api::<PrometheusFederation>::namespaced(admin.clone(), "default")
+        .patch(
+            "team-a",
+            &PatchParams::apply("join-test"),
+            &Patch::Apply(&federation),
+        )
+        .await?;
+    let configs = Api::<ConfigMap>::namespaced(east.client(), "accord-system");
+    until(
+        "the agent writes the federation config as its ServiceAccount",
+        MINUTE,
+        || async {
+            tb.ensure_running(east_agent)?;
+            let config = configs
+                .get_opt(accord_common::federation::CONFIG_MAP_NAME)
+                .await?
+                .and_then(|c| c.data)
+                .and_then(|d| d.get(accord_common::federation::CONFIG_KEY).cloned());
+            let status = Api::<PrometheusFederation>::namespaced(admin.clone(), "default")
+                .get("team-a")
+                .await?
+                .status
+                .unwrap_or_default();
+            let placement = status.placements.first().cloned();
+            Ok(match (config, placement) {
+                (Some(config), Some(p))
+                    if config.contains("prometheus.team-a.svc:9090")
+                        && p.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("waiting for the reloader")) =>
+                {
+                    Check::Ready(())
+                }
+                (config, placement) => {
+                    Check::NotYet(format!("config {config:?}, placement {placement:?}"))
+                }
+            })
+        },
+    )
+    .await?;
 
     // The foreground agent restarted with the very same command (its token now spent)
     // keeps its identity and comes back.
