@@ -142,6 +142,10 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
             "ManagedCluster" => match object["metadata"]["name"].as_str().and_then(rename) {
                 Some(name) => {
                     object["metadata"]["name"] = json!(name);
+                    // The sandbox sets each member's real federation endpoint itself.
+                    if let Some(spec) = object["spec"].as_object_mut() {
+                        spec.remove("federationEndpoint");
+                    }
                     true
                 }
                 None => false,
