@@ -109,9 +109,10 @@ impl<'t> Scenario<'t> {
             );
         }
         let global = if options.global {
+            // The members' reloader options, watching the hub's global ConfigMap.
             let reloader = ReloaderOptions {
                 namespace: global_namespace.clone(),
-                ..ReloaderOptions::default()
+                ..options.federation.reloader.clone().unwrap_or_default()
             };
             Some(
                 FederationPrometheus::start_global(

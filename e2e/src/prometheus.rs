@@ -224,19 +224,11 @@ impl ScrapingPrometheus {
             .arg("--storage.tsdb.retention.time=1d");
         let process = testbed.spawn(&format!("{}/prometheus", self.name), command)?;
         self.process = Some(process);
-        let ready = format!("{}/-/ready", self.url);
-        let http = testbed.http();
-        wait::until(
-            &format!("{}/prometheus /-/ready", self.name),
-            READY_TIMEOUT,
-            || async {
-                testbed.ensure_running(process)?;
-                Ok(match http.get(&ready).send().await {
-                    Ok(response) if response.status().is_success() => Check::Ready(()),
-                    Ok(response) => Check::NotYet(format!("HTTP {}", response.status())),
-                    Err(e) => Check::NotYet(e.to_string()),
-                })
-            },
+        crate::prometheus::wait_ready(
+            testbed,
+            process,
+            &self.url,
+            &format!("{}/prometheus", self.name),
         )
         .await
     }
@@ -271,6 +263,27 @@ impl ScrapingPrometheus {
         })
         .await
     }
+}
+
+/// Waits until the Prometheus at `url` (process `process`) says it is ready (`/-/ready`),
+/// failing at once if the process exits; `what` names it in the timeout error.
+pub async fn wait_ready(
+    testbed: &Testbed,
+    process: ProcessId,
+    url: &str,
+    what: &str,
+) -> Result<()> {
+    let ready = format!("{url}/-/ready");
+    let http = testbed.http();
+    wait::until(&format!("{what} /-/ready"), READY_TIMEOUT, || async {
+        testbed.ensure_running(process)?;
+        Ok(match http.get(&ready).send().await {
+            Ok(response) if response.status().is_success() => Check::Ready(()),
+            Ok(response) => Check::NotYet(format!("HTTP {}", response.status())),
+            Err(e) => Check::NotYet(e.to_string()),
+        })
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -70,8 +70,6 @@ pub const FIELD_MANAGER: &str = "accord-e2e-promfed";
 /// `/federate` serves the latest sample, so a modest interval spares the two cores.
 pub const TENANT_SCRAPE_INTERVAL: &str = "2s";
 
-/// How long Prometheus may take to report itself ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Enough history for any test; keeps the TSDB small.
 const RETENTION: &str = "1h";
 /// Loopback addresses per test process (the last octet, 1–254).
@@ -346,21 +344,7 @@ impl Server {
         }
         let process = testbed.spawn(&self.component, self.command(testbed))?;
         self.process = Some(process);
-        let ready = format!("{}/-/ready", self.url());
-        let http = testbed.http();
-        wait::until(
-            &format!("{} /-/ready", self.component),
-            READY_TIMEOUT,
-            || async {
-                testbed.ensure_running(process)?;
-                Ok(match http.get(&ready).send().await {
-                    Ok(response) if response.status().is_success() => Check::Ready(()),
-                    Ok(response) => Check::NotYet(format!("HTTP {}", response.status())),
-                    Err(e) => Check::NotYet(e.to_string()),
-                })
-            },
-        )
-        .await
+        crate::prometheus::wait_ready(testbed, process, &self.url(), &self.component).await
     }
 
     fn stop(&mut self, testbed: &Testbed) {

@@ -18,8 +18,6 @@ use crate::ports::free_port;
 use crate::wait::{self, Check};
 use crate::{ProcessId, Testbed};
 
-/// How long Prometheus may take to report itself ready.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Field manager of the test's own ConfigMap writes.
 const TEST_MANAGER: &str = "reloader-e2e";
 
@@ -96,21 +94,8 @@ impl ReloadedPrometheus {
         }
         let id = testbed.spawn(&format!("{}/prometheus", self.name), command)?;
         self.process = Some(id);
-        let ready = format!("{}/-/ready", self.url);
-        let http = testbed.http();
-        wait::until(
-            &format!("{}/prometheus /-/ready", self.name),
-            READY_TIMEOUT,
-            || async {
-                testbed.ensure_running(id)?;
-                Ok(match http.get(&ready).send().await {
-                    Ok(r) if r.status().is_success() => Check::Ready(()),
-                    Ok(r) => Check::NotYet(format!("HTTP {}", r.status())),
-                    Err(e) => Check::NotYet(e.to_string()),
-                })
-            },
-        )
-        .await
+        crate::prometheus::wait_ready(testbed, id, &self.url, &format!("{}/prometheus", self.name))
+            .await
     }
 
     /// The YAML of the config it has loaded (`/api/v1/status/config`).
