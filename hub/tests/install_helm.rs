@@ -417,13 +417,23 @@ fn the_agent_gets_least_privilege_and_a_locked_down_pod() {
                 strings(rules).iter().all(|s| !s.contains('*')),
                 "wildcard in {rules}"
             );
-            for verb in [
-                "delete",
-                "deletecollection",
-                "escalate",
-                "bind",
-                "impersonate",
-            ] {
+            // The one delete: the federation ConfigMap the agent wrote, by name (the
+            // namespace Role; the cluster-wide rules have no ConfigMap at all, below).
+            for rule in rules.as_array().into_iter().flatten() {
+                if strings(&rule["verbs"]).iter().any(|v| v == "delete") {
+                    assert_eq!(
+                        rule["resources"],
+                        json!(["configmaps"]),
+                        "delete granted: {rule}"
+                    );
+                    assert_eq!(
+                        rule["resourceNames"],
+                        json!(["prometheus-federation"]),
+                        "delete granted: {rule}"
+                    );
+                }
+            }
+            for verb in ["deletecollection", "escalate", "bind", "impersonate"] {
                 assert!(
                     !strings(rules).iter().any(|s| s == verb),
                     "{verb} granted: {rules}"

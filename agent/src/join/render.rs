@@ -68,17 +68,15 @@ fn agent_labels() -> Value {
 /// - Services and Namespaces: read only — the federation sources (Services labelled
 ///   `accord.io/federation-source: "true"`, watched with that label selector) and the tenant
 ///   namespaces a PrometheusFederation selects by label.
-/// - ConfigMaps named `prometheus-federation` (in whichever namespace a PrometheusFederation
-///   names): read, server-side apply and delete, limited to that name (its watch uses the
-///   matching field selector); `create` for the first write, which cannot be limited to a name.
+///
+/// No ConfigMap and no Secret anywhere but in its own namespace (see
+/// [`agent_namespace_rules`]).
 pub fn agent_cluster_rules() -> Value {
     json!([
         { "apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch", "patch"] },
         { "apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["get", "list", "watch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
         { "apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["get", "list", "watch"] },
-        { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FEDERATION_CONFIG_MAP], "verbs": ["get", "list", "watch", "patch", "delete"] },
-        { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
     ])
 }
 
@@ -89,12 +87,18 @@ pub fn agent_cluster_rules() -> Value {
 ///   while the hub is unreachable changes nothing (`get`, and `patch` for server-side
 ///   apply; `create` for the first write, which cannot be limited to a name).
 /// - Its identity Secret: `get`, at every connection.
+/// - ConfigMap `prometheus-federation`: the federation config it renders (read, server-side
+///   apply, and delete once no PrometheusFederation uses it; its watch uses the matching
+///   field selector). A PrometheusFederation that keeps its ConfigMap in another namespace
+///   (`spec.target.configMapNamespace`) needs the same rule there
+///   (`deploy/manifests/prometheus-federation.yaml` grants it in `monitoring`).
 ///
 /// Not granted until the agent uses them: Leases (two-replica mode) and writing the
 /// identity Secret (certificate renewal).
 pub fn agent_namespace_rules() -> Value {
     json!([
         { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CONFIGMAP_NAME], "verbs": ["get", "patch"] },
+        { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FEDERATION_CONFIG_MAP], "verbs": ["get", "list", "watch", "patch", "delete"] },
         { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get"] },
     ])

@@ -468,7 +468,12 @@ pub fn reloader_rbac(namespace: &str) -> Result<(Vec<serde_json::Value>, String)
     let mut account = None;
     for mut doc in docs {
         let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-        if !RELOADER_RBAC_KINDS.contains(&kind.as_str()) {
+        // The agent's Role there is not the reloader's: the sandbox's agents act as the
+        // member's admin.
+        let agents = doc["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("accord-agent"));
+        if !RELOADER_RBAC_KINDS.contains(&kind.as_str()) || agents {
             continue;
         }
         if kind == "Namespace" {

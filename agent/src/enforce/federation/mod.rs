@@ -5,11 +5,15 @@
 //!
 //! It watches the federation-source Services of the whole cluster (label
 //! `accord.io/federation-source=true`), the Namespaces when a policy selects tenants by
-//! label, and the ConfigMaps named `prometheus-federation` (field selector). Delivery is
-//! the reloader's part: it writes the file, reloads Prometheus, checks what Prometheus loaded
-//! and annotates the ConfigMap; those annotations come back here through the ConfigMap watch
-//! and become the placement's state. A ConfigMap the agent wrote for a namespace that no
-//! policy uses any more is deleted (also one left behind while the agent was down).
+//! label, and ConfigMap `prometheus-federation` (field selector) in its own namespace and in
+//! each namespace a policy names — per namespace, because the agent may touch ConfigMaps
+//! only where it is granted to (its own namespace by its manifests; another one by a Role
+//! there, as `deploy/manifests/prometheus-federation.yaml` grants in `monitoring`). Delivery
+//! is the reloader's part: it writes the file, reloads Prometheus, checks what Prometheus
+//! loaded and annotates the ConfigMap; those annotations come back here through the
+//! ConfigMap watch and become the placement's state. A ConfigMap the agent wrote for a
+//! namespace that no policy uses any more is deleted (one left behind in the agent's own
+//! namespace while the agent was down, too).
 
 pub mod judge;
 
@@ -63,11 +67,12 @@ where
         api: Api<K>,
         config: watcher::Config,
         resource: &'static str,
+        scope: &str,
         slim: fn(&mut K),
         events: &EventSink,
     ) -> Self {
         Self {
-            watch: ResourceWatch::start_with(api, config, resource, "", slim, events.clone()),
+            watch: ResourceWatch::start_with(api, config, resource, scope, slim, events.clone()),
             synced: false,
             error: None,
         }
@@ -87,7 +92,8 @@ pub struct FederationEnforcer {
     groups: BTreeMap<String, BTreeMap<PolicyRef, FederationSpec>>,
     services: Option<Watched<Service>>,
     namespaces: Option<Watched<Namespace>>,
-    config_maps: Option<Watched<ConfigMap>>,
+    /// ConfigMap `prometheus-federation` by namespace: the agent's own and every group's.
+    config_maps: HashMap<String, Watched<ConfigMap>>,
     /// Deletions of ConfigMaps no policy uses any more, by namespace.
     deleting: HashMap<String, AbortOnDrop>,
     events: Option<EventSink>,
@@ -103,7 +109,7 @@ impl FederationEnforcer {
             groups: BTreeMap::new(),
             services: None,
             namespaces: None,
-            config_maps: None,
+            config_maps: HashMap::new(),
             deleting: HashMap::new(),
             events: None,
         }
@@ -157,7 +163,7 @@ impl FederationEnforcer {
 
     /// Why the caches cannot be judged from yet, if they cannot: `Some(None)` while they
     /// are still listing, `Some(Some(error))` when a watch fails before listing.
-    fn not_ready(&self) -> Option<Option<String>> {
+    fn not_ready(&self, namespace: &str) -> Option<Option<String>> {
         fn state<K: Resource + 'static>(w: Option<&Watched<K>>) -> Option<Option<String>>
         where
             K::DynamicType: Eq + std::hash::Hash + Clone,
@@ -171,7 +177,7 @@ impl FederationEnforcer {
         let mut pending = None;
         for s in [
             state(self.services.as_ref()),
-            state(self.config_maps.as_ref()),
+            state(self.config_maps.get(namespace)),
             if self.needs_namespaces() {
                 state(self.namespaces.as_ref())
             } else {
@@ -191,24 +197,27 @@ impl FederationEnforcer {
 
     fn config_map(&self, namespace: &str) -> Option<Arc<ConfigMap>> {
         self.config_maps
-            .as_ref()?
+            .get(namespace)?
             .watch
             .cache
             .get(&ObjectRef::new(CONFIG_MAP_NAME).within(namespace))
     }
 
-    /// Deletes the agent's ConfigMaps in namespaces no policy uses.
+    /// Deletes the agent's ConfigMaps in the watched namespaces that no policy uses.
     fn sweep(&mut self) {
-        let Some(config_maps) = self.config_maps.as_ref().filter(|w| w.synced) else {
-            return;
-        };
         self.deleting.retain(|_, task| !task.0.is_finished());
-        let orphans: Vec<String> = config_maps
-            .objects()
+        let orphans: Vec<String> = self
+            .config_maps
             .iter()
-            .filter(|cm| judge::is_ours(cm))
-            .filter_map(|cm| cm.metadata.namespace.clone())
-            .filter(|ns| !self.groups.contains_key(ns) && !self.deleting.contains_key(ns))
+            .filter(|(ns, w)| w.synced && !self.groups.contains_key(*ns))
+            .filter(|(ns, _)| !self.deleting.contains_key(*ns))
+            .filter(|(ns, w)| {
+                w.watch
+                    .cache
+                    .get(&ObjectRef::new(CONFIG_MAP_NAME).within(ns))
+                    .is_some_and(|cm| judge::is_ours(&cm))
+            })
+            .map(|(ns, _)| ns.clone())
             .collect();
         for namespace in orphans {
             info!(%namespace, "deleting ConfigMap {CONFIG_MAP_NAME}: no PrometheusFederation uses it");
@@ -283,16 +292,28 @@ impl Enforcer for FederationEnforcer {
                 self.nudge(namespace);
             }
         }
-        if self.config_maps.is_none() {
-            let config =
-                watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP_NAME}"));
-            self.config_maps = Some(Watched::start(
-                Api::all(self.client.clone()),
-                config,
-                CONFIG_MAPS,
-                judge::slim_config_map,
-                events,
-            ));
+        // The sweep runs first: it deletes what a group that just went left behind, while
+        // that namespace's cache still holds it.
+        self.sweep();
+        let wanted: BTreeSet<String> = std::iter::once(self.agent_namespace.clone())
+            .chain(self.groups.keys().cloned())
+            .collect();
+        self.config_maps.retain(|ns, _| wanted.contains(ns));
+        for namespace in wanted {
+            if !self.config_maps.contains_key(&namespace) {
+                let config =
+                    watcher::Config::default().fields(&format!("metadata.name={CONFIG_MAP_NAME}"));
+                let api = Api::namespaced(self.client.clone(), &namespace);
+                let watch = Watched::start(
+                    api,
+                    config,
+                    CONFIG_MAPS,
+                    &namespace,
+                    judge::slim_config_map,
+                    events,
+                );
+                self.config_maps.insert(namespace, watch);
+            }
         }
         if self.groups.is_empty() {
             self.services = None;
@@ -304,6 +325,7 @@ impl Enforcer for FederationEnforcer {
                 Api::all(self.client.clone()),
                 config,
                 SERVICES,
+                "",
                 judge::slim_service,
                 events,
             ));
@@ -315,13 +337,13 @@ impl Enforcer for FederationEnforcer {
                 Api::all(self.client.clone()),
                 watcher::Config::default(),
                 NAMESPACES,
+                "",
                 judge::slim_namespace,
                 events,
             ));
         }
         let groups = &self.groups;
         self.deleting.retain(|ns, _| !groups.contains_key(ns));
-        self.sweep();
     }
 
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
@@ -342,11 +364,17 @@ impl Enforcer for FederationEnforcer {
                 ..
             } => self.by_labels(),
             WatchEvent::Changed { .. } => self.all_policies(),
-            WatchEvent::Synced { resource, .. } => {
+            WatchEvent::Synced {
+                resource,
+                namespace,
+            } => {
                 match resource {
                     SERVICES => self.services.as_mut().map(|w| w.synced = true),
                     NAMESPACES => self.namespaces.as_mut().map(|w| w.synced = true),
-                    _ => self.config_maps.as_mut().map(|w| w.synced = true),
+                    _ => self
+                        .config_maps
+                        .get_mut(&namespace)
+                        .map(|w| w.synced = true),
                 };
                 if resource == CONFIG_MAPS {
                     self.sweep();
@@ -354,7 +382,9 @@ impl Enforcer for FederationEnforcer {
                 self.all_policies()
             }
             WatchEvent::Failed {
-                resource, message, ..
+                resource,
+                namespace,
+                message,
             } => {
                 let error = Some(message);
                 let changed = match resource {
@@ -370,7 +400,7 @@ impl Enforcer for FederationEnforcer {
                         .map(|w| w.error = error),
                     _ => self
                         .config_maps
-                        .as_mut()
+                        .get_mut(&namespace)
                         .filter(|w| !w.synced)
                         .map(|w| w.error = error),
                 };
@@ -393,7 +423,8 @@ impl Enforcer for FederationEnforcer {
         let AssignmentSpec::Federation(spec) = &assigned.spec else {
             return None;
         };
-        match self.not_ready() {
+        let namespace = self.group_namespace(spec);
+        match self.not_ready(&namespace) {
             None => {}
             Some(None) => return None,
             Some(Some(error)) => {
@@ -407,7 +438,6 @@ impl Enforcer for FederationEnforcer {
                 });
             }
         }
-        let namespace = self.group_namespace(spec);
         let render = self.render(&namespace)?;
         let config_map = self.config_map(&namespace);
         let verdict = judge::verdict(&render, policy, config_map.as_deref());
