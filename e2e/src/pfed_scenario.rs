@@ -48,6 +48,25 @@ pub struct Scenario<'t> {
     pub global_namespace: String,
 }
 
+/// A scenario stops what it started when it goes (the agents go with its [`Federation`]):
+/// the next test on the shared testbed must not meet a reloader still watching the same
+/// ConfigMap.
+impl Drop for Scenario<'_> {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            member.federation.stop_reloader(self.testbed);
+            member.federation.stop(self.testbed);
+            for tenant in &mut member.tenants {
+                tenant.stop(self.testbed);
+            }
+        }
+        if let Some(global) = &mut self.global {
+            global.stop_reloader(self.testbed);
+            global.stop(self.testbed);
+        }
+    }
+}
+
 /// How to start a [`Scenario`].
 pub struct ScenarioOptions<'a> {
     /// Hub replica name and etcd prefix (unique per test).
