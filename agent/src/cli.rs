@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use accord_common::runtime::shutdown_signal;
+use accord_common::runtime::{error_chain, shutdown_signal};
 use clap::{Args, Parser, Subcommand};
 
 use crate::identity::{IdentitySource, SecretRef};
@@ -173,21 +173,6 @@ fn block_on<E: std::error::Error>(
             ExitCode::FAILURE
         }
     }
-}
-
-/// `error: cause: cause ...`, without repeating a cause already in the message.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

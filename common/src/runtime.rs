@@ -132,6 +132,22 @@ impl Iterator for Retry {
     }
 }
 
+/// An error with its causes, `error: cause: cause …`, leaving out a cause whose text the
+/// message already holds (many errors repeat their source's message).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

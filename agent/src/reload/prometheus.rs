@@ -131,12 +131,12 @@ impl PrometheusClient {
             .await
         {
             Ok(response) => response,
-            Err(e) => return ReloadAnswer::Unreachable(error_text(&e)),
+            Err(e) => return ReloadAnswer::Unreachable(accord_common::runtime::error_chain(&e)),
         };
         let status = response.status().as_u16();
         match response.text().await {
             Ok(body) => classify_reload(status, &body),
-            Err(e) => ReloadAnswer::Unreachable(error_text(&e)),
+            Err(e) => ReloadAnswer::Unreachable(accord_common::runtime::error_chain(&e)),
         }
     }
 
@@ -164,29 +164,17 @@ impl PrometheusClient {
             .get(format!("{}{path}", self.base))
             .send()
             .await
-            .map_err(|e| error_text(&e))?;
+            .map_err(|e| accord_common::runtime::error_chain(&e))?;
         let status = response.status();
-        let body = response.text().await.map_err(|e| error_text(&e))?;
+        let body = response
+            .text()
+            .await
+            .map_err(|e| accord_common::runtime::error_chain(&e))?;
         if !status.is_success() {
             return Err(format!("GET {path}: HTTP {status}: {}", body.trim()));
         }
         Ok(body)
     }
-}
-
-/// An error with its causes ("error sending request: connection refused").
-fn error_text(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -117,19 +117,7 @@ impl From<etcd_client::Error> for StoreError {
     }
 }
 
-/// Formats an error with its sources (`Display` of each error in the chain joined by
-/// `: `), for logs, events and status messages: [`StoreError`]'s own `Display` names only
-/// the outermost error, as its sources are reachable through `source()`.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
+pub use accord_common::runtime::error_chain;
 
 /// Checks that `value` can be one segment of a key.
 pub(crate) fn check_segment(what: &'static str, value: &str) -> Result<(), StoreError> {
