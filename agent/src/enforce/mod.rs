@@ -206,6 +206,26 @@ impl ApplyError {
     }
 }
 
+/// Server-side applies `patch` to object `name` of `api` as the agent (forcing its fields),
+/// and answers the object's `resourceVersion` afterwards; `object` names it in the error
+/// (e.g. `Deployment prod/web`).
+pub async fn server_side_apply<K>(
+    api: kube::Api<K>,
+    name: &str,
+    patch: &serde_json::Value,
+    object: String,
+) -> Result<String, ApplyError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = kube::api::PatchParams::apply(accord_crds::AGENT_FIELD_MANAGER).force();
+    let applied = api
+        .patch(name, &params, &kube::api::Patch::Apply(patch))
+        .await
+        .map_err(|source| ApplyError::Kube { object, source })?;
+    Ok(applied.meta().resource_version.clone().unwrap_or_default())
+}
+
 /// The report on an assignment no enforcer of this agent version takes: held, and said so.
 pub fn unenforced_report(policy: &PolicyRef, assigned: &Assigned) -> Report {
     Report::without_object(

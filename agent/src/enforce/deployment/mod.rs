@@ -11,18 +11,16 @@ pub mod judge;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use accord_common::distribution::{AssignmentSpec, PlacementState, PolicyRef, ScaleSpec};
-use accord_crds::AGENT_FIELD_MANAGER;
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info};
 
 use self::judge::Verdict;
 use super::watch::ResourceWatch;
-use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent, server_side_apply};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
 use crate::report::Report;
@@ -265,20 +263,11 @@ impl Enforcer for DeploymentEnforcer {
         debug!(%policy, namespace = %target.namespace, name = %target.name, replicas = target.replicas, "applying replicas");
         Box::pin(async move {
             let patch = judge::scale_patch(&target);
-            let deployment = api
-                .patch(
-                    &target.name,
-                    &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-                .map_err(|source| ApplyError::Kube {
-                    object: format!("Deployment {}/{}", target.namespace, target.name),
-                    source,
-                })?;
+            let object = format!("Deployment {}/{}", target.namespace, target.name);
+            let version = server_side_apply(api, &target.name, &patch, object).await?;
             metrics.scale_applies.inc();
             info!(%policy, namespace = %target.namespace, name = %target.name, replicas = target.replicas, scale_request_id = %target.scale_request_id, "applied scale request");
-            Ok(deployment.metadata.resource_version.unwrap_or_default())
+            Ok(version)
         })
     }
 }

@@ -24,10 +24,9 @@ use std::time::Duration;
 use accord_common::distribution::{AssignmentSpec, FederationSpec, PlacementState, PolicyRef};
 use accord_common::federation::CONFIG_MAP_NAME;
 use accord_common::runtime::{AbortOnDrop, backoff};
-use accord_crds::AGENT_FIELD_MANAGER;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
@@ -36,7 +35,7 @@ use tracing::{debug, info, warn};
 
 use self::judge::{GroupRender, Verdict};
 use super::watch::ResourceWatch;
-use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent, server_side_apply};
 use crate::assignments::Assigned;
 use crate::report::Report;
 
@@ -486,19 +485,10 @@ impl Enforcer for FederationEnforcer {
         let hash = render.rendered.hash.clone();
         let jobs = render.rendered.jobs;
         Box::pin(async move {
-            let config_map = api
-                .patch(
-                    CONFIG_MAP_NAME,
-                    &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-                    &Patch::Apply(&patch),
-                )
-                .await
-                .map_err(|source| ApplyError::Kube {
-                    object: format!("ConfigMap {namespace}/{CONFIG_MAP_NAME}"),
-                    source,
-                })?;
+            let object = format!("ConfigMap {namespace}/{CONFIG_MAP_NAME}");
+            let version = server_side_apply(api, CONFIG_MAP_NAME, &patch, object).await?;
             info!(%policy, %namespace, %hash, jobs, "wrote federation config");
-            Ok(config_map.metadata.resource_version.unwrap_or_default())
+            Ok(version)
         })
     }
 }
