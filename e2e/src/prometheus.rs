@@ -56,20 +56,7 @@ impl Prometheus {
 
     /// Replaces the configuration file and reloads it; fails if Prometheus rejects it.
     pub async fn reload_with(&self, config: &str, http: &reqwest::Client) -> Result<()> {
-        fs::write(&self.config_file, config)
-            .with_context(|| format!("writing {}", self.config_file.display()))?;
-        let response = http
-            .post(format!("{}/-/reload", self.url))
-            .send()
-            .await
-            .context("POST /-/reload")?;
-        let status = response.status();
-        let body = response.text().await.unwrap_or_default();
-        ensure!(
-            status.is_success(),
-            "Prometheus rejected its configuration ({status}): {body}"
-        );
-        Ok(())
+        write_and_reload(http, &self.url, &self.config_file, config).await
     }
 }
 
@@ -86,35 +73,15 @@ pub async fn start(
     let config_file = dir.join("prometheus.yml");
     fs::write(&config_file, render_config(&address, ""))?;
     let mut command = Command::new(&binaries.prometheus);
-    command
-        .arg(format!("--config.file={}", config_file.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={address}"))
-        .arg("--web.enable-lifecycle")
-        .arg("--storage.tsdb.retention.time=1d");
+    server_args(&mut command, &config_file, dir, &address, "1d", true);
     let process = supervisor.spawn(&format!("{name}/prometheus"), command)?;
     let prometheus = Prometheus {
         url: format!("http://{address}"),
         config_file,
         process,
     };
-    let ready = format!("{}/-/ready", prometheus.url);
-    wait::until(
-        &format!("{name}/prometheus /-/ready"),
-        READY_TIMEOUT,
-        || async {
-            supervisor.ensure_running(process)?;
-            Ok(match http.get(&ready).send().await {
-                Ok(response) if response.status().is_success() => Check::Ready(()),
-                Ok(response) => Check::NotYet(format!("HTTP {}", response.status())),
-                Err(e) => Check::NotYet(e.to_string()),
-            })
-        },
-    )
-    .await?;
+    let what = format!("{name}/prometheus");
+    wait_ready(supervisor, http, process, &prometheus.url, &what).await?;
     Ok(prometheus)
 }
 
@@ -211,24 +178,24 @@ impl ScrapingPrometheus {
             return Ok(());
         }
         let mut command = Command::new(&testbed.binaries().prometheus);
-        command
-            .arg(format!(
-                "--config.file={}",
-                self.dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                self.dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={}", self.address))
-            .arg("--storage.tsdb.retention.time=1d");
-        let process = testbed.spawn(&format!("{}/prometheus", self.name), command)?;
+        let config_file = self.dir.join("prometheus.yml");
+        server_args(
+            &mut command,
+            &config_file,
+            &self.dir,
+            &self.address,
+            "1d",
+            false,
+        );
+        let what = format!("{}/prometheus", self.name);
+        let process = testbed.spawn(&what, command)?;
         self.process = Some(process);
-        crate::prometheus::wait_ready(
-            testbed,
+        wait_ready(
+            testbed.supervisor(),
+            testbed.http(),
             process,
             &self.url,
-            &format!("{}/prometheus", self.name),
+            &what,
         )
         .await
     }
@@ -265,18 +232,65 @@ impl ScrapingPrometheus {
     }
 }
 
+/// The flags every testbed Prometheus runs with: its config file, its data in
+/// `<dir>/data`, the address it listens on, how long it keeps samples, and with
+/// `lifecycle` the lifecycle API (`/-/reload`).
+pub fn server_args(
+    command: &mut Command,
+    config_file: &Path,
+    dir: &Path,
+    listen: &str,
+    retention: &str,
+    lifecycle: bool,
+) {
+    command
+        .arg(format!("--config.file={}", config_file.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={listen}"))
+        .arg(format!("--storage.tsdb.retention.time={retention}"));
+    if lifecycle {
+        command.arg("--web.enable-lifecycle");
+    }
+}
+
+/// Replaces `config_file` with `config` and POSTs `<url>/-/reload`; fails with
+/// Prometheus's answer unless it is 2xx.
+pub async fn write_and_reload(
+    http: &reqwest::Client,
+    url: &str,
+    config_file: &Path,
+    config: &str,
+) -> Result<()> {
+    fs::write(config_file, config).with_context(|| format!("writing {}", config_file.display()))?;
+    let response = http
+        .post(format!("{url}/-/reload"))
+        .send()
+        .await
+        .context("POST /-/reload")?;
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    ensure!(
+        status.is_success(),
+        "Prometheus rejected its configuration ({status}): {body}"
+    );
+    Ok(())
+}
+
 /// Waits until the Prometheus at `url` (process `process`) says it is ready (`/-/ready`),
 /// failing at once if the process exits; `what` names it in the timeout error.
 pub async fn wait_ready(
-    testbed: &Testbed,
+    supervisor: &Supervisor,
+    http: &reqwest::Client,
     process: ProcessId,
     url: &str,
     what: &str,
 ) -> Result<()> {
     let ready = format!("{url}/-/ready");
-    let http = testbed.http();
     wait::until(&format!("{what} /-/ready"), READY_TIMEOUT, || async {
-        testbed.ensure_running(process)?;
+        supervisor.ensure_running(process)?;
         Ok(match http.get(&ready).send().await {
             Ok(response) if response.status().is_success() => Check::Ready(()),
             Ok(response) => Check::NotYet(format!("HTTP {}", response.status())),

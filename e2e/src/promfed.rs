@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, bail};
 use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
@@ -320,20 +320,15 @@ impl Server {
             Some(hosts) => hosts.command(prometheus),
             None => Command::new(prometheus),
         };
-        command
-            .arg(format!("--config.file={}", self.config_file.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                self.dir.join("data").display()
-            ))
-            .arg(format!(
-                "--web.listen-address={}:{PROMETHEUS_PORT}",
-                self.address
-            ))
-            .arg(format!("--storage.tsdb.retention.time={RETENTION}"));
-        if self.lifecycle {
-            command.arg("--web.enable-lifecycle");
-        }
+        let listen = format!("{}:{PROMETHEUS_PORT}", self.address);
+        crate::prometheus::server_args(
+            &mut command,
+            &self.config_file,
+            &self.dir,
+            &listen,
+            RETENTION,
+            self.lifecycle,
+        );
         command
     }
 
@@ -344,7 +339,8 @@ impl Server {
         }
         let process = testbed.spawn(&self.component, self.command(testbed))?;
         self.process = Some(process);
-        crate::prometheus::wait_ready(testbed, process, &self.url(), &self.component).await
+        let (supervisor, http) = (testbed.supervisor(), testbed.http());
+        crate::prometheus::wait_ready(supervisor, http, process, &self.url(), &self.component).await
     }
 
     fn stop(&mut self, testbed: &Testbed) {
@@ -859,20 +855,8 @@ impl FederationPrometheus {
     /// Replaces the configuration file and POSTs `/-/reload`, bypassing the reloader;
     /// fails with Prometheus's answer unless it is 2xx.
     pub async fn reload_with(&self, http: &reqwest::Client, config: &str) -> Result<()> {
-        let file = &self.server.config_file;
-        fs::write(file, config).with_context(|| format!("writing {}", file.display()))?;
-        let response = http
-            .post(format!("{}/-/reload", self.url()))
-            .send()
+        crate::prometheus::write_and_reload(http, &self.url(), &self.server.config_file, config)
             .await
-            .context("POST /-/reload")?;
-        let status = response.status();
-        let body = response.text().await.unwrap_or_default();
-        ensure!(
-            status.is_success(),
-            "Prometheus refused the configuration ({status}): {body}"
-        );
-        Ok(())
     }
 }
 

@@ -17,6 +17,7 @@ use crate::hub::accord_binary;
 use crate::ports::free_port;
 use crate::wait::{self, Check};
 use crate::{ProcessId, Testbed};
+use crate::{prometheus, promfed};
 
 /// Field manager of the test's own ConfigMap writes.
 const TEST_MANAGER: &str = "reloader-e2e";
@@ -81,48 +82,22 @@ impl ReloadedPrometheus {
             return Ok(());
         }
         let mut command = Command::new(&testbed.binaries().prometheus);
-        command
-            .arg(format!("--config.file={}", self.config_file.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                self.dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={}", self.address))
-            .arg("--storage.tsdb.retention.time=1d");
-        if self.lifecycle {
-            command.arg("--web.enable-lifecycle");
-        }
-        let id = testbed.spawn(&format!("{}/prometheus", self.name), command)?;
+        let (file, dir) = (&self.config_file, &self.dir);
+        prometheus::server_args(&mut command, file, dir, &self.address, "1d", self.lifecycle);
+        let what = format!("{}/prometheus", self.name);
+        let id = testbed.spawn(&what, command)?;
         self.process = Some(id);
-        crate::prometheus::wait_ready(testbed, id, &self.url, &format!("{}/prometheus", self.name))
-            .await
+        prometheus::wait_ready(testbed.supervisor(), testbed.http(), id, &self.url, &what).await
     }
 
     /// The YAML of the config it has loaded (`/api/v1/status/config`).
     pub async fn loaded_config(&self, http: &reqwest::Client) -> Result<String> {
-        let body: serde_json::Value = http
-            .get(format!("{}/api/v1/status/config", self.url))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        body["data"]["yaml"]
-            .as_str()
-            .map(str::to_owned)
-            .context("status/config has no data.yaml")
+        promfed::loaded_config(http, &self.url).await
     }
 
     /// The scrape jobs it has loaded, by name.
     pub async fn loaded_jobs(&self, http: &reqwest::Client) -> Result<Vec<String>> {
-        let yaml = self.loaded_config(http).await?;
-        let doc: serde_json::Value = serde_saphyr::from_str(&yaml)?;
-        Ok(doc["scrape_configs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|job| job["job_name"].as_str().map(str::to_owned))
-            .collect())
+        promfed::loaded_job_names(http, &self.url).await
     }
 }
 

@@ -525,6 +525,11 @@ impl Testbed {
         self.supervisor.spawn(name, command)
     }
 
+    /// The supervisor of its processes.
+    pub(crate) fn supervisor(&self) -> &crate::process::Supervisor {
+        &self.supervisor
+    }
+
     /// Fails with the log tail if a supervised process has exited.
     pub fn ensure_running(&self, id: ProcessId) -> Result<()> {
         self.supervisor.ensure_running(id)
