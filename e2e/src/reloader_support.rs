@@ -2,7 +2,6 @@
 //! can be stopped and started again on the same port, with or without the lifecycle API,
 //! and `accord-agent reload` run as a supervised process beside it.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -187,9 +186,7 @@ pub async fn wait_status(
         let Some(cm) = api.get_opt(name).await? else {
             return Ok(Check::NotYet(format!("no ConfigMap {name}")));
         };
-        let annotations: BTreeMap<String, String> =
-            cm.metadata.annotations.clone().unwrap_or_default();
-        let status = ReloadStatus::from_annotations(&annotations);
+        let status = ReloadStatus::of(&cm);
         Ok(if done(&status) {
             Check::Ready(status)
         } else {

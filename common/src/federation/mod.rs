@@ -93,6 +93,14 @@ impl ReloadStatus {
         }
     }
 
+    /// Reads the reloader's annotations on `config_map`.
+    pub fn of(config_map: &k8s_openapi::api::core::v1::ConfigMap) -> Self {
+        match &config_map.metadata.annotations {
+            Some(annotations) => Self::from_annotations(annotations),
+            None => Self::default(),
+        }
+    }
+
     /// Whether Prometheus confirmed loading exactly the config with hash `config_hash`.
     pub fn is_loaded(&self, config_hash: &str) -> bool {
         self.loaded_hash.as_deref() == Some(config_hash)

@@ -249,15 +249,9 @@ pub fn verdict(
     {
         return Verdict::NeedsApply;
     }
-    let status = ReloadStatus::from_annotations(
-        config_map
-            .metadata
-            .annotations
-            .as_ref()
-            .unwrap_or(&BTreeMap::new()),
-    );
+    let status = ReloadStatus::of(config_map);
     let hash = &render.rendered.hash;
-    if status.loaded_hash.as_ref() == Some(hash) {
+    if status.is_loaded(hash) {
         return Verdict::Loaded;
     }
     if status.reload_hash.as_ref() == Some(hash) {
@@ -312,13 +306,7 @@ pub fn report(
         if *verdict == Verdict::Loaded
             && let Some(config_map) = config_map
         {
-            let status = ReloadStatus::from_annotations(
-                config_map
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .unwrap_or(&BTreeMap::new()),
-            );
+            let status = ReloadStatus::of(config_map);
             for job in &part.job_names {
                 if let Some(error) = status.scrape_errors.get(job) {
                     notes.push(format!("scrape of {job} failing: {error}"));
