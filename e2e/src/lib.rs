@@ -40,6 +40,7 @@ pub mod promfed;
 pub mod reloader_support;
 pub mod sandbox;
 pub mod shared;
+pub mod stats;
 pub mod testbed;
 pub mod wait;
 

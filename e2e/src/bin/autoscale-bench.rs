@@ -17,6 +17,7 @@ use accord_e2e::Testbed;
 use accord_e2e::exporter::Exporter;
 use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
 use accord_e2e::prometheus::ScrapingPrometheus;
+use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt as _, stream};
@@ -72,10 +73,6 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Latest `spec.replicas` per member, fed by a watch on each member's Deployment `web`.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use accord_e2e::Testbed;
 use accord_e2e::pfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::promfed::{FederationOptions, ReloaderOptions};
+use accord_e2e::stats::pct;
 use accord_e2e::wait::Check;
 use anyhow::{Context as _, Result, bail};
 
@@ -39,10 +40,6 @@ fn parse_args() -> Result<Args> {
         }
     }
     Ok(a)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn summary(what: &str, mut samples: Vec<Duration>) {

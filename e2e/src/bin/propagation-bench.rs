@@ -12,6 +12,7 @@
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::federation::{Federation, ensure_namespace};
+use accord_e2e::stats::pct;
 use anyhow::{Context as _, Result};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -32,10 +33,6 @@ fn flag(name: &str, default: usize) -> Result<usize> {
         Some(i) => args.get(i + 1).context("flag needs a value")?.parse()?,
         None => default,
     })
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Latest `spec.replicas` per member, fed by a watch on each member's Deployment.
