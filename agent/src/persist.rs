@@ -343,6 +343,7 @@ mod tests {
                         partitions: 12,
                         replication_factor: 3,
                         config: Default::default(),
+                        ..Default::default()
                     }),
                 },
             ],

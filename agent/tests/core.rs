@@ -635,6 +635,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
                     partitions: 3,
                     replication_factor: 1,
                     config: Default::default(),
+                    ..Default::default()
                 })
                 .to_proto(),
             ),

@@ -108,9 +108,17 @@ pub struct TopicSpec {
     pub partitions: i32,
     /// Replication factor (fixed at creation).
     pub replication_factor: i32,
-    /// Topic configs, e.g. `retention.ms`.
+    /// Topic configs, e.g. `retention.ms`, set with IncrementalAlterConfigs SET.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
+    /// Keys an earlier spec of this topic set and the current one does not: deleted on
+    /// the broker (back to its default) where they are still set. Keys no spec ever named
+    /// are never touched.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed_config: Vec<String>,
+    /// Delete the topic from this cluster's Kafka (deletionPolicy `Delete`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delete: bool,
 }
 
 /// Render a Prometheus federation config (PrometheusFederation).
@@ -177,6 +185,8 @@ impl AssignmentSpec {
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
                 config: t.config.clone().into_iter().collect(),
+                removed_config: t.removed_config.clone(),
+                delete: t.delete,
             }),
             Self::Federation(f) => pb::assignment::Spec::Federation(pb::FederationAssignment {
                 tenant_namespaces: f.tenant_namespaces.clone(),
@@ -207,6 +217,8 @@ impl AssignmentSpec {
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
                 config: t.config.into_iter().collect(),
+                removed_config: t.removed_config,
+                delete: t.delete,
             }),
             pb::assignment::Spec::Federation(f) => Self::Federation(FederationSpec {
                 tenant_namespaces: f.tenant_namespaces,
@@ -246,6 +258,9 @@ pub struct TopicObserved {
     pub partitions: i32,
     /// Replication factor the broker reports.
     pub replication_factor: i32,
+    /// Whether the topic exists (false once a deletion completed).
+    #[serde(default)]
+    pub exists: bool,
 }
 
 /// Observed state of a rendered Prometheus federation config.
@@ -291,6 +306,7 @@ impl Observed {
             Self::Topic(t) => pb::status_report::Observed::Topic(pb::TopicStatus {
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
+                exists: t.exists,
             }),
             Self::FederationConfig(f) => {
                 pb::status_report::Observed::FederationConfig(pb::FederationConfigStatus {
@@ -316,6 +332,7 @@ impl Observed {
             Some(pb::status_report::Observed::Topic(t)) => Self::Topic(TopicObserved {
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
+                exists: t.exists,
             }),
             Some(pb::status_report::Observed::FederationConfig(f)) => {
                 Self::FederationConfig(FederationObserved {
@@ -374,6 +391,8 @@ mod tests {
                 partitions: 12,
                 replication_factor: 3,
                 config: [("retention.ms".to_owned(), "1000".to_owned())].into(),
+                removed_config: vec!["segment.ms".into()],
+                delete: true,
             }),
             AssignmentSpec::Federation(FederationSpec {
                 tenant_namespaces: vec!["team-a".into()],
@@ -405,6 +424,7 @@ mod tests {
             Observed::Topic(TopicObserved {
                 partitions: 12,
                 replication_factor: 3,
+                exists: true,
             }),
             Observed::FederationConfig(FederationObserved {
                 config_hash: "ab".into(),

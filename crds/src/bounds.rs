@@ -21,6 +21,12 @@ pub const MAX_WEIGHT: i32 = 10_000;
 pub const MAX_PARTITIONS: i32 = 10_000;
 /// Largest replication factor: beyond any broker count a replicated topic uses.
 pub const MAX_REPLICATION_FACTOR: i32 = 32;
+/// Most config keys one topic may set (Kafka knows about 35 topic configs).
+pub const MAX_TOPIC_CONFIGS: usize = 100;
+/// Longest topic config key.
+pub const MAX_TOPIC_CONFIG_KEY: usize = 255;
+/// Longest topic config value.
+pub const MAX_TOPIC_CONFIG_VALUE: usize = 4_096;
 /// Longest cooldown, breaker-open time or history window, in seconds: one day.
 pub const MAX_SECONDS: i32 = 86_400;
 /// Longest debounce, in milliseconds: ten minutes (longer pauses are what cooldowns are for).

@@ -62,8 +62,11 @@ pub struct FederatedKafkaTopicSpec {
         validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICATION_FACTOR)).message(messages::REPLICATION_FACTOR_MAX)
     )]
     pub replication_factor: i32,
-    /// Topic configs, e.g. `retention.ms: "604800000"`, `cleanup.policy: delete`.
+    /// Topic configs, e.g. `retention.ms: "604800000"`, `cleanup.policy: delete`. At most
+    /// 100 keys of up to 255 characters; values up to 4,096 characters.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 100))]
+    #[x_kube(validation = Rule::new("self.all(k, size(k) >= 1 && size(k) <= 255 && size(self[k]) <= 4096)").message(messages::TOPIC_CONFIG))]
     pub config: BTreeMap<String, String>,
     /// Member clusters by name. Set this or clusterSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +76,38 @@ pub struct FederatedKafkaTopicSpec {
     /// Member clusters by ManagedCluster labels. Set this or clusters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<LabelSelector>,
+    /// What deleting this object does to the topics: `Retain` (default) leaves them and
+    /// their data in every member's Kafka; `Delete` deletes them in every member first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// What deleting a FederatedKafkaTopic does to its topics.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeletionPolicy {
+    /// Leave the topics and their data in Kafka (the default: a `kubectl delete` never
+    /// deletes data unless asked).
+    #[default]
+    Retain,
+    /// Delete the topic in every member before the object goes.
+    Delete,
+}
+
+/// How a KafkaTopicPolicy treats a topic that breaks it.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Enforcement {
+    /// Refuse it at admission, and do not propagate it if it got in anyway (the default).
+    #[default]
+    Deny,
+    /// Admit it with a warning, an audit annotation and an Event; propagate it.
+    Audit,
+}
+
+impl FederatedKafkaTopicSpec {
+    /// `spec.deletionPolicy`, defaulted.
+    pub fn deletion_policy(&self) -> DeletionPolicy {
+        self.deletion_policy.unwrap_or_default()
+    }
 }
 
 impl FederatedKafkaTopic {
@@ -173,10 +208,30 @@ pub struct KafkaTopicPolicySpec {
     pub replication_factor: Option<i32>,
     /// Config keys topics may not set, e.g. `unclean.leader.election.enable`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(length(max = 255)))]
     pub forbidden_configs: Vec<String>,
-    /// Regular expression every topic name must match.
+    /// Regular expression every topic name must match (the whole name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
     pub topic_name_pattern: Option<String>,
+    /// `Deny` (default) refuses breaking topics; `Audit` admits them with a warning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+}
+
+/// Compiles a `topicNamePattern` so that it must match the whole topic name, with a size
+/// limit so that a hostile pattern cannot make the hub build a huge automaton.
+pub fn compile_topic_pattern(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+        .size_limit(1 << 20)
+        .build()
+}
+
+impl KafkaTopicPolicySpec {
+    /// `spec.enforcement`, defaulted.
+    pub fn enforcement(&self) -> Enforcement {
+        self.enforcement.unwrap_or_default()
+    }
 }
 
 /// Observed state of a topic policy.

@@ -351,6 +351,19 @@ impl Validate for FederatedKafkaTopicSpec {
             m::PARTITIONS_MAX,
         );
         check_replication_factor(&mut errs, self.replication_factor);
+        errs.check(
+            self.config.len() <= bounds::MAX_TOPIC_CONFIGS,
+            "spec.config",
+            m::TOPIC_CONFIG_COUNT,
+        );
+        errs.check(
+            self.config.iter().all(|(k, v)| {
+                (1..=bounds::MAX_TOPIC_CONFIG_KEY).contains(&k.len())
+                    && v.len() <= bounds::MAX_TOPIC_CONFIG_VALUE
+            }),
+            "spec.config",
+            m::TOPIC_CONFIG,
+        );
         check_cluster_selection(
             &mut errs,
             self.clusters.as_deref(),
@@ -388,6 +401,13 @@ impl Validate for KafkaTopicPolicySpec {
         }
         if let Some(rf) = self.replication_factor {
             check_replication_factor(&mut errs, rf);
+        }
+        if let Some(pattern) = &self.topic_name_pattern {
+            errs.check(
+                pattern.len() <= 1024 && crate::kafka::compile_topic_pattern(pattern).is_ok(),
+                "spec.topicNamePattern",
+                m::TOPIC_NAME_PATTERN,
+            );
         }
         errs.into_result()
     }
