@@ -590,8 +590,15 @@ impl Admin {
             let mut connection = slot.lock().await;
             if connection.is_none() {
                 match Connection::open(&addr, &self.inner.config, tls).await {
-                    Ok(opened) => {
+                    Ok(mut opened) => {
                         tracing::debug!(broker = %addr, "connected to Kafka");
+                        // Learn the other brokers once, so later requests can fail over
+                        // to them even when only one bootstrap address is configured.
+                        if lock(&self.inner.brokers).is_empty()
+                            && let Ok(metadata) = opened.send(|_| brokers_only()).await
+                        {
+                            self.remember_brokers(&metadata);
+                        }
                         *connection = Some(opened);
                     }
                     Err(e) if moves_on(&e) => {
@@ -648,6 +655,13 @@ fn format_addr(host: &str, port: i32) -> String {
     } else {
         format!("{host}:{port}")
     }
+}
+
+/// A metadata request for the broker list alone.
+fn brokers_only() -> MetadataRequest {
+    MetadataRequest::default()
+        .with_topics(Some(Vec::new()))
+        .with_allow_auto_topic_creation(false)
 }
 
 fn topic_name(name: &str) -> TopicName {
