@@ -71,7 +71,8 @@ pub struct KafkaBroker {
 pub struct KafkaOptions {
     /// Number of nodes, each a broker and a controller: 1 or 3.
     pub brokers: usize,
-    /// Whether every broker also listens for SASL_SSL with SCRAM-SHA-512.
+    /// Whether every broker also listens for SASL_SSL with SCRAM-SHA-512 (and for SSL
+    /// without SASL, with the same certificate).
     pub sasl_ssl: bool,
 }
 
@@ -92,6 +93,7 @@ struct Node {
     broker_port: u16,
     controller_port: u16,
     sasl_ssl_port: Option<u16>,
+    ssl_port: Option<u16>,
     config_file: PathBuf,
 }
 
@@ -102,6 +104,8 @@ pub struct KafkaCluster {
     pub bootstrap: String,
     /// Every broker's SASL_SSL address, comma separated, when enabled.
     pub sasl_ssl_bootstrap: Option<String>,
+    /// Every broker's SSL (TLS without SASL) address, comma separated, with SASL_SSL.
+    pub ssl_bootstrap: Option<String>,
     /// The CA certificate (PEM) the SASL_SSL listeners' certificates chain to.
     pub ca_pem: Option<String>,
     /// The SCRAM-SHA-512 user name, when SASL_SSL is enabled.
@@ -162,8 +166,9 @@ pub struct NodeProperties<'a> {
     pub broker_port: u16,
     /// The controller port.
     pub controller_port: u16,
-    /// The SASL_SSL port and the PEM keystore file (key and certificate chain), if any.
-    pub sasl_ssl: Option<(u16, &'a Path)>,
+    /// The SASL_SSL port, the SSL port and the PEM keystore file (key and certificate
+    /// chain) both use, if any.
+    pub sasl_ssl: Option<(u16, u16, &'a Path)>,
     /// The data directory.
     pub log_dir: &'a Path,
 }
@@ -190,18 +195,21 @@ pub fn render_node_properties(node: &NodeProperties<'_>) -> String {
     let mut advertised = format!("PLAINTEXT://127.0.0.1:{broker_port}");
     let mut protocol_map = String::from("CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT");
     let mut sasl = String::new();
-    if let Some((port, keystore)) = sasl_ssl {
-        listeners.push_str(&format!(",SASL_SSL://127.0.0.1:{port}"));
-        advertised.push_str(&format!(",SASL_SSL://127.0.0.1:{port}"));
-        protocol_map.push_str(",SASL_SSL:SASL_SSL");
+    if let Some((port, ssl_port, keystore)) = sasl_ssl {
+        let extra = format!(",SASL_SSL://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}");
+        listeners.push_str(&extra);
+        advertised.push_str(&extra);
+        protocol_map.push_str(",SASL_SSL:SASL_SSL,SSL:SSL");
         sasl = format!(
             "sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.ssl.keystore.type=PEM
-listener.name.sasl_ssl.ssl.keystore.location={}
+listener.name.sasl_ssl.ssl.keystore.location={keystore}
+listener.name.ssl.ssl.keystore.type=PEM
+listener.name.ssl.ssl.keystore.location={keystore}
 ",
-            keystore.display()
+            keystore = keystore.display()
         );
     }
     format!(
@@ -340,6 +348,7 @@ pub async fn start_cluster(
             broker_port: free_port()?,
             controller_port: free_port()?,
             sasl_ssl_port: options.sasl_ssl.then(free_port).transpose()?,
+            ssl_port: options.sasl_ssl.then(free_port).transpose()?,
             config_file: node_dir.join("server.properties"),
         });
     }
@@ -351,7 +360,10 @@ pub async fn start_cluster(
             voters: &voters,
             broker_port: node.broker_port,
             controller_port: node.controller_port,
-            sasl_ssl: node.sasl_ssl_port.zip(keystore.as_deref()),
+            sasl_ssl: match (node.sasl_ssl_port, node.ssl_port, keystore.as_deref()) {
+                (Some(port), Some(ssl_port), Some(keystore)) => Some((port, ssl_port, keystore)),
+                _ => None,
+            },
             log_dir: &log_dir,
         });
         fs::write(&node.config_file, properties)?;
@@ -391,6 +403,7 @@ pub async fn start_cluster(
     let cluster = KafkaCluster {
         bootstrap: join(|n| Some(format!("127.0.0.1:{}", n.broker_port))).unwrap_or_default(),
         sasl_ssl_bootstrap: join(|n| n.sasl_ssl_port.map(|p| format!("127.0.0.1:{p}"))),
+        ssl_bootstrap: join(|n| n.ssl_port.map(|p| format!("127.0.0.1:{p}"))),
         ca_pem,
         username: options.sasl_ssl.then(|| SCRAM_USERNAME.to_string()),
         password,
@@ -538,17 +551,18 @@ mod tests {
             voters: &voters,
             broker_port: 9002,
             controller_port: 9102,
-            sasl_ssl: Some((9202, keystore)),
+            sasl_ssl: Some((9202, 9302, keystore)),
             log_dir: Path::new("/tb/node-2/data"),
         });
         let lines: Vec<&str> = properties.lines().collect();
         for expected in [
             "node.id=2",
             "controller.quorum.voters=1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103",
-            "listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102,SASL_SSL://127.0.0.1:9202",
-            "advertised.listeners=PLAINTEXT://127.0.0.1:9002,SASL_SSL://127.0.0.1:9202",
+            "listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102,SASL_SSL://127.0.0.1:9202,SSL://127.0.0.1:9302",
+            "advertised.listeners=PLAINTEXT://127.0.0.1:9002,SASL_SSL://127.0.0.1:9202,SSL://127.0.0.1:9302",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL",
+            "listener.name.ssl.ssl.keystore.location=/tb/keystore.pem",
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
             "listener.name.sasl_ssl.ssl.keystore.location=/tb/keystore.pem",
             "offsets.topic.replication.factor=3",

@@ -655,3 +655,65 @@ fn requests_fail_over_to_another_broker_while_one_is_stopped() {
         Ok(())
     });
 }
+
+#[test]
+fn tls_without_sasl_creates_and_describes_topics() {
+    run(|bed| async move {
+        let cluster = bed.cluster.read().await;
+        let admin = Admin::new(KafkaConfig {
+            bootstrap: cluster
+                .ssl_bootstrap
+                .clone()
+                .context("SSL listener")?
+                .split(',')
+                .map(String::from)
+                .collect(),
+            security: Security::Ssl {
+                ca_pem: cluster.ca_pem.clone(),
+            },
+            request_timeout: Duration::from_secs(10),
+        });
+        admin.create_topics(&[topic("k1-tls", 2, 3, &[])]).await?["k1-tls"].clone()?;
+        let described = admin.describe_topics(&["k1-tls".into()]).await?;
+        ensure!(described["k1-tls"].partitions == 2, "{described:?}");
+        ensure!(described["k1-tls"].replication_factor == 3, "{described:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_kept_connection_to_a_restarted_lone_broker_is_replaced_without_a_failed_request() {
+    run(|bed| async move {
+        let dir = tempfile::tempdir()?.keep();
+        let mut single = kafka::start_cluster(
+            &bed.supervisor,
+            &Binaries::locate()?,
+            "kafka-single",
+            &dir,
+            KafkaOptions {
+                brokers: 1,
+                sasl_ssl: false,
+            },
+        )
+        .await?;
+        let admin = plaintext_admin(&single);
+        admin
+            .create_topics(&[topic("k1-single", 2, 1, &[])])
+            .await?["k1-single"]
+            .clone()?;
+
+        single.stop(&bed.supervisor, 0);
+        let down = Admin::new(KafkaConfig::plaintext([single.bootstrap.clone()]));
+        let err = down.describe_topics(&[]).await.expect_err("stopped");
+        ensure!(matches!(err, KafkaError::Unreachable { .. }), "{err:?}");
+        single.start(&bed.supervisor, 0).await?;
+
+        // `admin` still holds its connection from before the restart.
+        let described = admin.describe_topics(&["k1-single".into()]).await?;
+        ensure!(described["k1-single"].partitions == 2, "{described:?}");
+        for process in &single.processes {
+            bed.supervisor.stop(*process);
+        }
+        Ok(())
+    });
+}

@@ -588,44 +588,55 @@ impl Admin {
         for addr in self.candidates(exclude) {
             let slot = self.slot(&addr);
             let mut connection = slot.lock().await;
-            if connection.is_none() {
-                match Connection::open(&addr, &self.inner.config, tls).await {
-                    Ok(mut opened) => {
-                        tracing::debug!(broker = %addr, "connected to Kafka");
-                        // Learn the other brokers once, so later requests can fail over
-                        // to them even when only one bootstrap address is configured.
-                        if lock(&self.inner.brokers).is_empty()
-                            && let Ok(metadata) = opened.send(|_| brokers_only()).await
-                        {
-                            self.remember_brokers(&metadata);
+            // A kept connection may have died quietly (broker restarted, idle timeout):
+            // its first failure earns one fresh connection to the same broker.
+            let mut reused = connection.is_some();
+            loop {
+                if connection.is_none() {
+                    match Connection::open(&addr, &self.inner.config, tls).await {
+                        Ok(mut opened) => {
+                            tracing::debug!(broker = %addr, "connected to Kafka");
+                            // Learn the other brokers once, so later requests can fail
+                            // over to them even with one bootstrap address configured.
+                            if lock(&self.inner.brokers).is_empty()
+                                && let Ok(metadata) = opened.send(|_| brokers_only()).await
+                            {
+                                self.remember_brokers(&metadata);
+                            }
+                            *connection = Some(opened);
                         }
-                        *connection = Some(opened);
+                        Err(e) if moves_on(&e) => {
+                            tracing::debug!(broker = %addr, error = %e, "Kafka broker failed; trying the next");
+                            last_error = Some(e);
+                            break;
+                        }
+                        Err(e) => return Err(e),
                     }
-                    Err(e) if moves_on(&e) => {
-                        tracing::debug!(broker = %addr, error = %e, "Kafka broker failed; trying the next");
+                }
+                let Some(open) = connection.as_mut() else {
+                    break;
+                };
+                match open.send(&build).await {
+                    Ok(response) => {
+                        *lock(&self.inner.preferred) = Some(addr.clone());
+                        return Ok((addr, response));
+                    }
+                    Err(e) => {
+                        // The connection's state is unknown after a failure: start afresh.
+                        *connection = None;
+                        if !moves_on(&e) {
+                            return Err(e);
+                        }
+                        if std::mem::take(&mut reused)
+                            && matches!(e, KafkaError::Unreachable { .. })
+                        {
+                            tracing::debug!(broker = %addr, error = %e, "kept Kafka connection broke; reconnecting");
+                            continue;
+                        }
+                        tracing::debug!(broker = %addr, error = %e, "Kafka request failed; trying the next broker");
                         last_error = Some(e);
-                        continue;
+                        break;
                     }
-                    Err(e) => return Err(e),
-                }
-            }
-            let Some(open) = connection.as_mut() else {
-                continue;
-            };
-            match open.send(&build).await {
-                Ok(response) => {
-                    let addr = open.addr().to_string();
-                    *lock(&self.inner.preferred) = Some(addr.clone());
-                    return Ok((addr, response));
-                }
-                Err(e) => {
-                    // The connection's state is unknown after a failure: start afresh.
-                    *connection = None;
-                    if !moves_on(&e) {
-                        return Err(e);
-                    }
-                    tracing::debug!(broker = %addr, error = %e, "Kafka request failed; trying the next broker");
-                    last_error = Some(e);
                 }
             }
         }

@@ -110,11 +110,6 @@ impl Connection {
             })?
     }
 
-    /// The broker's address.
-    pub(crate) fn addr(&self) -> &str {
-        &self.addr
-    }
-
     /// Sends `request` at the highest version both sides support and reads its response,
     /// within the request timeout.
     pub(crate) async fn send<R: Request>(
