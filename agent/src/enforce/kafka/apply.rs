@@ -1,7 +1,7 @@
 //! The applier: one task that turns the topic plans of many policies into as few Kafka
-//! requests as the protocol allows. The engine applies per policy; plans that arrive within
-//! a few milliseconds of each other (an Assignments message with a thousand topics arrives
-//! as a thousand applies at once) go out together — one CreateTopics, one CreatePartitions,
+//! requests as the protocol allows. The engine applies per policy; plans queued within a few
+//! milliseconds of each other (an Assignments message with a thousand topics arrives
+//! as a thousand applies back to back) go out together — one CreateTopics, one CreatePartitions,
 //! one IncrementalAlterConfigs, one DeleteTopics — and each policy's apply gets its own
 //! topic's result. Afterwards the observer is nudged to look again.
 
@@ -19,8 +19,11 @@ use super::observe::{self, Shared, Target, failure_message};
 use crate::enforce::ApplyError;
 use crate::metrics::Metrics;
 
-/// How long after the first plan the applier waits for others to join its requests.
+/// How long after the latest plan the applier waits for another to join its requests
+/// (the engine issues the applies of one Assignments message back to back).
 pub const COALESCE: Duration = Duration::from_millis(5);
+/// How long after the first plan the applier sends its requests at the latest.
+pub const COALESCE_MAX: Duration = Duration::from_millis(50);
 /// Plans in one round at most (bounds the size of one request).
 pub const MAX_BATCH: usize = 2000;
 
@@ -46,7 +49,7 @@ fn failure(kind: &'static str, message: String) -> ApplyError {
 /// Applies the plans arriving on `requests` through the target's admin until the enforcer
 /// is gone.
 pub async fn run(
-    mut requests: mpsc::Receiver<Request>,
+    mut requests: mpsc::UnboundedReceiver<Request>,
     target: watch::Receiver<Target>,
     shared: Shared,
     nudge: Arc<Notify>,
@@ -54,17 +57,17 @@ pub async fn run(
 ) {
     while let Some(first) = requests.recv().await {
         let mut batch = vec![first];
-        let until = Instant::now() + COALESCE;
+        let latest = Instant::now() + COALESCE_MAX;
         while batch.len() < MAX_BATCH {
+            let until = latest.min(Instant::now() + COALESCE);
             match tokio::time::timeout_at(until, requests.recv()).await {
                 Ok(Some(request)) => batch.push(request),
                 Ok(None) | Err(_) => break,
             }
         }
         let admin = target.borrow().admin.clone();
-        let topics: Vec<String> = batch.iter().map(|r| r.topic.clone()).collect();
         match admin {
-            Some(admin) => execute(&admin, batch, &metrics).await,
+            Some(admin) => execute(&admin, batch, &shared, &metrics).await,
             None => {
                 for request in batch {
                     let _ = request
@@ -73,7 +76,6 @@ pub async fn run(
                 }
             }
         }
-        observe::lock(&shared).applied(topics);
         nudge.notify_one();
     }
 }
@@ -86,8 +88,10 @@ fn outcome(result: Result<BTreeMap<String, Result<(), ItemError>>, KafkaError>) 
     result.map_err(|e| failure_message(&e))
 }
 
-/// Sends one request of each kind the batch needs, concurrently, and answers every plan.
-async fn execute(admin: &Admin, batch: Vec<Request>, metrics: &Metrics) {
+/// Sends one request of each kind the batch needs, concurrently, and answers every plan
+/// — after noting the plans that succeeded for the observer, whose next look the engine
+/// waits for.
+async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &Metrics) {
     let mut creates: Vec<NewTopic> = Vec::new();
     let mut partitions: Vec<(String, i32)> = Vec::new();
     let mut configs: Vec<(String, Vec<ConfigOp>)> = Vec::new();
@@ -142,6 +146,7 @@ async fn execute(admin: &Admin, batch: Vec<Request>, metrics: &Metrics) {
         outcome(admin.delete_topics(&deletes).await)
     };
     let (create, partition, config, delete) = tokio::join!(create, partition, config, delete);
+    let mut answers = Vec::with_capacity(batch.len());
     for request in batch {
         let topic = &request.topic;
         let result = match &request.plan {
@@ -169,6 +174,17 @@ async fn execute(admin: &Admin, batch: Vec<Request>, metrics: &Metrics) {
         if let Err(e) = &result {
             metrics.error(e.kind());
         }
+        answers.push((request, result));
+    }
+    {
+        let mut observations = observe::lock(shared);
+        for (request, result) in &answers {
+            if result.is_ok() {
+                observations.applied(request.topic.clone(), request.plan.clone());
+            }
+        }
+    }
+    for (request, result) in answers {
         let _ = request.reply.send(result);
     }
 }

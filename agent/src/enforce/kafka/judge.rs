@@ -204,6 +204,38 @@ pub fn config_ops(spec: &TopicSpec, settings: &BTreeMap<String, Option<String>>)
     ops
 }
 
+/// Whether what Kafka shows (`seen`) carries the effect of `plan`, applied successfully
+/// just before: Kafka's metadata follows a change a moment after the request returns, and
+/// until it does, judging again would apply the same plan twice (and a second
+/// CreatePartitions to the same count fails).
+pub fn shows(plan: &Plan, seen: &TopicSeen) -> bool {
+    match (plan, seen) {
+        (Plan::Delete, TopicSeen::Absent) | (Plan::Create(_), TopicSeen::Present { .. }) => true,
+        (Plan::Delete, TopicSeen::Present { .. }) | (Plan::Create(_), TopicSeen::Absent) => false,
+        // Deleted under the apply: there is something new to judge.
+        (Plan::Alter(_), TopicSeen::Absent) => true,
+        (
+            Plan::Alter(alter),
+            TopicSeen::Present {
+                partitions,
+                configs,
+                ..
+            },
+        ) => {
+            let raised = alter.partitions.is_none_or(|p| *partitions >= p);
+            let configured = match configs {
+                Ok(settings) => alter.config.iter().all(|op| match op {
+                    ConfigOp::Set(k, v) => settings.get(k).and_then(Option::as_ref) == Some(v),
+                    ConfigOp::Delete(k) => !settings.contains_key(k),
+                }),
+                // Nothing to compare with: judged (as unreadable) right away.
+                Err(_) => true,
+            };
+            raised && configured
+        }
+    }
+}
+
 /// Whether an apply error's message says Kafka could not be reached or refused the
 /// agent's credentials (the placement is then `Unavailable`, not `Error`).
 pub fn is_unavailable_message(message: &str) -> bool {
@@ -681,6 +713,35 @@ mod tests {
             report(1, &v, &TopicSeen::Absent, Some(message)).state,
             PlacementState::Unavailable
         );
+    }
+
+    #[test]
+    fn an_applied_plan_shows_once_kafka_carries_its_effect() {
+        let mut s = spec(24, 3, &[("a", "1")]);
+        s.removed_config = vec!["b".into()];
+        let before = present(12, 3, &[("b", "2")]);
+        let Verdict::Apply(plan) = verdict(&s, &before) else {
+            panic!("expected an alter");
+        };
+        assert!(!shows(&plan, &before));
+        assert!(
+            !shows(&plan, &present(24, 3, &[("b", "2")])),
+            "configs not yet"
+        );
+        assert!(
+            !shows(&plan, &present(12, 3, &[("a", "1")])),
+            "partitions not yet"
+        );
+        assert!(shows(&plan, &present(24, 3, &[("a", "1")])));
+        assert!(shows(&plan, &TopicSeen::Absent), "gone: judge anew");
+
+        let Verdict::Apply(create) = verdict(&s, &TopicSeen::Absent) else {
+            panic!("expected a create");
+        };
+        assert!(!shows(&create, &TopicSeen::Absent));
+        assert!(shows(&create, &present(1, 1, &[])));
+        assert!(!shows(&Plan::Delete, &before));
+        assert!(shows(&Plan::Delete, &TopicSeen::Absent));
     }
 
     #[test]

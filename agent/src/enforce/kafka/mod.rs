@@ -47,9 +47,6 @@ pub const DEFAULT_RESYNC: Duration = Duration::from_secs(30);
 /// Plural name of the Secrets resource, in watch events.
 pub const SECRETS: &str = "secrets";
 
-/// Plans waiting for the applier before applies wait for room.
-const APPLY_QUEUE: usize = 4096;
-
 /// How the agent reaches its cluster's Kafka.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KafkaOptions {
@@ -86,7 +83,10 @@ struct Running {
     secret: ResourceWatch<Secret>,
     secret_synced: bool,
     target: watch::Sender<Target>,
-    applies: mpsc::Sender<apply::Request>,
+    /// Unbounded: at most one plan per assigned policy is ever waiting (the engine applies
+    /// one at a time per policy), and queuing without waiting lets the applies of one
+    /// engine pass join the same requests.
+    applies: mpsc::UnboundedSender<apply::Request>,
     _observer: AbortOnDrop,
     _applier: AbortOnDrop,
 }
@@ -156,7 +156,7 @@ impl KafkaEnforcer {
             events.clone(),
         );
         let (target, target_rx) = watch::channel(self.target());
-        let (applies, applies_rx) = mpsc::channel(APPLY_QUEUE);
+        let (applies, applies_rx) = mpsc::unbounded_channel();
         let observer = tokio::spawn(observe::run(
             target_rx.clone(),
             self.nudge.clone(),
@@ -436,18 +436,21 @@ impl Enforcer for KafkaEnforcer {
             // Nothing to do after all: the same version, so the engine judges again.
             return Box::pin(std::future::ready(Ok(seen.version.to_string())));
         };
-        let applies = running.applies.clone();
-        let topic = spec.topic_name.clone();
+        let stopped = || ApplyError::External {
+            kind: "kafka_unavailable",
+            message: "the Kafka applier stopped".to_owned(),
+        };
+        // Queued now, while the engine is still issuing the applies of this pass.
+        let (reply, answer) = oneshot::channel();
+        let request = apply::Request {
+            topic: spec.topic_name.clone(),
+            plan,
+            reply,
+        };
+        if running.applies.send(request).is_err() {
+            return Box::pin(std::future::ready(Err(stopped())));
+        }
         Box::pin(async move {
-            let stopped = || ApplyError::External {
-                kind: "kafka_unavailable",
-                message: "the Kafka applier stopped".to_owned(),
-            };
-            let (reply, answer) = oneshot::channel();
-            applies
-                .send(apply::Request { topic, plan, reply })
-                .await
-                .map_err(|_| stopped())?;
             answer.await.map_err(|_| stopped())??;
             // Not a version the observer hands out: the engine waits for its next look.
             Ok(format!("applied-after-{}", seen.version))

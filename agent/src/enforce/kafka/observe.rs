@@ -18,7 +18,9 @@ use accord_kafka::{Admin, KafkaError};
 use tokio::sync::{Notify, watch};
 use tracing::debug;
 
-use super::judge::{AUTHENTICATION_PREFIX, TopicSeen, UNREACHABLE_PREFIX, topic_settings};
+use super::judge::{
+    AUTHENTICATION_PREFIX, Plan, TopicSeen, UNREACHABLE_PREFIX, shows, topic_settings,
+};
 use crate::enforce::{EventSink, WatchEvent};
 use crate::metrics::Metrics;
 
@@ -27,6 +29,10 @@ pub const TOPICS: &str = "kafkatopics";
 
 /// The first retry of a failed look; later ones back off up to the resync interval.
 const FIRST_RETRY: Duration = Duration::from_millis(500);
+/// The interval of looks while an applied change does not show in Kafka's metadata yet.
+const SETTLING: Duration = Duration::from_millis(200);
+/// Looks an applied change may take to show before its topic is judged anyway.
+const SETTLING_LOOKS: u32 = 25;
 
 /// What the observer looks at: the connection and the assigned topics.
 #[derive(Clone, Default)]
@@ -60,9 +66,12 @@ pub struct Observations {
     looked: bool,
     epoch: u64,
     next_version: u64,
-    /// Topics applied to since the last look began: the next look reports them even if
-    /// Kafka shows no change, so the engine stops waiting for the apply's result.
-    applied: BTreeSet<String>,
+    /// Topics applied to since the last look began, with what was applied and how many
+    /// looks did not show it yet. A look that shows the plan's effect reports the topic
+    /// (even if nothing else changed, so the engine stops waiting for the apply's
+    /// result); until then the topic keeps its version, so the engine does not apply the
+    /// same plan again, and the observer looks again soon.
+    applied: BTreeMap<String, (Plan, u32)>,
 }
 
 /// [`Observations`] shared between the observer, the applier and the enforcer.
@@ -93,14 +102,19 @@ impl Observations {
         self.applied.clear();
     }
 
-    /// Notes that applies to `topics` completed.
-    pub fn applied(&mut self, topics: impl IntoIterator<Item = String>) {
-        self.applied.extend(topics);
+    /// Notes that `plan` was applied to `topic`.
+    pub fn applied(&mut self, topic: String, plan: Plan) {
+        self.applied.insert(topic, (plan, 0));
     }
 
     /// A look begins: takes the topics applied to so far.
-    pub fn begin(&mut self) -> BTreeSet<String> {
+    pub fn begin(&mut self) -> BTreeMap<String, (Plan, u32)> {
         std::mem::take(&mut self.applied)
+    }
+
+    /// Whether an applied change waits to show in Kafka (the next look comes soon).
+    pub fn settling(&self) -> bool {
+        !self.applied.is_empty()
     }
 
     fn bump(&mut self) -> u64 {
@@ -115,7 +129,7 @@ impl Observations {
         epoch: u64,
         topics: &[String],
         outcome: Result<BTreeMap<String, TopicSeen>, String>,
-        applied: BTreeSet<String>,
+        mut applied: BTreeMap<String, (Plan, u32)>,
     ) -> Vec<WatchEvent> {
         if epoch != self.epoch {
             // Made through a connection that has been replaced since.
@@ -123,7 +137,10 @@ impl Observations {
         }
         let mut seen = match outcome {
             Err(message) => {
-                self.applied.extend(applied);
+                for (name, entry) in applied {
+                    // A plan applied while this look ran is the newer one.
+                    self.applied.entry(name).or_insert(entry);
+                }
                 if self.error.as_deref() == Some(message.as_str()) {
                     return Vec::new();
                 }
@@ -140,11 +157,32 @@ impl Observations {
         self.looked = true;
         let wanted: BTreeSet<&String> = topics.iter().collect();
         self.topics.retain(|name, _| wanted.contains(name));
+        applied.retain(|name, _| wanted.contains(name));
         let mut changed = Vec::new();
         for name in topics {
             let now = seen.remove(name).unwrap_or(TopicSeen::Absent);
+            if self.applied.contains_key(name) {
+                // Applied to while this look ran: it may not show that yet; the next look
+                // (soon) tells.
+                continue;
+            }
+            if let Some((plan, looks)) = applied.remove(name) {
+                if !recovered && !shows(&plan, &now) && looks + 1 < SETTLING_LOOKS {
+                    // Not visible yet: keep the version the apply was decided on.
+                    if let Some(s) = self.topics.get_mut(name) {
+                        s.seen = now;
+                    }
+                    self.applied.insert(name.clone(), (plan, looks + 1));
+                    continue;
+                }
+                let version = self.bump();
+                self.topics
+                    .insert(name.clone(), Seen { version, seen: now });
+                changed.push(name.clone());
+                continue;
+            }
             let same = self.topics.get(name).is_some_and(|s| s.seen == now);
-            if recovered || !same || applied.contains(name) {
+            if recovered || !same {
                 let version = self.bump();
                 self.topics
                     .insert(name.clone(), Seen { version, seen: now });
@@ -248,7 +286,14 @@ pub async fn run(
                         .min(resync);
                 }
             }
-            let out = lock(&shared).record(t.epoch, &t.topics, outcome, applied);
+            let (out, settling) = {
+                let mut observations = lock(&shared);
+                let out = observations.record(t.epoch, &t.topics, outcome, applied);
+                (out, observations.settling())
+            };
+            if settling {
+                delay = delay.min(SETTLING);
+            }
             for event in out {
                 if !events.send(event).await {
                     return;
@@ -304,7 +349,7 @@ mod tests {
             0,
             &topics,
             Ok(BTreeMap::from([("a".to_owned(), present(3))])),
-            BTreeSet::new(),
+            BTreeMap::new(),
         );
         assert!(matches!(events.as_slice(), [WatchEvent::Synced { .. }]));
         assert!(o.looked());
@@ -317,33 +362,92 @@ mod tests {
         let mut o = Observations::default();
         let topics = names(&["a", "b"]);
         let seen = BTreeMap::from([("a".to_owned(), present(3)), ("b".to_owned(), present(1))]);
-        o.record(0, &topics, Ok(seen.clone()), BTreeSet::new());
+        o.record(0, &topics, Ok(seen.clone()), BTreeMap::new());
         let (va, vb) = (o.topic("a").unwrap().version, o.topic("b").unwrap().version);
         let mut next = seen.clone();
         next.insert("b".to_owned(), present(2));
-        let events = o.record(0, &topics, Ok(next), BTreeSet::new());
+        let events = o.record(0, &topics, Ok(next), BTreeMap::new());
         assert_eq!(changed(&events), vec!["b"]);
         assert_eq!(o.topic("a").unwrap().version, va);
         assert_ne!(o.topic("b").unwrap().version, vb);
         // Nothing changed: nothing to tell.
         let mut same = seen;
         same.insert("b".to_owned(), present(2));
-        assert!(o.record(0, &topics, Ok(same), BTreeSet::new()).is_empty());
+        assert!(o.record(0, &topics, Ok(same), BTreeMap::new()).is_empty());
+    }
+
+    fn create() -> Plan {
+        Plan::Create(accord_kafka::NewTopic {
+            name: "a".into(),
+            partitions: 3,
+            replication_factor: 1,
+            config: BTreeMap::new(),
+        })
     }
 
     #[test]
-    fn an_applied_topic_is_reported_by_the_next_look_even_unchanged() {
+    fn an_applied_topic_keeps_its_version_until_kafka_shows_the_change_then_is_reported() {
         let mut o = Observations::default();
         let topics = names(&["a"]);
-        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
-        o.record(0, &topics, Ok(seen.clone()), BTreeSet::new());
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
         let before = o.topic("a").unwrap().version;
-        o.applied(["a".to_owned()]);
+        o.applied("a".into(), create());
+        assert!(o.settling());
+        // Kafka's metadata does not list the new topic yet.
         let applied = o.begin();
         assert!(o.begin().is_empty(), "taken once");
-        let events = o.record(0, &topics, Ok(seen), applied);
+        let events = o.record(0, &topics, Ok(BTreeMap::new()), applied);
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(o.topic("a").unwrap().version, before);
+        assert!(o.settling(), "looks again soon");
+        // Now it does.
+        let applied = o.begin();
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        let events = o.record(0, &topics, Ok(seen.clone()), applied);
         assert_eq!(changed(&events), vec!["a"]);
         assert_ne!(o.topic("a").unwrap().version, before);
+        assert!(!o.settling());
+        // A plan whose effect is already there is reported by the next look, unchanged.
+        let before = o.topic("a").unwrap().version;
+        o.applied("a".into(), create());
+        let applied = o.begin();
+        assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
+        assert_ne!(o.topic("a").unwrap().version, before);
+    }
+
+    #[test]
+    fn an_applied_change_that_never_shows_is_judged_again_after_a_bounded_number_of_looks() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        o.applied("a".into(), create());
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            let applied = o.begin();
+            let events = o.record(0, &topics, Ok(BTreeMap::new()), applied);
+            if !events.is_empty() {
+                assert_eq!(changed(&events), vec!["a"]);
+                break;
+            }
+            assert!(looks < 100, "never reported");
+        }
+        assert_eq!(looks, SETTLING_LOOKS);
+    }
+
+    #[test]
+    fn a_topic_applied_to_during_a_look_waits_for_the_next_look() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        let before = o.topic("a").unwrap().version;
+        let applied = o.begin();
+        o.applied("a".into(), create());
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        assert!(o.record(0, &topics, Ok(seen.clone()), applied).is_empty());
+        assert_eq!(o.topic("a").unwrap().version, before);
+        let applied = o.begin();
+        assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
     }
 
     #[test]
@@ -351,8 +455,8 @@ mod tests {
         let mut o = Observations::default();
         let topics = names(&["a"]);
         let seen = BTreeMap::from([("a".to_owned(), present(3))]);
-        o.record(0, &topics, Ok(seen.clone()), BTreeSet::new());
-        o.applied(["a".to_owned()]);
+        o.record(0, &topics, Ok(seen.clone()), BTreeMap::new());
+        o.applied("a".into(), Plan::Delete);
         let applied = o.begin();
         let e = o.record(0, &topics, Err("Kafka unreachable: x".into()), applied);
         assert!(
@@ -382,19 +486,19 @@ mod tests {
         let topics = names(&["a"]);
         let seen = BTreeMap::from([("a".to_owned(), present(3))]);
         assert!(
-            o.record(1, &topics, Ok(seen.clone()), BTreeSet::new())
+            o.record(1, &topics, Ok(seen.clone()), BTreeMap::new())
                 .is_empty()
         );
         assert!(o.topic("a").is_none());
-        assert!(!o.record(2, &topics, Ok(seen), BTreeSet::new()).is_empty());
+        assert!(!o.record(2, &topics, Ok(seen), BTreeMap::new()).is_empty());
     }
 
     #[test]
     fn topics_no_longer_assigned_are_forgotten() {
         let mut o = Observations::default();
         let seen = BTreeMap::from([("a".to_owned(), present(3)), ("b".to_owned(), present(3))]);
-        o.record(0, &names(&["a", "b"]), Ok(seen.clone()), BTreeSet::new());
-        o.record(0, &names(&["a"]), Ok(seen), BTreeSet::new());
+        o.record(0, &names(&["a", "b"]), Ok(seen.clone()), BTreeMap::new());
+        o.record(0, &names(&["a"]), Ok(seen), BTreeMap::new());
         assert!(o.topic("b").is_none());
         assert!(o.topic("a").is_some());
     }
