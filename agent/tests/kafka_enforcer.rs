@@ -314,7 +314,7 @@ fn a_topic_is_created_its_partitions_raised_never_lowered_and_its_configs_change
             &cluster.secret_data(false),
         )
         .await?;
-        let (engine, _metrics) = engine(&client, agent_ns, "accord-kafka").await?;
+        let (engine, metrics) = engine(&client, agent_ns, "accord-kafka").await?;
         let mut hub = ScriptedHub::connect(engine.handle()).await;
         let bootstrap = cluster.bootstrap.as_str();
         let name = "k2-orders";
@@ -426,8 +426,17 @@ fn a_topic_is_created_its_partitions_raised_never_lowered_and_its_configs_change
             "{}",
             refused.message
         );
-        // Several resyncs later Kafka still has what it had.
-        tokio::time::sleep(RESYNC * 2).await;
+        // Two more looks (and the reconciles after them) later, Kafka still has what it had.
+        let looks = kafka_requests(&metrics, "metadata");
+        wait::until("two more looks at Kafka", RESYNC * 4, || async {
+            let now = kafka_requests(&metrics, "metadata");
+            Ok(if now >= looks + 2.0 {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("{now} looks, from {looks}"))
+            })
+        })
+        .await?;
         ensure!(rdkafka_partitions(bootstrap, name).await? == Some(6));
         let settings = rdkafka_topic_settings(bootstrap, name).await?;
         ensure!(
@@ -453,7 +462,7 @@ fn drift_is_repaired_within_the_resync_interval_and_a_topic_deleted_out_of_band_
             &cluster.secret_data(false),
         )
         .await?;
-        let (engine, _metrics) = engine(&client, agent_ns, "accord-kafka").await?;
+        let (engine, metrics) = engine(&client, agent_ns, "accord-kafka").await?;
         let mut hub = ScriptedHub::connect(engine.handle()).await;
         let bootstrap = cluster.bootstrap.as_str();
         let name = "k2-drift";
@@ -487,10 +496,20 @@ fn drift_is_repaired_within_the_resync_interval_and_a_topic_deleted_out_of_band_
         .await?;
         let repaired_in = changed_at.elapsed();
 
-        // Deleted out of band: recreated with its partitions and configs.
+        // Deleted out of band: recreated with its partitions and configs (so fast that
+        // polling may never see it gone; the agent's CreateTopics count says it did).
+        let creates = kafka_requests(&metrics, "create_topics");
         let results = admin.delete_topics(&[name.to_owned()]).await?;
         ensure!(results[name].is_ok(), "{results:?}");
-        until_partitions(bootstrap, name, None).await?;
+        wait::until("the topic recreated", SETTLE, || async {
+            let now = kafka_requests(&metrics, "create_topics");
+            Ok(if now > creates {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("{now} CreateTopics requests"))
+            })
+        })
+        .await?;
         until_partitions(bootstrap, name, Some(2)).await?;
         until_settings(
             bootstrap,
@@ -540,11 +559,11 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
         }
         let requests = |kind: &str| kafka_requests(&metrics, kind);
         // All 40 arrive as 40 applies at once: they go out together (in one request when
-        // the engine's pass is not preempted for longer than the applier's window; this
-        // machine may be busy).
+        // the engine's pass is not preempted for longer than the applier's window, which on
+        // a busy test machine it may be; at least five topics a request, then).
         let creates = requests("create_topics");
         ensure!(
-            (1.0..=4.0).contains(&creates),
+            (1.0..=8.0).contains(&creates),
             "40 topics took {creates} CreateTopics requests"
         );
         ensure!(
@@ -578,7 +597,7 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
         }
         let deletes = requests("delete_topics");
         ensure!(
-            (1.0..=4.0).contains(&deletes),
+            (1.0..=8.0).contains(&deletes),
             "40 topics took {deletes} DeleteTopics requests\n{}",
             metrics.encode()
         );

@@ -21,9 +21,9 @@ use crate::metrics::Metrics;
 
 /// How long after the latest plan the applier waits for another to join its requests
 /// (the engine issues the applies of one Assignments message back to back).
-pub const COALESCE: Duration = Duration::from_millis(5);
+pub const COALESCE: Duration = Duration::from_millis(10);
 /// How long after the first plan the applier sends its requests at the latest.
-pub const COALESCE_MAX: Duration = Duration::from_millis(50);
+pub const COALESCE_MAX: Duration = Duration::from_millis(100);
 /// Plans in one round at most (bounds the size of one request).
 pub const MAX_BATCH: usize = 2000;
 
