@@ -23,9 +23,9 @@ use crate::scram::ScramClient;
 
 /// The client id brokers log for our requests.
 const CLIENT_ID: &str = "accord-kafka";
-/// The largest response we accept (a metadata response for thousands of topics is a few
+/// The largest response we accept (metadata or configs for thousands of topics are a few
 /// megabytes); a bound so a confused peer cannot make us allocate gigabytes.
-const MAX_FRAME: usize = 256 * 1024 * 1024;
+const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Kafka's error code for a SASL mechanism the broker does not enable.
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 
