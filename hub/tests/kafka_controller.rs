@@ -478,6 +478,30 @@ fn every_selected_cluster_gets_the_topic_and_an_older_topic_keeps_a_duplicate_na
     });
 }
 
+/// Waits until policy `kt-min-12` is Ready at its generation and counts `count` topics.
+async fn wait_violating(policies: &Api<KafkaTopicPolicy>, count: i32) -> Result<()> {
+    until(
+        &format!("the policy counting {count} violating topics"),
+        STEP,
+        || async {
+            let p = policies.get("kt-min-12").await?;
+            let st = p.status.clone().unwrap_or_default();
+            let ready = conditions::is_true(&st.conditions, "Ready");
+            Ok(
+                if st.violating_topics == Some(count)
+                    && ready
+                    && st.observed_generation == p.metadata.generation
+                {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(format!("{st:?}"))
+                },
+            )
+        },
+    )
+    .await
+}
+
 #[test]
 fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -508,6 +532,10 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
                      "namespaceSelector": {"matchLabels": {"kafka-policy-e2e": "yes"}}},
         }))?;
         policies.create(&PostParams::default(), &policy).await?;
+        // The hub has seen the policy once it has written its status; a topic created
+        // before that could be propagated first (the admission webhook, not tested here,
+        // is what refuses it up front).
+        wait_violating(&policies, 0).await?;
 
         // Deny: the topic (as if the webhook had been bypassed) is not propagated.
         api.create(
@@ -541,22 +569,7 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
         );
         ensure!(c.received(&format!("{ns}/small")).is_empty());
         wait_event(testbed, ns, "small", "PolicyViolation").await?;
-        until("the policy counts one violating topic", STEP, || async {
-            let p = policies.get("kt-min-12").await?;
-            let st = p.status.clone().unwrap_or_default();
-            let ready = conditions::is_true(&st.conditions, "Ready");
-            Ok(
-                if st.violating_topics == Some(1)
-                    && ready
-                    && st.observed_generation == p.metadata.generation
-                {
-                    Check::Ready(())
-                } else {
-                    Check::NotYet(format!("{st:?}"))
-                },
-            )
-        })
-        .await?;
+        wait_violating(&policies, 1).await?;
 
         // Audit: propagated, with reason AuditOnly.
         policies
@@ -581,6 +594,10 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
                 &Patch::Merge(json!({"spec": {"enforcement": "Deny"}})),
             )
             .await?;
+        wait_status(&api, "small", "small PolicyViolated again", |t| {
+            condition(t, "PolicyViolation").filter(|c| c.1 == "PolicyViolated")
+        })
+        .await?;
         let edited = api
             .patch(
                 "small",
@@ -709,6 +726,11 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
             )
         })
         .await?;
+        let (_, _, message) = wait_status(&api, "stuck", "stuck Deleting, waiting for kt-e", |t| {
+            condition(t, "Ready").filter(|c| c.1 == "Deleting" && !c.2.contains("kt-d"))
+        })
+        .await?;
+        ensure!(message.contains("waiting for kt-e"), "{message}");
         wait_gone(&api, "stuck").await?;
         let waited = asked_at.elapsed();
         // The deletion timestamp is the API server's (whole seconds), hence the slack.

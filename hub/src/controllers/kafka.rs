@@ -626,6 +626,8 @@ impl Kafka {
             }
             Progress::Waiting { left, recheck } => {
                 tracing::debug!(topic = %p, ?left, "waiting for members to delete the topic");
+                self.show_deletion(topic, &tombstone, revision, &clusters, &left, recheck)
+                    .await?;
                 Ok(Action::requeue(recheck.min(RESYNC)))
             }
             Progress::TimedOut { left } => {
@@ -643,6 +645,58 @@ impl Kafka {
                 Ok(Action::await_change())
             }
         }
+    }
+
+    /// Shows a waiting deletion in the status: each member's placement as its agent
+    /// reports the tombstone, and `Ready=False`/`Deleting` naming the members left. An
+    /// object that does not decode keeps the status it has.
+    async fn show_deletion(
+        &self,
+        watched: &WatchedTopic,
+        tombstone: &PlacementRecord,
+        revision: i64,
+        clusters: &BTreeMap<String, ClusterInfo>,
+        left: &[String],
+        recheck: Duration,
+    ) -> Result<(), ReconcileError> {
+        let Ok(topic) = watched.decode() else {
+            return Ok(());
+        };
+        let old = topic.status.as_ref();
+        let now = Time(Timestamp::now());
+        let mut status = aggregate(&StatusInputs {
+            shares: &tombstone.shares,
+            decision: tombstone.topic(),
+            revision,
+            reports: &self.reports(tombstone),
+            clusters,
+            violations: &[],
+            generation: topic.metadata.generation,
+            old,
+            now: &now,
+        });
+        status.conditions = conditions::merge(
+            &status.conditions,
+            &[status::deleting_condition(left, recheck)],
+            topic.metadata.generation,
+            &now,
+        );
+        // Whether a policy is broken no longer matters, and the bound's countdown alone
+        // is no reason to write.
+        status
+            .conditions
+            .retain(|c| c.type_ != types::POLICY_VIOLATION);
+        let unchanged_but_countdown = old.is_some_and(|o| {
+            let ready = |s: &FederatedKafkaTopicStatus| {
+                conditions::find(&s.conditions, types::READY)
+                    .map(|c| (c.reason.clone(), c.status.clone()))
+            };
+            ready(o) == ready(&status) && o.placements == status.placements
+        });
+        if unchanged_but_countdown {
+            return Ok(());
+        }
+        self.write_status(&topic, &status).await
     }
 
     /// Recounts the topics that break `policy` and writes its status when it changed.

@@ -42,6 +42,8 @@ pub mod reasons {
     pub const APPLIED: &str = "Applied";
     /// Normal Event: the topic was deleted in every member (or kept, with `Retain`).
     pub const DELETED: &str = "Deleted";
+    /// Ready=False while a `Delete` deletion waits for the members.
+    pub const DELETING: &str = "Deleting";
     /// Warning Event: the deletion bound passed with topics left in some members.
     pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
     /// Warning Event: a placement went to `Error`.
