@@ -728,7 +728,7 @@ impl Kafka {
                 return Ok(Action::await_change());
             }
         };
-        let problem = decoded.spec.validate().err().map(|e| e.to_string());
+        let problem = policy_problem(&decoded);
         let one = std::slice::from_ref(&*decoded);
         let violating = self
             .topics
@@ -755,6 +755,19 @@ impl Kafka {
         }
         Ok(Action::requeue(RESYNC))
     }
+}
+
+/// Why `policy` cannot be evaluated as written, if it cannot: its spec fails validation,
+/// or its namespace selector uses an operator or values the hub cannot evaluate (such a
+/// policy fails closed: every topic it could govern counts as breaking it).
+fn policy_problem(policy: &KafkaTopicPolicy) -> Option<String> {
+    if let Err(e) = policy.spec.validate() {
+        return Some(e.to_string());
+    }
+    let selector = policy.spec.namespace_selector.as_ref()?;
+    crate::federation::select::matches(selector, &BTreeMap::new(), "spec.namespaceSelector")
+        .err()
+        .map(|e| e.to_string())
 }
 
 async fn reconcile_policy(
@@ -1037,6 +1050,34 @@ mod tests {
         assert_eq!(c.topic_name, "events");
         assert_eq!(c.clusters, ["a", "mars"], "unknown names still claim");
         assert_eq!(c.created_unix_millis, Some(1_767_225_610_000));
+    }
+
+    #[test]
+    fn a_policy_that_cannot_be_evaluated_says_why() {
+        let policy = |spec: serde_json::Value| -> KafkaTopicPolicy {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+                "metadata": {"name": "p"}, "spec": spec,
+            }))
+            .unwrap()
+        };
+        assert_eq!(
+            policy_problem(&policy(serde_json::json!({"minPartitions": 12}))),
+            None
+        );
+        let bad_selector = policy(serde_json::json!({"namespaceSelector": {
+            "matchExpressions": [{"key": "tier", "operator": "Matches", "values": ["x"]}]}}));
+        let problem = policy_problem(&bad_selector).unwrap();
+        assert!(
+            problem.contains("spec.namespaceSelector") && problem.contains("unknown operator"),
+            "{problem}"
+        );
+        let bad_pattern = policy(serde_json::json!({"topicNamePattern": "("}));
+        assert!(
+            policy_problem(&bad_pattern)
+                .unwrap()
+                .contains("spec.topicNamePattern")
+        );
     }
 
     fn api_error(code: u16) -> ReconcileError {
