@@ -108,6 +108,37 @@ impl Caches {
         )
     }
 
+    /// Caches holding exactly these objects, listed and never changing: for tests and
+    /// benchmarks of the server without a cluster.
+    pub fn fixed(
+        topics: Vec<TopicObject>,
+        policies: Vec<PolicyObject>,
+        namespaces: Vec<PartialObjectMeta<Namespace>>,
+        clusters: Vec<PartialObjectMeta<ManagedCluster>>,
+    ) -> Self {
+        fn listed<K>(objects: Vec<K>) -> Store<K>
+        where
+            K: kube::Resource + Clone + 'static,
+            K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+        {
+            let mut writer = reflector::store::Writer::default();
+            writer.apply_watcher_event(&watcher::Event::Init);
+            for object in objects {
+                writer.apply_watcher_event(&watcher::Event::InitApply(object));
+            }
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            writer.as_reader()
+        }
+        let (_bump, topic_changes) = watch::channel(0u64);
+        Self {
+            topics: listed(topics),
+            policies: listed(policies),
+            namespaces: listed(namespaces),
+            clusters: listed(clusters),
+            topic_changes,
+        }
+    }
+
     /// Whether every reflector has listed its kind once.
     pub async fn wait_until_ready(&self) {
         let _ = futures::join!(
