@@ -4,12 +4,17 @@
 //! itself fills in its `caBundle` with the hub CA. Then, as a user sees it: a topic under a
 //! Deny policy is refused naming both broken rules, an Audit policy admits with a warning
 //! that reaches the client and a Warning Event, and a second topic with a taken name in
-//! the same cluster is refused naming its owner.
+//! the same cluster is refused naming its owner. A second test installs the hub with
+//! `accord-hub install` and runs it with exactly its ServiceAccount's permissions, proving
+//! they suffice for the webhook (Namespaces, the configuration's caBundle, Events).
 
 use std::time::Duration;
 
 use accord_crds::kafka::FederatedKafkaTopic;
-use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
+use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary};
+use accord_e2e::installed::{
+    HUB_SERVICE_ACCOUNT, SERVICE_ACCOUNT_GROUPS, impersonating_kubeconfig, output_text, run_binary,
+};
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -23,6 +28,8 @@ use serde_json::{Value, json};
 
 static TESTBED: SharedTestbed =
     SharedTestbed::new(|b| b.members(0).without_mgmt_controller_manager());
+/// Both tests own the ValidatingWebhookConfiguration `accord-hub` while they run.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
 const WAIT: Duration = Duration::from_secs(60);
@@ -122,9 +129,45 @@ async fn create_with_warnings(
     Ok((response.status().as_u16(), warnings))
 }
 
+/// The hub CA certificate from its Secret.
+async fn hub_ca(testbed: &Testbed) -> Result<k8s_openapi::ByteString> {
+    let secrets: Api<Secret> = Api::namespaced(testbed.mgmt().client(), HUB_NAMESPACE);
+    secrets
+        .get("accord-hub-ca")
+        .await?
+        .data
+        .and_then(|d| d.get("tls.crt").cloned())
+        .context("the hub CA Secret has tls.crt")
+}
+
+/// Waits until the configuration `accord-hub` carries `ca` as its webhook's caBundle.
+async fn ca_bundle_becomes(
+    configs: &Api<ValidatingWebhookConfiguration>,
+    ca: &k8s_openapi::ByteString,
+) -> Result<()> {
+    until("the caBundle is the hub CA", WAIT, || async {
+        let found = configs.get("accord-hub").await?;
+        let bundle = found
+            .webhooks
+            .unwrap_or_default()
+            .first()
+            .and_then(|w| w.client_config.ca_bundle.clone());
+        Ok(if bundle.as_ref() == Some(ca) {
+            Check::Ready(())
+        } else {
+            Check::NotYet(format!(
+                "caBundle {} bytes",
+                bundle.map_or(0, |b| b.0.len())
+            ))
+        })
+    })
+    .await
+}
+
 #[test]
 fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
     TESTBED.run(|testbed| async move {
+        let _serial = SERIAL.lock().await;
         let port = free_port()?;
         let hub = HubProcess::start(
             testbed,
@@ -155,24 +198,11 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
                 "timeoutSeconds": 5,
             }],
         }))?;
+        // (The other test may have left the installed one behind if it failed.)
+        let _ = configs.delete("accord-hub", &Default::default()).await;
         configs.create(&PostParams::default(), &config).await?;
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), HUB_NAMESPACE);
-        let ca = secrets
-            .get("accord-hub-ca")
-            .await?
-            .data
-            .and_then(|d| d.get("tls.crt").cloned())
-            .context("the hub CA Secret has tls.crt")?;
-        until("the hub sets the caBundle to its CA", WAIT, || async {
-            let found = configs.get("accord-hub").await?;
-            let bundle = found.webhooks.unwrap_or_default()[0].client_config.ca_bundle.clone();
-            Ok(if bundle.as_ref() == Some(&ca) {
-                Check::Ready(())
-            } else {
-                Check::NotYet(format!("caBundle {} bytes", bundle.map_or(0, |b| b.0.len())))
-            })
-        })
-        .await?;
+        let ca = hub_ca(testbed).await?;
+        ca_bundle_becomes(&configs, &ca).await?;
 
         // Deny: min 12 partitions and RF 3.
         labelled_namespace(testbed, "wh-deny", "deny").await?;
@@ -288,6 +318,194 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
 
         configs.delete("accord-hub", &Default::default()).await?;
         drop(hub);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_webhook_works_with_only_the_permissions_install_grants() {
+    TESTBED.run(|testbed| async move {
+        let _serial = SERIAL.lock().await;
+        let client = testbed.mgmt().client();
+        let kubeconfig = testbed
+            .mgmt()
+            .kubeconfig_path()
+            .to_str()
+            .context("path")?
+            .to_owned();
+        let prefix = "/kafka-webhook-installed/";
+        let out = run_binary(
+            "accord-hub",
+            &[
+                "install",
+                "--kubeconfig",
+                &kubeconfig,
+                "--etcd-endpoints",
+                testbed.etcd_endpoint(),
+                "--etcd-prefix",
+                prefix,
+            ],
+        )
+        .await?;
+        ensure!(
+            out.status.success(),
+            "install failed: {}",
+            output_text(&out)
+        );
+
+        // install applied the configuration with the hub CA as its caBundle.
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let ca = hub_ca(testbed).await?;
+        ca_bundle_becomes(&configs, &ca).await?;
+        let installed = configs.get("accord-hub").await?;
+        let service = installed.webhooks.clone().unwrap_or_default()[0]
+            .client_config
+            .service
+            .clone()
+            .context("the installed webhook names a Service")?;
+        ensure!(
+            service.name == "accord-hub"
+                && service.namespace == HUB_NAMESPACE
+                && service.port == Some(9443),
+            "{service:?}"
+        );
+
+        // A re-applied manifest drops the caBundle...
+        let mut webhooks = serde_json::to_value(installed.webhooks.unwrap_or_default())?;
+        webhooks[0]["clientConfig"]
+            .as_object_mut()
+            .context("clientConfig")?
+            .remove("caBundle");
+        configs
+            .patch(
+                "accord-hub",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "webhooks": webhooks })),
+            )
+            .await?;
+
+        // ...and the hub, running with its ServiceAccount's permissions only, restores it.
+        let as_sa = impersonating_kubeconfig(
+            testbed,
+            testbed.mgmt(),
+            HUB_SERVICE_ACCOUNT,
+            &SERVICE_ACCOUNT_GROUPS,
+        )?;
+        let port = free_port()?;
+        let http = format!("127.0.0.1:{}", free_port()?);
+        let mut serve = std::process::Command::new(accord_binary("accord-hub")?);
+        serve
+            .arg("serve")
+            .arg("--kubeconfig")
+            .arg(&as_sa)
+            .args([
+                "--etcd-endpoints",
+                testbed.etcd_endpoint(),
+                "--etcd-prefix",
+                prefix,
+            ])
+            .args([
+                "--namespace",
+                HUB_NAMESPACE,
+                "--replica-name",
+                "webhook-as-sa",
+            ])
+            .args([
+                "--grpc-addr",
+                &format!("127.0.0.1:{}", free_port()?),
+                "--http-addr",
+                &http,
+            ])
+            .args(["--webhook-addr", &format!("127.0.0.1:{port}")])
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info,accord_hub=debug");
+        let process = testbed.spawn("hub/webhook-as-sa", serve)?;
+        let readyz = format!("https://127.0.0.1:{port}/readyz");
+        let webhook_client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca.0)?)
+            .build()?;
+        until(
+            "the webhook's caches listed with the SA's permissions",
+            WAIT,
+            || async {
+                testbed.ensure_running(process)?;
+                Ok(match webhook_client.get(&readyz).send().await {
+                    Ok(r) if r.status().is_success() => Check::Ready(()),
+                    Ok(r) => Check::NotYet(format!("webhook readyz {}", r.status())),
+                    Err(e) => Check::NotYet(e.to_string()),
+                })
+            },
+        )
+        .await?;
+        ca_bundle_becomes(&configs, &ca).await?;
+
+        // The testbed has no Service endpoints: reach this hub by URL, trusting its CA.
+        let by_url: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": { "name": "accord-hub-by-url" },
+            "webhooks": [{
+                "name": "federatedkafkatopics.accord.io",
+                "clientConfig": {
+                    "url": format!("https://127.0.0.1:{port}/validate-federatedkafkatopics"),
+                    "caBundle": serde_json::to_value(&ca)?,
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["federatedkafkatopics"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "timeoutSeconds": 5,
+            }],
+        }))?;
+        configs.create(&PostParams::default(), &by_url).await?;
+
+        // A namespace-selected Audit policy: the namespace's labels come from the webhook's
+        // Namespace watch, the Event from its Events permission.
+        labelled_namespace(testbed, "wh-sa", "as-sa").await?;
+        create_policy(
+            testbed,
+            "wh-sa-audit",
+            json!({
+                "minPartitions": 12, "enforcement": "Audit",
+                "namespaceSelector": { "matchLabels": { "accord-webhook-test": "as-sa" } },
+            }),
+        )
+        .await?;
+        let audited = topic("wh-sa", "sa-audited", 3, 3, &["east"])?;
+        until("the Audit policy warns on a dry run", WAIT, || async {
+            let (status, warnings) = create_with_warnings(testbed, &audited, true).await?;
+            Ok(
+                if status == 201 && warnings.iter().any(|w| w.contains("wh-sa-audit")) {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(format!("HTTP {status}, warnings {warnings:?}"))
+                },
+            )
+        })
+        .await?;
+        let (status, _) = create_with_warnings(testbed, &audited, false).await?;
+        ensure!(status == 201, "HTTP {status}");
+        let events: Api<Event> = Api::namespaced(client.clone(), "wh-sa");
+        until("the SA records a PolicyViolation Event", WAIT, || async {
+            testbed.ensure_running(process)?;
+            let list = events.list(&ListParams::default()).await?;
+            Ok(
+                if list.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("PolicyViolation")
+                        && e.reporting_controller.as_deref() == Some("accord-hub-webhook")
+                }) {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(format!("{} Events", list.items.len()))
+                },
+            )
+        })
+        .await?;
+
+        for name in ["accord-hub-by-url", "accord-hub"] {
+            configs.delete(name, &Default::default()).await?;
+        }
+        testbed.stop_process(process);
         Ok(())
     });
 }
