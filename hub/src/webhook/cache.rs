@@ -65,28 +65,38 @@ impl Caches {
         let topic_watch = watcher(Api::<TopicObject>::all(kube.clone()), config())
             .default_backoff()
             .reflect(topics_writer)
-            .for_each(move |_| {
+            .for_each(move |event| {
+                log_watch_error("FederatedKafkaTopic", event.err());
                 bump.send_modify(|n| *n = n.wrapping_add(1));
                 futures::future::ready(())
             });
         let policy_watch = watcher(Api::<PolicyObject>::all(kube.clone()), config())
             .default_backoff()
             .reflect(policies_writer)
-            .for_each(|_| futures::future::ready(()));
+            .for_each(|event| {
+                log_watch_error("KafkaTopicPolicy", event.err());
+                futures::future::ready(())
+            });
         let namespace_watch = watcher(
             Api::<PartialObjectMeta<Namespace>>::all(kube.clone()),
             config(),
         )
         .default_backoff()
         .reflect(namespaces_writer)
-        .for_each(|_| futures::future::ready(()));
+        .for_each(|event| {
+            log_watch_error("Namespace", event.err());
+            futures::future::ready(())
+        });
         let cluster_watch = watcher(
             Api::<PartialObjectMeta<ManagedCluster>>::all(kube),
             config(),
         )
         .default_backoff()
         .reflect(clusters_writer)
-        .for_each(|_| futures::future::ready(()));
+        .for_each(|event| {
+            log_watch_error("ManagedCluster", event.err());
+            futures::future::ready(())
+        });
         let run = async move {
             let kind = tokio::select! {
                 () = topic_watch => "FederatedKafkaTopic",
@@ -221,6 +231,14 @@ impl Caches {
         .await
         .ok()
         .flatten()
+    }
+}
+
+/// A failed watch call is retried with backoff; until its kind has listed, reviews are
+/// answered 503 (and admitted by `failurePolicy: Ignore`), so say why.
+fn log_watch_error(kind: &'static str, error: Option<watcher::Error>) {
+    if let Some(e) = error {
+        tracing::warn!(kind, error = %e, "the webhook's watch failed; retrying");
     }
 }
 
