@@ -118,7 +118,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding the webhook address {}", cfg.webhook_addr))?;
     info!(
-        webhook = %cfg.webhook_addr,
+        webhook = %webhook_listener.local_addr()?,
         grpc = %grpc_listener.local_addr()?, http = %cfg.http_addr, replica = %cfg.replica,
         ca_cert_hash = %ca.ca_cert_hash(), "accord-hub serving"
     );
