@@ -4,7 +4,8 @@
 //! itself fills in its `caBundle` with the hub CA. Then, as a user sees it: a topic under a
 //! Deny policy is refused naming both broken rules, an Audit policy admits with a warning
 //! that reaches the client and a Warning Event, and a second topic with a taken name in
-//! the same cluster is refused naming its owner. A second test installs the hub with
+//! the same cluster is refused naming its owner; a replica that does not lead answers as
+//! well. A second test installs the hub with
 //! `accord-hub install` and runs it with exactly its ServiceAccount's permissions, proving
 //! they suffice for the webhook (Namespaces, the configuration's caBundle, Events).
 
@@ -164,6 +165,44 @@ async fn ca_bundle_becomes(
     .await
 }
 
+/// Sends a CREATE review of `topic` straight to a hub's webhook on `port`, trusting only
+/// the hub CA, once its caches have listed; returns the review's `response`.
+async fn review_directly(
+    ca: &k8s_openapi::ByteString,
+    port: u16,
+    topic: &FederatedKafkaTopic,
+) -> Result<Value> {
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca.0)?)
+        .build()?;
+    let base = format!("https://127.0.0.1:{port}");
+    until("the webhook's caches listed", WAIT, || async {
+        Ok(match client.get(format!("{base}/readyz")).send().await {
+            Ok(r) if r.status().is_success() => Check::Ready(()),
+            Ok(r) => Check::NotYet(format!("readyz {}", r.status())),
+            Err(e) => Check::NotYet(e.to_string()),
+        })
+    })
+    .await?;
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "direct-1",
+            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic" },
+            "operation": "CREATE",
+            "object": topic,
+        },
+    });
+    let response = client
+        .post(format!("{base}/validate-federatedkafkatopics"))
+        .json(&review)
+        .send()
+        .await?;
+    ensure!(response.status().is_success(), "HTTP {}", response.status());
+    Ok(response.json::<Value>().await?["response"].clone())
+}
+
 #[test]
 fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
     TESTBED.run(|testbed| async move {
@@ -235,6 +274,28 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
             try_create(testbed, &topic("wh-deny", "big", 12, 3, &["east"])?, false).await?.is_none(),
             "a compliant topic was refused"
         );
+
+        // A replica that does not lead serves the webhook just the same.
+        let follower_port = free_port()?;
+        let follower = HubProcess::start(
+            testbed,
+            &HubOptions {
+                replica: "webhook-follower".into(),
+                etcd_prefix: "/kafka-webhook/".into(),
+                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{follower_port}")],
+            },
+        )
+        .await?;
+        ensure!(
+            follower.metric(testbed.http(), "accord_hub_is_leader").await? == Some(0.0),
+            "the second replica leads"
+        );
+        let answer = review_directly(&ca, follower_port, &small).await?;
+        ensure!(
+            answer["allowed"] == false && answer["status"]["reason"] == REASON,
+            "the follower answered {answer}"
+        );
+        drop(follower);
 
         // Audit: admitted, with a warning the client sees, and a Warning Event.
         labelled_namespace(testbed, "wh-audit", "audit").await?;
