@@ -117,6 +117,8 @@ pub struct KafkaCluster {
     pub processes: Vec<ProcessId>,
     nodes: Vec<Node>,
     launcher: Arc<Launcher>,
+    /// The CA certificate's file, for Kafka's tools (`ssl.truststore.location`).
+    ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for KafkaCluster {
@@ -327,6 +329,7 @@ pub async fn start_cluster(
     } else {
         (None, None)
     };
+    let ca_file = ca_pem.as_ref().map(|_| dir.join("ca.crt"));
     let password = options.sasl_ssl.then(random_password);
 
     let single = options.brokers == 1;
@@ -410,6 +413,7 @@ pub async fn start_cluster(
         processes,
         nodes,
         launcher,
+        ca_file,
     };
     let all: Vec<u32> = cluster.nodes.iter().map(|n| n.id).collect();
     cluster.wait_listed(supervisor, &all).await?;
@@ -479,6 +483,24 @@ impl KafkaCluster {
         data
     }
 
+    /// Client properties for Kafka's own tools (`--command-config`) on the SASL_SSL
+    /// listener: SCRAM-SHA-512 as the cluster's user with `password` (the real one when
+    /// `None`), trusting the cluster's CA. `None` without SASL_SSL.
+    pub fn tool_sasl_properties(&self, password: Option<&str>) -> Option<String> {
+        let ca_file = self.ca_file.as_ref()?;
+        let username = self.username.as_deref()?;
+        let password = password.or(self.password.as_deref())?;
+        Some(format!(
+            "security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{username}\" password=\"{password}\";
+ssl.truststore.type=PEM
+ssl.truststore.location={}
+",
+            ca_file.display()
+        ))
+    }
+
     /// Waits until a PLAINTEXT metadata request (by an independent client) lists every
     /// broker in `ids`, failing early when one of their JVMs exits.
     async fn wait_listed(&self, supervisor: &Supervisor, ids: &[u32]) -> Result<()> {
@@ -527,6 +549,94 @@ impl KafkaCluster {
         )
         .await
     }
+}
+
+/// How long one run of a Kafka tool may take (a JVM start and one request).
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs Kafka's own `kafka-configs` tool (`kafka.admin.ConfigCommand`, from the brokers'
+/// jars) against `bootstrap`, with `client_properties` as its `--command-config` if given,
+/// and returns its standard output; fails with its output when it fails. An independent
+/// check of what the brokers hold.
+pub async fn config_command(
+    binaries: &Binaries,
+    bootstrap: &str,
+    client_properties: Option<&str>,
+    args: &[&str],
+) -> Result<String> {
+    let properties = match client_properties {
+        Some(text) => {
+            let file = tempfile::NamedTempFile::new()?;
+            fs::write(file.path(), text)?;
+            Some(file)
+        }
+        None => None,
+    };
+    let mut command = tokio::process::Command::new(&binaries.java);
+    command
+        .args([
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+        ])
+        .arg(format!("{}/*", binaries.kafka_lib.display()))
+        .arg("kafka.admin.ConfigCommand")
+        .args(["--bootstrap-server", bootstrap]);
+    if let Some(file) = &properties {
+        command.arg("--command-config").arg(file.path());
+    }
+    command.args(args).kill_on_drop(true);
+    let output = tokio::time::timeout(TOOL_TIMEOUT, command.output())
+        .await
+        .with_context(|| format!("kafka-configs {args:?} took over {TOOL_TIMEOUT:?}"))?
+        .context("running kafka-configs (java)")?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    ensure!(
+        output.status.success(),
+        "kafka-configs {args:?} failed ({}): {stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(stdout)
+}
+
+/// A topic's dynamic (topic-level) configs as `kafka-configs --describe --entity-type
+/// topics --entity-name NAME` prints them (`  key=value sensitive=… synonyms={…}`).
+pub async fn topic_overrides(
+    binaries: &Binaries,
+    bootstrap: &str,
+    client_properties: Option<&str>,
+    topic: &str,
+) -> Result<BTreeMap<String, String>> {
+    let stdout = config_command(
+        binaries,
+        bootstrap,
+        client_properties,
+        &[
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+        ],
+    )
+    .await?;
+    Ok(parse_config_command_describe(&stdout))
+}
+
+/// The `key=value` pairs of a `kafka-configs --describe` output.
+pub fn parse_config_command_describe(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("  "))
+        .filter_map(|line| {
+            let entry = line.trim_start();
+            let entry = entry.split(" sensitive=").next()?;
+            let (key, value) = entry.split_once('=')?;
+            Some((key.to_string(), value.to_string()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -589,5 +699,17 @@ mod tests {
         assert!(password.len() >= 24, "{password}");
         assert!(password.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(password, random_password());
+    }
+
+    #[test]
+    fn config_command_output_is_read_as_key_value_pairs() {
+        let stdout = "Dynamic configs for topic orders are:
+  retention.ms=600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=600000, STATIC_BROKER_CONFIG:log.retention.ms=1}
+  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete}
+";
+        let parsed = parse_config_command_describe(stdout);
+        assert_eq!(parsed.len(), 2, "{parsed:?}");
+        assert_eq!(parsed["retention.ms"], "600000");
+        assert_eq!(parsed["cleanup.policy"], "compact,delete");
     }
 }

@@ -89,54 +89,6 @@ fn rdkafka_admin(bootstrap: &str) -> Result<Arc<AdminClient<DefaultClientContext
     Ok(Arc::new(admin))
 }
 
-/// Client properties for Kafka's tools: SASL_SSL with SCRAM-SHA-512, trusting the CA.
-fn sasl_client_properties(cluster: &KafkaCluster, password: &str) -> Result<String> {
-    let dir = tempfile::tempdir()?.keep();
-    let ca = dir.join("ca.crt");
-    std::fs::write(&ca, cluster.ca_pem.as_deref().context("CA")?)?;
-    Ok(format!(
-        "security.protocol=SASL_SSL
-sasl.mechanism=SCRAM-SHA-512
-sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{}\" password=\"{password}\";
-ssl.truststore.type=PEM
-ssl.truststore.location={}
-",
-        cluster.username.as_deref().context("user")?,
-        ca.display()
-    ))
-}
-
-/// Runs Kafka's `kafka-configs` tool (same jars as the brokers) to completion.
-async fn kafka_configs(
-    bed: &Bed,
-    component: &str,
-    bootstrap: &str,
-    client_properties: Option<&str>,
-    args: &[&str],
-) -> Result<()> {
-    let binaries = Binaries::locate()?;
-    let mut command = std::process::Command::new(&binaries.java);
-    command
-        .args([
-            "-Xmx128m",
-            "-XX:TieredStopAtLevel=1",
-            "-XX:+UseSerialGC",
-            "-cp",
-        ])
-        .arg(format!("{}/*", binaries.kafka_lib.display()))
-        .arg("kafka.admin.ConfigCommand")
-        .args(["--bootstrap-server", bootstrap]);
-    if let Some(properties) = client_properties {
-        let file = tempfile::NamedTempFile::new()?.into_temp_path().keep()?;
-        std::fs::write(&file, properties)?;
-        command.arg("--command-config").arg(file);
-    }
-    command.args(args);
-    bed.supervisor
-        .run_to_completion(component, command, Duration::from_secs(120))
-        .await
-}
-
 #[test]
 fn the_testbed_cluster_has_three_brokers_and_a_scram_user() {
     run(|bed| async move {
@@ -155,36 +107,29 @@ fn the_testbed_cluster_has_three_brokers_and_a_scram_user() {
         ensure!(secret["ca.crt"].starts_with("-----BEGIN CERTIFICATE-----"));
 
         // Kafka's own tool over SASL_SSL: authenticates and trusts the testbed CA.
+        let binaries = Binaries::locate()?;
         let sasl_bootstrap = cluster.sasl_ssl_bootstrap.clone().context("SASL_SSL")?;
-        kafka_configs(
-            bed,
-            "configs-sasl",
+        let describe_broker = [
+            "--describe",
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            "1",
+        ];
+        kafka::config_command(
+            &binaries,
             &sasl_bootstrap,
-            Some(&sasl_client_properties(
-                &cluster,
-                cluster.password.as_deref().unwrap_or_default(),
-            )?),
-            &[
-                "--describe",
-                "--entity-type",
-                "brokers",
-                "--entity-name",
-                "1",
-            ],
+            cluster.tool_sasl_properties(None).as_deref(),
+            &describe_broker,
         )
         .await?;
-        let wrong = kafka_configs(
-            bed,
-            "configs-wrong-password",
+        let wrong = kafka::config_command(
+            &binaries,
             &sasl_bootstrap,
-            Some(&sasl_client_properties(&cluster, "not-the-password")?),
-            &[
-                "--describe",
-                "--entity-type",
-                "brokers",
-                "--entity-name",
-                "1",
-            ],
+            cluster
+                .tool_sasl_properties(Some("not-the-password"))
+                .as_deref(),
+            &describe_broker,
         )
         .await;
         ensure!(wrong.is_err(), "a wrong password was accepted");
@@ -448,6 +393,18 @@ fn incremental_changes_set_and_delete_only_the_named_keys() {
             seen["segment.ms"].1 != Rd::DynamicTopic,
             "{:?}",
             seen["segment.ms"]
+        );
+
+        // Kafka's own tool sees the same overrides.
+        let overrides =
+            kafka::topic_overrides(&Binaries::locate()?, &cluster.bootstrap, None, name).await?;
+        ensure!(
+            overrides
+                == BTreeMap::from([
+                    ("max.message.bytes".to_string(), "2097152".to_string()),
+                    ("retention.ms".to_string(), "600000".to_string()),
+                ]),
+            "kafka-configs: {overrides:?}"
         );
 
         // Our own view agrees, with sources.

@@ -72,6 +72,9 @@ pub struct ServeArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Address of the FederatedKafkaTopic admission webhook (HTTPS, hub CA).
+    #[arg(long, env = "ACCORD_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    webhook_addr: SocketAddr,
     /// Name of this replica (default: $POD_NAME, else $HOSTNAME-<pid>).
     #[arg(long)]
     replica_name: Option<String>,
@@ -95,6 +98,11 @@ pub struct ServeArgs {
     /// config (default: --namespace).
     #[arg(long)]
     federation_namespace: Option<String>,
+    /// How long deleting a FederatedKafkaTopic with `deletionPolicy: Delete` waits for
+    /// every member to delete its topic; after it, the object goes anyway with a Warning
+    /// Event naming the members left behind.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    topic_deletion_timeout: Duration,
 }
 
 /// Token operations.
@@ -178,6 +186,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 etcd_prefix: a.state.etcd_prefix,
                 grpc_addr: a.grpc_addr,
                 http_addr: a.http_addr,
+                webhook_addr: a.webhook_addr,
                 federation_namespace: a
                     .federation_namespace
                     .unwrap_or_else(|| a.state.namespace.clone()),
@@ -192,6 +201,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 election_ttl: a.election_ttl,
                 presence_ttl: a.heartbeat_timeout.max(Duration::from_secs(2)),
+                topic_deletion_timeout: a.topic_deletion_timeout,
             })
             .await?
         }

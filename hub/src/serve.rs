@@ -15,7 +15,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
 use crate::connections::Connections;
-use crate::controllers::ControllerDeps;
+use crate::controllers::{ControllerDeps, ControllerOptions};
 use crate::distribution::Fanout;
 use crate::grpc::federation::FederationService;
 use crate::grpc::registration::RegistrationService;
@@ -41,6 +41,8 @@ pub struct ServeConfig {
     pub grpc_addr: SocketAddr,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     pub http_addr: SocketAddr,
+    /// Address of the admission webhook (HTTPS).
+    pub webhook_addr: SocketAddr,
     /// Namespace of the hub on the management cluster (holds the CA Secret).
     pub namespace: String,
     /// Namespace of the global federation tier's ConfigMap.
@@ -56,6 +58,9 @@ pub struct ServeConfig {
     /// TTL of this replica's presence lease: a crashed replica's agents count as
     /// disconnected within it.
     pub presence_ttl: Duration,
+    /// How long a FederatedKafkaTopic deletion with `deletionPolicy: Delete` waits for the
+    /// members before its finalizer goes anyway.
+    pub topic_deletion_timeout: Duration,
 }
 
 /// Runs the hub until Ctrl-C / SIGTERM, or until one of its tasks ends — then it gives up
@@ -112,7 +117,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let grpc_listener = tokio::net::TcpListener::bind(cfg.grpc_addr)
         .await
         .with_context(|| format!("binding the gRPC address {}", cfg.grpc_addr))?;
+    let webhook_listener = crate::webhook::bind(cfg.webhook_addr)
+        .await
+        .with_context(|| format!("binding the webhook address {}", cfg.webhook_addr))?;
     info!(
+        webhook = %webhook_listener.local_addr()?,
         grpc = %grpc_listener.local_addr()?, http = %cfg.http_addr, replica = %cfg.replica,
         ca_cert_hash = %ca.ca_cert_hash(), "accord-hub serving"
     );
@@ -126,21 +135,38 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));
     tasks.spawn(
         "controllers",
-        crate::controllers::run(ControllerDeps {
-            kube: kube.clone(),
-            store: store.clone(),
-            election: election.clone(),
-            connections: connections.clone(),
-            metrics: metrics.clone(),
-            placements: fanout.cache().clone(),
-            replica: cfg.replica.clone(),
-            gates: gates.clone(),
-            federation_namespace: cfg.federation_namespace.clone(),
-        }),
+        crate::controllers::run_with(
+            ControllerDeps {
+                kube: kube.clone(),
+                store: store.clone(),
+                election: election.clone(),
+                connections: connections.clone(),
+                metrics: metrics.clone(),
+                placements: fanout.cache().clone(),
+                replica: cfg.replica.clone(),
+                gates: gates.clone(),
+                federation_namespace: cfg.federation_namespace.clone(),
+            },
+            ControllerOptions {
+                topic_deletion_timeout: cfg.topic_deletion_timeout,
+            },
+        ),
     );
     tasks.spawn(
         "HTTP endpoint",
         http::serve(http_listener, metrics.clone(), ready.clone()),
+    );
+    tasks.spawn(
+        "admission webhook",
+        crate::webhook::run(
+            crate::webhook::WebhookDeps {
+                kube: kube.clone(),
+                ca_pem: ca.cert_pem().to_owned(),
+                serving: serving.clone(),
+                replica: cfg.replica.clone(),
+            },
+            webhook_listener,
+        ),
     );
     tasks.spawn_forever(
         "etcd readiness probe",

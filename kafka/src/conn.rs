@@ -11,7 +11,7 @@ use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
     SaslHandshakeRequest,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -23,9 +23,9 @@ use crate::scram::ScramClient;
 
 /// The client id brokers log for our requests.
 const CLIENT_ID: &str = "accord-kafka";
-/// The largest response we accept (a metadata response for thousands of topics is a few
+/// The largest response we accept (metadata or configs for thousands of topics are a few
 /// megabytes); a bound so a confused peer cannot make us allocate gigabytes.
-const MAX_FRAME: usize = 256 * 1024 * 1024;
+const MAX_FRAME: usize = 64 * 1024 * 1024;
 /// Kafka's error code for a SASL mechanism the broker does not enable.
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 
@@ -210,8 +210,10 @@ impl Connection {
 
     /// ApiVersions: which versions of each API the broker speaks (allowed before SASL).
     async fn negotiate(&mut self) -> Result<(), KafkaError> {
-        // Kafka 4 speaks ApiVersions 0..=4; v3+ lets us name ourselves.
-        let version = ApiVersionsRequest::VERSIONS.max.min(4);
+        // Version 3 names the client and is spoken by every broker since Kafka 2.4, so
+        // Kafka 3.x clusters work too (a broker answers a version it lacks in another
+        // format, which would have to be decoded separately).
+        let version = 3;
         let request = ApiVersionsRequest::default()
             .with_client_software_name(StrBytes::from_static_str(CLIENT_ID))
             .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
