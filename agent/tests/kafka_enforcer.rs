@@ -84,6 +84,14 @@ where
     F: FnOnce(&'static Testbed, &'static Bed) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
+    // The agent's logs go with a failing test's output.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "accord_agent=debug".into()),
+        )
+        .with_test_writer()
+        .try_init();
     TESTBED.run(|testbed| async move {
         let bed = match KAFKA
             .get_or_init(|| async { start_kafka(testbed).await.map_err(|e| format!("{e:#}")) })
@@ -214,9 +222,11 @@ async fn rdkafka_partitions(bootstrap: &str, name: &str) -> Result<Option<usize>
     let name = name.to_owned();
     tokio::task::spawn_blocking(move || {
         let admin = rdkafka_admin(&bootstrap)?;
+        // All topics: a Metadata request naming a missing topic would have the broker
+        // (auto.create.topics.enable defaults to true) create it.
         let metadata = admin
             .inner()
-            .fetch_metadata(Some(&name), Duration::from_secs(10))?;
+            .fetch_metadata(None, Duration::from_secs(10))?;
         Ok(metadata
             .topics()
             .iter()
@@ -519,8 +529,20 @@ fn drift_is_repaired_within_the_resync_interval_and_a_topic_deleted_out_of_band_
             |s| get(s, "retention.ms").as_deref() == Some("300000"),
         )
         .await?;
-        hub.report_until(name, "Synced after the recreation", |r| synced_with(r, 2))
-            .await?;
+        // The recreation may be quicker than the report debounce (nothing new to say then);
+        // if the hub was told anything else meanwhile, it is told Synced again.
+        while hub.next(Duration::ZERO).await.is_ok() {}
+        let last = hub
+            .reports
+            .iter()
+            .rev()
+            .find(|r| r.policy.as_ref().is_some_and(|p| p.name == name))
+            .cloned()
+            .context("no report")?;
+        if !synced_with(&last, 2) {
+            hub.report_until(name, "Synced after the recreation", |r| synced_with(r, 2))
+                .await?;
+        }
         eprintln!("drift repaired in {repaired_in:?}");
         engine.stop().await;
         Ok(())
@@ -558,12 +580,12 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
             until_partitions(bootstrap, name, Some(1)).await?;
         }
         let requests = |kind: &str| kafka_requests(&metrics, kind);
-        // All 40 arrive as 40 applies at once: they go out together (in one request when
-        // the engine's pass is not preempted for longer than the applier's window, which on
-        // a busy test machine it may be; at least five topics a request, then).
+        // All 40 arrive as 40 applies at once: they go out together (in one request unless
+        // the engine's pass is preempted for longer than the applier's window, which on a
+        // busy test machine it may be).
         let creates = requests("create_topics");
         ensure!(
-            (1.0..=8.0).contains(&creates),
+            (1.0..=3.0).contains(&creates),
             "40 topics took {creates} CreateTopics requests"
         );
         ensure!(
@@ -597,7 +619,7 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
         }
         let deletes = requests("delete_topics");
         ensure!(
-            (1.0..=8.0).contains(&deletes),
+            (1.0..=3.0).contains(&deletes),
             "40 topics took {deletes} DeleteTopics requests\n{}",
             metrics.encode()
         );
@@ -750,6 +772,53 @@ fn a_stopped_broker_makes_topics_unavailable_and_they_are_synced_again_once_it_i
             synced_with(r, 1)
         })
         .await?;
+        engine.stop().await;
+        Ok(())
+    });
+}
+
+#[test]
+fn a_second_policy_naming_the_same_topic_is_a_conflict_and_changes_nothing() {
+    run(|testbed, bed| async move {
+        let cluster = bed.cluster.read().await;
+        let client = testbed.mgmt().client();
+        let agent_ns = "k-conflict";
+        namespace(&client, agent_ns).await?;
+        put_secret(
+            &client,
+            agent_ns,
+            "accord-kafka",
+            &cluster.secret_data(false),
+        )
+        .await?;
+        let (engine, _metrics) = engine(&client, agent_ns, "accord-kafka").await?;
+        let mut hub = ScriptedHub::connect(engine.handle()).await;
+        let first = topic_item("k2-shared", 7, 2, &[], &[]);
+        // Another FederatedKafkaTopic (sorting after the first) naming the same topic with
+        // more partitions.
+        let mut second = topic_item("k2-shared", 7, 4, &[], &[]);
+        second.policy = Some(topic_policy("k2-shared-too"));
+        hub.assign(7, true, vec![first, second], vec![]).await;
+        hub.report_until("k2-shared", "Synced", |r| synced_with(r, 2))
+            .await?;
+        // It may have come before the first one's Synced.
+        let conflict = |r: &StatusReport| {
+            r.policy.as_ref().is_some_and(|p| p.name == "k2-shared-too")
+                && r.state() == PlacementState::Conflict
+        };
+        let r = match hub.reports.iter().find(|r| conflict(r)).cloned() {
+            Some(r) => r,
+            None => {
+                hub.report_until("k2-shared-too", "Conflict", conflict)
+                    .await?
+            }
+        };
+        ensure!(
+            r.message.contains("default/k2-shared") && r.message.contains("topic k2-shared"),
+            "{}",
+            r.message
+        );
+        until_partitions(&cluster.bootstrap, "k2-shared", Some(2)).await?;
         engine.stop().await;
         Ok(())
     });
