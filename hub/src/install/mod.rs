@@ -36,53 +36,15 @@ pub use wait::{Progress, WaitError, deployment_progress};
 use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
 use crate::pki::{HubCa, PkiError};
 
-/// The API resource of a rendered kind and whether it is namespaced: the shared table, and
-/// the ValidatingWebhookConfiguration only the hub installs.
-pub fn api_resource(kind: &str) -> Option<(kube::core::ApiResource, bool)> {
-    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-    apply::api_resource(kind).or_else(|| {
-        (kind == "ValidatingWebhookConfiguration").then(|| {
-            (
-                kube::core::ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
-                false,
-            )
-        })
-    })
-}
+/// The API resource of a rendered kind and whether it is namespaced.
+pub use apply::api_resource;
 
-/// Server-side applies one rendered object with the hub's field manager, also of the kinds
-/// only [`api_resource`] knows.
+/// Server-side applies one rendered object with the hub's field manager.
 async fn apply_object(
     client: &kube::Client,
     object: &serde_json::Value,
 ) -> Result<String, ApplyError> {
-    let (kind, name, _) = apply::identity(object);
-    if apply::api_resource(kind).is_some() {
-        return apply::apply(client, accord_crds::HUB_FIELD_MANAGER, object).await;
-    }
-    let Some((resource, _)) = api_resource(kind) else {
-        return Err(ApplyError::UnknownKind(kind.to_owned()));
-    };
-    let api: kube::Api<kube::core::DynamicObject> = kube::Api::all_with(client.clone(), &resource);
-    let params = kube::api::PatchParams::apply(accord_crds::HUB_FIELD_MANAGER).force();
-    match api
-        .patch(name, &params, &kube::api::Patch::Apply(object))
-        .await
-    {
-        Ok(_) => Ok(format!("{kind} {name}")),
-        Err(kube::Error::Api(status)) if status.code == 403 => Err(ApplyError::Forbidden {
-            kind: kind.to_owned(),
-            object: name.to_owned(),
-            resource: resource_name(&resource),
-            scope: " cluster-wide".to_owned(),
-            message: status.message,
-        }),
-        Err(source) => Err(ApplyError::Apply {
-            kind: kind.to_owned(),
-            object: name.to_owned(),
-            source,
-        }),
-    }
+    apply::apply(client, accord_crds::HUB_FIELD_MANAGER, object).await
 }
 
 /// What `install` needs: create and patch every rendered object (with `wait`, list and
@@ -93,16 +55,6 @@ pub fn required_permissions(
     wait: bool,
 ) -> Vec<Permission> {
     let mut needed = preflight::required_permissions(objects, wait);
-    for object in objects {
-        let (kind, _, _) = apply::identity(object);
-        if apply::api_resource(kind).is_none()
-            && let Some((resource, false)) = api_resource(kind)
-        {
-            for verb in ["create", "patch"] {
-                needed.push(Permission::new(&resource.group, &resource.plural, verb));
-            }
-        }
-    }
     needed.push(
         Permission::new("", "secrets", "get")
             .in_namespace(Some(namespace))
