@@ -234,9 +234,11 @@ pub async fn look(
     };
     Ok(described
         .into_iter()
-        .map(|(name, d)| {
+        .filter_map(|(name, d)| {
             let configs = match configs.remove(&name) {
                 Some(Ok(entries)) => Ok(topic_settings(&entries)),
+                // Deleted between the two requests.
+                Some(Err(e)) if e.is_unknown_topic() => return None,
                 Some(Err(e)) => Err(e.to_string()),
                 None => Err("Kafka described no configs for the topic".to_owned()),
             };
@@ -245,7 +247,7 @@ pub async fn look(
                 replication_factor: d.replication_factor,
                 configs,
             };
-            (name, seen)
+            Some((name, seen))
         })
         .collect())
 }
