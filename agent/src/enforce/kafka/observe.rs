@@ -16,7 +16,7 @@ use std::time::Duration;
 use accord_common::runtime::{Retry, backoff};
 use accord_kafka::{Admin, KafkaError};
 use tokio::sync::{Notify, watch};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::judge::{
     AUTHENTICATION_PREFIX, Plan, TopicSeen, UNREACHABLE_PREFIX, shows, topic_settings,
@@ -181,7 +181,12 @@ impl Observations {
                 changed.push(name.clone());
                 continue;
             }
-            let same = self.topics.get(name).is_some_and(|s| s.seen == now);
+            let before = self.topics.get(name).map(|s| &s.seen);
+            if matches!(before, Some(TopicSeen::Present { .. })) && now == TopicSeen::Absent {
+                // Not by this agent (its own deletions are applied plans, above).
+                warn!(topic = %name, "the topic disappeared from Kafka (deleted outside Accord)");
+            }
+            let same = before == Some(&now);
             if recovered || !same {
                 let version = self.bump();
                 self.topics
