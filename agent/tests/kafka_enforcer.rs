@@ -137,6 +137,15 @@ async fn engine(
     secret: &str,
 ) -> Result<(EngineTask, Metrics)> {
     namespace(client, agent_ns).await?;
+    engine_as(client, agent_ns, secret).await
+}
+
+/// [`engine`] acting through `client`, in the existing namespace `agent_ns`.
+async fn engine_as(
+    client: &kube::Client,
+    agent_ns: &str,
+    secret: &str,
+) -> Result<(EngineTask, Metrics)> {
     let metrics = Metrics::new();
     let enforcer = KafkaEnforcer::new(
         client.clone(),
@@ -819,6 +828,72 @@ fn a_second_policy_naming_the_same_topic_is_a_conflict_and_changes_nothing() {
             r.message
         );
         until_partitions(&cluster.bootstrap, "k2-shared", Some(2)).await?;
+        engine.stop().await;
+        Ok(())
+    });
+}
+
+/// A client of the testbed's API server acting as ServiceAccount `namespace/name`.
+async fn client_as_service_account(
+    testbed: &Testbed,
+    namespace: &str,
+    name: &str,
+) -> Result<kube::Client> {
+    let path = testbed.mgmt().kubeconfig_path();
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
+    config.proxy_url = None;
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{name}"));
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[test]
+fn the_agent_reads_its_kafka_secret_with_nothing_more_than_the_role_join_renders() {
+    run(|testbed, bed| async move {
+        let cluster = bed.cluster.read().await;
+        let admin = testbed.mgmt().client();
+        let agent_ns = "k-rbac";
+        let options = accord_agent::join::AgentManifestOptions {
+            namespace: agent_ns.into(),
+            kafka_secret: "kafka-rbac".into(),
+            ..Default::default()
+        };
+        // The agent's namespace, ServiceAccount and namespace Role as join applies them (the
+        // ClusterRole grants nothing in Kafka's business).
+        for object in accord_agent::join::render(&options) {
+            if matches!(
+                object["kind"].as_str(),
+                Some("Namespace" | "ServiceAccount" | "Role" | "RoleBinding")
+            ) {
+                accord_common::apply::apply(&admin, USER_MANAGER, &object)
+                    .await
+                    .with_context(|| format!("applying {}", object["kind"]))?;
+            }
+        }
+        put_secret(&admin, agent_ns, "kafka-rbac", &cluster.secret_data(false)).await?;
+        // A Secret beside it that the agent must not be able to read.
+        put_secret(&admin, agent_ns, "other", &BTreeMap::new()).await?;
+
+        let agent = client_as_service_account(testbed, agent_ns, "accord-agent").await?;
+        let secrets: Api<Secret> = Api::namespaced(agent.clone(), agent_ns);
+        ensure!(
+            secrets.get("other").await.is_err(),
+            "the agent could read a Secret it was not granted"
+        );
+        let (engine, _metrics) = engine_as(&agent, agent_ns, "kafka-rbac").await?;
+        let mut hub = ScriptedHub::connect(engine.handle()).await;
+        let name = "k2-rbac";
+        hub.assign(8, true, vec![topic_item(name, 8, 1, &[], &[])], vec![])
+            .await;
+        hub.report_until(name, "Synced as the agent's ServiceAccount", |r| {
+            synced_with(r, 1)
+        })
+        .await?;
+        until_partitions(&cluster.bootstrap, name, Some(1)).await?;
         engine.stop().await;
         Ok(())
     });
