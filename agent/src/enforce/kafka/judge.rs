@@ -282,8 +282,9 @@ pub fn describe(plan: &Plan) -> String {
     }
 }
 
-/// What to tell the hub about the topic of `spec` (assigned at `applied_revision`), from
-/// the verdict, what was seen, and the last apply error (while it stands).
+/// What to tell the hub about a topic assigned at `applied_revision`, from the verdict,
+/// what was seen, and the last apply error (while it stands). `Unavailable` when that
+/// error says Kafka could not be reached or refused the credentials.
 pub fn report(
     applied_revision: i64,
     verdict: &Verdict,

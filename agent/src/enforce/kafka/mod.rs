@@ -4,7 +4,8 @@
 //! reports what the brokers hold.
 //!
 //! The connection comes from one Secret in the agent's namespace ([`connection`]), watched
-//! by name: a change reconnects without a restart, and nothing of it is ever logged. The
+//! by name: a change reconnects without a restart; of it only the bootstrap addresses are
+//! ever logged, never a credential. The
 //! parts, as for every enforcer: the observer ([`observe`]) looks at every assigned topic
 //! in one Metadata and one DescribeConfigs request each resync and right after applies,
 //! and feeds a cache; [`judge`] decides from it, purely; the applier ([`apply`]) gathers the
