@@ -644,7 +644,7 @@ impl Admin {
         }
         Err(last_error.unwrap_or_else(|| KafkaError::Unreachable {
             addr: "(no bootstrap servers)".to_string(),
-            source: std::io::Error::new(
+            error: std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "no broker address configured",
             ),

@@ -344,10 +344,10 @@ fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
-fn unreachable(addr: &str, source: io::Error) -> KafkaError {
+fn unreachable(addr: &str, error: io::Error) -> KafkaError {
     KafkaError::Unreachable {
         addr: addr.to_string(),
-        source,
+        error,
     }
 }
 

@@ -21,13 +21,14 @@ pub const REQUEST_TIMED_OUT: i16 = 7;
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     /// No TCP connection (or the connection broke).
-    #[error("Kafka at {addr} is unreachable: {source}")]
+    // The I/O error is part of the message and deliberately not a `#[source]`: an error
+    // chain would print it twice.
+    #[error("Kafka at {addr} is unreachable: {error}")]
     Unreachable {
         /// The broker address tried last.
         addr: String,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// SASL authentication failed, or the broker refused the TLS client.
     #[error("authentication failed: {message}")]
@@ -337,7 +338,7 @@ mod tests {
         assert!(!KafkaError::from_code(31, None).unwrap().is_retriable());
         let unreachable = KafkaError::Unreachable {
             addr: "127.0.0.1:9092".into(),
-            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            error: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         };
         assert!(unreachable.is_retriable());
         assert!(

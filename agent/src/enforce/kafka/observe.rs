@@ -523,7 +523,7 @@ mod tests {
         );
         let e = KafkaError::Unreachable {
             addr: "127.0.0.1:9092".into(),
-            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            error: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         };
         let m = failure_message(&e);
         assert!(
