@@ -70,6 +70,18 @@ pub async fn start_kafka(
     .with_context(|| format!("the Kafka cluster of {}", cluster.name()))
 }
 
+/// Stops every broker of `kafka` (their data stays).
+pub fn stop_kafka(testbed: &Testbed, kafka: &KafkaCluster) {
+    kafka.stop_all(testbed.supervisor());
+}
+
+/// Starts every broker of `kafka` again on its data, and waits until it answers.
+pub async fn start_kafka_again(testbed: &Testbed, kafka: &KafkaCluster) -> Result<()> {
+    kafka
+        .start_all(testbed.supervisor(), testbed.binaries())
+        .await
+}
+
 /// One member of a scenario: a testbed member and the Kafka its agent manages.
 #[derive(Clone, Copy)]
 pub struct KafkaMember<'k> {
@@ -196,7 +208,14 @@ impl<'t> KafkaScenario<'t> {
 
     /// An independent client for member `i`'s Kafka (its PLAINTEXT listener).
     pub fn probe(&self, i: usize) -> Result<KafkaProbe> {
-        KafkaProbe::new(&self.members.get(i).context("no such member")?.kafka.bootstrap)
+        KafkaProbe::new(
+            &self
+                .members
+                .get(i)
+                .context("no such member")?
+                .kafka
+                .bootstrap,
+        )
     }
 
     /// Independent clients for every member's Kafka, in member order.
@@ -460,7 +479,11 @@ pub async fn delete_policy(testbed: &Testbed, name: &str) -> Result<()> {
 }
 
 /// FederatedKafkaTopic `ns/name`, if it exists.
-pub async fn get_topic(testbed: &Testbed, ns: &str, name: &str) -> Result<Option<FederatedKafkaTopic>> {
+pub async fn get_topic(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+) -> Result<Option<FederatedKafkaTopic>> {
     let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
     Ok(api.get_opt(name).await?)
 }
@@ -485,7 +508,12 @@ pub async fn delete_topic(testbed: &Testbed, ns: &str, name: &str) -> Result<()>
 }
 
 /// Waits until FederatedKafkaTopic `ns/name` is gone (finalizer released).
-pub async fn wait_topic_gone(testbed: &Testbed, ns: &str, name: &str, timeout: Duration) -> Result<()> {
+pub async fn wait_topic_gone(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+) -> Result<()> {
     until(
         &format!("FederatedKafkaTopic {ns}/{name} gone"),
         timeout,
@@ -575,7 +603,11 @@ pub async fn wait_condition(
 
 /// (type, reason, message) of every Event about object `name` in `ns` on the management
 /// cluster.
-pub async fn events(testbed: &Testbed, ns: &str, name: &str) -> Result<Vec<(String, String, String)>> {
+pub async fn events(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<(String, String, String)>> {
     let api: Api<Event> = Api::namespaced(testbed.mgmt().client(), ns);
     Ok(api
         .list(&Default::default())
@@ -798,7 +830,13 @@ pub async fn tool_topic_configs(
     let out = config_command(
         testbed,
         bootstrap,
-        &["--describe", "--entity-type", "topics", "--entity-name", topic],
+        &[
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+        ],
     )
     .await?;
     Ok(parse_dynamic_configs(&out))
