@@ -83,7 +83,9 @@ pub struct FederatedKafkaTopicSpec {
 }
 
 /// What deleting a FederatedKafkaTopic does to its topics.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
 pub enum DeletionPolicy {
     /// Leave the topics and their data in Kafka (the default: a `kubectl delete` never
     /// deletes data unless asked).
@@ -94,7 +96,9 @@ pub enum DeletionPolicy {
 }
 
 /// How a KafkaTopicPolicy treats a topic that breaks it.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
 pub enum Enforcement {
     /// Refuse it at admission, and do not propagate it if it got in anyway (the default).
     #[default]

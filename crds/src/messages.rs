@@ -51,11 +51,13 @@ pub const TENANT_XOR: &str =
 /// A topic name Kafka would refuse.
 pub const TOPIC_NAME: &str = "topicName must be 1 to 249 characters of letters, digits, '.', '_' or '-', and not '.' or '..'";
 /// A topic config key or value out of bounds.
-pub const TOPIC_CONFIG: &str = "config keys must be 1 to 255 characters and values at most 4096 characters";
+pub const TOPIC_CONFIG: &str =
+    "config keys must be 1 to 255 characters and values at most 4096 characters";
 /// Too many topic config keys.
 pub const TOPIC_CONFIG_COUNT: &str = "config may set at most 100 keys";
 /// topicNamePattern is not a regular expression.
-pub const TOPIC_NAME_PATTERN: &str = "topicNamePattern must be a regular expression (Rust regex syntax, at most 1024 characters)";
+pub const TOPIC_NAME_PATTERN: &str =
+    "topicNamePattern must be a regular expression (Rust regex syntax, at most 1024 characters)";
 /// match is empty.
 pub const MATCH_NOT_EMPTY: &str =
     "match must list at least one series selector, e.g. '{job=\"prometheus\"}'";

@@ -13,6 +13,7 @@ pub mod federation;
 pub mod grpc;
 pub mod http;
 pub mod install;
+pub mod kafka;
 pub mod metrics;
 pub mod placement;
 pub mod scale;
