@@ -1,35 +1,43 @@
-//! A single-node Kafka broker in KRaft mode (broker and controller in one JVM) per member
-//! cluster, run from the jars `build.sh` fetched from Maven Central.
+//! Kafka clusters in KRaft mode for the testbed, run from the jars `build.sh` fetched from
+//! Maven Central: one or three nodes per member cluster, each node a combined broker and
+//! controller (three voters when three nodes), brokers talking to each other over
+//! PLAINTEXT, and optionally a SASL_SSL listener per broker with a SCRAM-SHA-512 user
+//! created when the storage is formatted and a serving certificate from a throwaway CA.
 
+use std::collections::BTreeMap;
 use std::collections::hash_map::RandomState;
 use std::fs;
 use std::hash::BuildHasher as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, ensure};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::future::try_join_all;
 use rdkafka::ClientConfig;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 
 use crate::binaries::Binaries;
+use crate::pki::CertificateAuthority;
 use crate::ports::free_port;
 use crate::process::{ProcessId, Supervisor};
 use crate::wait::{self, Check};
 
-/// The broker's node id (it is alone in its cluster).
-const NODE_ID: u32 = 1;
 /// How long formatting the storage directory may take.
 const FORMAT_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long the broker may take to answer metadata requests.
+/// How long the brokers may take to answer metadata requests listing each other.
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
-/// JVM options: a small heap, and start-up speed over peak throughput.
+/// The SCRAM-SHA-512 user created at format time on clusters with a SASL_SSL listener.
+pub const SCRAM_USERNAME: &str = "accord";
+/// JVM options: a small heap (up to nine brokers share the machine with everything else),
+/// and start-up speed over peak throughput.
 const JVM_OPTIONS: &[&str] = &[
     "-Xms64m",
-    "-Xmx512m",
+    "-Xmx384m",
     "-XX:+UseSerialGC",
     "-XX:TieredStopAtLevel=1",
     "-Djava.awt.headless=true",
@@ -47,7 +55,7 @@ logger.state-change.name = state.change.logger
 logger.state-change.level = WARN
 ";
 
-/// A running broker.
+/// A running single-broker cluster, as [`start`] gives it.
 #[derive(Debug, Clone)]
 pub struct KafkaBroker {
     /// `127.0.0.1:<port>` for `bootstrap.servers`.
@@ -58,28 +66,176 @@ pub struct KafkaBroker {
     pub config_file: PathBuf,
 }
 
+/// The shape of a cluster [`start_cluster`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KafkaOptions {
+    /// Number of nodes, each a broker and a controller: 1 or 3.
+    pub brokers: usize,
+    /// Whether every broker also listens for SASL_SSL with SCRAM-SHA-512.
+    pub sasl_ssl: bool,
+}
+
+impl Default for KafkaOptions {
+    fn default() -> Self {
+        Self {
+            brokers: 1,
+            sasl_ssl: false,
+        }
+    }
+}
+
+/// One node's ports and files.
+#[derive(Debug, Clone)]
+struct Node {
+    id: u32,
+    component: String,
+    broker_port: u16,
+    controller_port: u16,
+    sasl_ssl_port: Option<u16>,
+    config_file: PathBuf,
+}
+
+/// A running Kafka cluster.
+#[derive(Clone)]
+pub struct KafkaCluster {
+    /// Every broker's PLAINTEXT address, comma separated, for `bootstrap.servers`.
+    pub bootstrap: String,
+    /// Every broker's SASL_SSL address, comma separated, when enabled.
+    pub sasl_ssl_bootstrap: Option<String>,
+    /// The CA certificate (PEM) the SASL_SSL listeners' certificates chain to.
+    pub ca_pem: Option<String>,
+    /// The SCRAM-SHA-512 user name, when SASL_SSL is enabled.
+    pub username: Option<String>,
+    /// That user's password (random per cluster), when SASL_SSL is enabled.
+    pub password: Option<String>,
+    /// The supervised JVM of each broker, in node id order (node `i + 1`); kept current by
+    /// [`KafkaCluster::start`].
+    pub processes: Vec<ProcessId>,
+    nodes: Vec<Node>,
+    launcher: Arc<Launcher>,
+}
+
+impl std::fmt::Debug for KafkaCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaCluster")
+            .field("bootstrap", &self.bootstrap)
+            .field("sasl_ssl_bootstrap", &self.sasl_ssl_bootstrap)
+            .field("username", &self.username)
+            .field("processes", &self.processes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to run Kafka's JVM for one cluster.
+struct Launcher {
+    java: PathBuf,
+    kafka_lib: PathBuf,
+    log4j: PathBuf,
+    logs_dir: PathBuf,
+}
+
+impl Launcher {
+    fn command(&self, main_class: &str) -> Command {
+        let mut command = Command::new(&self.java);
+        command
+            .args(JVM_OPTIONS)
+            .arg(format!(
+                "-Dlog4j2.configurationFile={}",
+                self.log4j.display()
+            ))
+            .arg(format!("-Dkafka.logs.dir={}", self.logs_dir.display()))
+            .arg("-cp")
+            .arg(format!("{}/*", self.kafka_lib.display()))
+            .arg(main_class);
+        command
+    }
+}
+
+/// What goes into one node's `server.properties`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeProperties<'a> {
+    /// This node's id (1-based).
+    pub node_id: u32,
+    /// Every voter as `(node id, controller port)`.
+    pub voters: &'a [(u32, u16)],
+    /// The PLAINTEXT broker port.
+    pub broker_port: u16,
+    /// The controller port.
+    pub controller_port: u16,
+    /// The SASL_SSL port and the PEM keystore file (key and certificate chain), if any.
+    pub sasl_ssl: Option<(u16, &'a Path)>,
+    /// The data directory.
+    pub log_dir: &'a Path,
+}
+
 /// Renders `server.properties` for a combined broker and controller.
-pub fn render_server_properties(broker_port: u16, controller_port: u16, log_dir: &Path) -> String {
+pub fn render_node_properties(node: &NodeProperties<'_>) -> String {
+    let NodeProperties {
+        node_id,
+        voters,
+        broker_port,
+        controller_port,
+        sasl_ssl,
+        log_dir,
+    } = node;
+    let voters_list = voters
+        .iter()
+        .map(|(id, port)| format!("{id}@127.0.0.1:{port}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    // Internal topics as replicated as the cluster allows.
+    let replication = voters.len();
+    let mut listeners =
+        format!("PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}");
+    let mut advertised = format!("PLAINTEXT://127.0.0.1:{broker_port}");
+    let mut protocol_map = String::from("CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT");
+    let mut sasl = String::new();
+    if let Some((port, keystore)) = sasl_ssl {
+        listeners.push_str(&format!(",SASL_SSL://127.0.0.1:{port}"));
+        advertised.push_str(&format!(",SASL_SSL://127.0.0.1:{port}"));
+        protocol_map.push_str(",SASL_SSL:SASL_SSL");
+        sasl = format!(
+            "sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location={}
+",
+            keystore.display()
+        );
+    }
     format!(
         "process.roles=broker,controller
-node.id={NODE_ID}
-controller.quorum.voters={NODE_ID}@127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{broker_port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{broker_port}
+node.id={node_id}
+controller.quorum.voters={voters_list}
+listeners={listeners}
+advertised.listeners={advertised}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={log_dir}
+listener.security.protocol.map={protocol_map}
+{sasl}log.dirs={log_dir}
 num.partitions=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
+offsets.topic.replication.factor={replication}
+transaction.state.log.replication.factor={replication}
 transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor={replication}
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 ",
         log_dir = log_dir.display()
     )
+}
+
+/// Renders `server.properties` for a lone combined broker and controller (node 1).
+pub fn render_server_properties(broker_port: u16, controller_port: u16, log_dir: &Path) -> String {
+    render_node_properties(&NodeProperties {
+        node_id: 1,
+        voters: &[(1, controller_port)],
+        broker_port,
+        controller_port,
+        sasl_ssl: None,
+        log_dir,
+    })
 }
 
 /// A fresh Kafka cluster id: 16 random bytes, base64url without padding, never starting
@@ -95,85 +251,269 @@ fn random_cluster_id() -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// Formats the storage of and starts the broker for cluster `name`, in `dir`.
+/// A random password of letters and digits (nothing the `--add-scram` syntax would
+/// need quoted).
+fn random_password() -> String {
+    let mut bytes = [0u8; 24];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&RandomState::new().hash_one(i).to_le_bytes());
+    }
+    URL_SAFE_NO_PAD
+        .encode(bytes)
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect()
+}
+
+/// Formats the storage of and starts a one-broker PLAINTEXT cluster for member `name`,
+/// in `dir`.
 pub async fn start(
     supervisor: &Supervisor,
     binaries: &Binaries,
     name: &str,
     dir: &Path,
 ) -> Result<KafkaBroker> {
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let broker_port = free_port()?;
-    let controller_port = free_port()?;
-    let config_file = dir.join("server.properties");
-    let log4j = dir.join("log4j2.properties");
-    fs::write(
-        &config_file,
-        render_server_properties(broker_port, controller_port, &dir.join("data")),
-    )?;
-    fs::write(&log4j, LOG4J2_PROPERTIES)?;
-
-    let java = |main_class: &str| {
-        let mut command = Command::new(&binaries.java);
-        command
-            .args(JVM_OPTIONS)
-            .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
-            .arg(format!("-Dkafka.logs.dir={}", dir.join("logs").display()))
-            .arg("-cp")
-            .arg(format!("{}/*", binaries.kafka_lib.display()))
-            .arg(main_class);
-        command
-    };
-
-    let mut format = java("kafka.tools.StorageTool");
-    format
-        .arg("format")
-        .arg("--cluster-id")
-        .arg(random_cluster_id())
-        .arg("--config")
-        .arg(&config_file);
-    supervisor
-        .run_to_completion(&format!("{name}/kafka-format"), format, FORMAT_TIMEOUT)
-        .await?;
-
-    let mut broker = java("kafka.Kafka");
-    broker.arg(&config_file);
-    let process = supervisor.spawn(&format!("{name}/kafka"), broker)?;
-    let broker = KafkaBroker {
-        bootstrap: format!("127.0.0.1:{broker_port}"),
-        process,
-        config_file,
-    };
-    wait_ready(supervisor, &broker).await?;
-    Ok(broker)
+    let cluster = start_cluster(supervisor, binaries, name, dir, KafkaOptions::default()).await?;
+    Ok(KafkaBroker {
+        bootstrap: cluster.bootstrap.clone(),
+        process: cluster.processes[0],
+        config_file: cluster.nodes[0].config_file.clone(),
+    })
 }
 
-/// Waits until the broker answers a metadata request listing itself.
-async fn wait_ready(supervisor: &Supervisor, broker: &KafkaBroker) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.bootstrap)
-        .set("reconnect.backoff.ms", "50")
-        .set("reconnect.backoff.max.ms", "500")
-        .create()
-        .context("creating a Kafka admin client")?;
-    let admin = std::sync::Arc::new(admin);
-    let name = supervisor.info(broker.process).name;
-    wait::until(&format!("{name} metadata"), READY_TIMEOUT, || {
-        let admin = admin.clone();
-        async move {
-            supervisor.ensure_running(broker.process)?;
-            let metadata = tokio::task::spawn_blocking(move || {
-                admin.inner().fetch_metadata(None, Duration::from_secs(1))
-            })
-            .await?;
-            Ok(match metadata {
-                Ok(m) if m.brokers().iter().any(|b| b.id() == NODE_ID as i32) => Check::Ready(()),
-                Ok(_) => Check::NotYet("broker not in metadata yet".into()),
-                Err(e) => Check::NotYet(e.to_string()),
-            })
+/// Formats the storage of and starts a cluster for member `name`, in `dir`: every node
+/// formatted and started at once, ready when the PLAINTEXT metadata lists every broker.
+pub async fn start_cluster(
+    supervisor: &Supervisor,
+    binaries: &Binaries,
+    name: &str,
+    dir: &Path,
+    options: KafkaOptions,
+) -> Result<KafkaCluster> {
+    ensure!(
+        matches!(options.brokers, 1 | 3),
+        "a testbed Kafka cluster has 1 or 3 brokers, not {}",
+        options.brokers
+    );
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log4j = dir.join("log4j2.properties");
+    fs::write(&log4j, LOG4J2_PROPERTIES)?;
+    let launcher = Arc::new(Launcher {
+        java: binaries.java.clone(),
+        kafka_lib: binaries.kafka_lib.clone(),
+        log4j,
+        logs_dir: dir.join("logs"),
+    });
+
+    let (ca_pem, keystore) = if options.sasl_ssl {
+        let ca = CertificateAuthority::new(&format!("accord-testbed-kafka-{name}"))?;
+        let serving = ca.issue_server("kafka", &["127.0.0.1", "localhost"])?;
+        let keystore = dir.join("keystore.pem");
+        // Kafka's PEM key store: the (unencrypted PKCS#8) key and the certificate chain.
+        fs::write(
+            &keystore,
+            format!("{}{}", serving.key_pem, serving.cert_pem),
+        )?;
+        fs::write(dir.join("ca.crt"), ca.cert_pem())?;
+        (Some(ca.cert_pem()), Some(keystore))
+    } else {
+        (None, None)
+    };
+    let password = options.sasl_ssl.then(random_password);
+
+    let single = options.brokers == 1;
+    let mut nodes = Vec::new();
+    for id in 1..=options.brokers as u32 {
+        let node_dir = if single {
+            dir.to_path_buf()
+        } else {
+            dir.join(format!("node-{id}"))
+        };
+        fs::create_dir_all(&node_dir)?;
+        nodes.push(Node {
+            id,
+            component: if single {
+                format!("{name}/kafka")
+            } else {
+                format!("{name}/kafka-{id}")
+            },
+            broker_port: free_port()?,
+            controller_port: free_port()?,
+            sasl_ssl_port: options.sasl_ssl.then(free_port).transpose()?,
+            config_file: node_dir.join("server.properties"),
+        });
+    }
+    let voters: Vec<(u32, u16)> = nodes.iter().map(|n| (n.id, n.controller_port)).collect();
+    for node in &nodes {
+        let log_dir = node.config_file.with_file_name("data");
+        let properties = render_node_properties(&NodeProperties {
+            node_id: node.id,
+            voters: &voters,
+            broker_port: node.broker_port,
+            controller_port: node.controller_port,
+            sasl_ssl: node.sasl_ssl_port.zip(keystore.as_deref()),
+            log_dir: &log_dir,
+        });
+        fs::write(&node.config_file, properties)?;
+    }
+
+    let cluster_id = random_cluster_id();
+    try_join_all(nodes.iter().map(|node| {
+        let mut format = launcher.command("kafka.tools.StorageTool");
+        format
+            .arg("format")
+            .arg("--cluster-id")
+            .arg(&cluster_id)
+            .arg("--config")
+            .arg(&node.config_file);
+        if let Some(password) = &password {
+            format.arg("--add-scram").arg(format!(
+                "SCRAM-SHA-512=[name={SCRAM_USERNAME},password={password}]"
+            ));
         }
-    })
-    .await
+        let component = format!("{}-format", node.component);
+        async move {
+            supervisor
+                .run_to_completion(&component, format, FORMAT_TIMEOUT)
+                .await
+        }
+    }))
+    .await?;
+
+    let mut processes = Vec::new();
+    for node in &nodes {
+        processes.push(spawn_node(supervisor, &launcher, node)?);
+    }
+    let join = |addr: fn(&Node) -> Option<String>| {
+        let list: Option<Vec<String>> = nodes.iter().map(addr).collect();
+        list.map(|l| l.join(","))
+    };
+    let cluster = KafkaCluster {
+        bootstrap: join(|n| Some(format!("127.0.0.1:{}", n.broker_port))).unwrap_or_default(),
+        sasl_ssl_bootstrap: join(|n| n.sasl_ssl_port.map(|p| format!("127.0.0.1:{p}"))),
+        ca_pem,
+        username: options.sasl_ssl.then(|| SCRAM_USERNAME.to_string()),
+        password,
+        processes,
+        nodes,
+        launcher,
+    };
+    let all: Vec<u32> = cluster.nodes.iter().map(|n| n.id).collect();
+    cluster.wait_listed(supervisor, &all).await?;
+    Ok(cluster)
+}
+
+fn spawn_node(supervisor: &Supervisor, launcher: &Launcher, node: &Node) -> Result<ProcessId> {
+    let mut broker = launcher.command("kafka.Kafka");
+    broker.arg(&node.config_file);
+    supervisor.spawn(&node.component, broker)
+}
+
+impl KafkaCluster {
+    /// Number of brokers.
+    pub fn brokers(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Broker `index`'s (0-based; node id `index + 1`) PLAINTEXT address.
+    pub fn broker_address(&self, index: usize) -> String {
+        format!("127.0.0.1:{}", self.nodes[index].broker_port)
+    }
+
+    /// Stops broker `index` (0-based); its data stays for [`KafkaCluster::start`].
+    pub fn stop(&self, supervisor: &Supervisor, index: usize) {
+        supervisor.stop(self.processes[index]);
+    }
+
+    /// Starts broker `index` (0-based) again on its data and ports, and waits until the
+    /// cluster's metadata lists it.
+    pub async fn start(&mut self, supervisor: &Supervisor, index: usize) -> Result<()> {
+        let node = &self.nodes[index];
+        ensure!(
+            supervisor.exit_status(self.processes[index])?.is_some(),
+            "{} is still running",
+            node.component
+        );
+        self.processes[index] = spawn_node(supervisor, &self.launcher, node)?;
+        let id = node.id;
+        self.wait_listed(supervisor, &[id]).await
+    }
+
+    /// The agent Secret's data for this cluster (see `accord_kafka::KafkaConfig::
+    /// from_properties`): PLAINTEXT, or SASL_SSL with SCRAM-SHA-512, the user and the CA.
+    pub fn secret_data(&self, sasl: bool) -> BTreeMap<String, String> {
+        let mut data = BTreeMap::new();
+        match (sasl, &self.sasl_ssl_bootstrap) {
+            (true, Some(bootstrap)) => {
+                data.insert("bootstrap.servers".into(), bootstrap.clone());
+                data.insert("security.protocol".into(), "SASL_SSL".into());
+                data.insert("sasl.mechanism".into(), "SCRAM-SHA-512".into());
+                data.insert(
+                    "sasl.username".into(),
+                    self.username.clone().unwrap_or_default(),
+                );
+                data.insert(
+                    "sasl.password".into(),
+                    self.password.clone().unwrap_or_default(),
+                );
+                data.insert("ca.crt".into(), self.ca_pem.clone().unwrap_or_default());
+            }
+            _ => {
+                data.insert("bootstrap.servers".into(), self.bootstrap.clone());
+                data.insert("security.protocol".into(), "PLAINTEXT".into());
+            }
+        }
+        data
+    }
+
+    /// Waits until a PLAINTEXT metadata request (by an independent client) lists every
+    /// broker in `ids`, failing early when one of their JVMs exits.
+    async fn wait_listed(&self, supervisor: &Supervisor, ids: &[u32]) -> Result<()> {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("reconnect.backoff.ms", "50")
+            .set("reconnect.backoff.max.ms", "500")
+            .create()
+            .context("creating a Kafka admin client")?;
+        let admin = Arc::new(admin);
+        let watched: Vec<ProcessId> = self
+            .nodes
+            .iter()
+            .zip(&self.processes)
+            .filter(|(n, _)| ids.contains(&n.id))
+            .map(|(_, p)| *p)
+            .collect();
+        let name = supervisor.info(watched[0]).name;
+        wait::until(
+            &format!("{name}: brokers {ids:?} in the metadata"),
+            READY_TIMEOUT,
+            || {
+                let admin = admin.clone();
+                let watched = &watched;
+                async move {
+                    for process in watched {
+                        supervisor.ensure_running(*process)?;
+                    }
+                    let metadata = tokio::task::spawn_blocking(move || {
+                        admin.inner().fetch_metadata(None, Duration::from_secs(1))
+                    })
+                    .await?;
+                    Ok(match metadata {
+                        Ok(m) => {
+                            let listed: Vec<i32> = m.brokers().iter().map(|b| b.id()).collect();
+                            if ids.iter().all(|id| listed.contains(&(*id as i32))) {
+                                Check::Ready(())
+                            } else {
+                                Check::NotYet(format!("metadata lists brokers {listed:?}"))
+                            }
+                        }
+                        Err(e) => Check::NotYet(e.to_string()),
+                    })
+                }
+            },
+        )
+        .await
+    }
 }
 
 #[cfg(test)]
@@ -187,5 +527,53 @@ mod tests {
             assert!(id.starts_with(|c: char| c.is_ascii_alphabetic()), "{id}");
             assert_eq!(id.len(), 22);
         }
+    }
+
+    #[test]
+    fn three_nodes_render_three_voters_and_fully_replicated_internal_topics() {
+        let voters = [(1, 9101), (2, 9102), (3, 9103)];
+        let keystore = Path::new("/tb/keystore.pem");
+        let properties = render_node_properties(&NodeProperties {
+            node_id: 2,
+            voters: &voters,
+            broker_port: 9002,
+            controller_port: 9102,
+            sasl_ssl: Some((9202, keystore)),
+            log_dir: Path::new("/tb/node-2/data"),
+        });
+        let lines: Vec<&str> = properties.lines().collect();
+        for expected in [
+            "node.id=2",
+            "controller.quorum.voters=1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103",
+            "listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102,SASL_SSL://127.0.0.1:9202",
+            "advertised.listeners=PLAINTEXT://127.0.0.1:9002,SASL_SSL://127.0.0.1:9202",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "sasl.enabled.mechanisms=SCRAM-SHA-512",
+            "listener.name.sasl_ssl.ssl.keystore.location=/tb/keystore.pem",
+            "offsets.topic.replication.factor=3",
+            "log.dirs=/tb/node-2/data",
+        ] {
+            assert!(
+                lines.contains(&expected),
+                "missing {expected:?} in\n{properties}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_lone_node_has_no_sasl_listener() {
+        let properties = render_server_properties(9092, 9093, Path::new("/d"));
+        assert!(properties.contains("controller.quorum.voters=1@127.0.0.1:9093\n"));
+        assert!(properties.contains("offsets.topic.replication.factor=1\n"));
+        assert!(!properties.contains("SASL"), "{properties}");
+    }
+
+    #[test]
+    fn scram_passwords_are_long_and_need_no_quoting() {
+        let password = random_password();
+        assert!(password.len() >= 24, "{password}");
+        assert!(password.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(password, random_password());
     }
 }
