@@ -72,14 +72,29 @@ pub async fn start_kafka(
 
 /// Stops every broker of `kafka` (their data stays).
 pub fn stop_kafka(testbed: &Testbed, kafka: &KafkaCluster) {
-    kafka.stop_all(testbed.supervisor());
+    for broker in 0..kafka.brokers() {
+        kafka.stop(testbed.supervisor(), broker);
+    }
 }
 
-/// Starts every broker of `kafka` again on its data, and waits until it answers.
-pub async fn start_kafka_again(testbed: &Testbed, kafka: &KafkaCluster) -> Result<()> {
-    kafka
-        .start_all(testbed.supervisor(), testbed.binaries())
-        .await
+/// Starts every broker of `kafka` again on its data, all at once (one alone has no
+/// controller quorum to register with), and waits until the cluster lists them all; the
+/// cluster with its new processes.
+pub async fn start_kafka_again(testbed: &Testbed, kafka: &KafkaCluster) -> Result<KafkaCluster> {
+    let supervisor = testbed.supervisor();
+    let started = futures::future::try_join_all((0..kafka.brokers()).map(|broker| {
+        let mut one = kafka.clone();
+        async move {
+            one.start(supervisor, broker).await?;
+            anyhow::Ok((broker, one.processes[broker]))
+        }
+    }))
+    .await?;
+    let mut restarted = kafka.clone();
+    for (broker, process) in started {
+        restarted.processes[broker] = process;
+    }
+    Ok(restarted)
 }
 
 /// One member of a scenario: a testbed member and the Kafka its agent manages.
