@@ -483,11 +483,13 @@ fn the_webhook_refuses_what_breaks_a_policy_or_takes_a_topic_already_taken_and_a
             bail!("the small topic was admitted: {refused:?}");
         };
         ensure!(e.reason == POLICY_REASON, "{e:?}");
-        let lower = e.message.to_lowercase();
-        for word in ["partitions", "12", "replication", "3", pci] {
+        for rule in [
+            "spec.partitions: must be at least 12 (is 6)",
+            "spec.replicationFactor: must be 3 (is 1)",
+        ] {
             ensure!(
-                lower.contains(word),
-                "the refusal does not name {word:?}: {}",
+                e.message.contains(rule) && e.message.contains(pci),
+                "the refusal does not name {rule:?} of {pci}: {}",
                 e.message
             );
         }
@@ -557,7 +559,8 @@ fn the_webhook_refuses_what_breaks_a_policy_or_takes_a_topic_already_taken_and_a
         let stderr = String::from_utf8_lossy(&out.stderr);
         ensure!(out.status.success(), "kubectl apply failed: {stderr}");
         ensure!(
-            stderr.contains("Warning:") && stderr.contains("12"),
+            stderr.contains("Warning:")
+                && stderr.contains("spec.partitions: must be at least 12 (is 6)"),
             "kubectl printed no warning naming the rule: {stderr}"
         );
         ks::wait_event(testbed, audit, "small", "Warning", "PolicyViolation", WAIT).await?;
@@ -671,8 +674,8 @@ fn the_hub_checks_policies_again_before_propagating_and_the_older_topic_keeps_a_
         )
         .await?;
         ensure!(
-            message.contains("12"),
-            "the condition does not name the limit: {message}"
+            message.contains("spec.partitions: must be at least 12 (is 6)"),
+            "the condition does not name the rule and its limit: {message}"
         );
         let policies: Api<KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
         until("the policy counting its violating topic", WAIT, || async {
