@@ -238,6 +238,41 @@ impl<'t> KafkaScenario<'t> {
         (0..self.members.len()).map(|i| self.probe(i)).collect()
     }
 
+    /// Fails with the log tail when the hub or a running agent has exited.
+    pub fn ensure_running(&self) -> Result<()> {
+        self.testbed.ensure_running(self.federation.hub.id)?;
+        for agent in self.federation.agents.values() {
+            if let Some(id) = agent.process {
+                self.testbed.ensure_running(id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`wait_placements`] for this scenario's topic `ns/name`, failing at once when the
+    /// hub or an agent exits.
+    pub async fn wait_placements(
+        &self,
+        ns: &str,
+        name: &str,
+        clusters: &[String],
+        what: &str,
+        timeout: Duration,
+        accept: impl Fn(&TopicPlacement) -> bool,
+    ) -> Result<FederatedKafkaTopicStatus> {
+        wait_placements_while(
+            self.testbed,
+            &|| self.ensure_running(),
+            ns,
+            name,
+            clusters,
+            what,
+            timeout,
+            accept,
+        )
+        .await
+    }
+
     /// Waits until every member's placement of `ns/name` for the current generation is
     /// `Synced` with `partitions`/`rf`, and every member's Kafka, read independently, has
     /// the topic with those numbers.
@@ -249,20 +284,20 @@ impl<'t> KafkaScenario<'t> {
         rf: i32,
         timeout: Duration,
     ) -> Result<FederatedKafkaTopicStatus> {
-        let status = wait_placements(
-            self.testbed,
-            ns,
-            name,
-            &self.clusters,
-            &format!("Synced {partitions}/{rf}"),
-            timeout,
-            |p| {
-                p.state == PlacementState::Synced
-                    && p.partitions == Some(partitions)
-                    && p.replication_factor == Some(rf)
-            },
-        )
-        .await?;
+        let status = self
+            .wait_placements(
+                ns,
+                name,
+                &self.clusters,
+                &format!("Synced {partitions}/{rf}"),
+                timeout,
+                |p| {
+                    p.state == PlacementState::Synced
+                        && p.partitions == Some(partitions)
+                        && p.replication_factor == Some(rf)
+                },
+            )
+            .await?;
         let topic = topic_name(self.testbed, ns, name).await?;
         for (i, probe) in self.probes()?.iter().enumerate() {
             let seen = probe.topic(&topic).await?;
@@ -557,11 +592,37 @@ pub async fn wait_placements(
     timeout: Duration,
     accept: impl Fn(&TopicPlacement) -> bool,
 ) -> Result<FederatedKafkaTopicStatus> {
+    wait_placements_while(
+        testbed,
+        &|| Ok(()),
+        ns,
+        name,
+        clusters,
+        what,
+        timeout,
+        accept,
+    )
+    .await
+}
+
+/// [`wait_placements`], failing at once when `running` does (a component exited).
+#[allow(clippy::too_many_arguments)]
+async fn wait_placements_while(
+    testbed: &Testbed,
+    running: &(dyn Fn() -> Result<()> + Sync),
+    ns: &str,
+    name: &str,
+    clusters: &[String],
+    what: &str,
+    timeout: Duration,
+    accept: impl Fn(&TopicPlacement) -> bool,
+) -> Result<FederatedKafkaTopicStatus> {
     let accept = &accept;
     until(
         &format!("{ns}/{name} placements of {clusters:?}: {what}"),
         timeout,
         || async move {
+            running()?;
             let Some(topic) = get_topic(testbed, ns, name).await? else {
                 return Ok(Check::NotYet("the topic does not exist".into()));
             };

@@ -85,8 +85,7 @@ async fn wait_state(
     state: PlacementState,
     words: &[&str],
 ) -> Result<()> {
-    ks::wait_placements(
-        s.testbed,
+    s.wait_placements(
         ns,
         name,
         clusters,
@@ -694,16 +693,8 @@ fn the_hub_checks_policies_again_before_propagating_and_the_older_topic_keeps_a_
             spec(topic, 8, 1, json!({}), &clusters),
         )
         .await?;
-        ks::wait_placements(
-            testbed,
-            ns,
-            "orders",
-            &clusters,
-            "the edit seen",
-            WAIT,
-            |_| true,
-        )
-        .await?;
+        s.wait_placements(ns, "orders", &clusters, "the edit seen", WAIT, |_| true)
+            .await?;
         stays(
             &probes,
             topic,
