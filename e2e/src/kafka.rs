@@ -71,7 +71,8 @@ pub struct KafkaBroker {
 pub struct KafkaOptions {
     /// Number of nodes, each a broker and a controller: 1 or 3.
     pub brokers: usize,
-    /// Whether every broker also listens for SASL_SSL with SCRAM-SHA-512.
+    /// Whether every broker also listens for SASL_SSL with SCRAM-SHA-512 (and for SSL
+    /// without SASL, with the same certificate).
     pub sasl_ssl: bool,
 }
 
@@ -92,6 +93,7 @@ struct Node {
     broker_port: u16,
     controller_port: u16,
     sasl_ssl_port: Option<u16>,
+    ssl_port: Option<u16>,
     config_file: PathBuf,
 }
 
@@ -102,6 +104,8 @@ pub struct KafkaCluster {
     pub bootstrap: String,
     /// Every broker's SASL_SSL address, comma separated, when enabled.
     pub sasl_ssl_bootstrap: Option<String>,
+    /// Every broker's SSL (TLS without SASL) address, comma separated, with SASL_SSL.
+    pub ssl_bootstrap: Option<String>,
     /// The CA certificate (PEM) the SASL_SSL listeners' certificates chain to.
     pub ca_pem: Option<String>,
     /// The SCRAM-SHA-512 user name, when SASL_SSL is enabled.
@@ -113,6 +117,8 @@ pub struct KafkaCluster {
     pub processes: Vec<ProcessId>,
     nodes: Vec<Node>,
     launcher: Arc<Launcher>,
+    /// The CA certificate's file, for Kafka's tools (`ssl.truststore.location`).
+    ca_file: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for KafkaCluster {
@@ -162,8 +168,9 @@ pub struct NodeProperties<'a> {
     pub broker_port: u16,
     /// The controller port.
     pub controller_port: u16,
-    /// The SASL_SSL port and the PEM keystore file (key and certificate chain), if any.
-    pub sasl_ssl: Option<(u16, &'a Path)>,
+    /// The SASL_SSL port, the SSL port and the PEM keystore file (key and certificate
+    /// chain) both use, if any.
+    pub sasl_ssl: Option<(u16, u16, &'a Path)>,
     /// The data directory.
     pub log_dir: &'a Path,
 }
@@ -190,18 +197,21 @@ pub fn render_node_properties(node: &NodeProperties<'_>) -> String {
     let mut advertised = format!("PLAINTEXT://127.0.0.1:{broker_port}");
     let mut protocol_map = String::from("CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT");
     let mut sasl = String::new();
-    if let Some((port, keystore)) = sasl_ssl {
-        listeners.push_str(&format!(",SASL_SSL://127.0.0.1:{port}"));
-        advertised.push_str(&format!(",SASL_SSL://127.0.0.1:{port}"));
-        protocol_map.push_str(",SASL_SSL:SASL_SSL");
+    if let Some((port, ssl_port, keystore)) = sasl_ssl {
+        let extra = format!(",SASL_SSL://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}");
+        listeners.push_str(&extra);
+        advertised.push_str(&extra);
+        protocol_map.push_str(",SASL_SSL:SASL_SSL,SSL:SSL");
         sasl = format!(
             "sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.sasl_ssl.ssl.keystore.type=PEM
-listener.name.sasl_ssl.ssl.keystore.location={}
+listener.name.sasl_ssl.ssl.keystore.location={keystore}
+listener.name.ssl.ssl.keystore.type=PEM
+listener.name.ssl.ssl.keystore.location={keystore}
 ",
-            keystore.display()
+            keystore = keystore.display()
         );
     }
     format!(
@@ -319,6 +329,7 @@ pub async fn start_cluster(
     } else {
         (None, None)
     };
+    let ca_file = ca_pem.as_ref().map(|_| dir.join("ca.crt"));
     let password = options.sasl_ssl.then(random_password);
 
     let single = options.brokers == 1;
@@ -340,6 +351,7 @@ pub async fn start_cluster(
             broker_port: free_port()?,
             controller_port: free_port()?,
             sasl_ssl_port: options.sasl_ssl.then(free_port).transpose()?,
+            ssl_port: options.sasl_ssl.then(free_port).transpose()?,
             config_file: node_dir.join("server.properties"),
         });
     }
@@ -351,7 +363,10 @@ pub async fn start_cluster(
             voters: &voters,
             broker_port: node.broker_port,
             controller_port: node.controller_port,
-            sasl_ssl: node.sasl_ssl_port.zip(keystore.as_deref()),
+            sasl_ssl: match (node.sasl_ssl_port, node.ssl_port, keystore.as_deref()) {
+                (Some(port), Some(ssl_port), Some(keystore)) => Some((port, ssl_port, keystore)),
+                _ => None,
+            },
             log_dir: &log_dir,
         });
         fs::write(&node.config_file, properties)?;
@@ -391,12 +406,14 @@ pub async fn start_cluster(
     let cluster = KafkaCluster {
         bootstrap: join(|n| Some(format!("127.0.0.1:{}", n.broker_port))).unwrap_or_default(),
         sasl_ssl_bootstrap: join(|n| n.sasl_ssl_port.map(|p| format!("127.0.0.1:{p}"))),
+        ssl_bootstrap: join(|n| n.ssl_port.map(|p| format!("127.0.0.1:{p}"))),
         ca_pem,
         username: options.sasl_ssl.then(|| SCRAM_USERNAME.to_string()),
         password,
         processes,
         nodes,
         launcher,
+        ca_file,
     };
     let all: Vec<u32> = cluster.nodes.iter().map(|n| n.id).collect();
     cluster.wait_listed(supervisor, &all).await?;
@@ -466,6 +483,24 @@ impl KafkaCluster {
         data
     }
 
+    /// Client properties for Kafka's own tools (`--command-config`) on the SASL_SSL
+    /// listener: SCRAM-SHA-512 as the cluster's user with `password` (the real one when
+    /// `None`), trusting the cluster's CA. `None` without SASL_SSL.
+    pub fn tool_sasl_properties(&self, password: Option<&str>) -> Option<String> {
+        let ca_file = self.ca_file.as_ref()?;
+        let username = self.username.as_deref()?;
+        let password = password.or(self.password.as_deref())?;
+        Some(format!(
+            "security.protocol=SASL_SSL
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{username}\" password=\"{password}\";
+ssl.truststore.type=PEM
+ssl.truststore.location={}
+",
+            ca_file.display()
+        ))
+    }
+
     /// Waits until a PLAINTEXT metadata request (by an independent client) lists every
     /// broker in `ids`, failing early when one of their JVMs exits.
     async fn wait_listed(&self, supervisor: &Supervisor, ids: &[u32]) -> Result<()> {
@@ -516,6 +551,94 @@ impl KafkaCluster {
     }
 }
 
+/// How long one run of a Kafka tool may take (a JVM start and one request).
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Runs Kafka's own `kafka-configs` tool (`kafka.admin.ConfigCommand`, from the brokers'
+/// jars) against `bootstrap`, with `client_properties` as its `--command-config` if given,
+/// and returns its standard output; fails with its output when it fails. An independent
+/// check of what the brokers hold.
+pub async fn config_command(
+    binaries: &Binaries,
+    bootstrap: &str,
+    client_properties: Option<&str>,
+    args: &[&str],
+) -> Result<String> {
+    let properties = match client_properties {
+        Some(text) => {
+            let file = tempfile::NamedTempFile::new()?;
+            fs::write(file.path(), text)?;
+            Some(file)
+        }
+        None => None,
+    };
+    let mut command = tokio::process::Command::new(&binaries.java);
+    command
+        .args([
+            "-Xmx128m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+        ])
+        .arg(format!("{}/*", binaries.kafka_lib.display()))
+        .arg("kafka.admin.ConfigCommand")
+        .args(["--bootstrap-server", bootstrap]);
+    if let Some(file) = &properties {
+        command.arg("--command-config").arg(file.path());
+    }
+    command.args(args).kill_on_drop(true);
+    let output = tokio::time::timeout(TOOL_TIMEOUT, command.output())
+        .await
+        .with_context(|| format!("kafka-configs {args:?} took over {TOOL_TIMEOUT:?}"))?
+        .context("running kafka-configs (java)")?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    ensure!(
+        output.status.success(),
+        "kafka-configs {args:?} failed ({}): {stdout}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(stdout)
+}
+
+/// A topic's dynamic (topic-level) configs as `kafka-configs --describe --entity-type
+/// topics --entity-name NAME` prints them (`  key=value sensitive=… synonyms={…}`).
+pub async fn topic_overrides(
+    binaries: &Binaries,
+    bootstrap: &str,
+    client_properties: Option<&str>,
+    topic: &str,
+) -> Result<BTreeMap<String, String>> {
+    let stdout = config_command(
+        binaries,
+        bootstrap,
+        client_properties,
+        &[
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+        ],
+    )
+    .await?;
+    Ok(parse_config_command_describe(&stdout))
+}
+
+/// The `key=value` pairs of a `kafka-configs --describe` output.
+pub fn parse_config_command_describe(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("  "))
+        .filter_map(|line| {
+            let entry = line.trim_start();
+            let entry = entry.split(" sensitive=").next()?;
+            let (key, value) = entry.split_once('=')?;
+            Some((key.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,17 +661,18 @@ mod tests {
             voters: &voters,
             broker_port: 9002,
             controller_port: 9102,
-            sasl_ssl: Some((9202, keystore)),
+            sasl_ssl: Some((9202, 9302, keystore)),
             log_dir: Path::new("/tb/node-2/data"),
         });
         let lines: Vec<&str> = properties.lines().collect();
         for expected in [
             "node.id=2",
             "controller.quorum.voters=1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103",
-            "listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102,SASL_SSL://127.0.0.1:9202",
-            "advertised.listeners=PLAINTEXT://127.0.0.1:9002,SASL_SSL://127.0.0.1:9202",
+            "listeners=PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102,SASL_SSL://127.0.0.1:9202,SSL://127.0.0.1:9302",
+            "advertised.listeners=PLAINTEXT://127.0.0.1:9002,SASL_SSL://127.0.0.1:9202,SSL://127.0.0.1:9302",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL",
+            "listener.name.ssl.ssl.keystore.location=/tb/keystore.pem",
             "sasl.enabled.mechanisms=SCRAM-SHA-512",
             "listener.name.sasl_ssl.ssl.keystore.location=/tb/keystore.pem",
             "offsets.topic.replication.factor=3",
@@ -575,5 +699,17 @@ mod tests {
         assert!(password.len() >= 24, "{password}");
         assert!(password.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(password, random_password());
+    }
+
+    #[test]
+    fn config_command_output_is_read_as_key_value_pairs() {
+        let stdout = "Dynamic configs for topic orders are:
+  retention.ms=600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=600000, STATIC_BROKER_CONFIG:log.retention.ms=1}
+  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete}
+";
+        let parsed = parse_config_command_describe(stdout);
+        assert_eq!(parsed.len(), 2, "{parsed:?}");
+        assert_eq!(parsed["retention.ms"], "600000");
+        assert_eq!(parsed["cleanup.policy"], "compact,delete");
     }
 }

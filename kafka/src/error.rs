@@ -15,8 +15,6 @@ pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const NOT_CONTROLLER: i16 = 41;
 /// Kafka's error code for a request that timed out inside the cluster.
 pub const REQUEST_TIMED_OUT: i16 = 7;
-/// Kafka's error code for a failed SASL authentication.
-pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
 
 /// A failed request: the cluster could not be reached, refused us, or answered with a
 /// request-level error.

@@ -7,7 +7,9 @@
 
 mod admin;
 mod config;
+mod conn;
 mod error;
+mod scram;
 
 pub use admin::{Admin, ConfigEntry, ConfigOp, ConfigSource, NewTopic, TopicDescription};
 pub use config::{
