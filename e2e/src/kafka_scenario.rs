@@ -15,7 +15,7 @@ use accord_crds::{
     FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy, PlacementState,
     TopicPlacement,
 };
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use base64::Engine as _;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
@@ -870,52 +870,14 @@ impl KafkaProbe {
     }
 }
 
-/// Runs Kafka's own `kafka.admin.ConfigCommand` against `bootstrap` with `args`; its
-/// standard output.
-pub async fn config_command(testbed: &Testbed, bootstrap: &str, args: &[&str]) -> Result<String> {
-    let binaries = testbed.binaries();
-    let run = tokio::process::Command::new(&binaries.java)
-        .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-        .arg("-cp")
-        .arg(format!("{}/*", binaries.kafka_lib.display()))
-        .arg("kafka.admin.ConfigCommand")
-        .args(["--bootstrap-server", bootstrap])
-        .args(args)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .context("ConfigCommand did not finish within 120 s")??;
-    if !out.status.success() {
-        bail!(
-            "ConfigCommand {args:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The configs set on topic `topic` itself, as `ConfigCommand --describe` lists them.
+/// The configs set on topic `topic` itself, as Kafka's own `ConfigCommand --describe`
+/// lists them (over PLAINTEXT).
 pub async fn tool_topic_configs(
     testbed: &Testbed,
     bootstrap: &str,
     topic: &str,
 ) -> Result<BTreeMap<String, String>> {
-    let out = config_command(
-        testbed,
-        bootstrap,
-        &[
-            "--describe",
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            topic,
-        ],
-    )
-    .await?;
-    Ok(parse_dynamic_configs(&out))
+    kafka::topic_overrides(testbed.binaries(), bootstrap, None, topic).await
 }
 
 /// Sets `key=value` on topic `topic` with `ConfigCommand --alter --add-config`, as an
@@ -927,9 +889,10 @@ pub async fn tool_set_config(
     key: &str,
     value: &str,
 ) -> Result<()> {
-    config_command(
-        testbed,
+    kafka::config_command(
+        testbed.binaries(),
         bootstrap,
+        None,
         &[
             "--alter",
             "--entity-type",
@@ -942,37 +905,4 @@ pub async fn tool_set_config(
     )
     .await
     .map(drop)
-}
-
-/// `key=value` pairs of `ConfigCommand --describe` output (`  key=value sensitive=…`).
-pub fn parse_dynamic_configs(out: &str) -> BTreeMap<String, String> {
-    out.lines()
-        .filter(|l| l.starts_with("  "))
-        .filter_map(|l| {
-            let l = l.trim();
-            let pair = l.split_once(" sensitive=").map_or(l, |(p, _)| p);
-            pair.split_once('=')
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_command_output_gives_the_topic_level_keys_and_values() {
-        let out = "Dynamic configs for topic orders are:\n  \
-            retention.ms=86400000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=86400000, DEFAULT_CONFIG:log.retention.ms=604800000}\n  \
-            cleanup.policy=compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact}\n";
-        assert_eq!(
-            parse_dynamic_configs(out),
-            BTreeMap::from([
-                ("cleanup.policy".to_owned(), "compact".to_owned()),
-                ("retention.ms".to_owned(), "86400000".to_owned()),
-            ])
-        );
-        assert!(parse_dynamic_configs("Dynamic configs for topic x are:\n").is_empty());
-    }
 }
