@@ -95,6 +95,11 @@ pub struct ServeArgs {
     /// config (default: --namespace).
     #[arg(long)]
     federation_namespace: Option<String>,
+    /// How long deleting a FederatedKafkaTopic with `deletionPolicy: Delete` waits for
+    /// every member to delete its topic; after it, the object goes anyway with a Warning
+    /// Event naming the members left behind.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    topic_deletion_timeout: Duration,
 }
 
 /// Token operations.
@@ -192,6 +197,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 election_ttl: a.election_ttl,
                 presence_ttl: a.heartbeat_timeout.max(Duration::from_secs(2)),
+                topic_deletion_timeout: a.topic_deletion_timeout,
             })
             .await?
         }

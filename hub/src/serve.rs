@@ -15,7 +15,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 use tracing::{info, warn};
 
 use crate::connections::Connections;
-use crate::controllers::ControllerDeps;
+use crate::controllers::{ControllerDeps, ControllerOptions};
 use crate::distribution::Fanout;
 use crate::grpc::federation::FederationService;
 use crate::grpc::registration::RegistrationService;
@@ -56,6 +56,9 @@ pub struct ServeConfig {
     /// TTL of this replica's presence lease: a crashed replica's agents count as
     /// disconnected within it.
     pub presence_ttl: Duration,
+    /// How long a FederatedKafkaTopic deletion with `deletionPolicy: Delete` waits for the
+    /// members before its finalizer goes anyway.
+    pub topic_deletion_timeout: Duration,
 }
 
 /// Runs the hub until Ctrl-C / SIGTERM, or until one of its tasks ends — then it gives up
@@ -126,17 +129,22 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));
     tasks.spawn(
         "controllers",
-        crate::controllers::run(ControllerDeps {
-            kube: kube.clone(),
-            store: store.clone(),
-            election: election.clone(),
-            connections: connections.clone(),
-            metrics: metrics.clone(),
-            placements: fanout.cache().clone(),
-            replica: cfg.replica.clone(),
-            gates: gates.clone(),
-            federation_namespace: cfg.federation_namespace.clone(),
-        }),
+        crate::controllers::run_with(
+            ControllerDeps {
+                kube: kube.clone(),
+                store: store.clone(),
+                election: election.clone(),
+                connections: connections.clone(),
+                metrics: metrics.clone(),
+                placements: fanout.cache().clone(),
+                replica: cfg.replica.clone(),
+                gates: gates.clone(),
+                federation_namespace: cfg.federation_namespace.clone(),
+            },
+            ControllerOptions {
+                topic_deletion_timeout: cfg.topic_deletion_timeout,
+            },
+        ),
     );
     tasks.spawn(
         "HTTP endpoint",

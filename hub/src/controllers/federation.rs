@@ -282,9 +282,13 @@ impl Federation {
             return self.invalid_spec(policy, errors.to_string()).await;
         }
         let clusters = cluster_infos(ctx);
-        let planned = select_clusters(&policy.spec, &clusters)
-            .map_err(PlanError::from)
-            .and_then(|selected| Ok((selected, plan::assignment(&policy.spec)?)));
+        let planned = select_clusters(
+            policy.spec.clusters.as_deref(),
+            policy.spec.cluster_selector.as_ref(),
+            &clusters,
+        )
+        .map_err(PlanError::from)
+        .and_then(|selected| Ok((selected, plan::assignment(&policy.spec)?)));
         let (selected, assignment) = match planned {
             Ok(planned) => planned,
             Err(e) => return self.invalid_spec(policy, e.to_string()).await,
@@ -467,7 +471,12 @@ fn global_policy(
 ) -> Option<GlobalPolicy> {
     let decoded: PrometheusFederation = policy.decode().ok()?;
     decoded.spec.validate().ok()?;
-    let selected = select_clusters(&decoded.spec, clusters).ok()?;
+    let selected = select_clusters(
+        decoded.spec.clusters.as_deref(),
+        decoded.spec.cluster_selector.as_ref(),
+        clusters,
+    )
+    .ok()?;
     let spec = plan::assignment(&decoded.spec).ok()?;
     Some(GlobalPolicy {
         policy: policy_ref(policy),

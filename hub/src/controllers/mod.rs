@@ -15,6 +15,7 @@
 pub mod autoscale;
 pub mod cluster_status;
 pub mod federation;
+pub mod kafka;
 pub mod lenient;
 pub mod scale;
 
@@ -119,6 +120,9 @@ pub struct ControllerContext {
     pub clusters: Reflector<ClusterObject>,
     /// Namespace of the global federation tier's ConfigMap.
     pub federation_namespace: String,
+    /// How long a FederatedKafkaTopic with `deletionPolicy: Delete` waits for the members
+    /// to delete its topic before its finalizer is released anyway.
+    pub topic_deletion_timeout: Duration,
     /// Backoff state of objects whose last reconcile failed transiently.
     retries: DashMap<String, Retry>,
 }
@@ -299,7 +303,30 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
         "PrometheusFederation controller",
         |ctx, clusters, listed| Box::pin(federation::run(ctx, clusters, listed)),
     ),
+    ("FederatedKafkaTopic controller", |ctx, clusters, listed| {
+        Box::pin(kafka::run(ctx, clusters, listed))
+    }),
 ];
+
+/// Default of [`ControllerOptions::topic_deletion_timeout`] (`--topic-deletion-timeout`).
+pub const DEFAULT_TOPIC_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Settings of the controllers beyond their dependencies, each with the default of its
+/// `serve` flag.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// `--topic-deletion-timeout`: how long a FederatedKafkaTopic deletion with
+    /// `deletionPolicy: Delete` waits for the members before its finalizer goes anyway.
+    pub topic_deletion_timeout: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        Self {
+            topic_deletion_timeout: DEFAULT_TOPIC_DELETION_TIMEOUT,
+        }
+    }
+}
 
 /// What the controllers are started with.
 #[derive(Clone)]
@@ -329,6 +356,14 @@ pub struct ControllerDeps {
 /// keeps leading with a dead controller. Being deposed stops them and waits for the next
 /// term.
 pub async fn run(deps: ControllerDeps) -> Result<(), ControllerError> {
+    run_with(deps, ControllerOptions::default()).await
+}
+
+/// [`run`] with `options` instead of the defaults.
+pub async fn run_with(
+    deps: ControllerDeps,
+    options: ControllerOptions,
+) -> Result<(), ControllerError> {
     let mut leadership = deps.election.subscribe();
     loop {
         let leading = leadership.borrow_and_update().is_some();
@@ -351,7 +386,7 @@ pub async fn run(deps: ControllerDeps) -> Result<(), ControllerError> {
             std::future::pending::<()>().await;
         };
         tokio::select! {
-            result = lead(&deps) => return result,
+            result = lead(&deps, &options) => return result,
             () = deposed => info!("no longer leading: controllers stopped"),
         }
     }
@@ -359,7 +394,7 @@ pub async fn run(deps: ControllerDeps) -> Result<(), ControllerError> {
 
 /// One term: the shared ManagedCluster reflector, every controller, and readiness once
 /// they all listed. Returns only when one of them ends.
-async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
+async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), ControllerError> {
     deps.gates.set_controllers_listed(false);
     let (clusters, writer) = reflector::store_shared::<ClusterObject>(CLUSTER_EVENT_BUFFER);
     let subscriptions: Vec<ClusterEvents> = CONTROLLERS
@@ -399,6 +434,7 @@ async fn lead(deps: &ControllerDeps) -> Result<(), ControllerError> {
         autoscale,
         clusters: clusters.clone(),
         federation_namespace: deps.federation_namespace.clone(),
+        topic_deletion_timeout: options.topic_deletion_timeout,
         retries: DashMap::new(),
     });
     let mut term = Supervisor::new();

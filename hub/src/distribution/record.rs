@@ -11,6 +11,7 @@ use accord_proto::v1::Assignment;
 use serde::{Deserialize, Serialize};
 
 use crate::federation::FederationDecision;
+use crate::kafka::TopicDecision;
 use crate::scale::ScaleDecision;
 
 /// One cluster's part of a decision.
@@ -36,6 +37,8 @@ pub enum Decision {
     Scale(ScaleDecision),
     /// PrometheusFederation.
     Federation(FederationDecision),
+    /// FederatedKafkaTopic.
+    Topic(TopicDecision),
 }
 
 impl Decision {
@@ -44,6 +47,7 @@ impl Decision {
         match (self, other) {
             (Decision::Scale(a), Decision::Scale(b)) => a.same_intent(b),
             (Decision::Federation(a), Decision::Federation(b)) => a == b,
+            (Decision::Topic(a), Decision::Topic(b)) => a == b,
             _ => false,
         }
     }
@@ -101,7 +105,15 @@ impl PlacementRecord {
     pub fn scale(&self) -> Option<&ScaleDecision> {
         match &self.decision {
             Decision::Scale(d) => Some(d),
-            Decision::Federation(_) => None,
+            Decision::Federation(_) | Decision::Topic(_) => None,
+        }
+    }
+
+    /// The topic decision, when this record is a FederatedKafkaTopic's.
+    pub fn topic(&self) -> Option<&TopicDecision> {
+        match &self.decision {
+            Decision::Topic(d) => Some(d),
+            Decision::Scale(_) | Decision::Federation(_) => None,
         }
     }
 
@@ -207,6 +219,44 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<PlacementRecord>(&json).unwrap(),
             federation
+        );
+    }
+
+    #[test]
+    fn a_topic_record_survives_its_json_form_and_differs_from_other_kinds() {
+        use accord_common::distribution::TopicSpec;
+        let spec = TopicSpec {
+            topic_name: "events".into(),
+            partitions: 12,
+            replication_factor: 3,
+            ..Default::default()
+        };
+        let topic = PlacementRecord {
+            decision: Decision::Topic(TopicDecision {
+                spec: spec.clone(),
+                conflicts: [("b".to_owned(), "team/older".to_owned())].into(),
+            }),
+            shares: vec![ShareRecord {
+                cluster: "a".into(),
+                assignment: Some(AssignmentSpec::Topic(spec)),
+                held_reason: None,
+            }],
+            ..record(&[])
+        };
+        let json = serde_json::to_string(&topic).unwrap();
+        assert_eq!(
+            serde_json::from_str::<PlacementRecord>(&json).unwrap(),
+            topic
+        );
+        assert!(topic.topic().is_some() && topic.scale().is_none());
+        assert!(!topic.same_decision(&record(&[("a", 1)])));
+        let mut other = topic.clone();
+        if let Decision::Topic(d) = &mut other.decision {
+            d.conflicts.clear();
+        }
+        assert!(
+            !topic.same_decision(&other),
+            "a new conflict is a new decision"
         );
     }
 

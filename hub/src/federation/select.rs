@@ -1,20 +1,20 @@
-//! Which member clusters a PrometheusFederation selects: `spec.clusters` by name (in the
-//! spec's order, unknown names kept so that status can say so) or `spec.clusterSelector`
-//! over the ManagedClusters' labels (by name order).
+//! Which member clusters a policy selects (PrometheusFederation, FederatedKafkaTopic — any
+//! kind with `spec.clusters` or `spec.clusterSelector`): the clusters by name (in the
+//! spec's order, unknown names kept so that status can say so) or a label selector over
+//! the ManagedClusters' labels (by name order).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accord_crds::PrometheusFederationSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-/// What the federation controller needs of one ManagedCluster.
+/// What a controller selecting clusters needs of one ManagedCluster.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterInfo {
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// Whether its `Available` condition is `True` (its agent is connected).
     pub available: bool,
-    /// `spec.federationEndpoint`, if set.
+    /// `spec.federationEndpoint`, if set (only the federation controller reads it).
     pub federation_endpoint: Option<String>,
 }
 
@@ -37,12 +37,14 @@ pub struct SelectorError {
     pub reason: String,
 }
 
-/// The clusters `spec` selects among `clusters` (by name).
+/// The clusters a spec's `clusters` (names) or else `clusterSelector` (labels) selects
+/// among `clusters` (by name); neither selects nothing.
 pub fn select_clusters(
-    spec: &PrometheusFederationSpec,
+    names: Option<&[String]>,
+    selector: Option<&LabelSelector>,
     clusters: &BTreeMap<String, ClusterInfo>,
 ) -> Result<Vec<SelectedCluster>, SelectorError> {
-    if let Some(names) = &spec.clusters {
+    if let Some(names) = names {
         let mut seen = BTreeSet::new();
         return Ok(names
             .iter()
@@ -53,7 +55,7 @@ pub fn select_clusters(
             })
             .collect());
     }
-    let Some(selector) = &spec.cluster_selector else {
+    let Some(selector) = selector else {
         return Ok(Vec::new());
     };
     let mut selected = Vec::new();
@@ -120,10 +122,22 @@ pub fn matches(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_crds::PrometheusFederationSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn spec(yaml: &str) -> PrometheusFederationSpec {
         serde_saphyr::from_str(yaml).unwrap()
+    }
+
+    fn select(
+        spec: &PrometheusFederationSpec,
+        clusters: &BTreeMap<String, ClusterInfo>,
+    ) -> Result<Vec<SelectedCluster>, SelectorError> {
+        select_clusters(
+            spec.clusters.as_deref(),
+            spec.cluster_selector.as_ref(),
+            clusters,
+        )
     }
 
     fn clusters(list: &[(&str, &[(&str, &str)])]) -> BTreeMap<String, ClusterInfo> {
@@ -157,7 +171,7 @@ mod tests {
         let all = clusters(&[("east", &[]), ("west", &[])]);
         let s = spec(&format!("clusters: [west, mars, east, west]\n{TENANTS}"));
         assert_eq!(
-            names(&select_clusters(&s, &all).unwrap()),
+            names(&select(&s, &all).unwrap()),
             vec![("west", true), ("mars", false), ("east", true)]
         );
     }
@@ -173,14 +187,14 @@ mod tests {
             "clusterSelector: {{matchLabels: {{tier: prod}}}}\n{TENANTS}"
         ));
         assert_eq!(
-            names(&select_clusters(&s, &all).unwrap()),
+            names(&select(&s, &all).unwrap()),
             vec![("a", true), ("c", true)]
         );
         let s = spec(&format!(
             "clusterSelector: {{matchExpressions: [{{key: region, operator: NotIn, values: [us]}}]}}\n{TENANTS}"
         ));
         assert_eq!(
-            names(&select_clusters(&s, &all).unwrap()),
+            names(&select(&s, &all).unwrap()),
             vec![("b", true), ("c", true)],
             "NotIn also selects clusters without the label"
         );

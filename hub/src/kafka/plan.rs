@@ -1,0 +1,216 @@
+//! What a FederatedKafkaTopic asks of its member clusters: one [`TopicSpec`], the same for
+//! every selected cluster that is known and where no older topic owns the name, and the
+//! placements record's shares.
+//!
+//! `removedConfig` carries the keys an earlier spec set and the current one does not, so
+//! that agents put exactly those back to the broker default: the previous decision's
+//! `removedConfig` and config keys, minus the keys the spec has now. A key no spec ever
+//! named is never in it, so the agents never touch it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accord_common::distribution::{AssignmentSpec, TopicSpec};
+use accord_crds::kafka::FederatedKafkaTopic;
+
+use super::TopicDecision;
+use super::conflict;
+use crate::distribution::ShareRecord;
+use crate::federation::select::SelectedCluster;
+
+/// The assignment for `topic`, given the previous decision's assignment (if any).
+pub fn assignment(topic: &FederatedKafkaTopic, previous: Option<&TopicSpec>) -> TopicSpec {
+    let topic_name = topic.topic_name().to_owned();
+    let config = topic.spec.config.clone();
+    // Keys set for another topic name say nothing about this one.
+    let removed_config = previous
+        .filter(|p| p.topic_name == topic_name)
+        .map(|p| {
+            p.removed_config
+                .iter()
+                .chain(p.config.keys())
+                .filter(|k| !config.contains_key(*k))
+                .cloned()
+                .collect::<BTreeSet<String>>()
+                .into_iter()
+                .collect()
+        })
+        .unwrap_or_default();
+    TopicSpec {
+        topic_name,
+        partitions: topic.spec.partitions,
+        replication_factor: topic.spec.replication_factor,
+        config,
+        removed_config,
+        delete: false,
+    }
+}
+
+/// Why a named cluster gets nothing: there is no such ManagedCluster.
+pub fn unknown_cluster(name: &str) -> String {
+    format!("no ManagedCluster {name}")
+}
+
+/// One share per selected cluster, in selection order, and the decision: `spec` for every
+/// known cluster whose topic name no older topic owns; nothing (and why) for a cluster in
+/// `conflicts` (cluster → owner) or with no ManagedCluster.
+pub fn decide(
+    selected: &[SelectedCluster],
+    spec: &TopicSpec,
+    conflicts: &BTreeMap<String, String>,
+) -> (Vec<ShareRecord>, TopicDecision) {
+    let shares = selected
+        .iter()
+        .map(|c| {
+            let held = match conflicts.get(&c.name) {
+                Some(owner) => Some(conflict::message(&spec.topic_name, owner)),
+                None if !c.known => Some(unknown_cluster(&c.name)),
+                None => None,
+            };
+            ShareRecord {
+                cluster: c.name.clone(),
+                assignment: held.is_none().then(|| AssignmentSpec::Topic(spec.clone())),
+                held_reason: held,
+            }
+        })
+        .collect();
+    let decision = TopicDecision {
+        spec: spec.clone(),
+        conflicts: conflicts
+            .iter()
+            .filter(|(c, _)| selected.iter().any(|s| &s.name == *c))
+            .map(|(c, o)| (c.clone(), o.clone()))
+            .collect(),
+    };
+    (shares, decision)
+}
+
+/// Shares that send nothing, each saying `reason`: what a topic that may not be propagated
+/// and was never propagated shows.
+pub fn held(selected: &[SelectedCluster], reason: &str) -> Vec<ShareRecord> {
+    selected
+        .iter()
+        .map(|c| ShareRecord {
+            cluster: c.name.clone(),
+            assignment: None,
+            held_reason: Some(reason.to_owned()),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_crds::kafka::FederatedKafkaTopicSpec;
+
+    fn topic(name: Option<&str>, config: &[(&str, &str)]) -> FederatedKafkaTopic {
+        FederatedKafkaTopic::new(
+            "events",
+            FederatedKafkaTopicSpec {
+                topic_name: name.map(str::to_owned),
+                partitions: 12,
+                replication_factor: 3,
+                config: config
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                clusters: Some(vec!["a".into()]),
+                cluster_selector: None,
+                deletion_policy: None,
+            },
+        )
+    }
+
+    fn selected(list: &[(&str, bool)]) -> Vec<SelectedCluster> {
+        list.iter()
+            .map(|(n, known)| SelectedCluster {
+                name: (*n).to_owned(),
+                known: *known,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_assignment_carries_the_spec_and_defaults_the_name_to_the_object() {
+        let a = assignment(&topic(None, &[("retention.ms", "1000")]), None);
+        assert_eq!(a.topic_name, "events");
+        assert_eq!((a.partitions, a.replication_factor), (12, 3));
+        assert_eq!(a.config["retention.ms"], "1000");
+        assert!(a.removed_config.is_empty() && !a.delete);
+        let named = assignment(&topic(Some("fraud.events"), &[]), None);
+        assert_eq!(named.topic_name, "fraud.events");
+    }
+
+    #[test]
+    fn keys_dropped_from_the_spec_are_removed_and_stay_removed_until_set_again() {
+        let first = assignment(
+            &topic(None, &[("retention.ms", "1"), ("cleanup.policy", "delete")]),
+            None,
+        );
+        let second = assignment(&topic(None, &[("retention.ms", "2")]), Some(&first));
+        assert_eq!(second.removed_config, ["cleanup.policy"]);
+        let third = assignment(&topic(None, &[("segment.ms", "9")]), Some(&second));
+        assert_eq!(
+            third.removed_config,
+            ["cleanup.policy", "retention.ms"],
+            "accumulated, sorted"
+        );
+        let fourth = assignment(&topic(None, &[("cleanup.policy", "compact")]), Some(&third));
+        assert_eq!(
+            fourth.removed_config,
+            ["retention.ms", "segment.ms"],
+            "a key set again is no longer removed"
+        );
+    }
+
+    #[test]
+    fn a_new_topic_name_starts_without_removed_keys() {
+        let first = assignment(&topic(None, &[("retention.ms", "1")]), None);
+        let renamed = assignment(&topic(Some("other"), &[]), Some(&first));
+        assert!(renamed.removed_config.is_empty());
+    }
+
+    #[test]
+    fn conflicted_and_unknown_clusters_get_nothing_and_say_why() {
+        let spec = assignment(&topic(None, &[]), None);
+        let conflicts = BTreeMap::from([
+            ("b".to_owned(), "team/older".to_owned()),
+            ("elsewhere".to_owned(), "team/x".to_owned()),
+        ]);
+        let (shares, decision) = decide(
+            &selected(&[("a", true), ("b", true), ("mars", false)]),
+            &spec,
+            &conflicts,
+        );
+        assert_eq!(
+            shares[0].assignment,
+            Some(AssignmentSpec::Topic(spec.clone()))
+        );
+        assert_eq!(shares[1].assignment, None);
+        assert!(
+            shares[1]
+                .held_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("Conflict:") && r.contains("team/older")),
+            "{:?}",
+            shares[1]
+        );
+        assert_eq!(shares[2].assignment, None);
+        assert_eq!(
+            shares[2].held_reason.as_deref(),
+            Some("no ManagedCluster mars")
+        );
+        assert_eq!(decision.spec, spec);
+        assert_eq!(
+            decision.conflicts,
+            BTreeMap::from([("b".to_owned(), "team/older".to_owned())]),
+            "only selected clusters"
+        );
+    }
+
+    #[test]
+    fn held_shares_send_nothing() {
+        let shares = held(&selected(&[("a", true)]), "policy");
+        assert_eq!(shares[0].assignment, None);
+        assert_eq!(shares[0].held_reason.as_deref(), Some("policy"));
+    }
+}

@@ -1,0 +1,728 @@
+//! A FederatedKafkaTopic's status from its placements record, the agents' reports and the
+//! KafkaTopicPolicy check: one placement per selected cluster (with the partitions and
+//! replication factor the broker reports), and the `Ready`, `Degraded` and
+//! `PolicyViolation` conditions. Also a KafkaTopicPolicy's status.
+
+use std::collections::{BTreeMap, HashMap};
+
+use accord_common::distribution::{Observed, PlacementState};
+use accord_crds::conditions::{self, Desired, Status, reasons as common, types};
+use accord_crds::kafka::{FederatedKafkaTopicStatus, KafkaTopicPolicyStatus, TopicPlacement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::policy::{self, Violation};
+use super::{TopicDecision, conflict, reasons};
+use crate::distribution::ShareRecord;
+use crate::federation::select::ClusterInfo;
+use crate::store::StatusRecord;
+
+/// Message of a placement no report has been received for.
+pub const WAITING_FOR_AGENT: &str = "waiting for the agent";
+/// Message of a placement whose last report is about an earlier assignment.
+pub const WAITING_FOR_CHANGE: &str = "waiting for the agent to apply the latest change";
+/// Message of a placement whose cluster's agent is not connected.
+pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; the topic is \
+     as last reported";
+
+/// Everything a topic's status is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    /// The shares to show (the stored record's, or held ones when nothing was stored).
+    pub shares: &'a [ShareRecord],
+    /// The stored decision, if any.
+    pub decision: Option<&'a TopicDecision>,
+    /// The record's etcd revision: the assignment revision a current report has applied.
+    pub revision: i64,
+    /// The agents' last reports, by cluster.
+    pub reports: &'a HashMap<String, StatusRecord>,
+    /// The ManagedClusters, by name.
+    pub clusters: &'a BTreeMap<String, ClusterInfo>,
+    /// Every KafkaTopicPolicy rule the topic breaks now.
+    pub violations: &'a [Violation],
+    /// `metadata.generation` of the topic.
+    pub generation: Option<i64>,
+    /// The status the topic shows now.
+    pub old: Option<&'a FederatedKafkaTopicStatus>,
+    /// The time to stamp on conditions that change now.
+    pub now: &'a Time,
+}
+
+/// The status a topic should show.
+pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
+    let placements: Vec<TopicPlacement> = inputs
+        .shares
+        .iter()
+        .map(|share| {
+            placement(
+                share,
+                inputs.decision,
+                inputs.revision,
+                inputs.reports.get(&share.cluster),
+                inputs.clusters.get(&share.cluster),
+            )
+        })
+        .collect();
+    let denied = !policy::denying(inputs.violations).is_empty();
+    let mut desired = topic_conditions(&placements, inputs.violations);
+    if denied {
+        desired[0] = Desired::new(
+            types::READY,
+            Status::False,
+            reasons::POLICY_VIOLATED,
+            format!(
+                "not propagated: {}",
+                policy::message(&policy::denying(inputs.violations))
+            ),
+        );
+    }
+    let old_conditions = inputs
+        .old
+        .map(|o| o.conditions.as_slice())
+        .unwrap_or_default();
+    FederatedKafkaTopicStatus {
+        observed_generation: inputs.generation,
+        conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
+        placements,
+    }
+}
+
+/// One cluster's placement: `Conflict` where an older topic owns the name, else what its
+/// agent last reported about the current assignment, or why there is nothing to show yet.
+pub fn placement(
+    share: &ShareRecord,
+    decision: Option<&TopicDecision>,
+    revision: i64,
+    report: Option<&StatusRecord>,
+    cluster: Option<&ClusterInfo>,
+) -> TopicPlacement {
+    let observed = report.and_then(|r| match &r.observed {
+        Observed::Topic(t) if t.exists => Some(t),
+        _ => None,
+    });
+    let owner = decision.and_then(|d| d.conflicts.get(&share.cluster));
+    let (state, message) = if let Some(owner) = owner {
+        let name = decision.map_or("", |d| d.spec.topic_name.as_str());
+        (
+            PlacementState::Conflict,
+            Some(conflict::message(name, owner)),
+        )
+    } else if share.assignment.is_none() {
+        (PlacementState::Pending, share.held_reason.clone())
+    } else if !cluster.is_some_and(|c| c.available) {
+        (
+            PlacementState::Unavailable,
+            Some(AGENT_DISCONNECTED.to_owned()),
+        )
+    } else {
+        match report {
+            Some(r) if r.applied_revision >= revision => {
+                (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
+            }
+            Some(_) => (PlacementState::Pending, Some(WAITING_FOR_CHANGE.to_owned())),
+            None => (PlacementState::Pending, Some(WAITING_FOR_AGENT.to_owned())),
+        }
+    };
+    let conflicted = state == PlacementState::Conflict;
+    TopicPlacement {
+        cluster: share.cluster.clone(),
+        state,
+        // A conflicted cluster's topic is another object's: show nothing of it.
+        partitions: observed.filter(|_| !conflicted).map(|o| o.partitions),
+        replication_factor: observed
+            .filter(|_| !conflicted)
+            .map(|o| o.replication_factor),
+        message,
+    }
+}
+
+/// States in which something keeps the topic from being as specified.
+fn is_trouble(state: PlacementState) -> bool {
+    matches!(
+        state,
+        PlacementState::Error
+            | PlacementState::Unavailable
+            | PlacementState::TargetNotFound
+            | PlacementState::Conflict
+    )
+}
+
+/// `Ready` (every placement Synced), `Degraded` (some placement in trouble, naming them)
+/// and `PolicyViolation` (which rules are broken; reason `PolicyViolated` when a `Deny`
+/// policy is among them, else `AuditOnly`).
+pub fn topic_conditions(placements: &[TopicPlacement], violations: &[Violation]) -> Vec<Desired> {
+    let not_synced: Vec<String> = placements
+        .iter()
+        .filter(|p| p.state != PlacementState::Synced)
+        .map(|p| format!("{} ({})", p.cluster, p.state))
+        .collect();
+    let ready = if placements.is_empty() {
+        Desired::new(
+            types::READY,
+            Status::False,
+            common::NOT_ALL_PLACEMENTS_READY,
+            "no member cluster is selected",
+        )
+    } else if not_synced.is_empty() {
+        Desired::new(
+            types::READY,
+            Status::True,
+            common::ALL_PLACEMENTS_SYNCED,
+            format!(
+                "the topic is as specified in {} cluster{}",
+                placements.len(),
+                if placements.len() == 1 { "" } else { "s" }
+            ),
+        )
+    } else {
+        Desired::new(
+            types::READY,
+            Status::False,
+            common::NOT_ALL_PLACEMENTS_READY,
+            format!("not synced yet: {}", not_synced.join(", ")),
+        )
+    };
+    let troubled: Vec<String> = placements
+        .iter()
+        .filter(|p| is_trouble(p.state))
+        .map(|p| match &p.message {
+            Some(m) if m.starts_with(&format!("{}:", p.state)) => format!("{}: {m}", p.cluster),
+            Some(m) => format!("{}: {}: {m}", p.cluster, p.state),
+            None => format!("{}: {}", p.cluster, p.state),
+        })
+        .collect();
+    let degraded = if troubled.is_empty() {
+        Desired::new(types::DEGRADED, Status::False, common::HEALTHY, "")
+    } else {
+        Desired::new(
+            types::DEGRADED,
+            Status::True,
+            common::PLACEMENT_PROBLEMS,
+            troubled.join("; "),
+        )
+    };
+    vec![ready, degraded, policy_condition(violations)]
+}
+
+/// The `PolicyViolation` condition for `violations`.
+pub fn policy_condition(violations: &[Violation]) -> Desired {
+    if violations.is_empty() {
+        Desired::new(
+            types::POLICY_VIOLATION,
+            Status::False,
+            reasons::COMPLIANT,
+            "",
+        )
+    } else if policy::denying(violations).is_empty() {
+        Desired::new(
+            types::POLICY_VIOLATION,
+            Status::True,
+            reasons::AUDIT_ONLY,
+            policy::message(violations),
+        )
+    } else {
+        Desired::new(
+            types::POLICY_VIOLATION,
+            Status::True,
+            reasons::POLICY_VIOLATED,
+            policy::message(violations),
+        )
+    }
+}
+
+/// `Ready=False`/`Deleting` while a `Delete` deletion waits for the clusters `left`, to be
+/// released anyway `recheck` from now.
+pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desired {
+    Desired::new(
+        types::READY,
+        Status::False,
+        reasons::DELETING,
+        format!(
+            "deleting the topic in every member; waiting for {} (released anyway within {}s)",
+            left.join(", "),
+            recheck.as_secs().max(1)
+        ),
+    )
+}
+
+/// Whether `new` differs from `old` in anything but condition timestamps.
+pub fn status_changed(
+    old: Option<&FederatedKafkaTopicStatus>,
+    new: &FederatedKafkaTopicStatus,
+) -> bool {
+    let Some(old) = old else { return true };
+    let strip = |s: &FederatedKafkaTopicStatus| FederatedKafkaTopicStatus {
+        conditions: Vec::new(),
+        ..s.clone()
+    };
+    !conditions::equal_ignoring_time(&old.conditions, &new.conditions) || strip(old) != strip(new)
+}
+
+/// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
+/// or `Conflict` (reason, note), and a newly broken (or differently broken) policy.
+pub fn new_warnings(
+    old: Option<&FederatedKafkaTopicStatus>,
+    new: &FederatedKafkaTopicStatus,
+) -> Vec<(&'static str, String)> {
+    let was = |cluster: &str, state: PlacementState| {
+        old.is_some_and(|o| {
+            o.placements
+                .iter()
+                .any(|p| p.cluster == cluster && p.state == state)
+        })
+    };
+    let mut notes = Vec::new();
+    for p in &new.placements {
+        let reason = match p.state {
+            PlacementState::Error => reasons::PLACEMENT_ERROR,
+            PlacementState::Conflict => reasons::CONFLICT,
+            _ => continue,
+        };
+        if !was(&p.cluster, p.state) {
+            notes.push((
+                reason,
+                format!(
+                    "cluster {}: {}",
+                    p.cluster,
+                    p.message.as_deref().unwrap_or("error")
+                ),
+            ));
+        }
+    }
+    let violation = |s: &FederatedKafkaTopicStatus| {
+        conditions::find(&s.conditions, types::POLICY_VIOLATION)
+            .filter(|c| c.status == "True")
+            .map(|c| c.message.clone())
+    };
+    if let Some(message) = violation(new)
+        && old.and_then(violation) != Some(message.clone())
+    {
+        notes.push((reasons::POLICY_VIOLATION_EVENT, message));
+    }
+    notes
+}
+
+/// A KafkaTopicPolicy's status: how many topics break it, and `Ready` (`False` with
+/// `problem` when the policy itself cannot be evaluated).
+pub fn policy_status(
+    old: Option<&KafkaTopicPolicyStatus>,
+    generation: Option<i64>,
+    violating: usize,
+    problem: Option<String>,
+    now: &Time,
+) -> KafkaTopicPolicyStatus {
+    let ready = match problem {
+        Some(problem) => Desired::new(types::READY, Status::False, common::INVALID_SPEC, problem),
+        None => Desired::new(
+            types::READY,
+            Status::True,
+            reasons::EVALUATED,
+            format!(
+                "{violating} FederatedKafkaTopic{} break{} this policy",
+                if violating == 1 { "" } else { "s" },
+                if violating == 1 { "s" } else { "" }
+            ),
+        ),
+    };
+    let old_conditions = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
+    KafkaTopicPolicyStatus {
+        observed_generation: generation,
+        violating_topics: Some(i32::try_from(violating).unwrap_or(i32::MAX)),
+        conditions: conditions::merge(old_conditions, &[ready], generation, now),
+    }
+}
+
+/// Whether a policy's `new` status differs from `old` in anything but timestamps.
+pub fn policy_status_changed(
+    old: Option<&KafkaTopicPolicyStatus>,
+    new: &KafkaTopicPolicyStatus,
+) -> bool {
+    let Some(old) = old else { return true };
+    !conditions::equal_ignoring_time(&old.conditions, &new.conditions)
+        || old.observed_generation != new.observed_generation
+        || old.violating_topics != new.violating_topics
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::{AssignmentSpec, TopicObserved, TopicSpec};
+    use accord_crds::kafka::Enforcement;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn spec() -> TopicSpec {
+        TopicSpec {
+            topic_name: "events".into(),
+            partitions: 12,
+            replication_factor: 3,
+            ..Default::default()
+        }
+    }
+
+    fn share(cluster: &str) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.into(),
+            assignment: Some(AssignmentSpec::Topic(spec())),
+            held_reason: None,
+        }
+    }
+
+    fn held(cluster: &str, reason: &str) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.into(),
+            assignment: None,
+            held_reason: Some(reason.into()),
+        }
+    }
+
+    fn report(
+        state: PlacementState,
+        revision: i64,
+        partitions: i32,
+        message: &str,
+    ) -> StatusRecord {
+        StatusRecord {
+            resource_version: String::new(),
+            generation: 0,
+            applied_revision: revision,
+            state,
+            message: message.into(),
+            observed_unix_millis: 1_000,
+            observed: Observed::Topic(TopicObserved {
+                partitions,
+                replication_factor: 3,
+                exists: true,
+            }),
+        }
+    }
+
+    fn up(names: &[&str]) -> BTreeMap<String, ClusterInfo> {
+        names
+            .iter()
+            .map(|n| {
+                (
+                    (*n).to_owned(),
+                    ClusterInfo {
+                        available: true,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn violation(enforcement: Enforcement) -> Violation {
+        Violation {
+            policy: "min-12".into(),
+            enforcement,
+            field: "spec.partitions",
+            rule: "must be at least 12 (is 6)".into(),
+        }
+    }
+
+    struct Case<'a> {
+        shares: &'a [ShareRecord],
+        decision: Option<&'a TopicDecision>,
+        reports: &'a [(&'a str, StatusRecord)],
+        clusters: BTreeMap<String, ClusterInfo>,
+        violations: &'a [Violation],
+        old: Option<&'a FederatedKafkaTopicStatus>,
+    }
+
+    fn status(case: Case<'_>) -> FederatedKafkaTopicStatus {
+        let reports: HashMap<String, StatusRecord> = case
+            .reports
+            .iter()
+            .map(|(c, r)| ((*c).to_owned(), r.clone()))
+            .collect();
+        let now = Time(Timestamp::from_second(1_000).unwrap());
+        aggregate(&StatusInputs {
+            shares: case.shares,
+            decision: case.decision,
+            revision: 10,
+            reports: &reports,
+            clusters: &case.clusters,
+            violations: case.violations,
+            generation: Some(4),
+            old: case.old,
+            now: &now,
+        })
+    }
+
+    fn decision(conflicts: &[(&str, &str)]) -> TopicDecision {
+        TopicDecision {
+            spec: spec(),
+            conflicts: conflicts
+                .iter()
+                .map(|(c, o)| ((*c).to_owned(), (*o).to_owned()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn every_placement_synced_with_the_brokers_numbers_makes_the_topic_ready() {
+        let d = decision(&[]);
+        let st = status(Case {
+            shares: &[share("a"), share("b")],
+            decision: Some(&d),
+            reports: &[
+                ("a", report(PlacementState::Synced, 10, 12, "")),
+                ("b", report(PlacementState::Synced, 12, 12, "")),
+            ],
+            clusters: up(&["a", "b"]),
+            violations: &[],
+            old: None,
+        });
+        assert_eq!(st.observed_generation, Some(4));
+        assert_eq!(st.placements[0].state, PlacementState::Synced);
+        assert_eq!(st.placements[0].partitions, Some(12));
+        assert_eq!(st.placements[0].replication_factor, Some(3));
+        assert_eq!(st.placements[0].message, None);
+        assert!(conditions::is_true(&st.conditions, types::READY));
+        assert!(!conditions::is_true(&st.conditions, types::DEGRADED));
+        let pv = conditions::find(&st.conditions, types::POLICY_VIOLATION).unwrap();
+        assert_eq!(
+            (pv.status.as_str(), pv.reason.as_str()),
+            ("False", "Compliant")
+        );
+    }
+
+    #[test]
+    fn unreported_and_outdated_placements_are_pending_and_unknown_clusters_say_why() {
+        let d = decision(&[]);
+        let st = status(Case {
+            shares: &[
+                share("a"),
+                share("b"),
+                held("mars", "no ManagedCluster mars"),
+            ],
+            decision: Some(&d),
+            reports: &[("a", report(PlacementState::Synced, 9, 6, ""))],
+            clusters: up(&["a", "b"]),
+            violations: &[],
+            old: None,
+        });
+        assert_eq!(st.placements[0].state, PlacementState::Pending);
+        assert_eq!(
+            st.placements[0].message.as_deref(),
+            Some(WAITING_FOR_CHANGE)
+        );
+        assert_eq!(st.placements[0].partitions, Some(6), "as last reported");
+        assert_eq!(st.placements[1].state, PlacementState::Pending);
+        assert_eq!(st.placements[1].message.as_deref(), Some(WAITING_FOR_AGENT));
+        assert_eq!(st.placements[2].state, PlacementState::Pending);
+        assert_eq!(
+            st.placements[2].message.as_deref(),
+            Some("no ManagedCluster mars")
+        );
+        let ready = conditions::find(&st.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert!(ready.message.contains("a (Pending)"), "{}", ready.message);
+    }
+
+    #[test]
+    fn a_conflict_names_the_owner_degrades_the_topic_and_shows_nothing_of_its_topic() {
+        let d = decision(&[("b", "team-a/events")]);
+        let st = status(Case {
+            shares: &[share("a"), held("b", "held")],
+            decision: Some(&d),
+            reports: &[
+                ("a", report(PlacementState::Synced, 10, 12, "")),
+                ("b", report(PlacementState::Synced, 10, 24, "")),
+            ],
+            clusters: up(&["a", "b"]),
+            violations: &[],
+            old: None,
+        });
+        let b = &st.placements[1];
+        assert_eq!(b.state, PlacementState::Conflict);
+        assert!(
+            b.message.as_deref().unwrap().contains("team-a/events"),
+            "{b:?}"
+        );
+        assert_eq!(b.partitions, None);
+        let degraded = conditions::find(&st.conditions, types::DEGRADED).unwrap();
+        assert_eq!(degraded.status, "True");
+        assert!(
+            degraded.message.starts_with("b: Conflict: topic events"),
+            "{}",
+            degraded.message
+        );
+        assert!(!conditions::is_true(&st.conditions, types::READY));
+        let warnings = new_warnings(None, &st);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].0, reasons::CONFLICT);
+        assert!(new_warnings(Some(&st), &st).is_empty(), "announced once");
+    }
+
+    #[test]
+    fn errors_and_disconnected_clusters_degrade_the_topic() {
+        let d = decision(&[]);
+        let mut clusters = up(&["a"]);
+        clusters.insert("b".into(), ClusterInfo::default());
+        let st = status(Case {
+            shares: &[share("a"), share("b")],
+            decision: Some(&d),
+            reports: &[
+                (
+                    "a",
+                    report(
+                        PlacementState::Error,
+                        10,
+                        24,
+                        "NotSupported: partitions is 24 in Kafka and 12 in the spec; Kafka cannot lower a partition count",
+                    ),
+                ),
+                ("b", report(PlacementState::Synced, 10, 12, "")),
+            ],
+            clusters,
+            violations: &[],
+            old: None,
+        });
+        assert_eq!(st.placements[0].state, PlacementState::Error);
+        assert_eq!(st.placements[0].partitions, Some(24));
+        assert_eq!(st.placements[1].state, PlacementState::Unavailable);
+        assert_eq!(st.placements[1].partitions, Some(12));
+        let degraded = conditions::find(&st.conditions, types::DEGRADED).unwrap();
+        assert!(
+            degraded
+                .message
+                .contains("a: Error: NotSupported: partitions is 24"),
+            "{}",
+            degraded.message
+        );
+        assert!(
+            degraded.message.contains("b: Unavailable"),
+            "{}",
+            degraded.message
+        );
+        let warnings = new_warnings(None, &st);
+        assert_eq!(warnings.len(), 1);
+        assert_eq!(warnings[0].0, reasons::PLACEMENT_ERROR);
+    }
+
+    #[test]
+    fn a_deny_violation_says_not_propagated_and_an_audit_one_only_warns() {
+        let d = decision(&[]);
+        let reports = [("a", report(PlacementState::Synced, 10, 12, ""))];
+        let deny = [violation(Enforcement::Deny)];
+        let st = status(Case {
+            shares: &[share("a")],
+            decision: Some(&d),
+            reports: &reports,
+            clusters: up(&["a"]),
+            violations: &deny,
+            old: None,
+        });
+        let pv = conditions::find(&st.conditions, types::POLICY_VIOLATION).unwrap();
+        assert_eq!(
+            (pv.status.as_str(), pv.reason.as_str()),
+            ("True", "PolicyViolated")
+        );
+        assert!(
+            pv.message
+                .contains("spec.partitions: must be at least 12 (is 6)"),
+            "{}",
+            pv.message
+        );
+        let ready = conditions::find(&st.conditions, types::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "PolicyViolated")
+        );
+        assert!(
+            ready.message.starts_with("not propagated: "),
+            "{}",
+            ready.message
+        );
+        let warnings = new_warnings(None, &st);
+        assert_eq!(
+            warnings,
+            vec![(reasons::POLICY_VIOLATION_EVENT, pv.message.clone())]
+        );
+        assert!(new_warnings(Some(&st), &st).is_empty());
+
+        let audit = [violation(Enforcement::Audit)];
+        let st = status(Case {
+            shares: &[share("a")],
+            decision: Some(&d),
+            reports: &reports,
+            clusters: up(&["a"]),
+            violations: &audit,
+            old: None,
+        });
+        let pv = conditions::find(&st.conditions, types::POLICY_VIOLATION).unwrap();
+        assert_eq!(
+            (pv.status.as_str(), pv.reason.as_str()),
+            ("True", "AuditOnly")
+        );
+        assert!(
+            conditions::is_true(&st.conditions, types::READY),
+            "propagated"
+        );
+        assert_eq!(new_warnings(None, &st).len(), 1);
+    }
+
+    #[test]
+    fn an_unchanged_status_is_not_rewritten_and_a_state_change_is() {
+        let d = decision(&[]);
+        let shares = [share("a")];
+        let with = |reports: &[(&str, StatusRecord)], old: Option<&FederatedKafkaTopicStatus>| {
+            status(Case {
+                shares: &shares,
+                decision: Some(&d),
+                reports,
+                clusters: up(&["a"]),
+                violations: &[],
+                old,
+            })
+        };
+        let synced = [("a", report(PlacementState::Synced, 10, 12, ""))];
+        let first = with(&synced, None);
+        let again = with(&synced, Some(&first));
+        assert!(!status_changed(Some(&first), &again));
+        let down = [(
+            "a",
+            report(PlacementState::Unavailable, 10, 12, "Kafka unreachable: x"),
+        )];
+        let later = with(&down, Some(&first));
+        assert!(status_changed(Some(&first), &later));
+        assert!(status_changed(None, &first));
+    }
+
+    #[test]
+    fn a_waiting_deletion_names_the_clusters_left_and_the_bound() {
+        let d = deleting_condition(
+            &["b".to_owned(), "c".to_owned()],
+            std::time::Duration::from_secs(42),
+        );
+        assert_eq!(d.status, Status::False);
+        assert_eq!(d.reason, "Deleting");
+        assert!(
+            d.message.contains("waiting for b, c") && d.message.contains("42s"),
+            "{}",
+            d.message
+        );
+    }
+
+    #[test]
+    fn a_policy_counts_the_topics_that_break_it_and_says_when_it_cannot_be_evaluated() {
+        let now = Time(Timestamp::from_second(1_000).unwrap());
+        let st = policy_status(None, Some(2), 3, None, &now);
+        assert_eq!(st.violating_topics, Some(3));
+        assert_eq!(st.observed_generation, Some(2));
+        let ready = conditions::find(&st.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "True");
+        assert_eq!(ready.message, "3 FederatedKafkaTopics break this policy");
+        assert!(!policy_status_changed(
+            Some(&st),
+            &policy_status(Some(&st), Some(2), 3, None, &now)
+        ));
+        let bad = policy_status(Some(&st), Some(3), 0, Some("bad pattern".into()), &now);
+        assert!(policy_status_changed(Some(&st), &bad));
+        let ready = conditions::find(&bad.conditions, types::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "InvalidSpec")
+        );
+    }
+}
