@@ -311,7 +311,12 @@ fn a_topic_reaches_three_members_and_every_change_is_applied_refused_or_repaired
             },
         )
         .await?;
-        eprintln!("drift repaired after {:.1?}", changed.elapsed());
+        // One resync to notice, a few seconds to apply and observe again.
+        let repaired = changed.elapsed();
+        ensure!(
+            repaired <= RESYNC + Duration::from_secs(5),
+            "drift repaired only after {repaired:.1?}, resync interval {RESYNC:?}"
+        );
         let set = ks::tool_topic_configs(testbed, drifted, topic).await?;
         ensure!(
             set.get("max.message.bytes").map(String::as_str) == Some("2000000"),
