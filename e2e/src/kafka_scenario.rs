@@ -388,6 +388,16 @@ pub async fn label_namespace(
     Ok(())
 }
 
+/// Sets label `key=value` on ManagedCluster `cluster` (a merge patch: other labels stay).
+pub async fn label_cluster(testbed: &Testbed, cluster: &str, key: &str, value: &str) -> Result<()> {
+    let api: Api<accord_crds::ManagedCluster> = Api::all(testbed.mgmt().client());
+    let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
+    api.patch(cluster, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .with_context(|| format!("labelling ManagedCluster {cluster}"))?;
+    Ok(())
+}
+
 /// The hub CA's certificate (PEM), from its Secret on the management cluster.
 pub async fn hub_ca_pem(testbed: &Testbed) -> Result<Vec<u8>> {
     let api: Api<Secret> = Api::namespaced(testbed.mgmt().client(), HUB_NAMESPACE);

@@ -625,7 +625,8 @@ fn the_webhook_refuses_what_breaks_a_policy_or_takes_a_topic_already_taken_and_a
 }
 
 #[test]
-fn the_hub_checks_policies_again_before_propagating_and_the_older_topic_keeps_a_name() {
+fn the_hub_checks_policies_again_before_propagating_the_older_topic_keeps_a_name_and_labels_choose_clusters()
+ {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let kafkas = kafkas(testbed).await?;
@@ -740,7 +741,7 @@ fn the_hub_checks_policies_again_before_propagating_and_the_older_topic_keeps_a_
             "orders-again",
             &clusters,
             PlacementState::Conflict,
-            &["orders"],
+            &["kt-late/orders"],
         )
         .await?;
         stays(
@@ -754,6 +755,38 @@ fn the_hub_checks_policies_again_before_propagating_and_the_older_topic_keeps_a_
         )
         .await?;
         s.wait_synced(ns, "orders", 8, 1, WAIT).await?;
+
+        // Clusters by ManagedCluster labels, chosen again when the labels change.
+        let label = "e2e.accord.io/kt-late-topics";
+        ks::label_cluster(testbed, &clusters[0], label, "yes").await?;
+        ks::apply_topic(
+            testbed,
+            ns,
+            "selected",
+            json!({
+                "topicName": "kt-late-selected",
+                "partitions": 2,
+                "replicationFactor": 1,
+                "clusterSelector": {"matchLabels": {label: "yes"}},
+            }),
+        )
+        .await?;
+        let status = s
+            .wait_placements(ns, "selected", &clusters[..1], "Synced", WAIT, |p| {
+                p.state == PlacementState::Synced
+            })
+            .await?;
+        ensure!(
+            status.placements.len() == 1,
+            "only the labelled cluster is selected: {:?}",
+            status.placements
+        );
+        ensure!(
+            probes[1].topic("kt-late-selected").await?.is_none(),
+            "the topic reached a cluster without the label"
+        );
+        ks::label_cluster(testbed, &clusters[1], label, "yes").await?;
+        s.wait_synced(ns, "selected", 2, 1, WAIT).await?;
         Ok(())
     });
 }
