@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::{apps, core, networking, policy, rbac};
+use k8s_openapi::api::{admissionregistration, apps, core, networking, policy, rbac};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -114,6 +114,9 @@ pub fn api_resource(kind: &str) -> Option<(ApiResource, bool)> {
         "StatefulSet" => namespaced::<apps::v1::StatefulSet>(),
         "NetworkPolicy" => namespaced::<networking::v1::NetworkPolicy>(),
         "PodDisruptionBudget" => namespaced::<policy::v1::PodDisruptionBudget>(),
+        "ValidatingWebhookConfiguration" => {
+            namespaced::<admissionregistration::v1::ValidatingWebhookConfiguration>()
+        }
         _ => return None,
     })
 }

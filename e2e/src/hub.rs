@@ -106,6 +106,15 @@ impl<'t> HubProcess<'t> {
             .args(["--replica-name", &opts.replica])
             .args(&opts.extra_args)
             .env("RUST_LOG", "info,accord_hub=debug");
+        // A webhook port of its own, so that several hubs (replicas, parallel tests) never
+        // contend for the default one.
+        if !opts
+            .extra_args
+            .iter()
+            .any(|a| a.starts_with("--webhook-addr"))
+        {
+            cmd.args(["--webhook-addr", &format!("127.0.0.1:{}", free_port()?)]);
+        }
         // The testbed's etcd unless the options name another.
         if !opts
             .extra_args

@@ -210,6 +210,7 @@ impl InstalledHub {
             .args(["--etcd-endpoints", testbed.etcd_endpoint()])
             .args(["--etcd-prefix", etcd_prefix, "--namespace", HUB_NAMESPACE])
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
+            .args(["--webhook-addr", &format!("127.0.0.1:{}", free_port()?)])
             .args(["--replica-name", &setup.replica])
             .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,accord_hub=debug");

@@ -72,6 +72,9 @@ pub struct ServeArgs {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Address of the FederatedKafkaTopic admission webhook (HTTPS, hub CA).
+    #[arg(long, env = "ACCORD_WEBHOOK_ADDR", default_value = "0.0.0.0:9443")]
+    webhook_addr: SocketAddr,
     /// Name of this replica (default: $POD_NAME, else $HOSTNAME-<pid>).
     #[arg(long)]
     replica_name: Option<String>,
@@ -183,6 +186,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 etcd_prefix: a.state.etcd_prefix,
                 grpc_addr: a.grpc_addr,
                 http_addr: a.http_addr,
+                webhook_addr: a.webhook_addr,
                 federation_namespace: a
                     .federation_namespace
                     .unwrap_or_else(|| a.state.namespace.clone()),

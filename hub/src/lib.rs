@@ -21,6 +21,7 @@ pub mod serve;
 pub mod store;
 pub mod supervisor;
 pub mod token;
+pub mod webhook;
 
 /// PKI of the hub–agent connection (shared with the agent in `accord-common`).
 pub use accord_common::pki;

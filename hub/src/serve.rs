@@ -41,6 +41,8 @@ pub struct ServeConfig {
     pub grpc_addr: SocketAddr,
     /// Address of `/metrics`, `/healthz`, `/readyz`.
     pub http_addr: SocketAddr,
+    /// Address of the admission webhook (HTTPS).
+    pub webhook_addr: SocketAddr,
     /// Namespace of the hub on the management cluster (holds the CA Secret).
     pub namespace: String,
     /// Namespace of the global federation tier's ConfigMap.
@@ -115,7 +117,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let grpc_listener = tokio::net::TcpListener::bind(cfg.grpc_addr)
         .await
         .with_context(|| format!("binding the gRPC address {}", cfg.grpc_addr))?;
+    let webhook_listener = crate::webhook::bind(cfg.webhook_addr)
+        .await
+        .with_context(|| format!("binding the webhook address {}", cfg.webhook_addr))?;
     info!(
+        webhook = %webhook_listener.local_addr()?,
         grpc = %grpc_listener.local_addr()?, http = %cfg.http_addr, replica = %cfg.replica,
         ca_cert_hash = %ca.ca_cert_hash(), "accord-hub serving"
     );
@@ -149,6 +155,18 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     tasks.spawn(
         "HTTP endpoint",
         http::serve(http_listener, metrics.clone(), ready.clone()),
+    );
+    tasks.spawn(
+        "admission webhook",
+        crate::webhook::run(
+            crate::webhook::WebhookDeps {
+                kube: kube.clone(),
+                ca_pem: ca.cert_pem().to_owned(),
+                serving: serving.clone(),
+                replica: cfg.replica.clone(),
+            },
+            webhook_listener,
+        ),
     );
     tasks.spawn_forever(
         "etcd readiness probe",

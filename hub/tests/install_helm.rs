@@ -15,6 +15,7 @@ use std::process::Command;
 
 use accord_hub::install::{
     DEFAULT_ETCD_IMAGE, EtcdMode, InstallOptions, ServiceType, default_image, render,
+    webhook_configuration,
 };
 use serde_json::{Value, json};
 
@@ -173,6 +174,11 @@ fn the_hub_charts_default_values_are_installs_defaults() {
     assert_eq!(values["etcdPrefix"], defaults.etcd_prefix.as_str());
     assert_eq!(values["grpcPort"], defaults.grpc_port);
     assert_eq!(values["httpPort"], defaults.http_port);
+    assert_eq!(values["webhookPort"], defaults.webhook_port);
+    assert_eq!(
+        values["webhook"]["caBundle"], "",
+        "the CA comes from its Secret or the hub"
+    );
     assert_eq!(values["service"]["type"], defaults.service_type.to_string());
     assert_eq!(values["tlsSans"], json!(defaults.tls_sans));
     let EtcdMode::Bundled {
@@ -281,7 +287,9 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
             "--set",
             "replicas=3",
             "--set",
-            "grpcPort=9443",
+            "grpcPort=8443",
+            "--set",
+            "webhookPort=9444",
             "--set",
             "service.type=LoadBalancer",
             "--set",
@@ -305,7 +313,8 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
         },
         etcd_prefix: "/prod/".into(),
         replicas: 3,
-        grpc_port: 9443,
+        grpc_port: 8443,
+        webhook_port: 9444,
         service_type: ServiceType::LoadBalancer,
         tls_sans: vec!["hub.example.com".into(), "203.0.113.7".into()],
         image: "registry.example/accord-hub:dev".into(),
@@ -329,6 +338,37 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
             .iter()
             .any(|k| k == "Namespace" || k == "CustomResourceDefinition"),
         "{kinds:?}"
+    );
+}
+
+#[test]
+fn a_ca_bundle_value_lands_in_the_webhook_configuration_as_install_renders_it() {
+    let Some(helm) = helm() else { return };
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIBhub\n-----END CERTIFICATE-----\n";
+    let expected = webhook_configuration(&InstallOptions::default(), Some(pem));
+    let bundle = expected["webhooks"][0]["clientConfig"]["caBundle"]
+        .as_str()
+        .expect("a caBundle")
+        .to_owned();
+    let yaml = helm_template(
+        &helm,
+        &chart("accord-hub"),
+        "accord-hub",
+        &[
+            "--namespace",
+            "accord-system",
+            "--set",
+            &format!("webhook.caBundle={bundle}"),
+        ],
+    )
+    .unwrap();
+    let objects = by_identity(documents(&yaml));
+    let key = "ValidatingWebhookConfiguration /accord-hub";
+    assert!(
+        objects[key] == expected,
+        "helm:\n{}\nexpected:\n{}",
+        serde_json::to_string_pretty(&objects[key]).unwrap(),
+        serde_json::to_string_pretty(&expected).unwrap()
     );
 }
 

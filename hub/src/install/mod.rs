@@ -18,23 +18,34 @@ use std::time::Duration;
 
 use clap::Args;
 
-pub use accord_common::apply::{self, ApplyError, api_resource, resource_name};
+pub use accord_common::apply::{self, ApplyError, resource_name};
 pub use accord_common::manifest::NON_ROOT_ID;
 pub use accord_common::preflight::{self, Permission, PreflightError, granted_permissions};
 pub use join::TokenError;
 pub use options::{
     DEFAULT_ETCD_IMAGE, DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_IMAGE_REPOSITORY,
-    DEFAULT_NAMESPACE, ETCD_NAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions,
-    OptionsError, Resources, ServiceType, default_image,
+    DEFAULT_NAMESPACE, DEFAULT_WEBHOOK_PORT, ETCD_NAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME,
+    InstallOptions, OptionsError, Resources, ServiceType, default_image,
 };
 pub use render::{
     RenderError, accord_plurals, dry_run_output, hub_cluster_rules, hub_namespace_rules, render,
-    render_yaml,
+    render_yaml, webhook_configuration,
 };
 pub use wait::{Progress, WaitError, deployment_progress};
 
 use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
 use crate::pki::{HubCa, PkiError};
+
+/// The API resource of a rendered kind and whether it is namespaced.
+pub use apply::api_resource;
+
+/// Server-side applies one rendered object with the hub's field manager.
+async fn apply_object(
+    client: &kube::Client,
+    object: &serde_json::Value,
+) -> Result<String, ApplyError> {
+    apply::apply(client, accord_crds::HUB_FIELD_MANAGER, object).await
+}
 
 /// What `install` needs: create and patch every rendered object (with `wait`, list and
 /// watch what it waits on), and read and create the CA Secret in `namespace`.
@@ -104,6 +115,10 @@ pub struct InstallArgs {
     /// Port of /metrics, /healthz and /readyz.
     #[arg(long, default_value_t = DEFAULT_HTTP_PORT)]
     pub http_port: u16,
+    /// Port of the FederatedKafkaTopic admission webhook (HTTPS; the API server calls it
+    /// through the Service accord-hub).
+    #[arg(long, default_value_t = DEFAULT_WEBHOOK_PORT)]
+    pub webhook_port: u16,
     /// Type of the hub's gRPC Service.
     #[arg(long, value_enum, default_value_t = ServiceType::ClusterIP)]
     pub service_type: ServiceType,
@@ -211,6 +226,7 @@ impl InstallArgs {
             etcd_prefix: self.etcd_prefix.clone(),
             grpc_port: self.grpc_port,
             http_port: self.http_port,
+            webhook_port: self.webhook_port,
             service_type: self.service_type,
             tls_sans,
             ..InstallOptions::default()
@@ -252,8 +268,11 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
     };
     preflight::check(&client, &asker, &options.namespace, &to_apply, &to_grant).await?;
 
-    for object in &objects {
-        let applied = apply::apply(&client, accord_crds::HUB_FIELD_MANAGER, object).await?;
+    // The webhook configuration goes last, with the hub CA as its caBundle, once the CA
+    // exists.
+    let webhook = webhook_configuration(&options, None);
+    for object in objects.iter().filter(|o| **o != webhook) {
+        let applied = apply_object(&client, object).await?;
         eprintln!("applied {applied}");
     }
 
@@ -267,6 +286,12 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
         "hub CA ready in Secret {}/{CA_SECRET_NAME}",
         options.namespace
     );
+    let applied = apply_object(
+        &client,
+        &webhook_configuration(&options, Some(ca.cert_pem())),
+    )
+    .await?;
+    eprintln!("applied {applied} (caBundle: the hub CA)");
 
     if args.wait {
         let crds: Vec<String> = objects
@@ -346,7 +371,9 @@ mod tests {
             "--replicas",
             "3",
             "--grpc-port",
-            "9443",
+            "8443",
+            "--webhook-port",
+            "9444",
             "--service-type",
             "LoadBalancer",
             "--hub-url",
@@ -366,7 +393,8 @@ mod tests {
         );
         assert_eq!(options.namespace, "fed");
         assert_eq!(options.replicas, 3);
-        assert_eq!(options.grpc_port, 9443);
+        assert_eq!(options.grpc_port, 8443);
+        assert_eq!(options.webhook_port, 9444);
         assert_eq!(options.service_type, ServiceType::LoadBalancer);
         assert_eq!(
             options.tls_sans,
@@ -461,6 +489,18 @@ mod rendered_tests {
             permission("apps", "deployments", "patch", Some("accord-system")),
             permission("apps", "statefulsets", "patch", Some("accord-system")),
             permission("", "namespaces", "patch", None),
+            permission(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "create",
+                None,
+            ),
+            permission(
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                "patch",
+                None,
+            ),
             permission("", "secrets", "get", Some("accord-system")).named(Some("accord-hub-ca")),
             permission("", "secrets", "create", Some("accord-system")),
         ] {
@@ -503,8 +543,21 @@ mod rendered_tests {
             "create",
             Some("accord-system")
         )));
-        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Secret rules,
-        // 5 verbs on the global tier's ConfigMap and 1 ConfigMap create.
-        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2 + 5 + 1);
+        assert!(granted.contains(&permission("", "namespaces", "watch", None)));
+        assert!(
+            granted.contains(
+                &permission(
+                    "admissionregistration.k8s.io",
+                    "validatingwebhookconfigurations",
+                    "patch",
+                    None
+                )
+                .named(Some("accord-hub"))
+            )
+        );
+        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Namespace verbs,
+        // 4 verbs on the webhook configuration, 2 Secret rules, 5 verbs on the global
+        // tier's ConfigMap and 1 ConfigMap create.
+        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2 + 4 + 2 + 5 + 1);
     }
 }

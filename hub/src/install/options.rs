@@ -19,6 +19,8 @@ pub const DEFAULT_ETCD_IMAGE: &str = "etcd:v3.6.16";
 pub const DEFAULT_GRPC_PORT: u16 = 7443;
 /// Port of `/metrics`, `/healthz` and `/readyz`.
 pub const DEFAULT_HTTP_PORT: u16 = 8080;
+/// Port of the FederatedKafkaTopic admission webhook (HTTPS), on the pod and the Service.
+pub const DEFAULT_WEBHOOK_PORT: u16 = crate::webhook::DEFAULT_PORT;
 /// etcd's client port.
 pub const ETCD_CLIENT_PORT: u16 = 2379;
 /// etcd's peer port.
@@ -141,6 +143,8 @@ pub struct InstallOptions {
     pub grpc_port: u16,
     /// Port of `/metrics`, `/healthz`, `/readyz`.
     pub http_port: u16,
+    /// Port of the admission webhook (HTTPS) on the pod and the Service `accord-hub`.
+    pub webhook_port: u16,
     /// Type of the gRPC Service.
     pub service_type: ServiceType,
     /// Extra DNS names or IPs for the hub's serving certificate (the address members dial).
@@ -162,6 +166,7 @@ impl Default for InstallOptions {
             etcd_prefix: crate::store::keys::DEFAULT_PREFIX.to_owned(),
             grpc_port: DEFAULT_GRPC_PORT,
             http_port: DEFAULT_HTTP_PORT,
+            webhook_port: DEFAULT_WEBHOOK_PORT,
             service_type: ServiceType::ClusterIP,
             tls_sans: Vec::new(),
             resources: Resources::hub_default(),
@@ -204,13 +209,18 @@ pub enum OptionsError {
     /// The etcd key prefix does not start and end with `/`.
     #[error("invalid --etcd-prefix {0:?}: must start and end with '/', e.g. /accord/")]
     EtcdPrefix(String),
-    /// gRPC and HTTP on the same port, or port 0.
-    #[error("invalid ports: --grpc-port {grpc} and --http-port {http} must differ and be non-zero")]
+    /// Two of gRPC, HTTP and the webhook on the same port, or port 0.
+    #[error(
+        "invalid ports: --grpc-port {grpc}, --http-port {http} and --webhook-port {webhook} \
+         must all differ and be non-zero"
+    )]
     Ports {
         /// The gRPC port.
         grpc: u16,
         /// The HTTP port.
         http: u16,
+        /// The webhook port.
+        webhook: u16,
     },
     /// A `--tls-san` entry is empty or has characters no DNS name or IP has.
     #[error("invalid --tls-san {0:?}: expected a DNS name or an IP address")]
@@ -252,10 +262,16 @@ impl InstallOptions {
         if !(self.etcd_prefix.starts_with('/') && self.etcd_prefix.ends_with('/')) {
             return Err(OptionsError::EtcdPrefix(self.etcd_prefix.clone()));
         }
-        if self.grpc_port == 0 || self.http_port == 0 || self.grpc_port == self.http_port {
+        let ports = [self.grpc_port, self.http_port, self.webhook_port];
+        if ports.contains(&0)
+            || ports[0] == ports[1]
+            || ports[0] == ports[2]
+            || ports[1] == ports[2]
+        {
             return Err(OptionsError::Ports {
                 grpc: self.grpc_port,
                 http: self.http_port,
+                webhook: self.webhook_port,
             });
         }
         if let Some(bad) = self.tls_sans.iter().find(|s| !is_san(s)) {
@@ -385,6 +401,20 @@ mod tests {
                     ..Default::default()
                 },
                 "--grpc-port",
+            ),
+            (
+                InstallOptions {
+                    webhook_port: DEFAULT_HTTP_PORT,
+                    ..Default::default()
+                },
+                "--webhook-port",
+            ),
+            (
+                InstallOptions {
+                    webhook_port: 0,
+                    ..Default::default()
+                },
+                "--webhook-port",
             ),
             (
                 InstallOptions {

@@ -18,6 +18,9 @@ use super::options::{
 };
 use crate::federation::lib::GLOBAL_CONFIG_MAP_NAME;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
+use crate::webhook::{
+    CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
+};
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
 const ETCD_DATA_DIR: &str = "/var/lib/etcd";
@@ -41,8 +44,10 @@ pub enum RenderError {
 }
 
 /// Every object of an installation, in the order it is applied: the Namespace, the CRDs,
-/// RBAC, the evaluation etcd (with `--with-etcd`), the Services, and the Deployment last so
-/// that its pods start with everything they need in place.
+/// RBAC, the evaluation etcd (with `--with-etcd`), the Services, the Deployment so that its
+/// pods start with everything they need in place, and the ValidatingWebhookConfiguration
+/// last, without a `caBundle` (the installer applies it again with the hub CA once that
+/// exists, and every hub replica keeps it there: see [`crate::webhook::ca_bundle`]).
 pub fn render(options: &InstallOptions) -> Result<Vec<Value>, RenderError> {
     let ns = options.namespace.as_str();
     let mut objects = vec![namespace(ns)];
@@ -74,6 +79,7 @@ pub fn render(options: &InstallOptions) -> Result<Vec<Value>, RenderError> {
         objects.push(pod_disruption_budget(ns));
     }
     objects.push(deployment(options));
+    objects.push(webhook_configuration(options, None));
     Ok(objects)
 }
 
@@ -90,7 +96,8 @@ pub fn dry_run_output(options: &InstallOptions) -> Result<String, RenderError> {
          # deploy/manifests/accord-hub.yaml is this output with default options; regenerate it with\n\
          #   cargo run -q -p accord-hub -- install --dry-run --with-etcd > deploy/manifests/accord-hub.yaml\n\
          # Apply with `kubectl apply --server-side --field-manager={manager} -f FILE`. The hub creates\n\
-         # its CA Secret on first start; `accord-hub token create` then prints a join command.\n",
+         # its CA Secret on first start and sets it as the caBundle of the ValidatingWebhookConfiguration;\n\
+         # `accord-hub token create` then prints a join command.\n",
         version = env!("CARGO_PKG_VERSION"),
         manager = accord_crds::HUB_FIELD_MANAGER,
     );
@@ -128,6 +135,12 @@ pub fn accord_plurals() -> Vec<String> {
 /// - `events.k8s.io` Events: `create` and `patch` (kube-runtime's recorder creates an Event
 ///   and patches its series when it repeats). The hub writes no `core/v1` Events.
 ///
+/// - Namespaces: `list`/`watch`, so the admission webhook knows each namespace's labels
+///   for the KafkaTopicPolicies' `namespaceSelector` (every replica runs that reflector).
+/// - The ValidatingWebhookConfiguration `accord-hub`, by name: `get`/`list`/`watch` (the
+///   replicas watch it with a `metadata.name` field selector) and `patch`, to keep its
+///   `caBundle` at the hub CA. Never `create` or `delete`: installing it is the installer's.
+///
 /// No Leases (leader election uses etcd), no Secrets cluster-wide (see [`role`]).
 pub fn hub_cluster_rules() -> Value {
     let plurals = accord_plurals();
@@ -137,6 +150,13 @@ pub fn hub_cluster_rules() -> Value {
         { "apiGroups": [GROUP], "resources": ["managedclusters"], "verbs": ["create"] },
         { "apiGroups": [GROUP], "resources": status, "verbs": ["patch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+        { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": [WEBHOOK_CONFIGURATION],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
     ])
 }
 
@@ -194,6 +214,7 @@ pub fn hub_args(options: &InstallOptions) -> Vec<String> {
         format!("--namespace={}", options.namespace),
         format!("--grpc-addr=0.0.0.0:{}", options.grpc_port),
         format!("--http-addr=0.0.0.0:{}", options.http_port),
+        format!("--webhook-addr=0.0.0.0:{}", options.webhook_port),
         // Expanded by the kubelet from the env var below (downward API).
         "--replica-name=$(POD_NAME)".to_owned(),
     ];
@@ -233,7 +254,11 @@ fn deployment(options: &InstallOptions) -> Value {
                             "name": "POD_NAME",
                             "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } },
                         }],
-                        "ports": [port("grpc", options.grpc_port), port("http", options.http_port)],
+                        "ports": [
+                            port("grpc", options.grpc_port),
+                            port("http", options.http_port),
+                            port("webhook", options.webhook_port),
+                        ],
                         // Connecting to etcd and loading the CA come before /healthz answers.
                         "startupProbe": probe("/healthz", 2, 30),
                         "livenessProbe": probe("/healthz", 10, 3),
@@ -255,8 +280,54 @@ fn grpc_service(options: &InstallOptions) -> Value {
         "spec": {
             "type": options.service_type.to_string(),
             "selector": selector(HUB_NAME, "hub"),
-            "ports": [service_port("grpc", options.grpc_port)],
+            "ports": [
+                service_port("grpc", options.grpc_port),
+                service_port("webhook", options.webhook_port),
+            ],
         },
+    })
+}
+
+/// The ValidatingWebhookConfiguration `accord-hub`: FederatedKafkaTopic CREATE and UPDATE
+/// go to the hub's webhook through the Service `accord-hub`, trusted by `ca_pem` (the hub
+/// CA) when given. `failurePolicy: Ignore`: a hub that is down must not block the API, and
+/// the controller checks policies again before propagating. No side effects a dry run could
+/// trigger (the audit Event is skipped for dry runs); 5 s at most.
+pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> Value {
+    use kube::Resource as _;
+    let mut client_config = json!({
+        "service": {
+            "name": HUB_NAME,
+            "namespace": options.namespace,
+            "port": options.webhook_port,
+            "path": WEBHOOK_PATH,
+        },
+    });
+    if let Some(ca) = ca_pem {
+        // Bytes, which the API (and k8s-openapi) write as base64.
+        client_config["caBundle"] =
+            serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
+                .unwrap_or_default();
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": metadata(WEBHOOK_CONFIGURATION, None, hub_labels()),
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "clientConfig": client_config,
+            "rules": [{
+                "apiGroups": [GROUP],
+                "apiVersions": [accord_crds::kafka::FederatedKafkaTopic::version(&())],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["federatedkafkatopics"],
+                "scope": "Namespaced",
+            }],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        }],
     })
 }
 
@@ -456,6 +527,7 @@ mod tests {
                 "Service/accord-hub",
                 "Service/accord-hub-metrics",
                 "Deployment/accord-hub",
+                "ValidatingWebhookConfiguration/accord-hub",
             ]
             .map(String::from),
         );
@@ -530,6 +602,13 @@ mod tests {
                 { "apiGroups": ["accord.io"], "resources": ["managedclusters"], "verbs": ["create"] },
                 { "apiGroups": ["accord.io"], "resources": status, "verbs": ["patch"] },
                 { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
+                { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
+                {
+                    "apiGroups": ["admissionregistration.k8s.io"],
+                    "resources": ["validatingwebhookconfigurations"],
+                    "resourceNames": ["accord-hub"],
+                    "verbs": ["get", "list", "watch", "patch"],
+                },
             ])
         );
         // Nothing destructive, nothing outside the hub's own API group but Events.
@@ -547,6 +626,103 @@ mod tests {
         ] {
             assert!(!verbs.iter().any(|v| v == forbidden), "{forbidden} granted");
         }
+    }
+
+    #[test]
+    fn the_webhook_configuration_sends_topic_creates_and_updates_to_the_hub_service() {
+        let objects = render(&external()).unwrap();
+        let config = find(&objects, "ValidatingWebhookConfiguration", "accord-hub");
+        assert!(config["metadata"].get("namespace").is_none());
+        assert_eq!(
+            config["webhooks"],
+            json!([{
+                "name": "federatedkafkatopics.accord.io",
+                "clientConfig": {
+                    "service": {
+                        "name": "accord-hub",
+                        "namespace": "accord-system",
+                        "port": 9443,
+                        "path": "/validate-federatedkafkatopics",
+                    },
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["federatedkafkatopics"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }])
+        );
+        // The Service it names serves the webhook port, which the pod listens on.
+        let service = find(&objects, "Service", "accord-hub");
+        assert!(
+            service["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["port"] == 9443 && p["targetPort"] == "webhook")
+        );
+        let container = &find(&objects, "Deployment", "accord-hub")["spec"]["template"]["spec"]["containers"]
+            [0];
+        assert!(
+            container["args"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("--webhook-addr=0.0.0.0:9443"))
+        );
+    }
+
+    #[test]
+    fn given_the_hub_ca_the_webhook_configuration_trusts_it() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let config = webhook_configuration(&external(), Some(pem));
+        let bundle = config["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .unwrap();
+        let typed: k8s_openapi::ByteString = serde_json::from_value(json!(bundle)).expect("base64");
+        assert_eq!(typed.0, pem.as_bytes());
+        // Otherwise equal to what render() and the manifests carry.
+        let mut without = config.clone();
+        without["webhooks"][0]["clientConfig"]
+            .as_object_mut()
+            .unwrap()
+            .remove("caBundle");
+        assert_eq!(without, webhook_configuration(&external(), None));
+    }
+
+    #[test]
+    fn the_hub_may_only_read_and_patch_its_own_webhook_configuration() {
+        let objects = render(&external()).unwrap();
+        let rules = find(&objects, "ClusterRole", "accord-hub")["rules"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let admission: Vec<&Value> = rules
+            .iter()
+            .filter(|r| r["apiGroups"] == json!(["admissionregistration.k8s.io"]))
+            .collect();
+        assert_eq!(admission.len(), 1, "{admission:?}");
+        assert_eq!(admission[0]["resourceNames"], json!(["accord-hub"]));
+        assert_eq!(
+            admission[0]["resources"],
+            json!(["validatingwebhookconfigurations"])
+        );
+        assert_eq!(
+            admission[0]["verbs"],
+            json!(["get", "list", "watch", "patch"])
+        );
+        // Namespaces: read only, for the policies' namespace selectors.
+        let namespaces: Vec<&Value> = rules
+            .iter()
+            .filter(|r| r["resources"] == json!(["namespaces"]))
+            .collect();
+        assert_eq!(namespaces.len(), 1);
+        assert_eq!(namespaces[0]["verbs"], json!(["list", "watch"]));
     }
 
     #[test]
@@ -621,7 +797,7 @@ mod tests {
     fn the_hub_is_started_with_its_etcd_namespace_addresses_and_pod_name() {
         let options = InstallOptions {
             namespace: "fed".into(),
-            grpc_port: 9443,
+            grpc_port: 8443,
             tls_sans: vec!["hub.example.com".into(), "203.0.113.7".into()],
             ..external()
         };
@@ -635,8 +811,9 @@ mod tests {
                 "--etcd-endpoints=https://etcd-0.example:2379,https://etcd-1.example:2379",
                 "--etcd-prefix=/accord/",
                 "--namespace=fed",
-                "--grpc-addr=0.0.0.0:9443",
+                "--grpc-addr=0.0.0.0:8443",
                 "--http-addr=0.0.0.0:8080",
+                "--webhook-addr=0.0.0.0:9443",
                 "--replica-name=$(POD_NAME)",
                 "--tls-san=hub.example.com,203.0.113.7",
             ])
@@ -646,7 +823,15 @@ mod tests {
             json!({ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } })
         );
         let service = find(&objects, "Service", "accord-hub");
-        assert_eq!(service["spec"]["ports"][0]["port"], 9443);
+        assert_eq!(service["spec"]["ports"][0]["port"], 8443);
+        assert_eq!(
+            service["spec"]["ports"][1],
+            json!({ "name": "webhook", "port": 9443, "targetPort": "webhook", "protocol": "TCP" })
+        );
+        assert_eq!(
+            container["ports"][2],
+            json!({ "name": "webhook", "containerPort": 9443, "protocol": "TCP" })
+        );
         assert_eq!(service["spec"]["type"], "ClusterIP");
         assert_eq!(
             find(&objects, "Service", "accord-hub-metrics")["spec"]["ports"][0]["port"],
@@ -665,6 +850,7 @@ mod tests {
             "CustomResourceDefinition",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ValidatingWebhookConfiguration",
         ];
         let objects = render(&options).unwrap();
         for object in &objects {
@@ -688,6 +874,11 @@ mod tests {
                 "federation"
             );
         }
+        assert_eq!(
+            find(&objects, "ValidatingWebhookConfiguration", "accord-hub")["webhooks"][0]["clientConfig"]
+                ["service"]["namespace"],
+            "federation"
+        );
         // No trace of the default namespace is left anywhere.
         let text = serde_json::to_string(&objects).unwrap();
         assert!(!text.contains("accord-system"));
@@ -789,7 +980,7 @@ mod tests {
     /// the same JSON: no misspelt or misplaced field (typed structs drop unknown ones).
     #[test]
     fn every_object_round_trips_through_its_typed_kubernetes_struct() {
-        use k8s_openapi::api::{apps, core, networking, policy, rbac};
+        use k8s_openapi::api::{admissionregistration, apps, core, networking, policy, rbac};
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
         fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(v: &Value) -> Value {
             serde_json::to_value(serde_json::from_value::<T>(v.clone()).unwrap()).unwrap()
@@ -812,6 +1003,9 @@ mod tests {
                 "StatefulSet" => round_trip::<apps::v1::StatefulSet>(&object),
                 "NetworkPolicy" => round_trip::<networking::v1::NetworkPolicy>(&object),
                 "PodDisruptionBudget" => round_trip::<policy::v1::PodDisruptionBudget>(&object),
+                "ValidatingWebhookConfiguration" => {
+                    round_trip::<admissionregistration::v1::ValidatingWebhookConfiguration>(&object)
+                }
                 other => panic!("no typed check for {other}"),
             };
             assert_eq!(

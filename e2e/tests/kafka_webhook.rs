@@ -1,0 +1,572 @@
+//! The FederatedKafkaTopic admission webhook through a real kube-apiserver: a real
+//! `accord-hub serve` serves it on `--webhook-addr`, a ValidatingWebhookConfiguration points
+//! the API server at `https://127.0.0.1:PORT/validate-federatedkafkatopics`, and the hub
+//! itself fills in its `caBundle` with the hub CA. Then, as a user sees it: a topic under a
+//! Deny policy is refused naming both broken rules, an Audit policy admits with a warning
+//! that reaches the client and a Warning Event, and a second topic with a taken name in
+//! the same cluster is refused naming its owner; a replica that does not lead answers as
+//! well. A second test installs the hub with
+//! `accord-hub install` and runs it with exactly its ServiceAccount's permissions, proving
+//! they suffice for the webhook (Namespaces, the configuration's caBundle, Events).
+
+use std::time::Duration;
+
+use accord_crds::kafka::FederatedKafkaTopic;
+use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary};
+use accord_e2e::installed::{
+    HUB_SERVICE_ACCOUNT, SERVICE_ACCOUNT_GROUPS, impersonating_kubeconfig, output_text, run_binary,
+};
+use accord_e2e::ports::free_port;
+use accord_e2e::wait::{Check, until};
+use accord_e2e::{SharedTestbed, Testbed};
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::{Value, json};
+
+static TESTBED: SharedTestbed =
+    SharedTestbed::new(|b| b.members(0).without_mgmt_controller_manager());
+/// Both tests own the ValidatingWebhookConfiguration `accord-hub` while they run.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
+const WAIT: Duration = Duration::from_secs(60);
+
+fn topic(
+    ns: &str,
+    name: &str,
+    partitions: i32,
+    rf: i32,
+    clusters: &[&str],
+) -> Result<FederatedKafkaTopic> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "accord.io/v1alpha1",
+        "kind": "FederatedKafkaTopic",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "partitions": partitions, "replicationFactor": rf, "clusters": clusters },
+    }))?)
+}
+
+async fn labelled_namespace(testbed: &Testbed, name: &str, label: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(testbed.mgmt().client());
+    let ns: Namespace = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "accord-webhook-test": label } },
+    }))?;
+    api.create(&PostParams::default(), &ns).await?;
+    Ok(())
+}
+
+async fn create_policy(testbed: &Testbed, name: &str, spec: Value) -> Result<()> {
+    let api: Api<accord_crds::kafka::KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
+    let policy = serde_json::from_value(json!({
+        "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+        "metadata": { "name": name }, "spec": spec,
+    }))?;
+    api.create(&PostParams::default(), &policy).await?;
+    Ok(())
+}
+
+/// Creates `topic` (or only tries, with `dry_run`); returns the API server's refusal, if any.
+async fn try_create(
+    testbed: &Testbed,
+    topic: &FederatedKafkaTopic,
+    dry_run: bool,
+) -> Result<Option<kube::core::Status>> {
+    let ns = topic.metadata.namespace.as_deref().context("namespace")?;
+    let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
+    let params = PostParams {
+        dry_run,
+        ..PostParams::default()
+    };
+    match api.create(&params, topic).await {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(status)) => Ok(Some(*status)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Waits until a dry-run create of `topic` is refused by the webhook (its configuration is
+/// active in the API server and the hub's caches hold what makes it refuse); returns the
+/// refusal.
+async fn refused_once_in_effect(
+    testbed: &Testbed,
+    topic: &FederatedKafkaTopic,
+) -> Result<kube::core::Status> {
+    until("the webhook refuses a dry run", WAIT, || async {
+        Ok(match try_create(testbed, topic, true).await? {
+            Some(status) if status.reason == REASON => Check::Ready(status),
+            Some(other) => Check::NotYet(format!("refused otherwise: {other:?}")),
+            None => Check::NotYet("admitted".into()),
+        })
+    })
+    .await
+}
+
+/// POSTs `topic` through the API server as raw HTTP, so the response's `Warning` headers
+/// are visible (what kubectl prints); returns (status, warnings).
+async fn create_with_warnings(
+    testbed: &Testbed,
+    topic: &FederatedKafkaTopic,
+    dry_run: bool,
+) -> Result<(u16, Vec<String>)> {
+    let ns = topic.metadata.namespace.as_deref().context("namespace")?;
+    let mut uri = format!("/apis/accord.io/v1alpha1/namespaces/{ns}/federatedkafkatopics");
+    if dry_run {
+        uri.push_str("?dryRun=All");
+    }
+    let request = http::Request::post(uri)
+        .header("content-type", "application/json")
+        .body(kube::client::Body::from(serde_json::to_vec(topic)?))?;
+    let response = testbed.mgmt().client().send(request).await?;
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_owned))
+        .collect();
+    Ok((response.status().as_u16(), warnings))
+}
+
+/// The hub CA certificate from its Secret.
+async fn hub_ca(testbed: &Testbed) -> Result<k8s_openapi::ByteString> {
+    let secrets: Api<Secret> = Api::namespaced(testbed.mgmt().client(), HUB_NAMESPACE);
+    secrets
+        .get("accord-hub-ca")
+        .await?
+        .data
+        .and_then(|d| d.get("tls.crt").cloned())
+        .context("the hub CA Secret has tls.crt")
+}
+
+/// Waits until the configuration `accord-hub` carries `ca` as its webhook's caBundle.
+async fn ca_bundle_becomes(
+    configs: &Api<ValidatingWebhookConfiguration>,
+    ca: &k8s_openapi::ByteString,
+) -> Result<()> {
+    until("the caBundle is the hub CA", WAIT, || async {
+        let found = configs.get("accord-hub").await?;
+        let bundle = found
+            .webhooks
+            .unwrap_or_default()
+            .first()
+            .and_then(|w| w.client_config.ca_bundle.clone());
+        Ok(if bundle.as_ref() == Some(ca) {
+            Check::Ready(())
+        } else {
+            Check::NotYet(format!(
+                "caBundle {} bytes",
+                bundle.map_or(0, |b| b.0.len())
+            ))
+        })
+    })
+    .await
+}
+
+/// Sends a CREATE review of `topic` straight to a hub's webhook on `port`, trusting only
+/// the hub CA, once its caches have listed; returns the review's `response`.
+async fn review_directly(
+    ca: &k8s_openapi::ByteString,
+    port: u16,
+    topic: &FederatedKafkaTopic,
+) -> Result<Value> {
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca.0)?)
+        .build()?;
+    let base = format!("https://127.0.0.1:{port}");
+    until("the webhook's caches listed", WAIT, || async {
+        Ok(match client.get(format!("{base}/readyz")).send().await {
+            Ok(r) if r.status().is_success() => Check::Ready(()),
+            Ok(r) => Check::NotYet(format!("readyz {}", r.status())),
+            Err(e) => Check::NotYet(e.to_string()),
+        })
+    })
+    .await?;
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "direct-1",
+            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic" },
+            "operation": "CREATE",
+            "object": topic,
+        },
+    });
+    let response = client
+        .post(format!("{base}/validate-federatedkafkatopics"))
+        .json(&review)
+        .send()
+        .await?;
+    ensure!(response.status().is_success(), "HTTP {}", response.status());
+    Ok(response.json::<Value>().await?["response"].clone())
+}
+
+#[test]
+fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
+    TESTBED.run(|testbed| async move {
+        let _serial = SERIAL.lock().await;
+        let port = free_port()?;
+        let hub = HubProcess::start(
+            testbed,
+            &HubOptions {
+                replica: "webhook-hub".into(),
+                etcd_prefix: "/kafka-webhook/".into(),
+                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{port}")],
+            },
+        )
+        .await?;
+        let client = testbed.mgmt().client();
+
+        // The configuration names the hub by URL and carries no CA: the hub sets it.
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": { "name": "accord-hub" },
+            "webhooks": [{
+                "name": "federatedkafkatopics.accord.io",
+                "clientConfig": { "url": format!("https://127.0.0.1:{port}/validate-federatedkafkatopics") },
+                "rules": [{
+                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["federatedkafkatopics"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }],
+        }))?;
+        // (The other test may have left the installed one behind if it failed.)
+        let _ = configs.delete("accord-hub", &Default::default()).await;
+        configs.create(&PostParams::default(), &config).await?;
+        let ca = hub_ca(testbed).await?;
+        ca_bundle_becomes(&configs, &ca).await?;
+
+        // Deny: min 12 partitions and RF 3.
+        labelled_namespace(testbed, "wh-deny", "deny").await?;
+        create_policy(
+            testbed,
+            "wh-min-12-rf-3",
+            json!({
+                "minPartitions": 12, "replicationFactor": 3,
+                "namespaceSelector": { "matchLabels": { "accord-webhook-test": "deny" } },
+            }),
+        )
+        .await?;
+        let small = topic("wh-deny", "small", 6, 1, &["east"])?;
+        refused_once_in_effect(testbed, &small).await?;
+        let refusal = try_create(testbed, &small, false)
+            .await?
+            .context("a 6-partition, RF 1 topic was admitted under the Deny policy")?;
+        eprintln!("refused: {refusal:?}");
+        ensure!(refusal.code == 403, "{refusal:?}");
+        ensure!(refusal.reason == REASON, "{refusal:?}");
+        for rule in [
+            "spec.partitions: must be at least 12 (is 6)",
+            "spec.replicationFactor: must be 3 (is 1)",
+        ] {
+            ensure!(refusal.message.contains(rule), "{rule:?} not in {:?}", refusal.message);
+        }
+        let topics: Api<FederatedKafkaTopic> = Api::namespaced(client.clone(), "wh-deny");
+        ensure!(topics.get_opt("small").await?.is_none(), "the refused topic exists");
+        ensure!(
+            try_create(testbed, &topic("wh-deny", "big", 12, 3, &["east"])?, false).await?.is_none(),
+            "a compliant topic was refused"
+        );
+
+        // A replica that does not lead serves the webhook just the same.
+        let follower_port = free_port()?;
+        let follower = HubProcess::start(
+            testbed,
+            &HubOptions {
+                replica: "webhook-follower".into(),
+                etcd_prefix: "/kafka-webhook/".into(),
+                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{follower_port}")],
+            },
+        )
+        .await?;
+        ensure!(
+            follower.metric(testbed.http(), "accord_hub_is_leader").await? == Some(0.0),
+            "the second replica leads"
+        );
+        let answer = review_directly(&ca, follower_port, &small).await?;
+        ensure!(
+            answer["allowed"] == false && answer["status"]["reason"] == REASON,
+            "the follower answered {answer}"
+        );
+        drop(follower);
+
+        // Audit: admitted, with a warning the client sees, and a Warning Event.
+        labelled_namespace(testbed, "wh-audit", "audit").await?;
+        create_policy(
+            testbed,
+            "wh-audit-min-12",
+            json!({
+                "minPartitions": 12, "enforcement": "Audit",
+                "namespaceSelector": { "matchLabels": { "accord-webhook-test": "audit" } },
+            }),
+        )
+        .await?;
+        let audited = topic("wh-audit", "audited", 6, 3, &["east"])?;
+        until("the Audit policy warns on a dry run", WAIT, || async {
+            let (status, warnings) = create_with_warnings(testbed, &audited, true).await?;
+            Ok(if status == 201 && !warnings.is_empty() {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("HTTP {status}, warnings {warnings:?}"))
+            })
+        })
+        .await?;
+        let (status, warnings) = create_with_warnings(testbed, &audited, false).await?;
+        eprintln!("audit warnings: {warnings:?}");
+        ensure!(status == 201, "the audited topic was not created: HTTP {status}");
+        ensure!(
+            warnings.len() == 1
+                && warnings[0].contains("spec.partitions: must be at least 12 (is 6)")
+                && warnings[0].contains("KafkaTopicPolicy wh-audit-min-12"),
+            "{warnings:?}"
+        );
+        let events: Api<Event> = Api::namespaced(client.clone(), "wh-audit");
+        let event = until("a PolicyViolation Event on the audited topic", WAIT, || async {
+            let list = events.list(&ListParams::default()).await?;
+            Ok(match list.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some("PolicyViolation")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("audited")
+            }) {
+                Some(e) => Check::Ready(e),
+                None => Check::NotYet("no Event yet".into()),
+            })
+        })
+        .await?;
+        ensure!(event.type_.as_deref() == Some("Warning"), "{event:?}");
+        ensure!(
+            event.note.as_deref().is_some_and(|n| n.contains("spec.partitions")),
+            "{event:?}"
+        );
+        let stored = Api::<FederatedKafkaTopic>::namespaced(client.clone(), "wh-audit")
+            .get("audited")
+            .await?;
+        ensure!(
+            event.regarding.as_ref().and_then(|r| r.uid.as_deref()) == stored.metadata.uid.as_deref(),
+            "the Event is bound to the stored topic"
+        );
+
+        // A taken topic name in the same cluster is refused, naming the owner.
+        for ns in ["wh-dup-a", "wh-dup-b", "wh-dup-c"] {
+            labelled_namespace(testbed, ns, "none").await?;
+        }
+        ensure!(
+            try_create(testbed, &topic("wh-dup-a", "orders", 12, 3, &["east"])?, false).await?.is_none(),
+            "the first topic was refused"
+        );
+        let duplicate = topic("wh-dup-b", "orders", 12, 3, &["west", "east"])?;
+        refused_once_in_effect(testbed, &duplicate).await?;
+        let refusal = try_create(testbed, &duplicate, false)
+            .await?
+            .context("a second topic named orders in cluster east was admitted")?;
+        eprintln!("duplicate refused: {refusal:?}");
+        ensure!(refusal.reason == REASON, "{refusal:?}");
+        ensure!(
+            refusal.message.contains("FederatedKafkaTopic wh-dup-a/orders in cluster east"),
+            "{:?}",
+            refusal.message
+        );
+        ensure!(
+            try_create(testbed, &topic("wh-dup-c", "orders", 12, 3, &["west"])?, false).await?.is_none(),
+            "the same name in another cluster was refused"
+        );
+
+        configs.delete("accord-hub", &Default::default()).await?;
+        drop(hub);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_webhook_works_with_only_the_permissions_install_grants() {
+    TESTBED.run(|testbed| async move {
+        let _serial = SERIAL.lock().await;
+        let client = testbed.mgmt().client();
+        let kubeconfig = testbed
+            .mgmt()
+            .kubeconfig_path()
+            .to_str()
+            .context("path")?
+            .to_owned();
+        let prefix = "/kafka-webhook-installed/";
+        let out = run_binary(
+            "accord-hub",
+            &[
+                "install",
+                "--kubeconfig",
+                &kubeconfig,
+                "--etcd-endpoints",
+                testbed.etcd_endpoint(),
+                "--etcd-prefix",
+                prefix,
+            ],
+        )
+        .await?;
+        ensure!(
+            out.status.success(),
+            "install failed: {}",
+            output_text(&out)
+        );
+
+        // install applied the configuration with the hub CA as its caBundle.
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let ca = hub_ca(testbed).await?;
+        ca_bundle_becomes(&configs, &ca).await?;
+        let installed = configs.get("accord-hub").await?;
+        let service = installed.webhooks.clone().unwrap_or_default()[0]
+            .client_config
+            .service
+            .clone()
+            .context("the installed webhook names a Service")?;
+        ensure!(
+            service.name == "accord-hub"
+                && service.namespace == HUB_NAMESPACE
+                && service.port == Some(9443),
+            "{service:?}"
+        );
+
+        // A re-applied manifest drops the caBundle...
+        let mut webhooks = serde_json::to_value(installed.webhooks.unwrap_or_default())?;
+        webhooks[0]["clientConfig"]
+            .as_object_mut()
+            .context("clientConfig")?
+            .remove("caBundle");
+        configs
+            .patch(
+                "accord-hub",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({ "webhooks": webhooks })),
+            )
+            .await?;
+
+        // ...and the hub, running with its ServiceAccount's permissions only, restores it.
+        let as_sa = impersonating_kubeconfig(
+            testbed,
+            testbed.mgmt(),
+            HUB_SERVICE_ACCOUNT,
+            &SERVICE_ACCOUNT_GROUPS,
+        )?;
+        let port = free_port()?;
+        let http = format!("127.0.0.1:{}", free_port()?);
+        let mut serve = std::process::Command::new(accord_binary("accord-hub")?);
+        serve
+            .arg("serve")
+            .arg("--kubeconfig")
+            .arg(&as_sa)
+            .args([
+                "--etcd-endpoints",
+                testbed.etcd_endpoint(),
+                "--etcd-prefix",
+                prefix,
+            ])
+            .args([
+                "--namespace",
+                HUB_NAMESPACE,
+                "--replica-name",
+                "webhook-as-sa",
+            ])
+            .args([
+                "--grpc-addr",
+                &format!("127.0.0.1:{}", free_port()?),
+                "--http-addr",
+                &http,
+            ])
+            .args(["--webhook-addr", &format!("127.0.0.1:{port}")])
+            .env_remove("KUBECONFIG")
+            .env("RUST_LOG", "info,accord_hub=debug");
+        let process = testbed.spawn("hub/webhook-as-sa", serve)?;
+        let readyz = format!("https://127.0.0.1:{port}/readyz");
+        let webhook_client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca.0)?)
+            .build()?;
+        until(
+            "the webhook's caches listed with the SA's permissions",
+            WAIT,
+            || async {
+                testbed.ensure_running(process)?;
+                Ok(match webhook_client.get(&readyz).send().await {
+                    Ok(r) if r.status().is_success() => Check::Ready(()),
+                    Ok(r) => Check::NotYet(format!("webhook readyz {}", r.status())),
+                    Err(e) => Check::NotYet(e.to_string()),
+                })
+            },
+        )
+        .await?;
+        ca_bundle_becomes(&configs, &ca).await?;
+
+        // The testbed has no Service endpoints: reach this hub by URL, trusting its CA.
+        let by_url: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": { "name": "accord-hub-by-url" },
+            "webhooks": [{
+                "name": "federatedkafkatopics.accord.io",
+                "clientConfig": {
+                    "url": format!("https://127.0.0.1:{port}/validate-federatedkafkatopics"),
+                    "caBundle": serde_json::to_value(&ca)?,
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": ["federatedkafkatopics"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "timeoutSeconds": 5,
+            }],
+        }))?;
+        configs.create(&PostParams::default(), &by_url).await?;
+
+        // A namespace-selected Audit policy: the namespace's labels come from the webhook's
+        // Namespace watch, the Event from its Events permission.
+        labelled_namespace(testbed, "wh-sa", "as-sa").await?;
+        create_policy(
+            testbed,
+            "wh-sa-audit",
+            json!({
+                "minPartitions": 12, "enforcement": "Audit",
+                "namespaceSelector": { "matchLabels": { "accord-webhook-test": "as-sa" } },
+            }),
+        )
+        .await?;
+        let audited = topic("wh-sa", "sa-audited", 3, 3, &["east"])?;
+        until("the Audit policy warns on a dry run", WAIT, || async {
+            let (status, warnings) = create_with_warnings(testbed, &audited, true).await?;
+            Ok(
+                if status == 201 && warnings.iter().any(|w| w.contains("wh-sa-audit")) {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(format!("HTTP {status}, warnings {warnings:?}"))
+                },
+            )
+        })
+        .await?;
+        let (status, _) = create_with_warnings(testbed, &audited, false).await?;
+        ensure!(status == 201, "HTTP {status}");
+        let events: Api<Event> = Api::namespaced(client.clone(), "wh-sa");
+        until("the SA records a PolicyViolation Event", WAIT, || async {
+            testbed.ensure_running(process)?;
+            let list = events.list(&ListParams::default()).await?;
+            Ok(
+                if list.items.iter().any(|e| {
+                    e.reason.as_deref() == Some("PolicyViolation")
+                        && e.reporting_controller.as_deref() == Some("accord-hub-webhook")
+                }) {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(format!("{} Events", list.items.len()))
+                },
+            )
+        })
+        .await?;
+
+        for name in ["accord-hub-by-url", "accord-hub"] {
+            configs.delete(name, &Default::default()).await?;
+        }
+        testbed.stop_process(process);
+        Ok(())
+    });
+}

@@ -1,0 +1,94 @@
+//! The validating admission webhook for FederatedKafkaTopics (`--webhook-addr`).
+//!
+//! Every hub replica serves it over HTTPS with its serving certificate from the hub CA:
+//! a pipeline of [`review::decode`] → [`decide::decide`] (pure, over a snapshot of the
+//! webhook's own reflectors, so no API call is on the request path) →
+//! [`review::response_body`]. It refuses topics that break a `Deny` KafkaTopicPolicy and
+//! topics whose Kafka name an older FederatedKafkaTopic already has in one of their
+//! clusters (reason [`DENY_REASON`]); it admits topics that break an `Audit` policy with a
+//! warning per rule, an audit annotation and a Warning Event `PolicyViolation`.
+//!
+//! The ValidatingWebhookConfiguration ([`CONFIGURATION_NAME`], rendered by
+//! `accord-hub install`, the Helm chart and the plain manifests) uses
+//! `failurePolicy: Ignore`: a hub that is down never blocks the API, and the controller
+//! checks every topic again before propagating it. [`ca_bundle`] keeps its `caBundle` equal
+//! to the hub CA.
+
+pub mod ca_bundle;
+pub mod cache;
+pub mod decide;
+pub mod review;
+pub mod server;
+
+use std::net::SocketAddr;
+
+use kube::runtime::events::{Recorder, Reporter};
+
+pub use decide::{AUDIT_ANNOTATION, DENY_REASON};
+
+use crate::pki::KeyPairPem;
+
+/// Name of the ValidatingWebhookConfiguration.
+pub const CONFIGURATION_NAME: &str = "accord-hub";
+/// Name of the webhook in it.
+pub const WEBHOOK_NAME: &str = "federatedkafkatopics.accord.io";
+/// Path the webhook is served on.
+pub const PATH: &str = "/validate-federatedkafkatopics";
+/// Default port of `--webhook-addr` and of the Service port.
+pub const DEFAULT_PORT: u16 = 9443;
+/// Reason of the Warning Event on an audited topic.
+pub const EVENT_REASON: &str = "PolicyViolation";
+
+/// What stops the webhook (and with it the hub).
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The serving certificate or key could not be used for TLS.
+    #[error("the webhook's serving certificate: {0}")]
+    Certificate(String),
+    /// The HTTPS server failed.
+    #[error("the webhook's HTTPS server failed")]
+    Serve(#[source] std::io::Error),
+    /// One of the webhook's reflectors stopped.
+    #[error(transparent)]
+    Cache(#[from] cache::CacheStopped),
+    /// The `caBundle` keeper stopped.
+    #[error("the webhook's caBundle keeper stopped")]
+    CaBundle,
+}
+
+/// What the webhook needs from `serve`.
+#[derive(Clone)]
+pub struct WebhookDeps {
+    /// Client of the management cluster.
+    pub kube: kube::Client,
+    /// The hub CA certificate, PEM (sent after the serving certificate; the `caBundle`).
+    pub ca_pem: String,
+    /// The serving certificate and key.
+    pub serving: KeyPairPem,
+    /// This replica's name (Events say which replica recorded them).
+    pub replica: String,
+}
+
+/// Binds the webhook's address, so that a port conflict fails start-up with a clear error.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await
+}
+
+/// Runs the webhook on `listener`: its reflectors, the `caBundle` keeper and the HTTPS
+/// server. Returns only when one of them ends.
+pub async fn run(deps: WebhookDeps, listener: tokio::net::TcpListener) -> Result<(), WebhookError> {
+    let tls = server::tls_config(&deps.ca_pem, &deps.serving)?;
+    let (caches, reflectors) = cache::Caches::new(deps.kube.clone());
+    let recorder = Recorder::new(
+        deps.kube.clone(),
+        Reporter {
+            controller: "accord-hub-webhook".into(),
+            instance: Some(deps.replica.clone()),
+        },
+    );
+    tokio::select! {
+        r = reflectors => r.map_err(WebhookError::from),
+        () = ca_bundle::keep_ca_bundle(deps.kube.clone(), deps.ca_pem.clone()) => Err(WebhookError::CaBundle),
+        r = server::serve(listener, tls, caches, recorder) => r,
+    }
+}

@@ -1,0 +1,260 @@
+//! The webhook's HTTPS server: TLS with the hub's serving certificate (issued by the hub
+//! CA, which the ValidatingWebhookConfiguration's `caBundle` trusts), HTTP/1.1 by axum.
+//!
+//! - `POST /validate-federatedkafkatopics`: an AdmissionReview in, an AdmissionReview out;
+//!   a body that is not a review is HTTP 400 with the reason.
+//! - `GET /readyz`: 200 once every reflector has listed, 503 before; `GET /healthz`: 200.
+//!
+//! TLS handshakes run as their own tasks, so one slow client never holds up the others.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use kube::ResourceExt as _;
+use kube::runtime::events::{Event, EventType, Recorder};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tracing::{debug, warn};
+
+use super::cache::Caches;
+use super::decide::decide;
+use super::review::{self, Operation};
+use super::{PATH, WebhookError};
+use crate::pki::KeyPairPem;
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The API server sends at most 3 MiB of object, twice for an UPDATE, plus the envelope.
+const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// How long a review waits for the reflectors' first list after a start; past it the
+/// webhook answers 503 (with `failurePolicy: Ignore` the API server then admits, and the
+/// controller's own check still applies).
+const READY_WAIT: Duration = Duration::from_secs(2);
+
+/// How long after admitting an audited topic its Event waits for the topic to be stored.
+const EVENT_WAIT: Duration = Duration::from_secs(30);
+
+/// Events v1 refuses a note longer than 1 kB.
+const MAX_EVENT_NOTE: usize = 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary, marked with `…` when cut.
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max.saturating_sub('…'.len_utf8());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// The rustls server config of the webhook: `serving` followed by the CA certificate.
+pub fn tls_config(
+    ca_pem: &str,
+    serving: &KeyPairPem,
+) -> Result<rustls::ServerConfig, WebhookError> {
+    crate::pki::install_crypto_provider();
+    let mut chain = Vec::new();
+    for pem in [serving.cert_pem.as_str(), ca_pem] {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            chain.push(cert.map_err(|e| WebhookError::Certificate(e.to_string()))?);
+        }
+    }
+    let key = PrivateKeyDer::from_pem_slice(serving.key_pem.as_bytes())
+        .map_err(|e| WebhookError::Certificate(format!("the serving key: {e}")))?;
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| WebhookError::Certificate(e.to_string()))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Accepts TCP connections and hands out those whose TLS handshake completed.
+struct TlsListener {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+    handshakes: JoinSet<Option<(TlsStream<TcpStream>, SocketAddr)>>,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            tokio::select! {
+                accepted = self.tcp.accept() => match accepted {
+                    Ok((stream, addr)) => {
+                        let acceptor = self.acceptor.clone();
+                        self.handshakes.spawn(async move {
+                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                                Ok(Ok(tls)) => Some((tls, addr)),
+                                Ok(Err(e)) => {
+                                    debug!(%addr, error = %e, "webhook TLS handshake failed");
+                                    None
+                                }
+                                Err(_) => {
+                                    debug!(%addr, "webhook TLS handshake timed out");
+                                    None
+                                }
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        warn!(error = %e, "webhook accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                },
+                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
+                    if let Ok(Some(connection)) = done {
+                        return connection;
+                    }
+                }
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    caches: Caches,
+    recorder: Arc<Recorder>,
+}
+
+/// Serves the webhook on `listener` until the task is dropped.
+pub async fn serve(
+    listener: TcpListener,
+    tls: rustls::ServerConfig,
+    caches: Caches,
+    recorder: Recorder,
+) -> Result<(), WebhookError> {
+    let app = Router::new()
+        .route(PATH, post(validate))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(AppState {
+            caches,
+            recorder: Arc::new(recorder),
+        });
+    let listener = TlsListener {
+        tcp: listener,
+        acceptor: TlsAcceptor::from(Arc::new(tls)),
+        handshakes: JoinSet::new(),
+    };
+    axum::serve(listener, app)
+        .await
+        .map_err(WebhookError::Serve)
+}
+
+async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
+    match tokio::time::timeout(Duration::ZERO, s.caches.wait_until_ready()).await {
+        Ok(()) => (StatusCode::OK, "ok"),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the webhook's caches have not listed yet",
+        ),
+    }
+}
+
+async fn validate(State(s): State<AppState>, body: Bytes) -> Response {
+    let review = match review::decode(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            let message = accord_common::runtime::error_chain(&e);
+            debug!(error = %message, "refusing a malformed admission review");
+            return (StatusCode::BAD_REQUEST, message).into_response();
+        }
+    };
+    if tokio::time::timeout(READY_WAIT, s.caches.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the webhook's caches have not listed yet",
+        )
+            .into_response();
+    }
+    let snapshot = match (&review.operation, &review.topic) {
+        (Operation::Create | Operation::Update, Some(topic)) => s.caches.snapshot(topic),
+        _ => Default::default(),
+    };
+    let decision = decide(&review, &snapshot);
+    if let (Some(note), Some(topic)) = (decision.event, &review.topic) {
+        // Best effort and off the request path: the topic is not stored until admission
+        // ends, so the Event waits for the reflector to see it.
+        let caches = s.caches.clone();
+        let recorder = s.recorder.clone();
+        let namespace = topic.namespace().unwrap_or_default();
+        let name = topic.name_any();
+        tokio::spawn(async move {
+            record_violation(&caches, &recorder, &namespace, &name, note).await;
+        });
+    }
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        review::response_body(&review.uid, &decision.verdict),
+    )
+        .into_response()
+}
+
+/// Records the Warning Event `PolicyViolation` on the admitted topic once it is stored.
+async fn record_violation(
+    caches: &Caches,
+    recorder: &Recorder,
+    namespace: &str,
+    name: &str,
+    note: String,
+) {
+    let Some(stored) = caches.wait_for_topic(namespace, name, EVENT_WAIT).await else {
+        debug!(namespace, name, "audited topic never appeared; no Event");
+        return;
+    };
+    let reference = kube::Resource::object_ref(stored.as_ref(), &());
+    let event = Event {
+        type_: EventType::Warning,
+        reason: super::EVENT_REASON.to_owned(),
+        note: Some(truncate(note, MAX_EVENT_NOTE)),
+        action: "Admit".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        warn!(namespace, name, error = %e, "recording the PolicyViolation Event failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_event_notes_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("short".into(), 1024), "short");
+        let long = "é".repeat(1000);
+        let cut = truncate(long, MAX_EVENT_NOTE);
+        assert!(cut.len() <= MAX_EVENT_NOTE, "{}", cut.len());
+        assert!(cut.ends_with('…'));
+    }
+}
