@@ -198,96 +198,105 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     .await
     .context("a dry-run create through the webhook")?;
 
-    // Apply every topic, `concurrency` at a time.
+    // Apply every topic, `concurrency` at a time, while watching Kafka and the status.
     let t0 = Instant::now();
-    let applied = futures::stream::iter(0..args.topics)
-        .map(|i| {
-            let spec = topic_spec(i, args.partitions, &clusters);
-            async move {
-                ks::try_apply_topic(testbed, NS, &format!("{PREFIX}-{i:05}"), spec, false)
-                    .await
-                    .with_context(|| format!("applying topic {i}"))
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .collect::<Vec<_>>()
-        .await;
-    for result in applied {
-        result?;
-    }
-    let apply_time = t0.elapsed();
-    eprintln!(
-        "{} FederatedKafkaTopics applied in {apply_time:.1?}",
-        args.topics
-    );
+    let apply = async {
+        let applied = futures::stream::iter(0..args.topics)
+            .map(|i| {
+                let spec = topic_spec(i, args.partitions, &clusters);
+                async move {
+                    let start = Instant::now();
+                    ks::try_apply_topic(testbed, NS, &format!("{PREFIX}-{i:05}"), spec, false)
+                        .await
+                        .with_context(|| format!("applying topic {i}"))?;
+                    anyhow::Ok(start.elapsed())
+                }
+            })
+            .buffer_unordered(args.concurrency)
+            .collect::<Vec<_>>()
+            .await;
+        let latencies = applied.into_iter().collect::<Result<Vec<_>>>()?;
+        let took = t0.elapsed();
+        eprintln!("{} FederatedKafkaTopics applied in {took:.1?}", args.topics);
+        anyhow::Ok((took, latencies))
+    };
 
     // Poll Kafka and the status until every member has every topic and every placement is
     // Synced.
     let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), NS);
-    let mut first_in_kafka: Vec<Option<Duration>> = vec![None; clusters.len()];
-    let mut in_kafka: Vec<Option<Duration>> = vec![None; clusters.len()];
-    let mut synced: Vec<Option<Duration>> = vec![None; clusters.len()];
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        for (i, probe) in probes.iter().enumerate() {
-            if in_kafka[i].is_none() {
-                let count = probe
-                    .topics()
-                    .await?
-                    .keys()
-                    .filter(|t| t.starts_with(PREFIX))
-                    .count();
-                if count > 0 && first_in_kafka[i].is_none() {
-                    first_in_kafka[i] = Some(t0.elapsed());
-                }
-                if count >= args.topics {
-                    in_kafka[i] = Some(t0.elapsed());
-                }
-            }
-        }
-        if synced.iter().any(Option::is_none) {
-            let list = api.list(&Default::default()).await?;
-            let mut per_cluster: BTreeMap<&str, usize> = BTreeMap::new();
-            for topic in list.items.iter().filter(|t| {
-                t.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with(PREFIX))
-            }) {
-                let generation = topic.metadata.generation;
-                let Some(status) = &topic.status else {
-                    continue;
-                };
-                if status.observed_generation != generation {
-                    continue;
-                }
-                for p in &status.placements {
-                    if p.state == PlacementState::Synced {
-                        *per_cluster.entry(p.cluster.as_str()).or_default() += 1;
+    let poll = async {
+        let mut first_in_kafka: Vec<Option<Duration>> = vec![None; clusters.len()];
+        let mut in_kafka: Vec<Option<Duration>> = vec![None; clusters.len()];
+        let mut synced: Vec<Option<Duration>> = vec![None; clusters.len()];
+        let mut counts = vec![0; clusters.len()];
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            for (i, probe) in probes.iter().enumerate() {
+                if in_kafka[i].is_none() {
+                    let count = probe
+                        .topics()
+                        .await?
+                        .keys()
+                        .filter(|t| t.starts_with(PREFIX))
+                        .count();
+                    counts[i] = count;
+                    if count > 0 && first_in_kafka[i].is_none() {
+                        first_in_kafka[i] = Some(t0.elapsed());
+                    }
+                    if count >= args.topics {
+                        in_kafka[i] = Some(t0.elapsed());
                     }
                 }
             }
-            for (i, cluster) in clusters.iter().enumerate() {
-                if synced[i].is_none()
-                    && per_cluster.get(cluster.as_str()).copied().unwrap_or(0) >= args.topics
-                {
-                    synced[i] = Some(t0.elapsed());
+            if synced.iter().any(Option::is_none) {
+                let list = api.list(&Default::default()).await?;
+                let mut per_cluster: BTreeMap<&str, usize> = BTreeMap::new();
+                for topic in list.items.iter().filter(|t| {
+                    t.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with(PREFIX))
+                }) {
+                    let generation = topic.metadata.generation;
+                    let Some(status) = &topic.status else {
+                        continue;
+                    };
+                    if status.observed_generation != generation {
+                        continue;
+                    }
+                    for p in &status.placements {
+                        if p.state == PlacementState::Synced {
+                            *per_cluster.entry(p.cluster.as_str()).or_default() += 1;
+                        }
+                    }
                 }
+                for (i, cluster) in clusters.iter().enumerate() {
+                    if synced[i].is_none()
+                        && per_cluster.get(cluster.as_str()).copied().unwrap_or(0) >= args.topics
+                    {
+                        synced[i] = Some(t0.elapsed());
+                    }
+                }
+                eprintln!(
+                    "{:>6.1}s: Synced {per_cluster:?}; in Kafka {counts:?}",
+                    t0.elapsed().as_secs_f64(),
+                );
             }
-            eprintln!(
-                "{:>6.1}s: Synced {per_cluster:?}; in Kafka {:?}",
-                t0.elapsed().as_secs_f64(),
-                in_kafka
-            );
+            if in_kafka.iter().chain(&synced).all(Option::is_some) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "not every topic Synced within 900 s: in Kafka {in_kafka:?}, Synced {synced:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        if in_kafka.iter().chain(&synced).all(Option::is_some) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("not every topic Synced within 900 s: in Kafka {in_kafka:?}, Synced {synced:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        anyhow::Ok((first_in_kafka, in_kafka, synced))
+    };
+    let (applied, polled) = tokio::join!(apply, poll);
+    let (apply_time, mut apply_latencies) = applied?;
+    let (first_in_kafka, in_kafka, synced) = polled?;
 
     println!(
         "FederatedKafkaTopics: {} topics × {} members ({} partitions, RF 1, {} broker(s) per \
@@ -323,6 +332,12 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
             agent as f64 / (1024.0 * 1024.0),
         );
     }
+    apply_latencies.sort();
+    println!(
+        "  one apply (server-side apply through the webhook): p50={:.1}ms p99={:.1}ms",
+        pct(&apply_latencies, 0.5).as_secs_f64() * 1000.0,
+        pct(&apply_latencies, 0.99).as_secs_f64() * 1000.0
+    );
     let end_to_end = synced.iter().chain(&in_kafka).flatten().max().copied();
     println!(
         "  end to end (first apply → every placement of every topic Synced): {:.1}s",
