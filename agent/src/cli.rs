@@ -8,6 +8,7 @@ use std::time::Duration;
 use accord_common::runtime::{error_chain, shutdown_signal};
 use clap::{Args, Parser, Subcommand};
 
+use crate::enforce::kafka::{DEFAULT_SECRET, KafkaOptions};
 use crate::identity::{IdentitySource, SecretRef};
 use crate::run::RunConfig;
 
@@ -76,6 +77,15 @@ pub struct RunArgs {
     /// Delay between a change and the status report about it (changes within it coalesce).
     #[arg(long, env = "ACCORD_REPORT_DEBOUNCE", default_value = "100ms", value_parser = parse_duration)]
     pub report_debounce: Duration,
+    /// Secret in the agent's namespace holding this cluster's Kafka connection
+    /// (bootstrap.servers, security.protocol, sasl.mechanism, sasl.username, sasl.password,
+    /// ca.crt); read only while Kafka topics are assigned.
+    #[arg(long, env = "ACCORD_KAFKA_SECRET", default_value = DEFAULT_SECRET, value_parser = parse_secret_name)]
+    pub kafka_secret: String,
+    /// Interval between two looks at every assigned Kafka topic; out-of-band changes are
+    /// repaired within it.
+    #[arg(long, env = "ACCORD_KAFKA_RESYNC", default_value = "30s", value_parser = parse_duration)]
+    pub kafka_resync: Duration,
 }
 
 impl RunArgs {
@@ -99,6 +109,10 @@ impl RunArgs {
             namespace: self.namespace,
             heartbeat_interval: self.heartbeat_interval,
             report_debounce: self.report_debounce,
+            kafka: KafkaOptions {
+                secret: self.kafka_secret,
+                resync: self.kafka_resync,
+            },
         }
     }
 }
@@ -109,6 +123,24 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("must be longer than 0".to_owned());
     }
     Ok(d)
+}
+
+/// A Secret name: a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253).
+pub fn parse_secret_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a Secret name (lowercase letters, digits, '-' and '.', starting and \
+             ending with a letter or digit)"
+        ))
+    }
 }
 
 fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
@@ -206,6 +238,39 @@ mod tests {
         assert_eq!(config.heartbeat_interval, Duration::from_millis(500));
         assert_eq!(config.namespace, "accord-system");
         assert_eq!(config.http_addr, "0.0.0.0:8081".parse().unwrap());
+        assert_eq!(config.kafka, KafkaOptions::default());
+        assert_eq!(config.kafka.secret, "accord-kafka");
+        assert_eq!(config.kafka.resync, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn run_takes_the_kafka_secret_and_resync_interval() {
+        let cli = Cli::try_parse_from([
+            "accord-agent",
+            "run",
+            "--kafka-secret",
+            "kafka-prod",
+            "--kafka-resync",
+            "2s",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        assert_eq!(
+            args.config().kafka,
+            KafkaOptions {
+                secret: "kafka-prod".into(),
+                resync: Duration::from_secs(2),
+            }
+        );
+        for bad in ["ns/name", "Upper", "", "-x"] {
+            assert!(
+                Cli::try_parse_from(["accord-agent", "run", "--kafka-secret", bad]).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+        assert!(Cli::try_parse_from(["accord-agent", "run", "--kafka-resync", "0s"]).is_err());
     }
 
     #[test]

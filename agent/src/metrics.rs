@@ -30,6 +30,9 @@ pub struct Metrics {
     pub report_acks: Family<KindLabel, Counter>,
     /// Policies whose latest observation the hub has not accepted yet.
     pub reports_pending: Gauge,
+    /// Requests sent to the member's Kafka, by request (`metadata`, `describe_configs`,
+    /// `create_topics`, `create_partitions`, `incremental_alter_configs`, `delete_topics`).
+    pub kafka_requests: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -53,6 +56,7 @@ impl Metrics {
             reports_sent: Counter::default(),
             report_acks: Family::default(),
             reports_pending: Gauge::default(),
+            kafka_requests: Family::default(),
         };
         registry.register(
             "connected",
@@ -99,6 +103,11 @@ impl Metrics {
             "Policies whose latest observation the hub has not accepted yet",
             metrics.reports_pending.clone(),
         );
+        registry.register(
+            "kafka_requests",
+            "Requests sent to the member's Kafka, by request",
+            metrics.kafka_requests.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             ..metrics
@@ -108,6 +117,13 @@ impl Metrics {
     /// Counts an error of `kind`.
     pub fn error(&self, kind: &str) {
         self.apply_errors.get_or_create(&KindLabel::of(kind)).inc();
+    }
+
+    /// Counts a request of `kind` to the member's Kafka.
+    pub fn kafka_request(&self, kind: &str) {
+        self.kafka_requests
+            .get_or_create(&KindLabel::of(kind))
+            .inc();
     }
 
     /// Counts a StatusAck with `result`.
@@ -149,6 +165,7 @@ mod tests {
         m.reconnects.inc();
         m.error("not_found");
         m.ack("accepted");
+        m.kafka_request("create_topics");
         let text = m.encode();
         for name in [
             "accord_agent_connected 1",
@@ -160,6 +177,7 @@ mod tests {
             "accord_agent_status_reports_sent_total",
             "accord_agent_status_acks_total{kind=\"accepted\"} 1",
             "accord_agent_status_reports_pending",
+            "accord_agent_kafka_requests_total{kind=\"create_topics\"} 1",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

@@ -11,10 +11,12 @@ use accord_common::runtime::{KubeClientError, kube_client};
 use tracing::info;
 
 use crate::connection::{self, ConnectionConfig};
-use crate::engine::{self, EngineConfig};
+use crate::enforce::{self, kafka::KafkaOptions};
+use crate::engine::{self, CoreConfig};
 use crate::http::{self, Readiness};
 use crate::identity::{IdentityError, IdentitySource};
 use crate::metrics::Metrics;
+use crate::persist::ConfigMapStore;
 
 /// Everything `run` needs.
 #[derive(Debug, Clone)]
@@ -32,6 +34,8 @@ pub struct RunConfig {
     pub heartbeat_interval: Duration,
     /// Delay between a change and the report about it.
     pub report_debounce: Duration,
+    /// The Kafka connection Secret (in `namespace`) and resync interval.
+    pub kafka: KafkaOptions,
 }
 
 /// Why the agent could not run.
@@ -84,13 +88,15 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         })?;
     let http_task = http::serve(listener, metrics.clone(), ready.clone());
 
-    let engine = engine::start(
-        EngineConfig {
-            client: client.clone(),
-            namespace: config.namespace.clone(),
+    let store = std::sync::Arc::new(ConfigMapStore::new(client.clone(), &config.namespace));
+    let enforcers = enforce::enforcers_with(&client, &metrics, &config.namespace, &config.kafka);
+    let engine = engine::start_with(
+        CoreConfig {
             cluster: identity.cluster.clone(),
             report_debounce: config.report_debounce,
         },
+        store,
+        enforcers,
         metrics.clone(),
     );
     let handle = engine.handle().clone();

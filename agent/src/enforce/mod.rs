@@ -20,6 +20,7 @@
 
 pub mod deployment;
 pub mod federation;
+pub mod kafka;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -34,11 +35,23 @@ use crate::metrics::{Metrics, kube_error_kind};
 use crate::report::Report;
 
 /// The enforcers of this agent version, one per kind it enforces; `namespace` is the
-/// agent's own.
+/// agent's own. Kafka topics use the default connection Secret and resync interval
+/// ([`enforcers_with`] takes others).
 pub fn enforcers(
     client: &kube::Client,
     metrics: &Metrics,
     namespace: &str,
+) -> Vec<Box<dyn Enforcer>> {
+    enforcers_with(client, metrics, namespace, &kafka::KafkaOptions::default())
+}
+
+/// The enforcers of this agent version, with the Kafka connection Secret and resync
+/// interval of `kafka`.
+pub fn enforcers_with(
+    client: &kube::Client,
+    metrics: &Metrics,
+    namespace: &str,
+    kafka: &kafka::KafkaOptions,
 ) -> Vec<Box<dyn Enforcer>> {
     vec![
         Box::new(deployment::DeploymentEnforcer::new(
@@ -48,6 +61,12 @@ pub fn enforcers(
         Box::new(federation::FederationEnforcer::new(
             client.clone(),
             namespace.to_owned(),
+        )),
+        Box::new(kafka::KafkaEnforcer::new(
+            client.clone(),
+            namespace.to_owned(),
+            kafka.clone(),
+            metrics.clone(),
         )),
     ]
 }
@@ -179,6 +198,14 @@ pub enum ApplyError {
         #[source]
         source: kube::Error,
     },
+    /// A request to a system outside Kubernetes (e.g. the member's Kafka) failed.
+    #[error("{message}")]
+    External {
+        /// The metric label of the error.
+        kind: &'static str,
+        /// What the status says (never a credential).
+        message: String,
+    },
 }
 
 impl ApplyError {
@@ -186,6 +213,7 @@ impl ApplyError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Kube { source, .. } => kube_error_kind(source),
+            Self::External { kind, .. } => kind,
         }
     }
 
@@ -202,6 +230,7 @@ impl ApplyError {
                 ..
             } => format!("server-side apply failed: {}", status.message),
             Self::Kube { source, .. } => format!("server-side apply failed: {source}"),
+            Self::External { message, .. } => message.clone(),
         }
     }
 }

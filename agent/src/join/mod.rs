@@ -33,7 +33,8 @@ pub use render::{
     render,
 };
 
-use crate::cli::DEFAULT_IDENTITY_SECRET;
+use crate::cli::{DEFAULT_IDENTITY_SECRET, parse_secret_name};
+use crate::enforce::kafka::{DEFAULT_SECRET as DEFAULT_KAFKA_SECRET, KafkaOptions};
 use crate::identity::{Identity, IdentitySource, default_server_name, hub_host};
 use crate::run::{RunConfig, RunError};
 
@@ -88,6 +89,12 @@ pub struct JoinArgs {
     /// Deployment's HTTP port.
     #[arg(long, env = "ACCORD_HTTP_ADDR", default_value = "0.0.0.0:8081")]
     pub http_addr: SocketAddr,
+    /// Secret in the agent's namespace holding this cluster's Kafka connection
+    /// (bootstrap.servers, security.protocol, sasl.mechanism, sasl.username, sasl.password,
+    /// ca.crt); the agent may read that one Secret and no other. Create it in the member
+    /// cluster; its values never leave it.
+    #[arg(long, default_value = DEFAULT_KAFKA_SECRET, value_parser = parse_secret_name)]
+    pub kafka_secret: String,
 }
 
 /// `--token` as given: checked by [`join`] rather than by the argument parser, whose
@@ -119,6 +126,7 @@ impl JoinArgs {
             namespace: self.namespace.clone(),
             image: self.image.clone().unwrap_or_else(default_image),
             http_port: self.http_addr.port(),
+            kafka_secret: self.kafka_secret.clone(),
         }
     }
 
@@ -435,6 +443,10 @@ pub async fn join(args: JoinArgs, shutdown: impl Future<Output = ()>) -> Result<
             namespace: ns.to_owned(),
             heartbeat_interval: Duration::from_secs(1),
             report_debounce: Duration::from_millis(100),
+            kafka: KafkaOptions {
+                secret: args.kafka_secret.clone(),
+                ..KafkaOptions::default()
+            },
         };
         return Ok(crate::run::run(config, shutdown).await?);
     }

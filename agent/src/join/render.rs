@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
 
 use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
+use crate::enforce::kafka::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };
@@ -36,6 +37,8 @@ pub struct AgentManifestOptions {
     pub image: String,
     /// Port of `/metrics`, `/healthz` and `/readyz`.
     pub http_port: u16,
+    /// The Secret (in `namespace`) holding the member's Kafka connection.
+    pub kafka_secret: String,
 }
 
 impl Default for AgentManifestOptions {
@@ -44,6 +47,7 @@ impl Default for AgentManifestOptions {
             namespace: DEFAULT_IDENTITY_NAMESPACE.to_owned(),
             image: default_image(),
             http_port: DEFAULT_HTTP_PORT,
+            kafka_secret: DEFAULT_KAFKA_SECRET.to_owned(),
         }
     }
 }
@@ -93,26 +97,36 @@ pub fn agent_cluster_rules() -> Value {
 ///   (`spec.target.configMapNamespace`) needs the same rule there
 ///   (`deploy/manifests/prometheus-federation.yaml` grants it in `monitoring`).
 ///
+/// - The Kafka connection Secret `kafka_secret` (bootstrap servers, SASL credentials, CA):
+///   read only, by name — `list` and `watch` with the matching field selector, so a
+///   changed Secret reconnects without a restart.
+///
 /// Not granted until the agent uses them: Leases (two-replica mode) and writing the
 /// identity Secret (certificate renewal).
-pub fn agent_namespace_rules() -> Value {
+pub fn agent_namespace_rules(kafka_secret: &str) -> Value {
     json!([
         { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CONFIGMAP_NAME], "verbs": ["get", "patch"] },
         { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FEDERATION_CONFIG_MAP], "verbs": ["get", "list", "watch", "patch", "delete"] },
         { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get"] },
+        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [kafka_secret], "verbs": ["get", "list", "watch"] },
     ])
 }
 
-/// The `accord-agent run` flags of the agent container (no `--kubeconfig`: in-cluster).
+/// The `accord-agent run` flags of the agent container (no `--kubeconfig`: in-cluster;
+/// no `--kafka-secret` when it is the default).
 pub fn agent_args(options: &AgentManifestOptions) -> Vec<String> {
     let ns = &options.namespace;
-    vec![
+    let mut args = vec![
         "run".to_owned(),
         format!("--identity-secret={ns}/{DEFAULT_IDENTITY_SECRET}"),
         format!("--namespace={ns}"),
         format!("--http-addr=0.0.0.0:{}", options.http_port),
-    ]
+    ];
+    if options.kafka_secret != DEFAULT_KAFKA_SECRET {
+        args.push(format!("--kafka-secret={}", options.kafka_secret));
+    }
+    args
 }
 
 fn deployment(options: &AgentManifestOptions) -> Value {
@@ -160,7 +174,12 @@ pub fn render(options: &AgentManifestOptions) -> Vec<Value> {
         manifest::service_account(AGENT_NAME, ns, &l),
         manifest::role(AGENT_NAME, None, &l, agent_cluster_rules()),
         manifest::role_binding(AGENT_NAME, None, ns, &l),
-        manifest::role(AGENT_NAME, Some(ns), &l, agent_namespace_rules()),
+        manifest::role(
+            AGENT_NAME,
+            Some(ns),
+            &l,
+            agent_namespace_rules(&options.kafka_secret),
+        ),
         manifest::role_binding(AGENT_NAME, Some(ns), ns, &l),
         deployment(options),
     ]
@@ -258,6 +277,7 @@ mod tests {
             namespace: "accord".into(),
             image: "example/agent:1".into(),
             http_port: 9000,
+            kafka_secret: "kafka-prod".into(),
         };
         let objects = render(&options);
         let deployment = objects.last().unwrap();
@@ -269,8 +289,19 @@ mod tests {
                 "run",
                 "--identity-secret=accord/accord-agent-identity",
                 "--namespace=accord",
-                "--http-addr=0.0.0.0:9000"
+                "--http-addr=0.0.0.0:9000",
+                "--kafka-secret=kafka-prod"
             ])
+        );
+        let role = objects
+            .iter()
+            .find(|o| o["kind"] == "Role")
+            .expect("the namespace Role");
+        assert!(
+            role["rules"].as_array().unwrap().contains(&json!(
+                { "apiGroups": [""], "resources": ["secrets"], "resourceNames": ["kafka-prod"], "verbs": ["get", "list", "watch"] }
+            )),
+            "{role}"
         );
         assert_eq!(container["ports"][0]["containerPort"], 9000);
         for object in &objects[1..] {

@@ -146,3 +146,65 @@ fn join_needs_to_apply_every_object_and_read_its_identity() {
         "{granted:?}"
     );
 }
+
+#[test]
+fn join_points_the_agent_at_its_kafka_secret_and_may_read_only_that_one() {
+    let args = parse(&["--kafka-secret", "kafka-prod", "--namespace", "accord"]).unwrap();
+    let options = args.manifest_options();
+    assert_eq!(options.kafka_secret, "kafka-prod");
+    let objects = render(&options);
+    let deployment = objects.last().unwrap();
+    let container_args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        container_args
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("--kafka-secret=kafka-prod")),
+        "{container_args}"
+    );
+    assert!(parse(&["--kafka-secret", "ns/name"]).is_err());
+
+    let granted = preflight::granted_permissions(&objects);
+    let secrets: Vec<&Permission> = granted.iter().filter(|p| p.resource == "secrets").collect();
+    let mut kafka: Vec<&str> = secrets
+        .iter()
+        .filter(|p| p.name.as_deref() == Some("kafka-prod"))
+        .map(|p| p.verb.as_str())
+        .collect();
+    kafka.sort_unstable();
+    assert_eq!(kafka, ["get", "list", "watch"], "{secrets:?}");
+    // Every Secret permission names its Secret and stays in the agent's namespace; the only
+    // Secrets are the identity and the Kafka connection, and none may be written.
+    for p in &secrets {
+        assert_eq!(p.namespace.as_deref(), Some("accord"), "{p}");
+        assert!(
+            matches!(
+                p.name.as_deref(),
+                Some("kafka-prod" | "accord-agent-identity")
+            ),
+            "{p}"
+        );
+        assert!(matches!(p.verb.as_str(), "get" | "list" | "watch"), "{p}");
+    }
+}
+
+#[test]
+fn the_default_kafka_secret_needs_no_flag_and_is_still_granted() {
+    let options = AgentManifestOptions::default();
+    assert_eq!(options.kafka_secret, "accord-kafka");
+    let objects = render(&options);
+    let container_args =
+        &objects.last().unwrap()["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        !container_args.to_string().contains("--kafka-secret"),
+        "{container_args}"
+    );
+    let granted = preflight::granted_permissions(&objects);
+    assert!(
+        granted.contains(
+            &Permission::new("", "secrets", "watch")
+                .in_namespace(Some("accord-system"))
+                .named(Some("accord-kafka"))
+        )
+    );
+}

@@ -1,0 +1,534 @@
+//! The agent's view of its Kafka: one task that describes every assigned topic in one
+//! Metadata and one DescribeConfigs request — every resync interval, right after applies,
+//! and as soon as the connection or the list of topics changes — and keeps what it saw
+//! where the enforcer's judge reads it ([`Observations`]), telling the engine which topics
+//! changed through the same [`WatchEvent`]s a Kubernetes watch sends.
+//!
+//! Kafka has no watch for topic metadata or configs, so out-of-band drift (a managed key
+//! changed, the topic deleted) is seen at the next resync at the latest. A failed look
+//! (unreachable, authentication refused) marks every topic `Unavailable` with the reason
+//! and is retried with backoff, bounded by the resync interval.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accord_common::runtime::{Retry, backoff};
+use accord_kafka::{Admin, KafkaError};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, warn};
+
+use super::judge::{
+    AUTHENTICATION_PREFIX, Plan, TopicSeen, UNREACHABLE_PREFIX, shows, topic_settings,
+};
+use crate::enforce::{EventSink, WatchEvent};
+use crate::metrics::Metrics;
+
+/// The resource name of Kafka topics in watch events.
+pub const TOPICS: &str = "kafkatopics";
+
+/// The first retry of a failed look; later ones back off up to the resync interval.
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+/// The interval of looks while an applied change does not show in Kafka's metadata yet.
+const SETTLING: Duration = Duration::from_millis(200);
+/// Looks an applied change may take to show before its topic is judged anyway.
+const SETTLING_LOOKS: u32 = 25;
+
+/// What the observer looks at: the connection and the assigned topics.
+#[derive(Clone, Default)]
+pub struct Target {
+    /// The admin client, when there is a connection.
+    pub admin: Option<Admin>,
+    /// Every assigned topic name, sorted.
+    pub topics: Arc<Vec<String>>,
+    /// Bumped when the connection changes: looks made through an older one are dropped.
+    pub epoch: u64,
+}
+
+/// One topic as last seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    /// Changes whenever what was seen changes, or an apply to the topic completed since
+    /// the look before: the version an apply is decided on.
+    pub version: u64,
+    /// What was seen.
+    pub seen: TopicSeen,
+}
+
+/// What the observer last saw, shared with the enforcer (locked only briefly, never
+/// across an await).
+#[derive(Debug, Default)]
+pub struct Observations {
+    topics: HashMap<String, Seen>,
+    /// Why the last look failed, while it stands.
+    error: Option<String>,
+    /// Whether a look through the current connection succeeded yet.
+    looked: bool,
+    epoch: u64,
+    next_version: u64,
+    /// Topics applied to since the last look began, with what was applied and how many
+    /// looks did not show it yet. A look that shows the plan's effect reports the topic
+    /// (even if nothing else changed, so the engine stops waiting for the apply's
+    /// result); until then the topic keeps its version, so the engine does not apply the
+    /// same plan again, and the observer looks again soon.
+    applied: BTreeMap<String, (Plan, u32)>,
+}
+
+/// [`Observations`] shared between the observer, the applier and the enforcer.
+pub type Shared = Arc<Mutex<Observations>>;
+
+impl Observations {
+    /// What was last seen of `topic` (`None` before the first look that included it).
+    pub fn topic(&self, topic: &str) -> Option<&Seen> {
+        self.topics.get(topic)
+    }
+
+    /// Why the last look failed, while it stands.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Whether a look through the current connection succeeded yet.
+    pub fn looked(&self) -> bool {
+        self.looked
+    }
+
+    /// Forgets everything: the connection changed to `epoch`.
+    pub fn reset(&mut self, epoch: u64) {
+        self.topics.clear();
+        self.error = None;
+        self.looked = false;
+        self.epoch = epoch;
+        self.applied.clear();
+    }
+
+    /// Notes that `plan` was applied to `topic`.
+    pub fn applied(&mut self, topic: String, plan: Plan) {
+        self.applied.insert(topic, (plan, 0));
+    }
+
+    /// A look begins: takes the topics applied to so far.
+    pub fn begin(&mut self) -> BTreeMap<String, (Plan, u32)> {
+        std::mem::take(&mut self.applied)
+    }
+
+    /// Whether an applied change waits to show in Kafka (the next look comes soon).
+    pub fn settling(&self) -> bool {
+        !self.applied.is_empty()
+    }
+
+    fn bump(&mut self) -> u64 {
+        self.next_version += 1;
+        self.next_version
+    }
+
+    /// Records a look at `topics` through connection `epoch`, begun with `applied` (from
+    /// [`Self::begin`]); answers what to tell the engine.
+    pub fn record(
+        &mut self,
+        epoch: u64,
+        topics: &[String],
+        outcome: Result<BTreeMap<String, TopicSeen>, String>,
+        mut applied: BTreeMap<String, (Plan, u32)>,
+    ) -> Vec<WatchEvent> {
+        if epoch != self.epoch {
+            // Made through a connection that has been replaced since.
+            return Vec::new();
+        }
+        let mut seen = match outcome {
+            Err(message) => {
+                for (name, entry) in applied {
+                    // A plan applied while this look ran is the newer one.
+                    self.applied.entry(name).or_insert(entry);
+                }
+                if self.error.as_deref() == Some(message.as_str()) {
+                    return Vec::new();
+                }
+                self.error = Some(message.clone());
+                return vec![WatchEvent::Failed {
+                    resource: TOPICS,
+                    namespace: String::new(),
+                    message,
+                }];
+            }
+            Ok(seen) => seen,
+        };
+        let recovered = self.error.take().is_some() || !self.looked;
+        self.looked = true;
+        let wanted: BTreeSet<&String> = topics.iter().collect();
+        self.topics.retain(|name, _| wanted.contains(name));
+        applied.retain(|name, _| wanted.contains(name));
+        let mut changed = Vec::new();
+        for name in topics {
+            let now = seen.remove(name).unwrap_or(TopicSeen::Absent);
+            if self.applied.contains_key(name) {
+                // Applied to while this look ran: it may not show that yet; the next look
+                // (soon) tells.
+                continue;
+            }
+            if let Some((plan, looks)) = applied.remove(name) {
+                if !recovered && !shows(&plan, &now) && looks + 1 < SETTLING_LOOKS {
+                    // Not visible yet: keep the version the apply was decided on.
+                    if let Some(s) = self.topics.get_mut(name) {
+                        s.seen = now;
+                    }
+                    self.applied.insert(name.clone(), (plan, looks + 1));
+                    continue;
+                }
+                let version = self.bump();
+                self.topics
+                    .insert(name.clone(), Seen { version, seen: now });
+                changed.push(name.clone());
+                continue;
+            }
+            let before = self.topics.get(name).map(|s| &s.seen);
+            if matches!(before, Some(TopicSeen::Present { .. })) && now == TopicSeen::Absent {
+                // Not by this agent (its own deletions are applied plans, above).
+                warn!(topic = %name, "the topic disappeared from Kafka (deleted outside Accord)");
+            }
+            let same = before == Some(&now);
+            if recovered || !same {
+                let version = self.bump();
+                self.topics
+                    .insert(name.clone(), Seen { version, seen: now });
+                changed.push(name.clone());
+            }
+        }
+        if recovered {
+            // Every topic is to be judged again (each got a new version).
+            return vec![WatchEvent::Synced {
+                resource: TOPICS,
+                namespace: String::new(),
+            }];
+        }
+        changed
+            .into_iter()
+            .map(|name| WatchEvent::Changed {
+                resource: TOPICS,
+                namespace: String::new(),
+                name,
+            })
+            .collect()
+    }
+}
+
+/// The status message of a failed request: `Unavailable` messages say why Kafka could not
+/// be used (`Kafka unreachable: …`, `Kafka authentication failed: …`).
+pub fn failure_message(error: &KafkaError) -> String {
+    match error {
+        KafkaError::Authentication { message } => format!("{AUTHENTICATION_PREFIX}{message}"),
+        KafkaError::Broker { .. } => error.to_string(),
+        _ => format!("{UNREACHABLE_PREFIX}{error}"),
+    }
+}
+
+/// Describes `topics`: one Metadata request, then one DescribeConfigs for those that exist.
+pub async fn look(
+    admin: &Admin,
+    topics: &[String],
+    metrics: &Metrics,
+) -> Result<BTreeMap<String, TopicSeen>, KafkaError> {
+    metrics.kafka_request("metadata");
+    let described = admin.describe_topics(topics).await?;
+    let present: Vec<String> = described.keys().cloned().collect();
+    let mut configs = if present.is_empty() {
+        BTreeMap::new()
+    } else {
+        metrics.kafka_request("describe_configs");
+        admin.describe_configs(&present).await?
+    };
+    Ok(described
+        .into_iter()
+        .filter_map(|(name, d)| {
+            let configs = match configs.remove(&name) {
+                Some(Ok(entries)) => Ok(topic_settings(&entries)),
+                // Deleted between the two requests.
+                Some(Err(e)) if e.is_unknown_topic() => return None,
+                Some(Err(e)) => Err(e.to_string()),
+                None => Err("Kafka described no configs for the topic".to_owned()),
+            };
+            let seen = TopicSeen::Present {
+                partitions: d.partitions,
+                replication_factor: d.replication_factor,
+                configs,
+            };
+            Some((name, seen))
+        })
+        .collect())
+}
+
+/// Looks at the target's topics whenever `resync` passes, `nudge` is notified or the target
+/// changes, until the engine is gone.
+pub async fn run(
+    mut target: watch::Receiver<Target>,
+    nudge: Arc<Notify>,
+    shared: Shared,
+    events: EventSink,
+    resync: Duration,
+    metrics: Metrics,
+) {
+    let mut retry: Option<Retry> = None;
+    loop {
+        let t = target.borrow_and_update().clone();
+        let mut delay = resync;
+        if let Some(admin) = t.admin.as_ref().filter(|_| !t.topics.is_empty()) {
+            let applied = lock(&shared).begin();
+            let outcome = look(admin, &t.topics, &metrics)
+                .await
+                .map_err(|e| failure_message(&e));
+            match &outcome {
+                Ok(seen) => {
+                    retry = None;
+                    debug!(
+                        topics = t.topics.len(),
+                        present = seen.len(),
+                        "looked at the Kafka topics"
+                    );
+                }
+                Err(_) => {
+                    metrics.error("kafka_unavailable");
+                    delay = retry
+                        .get_or_insert_with(|| backoff(FIRST_RETRY, resync.max(FIRST_RETRY)))
+                        .next_delay()
+                        .min(resync);
+                }
+            }
+            let (out, settling) = {
+                let mut observations = lock(&shared);
+                let out = observations.record(t.epoch, &t.topics, outcome, applied);
+                (out, observations.settling())
+            };
+            if settling {
+                delay = delay.min(SETTLING);
+            }
+            for event in out {
+                if !events.send(event).await {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            changed = target.changed() => if changed.is_err() { return },
+            () = nudge.notified() => {}
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Locks the observations; a panic elsewhere while holding the lock leaves them usable.
+pub fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Observations> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn present(partitions: i32) -> TopicSeen {
+        TopicSeen::Present {
+            partitions,
+            replication_factor: 1,
+            configs: Ok(BTreeMap::new()),
+        }
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn changed(events: &[WatchEvent]) -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                WatchEvent::Changed { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_first_look_reports_every_topic_and_absent_ones_as_absent() {
+        let mut o = Observations::default();
+        let topics = names(&["a", "b"]);
+        let events = o.record(
+            0,
+            &topics,
+            Ok(BTreeMap::from([("a".to_owned(), present(3))])),
+            BTreeMap::new(),
+        );
+        assert!(matches!(events.as_slice(), [WatchEvent::Synced { .. }]));
+        assert!(o.looked());
+        assert_eq!(o.topic("a").unwrap().seen, present(3));
+        assert_eq!(o.topic("b").unwrap().seen, TopicSeen::Absent);
+    }
+
+    #[test]
+    fn later_looks_report_only_changed_topics_with_new_versions() {
+        let mut o = Observations::default();
+        let topics = names(&["a", "b"]);
+        let seen = BTreeMap::from([("a".to_owned(), present(3)), ("b".to_owned(), present(1))]);
+        o.record(0, &topics, Ok(seen.clone()), BTreeMap::new());
+        let (va, vb) = (o.topic("a").unwrap().version, o.topic("b").unwrap().version);
+        let mut next = seen.clone();
+        next.insert("b".to_owned(), present(2));
+        let events = o.record(0, &topics, Ok(next), BTreeMap::new());
+        assert_eq!(changed(&events), vec!["b"]);
+        assert_eq!(o.topic("a").unwrap().version, va);
+        assert_ne!(o.topic("b").unwrap().version, vb);
+        // Nothing changed: nothing to tell.
+        let mut same = seen;
+        same.insert("b".to_owned(), present(2));
+        assert!(o.record(0, &topics, Ok(same), BTreeMap::new()).is_empty());
+    }
+
+    fn create() -> Plan {
+        Plan::Create(accord_kafka::NewTopic {
+            name: "a".into(),
+            partitions: 3,
+            replication_factor: 1,
+            config: BTreeMap::new(),
+        })
+    }
+
+    #[test]
+    fn an_applied_topic_keeps_its_version_until_kafka_shows_the_change_then_is_reported() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        let before = o.topic("a").unwrap().version;
+        o.applied("a".into(), create());
+        assert!(o.settling());
+        // Kafka's metadata does not list the new topic yet.
+        let applied = o.begin();
+        assert!(o.begin().is_empty(), "taken once");
+        let events = o.record(0, &topics, Ok(BTreeMap::new()), applied);
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(o.topic("a").unwrap().version, before);
+        assert!(o.settling(), "looks again soon");
+        // Now it does.
+        let applied = o.begin();
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        let events = o.record(0, &topics, Ok(seen.clone()), applied);
+        assert_eq!(changed(&events), vec!["a"]);
+        assert_ne!(o.topic("a").unwrap().version, before);
+        assert!(!o.settling());
+        // A plan whose effect is already there is reported by the next look, unchanged.
+        let before = o.topic("a").unwrap().version;
+        o.applied("a".into(), create());
+        let applied = o.begin();
+        assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
+        assert_ne!(o.topic("a").unwrap().version, before);
+    }
+
+    #[test]
+    fn an_applied_change_that_never_shows_is_judged_again_after_a_bounded_number_of_looks() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        o.applied("a".into(), create());
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            let applied = o.begin();
+            let events = o.record(0, &topics, Ok(BTreeMap::new()), applied);
+            if !events.is_empty() {
+                assert_eq!(changed(&events), vec!["a"]);
+                break;
+            }
+            assert!(looks < 100, "never reported");
+        }
+        assert_eq!(looks, SETTLING_LOOKS);
+    }
+
+    #[test]
+    fn a_topic_applied_to_during_a_look_waits_for_the_next_look() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        let before = o.topic("a").unwrap().version;
+        let applied = o.begin();
+        o.applied("a".into(), create());
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        assert!(o.record(0, &topics, Ok(seen.clone()), applied).is_empty());
+        assert_eq!(o.topic("a").unwrap().version, before);
+        let applied = o.begin();
+        assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
+    }
+
+    #[test]
+    fn a_failed_look_is_told_once_and_keeps_what_was_seen_and_what_was_applied() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        o.record(0, &topics, Ok(seen.clone()), BTreeMap::new());
+        o.applied("a".into(), Plan::Delete);
+        let applied = o.begin();
+        let e = o.record(0, &topics, Err("Kafka unreachable: x".into()), applied);
+        assert!(
+            matches!(e.as_slice(), [WatchEvent::Failed { message, .. }] if message == "Kafka unreachable: x")
+        );
+        assert_eq!(o.error(), Some("Kafka unreachable: x"));
+        assert_eq!(o.topic("a").unwrap().seen, present(3));
+        let applied = o.begin();
+        assert_eq!(applied.len(), 1, "the applied topic waits for a good look");
+        assert!(
+            o.record(0, &topics, Err("Kafka unreachable: x".into()), applied)
+                .is_empty()
+        );
+        // Recovery: every topic is judged again.
+        let before = o.topic("a").unwrap().version;
+        let applied = o.begin();
+        let e = o.record(0, &topics, Ok(seen), applied);
+        assert!(matches!(e.as_slice(), [WatchEvent::Synced { .. }]));
+        assert_eq!(o.error(), None);
+        assert_ne!(o.topic("a").unwrap().version, before);
+    }
+
+    #[test]
+    fn a_look_through_a_replaced_connection_is_dropped() {
+        let mut o = Observations::default();
+        o.reset(2);
+        let topics = names(&["a"]);
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        assert!(
+            o.record(1, &topics, Ok(seen.clone()), BTreeMap::new())
+                .is_empty()
+        );
+        assert!(o.topic("a").is_none());
+        assert!(!o.record(2, &topics, Ok(seen), BTreeMap::new()).is_empty());
+    }
+
+    #[test]
+    fn topics_no_longer_assigned_are_forgotten() {
+        let mut o = Observations::default();
+        let seen = BTreeMap::from([("a".to_owned(), present(3)), ("b".to_owned(), present(3))]);
+        o.record(0, &names(&["a", "b"]), Ok(seen.clone()), BTreeMap::new());
+        o.record(0, &names(&["a"]), Ok(seen), BTreeMap::new());
+        assert!(o.topic("b").is_none());
+        assert!(o.topic("a").is_some());
+    }
+
+    #[test]
+    fn failure_messages_say_unreachable_or_authentication_failed() {
+        let e = KafkaError::Authentication {
+            message: "Authentication failed during authentication due to invalid credentials"
+                .into(),
+        };
+        assert!(
+            failure_message(&e).starts_with("Kafka authentication failed: Authentication failed"),
+            "{}",
+            failure_message(&e)
+        );
+        let e = KafkaError::Unreachable {
+            addr: "127.0.0.1:9092".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        };
+        let m = failure_message(&e);
+        assert!(
+            m.starts_with("Kafka unreachable: Kafka at 127.0.0.1:9092"),
+            "{m}"
+        );
+    }
+}
