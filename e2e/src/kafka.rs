@@ -231,6 +231,7 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor={replication}
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
 ",
         log_dir = log_dir.display()
     )

@@ -7,9 +7,9 @@
 //! by name: a change reconnects without a restart; of it only the bootstrap addresses are
 //! ever logged, never a credential. The parts, as for every enforcer: the observer
 //! ([`observe`]) looks at every assigned topic in one Metadata and one DescribeConfigs
-//! request each resync and right after applies, and feeds a cache; [`judge`] decides from it, purely; the applier ([`apply`]) gathers the
-//! plans of many topics into one request of each kind. Nothing runs — no watch, no
-//! connection — while no topic is assigned.
+//! request each resync and right after applies, and feeds a cache; [`judge`] decides from
+//! it, purely; the applier ([`apply`]) gathers the plans of many topics into one request of
+//! each kind. Nothing runs — no watch, no connection — while no topic is assigned.
 
 pub mod apply;
 pub mod connection;
