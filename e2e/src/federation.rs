@@ -42,6 +42,8 @@ pub struct Federation<'t> {
     pub hub_options: HubOptions,
     /// Agents by cluster name.
     pub agents: BTreeMap<String, Agent>,
+    /// Extra flags every agent is started with, e.g. `--kafka-resync 5s`.
+    pub agent_args: Vec<String>,
 }
 
 /// Creates `name` on `cluster` if it does not exist.
@@ -109,6 +111,19 @@ impl<'t> Federation<'t> {
         hub_args: &[&str],
         agents: &[(&str, usize)],
     ) -> Result<Self> {
+        Self::start_with_agent_args(testbed, replica, etcd_prefix, hub_args, &[], agents).await
+    }
+
+    /// [`Federation::start`] with extra flags for every `accord-agent run` (kept for
+    /// restarts).
+    pub async fn start_with_agent_args(
+        testbed: &'t Testbed,
+        replica: &str,
+        etcd_prefix: &str,
+        hub_args: &[&str],
+        agent_args: &[&str],
+        agents: &[(&str, usize)],
+    ) -> Result<Self> {
         let hub_options = HubOptions {
             replica: replica.into(),
             etcd_prefix: etcd_prefix.into(),
@@ -120,6 +135,7 @@ impl<'t> Federation<'t> {
             hub,
             hub_options,
             agents: BTreeMap::new(),
+            agent_args: agent_args.iter().map(|s| s.to_string()).collect(),
         };
         for (name, member) in agents {
             let (token, hash) = create_token(testbed, etcd_prefix, "10m").await?;
@@ -157,6 +173,7 @@ impl<'t> Federation<'t> {
             .arg("--identity-dir")
             .arg(&agent.identity_dir)
             .args(["--namespace", AGENT_NAMESPACE, "--http-addr", &agent.http])
+            .args(&self.agent_args)
             .env("RUST_LOG", "info,accord_agent=debug");
         agent.process =
             Some(testbed.spawn(&format!("agent/{}-{name}", self.hub_options.replica), cmd)?);

@@ -28,6 +28,7 @@ pub mod federation;
 pub mod hub;
 pub mod installed;
 pub mod kafka;
+pub mod kafka_scenario;
 pub mod kubeconfig;
 pub mod kubernetes;
 pub mod kwok;

@@ -455,6 +455,17 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             k(&mgmt)
         ));
     }
+    if let Some(example) = state
+        .examples
+        .iter()
+        .find_map(|e| e.strip_prefix("FederatedKafkaTopic "))
+    {
+        let (ns, name) = example.split_once('/').unwrap_or(("default", example));
+        out.push_str(&format!(
+            "  {} -n {ns} get fkt {name} -o jsonpath='{{.status.placements}}'\n",
+            k(&mgmt)
+        ));
+    }
     if let Some(global) = &state.global_prometheus_url {
         out.push_str(&format!(
             "  {}   # federated series of every member\n",

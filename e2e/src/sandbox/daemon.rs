@@ -297,6 +297,9 @@ async fn set_up(
         .collect::<Vec<_>>();
     wait_members_available(testbed, &running, &options.members).await?;
     progress("every member is Joined and Available");
+    if options.kafka {
+        write_kafka_secrets(testbed).await?;
+    }
 
     let plan = examples::plan(&Fit {
         members: &options.members,
@@ -337,6 +340,7 @@ async fn set_up(
         })
         .collect();
     wait_policies_synced(testbed, &running, &plan).await?;
+    wait_topics_synced(testbed, &running, &plan).await?;
     if let Some(example) = &plan.federation {
         wait_federation_ready(
             testbed,
@@ -838,6 +842,82 @@ async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
             .await
             .with_context(|| format!("applying example {kind} {name}"))?;
         progress(format!("applied example {kind} {name}"));
+    }
+    Ok(())
+}
+
+/// Gives every member's agent its Kafka connection: Secret
+/// [`KAFKA_SECRET`](crate::kafka_scenario::KAFKA_SECRET) in the agent's namespace, pointing
+/// at the member's broker.
+async fn write_kafka_secrets(testbed: &Testbed) -> Result<()> {
+    let mut written = Vec::new();
+    for (i, member) in testbed.members().iter().enumerate() {
+        let bootstrap = member
+            .kafka_bootstrap()
+            .with_context(|| format!("{} has no Kafka broker", member.name()))?;
+        let data = BTreeMap::from([
+            ("bootstrap.servers".to_owned(), bootstrap.to_owned()),
+            ("security.protocol".to_owned(), "PLAINTEXT".to_owned()),
+        ]);
+        crate::kafka_scenario::write_secret(testbed, i, &data).await?;
+        written.push(format!("{} → {bootstrap}", member.name()));
+    }
+    progress(format!(
+        "wrote the agents' Kafka Secret {}/{}: {}",
+        crate::federation::AGENT_NAMESPACE,
+        crate::kafka_scenario::KAFKA_SECRET,
+        written.join(", ")
+    ));
+    Ok(())
+}
+
+/// Waits until every placement of the example FederatedKafkaTopics is Synced.
+async fn wait_topics_synced(testbed: &Testbed, running: &[ProcessId], plan: &Plan) -> Result<()> {
+    for (ns, name, clusters) in &plan.topics {
+        let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
+        until(
+            &format!("FederatedKafkaTopic {ns}/{name} to be Synced everywhere"),
+            STEP_TIMEOUT,
+            || {
+                let api = api.clone();
+                async move {
+                    ensure_all_running(testbed, running)?;
+                    let placements = api
+                        .get_opt(name)
+                        .await?
+                        .and_then(|t| t.status)
+                        .map(|s| s.placements)
+                        .unwrap_or_default();
+                    let waiting: Vec<String> = clusters
+                        .iter()
+                        .filter_map(|cluster| {
+                            match placements.iter().find(|p| &p.cluster == cluster) {
+                                Some(p) if p.state == PlacementState::Synced => None,
+                                Some(p) => Some(format!(
+                                    "{cluster} is {}{}",
+                                    p.state,
+                                    p.message
+                                        .as_deref()
+                                        .map(|m| format!(" ({m})"))
+                                        .unwrap_or_default()
+                                )),
+                                None => Some(format!("{cluster} has no placement")),
+                            }
+                        })
+                        .collect();
+                    Ok(if waiting.is_empty() {
+                        Check::Ready(())
+                    } else {
+                        Check::NotYet(waiting.join(", "))
+                    })
+                }
+            },
+        )
+        .await?;
+        progress(format!(
+            "FederatedKafkaTopic {ns}/{name} is Synced in {}",
+            clusters.join(", ")
+        ));
     }
     Ok(())
 }

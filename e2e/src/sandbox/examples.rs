@@ -94,6 +94,9 @@ pub struct Plan {
     pub wait_for: Vec<(String, String)>,
     /// The PrometheusFederation example, when kept: what the sandbox starts for it.
     pub federation: Option<FederationExample>,
+    /// FederatedKafkaTopics (`namespace`, `name`, clusters) whose placements must all be
+    /// Synced before the sandbox counts as ready.
+    pub topics: Vec<(String, String, Vec<String>)>,
 }
 
 /// What the sandbox starts for the PrometheusFederation example: in every member a tenant
@@ -156,6 +159,17 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
                     object["spec"]["clusters"] = json!(clusters);
                     // One broker per member: a replication factor above 1 cannot be met.
                     object["spec"]["replicationFactor"] = json!(1);
+                    plan.topics.push((
+                        object["metadata"]["namespace"]
+                            .as_str()
+                            .unwrap_or("default")
+                            .to_owned(),
+                        object["metadata"]["name"]
+                            .as_str()
+                            .context("a FederatedKafkaTopic example without a name")?
+                            .to_owned(),
+                        clusters,
+                    ));
                 }
                 fit.kafka
             }
@@ -444,6 +458,7 @@ mod tests {
         );
         assert!(plan.mgmt_namespaces.is_empty());
         assert_eq!(plan.federation, None, "no Prometheus, no federation");
+        assert!(plan.topics.is_empty(), "no Kafka, no topic to wait for");
     }
 
     #[test]
@@ -510,6 +525,15 @@ mod tests {
             .unwrap();
         assert_eq!(topic["spec"]["clusters"], json!(["member-1", "member-2"]));
         assert_eq!(topic["spec"]["replicationFactor"], 1);
+        assert_eq!(
+            plan.topics,
+            [(
+                "default".to_owned(),
+                "fraud-transaction-events".to_owned(),
+                names.clone()
+            )],
+            "the sandbox waits for the example topic in every member"
+        );
         assert_eq!(plan.mgmt_namespaces, ["monitoring"]);
         // Only the plain policy gates readiness; the metric-driven one is reported.
         assert_eq!(plan.wait_for.len(), 1);

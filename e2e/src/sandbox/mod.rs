@@ -10,7 +10,9 @@
 //! PrometheusFederation, a tenant Prometheus and a federation Prometheus with its reloader
 //! in every member and the global Prometheus with its reloader on the management side, and
 //! waits until the federation is Synced everywhere and the global Prometheus has series
-//! from every member. `status` reads that file, `/proc` and the management cluster; `down`
+//! from every member. With `--with-kafka` it runs a Kafka broker in every member, gives
+//! each agent its Kafka Secret and waits until the example FederatedKafkaTopic is Synced in
+//! every member. `status` reads that file, `/proc` and the management cluster; `down`
 //! stops the daemon and waits until every process of its session is gone.
 
 pub mod cli;

@@ -1,13 +1,15 @@
-//! `accord-sandbox status`: the daemon, the hub, each member's ManagedCluster conditions
-//! and agent, the example policies and federations, and the global Prometheus with a query
-//! showing what it federates, read from the state file, `/proc` and the management cluster.
+//! `accord-sandbox status`: the daemon, the hub, each member's ManagedCluster conditions,
+//! agent and Kafka broker, the example policies, federations and Kafka topics (their state
+//! in each member), and the global Prometheus with a query showing what it federates, read
+//! from the state file, `/proc` and the management cluster.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accord_crds::{
-    CrossClusterScalePolicy, ManagedCluster, PlacementState, PrometheusFederation, conditions,
+    CrossClusterScalePolicy, FederatedKafkaTopic, ManagedCluster, PlacementState,
+    PrometheusFederation, conditions,
 };
 use anyhow::Result;
 use kube::{Api, ResourceExt as _};
@@ -59,6 +61,9 @@ pub struct Report {
     /// Every PrometheusFederation on the management cluster.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub federations: Vec<FederationReport>,
+    /// Every FederatedKafkaTopic on the management cluster.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub topics: Vec<TopicReport>,
     /// Why part of the report is missing (e.g. the management cluster did not answer).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
@@ -95,6 +100,42 @@ pub struct MemberReport {
     /// The member's federation Prometheus, with `--with-prometheus`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub federation_url: Option<String>,
+    /// The member's Kafka bootstrap address, with `--with-kafka`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka_bootstrap: Option<String>,
+}
+
+/// One FederatedKafkaTopic's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The topic's name in Kafka.
+    pub topic: String,
+    /// Whether its `Ready` condition is True.
+    pub ready: bool,
+    /// The topic in each member, as its agent last saw it.
+    pub placements: Vec<TopicPlacementReport>,
+}
+
+/// One member's placement of a FederatedKafkaTopic.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopicPlacementReport {
+    /// Member cluster.
+    pub cluster: String,
+    /// Placement state.
+    pub state: String,
+    /// Partitions the broker reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<i32>,
+    /// Replication factor the broker reports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication_factor: Option<i32>,
+    /// Detail for the state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The global Prometheus's part of the report.
@@ -180,6 +221,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
         policies: Vec::new(),
         global_prometheus: None,
         federations: Vec::new(),
+        topics: Vec::new(),
         problems: Vec::new(),
     };
     let Some(state) = state::read(dir)? else {
@@ -215,6 +257,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
             joined: None,
             available: None,
             federation_url: m.federation_url.clone(),
+            kafka_bootstrap: m.kafka_bootstrap.clone(),
         })
         .collect();
     report.global_prometheus =
@@ -277,6 +320,27 @@ async fn read_cluster(state: &State, report: &mut Report) -> Result<()> {
                     .iter()
                     .all(|p| p.state == PlacementState::Synced.as_str()),
             placements,
+        });
+    }
+    let topics: Api<FederatedKafkaTopic> = Api::all(client.clone());
+    for topic in topics.list(&Default::default()).await? {
+        let status = topic.status.clone().unwrap_or_default();
+        report.topics.push(TopicReport {
+            namespace: topic.namespace().unwrap_or_default(),
+            name: topic.name_any(),
+            topic: topic.topic_name().to_owned(),
+            ready: conditions::is_true(&status.conditions, "Ready"),
+            placements: status
+                .placements
+                .iter()
+                .map(|p| TopicPlacementReport {
+                    cluster: p.cluster.clone(),
+                    state: p.state.to_string(),
+                    partitions: p.partitions,
+                    replication_factor: p.replication_factor,
+                    message: p.message.clone(),
+                })
+                .collect(),
         });
     }
     let federations: Api<PrometheusFederation> = Api::all(client);
@@ -367,6 +431,9 @@ pub fn render(report: &Report) -> String {
         if let Some(url) = &m.federation_url {
             let _ = writeln!(out, "  {:<8} federation Prometheus {url}", "");
         }
+        if let Some(bootstrap) = &m.kafka_bootstrap {
+            let _ = writeln!(out, "  {:<8} Kafka {bootstrap}", "");
+        }
     }
     for p in &report.policies {
         let placements = p
@@ -424,6 +491,33 @@ pub fn render(report: &Report) -> String {
             placements.join(", ")
         );
     }
+    for t in &report.topics {
+        let placements: Vec<String> = t
+            .placements
+            .iter()
+            .map(|p| {
+                let mut text = format!("{} {}", p.cluster, p.state);
+                if let (Some(partitions), Some(rf)) = (p.partitions, p.replication_factor) {
+                    let _ = write!(text, " {partitions}/{rf}");
+                }
+                if p.state != PlacementState::Synced.as_str()
+                    && let Some(message) = &p.message
+                {
+                    let _ = write!(text, ": {message}");
+                }
+                text
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "  fkt {}/{} (topic {}): {} [{}]",
+            t.namespace,
+            t.name,
+            t.topic,
+            if t.ready { "Ready" } else { "not Ready" },
+            placements.join(", ")
+        );
+    }
     for problem in &report.problems {
         let _ = writeln!(out, "  ! {problem}");
     }
@@ -455,10 +549,12 @@ mod tests {
                 joined: Some("True".into()),
                 available: Some("True".into()),
                 federation_url: Some("http://127.70.0.2:9090".into()),
+                kafka_bootstrap: None,
             }],
             policies: Vec::new(),
             global_prometheus: None,
             federations: Vec::new(),
+            topics: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -514,6 +610,43 @@ mod tests {
             text.contains(
                 "pfed monitoring/team-a: not Ready [member-1 Error (1 jobs): invalid config, \
                  global Synced (1 jobs)]"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn status_prints_each_members_broker_and_the_topic_in_each_member() {
+        let mut report = running_report();
+        report.members[0].kafka_bootstrap = Some("127.0.0.1:9092".into());
+        let placement = |cluster: &str, state: &str, message: Option<&str>| TopicPlacementReport {
+            cluster: cluster.into(),
+            state: state.into(),
+            partitions: Some(12),
+            replication_factor: Some(1),
+            message: message.map(Into::into),
+        };
+        report.topics.push(TopicReport {
+            namespace: "default".into(),
+            name: "fraud-transaction-events".into(),
+            topic: "fraud-transaction-events".into(),
+            ready: false,
+            placements: vec![
+                placement("member-1", "Synced", Some("ignored when Synced")),
+                placement(
+                    "member-2",
+                    "Unavailable",
+                    Some("Kafka unreachable: connection refused"),
+                ),
+            ],
+        });
+        let text = render(&report);
+        assert!(text.contains("Kafka 127.0.0.1:9092"), "{text}");
+        assert!(
+            text.contains(
+                "fkt default/fraud-transaction-events (topic fraud-transaction-events): \
+                 not Ready [member-1 Synced 12/1, member-2 Unavailable 12/1: Kafka \
+                 unreachable: connection refused]"
             ),
             "{text}"
         );
