@@ -15,9 +15,8 @@ use accord_agent::engine::{self, CoreConfig, EngineTask};
 use accord_agent::metrics::Metrics;
 use accord_agent::persist::ConfigMapStore;
 use accord_e2e::kafka::{self, KafkaCluster};
-use accord_e2e::process::Supervisor;
 use accord_e2e::wait::{self, Check};
-use accord_e2e::{Binaries, SharedTestbed, Testbed};
+use accord_e2e::{SharedTestbed, Testbed};
 use accord_kafka::{Admin, ConfigOp, KafkaConfig};
 use accord_proto::v1::{
     Assignment, ObjectRef, PlacementState, StatusReport, TopicAssignment, assignment, status_report,
@@ -30,7 +29,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use support::*;
-use tokio::sync::{OnceCell, RwLock};
+use tokio::sync::OnceCell;
 
 static TESTBED: SharedTestbed = SharedTestbed::new(|b| {
     b.members(0)
@@ -44,37 +43,17 @@ const RESYNC: Duration = Duration::from_secs(2);
 const SETTLE: Duration = Duration::from_secs(30);
 
 /// One broker shared by every test of this binary.
-struct Bed {
-    supervisor: Supervisor,
-    /// Tests share it; stopping the broker takes it exclusively.
-    cluster: RwLock<KafkaCluster>,
-}
+type Bed = kafka::SupervisedKafka;
 
 static KAFKA: OnceCell<Result<Bed, String>> = OnceCell::const_new();
 
 async fn start_kafka(testbed: &Testbed) -> Result<Bed> {
     let dir = testbed.dir().join("kafka-enforcer");
-    let supervisor = Supervisor::new(&dir.join("logs"), None)?;
-    let binaries = Binaries::locate()?;
-    let cluster = kafka::start_cluster(
-        &supervisor,
-        &binaries,
-        "enforcer",
-        &dir.join("kafka"),
-        kafka::KafkaOptions {
-            brokers: 1,
-            sasl_ssl: true,
-        },
-    )
-    .await;
-    let cluster = match cluster {
-        Ok(cluster) => cluster,
-        Err(e) => anyhow::bail!("{e:#}\n{}", supervisor.log_tails(40)),
+    let options = kafka::KafkaOptions {
+        brokers: 1,
+        sasl_ssl: true,
     };
-    Ok(Bed {
-        supervisor,
-        cluster: RwLock::new(cluster),
-    })
+    kafka::SupervisedKafka::start(&dir, None, "enforcer", options).await
 }
 
 /// Runs one test against the shared testbed and broker, printing the broker's log tail on

@@ -62,6 +62,23 @@ pub mod reasons {
     pub const AGENT_DISCONNECTED: &str = "AgentDisconnected";
 }
 
+/// Whether status `new` differs from `old` (none yet: it does) in anything but the
+/// conditions' timestamps, so that status is written only when something changed.
+/// `conditions` reaches a status's conditions.
+pub fn status_changed<S: Clone + PartialEq>(
+    old: Option<&S>,
+    new: &S,
+    conditions: fn(&mut S) -> &mut Vec<Condition>,
+) -> bool {
+    let Some(old) = old else { return true };
+    let (mut old, mut new) = (old.clone(), new.clone());
+    let (old_conditions, new_conditions) = (
+        std::mem::take(conditions(&mut old)),
+        std::mem::take(conditions(&mut new)),
+    );
+    !equal_ignoring_time(&old_conditions, &new_conditions) || old != new
+}
+
 /// Condition status values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

@@ -640,6 +640,37 @@ pub fn parse_config_command_describe(stdout: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// A Kafka cluster with a supervisor of its own, shared by the tests of one binary: tests
+/// that need every broker take the cluster shared, a test that stops a broker takes it
+/// exclusively.
+pub struct SupervisedKafka {
+    /// Supervises the brokers (and holds their logs).
+    pub supervisor: Supervisor,
+    /// The cluster.
+    pub cluster: tokio::sync::RwLock<KafkaCluster>,
+}
+
+impl SupervisedKafka {
+    /// Starts cluster `name` in `dir` (logs in `dir/logs`); `remove_on_abandon` is removed
+    /// when the test process goes. A failed start says why with the brokers' log tails.
+    pub async fn start(
+        dir: &Path,
+        remove_on_abandon: Option<&Path>,
+        name: &str,
+        options: KafkaOptions,
+    ) -> Result<Self> {
+        let supervisor = Supervisor::new(&dir.join("logs"), remove_on_abandon)?;
+        let binaries = Binaries::locate()?;
+        match start_cluster(&supervisor, &binaries, name, &dir.join("kafka"), options).await {
+            Ok(cluster) => Ok(Self {
+                supervisor,
+                cluster: tokio::sync::RwLock::new(cluster),
+            }),
+            Err(e) => anyhow::bail!("{e:#}\n{}", supervisor.log_tails(40)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

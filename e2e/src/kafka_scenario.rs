@@ -530,7 +530,14 @@ pub async fn apply_policy(testbed: &Testbed, name: &str, spec: serde_json::Value
 
 /// Deletes KafkaTopicPolicy `name` if it exists.
 pub async fn delete_policy(testbed: &Testbed, name: &str) -> Result<()> {
-    let api: Api<KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
+    delete_if_present(&Api::<KafkaTopicPolicy>::all(testbed.mgmt().client()), name).await
+}
+
+/// Deletes object `name` through `api`; one that is not there is fine.
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -559,12 +566,11 @@ pub async fn topic_name(testbed: &Testbed, ns: &str, name: &str) -> Result<Strin
 
 /// Deletes FederatedKafkaTopic `ns/name` (its finalizer may hold it a while).
 pub async fn delete_topic(testbed: &Testbed, ns: &str, name: &str) -> Result<()> {
-    let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    delete_if_present(
+        &Api::<FederatedKafkaTopic>::namespaced(testbed.mgmt().client(), ns),
+        name,
+    )
+    .await
 }
 
 /// Waits until FederatedKafkaTopic `ns/name` is gone (finalizer released).

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accord_e2e::Binaries;
-use accord_e2e::kafka::{self, KafkaCluster, KafkaOptions};
+use accord_e2e::kafka::{self, KafkaCluster, KafkaOptions, SupervisedKafka};
 use accord_e2e::pki::CertificateAuthority;
 use accord_e2e::ports::free_port;
-use accord_e2e::process::Supervisor;
 use accord_e2e::shared::block_on;
 use accord_e2e::wait::{self, Check};
 use accord_kafka::{
@@ -22,14 +21,10 @@ use anyhow::{Context as _, Result, ensure};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
-use tokio::sync::{OnceCell, RwLock};
+use tokio::sync::OnceCell;
 
 /// One cluster shared by every test of this binary (starting three JVMs takes a while).
-struct Bed {
-    supervisor: Supervisor,
-    /// Tests that need every broker up share it; stopping a broker takes it exclusively.
-    cluster: RwLock<KafkaCluster>,
-}
+type Bed = SupervisedKafka;
 
 static BED: OnceCell<Result<Bed, String>> = OnceCell::const_new();
 
@@ -38,27 +33,11 @@ async fn start_bed() -> Result<Bed> {
         .prefix("accord-kafka-client-")
         .tempdir()?
         .keep();
-    let supervisor = Supervisor::new(&dir.join("logs"), Some(&dir))?;
-    let binaries = Binaries::locate()?;
-    let cluster = kafka::start_cluster(
-        &supervisor,
-        &binaries,
-        "kafka-client",
-        &dir.join("kafka"),
-        KafkaOptions {
-            brokers: 3,
-            sasl_ssl: true,
-        },
-    )
-    .await;
-    let cluster = match cluster {
-        Ok(cluster) => cluster,
-        Err(e) => anyhow::bail!("{e:#}\n{}", supervisor.log_tails(40)),
+    let options = KafkaOptions {
+        brokers: 3,
+        sasl_ssl: true,
     };
-    Ok(Bed {
-        supervisor,
-        cluster: RwLock::new(cluster),
-    })
+    SupervisedKafka::start(&dir, Some(&dir), "kafka-client", options).await
 }
 
 /// Runs one test against the shared cluster, printing the brokers' log tails on failure.

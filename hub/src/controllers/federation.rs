@@ -42,8 +42,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, info};
 
 use super::{
-    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy, patch_status, signal_when_listed,
+    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, Lenient, Listed,
+    ReconcileError, decode_or_invalid, error_policy, patch_status, signal_when_listed,
     trace_result, trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
@@ -68,50 +68,6 @@ const PLACEMENT_ERROR: &str = "PlacementError";
 
 /// A policy as watched: it always decodes this far.
 type WatchedPolicy = Lenient<PrometheusFederation>;
-
-/// Errors of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The Kubernetes API refused or failed a call.
-    #[error("kubernetes")]
-    Kube(#[from] kube::Error),
-    /// etcd failed, or this replica lost leadership mid-way.
-    #[error("etcd")]
-    Store(#[from] StoreError),
-    /// This replica is not the leader.
-    #[error("not the leader")]
-    NotLeader,
-    /// The finalizer helper failed.
-    #[error("finalizer: {0}")]
-    Finalizer(String),
-    /// The global tier's config could not be rendered (each policy's part rendered on its
-    /// own, so this is a bug in rendering, not in a policy).
-    #[error("rendering the global tier: {0}")]
-    Render(String),
-}
-
-impl ErrorCategory for ReconcileError {
-    fn category(&self) -> &'static str {
-        match self {
-            Self::Kube(_) => "kubernetes",
-            Self::Store(e) => e.kind(),
-            Self::NotLeader => "not_leader",
-            Self::Finalizer(_) => "finalizer",
-            Self::Render(_) => "render",
-        }
-    }
-
-    fn is_transient(&self) -> bool {
-        match self {
-            Self::Kube(kube::Error::Api(status)) => {
-                !(400..500).contains(&status.code) || matches!(status.code, 409 | 429)
-            }
-            Self::Kube(_) | Self::Finalizer(_) => true,
-            Self::Store(e) => e.is_transient(),
-            Self::NotLeader | Self::Render(_) => false,
-        }
-    }
-}
 
 /// The controller's state: the shared context, its own stores, and the lock that
 /// serialises renderings of the global tier.
@@ -648,6 +604,7 @@ fn policy_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::ErrorCategory as _;
 
     #[test]
     fn a_cluster_whose_spec_does_not_decode_still_counts_by_labels_status_and_endpoint() {

@@ -48,8 +48,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::info;
 
 use super::{
-    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy, patch_status, trace_result,
+    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, Lenient, Listed,
+    ReconcileError, decode_or_invalid, error_policy, patch_status, trace_result,
     trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
@@ -77,45 +77,6 @@ const HELD_BY_POLICY: &str =
 type WatchedTopic = Lenient<FederatedKafkaTopic>;
 /// A policy as watched: it always decodes this far.
 type WatchedPolicy = Lenient<KafkaTopicPolicy>;
-
-/// Errors of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The Kubernetes API refused or failed a call.
-    #[error("kubernetes")]
-    Kube(#[from] kube::Error),
-    /// etcd failed, or this replica lost leadership mid-way.
-    #[error("etcd")]
-    Store(#[from] StoreError),
-    /// This replica is not the leader.
-    #[error("not the leader")]
-    NotLeader,
-    /// The finalizer could not be added or removed.
-    #[error("finalizer: {0}")]
-    Finalizer(String),
-}
-
-impl ErrorCategory for ReconcileError {
-    fn category(&self) -> &'static str {
-        match self {
-            Self::Kube(_) => "kubernetes",
-            Self::Store(e) => e.kind(),
-            Self::NotLeader => "not_leader",
-            Self::Finalizer(_) => "finalizer",
-        }
-    }
-
-    fn is_transient(&self) -> bool {
-        match self {
-            Self::Kube(kube::Error::Api(status)) => {
-                !(400..500).contains(&status.code) || matches!(status.code, 409 | 429)
-            }
-            Self::Kube(_) | Self::Finalizer(_) => true,
-            Self::Store(e) => e.is_transient(),
-            Self::NotLeader => false,
-        }
-    }
-}
 
 /// The controller's state: the shared context and the three reflectors it reads.
 struct Kafka {
@@ -1032,6 +993,7 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::ErrorCategory as _;
 
     fn watched(value: serde_json::Value) -> WatchedTopic {
         WatchedTopic::from_value(value).unwrap()

@@ -73,6 +73,57 @@ pub enum ControllerError {
     ElectionEnded,
 }
 
+/// Errors of one reconcile, for every controller of a placement-writing kind.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The Kubernetes API refused or failed a call.
+    #[error("kubernetes")]
+    Kube(#[from] kube::Error),
+    /// etcd failed, or this replica lost leadership mid-way.
+    #[error("etcd")]
+    Store(#[from] crate::store::StoreError),
+    /// The policy's scaling lock could not be taken in time.
+    #[error("timed out waiting for the scaling lock of {0}")]
+    LockTimeout(String),
+    /// This replica is not the leader.
+    #[error("not the leader")]
+    NotLeader,
+    /// The finalizer could not be added or removed (or the object changed meanwhile).
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+    /// The global federation tier's config could not be rendered (each policy's part
+    /// rendered on its own, so this is a bug in rendering, not in a policy).
+    #[error("rendering the global tier: {0}")]
+    Render(String),
+}
+
+impl ErrorCategory for ReconcileError {
+    fn category(&self) -> &'static str {
+        match self {
+            Self::Kube(_) => "kubernetes",
+            Self::Store(e) => e.kind(),
+            Self::LockTimeout(_) => "lock_timeout",
+            Self::NotLeader => "not_leader",
+            Self::Finalizer(_) => "finalizer",
+            Self::Render(_) => "render",
+        }
+    }
+
+    fn is_transient(&self) -> bool {
+        match self {
+            // A request the API server refuses as malformed repeats until the object
+            // changes; conflicts, throttling and server errors pass.
+            Self::Kube(kube::Error::Api(status)) => {
+                !(400..500).contains(&status.code) || matches!(status.code, 409 | 429)
+            }
+            Self::Kube(_) | Self::LockTimeout(_) | Self::Finalizer(_) => true,
+            Self::Store(e) => e.is_transient(),
+            // A new term restarts every controller; nothing to retry in this one.
+            Self::NotLeader | Self::Render(_) => false,
+        }
+    }
+}
+
 /// An error's category (a metric label, an Event reason) and whether retrying may help.
 pub trait ErrorCategory: std::error::Error + 'static {
     /// A short, stable name, e.g. `kubernetes`, `etcd`, `lock_timeout`.

@@ -36,8 +36,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::info;
 
 use super::{
-    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, ErrorCategory,
-    Lenient, Listed, decode_or_invalid, error_policy, patch_status, signal_when_listed,
+    ClusterEvents, ClusterObject, ControllerContext, ControllerError, Decoded, Lenient, Listed,
+    ReconcileError, decode_or_invalid, error_policy, patch_status, signal_when_listed,
     trace_result, trigger_on_changes,
 };
 use crate::autoscale::engine::Config;
@@ -57,52 +57,6 @@ const RESYNC: Duration = Duration::from_secs(300);
 
 /// A policy as watched: it always decodes this far.
 type WatchedPolicy = Lenient<CrossClusterScalePolicy>;
-
-/// Errors of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    /// The Kubernetes API refused or failed a call.
-    #[error("kubernetes")]
-    Kube(#[from] kube::Error),
-    /// etcd failed, or this replica lost leadership mid-way.
-    #[error("etcd")]
-    Store(#[from] StoreError),
-    /// The policy's lock could not be taken in time.
-    #[error("timed out waiting for the scaling lock of {0}")]
-    LockTimeout(String),
-    /// This replica is not the leader.
-    #[error("not the leader")]
-    NotLeader,
-    /// The finalizer helper failed.
-    #[error("finalizer: {0}")]
-    Finalizer(String),
-}
-
-impl ErrorCategory for ReconcileError {
-    fn category(&self) -> &'static str {
-        match self {
-            Self::Kube(_) => "kubernetes",
-            Self::Store(e) => e.kind(),
-            Self::LockTimeout(_) => "lock_timeout",
-            Self::NotLeader => "not_leader",
-            Self::Finalizer(_) => "finalizer",
-        }
-    }
-
-    fn is_transient(&self) -> bool {
-        match self {
-            // A request the API server refuses as malformed repeats until the object
-            // changes; conflicts, throttling and server errors pass.
-            Self::Kube(kube::Error::Api(status)) => {
-                !(400..500).contains(&status.code) || matches!(status.code, 409 | 429)
-            }
-            Self::Kube(_) | Self::LockTimeout(_) | Self::Finalizer(_) => true,
-            Self::Store(e) => e.is_transient(),
-            // A new term restarts every controller; nothing to retry in this one.
-            Self::NotLeader => false,
-        }
-    }
-}
 
 fn now_unix() -> i64 {
     Timestamp::now().as_second()
@@ -522,6 +476,7 @@ fn policy_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::ErrorCategory as _;
 
     #[test]
     fn a_cluster_whose_spec_does_not_decode_still_counts_by_its_status() {

@@ -198,12 +198,7 @@ pub fn status_changed(
     old: Option<&PrometheusFederationStatus>,
     new: &PrometheusFederationStatus,
 ) -> bool {
-    let Some(old) = old else { return true };
-    let strip = |s: &PrometheusFederationStatus| PrometheusFederationStatus {
-        conditions: Vec::new(),
-        ..s.clone()
-    };
-    !conditions::equal_ignoring_time(&old.conditions, &new.conditions) || strip(old) != strip(new)
+    conditions::status_changed(old, new, |s| &mut s.conditions)
 }
 
 /// What newly went to `Error` between `old` and `new` ("cluster east: …", "global tier:

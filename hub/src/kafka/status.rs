@@ -249,12 +249,7 @@ pub fn status_changed(
     old: Option<&FederatedKafkaTopicStatus>,
     new: &FederatedKafkaTopicStatus,
 ) -> bool {
-    let Some(old) = old else { return true };
-    let strip = |s: &FederatedKafkaTopicStatus| FederatedKafkaTopicStatus {
-        conditions: Vec::new(),
-        ..s.clone()
-    };
-    !conditions::equal_ignoring_time(&old.conditions, &new.conditions) || strip(old) != strip(new)
+    conditions::status_changed(old, new, |s| &mut s.conditions)
 }
 
 /// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
@@ -336,10 +331,7 @@ pub fn policy_status_changed(
     old: Option<&KafkaTopicPolicyStatus>,
     new: &KafkaTopicPolicyStatus,
 ) -> bool {
-    let Some(old) = old else { return true };
-    !conditions::equal_ignoring_time(&old.conditions, &new.conditions)
-        || old.observed_generation != new.observed_generation
-        || old.violating_topics != new.violating_topics
+    conditions::status_changed(old, new, |s| &mut s.conditions)
 }
 
 #[cfg(test)]
