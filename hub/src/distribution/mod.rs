@@ -7,6 +7,7 @@
 
 pub mod fanout;
 pub mod record;
+pub mod reported;
 
 pub use fanout::Fanout;
 pub use record::{Decision, PlacementRecord, ShareRecord};

@@ -12,12 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::select::ClusterInfo;
 use crate::distribution::ShareRecord;
+use crate::distribution::reported::{self, is_trouble};
 use crate::store::StatusRecord;
 
-/// Message of a placement no report has been received for.
-pub const WAITING_FOR_AGENT: &str = "waiting for the agent";
-/// Message of a placement whose last report is about an earlier assignment.
-pub const WAITING_FOR_CHANGE: &str = "waiting for the agent to apply the latest change";
+pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};
 /// Message of a placement whose cluster's agent is not connected.
 pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; its federation \
      Prometheus keeps the config it last loaded (values are as last reported)";
@@ -82,22 +80,7 @@ pub fn placement(
         Observed::FederationConfig(f) => Some(f),
         _ => None,
     });
-    let (state, message) = if share.assignment.is_none() {
-        (PlacementState::Pending, share.held_reason.clone())
-    } else if !cluster.is_some_and(|c| c.available) {
-        (
-            PlacementState::Unavailable,
-            Some(AGENT_DISCONNECTED.to_owned()),
-        )
-    } else {
-        match report {
-            Some(r) if r.applied_revision >= revision => {
-                (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
-            }
-            Some(_) => (PlacementState::Pending, Some(WAITING_FOR_CHANGE.to_owned())),
-            None => (PlacementState::Pending, Some(WAITING_FOR_AGENT.to_owned())),
-        }
-    };
+    let (state, message) = reported::state(share, revision, report, cluster, AGENT_DISCONNECTED);
     FederationPlacement {
         cluster: share.cluster.clone(),
         state,
@@ -107,17 +90,6 @@ pub fn placement(
             .filter(|h| !h.is_empty()),
         message,
     }
-}
-
-/// States in which something keeps the config from being loaded.
-fn is_trouble(state: PlacementState) -> bool {
-    matches!(
-        state,
-        PlacementState::Error
-            | PlacementState::Unavailable
-            | PlacementState::TargetNotFound
-            | PlacementState::Conflict
-    )
 }
 
 /// `Ready` (every placement Synced, and the global tier too when enabled) and `Degraded`

@@ -13,13 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::policy::{self, Violation};
 use super::{TopicDecision, conflict, reasons};
 use crate::distribution::ShareRecord;
+use crate::distribution::reported::{self, is_trouble};
 use crate::federation::select::ClusterInfo;
 use crate::store::StatusRecord;
 
-/// Message of a placement no report has been received for.
-pub const WAITING_FOR_AGENT: &str = "waiting for the agent";
-/// Message of a placement whose last report is about an earlier assignment.
-pub const WAITING_FOR_CHANGE: &str = "waiting for the agent to apply the latest change";
+pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};
 /// Message of a placement whose cluster's agent is not connected.
 pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; the topic is \
      as last reported";
@@ -106,21 +104,8 @@ pub fn placement(
             PlacementState::Conflict,
             Some(conflict::message(name, owner)),
         )
-    } else if share.assignment.is_none() {
-        (PlacementState::Pending, share.held_reason.clone())
-    } else if !cluster.is_some_and(|c| c.available) {
-        (
-            PlacementState::Unavailable,
-            Some(AGENT_DISCONNECTED.to_owned()),
-        )
     } else {
-        match report {
-            Some(r) if r.applied_revision >= revision => {
-                (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
-            }
-            Some(_) => (PlacementState::Pending, Some(WAITING_FOR_CHANGE.to_owned())),
-            None => (PlacementState::Pending, Some(WAITING_FOR_AGENT.to_owned())),
-        }
+        reported::state(share, revision, report, cluster, AGENT_DISCONNECTED)
     };
     let conflicted = state == PlacementState::Conflict;
     TopicPlacement {
@@ -133,17 +118,6 @@ pub fn placement(
             .map(|o| o.replication_factor),
         message,
     }
-}
-
-/// States in which something keeps the topic from being as specified.
-fn is_trouble(state: PlacementState) -> bool {
-    matches!(
-        state,
-        PlacementState::Error
-            | PlacementState::Unavailable
-            | PlacementState::TargetNotFound
-            | PlacementState::Conflict
-    )
 }
 
 /// `Ready` (every placement Synced), `Degraded` (some placement in trouble, naming them)
