@@ -871,6 +871,30 @@ async fn write_kafka_secrets(testbed: &Testbed) -> Result<()> {
     Ok(())
 }
 
+/// Ready when every cluster of `expected` has a `Synced` placement among `placements`
+/// (cluster, state, message); else which are not, and why.
+fn all_synced<'a>(
+    expected: impl IntoIterator<Item = &'a str>,
+    placements: &[(&str, PlacementState, Option<&str>)],
+) -> Check<()> {
+    let waiting: Vec<String> = expected
+        .into_iter()
+        .filter_map(|cluster| match placements.iter().find(|p| p.0 == cluster) {
+            Some((_, PlacementState::Synced, _)) => None,
+            Some((_, state, message)) => Some(format!(
+                "{cluster} is {state}{}",
+                message.map(|m| format!(" ({m})")).unwrap_or_default()
+            )),
+            None => Some(format!("{cluster} has no placement")),
+        })
+        .collect();
+    if waiting.is_empty() {
+        Check::Ready(())
+    } else {
+        Check::NotYet(waiting.join(", "))
+    }
+}
+
 /// Waits until every placement of the example FederatedKafkaTopics is Synced.
 async fn wait_topics_synced(testbed: &Testbed, running: &[ProcessId], plan: &Plan) -> Result<()> {
     for (ns, name, clusters) in &plan.topics {
@@ -888,28 +912,11 @@ async fn wait_topics_synced(testbed: &Testbed, running: &[ProcessId], plan: &Pla
                         .and_then(|t| t.status)
                         .map(|s| s.placements)
                         .unwrap_or_default();
-                    let waiting: Vec<String> = clusters
+                    let seen: Vec<_> = placements
                         .iter()
-                        .filter_map(|cluster| {
-                            match placements.iter().find(|p| &p.cluster == cluster) {
-                                Some(p) if p.state == PlacementState::Synced => None,
-                                Some(p) => Some(format!(
-                                    "{cluster} is {}{}",
-                                    p.state,
-                                    p.message
-                                        .as_deref()
-                                        .map(|m| format!(" ({m})"))
-                                        .unwrap_or_default()
-                                )),
-                                None => Some(format!("{cluster} has no placement")),
-                            }
-                        })
+                        .map(|p| (p.cluster.as_str(), p.state, p.message.as_deref()))
                         .collect();
-                    Ok(if waiting.is_empty() {
-                        Check::Ready(())
-                    } else {
-                        Check::NotYet(waiting.join(", "))
-                    })
+                    Ok(all_synced(clusters.iter().map(String::as_str), &seen))
                 }
             },
         )
@@ -948,21 +955,11 @@ async fn wait_policies_synced(testbed: &Testbed, running: &[ProcessId], plan: &P
                         .and_then(|p| p.status)
                         .map(|s| s.placements)
                         .unwrap_or_default();
-                    let waiting: Vec<String> = expected
+                    let seen: Vec<_> = placements
                         .iter()
-                        .filter_map(|cluster| {
-                            match placements.iter().find(|p| p.cluster == *cluster) {
-                                Some(p) if p.state == PlacementState::Synced => None,
-                                Some(p) => Some(format!("{cluster} is {}", p.state)),
-                                None => Some(format!("{cluster} has no placement")),
-                            }
-                        })
+                        .map(|p| (p.cluster.as_str(), p.state, None))
                         .collect();
-                    Ok(if waiting.is_empty() {
-                        Check::Ready(())
-                    } else {
-                        Check::NotYet(waiting.join(", "))
-                    })
+                    Ok(all_synced(expected.iter().copied(), &seen))
                 }
             },
         )
