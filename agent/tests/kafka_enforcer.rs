@@ -25,9 +25,7 @@ use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::admin::ConfigSource;
 use support::*;
 use tokio::sync::OnceCell;
 
@@ -197,19 +195,12 @@ fn synced_with(report: &StatusReport, partitions: i32) -> bool {
     report.state() == PlacementState::Synced && observed(report) == Some((partitions, 1, true))
 }
 
-fn rdkafka_admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .context("creating an rdkafka admin client")
-}
-
 /// Partition count of `name` as rdkafka sees it (`None`: no such topic).
 async fn rdkafka_partitions(bootstrap: &str, name: &str) -> Result<Option<usize>> {
     let bootstrap = bootstrap.to_owned();
     let name = name.to_owned();
     tokio::task::spawn_blocking(move || {
-        let admin = rdkafka_admin(&bootstrap)?;
+        let admin = kafka::rdkafka_admin(&bootstrap)?;
         // All topics: a Metadata request naming a missing topic would have the broker
         // (auto.create.topics.enable defaults to true) create it.
         let metadata = admin
@@ -226,17 +217,9 @@ async fn rdkafka_partitions(bootstrap: &str, name: &str) -> Result<Option<usize>
 
 /// The topic's own settings (source `DynamicTopic`) as rdkafka describes them.
 async fn rdkafka_topic_settings(bootstrap: &str, name: &str) -> Result<BTreeMap<String, String>> {
-    let admin = rdkafka_admin(bootstrap)?;
-    let results = admin
-        .describe_configs(&[ResourceSpecifier::Topic(name)], &AdminOptions::new())
-        .await?;
-    let resource = results
-        .into_iter()
-        .next()
-        .context("no result")?
-        .map_err(|code| anyhow::anyhow!("describing {name}: {code}"))?;
-    Ok(resource
-        .entries
+    let admin = kafka::rdkafka_admin(bootstrap)?;
+    Ok(kafka::rdkafka_topic_configs(&admin, name)
+        .await?
         .into_iter()
         .filter(|e| e.source == ConfigSource::DynamicTopic)
         .filter_map(|e| Some((e.name, e.value?)))

@@ -640,6 +640,35 @@ pub fn parse_config_command_describe(stdout: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// An rdkafka admin client for `bootstrap` (PLAINTEXT): the independent client tests check
+/// Accord's work with.
+pub fn rdkafka_admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>> {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .create()
+        .context("creating an rdkafka admin client")
+}
+
+/// Every config entry of topic `name` as rdkafka describes it.
+pub async fn rdkafka_topic_configs(
+    admin: &AdminClient<DefaultClientContext>,
+    name: &str,
+) -> Result<Vec<rdkafka::admin::ConfigEntry>> {
+    let results = admin
+        .describe_configs(
+            &[rdkafka::admin::ResourceSpecifier::Topic(name)],
+            &rdkafka::admin::AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .with_context(|| format!("describing the configs of {name}"))?;
+    let resource = results
+        .into_iter()
+        .next()
+        .context("no result")?
+        .map_err(|e| anyhow::anyhow!("describing the configs of {name}: {e}"))?;
+    Ok(resource.entries)
+}
+
 /// A Kafka cluster with a supervisor of its own, shared by the tests of one binary: tests
 /// that need every broker take the cluster shared, a test that stops a broker takes it
 /// exclusively.

@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
+use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource};
 use rdkafka::client::DefaultClientContext;
 
 use crate::federation::{AGENT_NAMESPACE, Federation, ensure_namespace};
@@ -845,21 +845,8 @@ impl KafkaProbe {
 
     /// Every config of topic `name`.
     pub async fn configs(&self, name: &str) -> Result<BTreeMap<String, ConfigView>> {
-        let results = self
-            .admin
-            .describe_configs(
-                &[ResourceSpecifier::Topic(name)],
-                &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
-            )
-            .await
-            .with_context(|| format!("describing the configs of {name}"))?;
-        let resource = results
-            .into_iter()
-            .next()
-            .context("no result")?
-            .map_err(|e| anyhow::anyhow!("describing the configs of {name}: {e}"))?;
-        Ok(resource
-            .entries
+        Ok(crate::kafka::rdkafka_topic_configs(&self.admin, name)
+            .await?
             .into_iter()
             .map(|e| {
                 (

@@ -18,7 +18,6 @@ use accord_kafka::{
     Security,
 };
 use anyhow::{Context as _, Result, ensure};
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use tokio::sync::OnceCell;
@@ -61,11 +60,7 @@ where
 }
 
 fn rdkafka_admin(bootstrap: &str) -> Result<Arc<AdminClient<DefaultClientContext>>> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .create()
-        .context("creating an rdkafka admin client")?;
-    Ok(Arc::new(admin))
+    kafka::rdkafka_admin(bootstrap).map(Arc::new)
 }
 
 #[test]
@@ -197,16 +192,8 @@ async fn rdkafka_configs(
     admin: &AdminClient<DefaultClientContext>,
     name: &str,
 ) -> Result<BTreeMap<String, (Option<String>, rdkafka::admin::ConfigSource)>> {
-    let results = admin
-        .describe_configs(&[ResourceSpecifier::Topic(name)], &AdminOptions::new())
-        .await?;
-    let resource = results
-        .into_iter()
-        .next()
-        .context("no result")?
-        .map_err(|code| anyhow::anyhow!("describing {name}: {code}"))?;
-    Ok(resource
-        .entries
+    Ok(kafka::rdkafka_topic_configs(admin, name)
+        .await?
         .into_iter()
         .map(|e| (e.name, (e.value, e.source)))
         .collect())
