@@ -187,6 +187,28 @@ async fn wait_rdkafka_partitions(
     .await
 }
 
+/// Waits until `admin`'s metadata shows every topic of `names`: CreateTopics returns once
+/// the controller committed them, and each broker learns of them shortly after.
+async fn wait_described(
+    admin: &Admin,
+    names: &[&str],
+) -> Result<BTreeMap<String, accord_kafka::TopicDescription>> {
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    wait::until(
+        &format!("our metadata to show {names:?}"),
+        SETTLE,
+        || async {
+            let described = admin.describe_topics(&names).await?;
+            Ok(if names.iter().all(|n| described.contains_key(n)) {
+                Check::Ready(described)
+            } else {
+                Check::NotYet(format!("shows {:?}", described.keys()))
+            })
+        },
+    )
+    .await
+}
+
 /// A topic's configs as rdkafka describes them: key → (value, source).
 async fn rdkafka_configs(
     admin: &AdminClient<DefaultClientContext>,
@@ -239,6 +261,7 @@ fn topics_are_created_with_twelve_partitions_three_replicas_and_their_configs_in
             );
         }
 
+        wait_described(&admin, &["k1-orders", "k1-payments"]).await?;
         let described = admin
             .describe_topics(&[
                 "k1-orders".into(),
@@ -273,6 +296,7 @@ fn partitions_are_raised_and_never_lowered() {
         let rdkafka = rdkafka_admin(&cluster.bootstrap)?;
         admin.create_topics(&[topic("k1-grow", 12, 3, &[])]).await?["k1-grow"].clone()?;
         wait_rdkafka_partitions(&rdkafka, "k1-grow", Some(12)).await?;
+        wait_described(&admin, &["k1-grow"]).await?;
 
         let results = admin
             .create_partitions(&[("k1-grow".into(), 24), ("k1-missing".into(), 3)])
@@ -306,6 +330,7 @@ fn incremental_changes_set_and_delete_only_the_named_keys() {
             .await?[name]
             .clone()?;
         wait_rdkafka_partitions(&rdkafka, name, Some(3)).await?;
+        wait_described(&admin, &[name]).await?;
 
         // Someone else sets keys with the legacy AlterConfigs (which replaces the whole
         // set): the topic now has exactly these overrides.
@@ -451,6 +476,7 @@ fn sasl_ssl_with_scram_sha_512_creates_and_describes_topics() {
             .create_topics(&[topic("k1-secure", 4, 3, &[("retention.ms", "120000")])])
             .await?["k1-secure"]
             .clone()?;
+        wait_described(&admin, &["k1-secure"]).await?;
         let configs = admin.describe_configs(&["k1-secure".into()]).await?["k1-secure"].clone()?;
         ensure!(configs["retention.ms"].value.as_deref() == Some("120000"));
         // The brokers advertised on the SASL_SSL listener are the ones reused.
@@ -597,7 +623,7 @@ fn tls_without_sasl_creates_and_describes_topics() {
             request_timeout: Duration::from_secs(10),
         });
         admin.create_topics(&[topic("k1-tls", 2, 3, &[])]).await?["k1-tls"].clone()?;
-        let described = admin.describe_topics(&["k1-tls".into()]).await?;
+        let described = wait_described(&admin, &["k1-tls"]).await?;
         ensure!(described["k1-tls"].partitions == 2, "{described:?}");
         ensure!(described["k1-tls"].replication_factor == 3, "{described:?}");
         Ok(())
