@@ -174,6 +174,7 @@ async fn session(
             agent_version: config.agent_version.clone(),
             k8s_version: k8s_version.to_owned(),
             last_applied_revision: engine.last_applied_revision(),
+            ..Default::default()
         })),
     };
     // The engine's messages are few (one report in flight per policy, acks), so their

@@ -28,7 +28,12 @@ pub fn update(message: Assignments) -> (Update, usize) {
         revision: message.revision,
         full: message.full,
         items,
-        removed: message.removed.iter().map(PolicyRef::from_proto).collect(),
+        removed: message
+            .removed
+            .iter()
+            .filter_map(|r| r.policy.as_ref())
+            .map(PolicyRef::from_proto)
+            .collect(),
     };
     (update, malformed)
 }
@@ -99,7 +104,11 @@ mod tests {
                     spec: None,
                 },
             ],
-            removed: vec![policy.clone()],
+            removed: vec![accord_proto::v1::Removal {
+                policy: Some(policy.clone()),
+                revision: 12,
+            }],
+            ..Default::default()
         };
         let (u, malformed) = update(message);
         assert_eq!(u.revision, 12);

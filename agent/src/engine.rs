@@ -462,6 +462,7 @@ impl Engine {
                     self.assignments(assignments);
                 }
                 Some(hub_message::Body::StatusAck(ack)) => self.status_ack(ack),
+                Some(hub_message::Body::Renewed(_)) => debug!("certificate renewal answer"),
                 None => debug!("empty message from the hub"),
             },
             Input::Connected { id, outbox } => self.connected(id, outbox),

@@ -306,7 +306,7 @@ impl Hub {
             revision,
             full: true,
             items,
-            removed: Vec::new(),
+            ..Default::default()
         }))
         .await;
     }
@@ -315,6 +315,7 @@ impl Hub {
         self.send(hub_message::Body::StatusAck(StatusAck {
             policy: report.policy.clone(),
             result: Some(status_ack::Result::Accepted(version)),
+            ..Default::default()
         }))
         .await;
     }

@@ -105,6 +105,7 @@ impl AgentStream {
                 agent_version: "sim".into(),
                 k8s_version: "v1.34.4".into(),
                 last_applied_revision: 0,
+                ..Default::default()
             })),
         };
         tx.send(hello)

@@ -484,7 +484,7 @@ async fn ack(stream: &mut AgentStream) -> Result<status_ack::Result> {
     loop {
         match stream.next().await.context("stream ended")??.body {
             Some(hub_message::Body::StatusAck(a)) => return a.result.context("ack without result"),
-            Some(hub_message::Body::Assignments(_)) => continue,
+            Some(hub_message::Body::Assignments(_) | hub_message::Body::Renewed(_)) => continue,
             None => bail!("empty hub message"),
         }
     }

@@ -12,6 +12,7 @@ fn record(name: &str, spki: &str) -> ClusterRecord {
         spki_sha256: spki.into(),
         labels: BTreeMap::from([("region".to_owned(), "eu".to_owned())]),
         registered_unix: 1_700_000_000,
+        previous: None,
     }
 }
 

@@ -2,8 +2,9 @@
 //! renumbering (which would silently break mixed-version hubs and agents) fails CI.
 
 use accord_proto::v1::{
-    Ack, AgentMessage, Assignments, HubMessage, StatusAck, StatusReport, agent_message,
-    hub_message, status_ack,
+    Ack, AgentMessage, Assignments, CertificateRenewed, Hello, HubMessage, MemberHealth,
+    RefusalReason, Removal, RenewCertificate, StatusAck, StatusReport, agent_message, hub_message,
+    status_ack,
 };
 use prost::Message;
 
@@ -48,13 +49,48 @@ fn status_ack_accepted_and_conflict_keep_their_numbers() {
     let accepted = StatusAck {
         policy: None,
         result: Some(status_ack::Result::Accepted(3)),
+        ..Default::default()
     };
     let conflict = StatusAck {
         policy: None,
         result: Some(status_ack::Result::Conflict(4)),
+        reason: RefusalReason::StaleVersion as i32,
     };
     assert_eq!(field_numbers(&accepted.encode_to_vec()), vec![2]);
-    assert_eq!(field_numbers(&conflict.encode_to_vec()), vec![3]);
+    assert_eq!(field_numbers(&conflict.encode_to_vec()), vec![3, 4]);
+}
+
+#[test]
+fn the_store_epoch_removals_renewal_and_member_health_have_their_own_numbers() {
+    let a = Assignments {
+        store_epoch: 7,
+        removed: vec![Removal {
+            policy: None,
+            revision: 3,
+        }],
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&a.encode_to_vec()), vec![5, 6]);
+    let hello = Hello {
+        store_epoch: 7,
+        member_health: Some(MemberHealth::default()),
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&hello.encode_to_vec()), vec![4, 5]);
+    let renew = AgentMessage {
+        cluster: String::new(),
+        body: Some(agent_message::Body::Renew(RenewCertificate::default())),
+    };
+    assert_eq!(field_numbers(&renew.encode_to_vec()), vec![6]);
+    let health = AgentMessage {
+        cluster: String::new(),
+        body: Some(agent_message::Body::MemberHealth(MemberHealth::default())),
+    };
+    assert_eq!(field_numbers(&health.encode_to_vec()), vec![7]);
+    let renewed = HubMessage {
+        body: Some(hub_message::Body::Renewed(CertificateRenewed::default())),
+    };
+    assert_eq!(field_numbers(&renewed.encode_to_vec()), vec![3]);
 }
 
 #[test]

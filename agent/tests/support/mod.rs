@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use accord_agent::engine::EngineHandle;
 use accord_proto::v1::{
-    AgentMessage, Assignment, Assignments, HubMessage, ObjectRef, ScaleAssignment, StatusAck,
-    StatusReport, agent_message, assignment, hub_message, status_ack,
+    AgentMessage, Assignment, Assignments, HubMessage, ObjectRef, Removal, ScaleAssignment,
+    StatusAck, StatusReport, agent_message, assignment, hub_message, status_ack,
 };
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -110,7 +110,14 @@ impl ScriptedHub {
                     revision,
                     full,
                     items,
-                    removed,
+                    removed: removed
+                        .into_iter()
+                        .map(|policy| Removal {
+                            policy: Some(policy),
+                            revision,
+                        })
+                        .collect(),
+                    ..Default::default()
                 })),
             })
             .await;
@@ -123,6 +130,7 @@ impl ScriptedHub {
                 body: Some(hub_message::Body::StatusAck(StatusAck {
                     policy: Some(policy.clone()),
                     result: Some(result),
+                    ..Default::default()
                 })),
             })
             .await;

@@ -5,7 +5,7 @@
 //! upsert for clusters with a share, a removal for clusters that had one and no longer do —
 //! and a cluster that connects gets the full set of its assignments.
 
-use accord_proto::v1::{Assignments, HubMessage, ObjectRef, hub_message};
+use accord_proto::v1::{Assignments, HubMessage, ObjectRef, Removal, hub_message};
 use std::collections::{HashMap, HashSet};
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
@@ -57,7 +57,7 @@ fn full_assignments(cache: &PrefixCache<PlacementRecord>, cluster: &str) -> Assi
         revision,
         full: true,
         items,
-        removed: Vec::new(),
+        ..Default::default()
     }
 }
 
@@ -111,13 +111,17 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                             revision: mod_revision,
                             full: false,
                             items: vec![item],
-                            removed: vec![],
+                            ..Default::default()
                         },
                         None => Assignments {
                             revision: mod_revision,
                             full: false,
                             items: vec![],
-                            removed: vec![value.policy.to_proto()],
+                            removed: vec![Removal {
+                                policy: Some(value.policy.to_proto()),
+                                revision: mod_revision,
+                            }],
+                            ..Default::default()
                         },
                     };
                     send(&connections, cluster, delta);
@@ -136,7 +140,11 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                                 revision,
                                 full: false,
                                 items: vec![],
-                                removed: vec![removed.clone()],
+                                removed: vec![Removal {
+                                    policy: Some(removed.clone()),
+                                    revision,
+                                }],
+                                ..Default::default()
                             },
                         );
                     }

@@ -65,7 +65,7 @@ async fn authenticate<T>(shared: &AgentFacing, request: &Request<T>) -> Result<S
             Status::unavailable(format!("cluster registry unavailable: {e}"))
         })?;
     match record {
-        Some(r) if r.spki_sha256 == identity.spki_sha256 => Ok(identity.cluster),
+        Some(r) if r.accepts(&identity.spki_sha256, unix_millis() / 1000) => Ok(identity.cluster),
         Some(_) => Err(Status::permission_denied(format!(
             "this certificate for cluster {:?} was replaced by a newer registration",
             identity.cluster
@@ -226,6 +226,14 @@ impl Session {
                 Some(agent_message::Body::Hello(_)) => {
                     return Err(Status::failed_precondition("Hello may only be sent once"));
                 }
+                Some(agent_message::Body::Renew(_)) => {
+                    return Err(Status::unimplemented(
+                        "certificate renewal over the stream is not served yet",
+                    ));
+                }
+                Some(agent_message::Body::MemberHealth(health)) => {
+                    debug!(cluster = %self.cluster, available = health.api_server_available, "member health");
+                }
                 None => return Err(Status::invalid_argument("empty message")),
             }
         }
@@ -282,6 +290,7 @@ impl Session {
             body: Some(hub_message::Body::StatusAck(StatusAck {
                 policy: Some(policy),
                 result: Some(result),
+                ..Default::default()
             })),
         })
     }

@@ -84,6 +84,7 @@ impl Registration for RegistrationService {
             spki_sha256: signed.spki_sha256.clone(),
             labels: req.labels.clone().into_iter().collect(),
             registered_unix: accord_common::runtime::unix_millis() / 1000,
+            previous: None,
         };
         s.store.put_cluster(&record).await.map_err(|e| {
             s.metrics.error(e.kind());

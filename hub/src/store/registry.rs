@@ -18,6 +18,32 @@ pub struct ClusterRecord {
     pub labels: BTreeMap<String, String>,
     /// When it registered, in seconds since the Unix epoch.
     pub registered_unix: i64,
+    /// The key a renewal replaced, still accepted until its certificate expires (so an
+    /// agent that renewed but could not store its new certificate is not locked out).
+    /// A `--force` re-registration clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<PreviousKey>,
+}
+
+/// A client key replaced by a certificate renewal.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct PreviousKey {
+    /// Hex SHA-256 of its SubjectPublicKeyInfo.
+    pub spki_sha256: String,
+    /// Expiry of the certificate it was issued with, in seconds since the Unix epoch.
+    pub not_after_unix: i64,
+}
+
+impl ClusterRecord {
+    /// Whether a client certificate with this key may speak for the cluster at `now_unix`:
+    /// the current key, or the key a renewal replaced until its certificate expires.
+    pub fn accepts(&self, spki_sha256: &str, now_unix: i64) -> bool {
+        self.spki_sha256 == spki_sha256
+            || self
+                .previous
+                .as_ref()
+                .is_some_and(|p| p.spki_sha256 == spki_sha256 && now_unix < p.not_after_unix)
+    }
 }
 
 impl Store {
@@ -64,5 +90,46 @@ impl Store {
     pub async fn delete_cluster(&self, name: &str) -> Result<bool, StoreError> {
         check_segment("cluster", name)?;
         self.delete(&self.keys().cluster(name)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(previous: Option<PreviousKey>) -> ClusterRecord {
+        ClusterRecord {
+            name: "east".into(),
+            spki_sha256: "new".into(),
+            labels: BTreeMap::new(),
+            registered_unix: 0,
+            previous,
+        }
+    }
+
+    #[test]
+    fn the_current_key_is_accepted_and_an_unknown_one_is_not() {
+        let r = record(None);
+        assert!(r.accepts("new", 100));
+        assert!(!r.accepts("old", 100));
+    }
+
+    #[test]
+    fn a_renewed_key_is_accepted_until_its_certificate_expires() {
+        let r = record(Some(PreviousKey {
+            spki_sha256: "old".into(),
+            not_after_unix: 100,
+        }));
+        assert!(r.accepts("old", 99));
+        assert!(!r.accepts("old", 100));
+        assert!(r.accepts("new", 1_000));
+    }
+
+    #[test]
+    fn records_written_before_renewal_existed_still_decode() {
+        let json = r#"{"name":"east","spki_sha256":"k","labels":{},"registered_unix":1}"#;
+        let r: ClusterRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(r.previous, None);
+        assert!(r.accepts("k", 0));
     }
 }
