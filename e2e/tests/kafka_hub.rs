@@ -163,7 +163,7 @@ async fn play(
     while let Some(Ok(msg)) = stream.next().await {
         match msg.body {
             Some(hub_message::Body::Assignments(a)) => {
-                for r in a.removed {
+                for r in a.removed.into_iter().filter_map(|r| r.policy) {
                     removed
                         .lock()
                         .unwrap()
