@@ -231,7 +231,7 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
             until(&format!("{} manages no policy", agent.name), Duration::from_secs(30), || async {
                 let text = testbed.http().get(&url).send().await?.text().await?;
                 Ok(match accord_e2e::hub::parse_metric(&text, "accord_agent_managed_policies") {
-                    Some(n) if n == 0.0 => Check::Ready(()),
+                    Some(0.0) => Check::Ready(()),
                     other => Check::NotYet(format!("managed policies {other:?}")),
                 })
             })
