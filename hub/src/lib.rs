@@ -16,6 +16,7 @@ pub mod install;
 pub mod kafka;
 pub mod metrics;
 pub mod placement;
+pub mod revocation;
 pub mod scale;
 pub mod serve;
 pub mod store;

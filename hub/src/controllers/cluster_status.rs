@@ -30,6 +30,9 @@ use crate::store::cache::{CacheEvent, PrefixCache};
 use crate::store::presence::ConnectedRecord;
 use crate::store::registry::ClusterRecord;
 
+/// Finalizer on every ManagedCluster the hub writes: deleting the object revokes the
+/// cluster (its registry record goes first, then the finalizer).
+pub const REGISTRATION_FINALIZER: &str = "accord.io/cluster-registration";
 /// How often `lastHeartbeatTime` is rewritten for a cluster that stays available.
 pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(300);
 /// How often every cluster is re-checked even without events.
