@@ -5,6 +5,7 @@
 
 pub mod autoscale;
 pub mod cli;
+pub mod cluster_cmd;
 pub mod connections;
 pub mod controllers;
 pub mod crdgen;
