@@ -37,6 +37,12 @@ pub enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Member clusters.
+    Cluster {
+        /// Cluster operation.
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
 }
 
 /// Where the hub's state lives.
@@ -131,6 +137,24 @@ pub struct TokenCreateArgs {
     description: String,
 }
 
+/// Cluster operations.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Revoke a member cluster: delete its registry record (every hub replica ends its
+    /// stream within a second and refuses its certificate from then on) and, with a
+    /// kubeconfig, its ManagedCluster.
+    Revoke(ClusterRevokeArgs),
+}
+
+/// Flags of `accord-hub cluster revoke`.
+#[derive(Debug, Args)]
+pub struct ClusterRevokeArgs {
+    #[command(flatten)]
+    state: StateArgs,
+    /// Name of the cluster to revoke.
+    name: String,
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     accord_crds::duration::parse(s).map_err(|e| e.to_string())
 }
@@ -212,6 +236,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 crate::token::create(&a.state, a.ttl, &a.hub_url, &a.cluster_name, &a.description)
                     .await?;
             println!("{line}");
+        }
+        Command::Cluster {
+            command: ClusterCommand::Revoke(a),
+        } => {
+            let revoked = crate::cluster_cmd::revoke(&a.state, &a.name).await?;
+            for line in revoked.lines() {
+                println!("{line}");
+            }
         }
     }
     Ok(())

@@ -4,13 +4,17 @@
 //! whose last heartbeat is older than the timeout, and the connect/disconnect edges are the
 //! only etcd writes (`connected/<cluster>` on this replica's lease), so 10,000 agents
 //! heartbeating every second cost etcd nothing.
+//!
+//! Each stream remembers the certificate key it was opened with, so that a registry change
+//! (a revoke, a `--force` re-registration) can end exactly the streams whose key the record
+//! no longer accepts ([`crate::revocation`]).
 
 use accord_proto::v1::HubMessage;
 use dashmap::DashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::Status;
 
 /// Sender half of a stream's outgoing messages.
@@ -27,6 +31,10 @@ pub struct Connection {
     last_seen_ms: AtomicU64,
     /// Highest assignment revision the agent acknowledged.
     pub acked_revision: AtomicI64,
+    /// Hex SHA-256 of the public key of the client certificate the stream was opened with.
+    pub spki_sha256: String,
+    /// Set once when the hub ends the stream (see [`Connection::end`]).
+    ending: watch::Sender<Option<Status>>,
 }
 
 impl Connection {
@@ -41,6 +49,39 @@ impl Connection {
         let last = self.started + Duration::from_millis(self.last_seen_ms.load(Ordering::Relaxed));
         now.saturating_duration_since(last)
     }
+
+    /// Ends the stream with `status`: the session stops reading the agent's messages and
+    /// sends `status` as the stream's end. Only the first call counts; returns whether this
+    /// one did.
+    pub fn end(&self, status: Status) -> bool {
+        self.ending.send_if_modified(|ending| {
+            if ending.is_some() {
+                return false;
+            }
+            *ending = Some(status);
+            true
+        })
+    }
+
+    /// Whether [`Connection::end`] was called.
+    pub fn is_ending(&self) -> bool {
+        self.ending.borrow().is_some()
+    }
+
+    /// Waits until [`Connection::end`] is called and returns its status.
+    pub async fn ended(&self) -> Status {
+        let mut ending = self.ending.subscribe();
+        // The sender lives in `self`, so the wait cannot fail while `self` is borrowed.
+        let status = ending
+            .wait_for(Option::is_some)
+            .await
+            .ok()
+            .and_then(|status| status.clone());
+        match status {
+            Some(status) => status,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// All streams of this replica, by cluster name.
@@ -51,11 +92,13 @@ pub struct Connections {
 }
 
 impl Connections {
-    /// Registers a new stream for `cluster`, returning it and the stream it replaced (an
-    /// agent that reconnected before its old stream was noticed dead).
+    /// Registers a new stream for `cluster`, opened with a client certificate whose key
+    /// hashes to `spki_sha256`, returning it and the stream it replaced (an agent that
+    /// reconnected before its old stream was noticed dead).
     pub fn open(
         &self,
         cluster: &str,
+        spki_sha256: &str,
         outbox: Outbox,
     ) -> (Arc<Connection>, Option<Arc<Connection>>) {
         let conn = Arc::new(Connection {
@@ -64,6 +107,8 @@ impl Connections {
             started: Instant::now(),
             last_seen_ms: AtomicU64::new(0),
             acked_revision: AtomicI64::new(0),
+            spki_sha256: spki_sha256.to_owned(),
+            ending: watch::Sender::new(None),
         });
         let old = self.by_cluster.insert(cluster.to_owned(), conn.clone());
         (conn, old)
@@ -118,8 +163,8 @@ mod tests {
     fn a_reconnect_replaces_the_old_stream_and_the_old_close_is_ignored() {
         let conns = Connections::default();
         let (tx, _rx) = mpsc::channel(1);
-        let (first, _) = conns.open("a", tx.clone());
-        let (second, replaced) = conns.open("a", tx);
+        let (first, _) = conns.open("a", "k1", tx.clone());
+        let (second, replaced) = conns.open("a", "k2", tx);
         assert_eq!(replaced.unwrap().id, first.id);
         assert!(
             !conns.close("a", first.id),
@@ -134,9 +179,40 @@ mod tests {
     fn only_streams_silent_past_the_timeout_are_reported() {
         let conns = Connections::default();
         let (tx, _rx) = mpsc::channel(1);
-        let (c, _) = conns.open("a", tx);
+        let (c, _) = conns.open("a", "k", tx);
         c.touch();
         assert!(conns.silent(Duration::from_secs(3)).is_empty());
         assert_eq!(conns.silent(Duration::ZERO).len(), 1);
+    }
+
+    #[test]
+    fn a_stream_remembers_the_key_it_was_opened_with() {
+        let conns = Connections::default();
+        let (tx, _rx) = mpsc::channel(1);
+        let (c, _) = conns.open("a", "abc123", tx);
+        assert_eq!(conns.get("a").unwrap().spki_sha256, "abc123");
+        assert_eq!(c.spki_sha256, "abc123");
+    }
+
+    #[tokio::test]
+    async fn only_the_first_end_counts_and_a_waiting_session_sees_it() {
+        let conns = Connections::default();
+        let (tx, _rx) = mpsc::channel(1);
+        let (c, _) = conns.open("a", "k", tx);
+        assert!(!c.is_ending());
+        let waiter = tokio::spawn({
+            let c = c.clone();
+            async move { c.ended().await }
+        });
+        assert!(c.end(Status::permission_denied("revoked")));
+        assert!(!c.end(Status::aborted("later")));
+        assert!(c.is_ending());
+        let status = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("the waiting session was woken")
+            .unwrap();
+        assert_eq!(status.code(), tonic::Code::PermissionDenied);
+        // A session that starts waiting after the end still sees it.
+        assert_eq!(c.ended().await.message(), "revoked");
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod autoscale;
 pub mod cli;
+pub mod cluster_cmd;
 pub mod connections;
 pub mod controllers;
 pub mod crdgen;
@@ -16,6 +17,7 @@ pub mod install;
 pub mod kafka;
 pub mod metrics;
 pub mod placement;
+pub mod revocation;
 pub mod scale;
 pub mod serve;
 pub mod store;

@@ -26,6 +26,20 @@ pub struct PolicyLabel {
     pub policy: String,
 }
 
+/// Label of registrations: how they ended (`ok`, `bad_token`, `rate_limited`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistrationLabel {
+    /// Outcome of the registration.
+    pub result: String,
+}
+
+/// Label of streams ended because the registry no longer accepts their certificate.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RevocationLabel {
+    /// `revoked`, `replaced` or `expired`.
+    pub reason: String,
+}
+
 /// A gauge holding a float.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -55,6 +69,10 @@ pub struct Metrics {
     pub autoscale_threshold: Family<PolicyLabel, FloatGauge>,
     /// 1 while a policy's circuit breaker is open (or half-open), by policy.
     pub autoscale_breaker_open: Family<PolicyLabel, Gauge>,
+    /// Registrations by result.
+    pub registrations: Family<RegistrationLabel, Counter>,
+    /// Agent streams ended because the registry no longer accepts their certificate.
+    pub revoked_streams: Family<RevocationLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -125,8 +143,22 @@ impl Metrics {
             "1 while an autoscaled policy's circuit breaker is open or half-open",
             autoscale_breaker_open.clone(),
         );
+        let registrations = Family::<RegistrationLabel, Counter>::default();
+        let revoked_streams = Family::<RevocationLabel, Counter>::default();
+        registry.register(
+            "registrations",
+            "Registrations by result (ok, bad_token, rate_limited, already_exists, invalid, unavailable, being_deleted)",
+            registrations.clone(),
+        );
+        registry.register(
+            "revoked_streams",
+            "Agent streams ended because the cluster registry no longer accepts their certificate, by reason (revoked, replaced, expired)",
+            revoked_streams.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            registrations,
+            revoked_streams,
             autoscale_decisions,
             autoscale_value,
             autoscale_threshold,
@@ -145,6 +177,24 @@ impl Metrics {
     pub fn report(&self, result: &str) {
         self.status_reports
             .get_or_create(&KindLabel::of(result))
+            .inc();
+    }
+
+    /// Counts a registration that ended with `result`.
+    pub fn registration(&self, result: &str) {
+        self.registrations
+            .get_or_create(&RegistrationLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a stream ended for `reason` (see [`crate::revocation::Verdict`]).
+    pub fn stream_revoked(&self, reason: &str) {
+        self.revoked_streams
+            .get_or_create(&RevocationLabel {
+                reason: reason.to_owned(),
+            })
             .inc();
     }
 

@@ -133,6 +133,10 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         fanout.clone().run(connections.clone()),
     );
     tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));
+    let revoker = crate::revocation::Revoker::start(agents.clone())
+        .await
+        .context("following the cluster registry")?;
+    tasks.spawn_forever("revocation", revoker.run());
     tasks.spawn(
         "controllers",
         crate::controllers::run_with(

@@ -6,6 +6,13 @@
 //! what the object shows, ignoring timestamps. `lastHeartbeatTime` is refreshed at most once
 //! per [`HEARTBEAT_WRITE_INTERVAL`] while a cluster stays available — like the kubelet's
 //! `nodeStatusReportFrequency` — so thousands of healthy clusters cost few writes.
+//!
+//! Deleting a ManagedCluster revokes the cluster: the object carries
+//! [`REGISTRATION_FINALIZER`], and on deletion this controller deletes the registry record
+//! (every replica then ends the cluster's stream, see [`crate::revocation`]) before it
+//! removes the finalizer. A registered cluster whose object is missing gets it back (a
+//! registration that could not write it), but only while etcd still has the record, so a
+//! revoked cluster is not brought back by a registry copy that lags.
 
 use accord_crds::conditions::{self, Desired, Status as CondStatus, reasons, types};
 use accord_crds::{HUB_FIELD_MANAGER, ManagedClusterStatus};
@@ -20,7 +27,7 @@ use kube::{Resource, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::{
     ClusterEvents, ClusterObject, ControllerContext, ControllerError, ErrorCategory, Listed,
@@ -30,6 +37,9 @@ use crate::store::cache::{CacheEvent, PrefixCache};
 use crate::store::presence::ConnectedRecord;
 use crate::store::registry::ClusterRecord;
 
+/// Finalizer on every ManagedCluster the hub writes: deleting the object revokes the
+/// cluster (its registry record goes first, then the finalizer).
+pub const REGISTRATION_FINALIZER: &str = "accord.io/cluster-registration";
 /// How often `lastHeartbeatTime` is rewritten for a cluster that stays available.
 pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(300);
 /// How often every cluster is re-checked even without events.
@@ -128,17 +138,27 @@ pub fn desired_status(
     (!unchanged).then_some(next)
 }
 
-/// Why a status write failed.
+/// Why a status write (or a revocation through deletion) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusWriteError {
     /// The Kubernetes API refused or failed the write.
     #[error("writing ManagedCluster status")]
     Kube(#[from] kube::Error),
+    /// etcd failed while reading or deleting the cluster's registry record.
+    #[error("cluster registry")]
+    Store(#[from] crate::store::StoreError),
+    /// The finalizer patch could not be built.
+    #[error("finalizer patch: {0}")]
+    Finalizer(String),
 }
 
 impl ErrorCategory for StatusWriteError {
     fn category(&self) -> &'static str {
-        "kubernetes"
+        match self {
+            Self::Kube(_) => "kubernetes",
+            Self::Store(e) => e.kind(),
+            Self::Finalizer(_) => "finalizer",
+        }
     }
 
     fn is_transient(&self) -> bool {
@@ -294,6 +314,15 @@ async fn reconcile(
         o.pointer("/status")
             .and_then(|s| serde_json::from_value::<ManagedClusterStatus>(s.clone()).ok())
     };
+    if let Some(o) = &object {
+        if o.metadata.deletion_timestamp.is_some() {
+            return revoke_on_deletion(ctx, api, name, o).await;
+        }
+        if record.is_some() && !has_registration_finalizer(o) {
+            // Objects written before deletion revoked (or by hand) get the finalizer too.
+            add_registration_finalizer(api, o).await?;
+        }
+    }
     let (current, generation, spec_error) = match (&object, record) {
         (Some(o), _) => (
             status_of(o),
@@ -303,11 +332,21 @@ async fn reconcile(
             o.without_status().decode().err().map(|e| e.to_string()),
         ),
         (None, Some(r)) => {
-            // Registered but the object is missing (deleted, or registration could not
-            // write it): recreate it from the registry.
+            // Registered but the object is missing (registration could not write it):
+            // recreate it from the registry — if etcd still has the record. Deleting the
+            // object removes the record before the object goes, but this copy of the
+            // registry may learn of that after the reflector learns the object is gone.
+            if ctx.store.get_cluster(name).await?.is_none() {
+                return Ok(());
+            }
             let obj = serde_json::json!({
                 "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
-                "metadata": { "name": name, "labels": r.labels }, "spec": {},
+                "metadata": {
+                    "name": name,
+                    "labels": r.labels,
+                    "finalizers": [REGISTRATION_FINALIZER],
+                },
+                "spec": {},
             });
             let created = api
                 .patch(
@@ -350,6 +389,90 @@ async fn reconcile(
         .await;
     }
     Ok(())
+}
+
+fn has_registration_finalizer(object: &ClusterObject) -> bool {
+    object
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == REGISTRATION_FINALIZER))
+}
+
+/// A ManagedCluster being deleted: revokes the cluster (deletes its registry record, so
+/// every replica ends its stream and refuses its certificate), then lets the object go.
+async fn revoke_on_deletion(
+    ctx: &ControllerContext,
+    api: &Api<ClusterObject>,
+    name: &str,
+    object: &ClusterObject,
+) -> Result<(), StatusWriteError> {
+    let Some(index) = object
+        .metadata
+        .finalizers
+        .as_ref()
+        .and_then(|f| f.iter().position(|f| f == REGISTRATION_FINALIZER))
+    else {
+        return Ok(());
+    };
+    let removed = ctx.store.delete_cluster(name).await?;
+    if removed {
+        info!(
+            cluster = name,
+            "ManagedCluster deleted: cluster revoked (registry record removed)"
+        );
+    }
+    // The test makes the removal fail rather than remove another finalizer if the list
+    // changed meanwhile (the change reconciles the object again).
+    let patch = finalizer_patch(serde_json::json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": REGISTRATION_FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]))?;
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn add_registration_finalizer(
+    api: &Api<ClusterObject>,
+    object: &ClusterObject,
+) -> Result<(), StatusWriteError> {
+    let patch = if object
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_none_or(Vec::is_empty)
+    {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": object.metadata.resource_version},
+            {"op": "add", "path": "/metadata/finalizers", "value": [REGISTRATION_FINALIZER]},
+        ])
+    } else {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/resourceVersion",
+             "value": object.metadata.resource_version},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": REGISTRATION_FINALIZER},
+        ])
+    };
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Json::<()>(finalizer_patch(patch)?),
+    )
+    .await?;
+    Ok(())
+}
+
+fn finalizer_patch<P: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<P, StatusWriteError> {
+    serde_json::from_value(value).map_err(|e| StatusWriteError::Finalizer(e.to_string()))
 }
 
 /// A deduplicating queue of cluster names.

@@ -46,8 +46,11 @@ impl FederationService {
 
 type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
 
-/// The verified cluster behind a request.
-async fn authenticate<T>(shared: &AgentFacing, request: &Request<T>) -> Result<String, Status> {
+/// The verified cluster behind a request, and its certificate's key.
+async fn authenticate<T>(
+    shared: &AgentFacing,
+    request: &Request<T>,
+) -> Result<(String, String), Status> {
     let certs = request.peer_certs().ok_or_else(|| {
         Status::unauthenticated("a client certificate is required; join the cluster first")
     })?;
@@ -65,7 +68,9 @@ async fn authenticate<T>(shared: &AgentFacing, request: &Request<T>) -> Result<S
             Status::unavailable(format!("cluster registry unavailable: {e}"))
         })?;
     match record {
-        Some(r) if r.accepts(&identity.spki_sha256, unix_millis() / 1000) => Ok(identity.cluster),
+        Some(r) if r.accepts(&identity.spki_sha256, unix_millis() / 1000) => {
+            Ok((identity.cluster, identity.spki_sha256))
+        }
         Some(_) => Err(Status::permission_denied(format!(
             "this certificate for cluster {:?} was replaced by a newer registration",
             identity.cluster
@@ -85,7 +90,7 @@ impl Federation for FederationService {
         &self,
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::SyncStream>, Status> {
-        let cluster = authenticate(&self.shared, &request).await?;
+        let (cluster, spki_sha256) = authenticate(&self.shared, &request).await?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
         let shared = self.shared.clone();
@@ -93,6 +98,7 @@ impl Federation for FederationService {
             let session = Session {
                 shared,
                 cluster,
+                spki_sha256,
                 tx,
             };
             session.run(inbound).await;
@@ -105,6 +111,8 @@ impl Federation for FederationService {
 struct Session {
     shared: AgentFacing,
     cluster: String,
+    /// Key of the client certificate the stream was opened with.
+    spki_sha256: String,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
 }
 
@@ -139,7 +147,9 @@ impl Session {
             None => return,
         };
 
-        let (conn, replaced) = s.connections.open(&self.cluster, self.tx.clone());
+        let (conn, replaced) =
+            s.connections
+                .open(&self.cluster, &self.spki_sha256, self.tx.clone());
         conn.touch();
         if let Some(old) = replaced {
             let _ = old
@@ -175,7 +185,11 @@ impl Session {
             }))
             .await;
 
-        let outcome = self.serve(&conn, &mut inbound).await;
+        // A revoked or replaced identity (crate::revocation) stops being read at once.
+        let outcome = tokio::select! {
+            outcome = self.serve(&conn, &mut inbound) => outcome,
+            status = conn.ended() => Err(status),
+        };
         if let Err(status) = outcome {
             let _ = self.tx.send(Err(status)).await;
         }
