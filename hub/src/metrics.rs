@@ -55,6 +55,16 @@ pub struct Metrics {
     pub autoscale_threshold: Family<PolicyLabel, FloatGauge>,
     /// 1 while a policy's circuit breaker is open (or half-open), by policy.
     pub autoscale_breaker_open: Family<PolicyLabel, Gauge>,
+    /// Certificate renewals over the Sync stream, by result (`ok`, `denied`, `bad_csr`,
+    /// `unavailable`, `contended`).
+    pub certificate_renewals: Family<ResultLabel, Counter>,
+}
+
+/// Label of outcome counters whose label is named `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// The outcome, e.g. `ok`.
+    pub result: String,
 }
 
 impl Default for Metrics {
@@ -125,8 +135,15 @@ impl Metrics {
             "1 while an autoscaled policy's circuit breaker is open or half-open",
             autoscale_breaker_open.clone(),
         );
+        let certificate_renewals = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "certificate_renewals",
+            "Agent certificate renewals over the Sync stream, by result",
+            certificate_renewals.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            certificate_renewals,
             autoscale_decisions,
             autoscale_value,
             autoscale_threshold,
@@ -145,6 +162,15 @@ impl Metrics {
     pub fn report(&self, result: &str) {
         self.status_reports
             .get_or_create(&KindLabel::of(result))
+            .inc();
+    }
+
+    /// Counts a certificate renewal outcome.
+    pub fn renewal(&self, result: &str) {
+        self.certificate_renewals
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
             .inc();
     }
 

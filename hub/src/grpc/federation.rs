@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::AgentFacing;
+use super::renewal::{self, StreamCertificate};
 use accord_common::distribution::{Observed, state_from_proto};
 use accord_common::runtime::unix_millis;
 
@@ -86,6 +87,7 @@ impl Federation for FederationService {
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::SyncStream>, Status> {
         let cluster = authenticate(&self.shared, &request).await?;
+        let certificate = StreamCertificate::of_request(&request)?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
         let shared = self.shared.clone();
@@ -93,6 +95,7 @@ impl Federation for FederationService {
             let session = Session {
                 shared,
                 cluster,
+                certificate,
                 tx,
             };
             session.run(inbound).await;
@@ -105,6 +108,8 @@ impl Federation for FederationService {
 struct Session {
     shared: AgentFacing,
     cluster: String,
+    /// The client certificate the stream was opened with (the key a renewal replaces).
+    certificate: StreamCertificate,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
 }
 
@@ -226,10 +231,12 @@ impl Session {
                 Some(agent_message::Body::Hello(_)) => {
                     return Err(Status::failed_precondition("Hello may only be sent once"));
                 }
-                Some(agent_message::Body::Renew(_)) => {
-                    return Err(Status::unimplemented(
-                        "certificate renewal over the stream is not served yet",
-                    ));
+                Some(agent_message::Body::Renew(request)) => {
+                    let renewed =
+                        renewal::answer(s, &self.cluster, &self.certificate, request).await?;
+                    if self.tx.send(Ok(renewed)).await.is_err() {
+                        return Ok(());
+                    }
                 }
                 Some(agent_message::Body::MemberHealth(health)) => {
                     debug!(cluster = %self.cluster, available = health.api_server_available, "member health");
