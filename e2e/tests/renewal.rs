@@ -209,6 +209,10 @@ async fn ensure_refused(hub: &str, identity: &AgentIdentity) -> Result<String> {
 }
 
 async fn run(testbed: &Testbed, s: Scenario) -> Result<()> {
+    // Built before the first certificate is issued: building the agent after registering
+    // would let a 15 s certificate expire before the agent first connects.
+    accord_binary("accord-hub")?;
+    accord_binary("accord-agent")?;
     let started = Instant::now();
     let prefix = format!("/e2e-{}/", s.name);
     let (dir_cluster, secret_cluster) = (format!("{}-dir", s.name), format!("{}-secret", s.name));
