@@ -414,3 +414,104 @@ fn sixty_second_certificates_renew_for_five_minutes_without_a_failed_reconnect()
         .await
     });
 }
+
+#[test]
+fn the_hub_signs_a_renewal_for_the_streams_cluster_and_ends_the_stream_on_a_bad_csr() {
+    use accord_e2e::hub::{HubOptions, HubProcess};
+    use accord_proto::v1::{RenewCertificate, agent_message, hub_message};
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/e2e-renew-sim/";
+        let hub = HubProcess::start(
+            testbed,
+            &HubOptions {
+                replica: "hub-renew-sim".into(),
+                etcd_prefix: prefix.into(),
+                extra_args: vec!["--agent-cert-validity".into(), "10m".into()],
+            },
+        )
+        .await?;
+        let (token, hash) = create_token(testbed, prefix, "10m").await?;
+        let first = agent_sim::register(&hub.grpc, &token, &hash, "renew-sim", true)
+            .await
+            .map_err(|e| anyhow::anyhow!("registering: {e}"))?;
+
+        // A CSR asking for another cluster still gets a certificate for the stream's own.
+        let mut stream =
+            AgentStream::open(agent_sim::connect(&hub.grpc, &first).await?, "renew-sim").await?;
+        let csr = accord_common::pki::agent_csr("someone-else")?;
+        stream
+            .send_as(
+                "renew-sim",
+                agent_message::Body::Renew(RenewCertificate {
+                    csr_pem: csr.csr_pem,
+                }),
+            )
+            .await?;
+        let renewed = loop {
+            match tokio::time::timeout(Duration::from_secs(30), stream.next()).await? {
+                Some(Ok(m)) => match m.body {
+                    Some(hub_message::Body::Renewed(r)) => break r,
+                    _ => continue,
+                },
+                Some(Err(status)) => bail!("the hub refused the renewal: {status}"),
+                None => bail!("the stream ended without an answer"),
+            }
+        };
+        let leaf = rustls_pem_first(&renewed.certificate_pem)?;
+        let named = accord_common::pki::peer_identity(&leaf)?;
+        ensure!(
+            named.cluster == "renew-sim",
+            "issued for {:?}",
+            named.cluster
+        );
+        ensure!(
+            renewed.not_after_unix > unix_millis() / 1000 + 500,
+            "{}",
+            renewed.not_after_unix
+        );
+        drop(stream);
+
+        // The renewed certificate opens a stream.
+        let second = AgentIdentity {
+            cluster: "renew-sim".into(),
+            cert_pem: renewed.certificate_pem.clone(),
+            key_pem: csr.key_pem,
+            ca_pem: first.ca_pem.clone(),
+        };
+        let mut stream =
+            AgentStream::open(agent_sim::connect(&hub.grpc, &second).await?, "renew-sim").await?;
+        match tokio::time::timeout(Duration::from_secs(30), stream.next()).await? {
+            Some(Ok(_)) => {}
+            other => bail!("the renewed certificate was not served: {other:?}"),
+        }
+
+        // A CSR that is not one ends the stream with INVALID_ARGUMENT.
+        stream
+            .send_as(
+                "renew-sim",
+                agent_message::Body::Renew(RenewCertificate {
+                    csr_pem: "not a CSR".into(),
+                }),
+            )
+            .await?;
+        let code = stream.ended(Duration::from_secs(30)).await?;
+        ensure!(code == Some(tonic::Code::InvalidArgument), "{code:?}");
+        let counted = hub
+            .metric(testbed.http(), "accord_hub_certificate_renewals_total")
+            .await?
+            .unwrap_or(0.0);
+        ensure!(counted == 2.0, "the hub counted {counted} renewals");
+        Ok(())
+    });
+}
+
+/// The DER of the first certificate in a PEM bundle.
+fn rustls_pem_first(pem: &str) -> Result<Vec<u8>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .context("no certificate in the answer")??;
+    Ok(der.to_vec())
+}
