@@ -1,13 +1,15 @@
 //! The one Sync stream to the hub: connect over mTLS, say Hello, heartbeat, pass the hub's
 //! messages to the engine, and reconnect with exponential backoff and jitter when the
-//! stream ends.
+//! stream ends. The client certificate is renewed over the stream ([`crate::renewal`]);
+//! a renewed one ends the stream, and the next one is opened with it at once.
 
 use std::time::Duration;
 
+use accord_common::pki::{CertValidity, cert_facts_pem};
 use accord_common::runtime::{Retry, backoff, unix_millis};
 use accord_proto::MAX_MESSAGE_BYTES;
 use accord_proto::v1::federation_client::FederationClient;
-use accord_proto::v1::{AgentMessage, Heartbeat, Hello, agent_message};
+use accord_proto::v1::{AgentMessage, Heartbeat, Hello, HubMessage, agent_message, hub_message};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -18,6 +20,7 @@ use tracing::{debug, info, warn};
 use crate::engine::EngineHandle;
 use crate::identity::{Identity, IdentityError, IdentitySource};
 use crate::metrics::Metrics;
+use crate::renewal::{Renewal, RenewalError};
 
 /// Shortest wait before reconnecting.
 pub const MIN_RECONNECT_DELAY: Duration = Duration::from_millis(100);
@@ -116,6 +119,15 @@ pub async fn dial(identity: &Identity) -> Result<Channel, ConnectError> {
         .map_err(|source| ConnectError::Dial { url, source })
 }
 
+/// How a stream ended without an error.
+#[derive(Debug)]
+enum Ended {
+    /// The hub (or the network) closed it.
+    Closed,
+    /// The certificate was renewed and stored: reconnect with this identity now.
+    Renewed(Box<Identity>),
+}
+
 /// Holds the stream to the hub for as long as the task runs: connects once the engine
 /// has loaded its saved assignments, and reconnects whenever the stream ends.
 pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metrics) {
@@ -123,6 +135,7 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
     let mut identity = config.initial_identity.clone();
     let mut k8s_version = String::new();
     let mut retry = reconnect_backoff();
+    let mut renewal = Renewal::new();
     loop {
         match config.identity.load(&config.client).await {
             Ok(fresh) => {
@@ -141,11 +154,28 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
             Err(e) => debug!(error = %e, "could not read the member's Kubernetes version"),
         }
         let started = Instant::now();
-        let outcome = session(&config, &identity, &k8s_version, &engine, &metrics).await;
+        let outcome = session(
+            &config,
+            &identity,
+            &k8s_version,
+            &engine,
+            &metrics,
+            &mut renewal,
+        )
+        .await;
         metrics.connected.set(0);
         metrics.reconnects.inc();
         match outcome {
-            Ok(()) => info!(hub = %identity.hub_url, "stream to the hub ended; reconnecting"),
+            Ok(Ended::Renewed(fresh)) => {
+                info!(hub = %identity.hub_url, "reconnecting with the renewed certificate");
+                identity = *fresh;
+                // A planned reconnect: no backoff, and none inherited by the next failure.
+                retry = reconnect_backoff();
+                continue;
+            }
+            Ok(Ended::Closed) => {
+                info!(hub = %identity.hub_url, "stream to the hub ended; reconnecting")
+            }
             Err(e) => {
                 metrics.error(e.kind());
                 warn!(hub = %identity.hub_url, error = %e, "no stream to the hub; retrying");
@@ -159,6 +189,24 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
     }
 }
 
+/// The validity window of the identity's certificate (exported as the expiry gauge), or
+/// `None` when it cannot be read: then the agent cannot schedule a renewal and says so.
+fn certificate_window(identity: &Identity, metrics: &Metrics) -> Option<CertValidity> {
+    match cert_facts_pem(&identity.cert_pem) {
+        Ok(facts) => {
+            metrics
+                .certificate_expiry
+                .set(facts.validity.not_after_unix);
+            Some(facts.validity)
+        }
+        Err(e) => {
+            metrics.renewal(RenewalError::Certificate(e).result());
+            warn!("cannot read the client certificate's validity; it will not be renewed");
+            None
+        }
+    }
+}
+
 /// One stream, from dialling to its end.
 async fn session(
     config: &ConnectionConfig,
@@ -166,7 +214,9 @@ async fn session(
     k8s_version: &str,
     engine: &EngineHandle,
     metrics: &Metrics,
-) -> Result<(), ConnectError> {
+    renewal: &mut Renewal,
+) -> Result<Ended, ConnectError> {
+    let window = certificate_window(identity, metrics);
     let channel = dial(identity).await?;
     let hello = AgentMessage {
         cluster: identity.cluster.clone(),
@@ -194,6 +244,7 @@ async fn session(
         .await
         .map_err(ConnectError::Refused)?
         .into_inner();
+    let renewals = outbox.clone();
     let id = engine.connected(outbox).await;
     metrics.connected.set(1);
     info!(hub = %identity.hub_url, cluster = %identity.cluster, "connected to the hub");
@@ -202,12 +253,45 @@ async fn session(
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     ticker.tick().await; // the first tick is immediate; Hello just went out
     let result = loop {
+        let now = Instant::now();
+        let renew_at = window.map(|w| renewal.next_request_at(w, unix_millis(), now));
+        let answer_deadline = renewal.deadline();
         tokio::select! {
             message = inbound.message() => match message {
+                Ok(Some(HubMessage { body: Some(hub_message::Body::Renewed(renewed)) })) => {
+                    if let Some(fresh) =
+                        renewed_identity(config, identity, renewal, metrics, &renewed).await
+                    {
+                        break Ok(Ended::Renewed(Box::new(fresh)));
+                    }
+                }
                 Ok(Some(message)) => engine.hub_message(message).await,
-                Ok(None) => break Ok(()),
+                Ok(None) => break Ok(Ended::Closed),
                 Err(status) => break Err(ConnectError::Broken(status)),
             },
+            _ = tokio::time::sleep_until(renew_at.unwrap_or(now)),
+                if renew_at.is_some() && answer_deadline.is_none() =>
+            {
+                match renewal.start(&identity.cluster, Instant::now()) {
+                    Ok(request) => {
+                        info!(cluster = %identity.cluster, "asking the hub to renew the client certificate");
+                        let _ = renewals.send(request);
+                    }
+                    Err(e) => {
+                        metrics.renewal(e.result());
+                        warn!(error = %e, "certificate renewal failed; keeping the current certificate");
+                        renewal.failed(Instant::now());
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(answer_deadline.unwrap_or(now)),
+                if answer_deadline.is_some() =>
+            {
+                let e = RenewalError::Timeout(crate::renewal::ANSWER_TIMEOUT);
+                metrics.renewal(e.result());
+                warn!(error = %e, "certificate renewal failed; keeping the current certificate");
+                renewal.failed(Instant::now());
+            }
             _ = ticker.tick() => {
                 let heartbeat = AgentMessage {
                     cluster: identity.cluster.clone(),
@@ -221,5 +305,52 @@ async fn session(
         }
     };
     engine.disconnected(id).await;
+    if renewal.is_pending() {
+        let e = RenewalError::StreamEnded;
+        metrics.renewal(e.result());
+        warn!(error = %e, "certificate renewal failed; keeping the current certificate");
+        renewal.failed(Instant::now());
+    }
     result
+}
+
+/// The hub's answer to a renewal, checked and stored: the identity to reconnect with, or
+/// `None` (counted and logged) when it cannot be used; the old certificate stays then.
+async fn renewed_identity(
+    config: &ConnectionConfig,
+    identity: &Identity,
+    renewal: &mut Renewal,
+    metrics: &Metrics,
+    renewed: &accord_proto::v1::CertificateRenewed,
+) -> Option<Identity> {
+    let checked = renewal.accept(identity, renewed, unix_millis() / 1000);
+    let outcome = match checked {
+        None => {
+            warn!("the hub sent a renewed certificate nobody asked for; ignoring it");
+            return None;
+        }
+        Some(Err(e)) => Err(e),
+        Some(Ok(fresh)) => Renewal::store(&config.identity, &config.client, &fresh)
+            .await
+            .map(|()| fresh),
+    };
+    match outcome {
+        Ok(fresh) => {
+            metrics.renewal("ok");
+            renewal.succeeded();
+            info!(
+                cluster = %fresh.cluster,
+                not_after_unix = renewed.not_after_unix,
+                source = %config.identity,
+                "stored the renewed client certificate"
+            );
+            Some(fresh)
+        }
+        Err(e) => {
+            metrics.renewal(e.result());
+            warn!(error = %e, "certificate renewal failed; keeping the current certificate");
+            renewal.failed(Instant::now());
+            None
+        }
+    }
 }

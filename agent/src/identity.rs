@@ -10,8 +10,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use kube::api::{Patch, PatchParams};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{ClientTlsConfig, Uri};
@@ -98,6 +100,26 @@ pub enum IdentityError {
         key: &'static str,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A renewed certificate could not be written to the identity directory.
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A renewed certificate could not be written to the identity Secret.
+    #[error("writing Secret {namespace}/{name} (the agent needs `patch` on it): {source}")]
+    SecretWrite {
+        /// Namespace of the Secret.
+        namespace: String,
+        /// Name of the Secret.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
     },
     /// The `--identity-secret` value is not `NAMESPACE/NAME`.
     #[error("identity secret {0:?} must be NAMESPACE/NAME")]
@@ -225,6 +247,20 @@ impl Identity {
         Self::from_entries(&origin, &entries)
     }
 
+    /// The client certificate's private key (PEM). Secret: store it, never log it.
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+
+    /// This identity with a renewed client certificate and its private key.
+    pub fn with_certificate(&self, cert_pem: String, key_pem: String) -> Self {
+        Self {
+            cert_pem,
+            key_pem,
+            ..self.clone()
+        }
+    }
+
     /// The TLS configuration of the channel to the hub: trust only the hub CA, verify the
     /// hub's certificate against [`Identity::server_name`], present the client certificate.
     pub fn client_tls_config(&self) -> ClientTlsConfig {
@@ -293,7 +329,14 @@ impl IdentitySource {
         match self {
             Self::Dir(dir) => {
                 let dir = dir.clone();
-                tokio::task::spawn_blocking(move || Identity::from_dir(&dir))
+                tokio::task::spawn_blocking(move || {
+                    // A renewal interrupted half-way is finished first; if the directory
+                    // is read-only there is none to finish, and reading goes on.
+                    if let Err(e) = finish_interrupted_store(&dir) {
+                        tracing::warn!(error = %e, "could not finish storing a renewed certificate");
+                    }
+                    Identity::from_dir(&dir)
+                })
                     .await
                     .map_err(|e| IdentityError::Read {
                         path: PathBuf::new(),
@@ -314,6 +357,113 @@ impl IdentitySource {
             }
         }
     }
+}
+
+impl IdentitySource {
+    /// Stores a renewed certificate and its key so that both are replaced together: one
+    /// patch of the Secret, or in a directory a roll-forward journal (`tls.key.next` and
+    /// `tls.crt.next` written completely first, then renamed over the old files) that
+    /// [`IdentitySource::load`] finishes if the agent stopped half-way.
+    pub async fn store_certificate(
+        &self,
+        client: &kube::Client,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> Result<(), IdentityError> {
+        match self {
+            Self::Dir(dir) => {
+                let dir = dir.clone();
+                let (cert, key) = (cert_pem.to_owned(), key_pem.to_owned());
+                tokio::task::spawn_blocking(move || store_in_dir(&dir, &cert, &key))
+                    .await
+                    .map_err(|e| IdentityError::Write {
+                        path: PathBuf::new(),
+                        source: std::io::Error::other(e),
+                    })?
+            }
+            Self::Secret { namespace, name } => {
+                let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+                let patch = serde_json::json!({
+                    "data": {
+                        TLS_CERT_KEY: ByteString(cert_pem.as_bytes().to_vec()),
+                        TLS_KEY_KEY: ByteString(key_pem.as_bytes().to_vec()),
+                    }
+                });
+                api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| IdentityError::SecretWrite {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                        source,
+                    })?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Suffix of the journal files of a renewal being stored in an identity directory.
+const NEXT_SUFFIX: &str = ".next";
+
+fn journal(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{key}{NEXT_SUFFIX}"))
+}
+
+/// Writes `contents` to `path` through a temporary file and a rename, so that a reader
+/// sees the old file or the new one, never a part; the private key is owner-only.
+fn write_file_atomically(path: &Path, contents: &str) -> Result<(), IdentityError> {
+    use std::io::Write as _;
+    let tmp = path.with_extension("tmp");
+    let write = || -> std::io::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&tmp)?;
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|source| IdentityError::Write {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), IdentityError> {
+    std::fs::rename(from, to).map_err(|source| IdentityError::Write {
+        path: to.to_owned(),
+        source,
+    })
+}
+
+/// Stores a renewed certificate and key in an identity directory (see
+/// [`IdentitySource::store_certificate`]).
+fn store_in_dir(dir: &Path, cert_pem: &str, key_pem: &str) -> Result<(), IdentityError> {
+    // The key's journal first: a certificate journal exists only beside a complete key.
+    write_file_atomically(&journal(dir, TLS_KEY_KEY), key_pem)?;
+    write_file_atomically(&journal(dir, TLS_CERT_KEY), cert_pem)?;
+    finish_interrupted_store(dir)
+}
+
+/// Completes (or discards) a renewal a stopped agent left half-stored in `dir`:
+/// - `tls.crt.next` present: the pair is complete; move the key (if still there), then the
+///   certificate, into place;
+/// - only `tls.key.next`: the certificate was never written; the old pair stands.
+pub fn finish_interrupted_store(dir: &Path) -> Result<(), IdentityError> {
+    let (key_next, cert_next) = (journal(dir, TLS_KEY_KEY), journal(dir, TLS_CERT_KEY));
+    if cert_next.exists() {
+        if key_next.exists() {
+            rename(&key_next, &dir.join(TLS_KEY_KEY))?;
+        }
+        rename(&cert_next, &dir.join(TLS_CERT_KEY))?;
+    } else if key_next.exists() {
+        std::fs::remove_file(&key_next).map_err(|source| IdentityError::Write {
+            path: key_next.clone(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 impl fmt::Display for IdentitySource {
@@ -469,6 +619,62 @@ mod tests {
         std::fs::remove_file(dir.path().join(CLUSTER_NAME_KEY)).unwrap();
         let err = Identity::from_dir(dir.path()).unwrap_err();
         assert!(err.to_string().contains("cluster-name"), "{err}");
+    }
+
+    #[test]
+    fn a_renewed_pair_replaces_both_files_and_leaves_no_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        for (k, v) in complete("https://127.0.0.1:7443") {
+            std::fs::write(dir.path().join(k), v).unwrap();
+        }
+        let (cert, key) = cert_and_key();
+        store_in_dir(dir.path(), &cert, &key).unwrap();
+        let id = Identity::from_dir(dir.path()).unwrap();
+        assert_eq!(
+            (id.cert_pem.as_str(), id.key_pem.as_str()),
+            (cert.trim(), key.trim())
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".next") || n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_store_interrupted_after_the_key_moved_is_finished_on_the_next_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for (k, v) in complete("https://127.0.0.1:7443") {
+            std::fs::write(dir.path().join(k), v).unwrap();
+        }
+        let (cert, key) = cert_and_key();
+        // Stopped between the two renames: the new key is in place, the certificate is
+        // still in its journal.
+        std::fs::write(dir.path().join(TLS_KEY_KEY), &key).unwrap();
+        std::fs::write(journal(dir.path(), TLS_CERT_KEY), &cert).unwrap();
+        finish_interrupted_store(dir.path()).unwrap();
+        let id = Identity::from_dir(dir.path()).unwrap();
+        assert_eq!(
+            (id.cert_pem.as_str(), id.key_pem.as_str()),
+            (cert.trim(), key.trim())
+        );
+    }
+
+    #[test]
+    fn a_store_interrupted_before_the_certificate_was_written_keeps_the_old_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = complete("https://127.0.0.1:7443");
+        for (k, v) in &old {
+            std::fs::write(dir.path().join(k), v).unwrap();
+        }
+        let (_, key) = cert_and_key();
+        std::fs::write(journal(dir.path(), TLS_KEY_KEY), &key).unwrap();
+        finish_interrupted_store(dir.path()).unwrap();
+        let id = Identity::from_dir(dir.path()).unwrap();
+        let old_key = std::str::from_utf8(&old[TLS_KEY_KEY]).unwrap();
+        assert_eq!(id.key_pem, old_key.trim());
+        assert!(!journal(dir.path(), TLS_KEY_KEY).exists());
     }
 
     #[test]

@@ -25,5 +25,6 @@ pub mod join;
 pub mod metrics;
 pub mod persist;
 pub mod reload;
+pub mod renewal;
 pub mod report;
 pub mod run;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 pub use accord_common::metrics::KindLabel;
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -33,6 +34,17 @@ pub struct Metrics {
     /// Requests sent to the member's Kafka, by request (`metadata`, `describe_configs`,
     /// `create_topics`, `create_partitions`, `incremental_alter_configs`, `delete_topics`).
     pub kafka_requests: Family<KindLabel, Counter>,
+    /// Certificate renewals, by result (`ok`, `timeout`, `refused`, `store`, `invalid`, …).
+    pub certificate_renewals: Family<ResultLabel, Counter>,
+    /// `notAfter` of the client certificate in use, in seconds since the Unix epoch.
+    pub certificate_expiry: Gauge,
+}
+
+/// Label of outcome counters whose label is named `result`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// The outcome, e.g. `ok`.
+    pub result: String,
 }
 
 impl Default for Metrics {
@@ -57,7 +69,19 @@ impl Metrics {
             report_acks: Family::default(),
             reports_pending: Gauge::default(),
             kafka_requests: Family::default(),
+            certificate_renewals: Family::default(),
+            certificate_expiry: Gauge::default(),
         };
+        registry.register(
+            "certificate_renewals",
+            "Client certificate renewals over the stream, by result",
+            metrics.certificate_renewals.clone(),
+        );
+        registry.register(
+            "certificate_expiry_timestamp_seconds",
+            "notAfter of the client certificate in use, in seconds since the Unix epoch",
+            metrics.certificate_expiry.clone(),
+        );
         registry.register(
             "connected",
             "1 while the stream to the hub is open",
@@ -126,6 +150,15 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a certificate renewal outcome.
+    pub fn renewal(&self, result: &str) {
+        self.certificate_renewals
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
     /// Counts a StatusAck with `result`.
     pub fn ack(&self, result: &str) {
         self.report_acks.get_or_create(&KindLabel::of(result)).inc();
@@ -166,6 +199,8 @@ mod tests {
         m.error("not_found");
         m.ack("accepted");
         m.kafka_request("create_topics");
+        m.renewal("ok");
+        m.certificate_expiry.set(1_700_000_000);
         let text = m.encode();
         for name in [
             "accord_agent_connected 1",
@@ -178,6 +213,8 @@ mod tests {
             "accord_agent_status_acks_total{kind=\"accepted\"} 1",
             "accord_agent_status_reports_pending",
             "accord_agent_kafka_requests_total{kind=\"create_topics\"} 1",
+            "accord_agent_certificate_renewals_total{result=\"ok\"} 1",
+            "accord_agent_certificate_expiry_timestamp_seconds 1700000000",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

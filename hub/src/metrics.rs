@@ -26,10 +26,11 @@ pub struct PolicyLabel {
     pub policy: String,
 }
 
-/// Label of registrations: how they ended (`ok`, `bad_token`, `rate_limited`, …).
+/// Label of outcome counters whose label is named `result` (registrations: `ok`,
+/// `bad_token`, `rate_limited`, …; certificate renewals: `ok`, `denied`, …).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RegistrationLabel {
-    /// Outcome of the registration.
+pub struct ResultLabel {
+    /// The outcome, e.g. `ok`.
     pub result: String,
 }
 
@@ -70,9 +71,12 @@ pub struct Metrics {
     /// 1 while a policy's circuit breaker is open (or half-open), by policy.
     pub autoscale_breaker_open: Family<PolicyLabel, Gauge>,
     /// Registrations by result.
-    pub registrations: Family<RegistrationLabel, Counter>,
+    pub registrations: Family<ResultLabel, Counter>,
     /// Agent streams ended because the registry no longer accepts their certificate.
     pub revoked_streams: Family<RevocationLabel, Counter>,
+    /// Certificate renewals over the Sync stream, by result (`ok`, `denied`, `bad_csr`,
+    /// `unavailable`, `contended`).
+    pub certificate_renewals: Family<ResultLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -143,7 +147,7 @@ impl Metrics {
             "1 while an autoscaled policy's circuit breaker is open or half-open",
             autoscale_breaker_open.clone(),
         );
-        let registrations = Family::<RegistrationLabel, Counter>::default();
+        let registrations = Family::<ResultLabel, Counter>::default();
         let revoked_streams = Family::<RevocationLabel, Counter>::default();
         registry.register(
             "registrations",
@@ -155,10 +159,17 @@ impl Metrics {
             "Agent streams ended because the cluster registry no longer accepts their certificate, by reason (revoked, replaced, expired)",
             revoked_streams.clone(),
         );
+        let certificate_renewals = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "certificate_renewals",
+            "Agent certificate renewals over the Sync stream, by result",
+            certificate_renewals.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             registrations,
             revoked_streams,
+            certificate_renewals,
             autoscale_decisions,
             autoscale_value,
             autoscale_threshold,
@@ -180,10 +191,19 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts a certificate renewal outcome.
+    pub fn renewal(&self, result: &str) {
+        self.certificate_renewals
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
     /// Counts a registration that ended with `result`.
     pub fn registration(&self, result: &str) {
         self.registrations
-            .get_or_create(&RegistrationLabel {
+            .get_or_create(&ResultLabel {
                 result: result.to_owned(),
             })
             .inc();

@@ -480,7 +480,9 @@ impl HubCa {
         }
         let mut params = CertificateParams::default();
         params.serial_number = Some(random_serial());
-        params.not_before = now - BACKDATE;
+        // At most a tenth of the lifetime: an agent renews at two thirds of the window it
+        // sees, so a long backdate on a short-lived certificate would make it due at once.
+        params.not_before = now - BACKDATE.min(validity / 10);
         params.not_after = (now + validity).min(ca_not_after);
         params.is_ca = IsCa::ExplicitNoCa;
         params.use_authority_key_identifier_extension = true;

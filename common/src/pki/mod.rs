@@ -17,6 +17,7 @@ mod ca;
 mod error;
 mod identity;
 mod tls;
+mod validity;
 
 pub use ca::{
     CA_CERT_KEY, CA_KEY_KEY, DEFAULT_CA_COMMON_NAME, DEFAULT_CA_SECRET_NAME, HubCa, KeyPairPem,
@@ -32,6 +33,7 @@ pub use tls::{
     HANDSHAKE_TIMEOUT, client_tls_config, fetch_pinned_ca, fetch_pinned_ca_as,
     install_crypto_provider, server_tls_config,
 };
+pub use validity::{CertFacts, CertValidity, cert_facts, cert_facts_pem, key_spki_sha256};
 
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info, warn};
 
 use super::AgentFacing;
+use super::renewal::{self, StreamCertificate};
 use accord_common::distribution::{Observed, state_from_proto};
 use accord_common::runtime::unix_millis;
 
@@ -91,6 +92,7 @@ impl Federation for FederationService {
         request: Request<Streaming<AgentMessage>>,
     ) -> Result<Response<Self::SyncStream>, Status> {
         let (cluster, spki_sha256) = authenticate(&self.shared, &request).await?;
+        let certificate = StreamCertificate::of_request(&request)?;
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(OUTBOX_CAPACITY);
         let shared = self.shared.clone();
@@ -99,6 +101,7 @@ impl Federation for FederationService {
                 shared,
                 cluster,
                 spki_sha256,
+                certificate,
                 tx,
             };
             session.run(inbound).await;
@@ -113,6 +116,8 @@ struct Session {
     cluster: String,
     /// Key of the client certificate the stream was opened with.
     spki_sha256: String,
+    /// The client certificate the stream was opened with (the key a renewal replaces).
+    certificate: StreamCertificate,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
 }
 
@@ -240,10 +245,12 @@ impl Session {
                 Some(agent_message::Body::Hello(_)) => {
                     return Err(Status::failed_precondition("Hello may only be sent once"));
                 }
-                Some(agent_message::Body::Renew(_)) => {
-                    return Err(Status::unimplemented(
-                        "certificate renewal over the stream is not served yet",
-                    ));
+                Some(agent_message::Body::Renew(request)) => {
+                    let renewed =
+                        renewal::answer(s, &self.cluster, &self.certificate, request).await?;
+                    if self.tx.send(Ok(renewed)).await.is_err() {
+                        return Ok(());
+                    }
                 }
                 Some(agent_message::Body::MemberHealth(health)) => {
                     debug!(cluster = %self.cluster, available = health.api_server_available, "member health");

@@ -3,6 +3,7 @@
 
 pub mod federation;
 pub mod registration;
+pub mod renewal;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -78,6 +78,36 @@ impl Store {
         Ok(self.client().kv_client().txn(txn).await?.succeeded())
     }
 
+    /// The record of cluster `name` with its `mod_revision`, for a conditional update
+    /// ([`Store::renew_cluster_key`]).
+    pub async fn get_cluster_versioned(
+        &self,
+        name: &str,
+    ) -> Result<Option<(ClusterRecord, i64)>, StoreError> {
+        check_segment("cluster", name)?;
+        self.get_json(&self.keys().cluster(name)).await
+    }
+
+    /// Writes `rec` (a renewal: a new key, the replaced one kept as `previous`) only if the
+    /// record is still at `mod_revision`; returns whether it did. A revoke or a `--force`
+    /// registration that came in between wins: the renewal is dropped.
+    pub async fn renew_cluster_key(
+        &self,
+        rec: &ClusterRecord,
+        mod_revision: i64,
+    ) -> Result<bool, StoreError> {
+        check_segment("cluster", &rec.name)?;
+        let key = self.keys().cluster(&rec.name);
+        let txn = Txn::new()
+            .when(vec![Compare::mod_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                mod_revision,
+            )])
+            .and_then(vec![TxnOp::put(key.as_str(), encode(rec)?, None)]);
+        Ok(self.client().kv_client().txn(txn).await?.succeeded())
+    }
+
     /// Every registered cluster, sorted by name.
     pub async fn list_clusters(&self) -> Result<Vec<ClusterRecord>, StoreError> {
         let (items, _) = self
