@@ -18,7 +18,7 @@ use accord_proto::v1::StatusReport;
 use anyhow::{Context as _, Result, bail, ensure};
 use fault_support::{
     AvailabilityLog, ReconnectingAgent, create_policy, create_policy_with_cooldown, exited,
-    is_leader, join, opts, readyz, set_desired, signal, via_proxy,
+    is_leader, join, join_with_etcd, opts, readyz, set_desired, signal, via_proxy,
 };
 use nix::sys::signal::Signal;
 use std::collections::HashMap;
@@ -140,8 +140,8 @@ fn an_agent_partitioned_with_its_stream_open_fails_over_within_five_seconds_and_
             .wait_for("True", healed, Duration::from_secs(30))
             .await?;
         report_ms(case, "Available=True after healing", back);
-        agents[0]
-            .wait_replicas(policy, 6, Duration::from_secs(30 + cooldown as u64))
+        let returned = agents[0]
+            .wait_replicas_since(policy, 6, healed, Duration::from_secs(30 + cooldown as u64))
             .await?;
         agents[1]
             .wait_replicas(policy, 4, Duration::from_secs(15))
@@ -149,7 +149,11 @@ fn an_agent_partitioned_with_its_stream_open_fails_over_within_five_seconds_and_
         report_ms(
             case,
             &format!("share back after healing ({cooldown} s cooldown)"),
-            healed.elapsed(),
+            returned,
+        );
+        ensure!(
+            returned + Duration::from_secs(1) >= back + Duration::from_secs(cooldown as u64),
+            "the share came back {returned:?} after healing, before the {cooldown} s cooldown"
         );
         // Flapping would show within a few heartbeat timeouts of the return; nothing else
         // to wait on proves its absence.
@@ -281,13 +285,13 @@ fn with_etcd_unreachable_for_thirty_seconds_the_hub_stays_up_and_what_happened_m
         })
         .await?;
         report_ms(case, "/readyz true after etcd came back", ready);
-        agents[0]
-            .wait_replicas(policy, 12, Duration::from_secs(60))
+        let a = agents[0]
+            .wait_replicas_since(policy, 12, healed, Duration::from_secs(60))
             .await?;
-        agents[1]
-            .wait_replicas(policy, 8, Duration::from_secs(60))
+        let b = agents[1]
+            .wait_replicas_since(policy, 8, healed, Duration::from_secs(60))
             .await?;
-        report_ms(case, "edit made meanwhile converged", healed.elapsed());
+        report_ms(case, "edit made meanwhile converged", a.max(b));
         let store =
             Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
         took(
@@ -498,7 +502,7 @@ fn rapid_edits_through_a_hub_kill_and_an_etcd_kill_end_at_the_last_edit_with_no_
         let b = HubProcess::start(testbed, &opts("hub-kill-b", prefix, &flags)).await?;
         let service = FaultProxy::start_to_any(vec![a.grpc.parse()?, b.grpc.parse()?]).await?;
         let via = service.addr().to_string();
-        let identity = join(testbed, prefix, &via, "kills-a").await?;
+        let identity = join_with_etcd(testbed, &endpoint, prefix, &via, "kills-a").await?;
         let agent = ReconnectingAgent::spawn(via.clone(), identity, HEARTBEAT);
         AvailabilityLog::start(testbed, "kills-a")
             .wait_for("True", Instant::now(), Duration::from_secs(30))

@@ -8,7 +8,8 @@
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster, conditions};
 use accord_e2e::Testbed;
 use accord_e2e::agent_sim::{self, AgentIdentity, AgentStream, HUB_TLS_NAME};
-use accord_e2e::hub::{HubOptions, HubProcess, create_token};
+use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary, create_token};
+use accord_e2e::installed::flag_value;
 use accord_e2e::wait::{Check, until};
 use accord_hub::pki::client_tls_config;
 use accord_proto::v1::{StatusReport, hub_message};
@@ -38,6 +39,33 @@ pub async fn join(
     cluster: &str,
 ) -> Result<AgentIdentity> {
     let (token, hash) = create_token(testbed, prefix, "10m").await?;
+    Ok(agent_sim::register(via, &token, &hash, cluster, false).await?)
+}
+
+/// [`join`] for a hub whose store is the etcd at `etcd` rather than the testbed's.
+pub async fn join_with_etcd(
+    testbed: &Testbed,
+    etcd: &str,
+    prefix: &str,
+    via: &str,
+    cluster: &str,
+) -> Result<AgentIdentity> {
+    let out = tokio::process::Command::new(accord_binary("accord-hub")?)
+        .args(["token", "create"])
+        .arg("--kubeconfig")
+        .arg(testbed.mgmt().kubeconfig_path())
+        .args(["--etcd-endpoints", etcd, "--etcd-prefix", prefix])
+        .args(["--namespace", HUB_NAMESPACE, "--ttl", "10m"])
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "token create failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8(out.stdout)?;
+    let token = flag_value(&line, "--token")?;
+    let hash = flag_value(&line, "--ca-cert-hash")?;
     Ok(agent_sim::register(via, &token, &hash, cluster, false).await?)
 }
 
@@ -222,6 +250,32 @@ impl ReconnectingAgent {
     /// kept until the hub acknowledges it.
     pub fn report(&self, report: StatusReport) {
         self.log().pending_reports.push(report);
+    }
+
+    /// Waits until a share for `policy` that arrived after `since` and is the latest says
+    /// `replicas`; returns how long after `since` it arrived.
+    pub async fn wait_replicas_since(
+        &self,
+        policy: &str,
+        replicas: i32,
+        since: Instant,
+        timeout: Duration,
+    ) -> Result<Duration> {
+        until(
+            &format!("{} to be told {replicas} of {policy}", self.cluster),
+            timeout,
+            || async {
+                let log = self.log();
+                let latest = log.shares.iter().rev().find(|(_, s)| s.policy == policy);
+                Ok(match latest {
+                    Some((at, s)) if *at >= since && s.replicas == Some(replicas) => {
+                        Check::Ready(at.saturating_duration_since(since))
+                    }
+                    other => Check::NotYet(format!("latest share {other:?}")),
+                })
+            },
+        )
+        .await
     }
 
     /// Waits until its latest share for `policy` is `replicas`; returns how long it took.
