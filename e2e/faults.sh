@@ -43,13 +43,16 @@ if [ "$#" -eq 0 ]; then
     run "${words[@]}"
   done <<'LINES'
 # One `cargo test ... -- --ignored --exact NAME` per line; add new ones here.
+# Certificate renewal: 60 s certificates for at least 5 minutes (~7 min).
+cargo test -p accord-e2e --test renewal -- --ignored --exact sixty_second_certificates_renew_for_five_minutes_without_a_failed_reconnect
 LINES
 fi
 
 echo
 echo "== recovery times =="
-grep -E '^fault [^:]+: .* took [0-9]+ ms' "$out" || echo "(none printed)"
-grep -E '^(rolling restart|fault [^:]+: (baseline|after))' "$out" || true
+# A case's first line may follow libtest's "test NAME ... " on the same line.
+grep -oE 'fault [^:]+: .* took [0-9]+ ms' "$out" || echo "(none printed)"
+grep -oE 'fault soak: (baseline|after) .*' "$out" || true
 if [ "${#failed[@]}" -gt 0 ]; then
   echo
   echo "== failed =="

@@ -443,7 +443,7 @@ fn a_leader_frozen_past_its_election_lease_is_replaced_and_after_sigcont_is_fenc
                 testbed.ensure_running(old.id)?;
                 Ok(
                     match old.metric(testbed.http(), "accord_hub_is_leader").await {
-                        Ok(Some(l)) if l == 0.0 => Check::Ready(()),
+                        Ok(Some(0.0)) => Check::Ready(()),
                         other => Check::NotYet(format!("is_leader {other:?}")),
                     },
                 )
@@ -664,7 +664,7 @@ fn a_soak_of_agents_churning_leaves_hub_memory_tasks_and_streams_flat() {
                     ..Default::default()
                 });
             }
-            let leaving: Vec<usize> = (0..AGENTS).filter(|i| (i + round) % 10 == 0).collect();
+            let leaving: Vec<usize> = (0..AGENTS).filter(|i| (i + round).is_multiple_of(10)).collect();
             for &i in &leaving {
                 agents[i] = ReconnectingAgent::spawn(hub.grpc.clone(), identities[i].clone(), Duration::from_secs(1));
             }
