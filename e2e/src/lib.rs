@@ -24,6 +24,7 @@ pub mod binaries;
 pub mod crds;
 pub mod etcd;
 pub mod exporter;
+pub mod faultproxy;
 pub mod federation;
 pub mod hub;
 pub mod installed;

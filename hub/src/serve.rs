@@ -24,7 +24,7 @@ use crate::http::{self, Readiness, ReadinessGates};
 use crate::metrics::Metrics;
 use crate::pki::{self, DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, HubCa, install_crypto_provider};
 use crate::store::election::LeaderElection;
-use crate::store::presence::ReplicaPresence;
+use crate::store::presence::{RECONNECT_GRACE, ReplicaPresence};
 use crate::store::{Keyspace, Store};
 use crate::supervisor::Supervisor;
 
@@ -197,10 +197,12 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     tasks.spawn(GRPC_SERVER, server);
     gates.set_serving(true);
 
-    // On SIGTERM, or when a task ends: stop taking traffic, hand leadership over, and end
-    // every agent stream with UNAVAILABLE so its agent reconnects to another replica at once
-    // (an open stream would otherwise hold the graceful shutdown until the process is
+    // On SIGTERM, or when a task ends: stop taking traffic, hand leadership over, hand the
+    // agents' presence over for a reconnect grace (so a rolling restart moves no share), and
+    // end every agent stream with UNAVAILABLE so its agent reconnects to another replica at
+    // once (an open stream would otherwise hold the graceful shutdown until the process is
     // killed).
+    let presence = agents.presence.clone();
     let result = tasks
         .run_until(
             async {
@@ -211,6 +213,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 gates.stop();
                 let _ = stopping_tx.send(true);
                 election.resign().await;
+                hand_over(&presence).await;
                 let streams = connections.all();
                 info!(streams = streams.len(), "stopping: closing agent streams");
                 for (_, conn) in streams {
@@ -233,6 +236,28 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Longest a stopping replica waits for etcd to take its clusters' handover.
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Moves this replica's `connected/` keys onto a reconnect grace before its streams end.
+/// Bounded: with etcd unreachable the keys simply expire with the replica's lease.
+async fn hand_over(presence: &ReplicaPresence) {
+    match tokio::time::timeout(HANDOVER_TIMEOUT, presence.hand_over(RECONNECT_GRACE)).await {
+        Ok(Ok(handed)) => info!(
+            clusters = handed, grace = ?RECONNECT_GRACE,
+            "stopping: clusters stay connected for their agents to reconnect elsewhere"
+        ),
+        Ok(Err(e)) => warn!(
+            error = %crate::store::error_chain(&e),
+            "stopping: could not hand the connected clusters over; they expire with this replica's lease"
+        ),
+        Err(_) => warn!(
+            timeout = ?HANDOVER_TIMEOUT,
+            "stopping: etcd did not take the handover in time; connected clusters expire with this replica's lease"
+        ),
+    }
 }
 
 /// Name of the gRPC server task, which is waited for on shutdown.

@@ -497,6 +497,12 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
             .reflect_shared(writer)
             .for_each(|_| futures::future::ready(())),
     );
+    // Controllers start once the ManagedCluster list is in: a policy reconciled by a new
+    // leader against an empty list counts every cluster as unregistered and moves its whole
+    // share away (to 0 everywhere) until the list arrives a moment later.
+    if clusters.wait_until_ready().await.is_err() {
+        return Err(ControllerError::Stopped(term.next_exit().await));
+    }
     let mut listed = Vec::new();
     for ((name, start), events) in CONTROLLERS.iter().zip(subscriptions) {
         let (tx, rx) = oneshot::channel();

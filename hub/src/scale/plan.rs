@@ -37,6 +37,9 @@ pub struct Plan {
     pub recheck_after: Option<Duration>,
 }
 
+/// How the reason of a cluster held for its return cooldown begins.
+const RETURN_COOLDOWN_REASON: &str = "the cluster returned;";
+
 /// Divides `spec.desiredReplicas` over the eligible clusters of `spec.distribution`.
 ///
 /// With failover on, a cluster takes part while it is available and schedulable. A cluster
@@ -76,14 +79,28 @@ pub fn plan(
                     // Only a cluster that came back after its share was moved away waits;
                     // one that was already available when the previous decision was made
                     // (a stale view then) takes part at once.
-                    let returned_since_decision = previous.is_some_and(|p| {
-                        v.available_since_unix.saturating_mul(1000) > p.decided_unix_millis
-                    });
+                    // `lastTransitionTime` has whole seconds: a return in the very second
+                    // of the decision (a short partition) reads as up to 1 s earlier, so
+                    // that second counts as after the decision.
+                    // A cluster the previous decision already held for its cooldown stays
+                    // held: that decision came after its return, which says nothing about
+                    // a stale view.
+                    let held_for_cooldown = previous
+                        .and_then(|p| p.share(&d.cluster))
+                        .and_then(|s| s.held_reason.as_deref())
+                        .is_some_and(|r| r.starts_with(RETURN_COOLDOWN_REASON));
+                    let returned_since_decision = held_for_cooldown
+                        || previous.is_some_and(|p| {
+                            v.available_since_unix
+                                .saturating_add(1)
+                                .saturating_mul(1000)
+                                > p.decided_unix_millis
+                        });
                     if returned_since_decision && !had_share && now_unix < ready_at {
                         let wait = ready_at - now_unix;
                         recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
                         Some(format!(
-                            "the cluster returned; its share moves back after {cooldown}s of availability ({wait}s left)"
+                            "{RETURN_COOLDOWN_REASON} its share moves back after {cooldown}s of availability ({wait}s left)"
                         ))
                     } else {
                         None
@@ -529,6 +546,43 @@ mod tests {
             231,
         );
         assert_eq!(later.shares, after.shares);
+    }
+
+    #[test]
+    fn a_returning_cluster_stays_held_through_decisions_made_during_its_cooldown() {
+        let s = two_clusters(); // default cooldown 30 s
+        let failed = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", down())]),
+            None,
+            100,
+        );
+        // The failover decision at 200.3 s; b is back at 200.6 s, which its
+        // lastTransitionTime shows as 200: still after the decision, so held.
+        let mut prev = record_of(&failed);
+        prev.decided_unix_millis = 200_300;
+        let first = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", up(200))]),
+            Some(&prev),
+            200,
+        );
+        assert_eq!(replicas(&first), vec![12, 0]);
+        // Another decision at t=205 (a status change) after the one at 203 that held it:
+        // still held, though b has been available since before that decision.
+        let mut held = record_of(&first);
+        held.decided_unix_millis = 203_000;
+        let again = plan(
+            &s,
+            "default",
+            &views(&[("a", up(0)), ("b", up(200))]),
+            Some(&held),
+            205,
+        );
+        assert_eq!(replicas(&again), vec![12, 0]);
+        assert_eq!(again.recheck_after, Some(Duration::from_secs(25)));
     }
 
     #[test]

@@ -5,24 +5,36 @@
 //! its lease expires and all of its clusters' keys vanish together — one event per cluster
 //! for the other replicas' watches. When a live replica's lease is lost (a long pause, a
 //! partition) it takes a new one and writes its clusters' keys again.
+//!
+//! A replica that stops on purpose (a rolling restart) hands its clusters over instead of
+//! deleting their keys: [`ReplicaPresence::hand_over`] moves each key onto a short lease of
+//! its own, a grace covering one reconnect. An agent that reconnects to another replica
+//! within it overwrites the key, so its cluster never counts as disconnected and no share
+//! moves; one that does not come back loses its key when the grace runs out.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use accord_common::runtime::backoff;
 use dashmap::DashMap;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 use tokio::task::JoinHandle;
 
 use super::lease::Lease;
-use super::{Store, StoreError, check_segment, log_error};
+use super::{Store, StoreError, check_segment, log_error, ttl_seconds};
 
 /// Longest pause between two attempts at re-granting a lost lease.
 const MAX_REGRANT_DELAY: Duration = Duration::from_secs(2);
 /// Attempts at re-writing one cluster's key on a new lease.
 const REANNOUNCE_ATTEMPTS: usize = 3;
+/// How long a stopping replica's clusters stay connected for their agents to reconnect to
+/// another replica: covers the agent's first reconnect attempts (100 ms, then a backoff
+/// with jitter), one that lands on the stopping replica before it leaves its Service, and
+/// a TLS handshake. An agent that never comes back counts as disconnected once it passes.
+pub const RECONNECT_GRACE: Duration = Duration::from_secs(5);
 
 /// The value of `connected/<cluster>`: who holds the stream and what the agent said in its
 /// Hello, so the leader can show it in the ManagedCluster status without asking the agent.
@@ -59,6 +71,9 @@ struct PresenceState {
     /// Held for reading by single marks, for writing while all keys are re-written on a
     /// new lease, so a disconnect cannot be undone by a concurrent re-write.
     rewrite: RwLock<()>,
+    /// Set by [`ReplicaPresence::hand_over`]: the keys now hang on the handover lease and
+    /// a stream ending must not delete them.
+    handed_over: AtomicBool,
 }
 
 impl ReplicaPresence {
@@ -71,6 +86,7 @@ impl ReplicaPresence {
             lease_id: AtomicI64::new(lease.id()),
             clusters: DashMap::new(),
             rewrite: RwLock::new(()),
+            handed_over: AtomicBool::new(false),
         });
         let task = tokio::spawn(keep_present(shared.clone(), lease, ttl));
         Ok(Self {
@@ -124,6 +140,10 @@ impl ReplicaPresence {
         let Some((_, value)) = self.shared.clusters.remove(cluster) else {
             return Ok(());
         };
+        if self.shared.handed_over.load(Ordering::Acquire) {
+            // The key waits on the handover lease for the agent to reconnect elsewhere.
+            return Ok(());
+        }
         let _gate = self.shared.rewrite.read().await;
         self.shared
             .store
@@ -148,6 +168,53 @@ impl ReplicaPresence {
             .first()
             .and_then(|kv| serde_json::from_slice::<ConnectedRecord>(kv.value()).ok())
             .map(|r| r.replica))
+    }
+
+    /// Hands this replica's clusters over before it stops on purpose: every `connected/`
+    /// key it wrote moves onto a new lease of `grace` that nobody refreshes, and from now
+    /// on a stream that ends leaves its key alone. Each agent then has `grace` to reconnect
+    /// to another replica (whose connect overwrites the key) before its cluster counts as
+    /// disconnected. A key another replica has taken over meanwhile is left as it is.
+    ///
+    /// Returns how many keys were handed over. On error (etcd unreachable) the keys stay
+    /// on the replica's own lease and vanish when it expires, as after a crash.
+    pub async fn hand_over(&self, grace: Duration) -> Result<usize, StoreError> {
+        let _gate = self.shared.rewrite.write().await;
+        self.shared.handed_over.store(true, Ordering::Release);
+        let clusters: Vec<(String, Vec<u8>)> = self
+            .shared
+            .clusters
+            .iter()
+            .map(|c| (c.key().clone(), c.value().clone()))
+            .collect();
+        if clusters.is_empty() {
+            return Ok(0);
+        }
+        let client = self.shared.store.client();
+        let granted = client
+            .lease_client()
+            .grant(ttl_seconds(grace), None)
+            .await?;
+        let mut kv = client.kv_client();
+        let mut handed = 0;
+        for (cluster, value) in clusters {
+            let key = self.shared.store.keys().connected(&cluster);
+            let txn = Txn::new()
+                .when(vec![Compare::value(
+                    key.as_str(),
+                    CompareOp::Equal,
+                    value.clone(),
+                )])
+                .and_then(vec![TxnOp::put(
+                    key.as_str(),
+                    value,
+                    Some(PutOptions::new().with_lease(granted.id())),
+                )]);
+            if kv.txn(txn).await?.succeeded() {
+                handed += 1;
+            }
+        }
+        Ok(handed)
     }
 
     /// Stops and revokes the lease: every `connected/` key of this replica vanishes now.
@@ -178,6 +245,11 @@ impl Drop for ReplicaPresence {
 async fn keep_present(shared: Arc<PresenceState>, mut lease: Lease, ttl: Duration) {
     loop {
         lease.lost().await;
+        if shared.handed_over.load(Ordering::Acquire) {
+            // Stopping: the keys hang on the handover lease now; re-writing them on a new
+            // lease of this replica would outlast the grace.
+            return;
+        }
         tracing::warn!(
             replica = %shared.replica,
             lease = lease.id(),

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs Accord's fault suite: real hubs, etcd and API servers on loopback with TCP fault
+# proxies (pass, delay, blackhole, reset) between agents and hub and between hub and etcd,
+# and signals (SIGSTOP, SIGKILL, SIGTERM) to hubs and etcd. Each case prints how long its
+# recovery took ("fault <case>: <what> took <ms> ms"); a summary of those lines ends the
+# run. Separate from e2e/test.sh: the cases take minutes (the soak 15 by default; set
+# ACCORD_SOAK_SECONDS to shorten it).
+#
+# Usage: bash e2e/faults.sh            # every case
+#        bash e2e/faults.sh partition  # only the fault-suite cases whose name matches
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '[faults] %s\n' "$*" >&2; }
+
+# Debian packages (protoc, Prometheus, librdkafka build prerequisites), once.
+. e2e/prerequisites.sh
+accord_prerequisites
+
+log "building the testbed binaries (cached after the first run)"
+ACCORD_TESTBED_BIN="$(bash e2e/testbed/build.sh | tail -n 1)" || exit 1
+export ACCORD_TESTBED_BIN
+
+out="$(mktemp -t accord-faults.XXXXXX)"
+trap 'rm -f "$out"' EXIT
+failed=()
+
+run() {
+  log "running: $*"
+  if ! "$@" 2>&1 | tee -a "$out"; then
+    failed+=("$*")
+  fi
+}
+
+# The fault suite itself, one case at a time (they share one management cluster).
+run cargo test -p accord-e2e --test faults -- --ignored --nocapture --test-threads 1 "$@"
+
+# Long-running cases of other parts, each one exact test.
+if [ "$#" -eq 0 ]; then
+  while IFS= read -r line; do
+    [ -n "$line" ] && [ "${line#\#}" = "$line" ] || continue
+    read -r -a words <<<"$line"
+    run "${words[@]}"
+  done <<'LINES'
+# One `cargo test ... -- --ignored --exact NAME` per line; add new ones here.
+# Certificate renewal: 60 s certificates for at least 5 minutes (~7 min).
+cargo test -p accord-e2e --test renewal -- --ignored --exact sixty_second_certificates_renew_for_five_minutes_without_a_failed_reconnect
+LINES
+fi
+
+echo
+echo "== recovery times =="
+# A case's first line may follow libtest's "test NAME ... " on the same line.
+grep -oE 'fault [^:]+: .* took [0-9]+ ms' "$out" || echo "(none printed)"
+grep -oE 'fault soak: (baseline|after) .*' "$out" || true
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo
+  echo "== failed =="
+  printf '%s\n' "${failed[@]}"
+  exit 1
+fi
+echo "every fault case passed"

@@ -1,0 +1,117 @@
+//! A stopping replica hands its clusters' presence over for a reconnect grace (rolling
+//! restarts move no share), against a real etcd.
+
+mod store_support;
+
+use std::time::{Duration, Instant};
+
+use accord_hub::store::presence::ConnectedRecord;
+use accord_hub::store::{ReplicaPresence, Store};
+use store_support::{MARGIN, PROMPTLY, TTL, wait_until};
+
+/// The grace asked for in these tests (etcd's minimum lease TTL is about 2 s).
+const GRACE: Duration = Duration::from_secs(3);
+
+fn rec(replica: &str, at: i64) -> ConnectedRecord {
+    ConnectedRecord {
+        replica: replica.to_owned(),
+        agent_version: "test".into(),
+        kubernetes_version: "v1.34.4".into(),
+        connected_unix_millis: at,
+    }
+}
+
+async fn holder(store: &Store, cluster: &str) -> Option<String> {
+    ReplicaPresence::connected_replica(store, cluster)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_cluster_stays_connected_through_its_stream_ending_until_the_grace_runs_out()
+{
+    let store = store_support::store("handover-expires").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    presence
+        .mark_connected("eu", &rec("hub-0", 1))
+        .await
+        .unwrap();
+    let handed_at = Instant::now();
+    assert_eq!(presence.hand_over(GRACE).await.unwrap(), 1);
+    // The stream ends as the replica stops: the key stays, off the replica's lease.
+    presence.mark_disconnected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
+    let kv = store
+        .client()
+        .get(store.keys().connected("eu"), None)
+        .await
+        .unwrap();
+    assert_ne!(kv.kvs()[0].lease(), presence.lease_id());
+    // The replica dies; its own lease expiring takes nothing with it.
+    drop(presence);
+    wait_until("the handed-over key to expire", GRACE + MARGIN, || async {
+        holder(&store, "eu").await.is_none().then_some(())
+    })
+    .await;
+    assert!(
+        handed_at.elapsed() >= GRACE - Duration::from_millis(500),
+        "expired after {:?}, before the grace",
+        handed_at.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_reconnecting_to_another_replica_within_the_grace_keeps_its_cluster_connected() {
+    let store = store_support::store("handover-taken").await;
+    let old = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    let new = ReplicaPresence::start(store.clone(), "hub-1".into(), TTL)
+        .await
+        .unwrap();
+    old.mark_connected("eu", &rec("hub-0", 1)).await.unwrap();
+    old.mark_connected("us", &rec("hub-0", 1)).await.unwrap();
+    assert_eq!(old.hand_over(GRACE).await.unwrap(), 2);
+    new.mark_connected("eu", &rec("hub-1", 2)).await.unwrap();
+    old.mark_disconnected("eu").await.unwrap();
+    old.mark_disconnected("us").await.unwrap();
+    drop(old);
+    // "us" never came back: gone after the grace. "eu" is hub-1's now and stays.
+    wait_until("us to expire", GRACE + MARGIN, || async {
+        holder(&store, "us").await.is_none().then_some(())
+    })
+    .await;
+    assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-1"));
+    tokio::time::sleep(TTL).await; // also past the old replica's own lease
+    assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-1"));
+    new.mark_disconnected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_another_replica_took_over_before_the_handover_is_left_alone() {
+    let store = store_support::store("handover-skip").await;
+    let old = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    let new = ReplicaPresence::start(store.clone(), "hub-1".into(), Duration::from_secs(60))
+        .await
+        .unwrap();
+    old.mark_connected("eu", &rec("hub-0", 1)).await.unwrap();
+    new.mark_connected("eu", &rec("hub-1", 2)).await.unwrap();
+    assert_eq!(old.hand_over(GRACE).await.unwrap(), 0);
+    let kv = wait_until("the key", PROMPTLY, || async {
+        store
+            .client()
+            .get(store.keys().connected("eu"), None)
+            .await
+            .unwrap()
+            .kvs()
+            .first()
+            .cloned()
+    })
+    .await;
+    assert_eq!(kv.lease(), new.lease_id(), "still on hub-1's lease");
+}
