@@ -174,7 +174,8 @@ async fn session(
             agent_version: config.agent_version.clone(),
             k8s_version: k8s_version.to_owned(),
             last_applied_revision: engine.last_applied_revision(),
-            ..Default::default()
+            store_epoch: engine.store_epoch(),
+            member_health: engine.member_health(),
         })),
     };
     // The engine's messages are few (one report in flight per policy, acks), so their
