@@ -1,6 +1,7 @@
 //! The one Sync stream to the hub: connect over mTLS, say Hello, heartbeat, pass the hub's
 //! messages to the engine, and reconnect with exponential backoff and jitter when the
-//! stream ends.
+//! stream ends. For as long as it runs it also probes the member's API server
+//! ([`crate::probe`]) and hands the results to the engine, which tells the hub.
 
 use std::time::Duration;
 
@@ -119,6 +120,13 @@ pub async fn dial(identity: &Identity) -> Result<Channel, ConnectError> {
 /// Holds the stream to the hub for as long as the task runs: connects once the engine
 /// has loaded its saved assignments, and reconnects whenever the stream ends.
 pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metrics) {
+    // The member API server's health goes to the engine, and from there to the hub, for as
+    // long as this agent talks to the hub.
+    let health = crate::probe::start(config.client.clone(), crate::probe::ProbeConfig::default());
+    let _probe = accord_common::runtime::AbortOnDrop(tokio::spawn(crate::probe::forward(
+        health,
+        engine.clone(),
+    )));
     engine.wait_loaded().await;
     let mut identity = config.initial_identity.clone();
     let mut k8s_version = String::new();

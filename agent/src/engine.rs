@@ -15,7 +15,8 @@
 //!   errors and on fights with another writer) → the report, debounced and sent under
 //!   optimistic concurrency ([`ReportTracker`]);
 //! - an assignment no enforcer takes is held, saved, acknowledged and reported as an error;
-//! - while the member's API server fails its `/readyz` probe ([`crate::probe`]), the hub is
+//! - while the member's API server fails its `/readyz` probe ([`crate::probe`], fed in
+//!   with [`EngineHandle::health_changed`]), the hub is
 //!   told so (`MemberHealth`), and every placement not synced reports `Unavailable` with
 //!   the probe's error, so the hub can say why it waits. Nothing else changes: what is
 //!   held stays enforced.
@@ -42,7 +43,6 @@ use crate::convert;
 use crate::enforce::{self, Action, ApplyError, Enforcer, EventSink, WatchEvent};
 use crate::metrics::Metrics;
 use crate::persist::{ConfigMapStore, SavedState, StateStore};
-use crate::probe;
 use crate::report::{AfterConflict, Report, ReportTracker};
 
 /// Default delay between a change and the report about it; changes within it coalesce.
@@ -240,7 +240,7 @@ pub fn start(config: EngineConfig, metrics: Metrics) -> EngineTask {
         &config.namespace,
     ));
     let enforcers = enforce::enforcers(&config.client, &metrics, &config.namespace);
-    start_probed(
+    start_with(
         CoreConfig {
             cluster: config.cluster,
             report_debounce: config.report_debounce,
@@ -248,7 +248,6 @@ pub fn start(config: EngineConfig, metrics: Metrics) -> EngineTask {
         store,
         enforcers,
         metrics,
-        Some(config.client),
     )
 }
 
@@ -259,18 +258,6 @@ pub fn start_with(
     store: Arc<dyn StateStore>,
     enforcers: Vec<Box<dyn Enforcer>>,
     metrics: Metrics,
-) -> EngineTask {
-    start_probed(config, store, enforcers, metrics, None)
-}
-
-/// [`start_with`], also probing the API server behind `probed` (if any) for as long as
-/// the engine runs.
-fn start_probed(
-    config: CoreConfig,
-    store: Arc<dyn StateStore>,
-    enforcers: Vec<Box<dyn Enforcer>>,
-    metrics: Metrics,
-    probed: Option<kube::Client>,
 ) -> EngineTask {
     let (tx, rx) = mpsc::channel(INPUT_CAPACITY);
     let (loaded, _) = watch::channel(false);
@@ -304,7 +291,6 @@ fn start_probed(
         tx: tx.clone(),
         status: status.clone(),
     };
-    let prober = handle.clone();
     let task = tokio::spawn(async move {
         let writer = tokio::spawn(persist_loop(
             store.clone(),
@@ -313,14 +299,6 @@ fn start_probed(
             metrics,
         ));
         let _writer = AbortOnDrop(writer);
-        // The probe lives as long as the engine: both stop when this task is aborted.
-        let _probe = probed.map(|client| {
-            let health = probe::start(client, probe::ProbeConfig::default());
-            (
-                AbortOnDrop(tokio::spawn(probe::forward(health.clone(), prober))),
-                health,
-            )
-        });
         engine.run(store.as_ref()).await;
     });
     EngineTask { handle, task }
@@ -564,7 +542,12 @@ impl Engine {
         let full = update.full;
         let epoch_before = self.book.store_epoch();
         let applied = self.book.apply(update);
-        if applied.epoch_changed {
+        if applied.epoch_changed && epoch_before == 0 {
+            debug!(
+                store_epoch = self.book.store_epoch(),
+                "took the hub's store epoch"
+            );
+        } else if applied.epoch_changed {
             info!(
                 from = epoch_before,
                 to = self.book.store_epoch(),
