@@ -6,8 +6,13 @@
 //! - an item is taken only if its revision is newer than the one held for its policy;
 //! - a full message is the complete set at its revision: a held policy it does not list
 //!   stops being managed, unless what is held is newer than the message;
-//! - a delta's `removed` ends management of a policy unless what is held is newer;
-//! - the agent's last applied revision only grows.
+//! - a delta's `removed` ends management of a policy only if the removal's revision is
+//!   newer than the one held for that policy;
+//! - the agent's last applied revision only grows — within one store epoch. Revisions only
+//!   compare within one epoch of the hub's etcd keyspace: a message from another epoch (the
+//!   store was restored and its revisions went backwards) makes the book forget every
+//!   revision it holds before the message is applied, so a full set from the new epoch
+//!   replaces everything.
 //!
 //! A policy that stops being managed is simply forgotten: what it made in the cluster stays
 //! as it is.
@@ -47,7 +52,18 @@ pub struct Update {
     /// Assignments added or changed.
     pub items: Vec<Incoming>,
     /// Policies whose assignment ended (deltas only).
-    pub removed: Vec<PolicyRef>,
+    pub removed: Vec<Removed>,
+    /// Store epoch the message's revisions belong to (0: the hub did not say).
+    pub store_epoch: u64,
+}
+
+/// A policy whose assignment ended, at `revision`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removed {
+    /// The policy.
+    pub policy: PolicyRef,
+    /// Hub revision at which its assignment ended.
+    pub revision: i64,
 }
 
 /// What applying an [`Update`] changed.
@@ -59,12 +75,15 @@ pub struct Applied {
     pub removed: Vec<PolicyRef>,
     /// Items skipped because the agent holds the same or a newer revision.
     pub stale: usize,
+    /// The message came from another store epoch: every held revision was forgotten
+    /// before it was applied.
+    pub epoch_changed: bool,
 }
 
 impl Applied {
     /// Whether the set of managed policies changed.
     pub fn changed(&self) -> bool {
-        !self.upserted.is_empty() || !self.removed.is_empty()
+        !self.upserted.is_empty() || !self.removed.is_empty() || self.epoch_changed
     }
 }
 
@@ -72,6 +91,7 @@ impl Applied {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AssignmentBook {
     last_applied_revision: i64,
+    store_epoch: u64,
     policies: BTreeMap<PolicyRef, Assigned>,
 }
 
@@ -83,8 +103,20 @@ impl AssignmentBook {
     ) -> Self {
         Self {
             last_applied_revision,
+            store_epoch: 0,
             policies: policies.into_iter().collect(),
         }
+    }
+
+    /// This book, its revisions belonging to store epoch `store_epoch`.
+    pub fn with_store_epoch(mut self, store_epoch: u64) -> Self {
+        self.store_epoch = store_epoch;
+        self
+    }
+
+    /// Store epoch of the held revisions (0: not known, e.g. saved by an older agent).
+    pub fn store_epoch(&self) -> u64 {
+        self.store_epoch
     }
 
     /// Highest hub revision applied (0: none).
@@ -105,6 +137,17 @@ impl AssignmentBook {
     /// Applies an Assignments message and says what changed.
     pub fn apply(&mut self, update: Update) -> Applied {
         let mut applied = Applied::default();
+        if update.store_epoch != 0 && update.store_epoch != self.store_epoch {
+            // Revisions of another epoch say nothing about these: keep what is held (it
+            // is still enforced until the new epoch's set says otherwise) but let any
+            // revision of the new epoch replace it.
+            self.store_epoch = update.store_epoch;
+            self.last_applied_revision = 0;
+            for held in self.policies.values_mut() {
+                held.revision = 0;
+            }
+            applied.epoch_changed = true;
+        }
         let mut listed = BTreeSet::new();
         for item in update.items {
             listed.insert(item.policy.clone());
@@ -132,11 +175,18 @@ impl AssignmentBook {
             update
                 .removed
                 .into_iter()
-                .filter(|key| {
+                .filter(|removal| {
+                    // A hub that did not say when the assignment ended: the message's.
+                    let ended_at = if removal.revision > 0 {
+                        removal.revision
+                    } else {
+                        update.revision
+                    };
                     self.policies
-                        .get(key)
-                        .is_some_and(|held| held.revision <= update.revision)
+                        .get(&removal.policy)
+                        .is_some_and(|held| held.revision < ended_at)
                 })
+                .map(|removal| removal.policy)
                 .collect()
         };
         for key in ended {
@@ -188,6 +238,7 @@ mod tests {
             full: true,
             items,
             removed: Vec::new(),
+            store_epoch: 0,
         }
     }
 
@@ -196,7 +247,18 @@ mod tests {
             revision,
             full: false,
             items,
-            removed,
+            removed: removed
+                .into_iter()
+                .map(|policy| Removed { policy, revision })
+                .collect(),
+            store_epoch: 0,
+        }
+    }
+
+    fn in_epoch(store_epoch: u64, update: Update) -> Update {
+        Update {
+            store_epoch,
+            ..update
         }
     }
 
@@ -296,5 +358,67 @@ mod tests {
         book.apply(delta(9, vec![], vec![]));
         book.apply(delta(3, vec![], vec![]));
         assert_eq!(book.last_applied_revision(), 9);
+    }
+
+    #[test]
+    fn a_removal_applies_only_when_its_own_revision_is_newer_than_the_held_one() {
+        let mut book = AssignmentBook::default();
+        book.apply(delta(5, vec![item("a", 5, 1), item("b", 9, 1)], vec![]));
+        let mut update = delta(12, vec![], vec![]);
+        update.removed = vec![
+            Removed {
+                policy: key("a"),
+                revision: 6,
+            },
+            Removed {
+                policy: key("b"),
+                revision: 8,
+            },
+        ];
+        let applied = book.apply(update);
+        assert_eq!(
+            applied.removed,
+            vec![key("a")],
+            "b changed after its removal"
+        );
+        assert!(book.get(&key("b")).is_some());
+    }
+
+    #[test]
+    fn a_full_set_from_a_new_epoch_is_taken_even_at_lower_revisions() {
+        let mut book = AssignmentBook::default();
+        book.apply(in_epoch(
+            7,
+            full(100, vec![item("a", 90, 3), item("b", 100, 2)]),
+        ));
+        assert_eq!(book.store_epoch(), 7);
+        // The store was restored: revisions start again below what the agent holds.
+        let applied = book.apply(in_epoch(8, full(40, vec![item("a", 30, 5)])));
+        assert!(applied.epoch_changed);
+        assert_eq!(applied.upserted, vec![key("a")]);
+        assert_eq!(applied.removed, vec![key("b")]);
+        assert_eq!(replicas(&book, "a"), 5);
+        assert_eq!(
+            book.last_applied_revision(),
+            40,
+            "the high-water mark restarts"
+        );
+        assert_eq!(book.store_epoch(), 8);
+        // Within the new epoch the usual rules hold again.
+        let stale = book.apply(in_epoch(8, delta(41, vec![item("a", 29, 9)], vec![])));
+        assert_eq!(stale.stale, 1);
+        assert!(!stale.changed());
+        assert_eq!(replicas(&book, "a"), 5);
+    }
+
+    #[test]
+    fn a_message_without_an_epoch_keeps_the_held_revisions() {
+        let mut book = AssignmentBook::default();
+        book.apply(in_epoch(7, full(100, vec![item("a", 90, 3)])));
+        let applied = book.apply(full(40, vec![item("a", 30, 5)]));
+        assert!(!applied.epoch_changed);
+        assert_eq!(applied.stale, 1);
+        assert_eq!(replicas(&book, "a"), 3);
+        assert_eq!(book.store_epoch(), 7);
     }
 }

@@ -1,7 +1,9 @@
 //! The one Sync stream to the hub: connect over mTLS, say Hello, heartbeat, pass the hub's
 //! messages to the engine, and reconnect with exponential backoff and jitter when the
 //! stream ends. The client certificate is renewed over the stream ([`crate::renewal`]);
-//! a renewed one ends the stream, and the next one is opened with it at once.
+//! a renewed one ends the stream, and the next one is opened with it at once. For as long
+//! as it runs it also probes the member's API server ([`crate::probe`]) and hands the
+//! results to the engine, which tells the hub.
 
 use std::time::Duration;
 
@@ -131,6 +133,13 @@ enum Ended {
 /// Holds the stream to the hub for as long as the task runs: connects once the engine
 /// has loaded its saved assignments, and reconnects whenever the stream ends.
 pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metrics) {
+    // The member API server's health goes to the engine, and from there to the hub, for as
+    // long as this agent talks to the hub.
+    let health = crate::probe::start(config.client.clone(), crate::probe::ProbeConfig::default());
+    let _probe = accord_common::runtime::AbortOnDrop(tokio::spawn(crate::probe::forward(
+        health,
+        engine.clone(),
+    )));
     engine.wait_loaded().await;
     let mut identity = config.initial_identity.clone();
     let mut k8s_version = String::new();
@@ -224,7 +233,8 @@ async fn session(
             agent_version: config.agent_version.clone(),
             k8s_version: k8s_version.to_owned(),
             last_applied_revision: engine.last_applied_revision(),
-            ..Default::default()
+            store_epoch: engine.store_epoch(),
+            member_health: engine.member_health(),
         })),
     };
     // The engine's messages are few (one report in flight per policy, acks), so their

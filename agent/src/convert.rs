@@ -5,7 +5,7 @@
 use accord_common::distribution::{AssignmentSpec, PolicyRef, state_to_proto};
 use accord_proto::v1::{Assignments, StatusReport};
 
-use crate::assignments::{Incoming, Update};
+use crate::assignments::{Incoming, Removed, Update};
 use crate::report::Report;
 
 /// An Assignments message as an [`Update`], and how many items were dropped because they
@@ -31,9 +31,14 @@ pub fn update(message: Assignments) -> (Update, usize) {
         removed: message
             .removed
             .iter()
-            .filter_map(|r| r.policy.as_ref())
-            .map(PolicyRef::from_proto)
+            .filter_map(|r| {
+                Some(Removed {
+                    policy: PolicyRef::from_proto(r.policy.as_ref()?),
+                    revision: r.revision,
+                })
+            })
             .collect(),
+        store_epoch: message.store_epoch,
     };
     (update, malformed)
 }
@@ -106,9 +111,9 @@ mod tests {
             ],
             removed: vec![accord_proto::v1::Removal {
                 policy: Some(policy.clone()),
-                revision: 12,
+                revision: 10,
             }],
-            ..Default::default()
+            store_epoch: 0xfeed,
         };
         let (u, malformed) = update(message);
         assert_eq!(u.revision, 12);
@@ -116,7 +121,14 @@ mod tests {
         assert_eq!(malformed, 2);
         assert!(matches!(&u.items[0].spec, AssignmentSpec::Scale(s) if s.replicas == 7));
         assert!(matches!(u.items[1].spec, AssignmentSpec::Topic(_)));
-        assert_eq!(u.removed, vec![PolicyRef::from_proto(&policy)]);
+        assert_eq!(
+            u.removed,
+            vec![Removed {
+                policy: PolicyRef::from_proto(&policy),
+                revision: 10,
+            }]
+        );
+        assert_eq!(u.store_epoch, 0xfeed);
     }
 
     #[test]

@@ -14,7 +14,12 @@
 //! - per policy: the enforcer judges → apply if needed (one at a time, with backoff on
 //!   errors and on fights with another writer) → the report, debounced and sent under
 //!   optimistic concurrency ([`ReportTracker`]);
-//! - an assignment no enforcer takes is held, saved, acknowledged and reported as an error.
+//! - an assignment no enforcer takes is held, saved, acknowledged and reported as an error;
+//! - while the member's API server fails its `/readyz` probe ([`crate::probe`], fed in
+//!   with [`EngineHandle::health_changed`]), the hub is
+//!   told so (`MemberHealth`), and every placement not synced reports `Unavailable` with
+//!   the probe's error, so the hub can say why it waits. Nothing else changes: what is
+//!   held stays enforced.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -25,7 +30,8 @@ use std::time::Duration;
 use accord_common::distribution::{AssignmentSpec, PolicyRef};
 use accord_common::runtime::{AbortOnDrop, Retry, backoff, unix_millis};
 use accord_proto::v1::{
-    AgentMessage, HubMessage, StatusAck, agent_message, hub_message, status_ack,
+    AgentMessage, HubMessage, MemberHealth, RefusalReason, StatusAck, agent_message, hub_message,
+    status_ack,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -41,6 +47,9 @@ use crate::report::{AfterConflict, Report, ReportTracker};
 
 /// Default delay between a change and the report about it; changes within it coalesce.
 pub const DEFAULT_REPORT_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Start of the message a placement reports while the member's API server is unavailable.
+pub const API_SERVER_UNAVAILABLE: &str = "member API server unavailable";
 
 /// Inputs buffered before senders wait on the engine.
 const INPUT_CAPACITY: usize = 1024;
@@ -117,11 +126,15 @@ pub enum Input {
         /// Sequence number of the saved snapshot.
         seq: u64,
     },
+    /// The member API server's health changed (from its `/readyz` probe).
+    Health(MemberHealth),
 }
 
 /// What the engine publishes to its handles.
 struct EngineStatus {
     last_applied_revision: AtomicI64,
+    store_epoch: AtomicU64,
+    health: std::sync::Mutex<Option<MemberHealth>>,
     next_stream: AtomicU64,
     loaded: watch::Sender<bool>,
     ready: AtomicBool,
@@ -155,6 +168,26 @@ impl EngineHandle {
     /// Highest hub revision applied, for Hello.
     pub fn last_applied_revision(&self) -> i64 {
         self.status.last_applied_revision.load(Ordering::Relaxed)
+    }
+
+    /// Store epoch of the held revisions (0: none yet), for Hello.
+    pub fn store_epoch(&self) -> u64 {
+        self.status.store_epoch.load(Ordering::Relaxed)
+    }
+
+    /// The member's health as last probed (`None` before the first probe), for Hello.
+    pub fn member_health(&self) -> Option<MemberHealth> {
+        self.status
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Tells the engine the member API server's health (the probe does this on every
+    /// change).
+    pub async fn health_changed(&self, health: MemberHealth) {
+        let _ = self.tx.send(Input::Health(health)).await;
     }
 
     /// Whether the saved assignments have been loaded (and are being enforced).
@@ -230,6 +263,8 @@ pub fn start_with(
     let (loaded, _) = watch::channel(false);
     let status = Arc::new(EngineStatus {
         last_applied_revision: AtomicI64::new(0),
+        store_epoch: AtomicU64::new(0),
+        health: std::sync::Mutex::new(None),
         next_stream: AtomicU64::new(1),
         loaded,
         ready: AtomicBool::new(false),
@@ -250,6 +285,11 @@ pub fn start_with(
         persist_seq: 0,
         unacked: Vec::new(),
         pending_reports: 0,
+        health: None,
+    };
+    let handle = EngineHandle {
+        tx: tx.clone(),
+        status: status.clone(),
     };
     let task = tokio::spawn(async move {
         let writer = tokio::spawn(persist_loop(
@@ -261,10 +301,7 @@ pub fn start_with(
         let _writer = AbortOnDrop(writer);
         engine.run(store.as_ref()).await;
     });
-    EngineTask {
-        handle: EngineHandle { tx, status },
-        task,
-    }
+    EngineTask { handle, task }
 }
 
 /// A state to save, numbered so acknowledgements can wait for it.
@@ -272,6 +309,7 @@ pub fn start_with(
 struct Snapshot {
     seq: u64,
     state: Arc<SavedState>,
+    store_epoch: u64,
 }
 
 /// Writes the latest snapshot to the store, retrying with backoff; newer snapshots replace
@@ -286,7 +324,7 @@ async fn persist_loop(
         let mut retry = persist_backoff();
         loop {
             let snapshot = rx.borrow_and_update().clone();
-            let saved = match snapshot.state.encode() {
+            let saved = match snapshot.state.encode_with_epoch(snapshot.store_epoch) {
                 Ok(document) => store.save(document).await,
                 Err(e) => Err(e),
             };
@@ -372,6 +410,8 @@ struct Engine {
     /// Revisions to acknowledge once the snapshot numbered with them is saved.
     unacked: Vec<(u64, i64)>,
     pending_reports: i64,
+    /// The member API server's health as last probed (`None`: not probed yet).
+    health: Option<MemberHealth>,
 }
 
 impl Engine {
@@ -427,10 +467,14 @@ impl Engine {
                 info!(
                     policies = loaded.state.policies.len(),
                     revision = loaded.state.last_applied_revision,
+                    store_epoch = loaded.store_epoch,
                     migrated = loaded.migrated,
                     "enforcing the saved assignments"
                 );
-                self.book = loaded.state.into_book();
+                self.book = loaded
+                    .state
+                    .into_book()
+                    .with_store_epoch(loaded.store_epoch);
                 if loaded.migrated {
                     self.save();
                 }
@@ -479,6 +523,7 @@ impl Engine {
                 result,
             } => self.applied(policy, &spec, from_version, result),
             Input::Persisted { seq } => self.persisted(seq),
+            Input::Health(health) => self.health_changed(health),
         }
     }
 
@@ -495,7 +540,21 @@ impl Engine {
             );
         }
         let full = update.full;
+        let epoch_before = self.book.store_epoch();
         let applied = self.book.apply(update);
+        if applied.epoch_changed && epoch_before == 0 {
+            debug!(
+                store_epoch = self.book.store_epoch(),
+                "took the hub's store epoch"
+            );
+        } else if applied.epoch_changed {
+            info!(
+                from = epoch_before,
+                to = self.book.store_epoch(),
+                "the hub's store epoch changed (its store was restored); revisions held \
+                 before no longer compare, the new epoch's assignments replace them"
+            );
+        }
         self.metrics.assignments_applied.inc();
         info!(
             revision,
@@ -537,6 +596,7 @@ impl Engine {
         self.persist_tx.send_replace(Snapshot {
             seq: self.persist_seq,
             state: Arc::new(SavedState::of(&self.config.cluster, &self.book)),
+            store_epoch: self.book.store_epoch(),
         });
         self.persist_seq
     }
@@ -546,6 +606,9 @@ impl Engine {
         self.status
             .last_applied_revision
             .store(self.book.last_applied_revision(), Ordering::Relaxed);
+        self.status
+            .store_epoch
+            .store(self.book.store_epoch(), Ordering::Relaxed);
         self.metrics
             .managed_policies
             .set(i64::try_from(self.book.policies().len()).unwrap_or(i64::MAX));
@@ -713,8 +776,16 @@ impl Engine {
     // ---- reports --------------------------------------------------------------------
 
     /// Takes a fresh observation of `key` and schedules its report if the hub lacks it.
-    fn observed(&mut self, key: &PolicyRef, report: Report, now: Instant) {
+    fn observed(&mut self, key: &PolicyRef, mut report: Report, now: Instant) {
         let debounce = self.config.report_debounce;
+        if let Some(down) = self.health.as_ref().filter(|h| !h.api_server_available)
+            && report.state != accord_common::distribution::PlacementState::Synced
+        {
+            // What the enforcer sees is its cache of a server that does not answer: say
+            // why nothing moves instead.
+            report.state = accord_common::distribution::PlacementState::Unavailable;
+            report.message = format!("{API_SERVER_UNAVAILABLE}: {}", down.message);
+        }
         let Some(rt) = self.policies.get_mut(key) else {
             return;
         };
@@ -816,6 +887,7 @@ impl Engine {
             Some(status_ack::Result::Conflict(_)) => self.metrics.ack("conflict"),
             None => {}
         }
+        let reason = RefusalReason::try_from(ack.reason).unwrap_or_default();
         let Some(rt) = self.policies.get_mut(&policy) else {
             // No longer managed: nothing to follow up.
             return;
@@ -826,6 +898,17 @@ impl Engine {
                 self.flush_report(&policy);
             }
             Some(status_ack::Result::Conflict(current)) => {
+                match reason {
+                    // Dropped: the tracker remembers the refused report, so only a fresh
+                    // observation that differs from it goes out.
+                    RefusalReason::OlderReport => {
+                        debug!(%policy, current, "the hub holds a newer report; dropped this one");
+                    }
+                    RefusalReason::StaleVersion => {
+                        debug!(%policy, current, "the hub's record changed; reporting again");
+                    }
+                    RefusalReason::Unspecified => {}
+                }
                 match rt.tracker.conflict(current) {
                     AfterConflict::Resend | AfterConflict::ResendIfNewer => {
                         // A fresh observation, stamped with the current time.
@@ -849,6 +932,10 @@ impl Engine {
 
     fn connected(&mut self, id: u64, outbox: mpsc::UnboundedSender<AgentMessage>) {
         self.stream = Some(Stream { id, outbox });
+        // Hello carried the health as it was then; it may have changed since.
+        if let Some(health) = self.health.clone() {
+            self.send(agent_message::Body::MemberHealth(health));
+        }
         // Acknowledgements are implied by Hello's last applied revision.
         let keys: Vec<PolicyRef> = self.policies.keys().cloned().collect();
         for key in keys {
@@ -870,6 +957,43 @@ impl Engine {
             if stream.outbox.send(message).is_err() {
                 self.stream = None;
             }
+        }
+    }
+
+    // ---- member health --------------------------------------------------------------
+
+    fn health_changed(&mut self, health: MemberHealth) {
+        let same = self.health.as_ref().is_some_and(|h| {
+            h.api_server_available == health.api_server_available && h.message == health.message
+        });
+        if same {
+            return;
+        }
+        let became = self
+            .health
+            .as_ref()
+            .is_none_or(|h| h.api_server_available != health.api_server_available);
+        if health.api_server_available {
+            if self.health.is_some() {
+                info!("the member API server answers its readiness probe again");
+            }
+        } else {
+            warn!(error = %health.message, "the member API server fails its readiness probe");
+        }
+        *self
+            .status
+            .health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(health.clone());
+        self.health = Some(health.clone());
+        self.send(agent_message::Body::MemberHealth(health));
+        if became {
+            // Every placement's report depends on it.
+            let keys: Vec<PolicyRef> = self.policies.keys().cloned().collect();
+            for key in &keys {
+                self.reconcile(key);
+            }
+            self.metrics.reports_pending.set(self.pending_reports);
         }
     }
 }

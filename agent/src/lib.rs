@@ -24,6 +24,7 @@ pub mod identity;
 pub mod join;
 pub mod metrics;
 pub mod persist;
+pub mod probe;
 pub mod reload;
 pub mod renewal;
 pub mod report;

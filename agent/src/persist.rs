@@ -3,8 +3,11 @@
 //! it enforced before.
 //!
 //! The document is versioned ([`FORMAT_VERSION`]): `{"version": 2, "cluster",
-//! "lastAppliedRevision", "policies": [{"policy", "revision", "spec": {"scale": {...}}}]}`,
-//! one spec variant per kind. The first format (no `version`, a `scale` object per policy) is read and migrated;
+//! "lastAppliedRevision", "storeEpoch", "policies": [{"policy", "revision", "spec":
+//! {"scale": {...}}}]}`, one spec variant per kind. `storeEpoch` (the hub store epoch the
+//! revisions belong to) is optional: a document without it was written before epochs
+//! existed and holds epoch 0, and agents that do not know it ignore it, so it needs no new
+//! version. The first format (no `version`, a `scale` object per policy) is read and migrated;
 //! a version this agent does not know, or a document it cannot read, is ignored with a
 //! warning: the hub resends the assignments when the agent connects.
 //!
@@ -110,6 +113,8 @@ pub struct SavedState {
 pub struct Loaded {
     /// What it holds.
     pub state: SavedState,
+    /// Store epoch of its revisions (0: not recorded).
+    pub store_epoch: u64,
     /// It was written in an older format: save it again to migrate it.
     pub migrated: bool,
 }
@@ -119,8 +124,14 @@ pub struct Loaded {
 #[serde(rename_all = "camelCase")]
 struct Document<'a> {
     version: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    store_epoch: u64,
     #[serde(flatten)]
     state: &'a SavedState,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// The first format: no version, and every policy scaled a workload.
@@ -175,10 +186,16 @@ impl SavedState {
         )
     }
 
-    /// The document holding this state, in the current format.
+    /// The document holding this state, in the current format, without a store epoch.
     pub fn encode(&self) -> Result<String, PersistError> {
+        self.encode_with_epoch(0)
+    }
+
+    /// The document holding this state, its revisions belonging to `store_epoch`.
+    pub fn encode_with_epoch(&self, store_epoch: u64) -> Result<String, PersistError> {
         serde_json::to_string(&Document {
             version: FORMAT_VERSION,
+            store_epoch,
             state: self,
         })
         .map_err(PersistError::Encode)
@@ -207,14 +224,24 @@ impl SavedState {
                 };
                 Ok(Loaded {
                     state,
+                    store_epoch: 0,
                     migrated: true,
                 })
             }
             Some(version) if version.as_u64() == Some(FORMAT_VERSION) => {
-                // serde ignores the `version` field it has no place for.
+                let store_epoch = match value.get("storeEpoch") {
+                    None => 0,
+                    Some(epoch) => epoch.as_u64().ok_or_else(|| {
+                        PersistError::Decode(serde::de::Error::custom(format!(
+                            "storeEpoch {epoch} is not an unsigned 64-bit number"
+                        )))
+                    })?,
+                };
+                // serde ignores the `version` and `storeEpoch` fields it has no place for.
                 let state = serde_json::from_value(value).map_err(PersistError::Decode)?;
                 Ok(Loaded {
                     state,
+                    store_epoch,
                     migrated: false,
                 })
             }
@@ -348,6 +375,7 @@ mod tests {
                 },
             ],
             removed: vec![],
+            store_epoch: 0,
         });
         let state = SavedState::of("member-1", &book);
         let encoded = state.encode().unwrap();
@@ -416,5 +444,34 @@ mod tests {
                 .to_string()
                 .contains("version 3")
         );
+    }
+
+    #[test]
+    fn the_store_epoch_is_saved_beside_the_state_and_absent_means_zero() {
+        let state = SavedState {
+            cluster: "member-1".into(),
+            last_applied_revision: 9,
+            policies: vec![],
+        };
+        let epoch = u64::MAX - 5;
+        let document = state.encode_with_epoch(epoch).unwrap();
+        assert!(document.contains("\"version\":2"), "{document}");
+        assert!(
+            document.contains(&format!("\"storeEpoch\":{epoch}")),
+            "{document}"
+        );
+        let back = SavedState::decode(&document).unwrap();
+        assert_eq!((back.store_epoch, &back.state), (epoch, &state));
+        // Written before epochs existed.
+        let old = SavedState::decode(&state.encode().unwrap()).unwrap();
+        assert_eq!(old.store_epoch, 0);
+        assert!(!state.encode().unwrap().contains("storeEpoch"));
+        for bad in [r#""7""#, "-1", "1.5"] {
+            let document = format!(
+                r#"{{"version":2,"storeEpoch":{bad},"cluster":"x","lastAppliedRevision":1,"policies":[]}}"#
+            );
+            let error = SavedState::decode(&document).unwrap_err();
+            assert!(error.is_unreadable(), "{bad}: {error}");
+        }
     }
 }

@@ -660,3 +660,176 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
     assert_eq!(held.policies.len(), 1);
     assert_eq!(held.policies[0].policy, topic);
 }
+
+// ---- store epochs and member health ----------------------------------------------------
+
+async fn assign_in_epoch(
+    hub: &Hub,
+    store_epoch: u64,
+    revision: i64,
+    full: bool,
+    items: Vec<Assignment>,
+) {
+    hub.send(hub_message::Body::Assignments(Assignments {
+        revision,
+        full,
+        items,
+        store_epoch,
+        ..Default::default()
+    }))
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_store_restore_lower_revisions_of_the_new_epoch_are_applied_and_survive_a_restart()
+{
+    let store = Arc::new(MemoryStore::default());
+    let (world, mut applied) = world(&[("web", 1), ("api", 1)]);
+    {
+        let mut hub = Hub::connect(start(store.clone(), &world)).await;
+        assign_in_epoch(
+            &hub,
+            7,
+            120,
+            true,
+            vec![scale("web", 110, 4), scale("api", 120, 2)],
+        )
+        .await;
+        hub.ack(120).await;
+        // Without a new epoch, an older revision changes nothing.
+        assign_in_epoch(&hub, 7, 121, false, vec![scale("web", 60, 9)]).await;
+        hub.ack(121).await;
+        assert_eq!(replicas_in(&store.state(), "web"), Some((110, 4)));
+        assert_eq!(hub.engine.handle().store_epoch(), 7);
+
+        // The hub's store was restored to an earlier snapshot: revisions went backwards,
+        // and the hub says so with a new epoch and the full set.
+        assign_in_epoch(&hub, 8, 70, true, vec![scale("web", 60, 9)]).await;
+        hub.ack(70).await;
+        let state = store.state();
+        assert_eq!(replicas_in(&state, "web"), Some((60, 9)));
+        assert_eq!(
+            replicas_in(&state, "api"),
+            None,
+            "not in the new epoch's full set"
+        );
+        assert_eq!(hub.engine.handle().last_applied_revision(), 70);
+        assert_eq!(hub.engine.handle().store_epoch(), 8);
+        // The new epoch's deltas are taken at their own, lower, revisions.
+        assign_in_epoch(&hub, 8, 71, false, vec![scale("web", 71, 5)]).await;
+        hub.ack(71).await;
+        let mut last = None;
+        while let Ok(Some(a)) = timeout(QUIET, applied.recv()).await {
+            last = Some(a);
+        }
+        assert_eq!(last, Some(("web".into(), 5)));
+        hub.engine.stop().await;
+    }
+    // The epoch is saved with the assignments: a restarted engine says it in Hello.
+    let engine = start(store.clone(), &world);
+    timeout(WAIT, engine.handle().wait_loaded()).await.unwrap();
+    assert_eq!(engine.handle().store_epoch(), 8);
+    assert_eq!(engine.handle().last_applied_revision(), 71);
+    assert_eq!(replicas_in(&store.state(), "web"), Some((71, 5)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_removal_older_than_the_held_assignment_is_ignored() {
+    let store = Arc::new(MemoryStore::default());
+    let (world, _applied) = world(&[("web", 1)]);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+    hub.assign(10, vec![scale("web", 10, 4)]).await;
+    hub.ack(10).await;
+    let removal = |revision| {
+        hub_message::Body::Assignments(Assignments {
+            revision: 12,
+            full: false,
+            removed: vec![pb::Removal {
+                policy: Some(policy("web").to_proto()),
+                revision,
+            }],
+            ..Default::default()
+        })
+    };
+    // Delivered late: the assignment ended at 9, before the one held was made.
+    hub.send(removal(9)).await;
+    hub.ack(12).await;
+    assert_eq!(replicas_in(&store.state(), "web"), Some((10, 4)));
+    hub.send(removal(11)).await;
+    // Acknowledged only once the book without it is saved.
+    hub.ack(12).await;
+    assert_eq!(replicas_in(&store.state(), "web"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unavailable_api_server_is_told_to_the_hub_and_explains_placements_not_synced() {
+    let store = Arc::new(MemoryStore::default());
+    let (world, _applied) = world(&[("web", 1)]);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+    let down = pb::MemberHealth {
+        api_server_available: false,
+        message: "GET /readyz did not answer within 2s".into(),
+        since_unix_millis: 1_000,
+    };
+    hub.engine.handle().health_changed(down.clone()).await;
+    loop {
+        if let agent_message::Body::MemberHealth(h) = hub.next("MemberHealth").await {
+            assert_eq!(h, down);
+            break;
+        }
+    }
+    assert_eq!(hub.engine.handle().member_health(), Some(down.clone()));
+    // The same result again is no change: nothing is sent.
+    hub.engine.handle().health_changed(down.clone()).await;
+    // An assignment that cannot be confirmed (its object is not in the enforcer's view,
+    // which nothing refreshes while the server is down): its report says why.
+    hub.assign(5, vec![scale("gone", 5, 3)]).await;
+    let report = hub
+        .report("an Unavailable report", |r| {
+            r.applied_revision == 5 && r.state != pb::PlacementState::Pending as i32
+        })
+        .await;
+    assert_eq!(report.state, pb::PlacementState::Unavailable as i32);
+    assert!(
+        report.message.starts_with(engine::API_SERVER_UNAVAILABLE)
+            && report.message.contains("did not answer within 2s"),
+        "{}",
+        report.message
+    );
+    hub.accept(&report, 10).await;
+    assert!(
+        !hub.quiet()
+            .await
+            .iter()
+            .any(|m| matches!(m, agent_message::Body::MemberHealth(_))),
+        "an unchanged health is not sent again"
+    );
+    // Back: the hub hears it and the placement reports what it sees again.
+    let up = pb::MemberHealth {
+        api_server_available: true,
+        message: String::new(),
+        since_unix_millis: 9_000,
+    };
+    hub.engine.handle().health_changed(up.clone()).await;
+    let mut told = false;
+    loop {
+        match hub.next("MemberHealth and a fresh report").await {
+            agent_message::Body::MemberHealth(h) => {
+                assert_eq!(h, up);
+                told = true;
+            }
+            agent_message::Body::StatusReport(r)
+                if r.state != pb::PlacementState::Unavailable as i32 =>
+            {
+                assert!(told, "health goes out before the reports it changes");
+                assert!(
+                    !r.message.starts_with(engine::API_SERVER_UNAVAILABLE),
+                    "{}",
+                    r.message
+                );
+                break;
+            }
+            _ => {}
+        }
+    }
+}

@@ -3,7 +3,7 @@
 mod store_support;
 
 use accord_common::distribution::{Observed, PlacementState, ReplicasObserved};
-use accord_hub::store::{StatusRecord, StoreError, WriteOutcome};
+use accord_hub::store::{Refusal, StatusRecord, StoreError, WriteOutcome};
 
 const KIND: &str = "CrossClusterScalePolicy";
 
@@ -26,7 +26,7 @@ fn report(applied_revision: i64, generation: i64, resource_version: &str) -> Sta
 fn accepted(outcome: WriteOutcome) -> i64 {
     match outcome {
         WriteOutcome::Accepted { version } => version,
-        WriteOutcome::Conflict { current } => panic!("conflict, current version {current}"),
+        WriteOutcome::Conflict { current, .. } => panic!("conflict, current version {current}"),
     }
 }
 
@@ -71,13 +71,25 @@ async fn a_stale_expected_version_conflicts_with_the_current_version() {
         .write_status("eu", KIND, "ns", "web", &report(1, 2, "102"), v1)
         .await
         .unwrap();
-    assert_eq!(outcome, WriteOutcome::Conflict { current: v2 });
+    assert_eq!(
+        outcome,
+        WriteOutcome::Conflict {
+            current: v2,
+            reason: Refusal::StaleVersion
+        }
+    );
     // So is one that believes there is no record yet.
     let outcome = store
         .write_status("eu", KIND, "ns", "web", &report(1, 2, "102"), 0)
         .await
         .unwrap();
-    assert_eq!(outcome, WriteOutcome::Conflict { current: v2 });
+    assert_eq!(
+        outcome,
+        WriteOutcome::Conflict {
+            current: v2,
+            reason: Refusal::StaleVersion
+        }
+    );
     let (stored, version) = store
         .read_status("eu", KIND, "ns", "web")
         .await
@@ -93,7 +105,13 @@ async fn expecting_a_record_that_does_not_exist_conflicts_with_version_zero() {
         .write_status("eu", KIND, "ns", "web", &report(1, 1, "1"), 42)
         .await
         .unwrap();
-    assert_eq!(outcome, WriteOutcome::Conflict { current: 0 });
+    assert_eq!(
+        outcome,
+        WriteOutcome::Conflict {
+            current: 0,
+            reason: Refusal::StaleVersion
+        }
+    );
 }
 
 #[tokio::test]
@@ -140,7 +158,10 @@ async fn an_older_report_never_overwrites_a_newer_one_even_with_the_right_versio
             .unwrap();
         assert_eq!(
             outcome,
-            WriteOutcome::Conflict { current: version },
+            WriteOutcome::Conflict {
+                current: version,
+                reason: Refusal::OlderReport
+            },
             "{older:?}"
         );
     }
@@ -209,4 +230,36 @@ async fn names_that_would_escape_their_key_segment_are_refused() {
         matches!(refused, Err(StoreError::InvalidName { .. })),
         "{refused:?}"
     );
+}
+
+#[tokio::test]
+async fn a_stale_version_takes_precedence_over_an_older_report() {
+    let store = store_support::store("status-stale-and-older").await;
+    let v1 = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &report(5, 3, "900"), 0)
+            .await
+            .unwrap(),
+    );
+    let v2 = accepted(
+        store
+            .write_status("eu", KIND, "ns", "web", &report(6, 3, "901"), v1)
+            .await
+            .unwrap(),
+    );
+    // Both stale and older: the sender must re-read first; whether its next report is
+    // older is decided against what it then expects.
+    let outcome = store
+        .write_status("eu", KIND, "ns", "web", &report(4, 1, "1"), v1)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        WriteOutcome::Conflict {
+            current: v2,
+            reason: Refusal::StaleVersion
+        }
+    );
+    assert_eq!(Refusal::StaleVersion.to_proto() as i32, 1);
+    assert_eq!(Refusal::OlderReport.to_proto() as i32, 2);
 }

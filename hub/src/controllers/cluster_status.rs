@@ -13,6 +13,11 @@
 //! removes the finalizer. A registered cluster whose object is missing gets it back (a
 //! registration that could not write it), but only while etcd still has the record, so a
 //! revoked cluster is not brought back by a registry copy that lags.
+//!
+//! `APIServerAvailable` comes from the member health the agent reports (its API server's
+//! `/readyz` probe), stored at `health/<cluster>` by the replica holding its stream. It
+//! only informs: a member whose API server is down keeps its placements (its workloads
+//! still run).
 
 use accord_crds::conditions::{self, Desired, Status as CondStatus, reasons, types};
 use accord_crds::{HUB_FIELD_MANAGER, ManagedClusterStatus};
@@ -34,6 +39,7 @@ use super::{
     report_error,
 };
 use crate::store::cache::{CacheEvent, PrefixCache};
+use crate::store::health::HealthRecord;
 use crate::store::presence::ConnectedRecord;
 use crate::store::registry::ClusterRecord;
 
@@ -42,6 +48,51 @@ use crate::store::registry::ClusterRecord;
 pub const REGISTRATION_FINALIZER: &str = "accord.io/cluster-registration";
 /// How often `lastHeartbeatTime` is rewritten for a cluster that stays available.
 pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(300);
+/// Condition type: whether the member's kube-apiserver answers its agent's `/readyz` probe.
+pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
+/// Reason of `APIServerAvailable=True`.
+pub const READYZ_OK: &str = "ReadyzOK";
+/// Reason of `APIServerAvailable=False`.
+pub const READYZ_FAILED: &str = "ReadyzFailed";
+/// Reason of `APIServerAvailable=Unknown` while the agent is not connected.
+pub const HEALTH_UNKNOWN_DISCONNECTED: &str = "AgentDisconnected";
+/// Reason of `APIServerAvailable=Unknown` while a connected agent has not reported it.
+pub const HEALTH_NOT_REPORTED: &str = "NotReported";
+
+/// The `APIServerAvailable` condition of a cluster whose agent is `connected` (or not)
+/// and last reported `health`.
+pub fn api_server_condition(
+    connected: Option<&ConnectedRecord>,
+    health: Option<&HealthRecord>,
+) -> Desired {
+    match (connected, health) {
+        (None, _) => Desired::new(
+            API_SERVER_AVAILABLE,
+            CondStatus::Unknown,
+            HEALTH_UNKNOWN_DISCONNECTED,
+            "the agent is not connected, so the member API server's health is unknown",
+        ),
+        (Some(_), None) => Desired::new(
+            API_SERVER_AVAILABLE,
+            CondStatus::Unknown,
+            HEALTH_NOT_REPORTED,
+            "the agent has not reported its API server's health (yet)",
+        ),
+        (Some(_), Some(h)) if h.api_server_available => Desired::new(
+            API_SERVER_AVAILABLE,
+            CondStatus::True,
+            READYZ_OK,
+            "the member API server answers the agent's /readyz probe",
+        ),
+        (Some(_), Some(h)) => Desired::new(
+            API_SERVER_AVAILABLE,
+            CondStatus::False,
+            READYZ_FAILED,
+            h.message.clone(),
+        ),
+    }
+}
+
 /// How often every cluster is re-checked even without events.
 const RESYNC_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -52,6 +103,22 @@ pub fn desired_status(
     registered: bool,
     connected: Option<&ConnectedRecord>,
     spec_error: Option<&str>,
+    current: Option<&ManagedClusterStatus>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<ManagedClusterStatus> {
+    desired_status_with(
+        registered, connected, spec_error, None, current, generation, now,
+    )
+}
+
+/// [`desired_status`], also setting `api_server` (see [`api_server_condition`]) when
+/// given.
+pub fn desired_status_with(
+    registered: bool,
+    connected: Option<&ConnectedRecord>,
+    spec_error: Option<&str>,
+    api_server: Option<Desired>,
     current: Option<&ManagedClusterStatus>,
     generation: Option<i64>,
     now: &Time,
@@ -105,12 +172,9 @@ pub fn desired_status(
         ),
     };
     let mut next = current.clone();
-    next.conditions = conditions::merge(
-        &current.conditions,
-        &[joined, available, degraded],
-        generation,
-        now,
-    );
+    let mut desired = vec![joined, available, degraded];
+    desired.extend(api_server);
+    next.conditions = conditions::merge(&current.conditions, &desired, generation, now);
     if let Some(c) = connected {
         next.agent_version = Some(c.agent_version.clone()).filter(|v| !v.is_empty());
         next.kubernetes_version = Some(c.kubernetes_version.clone()).filter(|v| !v.is_empty());
@@ -190,6 +254,9 @@ pub async fn run(
     let connected = PrefixCache::<ConnectedRecord>::start(store.clone(), keys.connected_prefix())
         .await
         .map_err(ControllerError::Store)?;
+    let health = PrefixCache::<HealthRecord>::start(store.clone(), store.health_prefix())
+        .await
+        .map_err(ControllerError::Store)?;
     // Lenient: the API server's answers hold the object's spec, which may not decode.
     let api: Api<ClusterObject> = Api::all(ctx.kube.clone());
     let queue = WorkQueue::new();
@@ -215,6 +282,12 @@ pub async fn run(
             queue.clone(),
             registry_names(&registry, &keys),
         ),
+        spawn_feeder(
+            health.subscribe(),
+            store.health_prefix(),
+            queue.clone(),
+            registry_names(&registry, &keys),
+        ),
     ];
     let q = queue.clone();
     let names = registry_names(&registry, &keys);
@@ -232,7 +305,22 @@ pub async fn run(
         while let Some(name) = queue.pop().await {
             let record = registry.get(&keys.cluster(&name)).map(|(r, _)| r);
             let conn = connected.get(&keys.connected(&name)).map(|(c, _)| c);
-            match reconcile(&ctx, &api, &name, record.as_ref(), conn.as_ref()).await {
+            let api_server = store
+                .health_key(&name)
+                .ok()
+                .and_then(|k| health.get(&k))
+                .map(|(h, _)| h);
+            let api_server = api_server_condition(conn.as_ref(), api_server.as_ref());
+            match reconcile(
+                &ctx,
+                &api,
+                &name,
+                record.as_ref(),
+                conn.as_ref(),
+                api_server,
+            )
+            .await
+            {
                 Ok(()) => ctx.succeeded(&name),
                 Err(e) => {
                     report_error(&ctx.metrics, &name, &e);
@@ -306,6 +394,7 @@ async fn reconcile(
     name: &str,
     record: Option<&ClusterRecord>,
     connected: Option<&ConnectedRecord>,
+    api_server: Desired,
 ) -> Result<(), StatusWriteError> {
     let object = ctx.clusters.get(&reflector::ObjectRef::new(name));
     // The current status and generation, read leniently: a status that does not decode is
@@ -360,10 +449,11 @@ async fn reconcile(
         (None, None) => return Ok(()),
     };
     let now = Time(Timestamp::now());
-    let Some(status) = desired_status(
+    let Some(status) = desired_status_with(
         record.is_some(),
         connected,
         spec_error.as_deref(),
+        Some(api_server),
         current.as_ref(),
         generation,
         &now,
@@ -589,5 +679,75 @@ mod tests {
             ("False", reasons::HEALTHY)
         );
         assert_eq!(degraded.last_transition_time, at(120));
+    }
+
+    fn health(available: bool, message: &str) -> HealthRecord {
+        HealthRecord {
+            api_server_available: available,
+            message: message.into(),
+            since_unix_millis: 0,
+        }
+    }
+
+    #[test]
+    fn a_frozen_member_api_server_shows_as_a_condition_and_the_cluster_stays_available() {
+        let up = api_server_condition(Some(&conn()), Some(&health(true, "")));
+        let s = desired_status_with(true, Some(&conn()), None, Some(up), None, Some(1), &at(100))
+            .unwrap();
+        let c = conditions::find(&s.conditions, API_SERVER_AVAILABLE).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", READYZ_OK));
+        let error = "GET /readyz did not answer within 2s";
+        let down = api_server_condition(Some(&conn()), Some(&health(false, error)));
+        let s = desired_status_with(
+            true,
+            Some(&conn()),
+            None,
+            Some(down),
+            Some(&s),
+            Some(1),
+            &at(105),
+        )
+        .unwrap();
+        let c = conditions::find(&s.conditions, API_SERVER_AVAILABLE).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", READYZ_FAILED, error)
+        );
+        assert_eq!(c.last_transition_time, at(105));
+        assert!(
+            conditions::is_true(&s.conditions, types::AVAILABLE),
+            "nothing moves"
+        );
+    }
+
+    #[test]
+    fn without_a_connected_agent_the_api_server_health_is_unknown() {
+        let c = api_server_condition(None, Some(&health(true, "")));
+        assert_eq!(c.status, CondStatus::Unknown);
+        assert_eq!(c.reason, HEALTH_UNKNOWN_DISCONNECTED);
+        let c = api_server_condition(Some(&conn()), None);
+        assert_eq!(
+            (c.status, c.reason.as_str()),
+            (CondStatus::Unknown, HEALTH_NOT_REPORTED)
+        );
+    }
+
+    #[test]
+    fn the_status_without_health_leaves_an_existing_api_server_condition_alone() {
+        let down = api_server_condition(Some(&conn()), Some(&health(false, "refused")));
+        let s = desired_status_with(
+            true,
+            Some(&conn()),
+            None,
+            Some(down),
+            None,
+            Some(1),
+            &at(100),
+        )
+        .unwrap();
+        assert_eq!(
+            desired_status(true, Some(&conn()), None, Some(&s), Some(1), &at(110)),
+            None
+        );
     }
 }

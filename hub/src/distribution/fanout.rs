@@ -4,6 +4,10 @@
 //! write; each replica turns the watch event into a delta for the clusters it holds — an
 //! upsert for clusters with a share, a removal for clusters that had one and no longer do —
 //! and a cluster that connects gets the full set of its assignments.
+//!
+//! Every message carries the [store epoch](crate::store::epoch). When it changes (the
+//! store was restored), every stream this replica holds gets its full set again, so the
+//! agents forget the revisions of the old epoch.
 
 use accord_proto::v1::{Assignments, HubMessage, ObjectRef, Removal, hub_message};
 use std::collections::{HashMap, HashSet};
@@ -14,25 +18,35 @@ use accord_common::distribution::PolicyRef;
 
 use super::record::PlacementRecord;
 use crate::connections::Connections;
+use crate::store::epoch::StoreEpoch;
 use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
 
 /// The placements cache and the fan-out task.
 #[derive(Clone)]
 pub struct Fanout {
     cache: PrefixCache<PlacementRecord>,
+    epoch: StoreEpoch,
 }
 
 impl Fanout {
     /// Lists `placements/` and starts following it; [`Fanout::run`] sends the changes.
     pub async fn start(store: Store) -> Result<Self, StoreError> {
+        let epoch = StoreEpoch::start(store.clone()).await?;
         let cache = PrefixCache::start(store.clone(), store.keys().placements_prefix()).await?;
-        Ok(Self { cache })
+        Ok(Self { cache, epoch })
     }
 
-    /// Fans every change out to `connections`; returns only if the cache stops, so the
-    /// caller supervises it.
+    /// Fans every change out to `connections` (and checks the store epoch); returns only
+    /// if the cache stops, so the caller supervises it.
     pub async fn run(self, connections: Connections) {
-        run(self.cache, connections).await;
+        let checks = tokio::spawn(self.epoch.clone().run());
+        let _checks = accord_common::runtime::AbortOnDrop(checks);
+        run(self.cache, self.epoch, connections).await;
+    }
+
+    /// This replica's view of the store epoch.
+    pub fn epoch(&self) -> &StoreEpoch {
+        &self.epoch
     }
 
     /// The placements cache (also read by the leader's controller).
@@ -42,11 +56,15 @@ impl Fanout {
 
     /// Every assignment of `cluster`, as one full Assignments message.
     pub fn full_for(&self, cluster: &str) -> Assignments {
-        full_assignments(&self.cache, cluster)
+        full_assignments(&self.cache, self.epoch.current(), cluster)
     }
 }
 
-fn full_assignments(cache: &PrefixCache<PlacementRecord>, cluster: &str) -> Assignments {
+fn full_assignments(
+    cache: &PrefixCache<PlacementRecord>,
+    store_epoch: u64,
+    cluster: &str,
+) -> Assignments {
     let revision = cache.revision();
     let items = cache
         .snapshot()
@@ -57,6 +75,7 @@ fn full_assignments(cache: &PrefixCache<PlacementRecord>, cluster: &str) -> Assi
         revision,
         full: true,
         items,
+        store_epoch,
         ..Default::default()
     }
 }
@@ -92,12 +111,28 @@ fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PolicyRef,
         .collect()
 }
 
-async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
+async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections: Connections) {
     let mut events = cache.subscribe();
+    let mut epochs = epoch.subscribe();
     // Which policy each key holds and which clusters it named, to send removals.
     let mut known = known_of(&cache);
     loop {
-        match events.recv().await {
+        let event = tokio::select! {
+            event = events.recv() => event,
+            changed = epochs.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let store_epoch = *epochs.borrow_and_update();
+                debug!(store_epoch, "store epoch changed; resending full sets");
+                for (cluster, _) in connections.all() {
+                    send(&connections, &cluster, full_assignments(&cache, store_epoch, &cluster));
+                }
+                continue;
+            }
+        };
+        let store_epoch = epoch.current();
+        match event {
             Ok(CacheEvent::Put {
                 key,
                 value,
@@ -111,6 +146,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                             revision: mod_revision,
                             full: false,
                             items: vec![item],
+                            store_epoch,
                             ..Default::default()
                         },
                         None => Assignments {
@@ -121,7 +157,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                                 policy: Some(value.policy.to_proto()),
                                 revision: mod_revision,
                             }],
-                            ..Default::default()
+                            store_epoch,
                         },
                     };
                     send(&connections, cluster, delta);
@@ -144,7 +180,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                                     policy: Some(removed.clone()),
                                     revision,
                                 }],
-                                ..Default::default()
+                                store_epoch,
                             },
                         );
                     }
@@ -154,7 +190,11 @@ async fn run(cache: PrefixCache<PlacementRecord>, connections: Connections) {
                 debug!(missed = n, "placements fan-out lagged; resending full sets");
                 known = known_of(&cache);
                 for (cluster, _) in connections.all() {
-                    send(&connections, &cluster, full_assignments(&cache, &cluster));
+                    send(
+                        &connections,
+                        &cluster,
+                        full_assignments(&cache, store_epoch, &cluster),
+                    );
                 }
             }
             Err(RecvError::Closed) => return,

@@ -12,10 +12,20 @@ use crate::store::StatusRecord;
 pub const WAITING_FOR_AGENT: &str = "waiting for the agent";
 /// Message of a placement whose last report is about an earlier assignment.
 pub const WAITING_FOR_CHANGE: &str = "waiting for the agent to apply the latest change";
+/// Start of the message an agent reports while its member's API server fails its
+/// `/readyz` probe (the agent's `engine::API_SERVER_UNAVAILABLE`).
+pub const API_SERVER_UNAVAILABLE: &str = "member API server unavailable";
+
+/// Whether `report` says the member's API server is unavailable.
+pub fn api_server_unavailable(report: &StatusRecord) -> bool {
+    report.state == PlacementState::Unavailable
+        && report.message.starts_with(API_SERVER_UNAVAILABLE)
+}
 
 /// The state and message of `share`: `Pending` with the hold reason while it is sent
 /// nothing, `Unavailable` with `disconnected` while its cluster's agent is away, else
-/// what the agent reported about the record's `revision` (or later), else `Pending`.
+/// what the agent reported about the record's `revision` (or later), else `Pending` —
+/// saying why when the agent's last report is that its API server is unavailable.
 pub fn state(
     share: &ShareRecord,
     revision: i64,
@@ -32,6 +42,10 @@ pub fn state(
             Some(r) if r.applied_revision >= revision => {
                 (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
             }
+            Some(r) if api_server_unavailable(r) => (
+                PlacementState::Pending,
+                Some(format!("{WAITING_FOR_CHANGE}: {}", r.message)),
+            ),
             Some(_) => (PlacementState::Pending, Some(WAITING_FOR_CHANGE.to_owned())),
             None => (PlacementState::Pending, Some(WAITING_FOR_AGENT.to_owned())),
         }
@@ -47,4 +61,62 @@ pub fn is_trouble(state: PlacementState) -> bool {
             | PlacementState::TargetNotFound
             | PlacementState::Conflict
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::{AssignmentSpec, Observed, TopicSpec};
+
+    fn share() -> ShareRecord {
+        ShareRecord {
+            cluster: "a".into(),
+            assignment: Some(AssignmentSpec::Topic(TopicSpec::default())),
+            held_reason: None,
+        }
+    }
+
+    fn report(applied_revision: i64, state: PlacementState, message: &str) -> StatusRecord {
+        StatusRecord {
+            resource_version: String::new(),
+            generation: 0,
+            applied_revision,
+            state,
+            message: message.into(),
+            observed_unix_millis: 0,
+            observed: Observed::Nothing,
+        }
+    }
+
+    fn available() -> ClusterInfo {
+        ClusterInfo {
+            labels: Default::default(),
+            available: true,
+            federation_endpoint: None,
+        }
+    }
+
+    #[test]
+    fn a_placement_waiting_on_an_unavailable_member_api_server_says_so() {
+        let down = format!("{API_SERVER_UNAVAILABLE}: GET /readyz did not answer within 2s");
+        let r = report(7, PlacementState::Unavailable, &down);
+        // About the current assignment: the agent's own words.
+        let (st, message) = super::state(&share(), 7, Some(&r), Some(&available()), "gone");
+        assert_eq!(
+            (st, message.as_deref()),
+            (PlacementState::Unavailable, Some(down.as_str()))
+        );
+        // About an earlier one: still waiting, and why.
+        let (st, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
+        assert_eq!(st, PlacementState::Pending);
+        let message = message.unwrap();
+        assert!(
+            message.starts_with(WAITING_FOR_CHANGE) && message.ends_with(&down),
+            "{message}"
+        );
+        // Any other older report only waits.
+        let r = report(7, PlacementState::Synced, "");
+        let (_, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
+        assert_eq!(message.as_deref(), Some(WAITING_FOR_CHANGE));
+    }
 }

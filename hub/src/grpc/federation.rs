@@ -3,11 +3,15 @@
 //! The cluster's identity comes from the verified client certificate and must match the
 //! cluster registry (a re-registration with `--force` retires the old certificate). A
 //! message naming another cluster ends the stream with `PERMISSION_DENIED`.
+//!
+//! Hello's store epoch and revision are checked against the store (an agent ahead of a
+//! restored store makes a new epoch, see [`crate::store::epoch`]); the member health it
+//! and later `MemberHealth` messages carry is stored at `health/<cluster>` when it changes.
 
 use accord_proto::v1::federation_server::Federation;
 use accord_proto::v1::{
-    AgentMessage, HubMessage, ObjectRef, StatusAck, StatusReport, agent_message, hub_message,
-    status_ack,
+    AgentMessage, HubMessage, MemberHealth, ObjectRef, StatusAck, StatusReport, agent_message,
+    hub_message, status_ack,
 };
 use futures::Stream;
 use std::pin::Pin;
@@ -27,6 +31,7 @@ use accord_common::runtime::unix_millis;
 
 use crate::connections::Connection;
 use crate::pki::peer_identity;
+use crate::store::health::HealthRecord;
 use crate::store::presence::ConnectedRecord;
 use crate::store::status::{StatusRecord, WriteOutcome};
 
@@ -180,8 +185,24 @@ impl Session {
         s.metrics.connected_agents.set(s.connections.len() as i64);
         info!(cluster = %self.cluster, agent = %hello.agent_version, "agent connected");
 
+        let mut health = None;
+        self.record_health(&mut health, hello.member_health.as_ref())
+            .await;
+        // An agent ahead of the store in the same epoch proves the store was restored:
+        // the check makes a new epoch before the full set goes out with it.
+        if let Err(e) = s
+            .fanout
+            .epoch()
+            .check_agent(hello.store_epoch, hello.last_applied_revision)
+            .await
+        {
+            s.metrics.error(e.kind());
+            warn!(cluster = %self.cluster, error = %e, "could not check the store epoch");
+        }
+
         // Assignments start with the full set; deltas follow as placements change. The
-        // stream was registered first, so no change can fall between the two.
+        // stream was registered first, so no change can fall between the two. It carries
+        // the store epoch: an agent holding another one takes it instead of what it holds.
         let full = s.fanout.full_for(&self.cluster);
         let _ = self
             .tx
@@ -192,7 +213,7 @@ impl Session {
 
         // A revoked or replaced identity (crate::revocation) stops being read at once.
         let outcome = tokio::select! {
-            outcome = self.serve(&conn, &mut inbound) => outcome,
+            outcome = self.serve(&conn, &mut inbound, &mut health) => outcome,
             status = conn.ended() => Err(status),
         };
         if let Err(status) = outcome {
@@ -213,6 +234,7 @@ impl Session {
         &self,
         conn: &Arc<Connection>,
         inbound: &mut Streaming<AgentMessage>,
+        health: &mut Option<HealthRecord>,
     ) -> Result<(), Status> {
         let s = &self.shared;
         while let Some(msg) = inbound.next().await {
@@ -252,13 +274,44 @@ impl Session {
                         return Ok(());
                     }
                 }
-                Some(agent_message::Body::MemberHealth(health)) => {
-                    debug!(cluster = %self.cluster, available = health.api_server_available, "member health");
+                Some(agent_message::Body::MemberHealth(reported)) => {
+                    self.record_health(health, Some(&reported)).await;
                 }
                 None => return Err(Status::invalid_argument("empty message")),
             }
         }
         Ok(())
+    }
+
+    /// Stores the member's health if it differs from `last` (what this stream stored
+    /// before). A failed write is logged and retried with the next message.
+    async fn record_health(
+        &self,
+        last: &mut Option<HealthRecord>,
+        reported: Option<&MemberHealth>,
+    ) {
+        let Some(reported) = reported else {
+            return;
+        };
+        let record = HealthRecord::from_proto(reported);
+        if last.as_ref() == Some(&record) {
+            return;
+        }
+        let s = &self.shared;
+        match s.store.write_health(&self.cluster, &record).await {
+            Ok(()) => {
+                if record.api_server_available {
+                    info!(cluster = %self.cluster, "member API server available");
+                } else {
+                    warn!(cluster = %self.cluster, error = %record.message, "member API server unavailable");
+                }
+                *last = Some(record);
+            }
+            Err(e) => {
+                s.metrics.error(e.kind());
+                warn!(cluster = %self.cluster, error = %e, "could not store the member's health");
+            }
+        }
     }
 
     async fn refuse_other_cluster(&self, named: &str) {
@@ -293,14 +346,15 @@ impl Session {
         s.metrics
             .etcd_txn_seconds
             .observe(started.elapsed().as_secs_f64());
-        let result = match outcome {
+        let (result, reason) = match outcome {
             Ok(WriteOutcome::Accepted { version }) => {
                 s.metrics.report("accepted");
-                status_ack::Result::Accepted(version)
+                (status_ack::Result::Accepted(version), None)
             }
-            Ok(WriteOutcome::Conflict { current }) => {
+            Ok(WriteOutcome::Conflict { current, reason }) => {
                 s.metrics.report("conflict");
-                status_ack::Result::Conflict(current)
+                debug!(cluster = %self.cluster, current, reason = reason.label(), "report refused");
+                (status_ack::Result::Conflict(current), Some(reason))
             }
             Err(e) => {
                 s.metrics.error(e.kind());
@@ -311,7 +365,7 @@ impl Session {
             body: Some(hub_message::Body::StatusAck(StatusAck {
                 policy: Some(policy),
                 result: Some(result),
-                ..Default::default()
+                reason: reason.map_or(0, |r| r.to_proto() as i32),
             })),
         })
     }

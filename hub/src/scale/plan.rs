@@ -259,6 +259,11 @@ fn placement(
     } else if let Some(r) = report.filter(|r| is_trouble(r.state)) {
         // The agent could not act on an earlier decision either; say why.
         (r.state, Some(r.message.clone()))
+    } else if let Some(r) =
+        report.filter(|r| crate::distribution::reported::api_server_unavailable(r))
+    {
+        // The agent cannot reach its member's API server to apply this decision.
+        (PlacementState::Pending, Some(r.message.clone()))
     } else {
         (PlacementState::Pending, share.held_reason.clone())
     };

@@ -7,6 +7,8 @@
 
 pub mod cache;
 pub mod election;
+pub mod epoch;
+pub mod health;
 pub mod keys;
 pub mod lease;
 pub mod lock;
@@ -31,7 +33,7 @@ pub use lease::Lease;
 pub use lock::PolicyLock;
 pub use presence::ReplicaPresence;
 pub use registry::ClusterRecord;
-pub use status::{StatusRecord, WriteOutcome};
+pub use status::{Refusal, StatusRecord, WriteOutcome};
 pub use tokens::{BootstrapToken, TokenError, TokenRecord};
 
 /// How long establishing a connection to an etcd endpoint may take.

@@ -47,7 +47,37 @@ pub enum WriteOutcome {
     Conflict {
         /// The stored record's version.
         current: i64,
+        /// Which of the two it was.
+        reason: Refusal,
     },
+}
+
+/// Why a report was not written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The expected version is not the stored record's: the sender is to re-read (take
+    /// `current`) and send a fresh observation.
+    StaleVersion,
+    /// The version matched but the stored report is newer than this one: drop it.
+    OlderReport,
+}
+
+impl Refusal {
+    /// The protocol's name for it.
+    pub fn to_proto(self) -> accord_proto::v1::RefusalReason {
+        match self {
+            Refusal::StaleVersion => accord_proto::v1::RefusalReason::StaleVersion,
+            Refusal::OlderReport => accord_proto::v1::RefusalReason::OlderReport,
+        }
+    }
+
+    /// Its metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::StaleVersion => "stale_version",
+            Refusal::OlderReport => "older_report",
+        }
+    }
 }
 
 /// Orders two reports of the same object by how recent they are: by applied assignment
@@ -97,11 +127,25 @@ impl Store {
             // safe: the transaction below only applies if the record is still this one.
             match self.get_json::<StatusRecord>(&key).await {
                 Ok(Some((stored, version))) => {
-                    if version != expected_version || !supersedes(record, &stored) {
-                        return Ok(WriteOutcome::Conflict { current: version });
+                    if version != expected_version {
+                        return Ok(WriteOutcome::Conflict {
+                            current: version,
+                            reason: Refusal::StaleVersion,
+                        });
+                    }
+                    if !supersedes(record, &stored) {
+                        return Ok(WriteOutcome::Conflict {
+                            current: version,
+                            reason: Refusal::OlderReport,
+                        });
                     }
                 }
-                Ok(None) => return Ok(WriteOutcome::Conflict { current: 0 }),
+                Ok(None) => {
+                    return Ok(WriteOutcome::Conflict {
+                        current: 0,
+                        reason: Refusal::StaleVersion,
+                    });
+                }
                 // An undecodable record is replaced by any well-formed report.
                 Err(StoreError::Decode { .. }) => {}
                 Err(e) => return Err(e),
@@ -131,7 +175,10 @@ impl Store {
                 _ => None,
             })
             .unwrap_or_default();
-        Ok(WriteOutcome::Conflict { current })
+        Ok(WriteOutcome::Conflict {
+            current,
+            reason: Refusal::StaleVersion,
+        })
     }
 
     /// Reads `status/<cluster>/<kind>/<ns>/<name>` with its version.
