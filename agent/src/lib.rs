@@ -22,6 +22,7 @@ pub mod engine;
 pub mod http;
 pub mod identity;
 pub mod join;
+pub mod lease;
 pub mod metrics;
 pub mod persist;
 pub mod reload;

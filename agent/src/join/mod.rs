@@ -36,7 +36,7 @@ pub use render::{
 use crate::cli::{DEFAULT_IDENTITY_SECRET, parse_secret_name};
 use crate::enforce::kafka::{DEFAULT_SECRET as DEFAULT_KAFKA_SECRET, KafkaOptions};
 use crate::identity::{Identity, IdentitySource, default_server_name, hub_host};
-use crate::run::{RunConfig, RunError};
+use crate::run::{LeaseOptions, RunConfig, RunError};
 
 /// Flags of `accord-agent join`.
 #[derive(Debug, Args)]
@@ -447,6 +447,7 @@ pub async fn join(args: JoinArgs, shutdown: impl Future<Output = ()>) -> Result<
                 secret: args.kafka_secret.clone(),
                 ..KafkaOptions::default()
             },
+            lease: LeaseOptions::default(),
         };
         return Ok(crate::run::run(config, shutdown).await?);
     }
