@@ -15,9 +15,16 @@
 //! from after that write, so the holder has stopped a third of the duration before the
 //! standby could start.
 //!
+//! Writes are fenced: the active replica's client to its API server ([`fenced_client`])
+//! refuses every request that is not a read once the renew deadline of its last successful
+//! renewal has passed ([`Fence`]). The check is made when a request is sent, so a replica
+//! that was paused (SIGSTOP, a long stall, a frozen VM) and wakes up after its lease ran
+//! out cannot write anything, whichever of its tasks runs first.
+//!
 //! The decisions are pure functions ([`Observer::observe`], [`decide`]); [`Elector`] adds
 //! the two API calls (get, then create or replace).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -86,6 +93,75 @@ pub fn process_identity() -> String {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
     format!("{host}_{:08x}", hasher.finish() as u32)
+}
+
+/// Until when this replica may write to its API server as the holder. Shared between the
+/// [`Elector`], which extends it after each successful renewal, and [`fenced_client`].
+#[derive(Debug, Clone, Default)]
+pub struct Fence(Arc<Mutex<Option<Instant>>>);
+
+impl Fence {
+    /// Allows writes until `until` (never shortens an allowance already given by a later
+    /// renewal).
+    pub fn extend_to(&self, until: Instant) {
+        let mut valid = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if valid.is_none_or(|v| v < until) {
+            *valid = Some(until);
+        }
+    }
+
+    /// Refuses writes from now on.
+    pub fn revoke(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Until when writes are allowed, if at all.
+    pub fn valid_until(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether writes are allowed at `now`.
+    pub fn allows_at(&self, now: Instant) -> bool {
+        self.valid_until().is_some_and(|until| now < until)
+    }
+}
+
+/// A write refused because this replica does not (or no longer safely) hold the Lease.
+#[derive(Debug, thiserror::Error)]
+#[error("refused {method} {path}: this agent replica does not hold the agent Lease")]
+pub struct Fenced {
+    /// The request's method.
+    pub method: String,
+    /// The request's path.
+    pub path: String,
+}
+
+/// Whether a request only reads (watches are GETs).
+fn is_read(method: &http::Method) -> bool {
+    matches!(
+        *method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    )
+}
+
+/// `client`, with every request that is not a read refused (with [`Fenced`]) unless
+/// `fence` allows writes at the moment it is sent.
+pub fn fenced_client(client: &kube::Client, fence: Fence) -> kube::Client {
+    let inner = client.clone();
+    let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        let inner = inner.clone();
+        let fence = fence.clone();
+        async move {
+            if !is_read(request.method()) && !fence.allows_at(Instant::now()) {
+                return Err(tower::BoxError::from(Fenced {
+                    method: request.method().to_string(),
+                    path: request.uri().path().to_owned(),
+                }));
+            }
+            inner.send(request).await.map_err(tower::BoxError::from)
+        }
+    });
+    kube::Client::new(service, client.default_namespace().to_owned())
 }
 
 /// Why the Lease could not be read or written.
@@ -263,6 +339,7 @@ pub struct Elector {
     api: Api<Lease>,
     config: LeaseConfig,
     observer: Observer,
+    fence: Fence,
 }
 
 impl Elector {
@@ -272,7 +349,14 @@ impl Elector {
             api: Api::namespaced(client, &config.namespace),
             config,
             observer: Observer::default(),
+            fence: Fence::default(),
         }
+    }
+
+    /// The fence this elector keeps up to date: writes allowed until the renew deadline of
+    /// the last successful acquisition or renewal.
+    pub fn fence(&self) -> Fence {
+        self.fence.clone()
     }
 
     /// The configuration.
@@ -290,8 +374,19 @@ impl Elector {
     }
 
     /// One round of client-go's `tryAcquireOrRenew`: read the Lease, decide, write with the
-    /// read `resourceVersion`. A lost race (409) is reported as held by whoever won it.
+    /// read `resourceVersion`. On success the fence allows writes until the renew deadline
+    /// counted from the start of this round.
     pub async fn try_acquire_or_renew(&mut self) -> Result<Attempt, LeaseError> {
+        let round_start = Instant::now();
+        let attempt = self.try_once().await;
+        if let Ok(Attempt::Holding) = attempt {
+            self.fence
+                .extend_to(round_start + self.config.renew_deadline());
+        }
+        attempt
+    }
+
+    async fn try_once(&mut self) -> Result<Attempt, LeaseError> {
         let name = self.config.name.clone();
         let found = self
             .api
@@ -374,16 +469,26 @@ impl Elector {
     /// safe to act as the holder. Each attempt is cut off at the renew deadline, so a hung
     /// API call cannot keep a holder past it.
     pub async fn hold(&mut self) -> LeaseLost {
+        let lost = self.keep_renewing().await;
+        self.fence.revoke();
+        lost
+    }
+
+    async fn keep_renewing(&mut self) -> LeaseLost {
         let deadline_after = self.config.renew_deadline();
-        let mut deadline = Instant::now() + deadline_after;
-        let mut last_error;
+        let mut last_error = String::from("none");
         loop {
-            let attempt_start = Instant::now();
+            // The fence holds the renew deadline of the last successful round.
+            let Some(deadline) = self.fence.valid_until() else {
+                return LeaseLost::RenewDeadline {
+                    deadline: deadline_after,
+                    last_error,
+                };
+            };
             let outcome = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
             match outcome {
                 Ok(Ok(Attempt::Holding)) => {
                     debug!(lease = %self.config.name, "renewed the Lease");
-                    deadline = attempt_start + deadline_after;
                     tokio::time::sleep(self.config.retry_period()).await;
                     continue;
                 }
@@ -400,6 +505,7 @@ impl Elector {
                 Err(_) => last_error = LeaseError::Timeout.to_string(),
             }
             let now = Instant::now();
+            let deadline = self.fence.valid_until().unwrap_or(now);
             if now >= deadline {
                 return LeaseLost::RenewDeadline {
                     deadline: deadline_after,
@@ -415,6 +521,7 @@ impl Elector {
     /// attempt instead of waiting for the lease to run out. Best effort: on failure the
     /// standby waits out the duration.
     pub async fn release(&mut self) {
+        self.fence.revoke();
         let name = self.config.name.clone();
         let lease = match self.api.get_opt(&name).await {
             Ok(Some(lease)) => lease,
@@ -574,6 +681,69 @@ mod tests {
             // Several attempts fit before the deadline.
             assert!(c.retry_period() * 3 <= c.renew_deadline(), "{c:?}");
         }
+    }
+
+    #[test]
+    fn the_fence_allows_writes_only_before_its_deadline_and_never_after_a_revoke() {
+        let fence = Fence::default();
+        let t0 = Instant::now();
+        assert!(!fence.allows_at(t0), "a standby may not write");
+        fence.extend_to(t0 + Duration::from_secs(10));
+        assert!(fence.allows_at(t0 + Duration::from_secs(9)));
+        assert!(!fence.allows_at(t0 + Duration::from_secs(10)));
+        // A slow, older round finishing late does not shorten a newer allowance.
+        fence.extend_to(t0 + Duration::from_secs(5));
+        assert!(fence.allows_at(t0 + Duration::from_secs(9)));
+        fence.revoke();
+        assert!(!fence.allows_at(t0));
+    }
+
+    #[tokio::test]
+    async fn a_fenced_client_sends_reads_always_and_writes_only_while_the_fence_allows() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = sent.clone();
+        let backend = kube::Client::new(
+            tower::service_fn(move |_: http::Request<kube::client::Body>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        kube::client::Body::from(b"{}".to_vec()),
+                    ))
+                }
+            }),
+            "default",
+        );
+        let fence = Fence::default();
+        let client = fenced_client(&backend, fence.clone());
+        let request = |method: &str| {
+            http::Request::builder()
+                .method(method)
+                .uri("/apis/apps/v1/namespaces/a/deployments/web")
+                .body(kube::client::Body::from(Vec::new()))
+                .unwrap()
+        };
+        assert!(client.send(request("GET")).await.is_ok());
+        let refused = client.send(request("PATCH")).await.unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("does not hold the agent Lease"),
+            "{refused}"
+        );
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "the PATCH reached the server"
+        );
+        fence.extend_to(Instant::now() + Duration::from_secs(60));
+        assert!(client.send(request("PATCH")).await.is_ok());
+        assert!(client.send(request("POST")).await.is_ok());
+        fence.revoke();
+        assert!(client.send(request("DELETE")).await.is_err());
+        assert!(client.send(request("PUT")).await.is_err());
+        assert!(client.send(request("GET")).await.is_ok());
+        assert_eq!(sent.load(Ordering::SeqCst), 4);
     }
 
     #[test]

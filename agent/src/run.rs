@@ -4,8 +4,9 @@
 //! Several replicas may run for one member cluster: each first waits for the agent Lease
 //! ([`crate::lease`]). Until it holds it, a replica serves only its HTTP endpoint (ready,
 //! `accord_agent_leader 0`): no hub stream, no watches, no writes. The holder runs the
-//! engine and the hub connection; if it cannot keep the Lease it stops at once with an
-//! error, and its Deployment restarts it as a standby.
+//! engine and the hub connection, writing to its cluster only through a client fenced by
+//! the Lease; if it cannot keep the Lease it stops at once with an error, and its
+//! Deployment restarts it as a standby.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,7 +23,8 @@ use crate::engine::{self, CoreConfig};
 use crate::http::{self, Readiness};
 use crate::identity::{Identity, IdentityError, IdentitySource};
 use crate::lease::{
-    DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, Elector, LeaseConfig, LeaseLost, process_identity,
+    DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, Elector, LeaseConfig, LeaseLost, fenced_client,
+    process_identity,
 };
 use crate::metrics::Metrics;
 use crate::persist::ConfigMapStore;
@@ -151,6 +153,9 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
     }
     metrics.leader.set(1);
     ready.set(false);
+    // Everything the active replica does to its cluster goes through this client, which
+    // refuses writes once the Lease may have passed to another replica.
+    let fenced = fenced_client(&client, elector.fence());
 
     enum Ended {
         Shutdown,
@@ -159,7 +164,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
     let ended = tokio::select! {
         () = &mut shutdown => Ended::Shutdown,
         result = &mut http_task => Ended::Failed(http_error(result)),
-        result = active(&config, client, identity, metrics.clone(), ready.clone()) => Ended::Failed(result),
+        result = active(&config, fenced, identity, metrics.clone(), ready.clone()) => Ended::Failed(result),
         lost = elector.hold() => {
             error!(error = %lost, "lost the agent Lease; stopping at once");
             Ended::Failed(RunError::LeaseLost(lost))
