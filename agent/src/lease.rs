@@ -78,21 +78,18 @@ impl LeaseConfig {
     }
 }
 
-/// A holder identity for this process: the host name (the pod's name in Kubernetes) and a
-/// random suffix, since two processes on one host (or a restarted container with the same
-/// pod name) must not take each other for the holder.
-pub fn process_identity() -> String {
-    use std::hash::{BuildHasher as _, Hasher as _};
+/// A holder identity for this process: the host name (the pod's name in Kubernetes) and
+/// the port of its HTTP endpoint. Two live processes never share it (the second could not
+/// bind the port), and a process restarted in the same pod (or on the same address) gets
+/// the same one back, so it resumes its own Lease at once instead of waiting it out.
+pub fn process_identity(http_port: u16) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "agent".to_owned());
-    // RandomState is seeded from the operating system's randomness once per process.
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    format!("{host}_{:08x}", hasher.finish() as u32)
+    format!("{host}_{http_port}")
 }
 
 /// Until when this replica may write to its API server as the holder. Shared between the
@@ -747,10 +744,9 @@ mod tests {
     }
 
     #[test]
-    fn two_processes_get_different_identities() {
-        let a = process_identity();
-        let b = process_identity();
-        assert_ne!(a, b);
-        assert!(!a.is_empty() && a.contains('_'));
+    fn processes_on_other_ports_get_other_identities_and_a_restart_the_same() {
+        assert_ne!(process_identity(8081), process_identity(8082));
+        assert_eq!(process_identity(8081), process_identity(8081));
+        assert!(process_identity(8081).ends_with("_8081"));
     }
 }

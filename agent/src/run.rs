@@ -109,10 +109,22 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         .map_err(RunError::MemberClient)?;
     // Read once up front so a broken identity fails at start, on the standby too.
     let identity = config.identity.load(&client).await?;
+    let metrics = Metrics::new();
+    let ready = Readiness::default();
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .map_err(|source| RunError::Bind {
+            addr: config.http_addr,
+            source,
+        })?;
+    // The bound port, not the asked one: two processes asking for port 0 differ.
+    let port = listener
+        .local_addr()
+        .map_or(config.http_addr.port(), |a| a.port());
     let lease = LeaseConfig {
         name: config.lease.name.clone(),
         namespace: config.namespace.clone(),
-        identity: process_identity(),
+        identity: process_identity(port),
         duration: config.lease.duration,
     };
     info!(
@@ -123,14 +135,6 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         holder_identity = %lease.identity,
         "starting the agent"
     );
-    let metrics = Metrics::new();
-    let ready = Readiness::default();
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .map_err(|source| RunError::Bind {
-            addr: config.http_addr,
-            source,
-        })?;
     let http_task = http::serve(listener, metrics.clone(), ready.clone());
     tokio::pin!(http_task);
     tokio::pin!(shutdown);
