@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::enforce::kafka::{DEFAULT_SECRET, KafkaOptions};
 use crate::identity::{IdentitySource, SecretRef};
-use crate::run::RunConfig;
+use crate::lease::{DEFAULT_LEASE_NAME, MIN_LEASE_DURATION};
+use crate::run::{LeaseOptions, RunConfig};
 
 /// Namespace of the identity Secret when no identity flag is given.
 pub const DEFAULT_IDENTITY_NAMESPACE: &str = "accord-system";
@@ -86,6 +87,14 @@ pub struct RunArgs {
     /// repaired within it.
     #[arg(long, env = "ACCORD_KAFKA_RESYNC", default_value = "30s", value_parser = parse_duration)]
     pub kafka_resync: Duration,
+    /// The coordination.k8s.io Lease (in --namespace) that decides which agent replica is
+    /// active; only its holder connects to the hub and applies.
+    #[arg(long, env = "ACCORD_LEASE_NAME", default_value = DEFAULT_LEASE_NAME, value_parser = parse_lease_name)]
+    pub lease_name: String,
+    /// How long the Lease stays with a replica that stopped renewing it (whole seconds, at
+    /// least 2s); a standby takes over within about this long after the active one dies.
+    #[arg(long, env = "ACCORD_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
+    pub lease_duration: Duration,
 }
 
 impl RunArgs {
@@ -113,8 +122,38 @@ impl RunArgs {
                 secret: self.kafka_secret,
                 resync: self.kafka_resync,
             },
+            lease: LeaseOptions {
+                name: self.lease_name,
+                duration: self.lease_duration,
+            },
         }
     }
+}
+
+/// A Lease name: a DNS subdomain, like a Secret's.
+fn parse_lease_name(s: &str) -> Result<String, String> {
+    parse_secret_name(s).map_err(|_| {
+        format!(
+            "{s:?} is not a Lease name (lowercase letters, digits, '-' and '.', starting and \
+             ending with a letter or digit)"
+        )
+    })
+}
+
+/// A lease duration: whole seconds (the Lease records seconds), at least
+/// [`MIN_LEASE_DURATION`].
+fn parse_lease_duration(s: &str) -> Result<Duration, String> {
+    let d = accord_crds::duration::parse(s).map_err(|e| e.to_string())?;
+    if d.subsec_nanos() != 0 {
+        return Err("must be whole seconds (a Lease records seconds)".to_owned());
+    }
+    if d < MIN_LEASE_DURATION {
+        return Err(format!("must be at least {MIN_LEASE_DURATION:?}"));
+    }
+    if d.as_secs() > i32::MAX as u64 {
+        return Err("is too long".to_owned());
+    }
+    Ok(d)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -241,6 +280,44 @@ mod tests {
         assert_eq!(config.kafka, KafkaOptions::default());
         assert_eq!(config.kafka.secret, "accord-kafka");
         assert_eq!(config.kafka.resync, Duration::from_secs(30));
+        assert_eq!(config.lease, LeaseOptions::default());
+        assert_eq!(config.lease.name, "accord-agent");
+        assert_eq!(config.lease.duration, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn run_takes_the_lease_name_and_a_whole_second_duration() {
+        let cli = Cli::try_parse_from([
+            "accord-agent",
+            "run",
+            "--lease-name",
+            "agent-east",
+            "--lease-duration",
+            "4s",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        assert_eq!(
+            args.config().lease,
+            LeaseOptions {
+                name: "agent-east".into(),
+                duration: Duration::from_secs(4),
+            }
+        );
+        for bad in ["1500ms", "1s", "0s", "x", "100000000000s"] {
+            assert!(
+                Cli::try_parse_from(["accord-agent", "run", "--lease-duration", bad]).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+        for bad in ["Agent", "ns/name", ""] {
+            assert!(
+                Cli::try_parse_from(["accord-agent", "run", "--lease-name", bad]).is_err(),
+                "{bad:?} accepted"
+            );
+        }
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! async apply — Deployment scaling in [`enforce::deployment`]) and sends debounced reports
 //! under optimistic concurrency ([`report`]). [`convert`] translates to and from the
 //! protocol, [`identity`] reads the mTLS identity, [`metrics`] and [`http`] serve
-//! `/metrics`, `/healthz` and `/readyz`.
+//! `/metrics`, `/healthz` and `/readyz`. [`lease`] decides which of several replicas is
+//! active.
 
 #![forbid(unsafe_code)]
 
@@ -22,6 +23,7 @@ pub mod engine;
 pub mod http;
 pub mod identity;
 pub mod join;
+pub mod lease;
 pub mod metrics;
 pub mod persist;
 pub mod probe;

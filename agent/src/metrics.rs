@@ -31,6 +31,8 @@ pub struct Metrics {
     pub report_acks: Family<KindLabel, Counter>,
     /// Policies whose latest observation the hub has not accepted yet.
     pub reports_pending: Gauge,
+    /// 1 while this replica holds the agent Lease (active), 0 while it stands by.
+    pub leader: Gauge,
     /// Requests sent to the member's Kafka, by request (`metadata`, `describe_configs`,
     /// `create_topics`, `create_partitions`, `incremental_alter_configs`, `delete_topics`).
     pub kafka_requests: Family<KindLabel, Counter>,
@@ -71,6 +73,7 @@ impl Metrics {
             kafka_requests: Family::default(),
             certificate_renewals: Family::default(),
             certificate_expiry: Gauge::default(),
+            leader: Gauge::default(),
         };
         registry.register(
             "certificate_renewals",
@@ -131,6 +134,11 @@ impl Metrics {
             "kafka_requests",
             "Requests sent to the member's Kafka, by request",
             metrics.kafka_requests.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the agent Lease and is active, 0 while it stands by",
+            metrics.leader.clone(),
         );
         Self {
             registry: Arc::new(registry),
@@ -215,6 +223,7 @@ mod tests {
             "accord_agent_kafka_requests_total{kind=\"create_topics\"} 1",
             "accord_agent_certificate_renewals_total{result=\"ok\"} 1",
             "accord_agent_certificate_expiry_timestamp_seconds 1700000000",
+            "accord_agent_leader 0",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

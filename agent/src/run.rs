@@ -1,5 +1,12 @@
 //! `accord-agent run`: wires the engine, the hub connection and the HTTP endpoint
 //! together and runs until the shutdown signal.
+//!
+//! Several replicas may run for one member cluster: each first waits for the agent Lease
+//! ([`crate::lease`]). Until it holds it, a replica serves only its HTTP endpoint (ready,
+//! `accord_agent_leader 0`): no hub stream, no watches, no writes. The holder runs the
+//! engine and the hub connection, writing to its cluster only through a client fenced by
+//! the Lease; if it cannot keep the Lease it stops at once with an error, and its
+//! Deployment restarts it as a standby.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -8,13 +15,17 @@ use std::time::Duration;
 
 use accord_common::pki::install_crypto_provider;
 use accord_common::runtime::{KubeClientError, kube_client};
-use tracing::info;
+use tracing::{error, info};
 
 use crate::connection::{self, ConnectionConfig};
 use crate::enforce::{self, kafka::KafkaOptions};
 use crate::engine::{self, CoreConfig};
 use crate::http::{self, Readiness};
-use crate::identity::{IdentityError, IdentitySource};
+use crate::identity::{Identity, IdentityError, IdentitySource};
+use crate::lease::{
+    DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, Elector, LeaseConfig, LeaseLost, fenced_client,
+    process_identity,
+};
 use crate::metrics::Metrics;
 use crate::persist::ConfigMapStore;
 
@@ -36,6 +47,26 @@ pub struct RunConfig {
     pub report_debounce: Duration,
     /// The Kafka connection Secret (in `namespace`) and resync interval.
     pub kafka: KafkaOptions,
+    /// The Lease (in `namespace`) that decides which replica is active.
+    pub lease: LeaseOptions,
+}
+
+/// Which Lease decides the active replica, and for how long it outlives its holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// Name of the Lease in the agent's namespace.
+    pub name: String,
+    /// Lease duration (whole seconds).
+    pub duration: Duration,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self {
+            name: DEFAULT_LEASE_NAME.to_owned(),
+            duration: DEFAULT_LEASE_DURATION,
+        }
+    }
 }
 
 /// Why the agent could not run.
@@ -63,21 +94,21 @@ pub enum RunError {
     /// A task of the agent ended unexpectedly.
     #[error("the {0} stopped unexpectedly")]
     Stopped(&'static str),
+    /// This replica was active and lost the agent Lease; it stopped applying at once and
+    /// exits, to start again as a standby.
+    #[error("lost the agent Lease, stopped applying: {0}")]
+    LeaseLost(#[source] LeaseLost),
 }
 
-/// Runs the agent until `shutdown` completes.
+/// Runs the agent until `shutdown` completes: waits for the agent Lease, then runs the
+/// engine and the hub connection for as long as it holds it.
 pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Result<(), RunError> {
     install_crypto_provider();
     let client = kube_client(config.kubeconfig.as_deref())
         .await
         .map_err(RunError::MemberClient)?;
+    // Read once up front so a broken identity fails at start, on the standby too.
     let identity = config.identity.load(&client).await?;
-    info!(
-        cluster = %identity.cluster,
-        hub = %identity.hub_url,
-        source = %config.identity,
-        "starting the agent"
-    );
     let metrics = Metrics::new();
     let ready = Readiness::default();
     let listener = tokio::net::TcpListener::bind(config.http_addr)
@@ -86,8 +117,93 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
             addr: config.http_addr,
             source,
         })?;
+    // The bound port, not the asked one: two processes asking for port 0 differ.
+    let port = listener
+        .local_addr()
+        .map_or(config.http_addr.port(), |a| a.port());
+    let lease = LeaseConfig {
+        name: config.lease.name.clone(),
+        namespace: config.namespace.clone(),
+        identity: process_identity(port),
+        duration: config.lease.duration,
+    };
+    info!(
+        cluster = %identity.cluster,
+        hub = %identity.hub_url,
+        source = %config.identity,
+        lease = %format!("{}/{}", lease.namespace, lease.name),
+        holder_identity = %lease.identity,
+        "starting the agent"
+    );
     let http_task = http::serve(listener, metrics.clone(), ready.clone());
+    tokio::pin!(http_task);
+    tokio::pin!(shutdown);
+    let http_error = |result: std::io::Result<()>| match result {
+        Ok(()) => RunError::Stopped("HTTP server"),
+        Err(e) => RunError::Serve(e),
+    };
 
+    let mut elector = Elector::new(client.clone(), lease);
+    metrics.leader.set(0);
+    // Standing by is this replica's job while another holds the Lease: ready.
+    let standby_ready = ready.clone();
+    tokio::select! {
+        () = &mut shutdown => {
+            info!("shutting down (standby)");
+            return Ok(());
+        }
+        result = &mut http_task => return Err(http_error(result)),
+        () = elector.acquire(|_| standby_ready.set(true)) => {}
+    }
+    metrics.leader.set(1);
+    ready.set(false);
+    // Everything the active replica does to its cluster goes through this client, which
+    // refuses writes once the Lease may have passed to another replica.
+    let fenced = fenced_client(&client, elector.fence());
+
+    enum Ended {
+        Shutdown,
+        Failed(RunError),
+    }
+    let ended = tokio::select! {
+        () = &mut shutdown => Ended::Shutdown,
+        result = &mut http_task => Ended::Failed(http_error(result)),
+        result = active(&config, fenced, identity, metrics.clone(), ready.clone()) => Ended::Failed(result),
+        lost = elector.hold() => {
+            error!(error = %lost, "lost the agent Lease; stopping at once");
+            Ended::Failed(RunError::LeaseLost(lost))
+        }
+    };
+    // Everything the active replica ran is dropped by now (the engine aborts its task).
+    metrics.leader.set(0);
+    match ended {
+        Ended::Shutdown => {
+            info!("shutting down");
+            // Hand over at once rather than after the lease duration.
+            let _ = tokio::time::timeout(Duration::from_secs(2), elector.release()).await;
+            Ok(())
+        }
+        Ended::Failed(e) => Err(e),
+    }
+}
+
+/// The active replica's work: the engine, the hub connection, readiness once the saved
+/// assignments are loaded. Runs until one of them ends, which is always an error.
+async fn active(
+    config: &RunConfig,
+    client: kube::Client,
+    identity: Identity,
+    metrics: Metrics,
+    ready: Readiness,
+) -> RunError {
+    // The identity may have changed (renewed) while this replica stood by.
+    let identity = match config.identity.load(&client).await {
+        Ok(fresh) => fresh,
+        Err(e) => {
+            tracing::warn!(error = %e, "re-reading the identity failed; using the one read at start");
+            identity
+        }
+    };
     let store = std::sync::Arc::new(ConfigMapStore::new(client.clone(), &config.namespace));
     let enforcers = enforce::enforcers_with(&client, &metrics, &config.namespace, &config.kafka);
     let engine = engine::start_with(
@@ -117,16 +233,8 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         metrics,
     );
     tokio::select! {
-        () = shutdown => {
-            info!("shutting down");
-            Ok(())
-        }
-        result = http_task => Err(match result {
-            Ok(()) => RunError::Stopped("HTTP server"),
-            Err(e) => RunError::Serve(e),
-        }),
-        _ = engine.join() => Err(RunError::Stopped("engine")),
-        () = connection => Err(RunError::Stopped("hub connection")),
-        () = readiness => Err(RunError::Stopped("readiness")),
+        _ = engine.join() => RunError::Stopped("engine"),
+        () = connection => RunError::Stopped("hub connection"),
+        () = readiness => RunError::Stopped("readiness"),
     }
 }

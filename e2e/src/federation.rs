@@ -180,6 +180,38 @@ impl<'t> Federation<'t> {
         Ok(())
     }
 
+    /// Starts one more `accord-agent run` for the cluster `name`, as a second replica of
+    /// its Deployment would run: same member, identity directory, namespace and flags, its
+    /// own HTTP address. It is not among [`Federation::agents`]: the caller stops it.
+    pub fn start_agent_replica(&self, name: &str, replica: &str) -> Result<Agent> {
+        let agent = self
+            .agents
+            .get(name)
+            .with_context(|| format!("no agent {name}"))?;
+        let member = &self.testbed.members()[agent.member];
+        let http = format!("127.0.0.1:{}", free_port()?);
+        let mut cmd = Command::new(accord_binary("accord-agent")?);
+        cmd.arg("run")
+            .arg("--kubeconfig")
+            .arg(member.kubeconfig_path())
+            .arg("--identity-dir")
+            .arg(&agent.identity_dir)
+            .args(["--namespace", AGENT_NAMESPACE, "--http-addr", &http])
+            .args(&self.agent_args)
+            .env("RUST_LOG", "info,accord_agent=debug");
+        let process = self.testbed.spawn(
+            &format!("agent/{}-{name}-{replica}", self.hub_options.replica),
+            cmd,
+        )?;
+        Ok(Agent {
+            name: name.to_owned(),
+            member: agent.member,
+            identity_dir: agent.identity_dir.clone(),
+            http,
+            process: Some(process),
+        })
+    }
+
     /// Kills the agent of cluster `name` with SIGKILL.
     pub fn kill_agent(&mut self, name: &str) -> Result<()> {
         let testbed = self.testbed;
@@ -216,4 +248,9 @@ pub fn kill9(testbed: &Testbed, id: ProcessId) -> Result<()> {
     )?;
     testbed.stop_process(id);
     Ok(())
+}
+
+/// The exit status of a supervised process, once it has exited.
+pub fn exit_status(testbed: &Testbed, id: ProcessId) -> Result<Option<std::process::ExitStatus>> {
+    testbed.supervisor().exit_status(id)
 }

@@ -434,6 +434,36 @@ fn the_agent_manifest_is_the_agent_chart_rendered() {
         objects,
         "agent chart vs deploy/manifests/accord-agent.yaml",
     );
+
+    // Two replicas with another Lease: the Deployment, its flags and the Role follow.
+    let yaml = helm_template(
+        &helm,
+        &dir,
+        "accord-agent",
+        &[
+            "--namespace",
+            "accord-system",
+            "--set",
+            "replicas=2,leaseName=agent-east,leaseDuration=4s",
+        ],
+    )
+    .unwrap();
+    let objects = by_identity(documents(&yaml));
+    let deployment = &objects["Deployment accord-system/accord-agent"];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let args = strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.contains(&"--lease-name=agent-east".to_owned())
+            && args.contains(&"--lease-duration=4s".to_owned()),
+        "{args:?}"
+    );
+    let role = &objects["Role accord-system/accord-agent"];
+    assert!(
+        role["rules"].as_array().unwrap().contains(&json!(
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["agent-east"], "verbs": ["get", "update"]}
+        )),
+        "{role}"
+    );
 }
 
 /// Every string anywhere in a JSON value.
@@ -518,4 +548,25 @@ fn the_agent_gets_least_privilege_and_a_locked_down_pod() {
         json!(["ALL"])
     );
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+
+    // Leases: the one that decides the active replica, by name, read and replaced; create
+    // (which takes no name) in the agent's namespace only; never delete.
+    let leases: Vec<&Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| strings(&r["resources"]).iter().any(|s| s == "leases"))
+        .collect();
+    assert_eq!(
+        leases,
+        [
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["accord-agent"], "verbs": ["get", "update"]}),
+            &json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}),
+        ],
+        "{role}"
+    );
+    assert!(
+        !cluster_role.to_string().contains("leases"),
+        "no Leases cluster-wide"
+    );
 }

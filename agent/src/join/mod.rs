@@ -36,7 +36,7 @@ pub use render::{
 use crate::cli::{DEFAULT_IDENTITY_SECRET, parse_secret_name};
 use crate::enforce::kafka::{DEFAULT_SECRET as DEFAULT_KAFKA_SECRET, KafkaOptions};
 use crate::identity::{Identity, IdentitySource, default_server_name, hub_host};
-use crate::run::{RunConfig, RunError};
+use crate::run::{LeaseOptions, RunConfig, RunError};
 
 /// Flags of `accord-agent join`.
 #[derive(Debug, Args)]
@@ -95,6 +95,11 @@ pub struct JoinArgs {
     /// cluster; its values never leave it.
     #[arg(long, default_value = DEFAULT_KAFKA_SECRET, value_parser = parse_secret_name)]
     pub kafka_secret: String,
+    /// Replicas of the agent Deployment. With 2 or more, one holds the Lease `accord-agent`
+    /// in the agent's namespace and is active; the others stand by and take over within
+    /// the lease duration (15s) if it dies.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=10), conflicts_with = "run")]
+    pub replicas: u16,
 }
 
 /// `--token` as given: checked by [`join`] rather than by the argument parser, whose
@@ -127,6 +132,7 @@ impl JoinArgs {
             image: self.image.clone().unwrap_or_else(default_image),
             http_port: self.http_addr.port(),
             kafka_secret: self.kafka_secret.clone(),
+            replicas: self.replicas,
         }
     }
 
@@ -447,6 +453,7 @@ pub async fn join(args: JoinArgs, shutdown: impl Future<Output = ()>) -> Result<
                 secret: args.kafka_secret.clone(),
                 ..KafkaOptions::default()
             },
+            lease: LeaseOptions::default(),
         };
         return Ok(crate::run::run(config, shutdown).await?);
     }

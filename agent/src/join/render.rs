@@ -20,6 +20,7 @@ use crate::enforce::kafka::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };
+use crate::lease::DEFAULT_LEASE_NAME;
 use crate::persist::CONFIGMAP_NAME;
 use accord_common::federation::CONFIG_MAP_NAME as FEDERATION_CONFIG_MAP;
 
@@ -39,6 +40,9 @@ pub struct AgentManifestOptions {
     pub http_port: u16,
     /// The Secret (in `namespace`) holding the member's Kafka connection.
     pub kafka_secret: String,
+    /// Replicas of the agent Deployment: one is active (holds the Lease), the others
+    /// stand by.
+    pub replicas: u16,
 }
 
 impl Default for AgentManifestOptions {
@@ -48,6 +52,7 @@ impl Default for AgentManifestOptions {
             image: default_image(),
             http_port: DEFAULT_HTTP_PORT,
             kafka_secret: DEFAULT_KAFKA_SECRET.to_owned(),
+            replicas: 1,
         }
     }
 }
@@ -101,8 +106,11 @@ pub fn agent_cluster_rules() -> Value {
 ///   read only, by name — `list` and `watch` with the matching field selector, so a
 ///   changed Secret reconnects without a restart.
 ///
-/// Not granted until the agent uses them: Leases (two-replica mode) and writing the
-/// identity Secret (certificate renewal).
+/// - Lease `accord-agent`: which replica is active; `get` and `update` (a replace carrying
+///   the resourceVersion it read), `create` for the first replica ever (not limitable to a
+///   name).
+///
+/// Not granted until the agent uses it: writing the identity Secret (certificate renewal).
 pub fn agent_namespace_rules(kafka_secret: &str) -> Value {
     json!([
         { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CONFIGMAP_NAME], "verbs": ["get", "patch"] },
@@ -110,6 +118,8 @@ pub fn agent_namespace_rules(kafka_secret: &str) -> Value {
         { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get"] },
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [kafka_secret], "verbs": ["get", "list", "watch"] },
+        { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [DEFAULT_LEASE_NAME], "verbs": ["get", "update"] },
+        { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
     ])
 }
 
@@ -135,7 +145,7 @@ fn deployment(options: &AgentManifestOptions) -> Value {
         "kind": "Deployment",
         "metadata": metadata(AGENT_NAME, Some(&options.namespace), agent_labels()),
         "spec": {
-            "replicas": 1,
+            "replicas": options.replicas,
             "selector": { "matchLabels": selector(AGENT_NAME, "agent") },
             "template": {
                 "metadata": { "labels": agent_labels() },
@@ -149,7 +159,8 @@ fn deployment(options: &AgentManifestOptions) -> Value {
                         "args": agent_args(options),
                         "ports": [container_port("http", options.http_port)],
                         "livenessProbe": http_probe("/healthz", 10, 3),
-                        // Ready once the persisted assignments are loaded and enforced.
+                        // Ready while standing by, and once the persisted assignments are
+                        // loaded and enforced while active.
                         "readinessProbe": http_probe("/readyz", 5, 2),
                         "resources": {
                             "requests": { "cpu": "10m", "memory": "32Mi" },
@@ -278,11 +289,13 @@ mod tests {
             image: "example/agent:1".into(),
             http_port: 9000,
             kafka_secret: "kafka-prod".into(),
+            replicas: 2,
         };
         let objects = render(&options);
         let deployment = objects.last().unwrap();
         let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(container["image"], "example/agent:1");
+        assert_eq!(deployment["spec"]["replicas"], 2);
         assert_eq!(
             container["args"],
             json!([

@@ -208,3 +208,41 @@ fn the_default_kafka_secret_needs_no_flag_and_is_still_granted() {
         )
     );
 }
+
+#[test]
+fn join_renders_the_replicas_asked_for_and_grants_only_the_agent_lease() {
+    let args = parse(&["--replicas", "2"]).unwrap();
+    let options = args.manifest_options();
+    assert_eq!(options.replicas, 2);
+    let objects = render(&options);
+    assert_eq!(objects.last().unwrap()["spec"]["replicas"], 2);
+    assert_eq!(
+        render(&AgentManifestOptions::default()).last().unwrap()["spec"]["replicas"],
+        1
+    );
+    for bad in ["0", "11", "-1", "two"] {
+        assert!(parse(&["--replicas", bad]).is_err(), "{bad:?} accepted");
+    }
+    assert!(parse(&["--replicas", "2", "--run"]).is_err());
+
+    let granted = preflight::granted_permissions(&objects);
+    let mut leases: Vec<(Option<&str>, &str)> = granted
+        .iter()
+        .filter(|p| p.resource == "leases")
+        .map(|p| {
+            assert_eq!(p.group, "coordination.k8s.io", "{p}");
+            assert_eq!(p.namespace.as_deref(), Some("accord-system"), "{p}");
+            (p.name.as_deref(), p.verb.as_str())
+        })
+        .collect();
+    leases.sort_unstable();
+    // Read and replace the one Lease by name; create cannot be limited to a name.
+    assert_eq!(
+        leases,
+        [
+            (None, "create"),
+            (Some("accord-agent"), "get"),
+            (Some("accord-agent"), "update")
+        ]
+    );
+}
