@@ -95,7 +95,8 @@ pub fn agent_cluster_rules() -> Value {
 /// - ConfigMap `accord-agent-assignments`: the last applied assignments, kept so a restart
 ///   while the hub is unreachable changes nothing (`get`, and `patch` for server-side
 ///   apply; `create` for the first write, which cannot be limited to a name).
-/// - Its identity Secret: `get`, at every connection.
+/// - Its identity Secret: `get`, at every connection, and `patch` to store a renewed
+///   certificate and key (renewal over the stream at two thirds of the certificate's life).
 /// - ConfigMap `prometheus-federation`: the federation config it renders (read, server-side
 ///   apply, and delete once no PrometheusFederation uses it; its watch uses the matching
 ///   field selector). A PrometheusFederation that keeps its ConfigMap in another namespace
@@ -109,14 +110,12 @@ pub fn agent_cluster_rules() -> Value {
 /// - Lease `accord-agent`: which replica is active; `get` and `update` (a replace carrying
 ///   the resourceVersion it read), `create` for the first replica ever (not limitable to a
 ///   name).
-///
-/// Not granted until the agent uses it: writing the identity Secret (certificate renewal).
 pub fn agent_namespace_rules(kafka_secret: &str) -> Value {
     json!([
         { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CONFIGMAP_NAME], "verbs": ["get", "patch"] },
         { "apiGroups": [""], "resources": ["configmaps"], "resourceNames": [FEDERATION_CONFIG_MAP], "verbs": ["get", "list", "watch", "patch", "delete"] },
         { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
-        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get"] },
+        { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [DEFAULT_IDENTITY_SECRET], "verbs": ["get", "patch"] },
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [kafka_secret], "verbs": ["get", "list", "watch"] },
         { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [DEFAULT_LEASE_NAME], "verbs": ["get", "update"] },
         { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"] },
