@@ -261,6 +261,9 @@ pub enum ConnectFailure {
     PermissionDenied,
     /// The TLS handshake failed (unknown CA, name mismatch, missing client certificate).
     Tls,
+    /// etcd accepted the connection and then closed it: with TLS 1.3 this is how a
+    /// server that requires a client certificate refuses a missing or unknown one.
+    Closed,
     /// Nothing answered (refused, timed out, name not resolved).
     Unreachable,
     /// Anything else.
@@ -291,13 +294,17 @@ impl ConnectFailure {
         .any(|w| text.contains(w))
         {
             Self::Tls
+        } else if ["broken pipe", "connection closed", "connection reset"]
+            .iter()
+            .any(|w| text.contains(w))
+        {
+            Self::Closed
         } else if [
             "connection refused",
             "timed out",
             "deadline",
             "unavailable",
             "dns",
-            "connection reset",
             "failed to lookup",
             "transport error",
             "tcp connect",
@@ -324,6 +331,10 @@ impl ConnectFailure {
             Self::Tls => {
                 "TLS handshake failed (check --etcd-ca, --etcd-cert, --etcd-key and that the \
                  endpoint's name is in etcd's serving certificate)"
+            }
+            Self::Closed => {
+                "etcd closed the connection; with https:// it most likely refused the TLS \
+                 client certificate (check --etcd-cert and --etcd-key)"
             }
             Self::Unreachable => "unreachable",
             Self::Other => "request failed",
@@ -524,6 +535,11 @@ mod tests {
             (
                 "etcdserver: permission denied",
                 ConnectFailure::PermissionDenied,
+            ),
+            (
+                "transport error: hyper::error(io, custom { kind: brokenpipe, error: \
+                 \"connection closed because of a broken pipe\" })",
+                ConnectFailure::Closed,
             ),
             ("something else", ConnectFailure::Other),
         ];
