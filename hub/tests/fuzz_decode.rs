@@ -44,15 +44,12 @@ fn handle(message: AgentMessage) {
         AgentMessage::decode(bytes.as_slice()).as_ref(),
         Ok(&message)
     );
-    match message.body {
-        Some(agent_message::Body::StatusReport(report)) => {
-            if let Ok((policy, record)) = translate_report(report) {
-                assert!(!policy.kind.is_empty() && !policy.name.is_empty());
-                // The record is stored as JSON: it must encode.
-                serde_json::to_vec(&record).expect("a translated record encodes");
-            }
-        }
-        Some(_) | None => {}
+    if let Some(agent_message::Body::StatusReport(report)) = message.body
+        && let Ok((policy, record)) = translate_report(report)
+    {
+        assert!(!policy.kind.is_empty() && !policy.name.is_empty());
+        // The record is stored as JSON: it must encode.
+        serde_json::to_vec(&record).expect("a translated record encodes");
     }
 }
 
