@@ -79,7 +79,7 @@ fn the_hub_serves_and_leads_on_an_etcd_with_tls_and_authentication() {
             testbed.ensure_running(hub.id)?;
             Ok(
                 match hub.metric(testbed.http(), "accord_hub_is_leader").await? {
-                    Some(v) if v == 1.0 => Check::Ready(()),
+                    Some(1.0) => Check::Ready(()),
                     other => Check::NotYet(format!("is_leader = {other:?}")),
                 },
             )

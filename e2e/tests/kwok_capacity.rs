@@ -7,7 +7,7 @@ use accord_e2e::SharedTestbed;
 use accord_e2e::kwok::{NODE_CPU, NODE_MEMORY, NODE_PODS};
 use accord_e2e::testbed::FAKE_NODE;
 use accord_e2e::wait::{Check, until};
-use anyhow::{Context as _, Result, ensure};
+use anyhow::{Context as _, ensure};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
