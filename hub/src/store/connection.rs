@@ -216,9 +216,10 @@ impl EtcdConnection {
         for endpoint in &self.endpoints {
             let https = endpoint.starts_with("https://");
             let http = endpoint.starts_with("http://");
-            if !https && !http {
+            // A bare host:port is plain HTTP to etcd-client; with TLS it must say https://.
+            if !https && !http && self.tls.is_some() {
                 return Err(ConnectionError::Inconsistent(format!(
-                    "etcd endpoint {endpoint:?} must start with http:// or https://"
+                    "etcd endpoint {endpoint:?} must start with https:// when TLS flags are given"
                 )));
             }
             if https && self.tls.as_ref().is_none_or(|t| t.ca_pem.is_none()) {
