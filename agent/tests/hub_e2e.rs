@@ -201,8 +201,7 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
         )
         .await?;
 
-        let store = Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(PREFIX))
-            .await?;
+        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(PREFIX));
         let (record, version) = store
             .read_status(CLUSTER, "CrossClusterScalePolicy", "default", "e2e-web")
             .await?

@@ -1,13 +1,15 @@
-//! The single etcd behind every API server of a testbed (each under its own key prefix)
-//! and the hub's store (under [`HUB_PREFIX`]).
+//! The testbed's etcds: one plain etcd behind every API server (each under its own key
+//! prefix), and the hub's own etcd with TLS, client certificates and authentication
+//! ([`HubEtcd`]), where the hub keeps its state (under [`HUB_PREFIX`] or a test's prefix).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::binaries::Binaries;
+use crate::pki::CertificateAuthority;
 use crate::ports::free_port;
 use crate::process::{ProcessId, Supervisor};
 use crate::wait::{self, Check};
@@ -41,7 +43,23 @@ pub fn command(
     client_port: u16,
     peer_port: u16,
 ) -> Command {
-    let endpoint = format!("http://127.0.0.1:{client_port}");
+    command_at(
+        binaries,
+        name,
+        data_dir,
+        &format!("http://127.0.0.1:{client_port}"),
+        peer_port,
+    )
+}
+
+/// Like [`command`], with the client URL `endpoint` (`https://…` for TLS).
+fn command_at(
+    binaries: &Binaries,
+    name: &str,
+    data_dir: &Path,
+    endpoint: &str,
+    peer_port: u16,
+) -> Command {
     let peer = format!("http://127.0.0.1:{peer_port}");
     let mut command = Command::new(&binaries.etcd);
     command
@@ -91,4 +109,212 @@ pub async fn wait_ready(
         })
     })
     .await
+}
+
+/// User the hub logs in as on its etcd ([`HubEtcd`]).
+pub const HUB_USER: &str = "accord";
+/// Role of [`HUB_USER`]: read-write on every key under `/`, where every hub prefix lives.
+pub const HUB_ROLE: &str = "accord-hub";
+/// Key prefix the hub's role may read and write: every test's `--etcd-prefix` starts
+/// with it.
+pub const HUB_ROLE_PREFIX: &str = "/";
+
+/// The hub's own etcd, separate from the API servers' one and run as production runs it:
+/// client TLS with a server certificate for `127.0.0.1` and `localhost` from a testbed CA,
+/// `--client-cert-auth`, and authentication enabled (user `root` and user [`HUB_USER`]
+/// with read-write on [`HUB_ROLE_PREFIX`]).
+#[derive(Clone)]
+pub struct HubEtcd {
+    /// Client URL, `https://127.0.0.1:<port>`.
+    pub endpoint: String,
+    /// CA certificate (PEM file) that signed etcd's serving certificate and the client
+    /// certificates it accepts.
+    pub ca: PathBuf,
+    /// The hub's client certificate (PEM file).
+    pub cert: PathBuf,
+    /// The hub's client key (PEM file).
+    pub key: PathBuf,
+    /// The hub's etcd user.
+    pub username: String,
+    /// File holding the hub user's password.
+    pub password_file: PathBuf,
+    /// The hub user's password.
+    pub password: String,
+    /// The supervised process.
+    pub process: ProcessId,
+    root_password: String,
+}
+
+impl std::fmt::Debug for HubEtcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubEtcd")
+            .field("endpoint", &self.endpoint)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .field("username", &self.username)
+            .field("password_file", &self.password_file)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HubEtcd {
+    /// The `accord-hub` flags that reach this etcd (TLS files and credentials), without
+    /// `--etcd-endpoints`.
+    pub fn tls_and_auth_args(&self) -> Vec<String> {
+        vec![
+            "--etcd-ca".into(),
+            self.ca.display().to_string(),
+            "--etcd-cert".into(),
+            self.cert.display().to_string(),
+            "--etcd-key".into(),
+            self.key.display().to_string(),
+            "--etcd-username".into(),
+            self.username.clone(),
+            "--etcd-password-file".into(),
+            self.password_file.display().to_string(),
+        ]
+    }
+
+    /// Every flag the hub needs for this etcd, `--etcd-endpoints` included.
+    pub fn hub_args(&self) -> Vec<String> {
+        let mut args = vec!["--etcd-endpoints".into(), self.endpoint.clone()];
+        args.extend(self.tls_and_auth_args());
+        args
+    }
+
+    /// etcd-client TLS options trusting the testbed CA and presenting the hub's client
+    /// certificate.
+    pub fn tls_options(&self) -> Result<etcd_client::TlsOptions> {
+        let ca = std::fs::read(&self.ca)?;
+        let cert = std::fs::read(&self.cert)?;
+        let key = std::fs::read(&self.key)?;
+        Ok(etcd_client::TlsOptions::new()
+            .ca_certificate(etcd_client::Certificate::from_pem(ca))
+            .identity(etcd_client::Identity::from_pem(cert, key)))
+    }
+
+    /// A client logged in as the hub's user.
+    pub async fn client(&self) -> Result<etcd_client::Client> {
+        self.client_as(&self.username, &self.password).await
+    }
+
+    /// A client logged in as `root` (may change users and roles).
+    pub async fn root_client(&self) -> Result<etcd_client::Client> {
+        self.client_as("root", &self.root_password).await
+    }
+
+    async fn client_as(&self, user: &str, password: &str) -> Result<etcd_client::Client> {
+        let options = etcd_client::ConnectOptions::new()
+            .with_tls(self.tls_options()?)
+            .with_user(user, password)
+            .with_connect_timeout(Duration::from_secs(5));
+        etcd_client::Client::connect([self.endpoint.as_str()], Some(options))
+            .await
+            .with_context(|| {
+                format!(
+                    "connecting to the hub's etcd at {} as {user}",
+                    self.endpoint
+                )
+            })
+    }
+}
+
+/// Starts the hub's etcd (see [`HubEtcd`]) with its data and certificates in `dir`, its
+/// certificates signed by `ca`. Returns once it is running; [`setup_hub_auth`] then
+/// creates the users and enables authentication.
+pub fn spawn_hub(
+    supervisor: &Supervisor,
+    binaries: &Binaries,
+    dir: &Path,
+    ca: &CertificateAuthority,
+) -> Result<HubEtcd> {
+    std::fs::create_dir_all(dir)?;
+    let write = |name: &str, text: &str| -> Result<PathBuf> {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+    let ca_path = write("ca.crt", &ca.cert_pem())?;
+    let server = ca.issue_server("accord-hub-etcd", &["127.0.0.1", "localhost"])?;
+    let server_cert = write("server.crt", &server.cert_pem)?;
+    let server_key = write("server.key", &server.key_pem)?;
+    // The client certificate's common name names no etcd user: the hub is authenticated
+    // by its password, and the certificate only passes --client-cert-auth.
+    let client = ca.issue_client("accord-hub-client", &[])?;
+    let cert = write("client.crt", &client.cert_pem)?;
+    let key = write("client.key", &client.key_pem)?;
+    let password = random_password();
+    let password_file = write("password", &format!("{password}\n"))?;
+
+    let client_port = free_port()?;
+    let endpoint = format!("https://127.0.0.1:{client_port}");
+    let mut command = command_at(binaries, "hub", &dir.join("data"), &endpoint, free_port()?);
+    command
+        .arg(format!("--cert-file={}", server_cert.display()))
+        .arg(format!("--key-file={}", server_key.display()))
+        .arg(format!("--trusted-ca-file={}", ca_path.display()))
+        .arg("--client-cert-auth");
+    let process = supervisor.spawn("etcd-hub", command)?;
+    Ok(HubEtcd {
+        endpoint,
+        ca: ca_path,
+        cert,
+        key,
+        username: HUB_USER.into(),
+        password_file,
+        password,
+        process,
+        root_password: random_password(),
+    })
+}
+
+/// Waits until the hub's etcd answers over TLS, then creates `root` and the hub's user and
+/// role and enables authentication.
+pub async fn setup_hub_auth(supervisor: &Supervisor, etcd: &HubEtcd) -> Result<()> {
+    let options = etcd_client::ConnectOptions::new()
+        .with_tls(etcd.tls_options()?)
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(5));
+    let client = wait::until("hub etcd answers over TLS", READY_TIMEOUT, || {
+        let options = options.clone();
+        async move {
+            supervisor.ensure_running(etcd.process)?;
+            let client =
+                match etcd_client::Client::connect([etcd.endpoint.as_str()], Some(options)).await {
+                    Ok(client) => client,
+                    Err(e) => return Ok(Check::NotYet(e.to_string())),
+                };
+            Ok(match client.maintenance_client().status().await {
+                Ok(_) => Check::Ready(client),
+                Err(e) => Check::NotYet(e.to_string()),
+            })
+        }
+    })
+    .await?;
+    let mut auth = client.auth_client();
+    auth.user_add("root", etcd.root_password.as_str(), None)
+        .await?;
+    auth.user_grant_role("root", "root").await?;
+    auth.role_add(HUB_ROLE).await?;
+    auth.role_grant_permission(
+        HUB_ROLE,
+        etcd_client::Permission::read_write(HUB_ROLE_PREFIX).with_prefix(),
+    )
+    .await?;
+    auth.user_add(HUB_USER, etcd.password.as_str(), None)
+        .await?;
+    auth.user_grant_role(HUB_USER, HUB_ROLE).await?;
+    auth.auth_enable().await?;
+    Ok(())
+}
+
+/// 32 random alphanumeric characters.
+fn random_password() -> String {
+    use rand::Rng as _;
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect()
 }

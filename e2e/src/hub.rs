@@ -115,14 +115,7 @@ impl<'t> HubProcess<'t> {
         {
             cmd.args(["--webhook-addr", &format!("127.0.0.1:{}", free_port()?)]);
         }
-        // The testbed's etcd unless the options name another.
-        if !opts
-            .extra_args
-            .iter()
-            .any(|a| a.starts_with("--etcd-endpoints"))
-        {
-            cmd.args(["--etcd-endpoints", testbed.etcd_endpoint()]);
-        }
+        cmd.args(hub_etcd_args(testbed, &opts.extra_args));
         let id = testbed.spawn(&format!("hub/{}", opts.replica), cmd)?;
         let hub = Self {
             testbed,
@@ -165,6 +158,37 @@ impl<'t> HubProcess<'t> {
     }
 }
 
+/// The etcd flags of a test hub with `extra_args`: the testbed's hub etcd
+/// ([`Testbed::hub_etcd`]) with its TLS files and credentials. An `--etcd-endpoints` in
+/// `extra_args` replaces only the endpoint (e.g. a fault proxy in front of the hub's
+/// etcd); when it names a plain `http://` etcd, no TLS flag or credential is passed.
+pub fn hub_etcd_args(testbed: &Testbed, extra_args: &[String]) -> Vec<String> {
+    let hub_etcd = testbed.hub_etcd();
+    let mut endpoint_given = false;
+    let mut plain = false;
+    for (i, arg) in extra_args.iter().enumerate() {
+        let value = if let Some(value) = arg.strip_prefix("--etcd-endpoints=") {
+            Some(value)
+        } else if arg == "--etcd-endpoints" {
+            extra_args.get(i + 1).map(String::as_str)
+        } else {
+            None
+        };
+        if let Some(value) = value {
+            endpoint_given = true;
+            plain = value.starts_with("http://");
+        }
+    }
+    let mut args = Vec::new();
+    if !endpoint_given {
+        args.extend(["--etcd-endpoints".to_owned(), hub_etcd.endpoint.clone()]);
+    }
+    if !plain {
+        args.extend(hub_etcd.tls_and_auth_args());
+    }
+    args
+}
+
 /// Sum of the samples of metric `name` in a Prometheus text exposition.
 pub fn parse_metric(text: &str, name: &str) -> Option<f64> {
     let mut found = None;
@@ -188,7 +212,7 @@ pub async fn create_token(
         .args(["token", "create"])
         .arg("--kubeconfig")
         .arg(testbed.mgmt().kubeconfig_path())
-        .args(["--etcd-endpoints", testbed.etcd_endpoint()])
+        .args(testbed.hub_etcd().hub_args())
         .args([
             "--etcd-prefix",
             etcd_prefix,

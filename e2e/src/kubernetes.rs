@@ -231,8 +231,8 @@ pub async fn create_fake_node(client: &kube::Client, node: &str) -> Result<()> {
             },
         },
         "status": {
-            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+            "allocatable": crate::kwok::node_capacity(),
+            "capacity": crate::kwok::node_capacity(),
             "nodeInfo": {
                 "architecture": "amd64",
                 "kubeletVersion": "fake",

@@ -14,6 +14,19 @@ use crate::process::{ProcessId, Supervisor};
 
 /// Annotation kwok uses to pick the nodes it simulates (value `fake`).
 pub const NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// Pods a fake node takes: load tests run thousands of pods on one node (a kubelet's
+/// default of 110 would leave them Pending with "Too many pods").
+pub const NODE_PODS: &str = "10000";
+/// CPU a fake node offers: ample for [`NODE_PODS`] pods with requests.
+pub const NODE_CPU: &str = "1000";
+/// Memory a fake node offers.
+pub const NODE_MEMORY: &str = "4Ti";
+
+/// A fake node's capacity (and allocatable), as the node status carries it. kwok's node
+/// stage template keeps the same values when a node has none.
+pub fn node_capacity() -> serde_json::Value {
+    serde_json::json!({ "cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_PODS })
+}
 /// Range kwok assigns pod IPs from.
 const POD_CIDR: &str = "10.1.0.0/16";
 /// Address reported for fake nodes.
@@ -46,9 +59,9 @@ spec:
       - {type: InternalIP, address: {{ NodeIP | Quote }}}
       - {type: Hostname, address: {{ .metadata.name | Quote }}}
       allocatable:
-      {{ with .status.allocatable }}{{ YAML . 1 }}{{ else }}  {cpu: "32", memory: 256Gi, pods: "110"}{{ end }}
+      {{ with .status.allocatable }}{{ YAML . 1 }}{{ else }}  {cpu: "1000", memory: 4Ti, pods: "10000"}{{ end }}
       capacity:
-      {{ with .status.capacity }}{{ YAML . 1 }}{{ else }}  {cpu: "32", memory: 256Gi, pods: "110"}{{ end }}
+      {{ with .status.capacity }}{{ YAML . 1 }}{{ else }}  {cpu: "1000", memory: 4Ti, pods: "10000"}{{ end }}
       nodeInfo:
         architecture: amd64
         operatingSystem: linux
@@ -203,4 +216,16 @@ pub fn spawn(
         .arg(format!("--node-ip={NODE_IP}"))
         .arg(format!("--server-address=127.0.0.1:{port}"));
     Ok((supervisor.spawn(&format!("{name}/kwok"), command)?, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kwoks_node_template_defaults_to_the_load_test_capacity() {
+        let default =
+            format!("{{cpu: \"{NODE_CPU}\", memory: {NODE_MEMORY}, pods: \"{NODE_PODS}\"}}");
+        assert_eq!(STAGES.matches(default.as_str()).count(), 2, "{default}");
+    }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use tempfile::TempDir;
 
 use crate::binaries::Binaries;
-use crate::etcd::{self, Etcd};
+use crate::etcd::{self, Etcd, HubEtcd};
 use crate::kafka::{self, KafkaBroker};
 use crate::kubernetes::{self, ClusterFiles};
 use crate::pki::CertificateAuthority;
@@ -161,7 +161,7 @@ impl TestbedBuilder {
             http: &http,
         };
         let result = parts.start_all(&crds).await;
-        let (etcd, mgmt, members, crd_names) = match result {
+        let (etcd, hub_etcd, mgmt, members, crd_names) = match result {
             Ok(started) => started,
             Err(e) => {
                 let tails = supervisor.log_tails(15);
@@ -179,6 +179,7 @@ impl TestbedBuilder {
             mgmt,
             members,
             etcd_endpoint: etcd.endpoint,
+            hub_etcd,
             crds: crd_names,
             binaries,
             http,
@@ -210,9 +211,19 @@ impl Parts<'_> {
     async fn start_all(
         &self,
         crds: &[CustomResourceDefinition],
-    ) -> Result<(Etcd, Cluster, Vec<Cluster>, Vec<String>)> {
+    ) -> Result<(Etcd, HubEtcd, Cluster, Vec<Cluster>, Vec<String>)> {
         let ca = CertificateAuthority::new("accord-testbed-ca")?;
         let etcd = etcd::spawn(self.supervisor, self.binaries, &self.dir.join("etcd"))?;
+        // The hub's own etcd has a CA of its own: nothing else the testbed signs passes
+        // its client-certificate check.
+        let hub_etcd_ca = CertificateAuthority::new("accord-testbed-hub-etcd-ca")?;
+        let hub_etcd = etcd::spawn_hub(
+            self.supervisor,
+            self.binaries,
+            &self.dir.join("etcd-hub"),
+            &hub_etcd_ca,
+        )?;
+        let hub_etcd_auth = etcd::setup_hub_auth(self.supervisor, &hub_etcd);
 
         // Kafka and Prometheus do not depend on Kubernetes: they start alongside it.
         let kafkas = async {
@@ -241,8 +252,8 @@ impl Parts<'_> {
             .await
         };
         let kubernetes = self.start_kubernetes(&ca, &etcd, crds);
-        let ((mgmt, mut members, crd_names), kafkas, prometheuses) =
-            tokio::try_join!(kubernetes, kafkas, prometheuses)?;
+        let ((mgmt, mut members, crd_names), kafkas, prometheuses, ()) =
+            tokio::try_join!(kubernetes, kafkas, prometheuses, hub_etcd_auth)?;
 
         for (member, broker) in members.iter_mut().zip(kafkas) {
             member.kafka = Some(broker);
@@ -250,7 +261,7 @@ impl Parts<'_> {
         for (member, prometheus) in members.iter_mut().zip(prometheuses) {
             member.prometheus = Some(prometheus);
         }
-        Ok((etcd, mgmt, members, crd_names))
+        Ok((etcd, hub_etcd, mgmt, members, crd_names))
     }
 
     async fn start_kubernetes(
@@ -431,6 +442,7 @@ pub struct Testbed {
     mgmt: Cluster,
     members: Vec<Cluster>,
     etcd_endpoint: String,
+    hub_etcd: HubEtcd,
     crds: Vec<String>,
     binaries: Binaries,
     http: reqwest::Client,
@@ -468,13 +480,25 @@ impl Testbed {
         std::iter::once(&self.mgmt).chain(&self.members)
     }
 
-    /// etcd's client URL (`http://127.0.0.1:<port>`), shared by the API servers (each
-    /// under its own prefix) and the hub.
+    /// The API servers' etcd client URL (`http://127.0.0.1:<port>`, each API server
+    /// under its own prefix). The hub keeps its state in [`Testbed::hub_etcd`] instead.
     pub fn etcd_endpoint(&self) -> &str {
         &self.etcd_endpoint
     }
 
-    /// The key prefix reserved for the hub in [`Testbed::etcd_endpoint`].
+    /// The hub's own etcd (TLS, client certificates, authentication): endpoint, file
+    /// paths and credentials. Every [`crate::hub::HubProcess`] uses it by default.
+    pub fn hub_etcd(&self) -> &HubEtcd {
+        &self.hub_etcd
+    }
+
+    /// A client of [`Testbed::hub_etcd`], logged in as the hub's user, for tests that
+    /// read or change the hub's state.
+    pub async fn hub_etcd_client(&self) -> Result<etcd_client::Client> {
+        self.hub_etcd.client().await
+    }
+
+    /// The default key prefix of the hub's state in [`Testbed::hub_etcd`].
     pub fn hub_etcd_prefix(&self) -> &str {
         etcd::HUB_PREFIX
     }

@@ -161,8 +161,7 @@ fn the_global_tier_follows_the_policy_and_the_reloaders_answer_and_goes_with_it(
         .await?;
 
         // The placements record names both members.
-        let store =
-            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
         let key = store.keys().placements("PrometheusFederation", NS, POLICY);
         let mut kv = store.client();
         ensure!(

@@ -118,8 +118,7 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
         let (old, survivor) = leader_and_follower(testbed, &a, &b).await?;
 
         // The old leader's fence, read from etcd before it dies.
-        let store =
-            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
         let mut client = store.client();
         let leader_kv = client
             .get(
@@ -468,8 +467,7 @@ fn an_agent_cannot_speak_for_another_cluster() {
             other => bail!("expected PERMISSION_DENIED, got {other:?}"),
         }
         // Nothing was stored for B.
-        let store =
-            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
         ensure!(
             store
                 .read_status("ident-b", "CrossClusterScalePolicy", "default", "web")
@@ -525,8 +523,7 @@ fn status_reports_are_written_with_optimistic_concurrency() {
             bail!("newer report refused")
         };
         ensure!(v2 > v1);
-        let store =
-            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
         let (stored, version) = store
             .read_status("occ-a", "CrossClusterScalePolicy", "default", "web")
             .await?

@@ -323,11 +323,10 @@ fn every_selected_cluster_gets_the_topic_and_an_older_topic_keeps_a_duplicate_na
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let hub = start_hub(testbed, "kafka-place").await?;
-        let store = Store::connect(
-            &[testbed.etcd_endpoint().to_owned()],
+        let store = Store::from_client(
+            testbed.hub_etcd_client().await?,
             Keyspace::new("/t-kafka-place/"),
-        )
-        .await?;
+        );
         let a = TopicAgent::join(testbed, &hub, "kt-a", &[("kafka-e2e", "place")]).await?;
         let b = TopicAgent::join(testbed, &hub, "kt-b", &[("kafka-e2e", "place")]).await?;
         let (ns, other_ns) = ("kt-place", "kt-place-2");
@@ -507,11 +506,10 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let hub = start_hub(testbed, "kafka-policy").await?;
-        let store = Store::connect(
-            &[testbed.etcd_endpoint().to_owned()],
+        let store = Store::from_client(
+            testbed.hub_etcd_client().await?,
             Keyspace::new("/t-kafka-policy/"),
-        )
-        .await?;
+        );
         let c = TopicAgent::join(testbed, &hub, "kt-c", &[]).await?;
         let ns = "kt-policy";
         ensure_namespace(testbed.mgmt(), ns).await?;
@@ -653,11 +651,10 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let hub = start_hub(testbed, "kafka-delete").await?;
-        let store = Store::connect(
-            &[testbed.etcd_endpoint().to_owned()],
+        let store = Store::from_client(
+            testbed.hub_etcd_client().await?,
             Keyspace::new("/t-kafka-delete/"),
-        )
-        .await?;
+        );
         let d = TopicAgent::join(testbed, &hub, "kt-d", &[]).await?;
         let e = TopicAgent::join(testbed, &hub, "kt-e", &[]).await?;
         let ns = "kt-delete";

@@ -62,9 +62,52 @@ pub struct StateArgs {
     /// Key prefix of the hub's state in etcd.
     #[arg(long, default_value = crate::store::keys::DEFAULT_PREFIX)]
     pub etcd_prefix: String,
+    /// CA certificate (PEM) that signed etcd's serving certificate; needed for https://
+    /// endpoints.
+    #[arg(long, env = "ACCORD_ETCD_CA")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) presented to etcd (etcd's --client-cert-auth).
+    #[arg(long, env = "ACCORD_ETCD_CERT", requires = "etcd_key")]
+    pub etcd_cert: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-cert.
+    #[arg(long, env = "ACCORD_ETCD_KEY", requires = "etcd_cert")]
+    pub etcd_key: Option<PathBuf>,
+    /// User name for etcd authentication.
+    #[arg(long, env = "ACCORD_ETCD_USERNAME", requires = "etcd_password_file")]
+    pub etcd_username: Option<String>,
+    /// File holding the password of --etcd-username (never given on the command line;
+    /// one trailing newline is ignored).
+    #[arg(long, env = "ACCORD_ETCD_PASSWORD_FILE", requires = "etcd_username")]
+    pub etcd_password_file: Option<PathBuf>,
     /// Namespace of the hub on the management cluster.
     #[arg(long, default_value = "accord-system")]
     pub namespace: String,
+}
+
+impl StateArgs {
+    /// The etcd connection the flags describe, with the files they name read.
+    pub fn etcd_connection(
+        &self,
+    ) -> Result<crate::store::EtcdConnection, crate::store::ConnectionError> {
+        let files = crate::store::EtcdFiles {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+            username: self.etcd_username.clone(),
+            password_file: self.etcd_password_file.clone(),
+        };
+        crate::store::EtcdConnection::from_files(self.etcd_endpoints.clone(), &files)
+    }
+
+    /// Connects to the hub's store (see [`crate::store::Store::connect_with`]).
+    pub async fn connect_store(&self) -> Result<crate::store::Store, crate::store::StoreError> {
+        let connection = self.etcd_connection()?;
+        crate::store::Store::connect_with(
+            &connection,
+            crate::store::Keyspace::new(&self.etcd_prefix),
+        )
+        .await
+    }
 }
 
 /// Flags of `accord-hub serve`.
@@ -204,9 +247,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Install(a) => crate::install::run(a).await?,
         Command::Serve(a) => {
             let replica = a.replica_name.unwrap_or_else(default_replica_name);
+            let etcd = a.state.etcd_connection()?;
             crate::serve::serve(ServeConfig {
                 kubeconfig: a.state.kubeconfig,
-                etcd_endpoints: a.state.etcd_endpoints,
+                etcd,
                 etcd_prefix: a.state.etcd_prefix,
                 grpc_addr: a.grpc_addr,
                 http_addr: a.http_addr,

@@ -33,8 +33,8 @@ use crate::supervisor::Supervisor;
 pub struct ServeConfig {
     /// Kubeconfig of the management cluster (in-cluster config when `None`).
     pub kubeconfig: Option<PathBuf>,
-    /// etcd client URLs.
-    pub etcd_endpoints: Vec<String>,
+    /// etcd client URLs, TLS and credentials.
+    pub etcd: crate::store::EtcdConnection,
     /// Key prefix in etcd.
     pub etcd_prefix: String,
     /// Address of the agent-facing gRPC server.
@@ -68,9 +68,7 @@ pub struct ServeConfig {
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     install_crypto_provider();
     let kube = kube_client(cfg.kubeconfig.as_deref()).await?;
-    let store = Store::connect(&cfg.etcd_endpoints, Keyspace::new(&cfg.etcd_prefix))
-        .await
-        .with_context(|| format!("connecting to etcd at {}", cfg.etcd_endpoints.join(",")))?;
+    let store = Store::connect_with(&cfg.etcd, Keyspace::new(&cfg.etcd_prefix)).await?;
     tokio::select! {
         () = store.wait_until_answering() => {}
         () = shutdown_signal() => return Ok(()),

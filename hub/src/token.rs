@@ -8,7 +8,6 @@ use std::time::Duration;
 use crate::cli::StateArgs;
 use crate::pki::HubCa;
 use crate::pki::{DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, install_crypto_provider};
-use crate::store::{Keyspace, Store};
 use accord_common::runtime::kube_client;
 
 /// Reads the hub CA from its Secret; fails clearly when the hub was never started.
@@ -42,9 +41,7 @@ pub async fn create(
     install_crypto_provider();
     let client = kube_client(state.kubeconfig.as_deref()).await?;
     let ca = read_ca(client, &state.namespace).await?;
-    let store = Store::connect(&state.etcd_endpoints, Keyspace::new(&state.etcd_prefix))
-        .await
-        .with_context(|| format!("connecting to etcd at {}", state.etcd_endpoints.join(",")))?;
+    let store = state.connect_store().await?;
     let token = store.create_token(ttl, description).await?;
     Ok(join_line(
         hub_url,

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use accord_hub::install::{
-    DEFAULT_ETCD_IMAGE, EtcdMode, InstallOptions, ServiceType, default_image, render,
-    webhook_configuration,
+    DEFAULT_ETCD_IMAGE, ETCD_SECRET_NAME, EtcdClientSecret, EtcdMode, InstallOptions, ServiceType,
+    default_image, render, webhook_configuration,
 };
 use serde_json::{Value, json};
 
@@ -206,6 +206,14 @@ fn the_hub_charts_default_values_are_installs_defaults() {
     );
     // The namespace comes from the release (`helm install -n accord-system`).
     assert_eq!(values["namespace"], "");
+    // No etcd Secret by default; when one is named, it holds a CA and a client certificate
+    // unless told otherwise, as `install --etcd-ca --etcd-cert --etcd-key` writes it.
+    assert_eq!(defaults.etcd_client, None);
+    assert_eq!(values["etcd"]["secretName"], "");
+    assert_eq!(values["etcd"]["tls"]["ca"], true);
+    assert_eq!(values["etcd"]["tls"]["clientCertificate"], true);
+    assert_eq!(values["etcd"]["auth"]["enabled"], false);
+    assert_eq!(EtcdClientSecret::default().secret_name, ETCD_SECRET_NAME);
 }
 
 /// Without helm, at least every object `render` produces has a template naming its kind
@@ -283,6 +291,10 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
             "--set",
             "etcdEndpoints={https://etcd-0.example:2379,https://etcd-1.example:2379}",
             "--set",
+            "etcd.secretName=accord-hub-etcd",
+            "--set",
+            "etcd.auth.enabled=true",
+            "--set",
             "etcdPrefix=/prod/",
             "--set",
             "replicas=3",
@@ -312,6 +324,12 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
             ],
         },
         etcd_prefix: "/prod/".into(),
+        etcd_client: Some(EtcdClientSecret {
+            ca: true,
+            client_certificate: true,
+            auth: true,
+            ..EtcdClientSecret::default()
+        }),
         replicas: 3,
         grpc_port: 8443,
         webhook_port: 9444,
@@ -326,6 +344,21 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
         render(&options).unwrap(),
         "production values",
     );
+
+    // A Secret for the evaluation etcd, which has neither TLS nor auth, is refused.
+    let refused = helm_template(
+        &helm,
+        &dir,
+        "accord-hub",
+        &[
+            "--namespace",
+            "accord-system",
+            "--set",
+            "etcd.secretName=accord-hub-etcd",
+        ],
+    )
+    .unwrap_err();
+    assert!(refused.contains("etcd.secretName"), "{refused}");
 
     // Without --include-crds and createNamespace, Helm renders the rest.
     let yaml = helm_template(&helm, &dir, "accord-hub", &["--namespace", "accord-system"]).unwrap();

@@ -163,8 +163,7 @@ async fn main() -> Result<()> {
         .pid;
     let rss_idle = rss_bytes(hub_pid);
 
-    let store =
-        Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+    let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
     let ca = accord_hub::token::read_ca(testbed.mgmt().client(), HUB_NAMESPACE).await?;
     let hash = ca.ca_cert_hash();
 

@@ -373,7 +373,7 @@ impl Session {
 
 /// A report's policy and the status record to store, or `INVALID_ARGUMENT` saying what is
 /// missing: a policy with a kind and a name, and a known placement state.
-fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord), Status> {
+pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord), Status> {
     let policy = report
         .policy
         .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;

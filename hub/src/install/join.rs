@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::options::{EtcdMode, HUB_NAME, InstallOptions};
-use crate::store::{Keyspace, Store, StoreError};
+use crate::store::{EtcdConnection, Keyspace, Store, StoreError};
 use crate::token::join_line;
 
 /// How long install tries to reach etcd for a token before printing the command instead.
@@ -40,13 +40,18 @@ pub fn hub_url_or_placeholder(hub_url: Option<&str>, options: &InstallOptions) -
 }
 
 /// Creates a bootstrap token in the hub's etcd, if reachable from here.
-pub async fn create_token(options: &InstallOptions, ttl: Duration) -> Result<String, TokenError> {
+/// `connection` carries the TLS files and credentials of the install flags.
+pub async fn create_token(
+    options: &InstallOptions,
+    connection: &EtcdConnection,
+    ttl: Duration,
+) -> Result<String, TokenError> {
     let EtcdMode::External { endpoints } = &options.etcd else {
         return Err(TokenError::InCluster);
     };
     let joined = endpoints.join(",");
     let attempt = async {
-        let store = Store::connect(endpoints, Keyspace::new(&options.etcd_prefix)).await?;
+        let store = Store::connect_with(connection, Keyspace::new(&options.etcd_prefix)).await?;
         store
             .create_token(ttl, "created by accord-hub install")
             .await
@@ -91,11 +96,27 @@ pub fn closing_message(
         }
         Err(reason) => {
             let endpoints = options.etcd_endpoints().join(",");
+            // Inside the hub's pod the etcd Secret is mounted and the user name is in the
+            // environment: the same file flags as the hub's own.
+            let tls: String = super::render::hub_args(options)
+                .into_iter()
+                .filter(|a| {
+                    [
+                        "--etcd-ca=",
+                        "--etcd-cert=",
+                        "--etcd-key=",
+                        "--etcd-password-file=",
+                    ]
+                    .iter()
+                    .any(|f| a.starts_with(f))
+                })
+                .map(|a| format!(" {a}"))
+                .collect();
             out.push_str(&format!(
                 "No join token was created from here ({reason}). Once the hub is running, \
                  create one inside the cluster:\n  \
                  kubectl -n {ns} exec deploy/{HUB_NAME} -- accord-hub token create \
-                 --etcd-endpoints {endpoints} --etcd-prefix {prefix} --namespace {ns} \
+                 --etcd-endpoints {endpoints}{tls} --etcd-prefix {prefix} --namespace {ns} \
                  --hub-url {url} --ttl {ttl}\n",
                 prefix = options.etcd_prefix,
                 ttl = humanize(ttl),
@@ -153,6 +174,32 @@ mod tests {
         ));
         assert!(text.contains("only reachable inside the cluster"));
         assert!(text.contains("--hub-url https://ADDRESS:PORT"));
+    }
+
+    #[test]
+    fn the_token_create_command_carries_the_hubs_etcd_file_flags() {
+        let options = InstallOptions {
+            etcd: EtcdMode::External {
+                endpoints: vec!["https://etcd:2379".into()],
+            },
+            etcd_client: Some(crate::install::EtcdClientSecret {
+                ca: true,
+                client_certificate: true,
+                auth: true,
+                ..Default::default()
+            }),
+            ..InstallOptions::default()
+        };
+        let reason = TokenError::Timeout("https://etcd:2379".into());
+        let text = closing_message(&options, None, HASH, Err(&reason), DAY);
+        assert!(
+            text.contains(
+                "--etcd-endpoints https://etcd:2379 --etcd-ca=/etc/accord/etcd/ca.crt \
+                 --etcd-cert=/etc/accord/etcd/tls.crt --etcd-key=/etc/accord/etcd/tls.key \
+                 --etcd-password-file=/etc/accord/etcd/password --etcd-prefix /accord/"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -24,7 +24,9 @@ pub use accord_common::preflight::{self, Permission, PreflightError, granted_per
 pub use join::TokenError;
 pub use options::{
     DEFAULT_ETCD_IMAGE, DEFAULT_GRPC_PORT, DEFAULT_HTTP_PORT, DEFAULT_IMAGE_REPOSITORY,
-    DEFAULT_NAMESPACE, DEFAULT_WEBHOOK_PORT, ETCD_NAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME,
+    DEFAULT_NAMESPACE, DEFAULT_WEBHOOK_PORT, ETCD_NAME, ETCD_SECRET_CA, ETCD_SECRET_CERT,
+    ETCD_SECRET_KEY, ETCD_SECRET_MOUNT, ETCD_SECRET_NAME, ETCD_SECRET_PASSWORD,
+    ETCD_SECRET_USERNAME, EtcdClientSecret, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME,
     InstallOptions, OptionsError, Resources, ServiceType, default_image,
 };
 pub use render::{
@@ -94,6 +96,42 @@ pub struct InstallArgs {
     /// Key prefix of the hub's state in etcd.
     #[arg(long, default_value = crate::store::keys::DEFAULT_PREFIX)]
     pub etcd_prefix: String,
+    /// CA certificate (PEM) of your etcd's serving certificate (needed for https://). Goes
+    /// into Secret accord-hub-etcd, mounted read-only at /etc/accord/etcd.
+    #[arg(long, env = "ACCORD_ETCD_CA", conflicts_with = "with_etcd")]
+    pub etcd_ca: Option<PathBuf>,
+    /// Client certificate (PEM) the hub presents to etcd; into Secret accord-hub-etcd.
+    #[arg(
+        long,
+        env = "ACCORD_ETCD_CERT",
+        requires = "etcd_key",
+        conflicts_with = "with_etcd"
+    )]
+    pub etcd_cert: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-cert; into Secret accord-hub-etcd.
+    #[arg(
+        long,
+        env = "ACCORD_ETCD_KEY",
+        requires = "etcd_cert",
+        conflicts_with = "with_etcd"
+    )]
+    pub etcd_key: Option<PathBuf>,
+    /// etcd user of the hub; into Secret accord-hub-etcd.
+    #[arg(
+        long,
+        env = "ACCORD_ETCD_USERNAME",
+        requires = "etcd_password_file",
+        conflicts_with = "with_etcd"
+    )]
+    pub etcd_username: Option<String>,
+    /// File holding the password of --etcd-username; into Secret accord-hub-etcd.
+    #[arg(
+        long,
+        env = "ACCORD_ETCD_PASSWORD_FILE",
+        requires = "etcd_username",
+        conflicts_with = "with_etcd"
+    )]
+    pub etcd_password_file: Option<PathBuf>,
     /// Image of the evaluation etcd (--with-etcd).
     #[arg(long, default_value = DEFAULT_ETCD_IMAGE)]
     pub etcd_image: String,
@@ -143,6 +181,85 @@ pub struct InstallArgs {
     pub token_ttl: Duration,
 }
 
+impl InstallArgs {
+    /// The connection to the operator's etcd the flags describe, files read (for the
+    /// token install creates from here).
+    pub fn etcd_connection(&self) -> Result<crate::store::EtcdConnection, InstallError> {
+        let files = crate::store::EtcdFiles {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+            username: self.etcd_username.clone(),
+            password_file: self.etcd_password_file.clone(),
+        };
+        if self.with_etcd {
+            return Ok(crate::store::EtcdConnection::default());
+        }
+        let connection =
+            crate::store::EtcdConnection::from_files(self.etcd_endpoints.clone(), &files);
+        match connection {
+            // Without the CA the hub will not start; the objects are still applied (the
+            // CA may be added to the Secret later) and the token is left to the hub.
+            Err(crate::store::ConnectionError::Inconsistent(problem))
+                if self.etcd_ca.is_none() && problem.contains("--etcd-ca") =>
+            {
+                eprintln!("warning: {problem}");
+                Ok(crate::store::EtcdConnection::default())
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+/// Secret `accord-hub-etcd` with the files the etcd flags name (keys `ca.crt`, `tls.crt`,
+/// `tls.key`, `username`, `password`), or `None` without such flags. Applied, never
+/// printed: `--dry-run` shows only the Deployment that mounts it.
+fn etcd_secret(
+    args: &InstallArgs,
+    options: &InstallOptions,
+) -> Result<Option<serde_json::Value>, InstallError> {
+    let Some(client) = &options.etcd_client else {
+        return Ok(None);
+    };
+    // PEM files and passwords are text: stringData spares an encoding step.
+    let read = |what: &'static str, path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|source| crate::store::ConnectionError::Read {
+            what,
+            path: path.clone(),
+            source,
+        })
+    };
+    let mut data = serde_json::Map::new();
+    if let Some(path) = &args.etcd_ca {
+        data.insert(ETCD_SECRET_CA.into(), read("CA certificate", path)?.into());
+    }
+    if let (Some(cert), Some(key)) = (&args.etcd_cert, &args.etcd_key) {
+        data.insert(
+            ETCD_SECRET_CERT.into(),
+            read("client certificate", cert)?.into(),
+        );
+        data.insert(ETCD_SECRET_KEY.into(), read("client key", key)?.into());
+    }
+    if let (Some(user), Some(password)) = (&args.etcd_username, &args.etcd_password_file) {
+        data.insert(ETCD_SECRET_USERNAME.into(), user.clone().into());
+        data.insert(
+            ETCD_SECRET_PASSWORD.into(),
+            read("password file", password)?.into(),
+        );
+    }
+    Ok(Some(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": client.secret_name,
+            "namespace": options.namespace,
+            "labels": accord_common::manifest::labels(HUB_NAME, "hub"),
+        },
+        "stringData": data,
+    })))
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     accord_crds::duration::parse(s).map_err(|e| e.to_string())
 }
@@ -164,6 +281,9 @@ pub enum InstallError {
     /// The management cluster could not be reached, or refused an object.
     #[error(transparent)]
     Apply(#[from] ApplyError),
+    /// The etcd TLS files or password file could not be read.
+    #[error(transparent)]
+    EtcdFiles(#[from] crate::store::ConnectionError),
     /// The user lacks permissions.
     #[error(transparent)]
     Preflight(#[from] PreflightError),
@@ -217,8 +337,17 @@ impl InstallArgs {
                 endpoints: self.etcd_endpoints.clone(),
             }
         };
+        let etcd_client =
+            (self.etcd_ca.is_some() || self.etcd_cert.is_some() || self.etcd_username.is_some())
+                .then(|| EtcdClientSecret {
+                    ca: self.etcd_ca.is_some(),
+                    client_certificate: self.etcd_cert.is_some(),
+                    auth: self.etcd_username.is_some(),
+                    ..EtcdClientSecret::default()
+                });
         let options = InstallOptions {
             namespace: self.namespace.clone(),
+            etcd_client,
             image: self.image.clone().unwrap_or_else(default_image),
             image_pull_policy: self.image_pull_policy.clone(),
             replicas: self.replicas,
@@ -251,6 +380,7 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
         return stdout.flush().map_err(InstallError::Output);
     }
 
+    let etcd_connection = args.etcd_connection()?;
     install_crypto_provider();
     let (client, url) = apply::connect(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
     apply::check_reachable(&client, &url).await?;
@@ -272,6 +402,13 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
     // exists.
     let webhook = webhook_configuration(&options, None);
     for object in objects.iter().filter(|o| **o != webhook) {
+        // The etcd Secret exists before the hub's pods, which mount it.
+        if object["kind"] == "Deployment"
+            && let Some(secret) = etcd_secret(&args, &options)?
+        {
+            let applied = apply_object(&client, &secret).await?;
+            eprintln!("applied {applied}");
+        }
         let applied = apply_object(&client, object).await?;
         eprintln!("applied {applied}");
     }
@@ -311,7 +448,7 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
         .await?;
     }
 
-    let token = join::create_token(&options, args.token_ttl).await;
+    let token = join::create_token(&options, &etcd_connection, args.token_ttl).await;
     if let Err(e) = &token {
         tracing::debug!(error = %crate::store::error_chain(e), "no token created from here");
     }
@@ -359,6 +496,37 @@ mod tests {
         );
         let both = parse(&["--with-etcd", "--etcd-endpoints", "http://e:2379"]).unwrap_err();
         assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
+
+    #[test]
+    fn etcd_tls_flags_name_what_the_etcd_secret_holds_and_only_for_your_own_etcd() {
+        let args = parse(&[
+            "--etcd-endpoints",
+            "https://e1:2379",
+            "--etcd-ca",
+            "ca.crt",
+            "--etcd-username",
+            "accord",
+            "--etcd-password-file",
+            "pw",
+        ])
+        .unwrap();
+        assert_eq!(
+            args.options().unwrap().etcd_client,
+            Some(EtcdClientSecret {
+                ca: true,
+                client_certificate: false,
+                auth: true,
+                ..EtcdClientSecret::default()
+            })
+        );
+        let bundled = parse(&["--with-etcd", "--etcd-ca", "ca.crt"]).unwrap_err();
+        assert_eq!(bundled.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let half = parse(&["--etcd-endpoints", "https://e:2379", "--etcd-cert", "c"]).unwrap_err();
+        assert_eq!(half.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        let plain = parse(&["--etcd-endpoints", "http://e:2379", "--etcd-ca", "ca.crt"]).unwrap();
+        let e = plain.options().unwrap_err().to_string();
+        assert!(e.contains("http://e:2379") && e.contains("https://"), "{e}");
     }
 
     #[test]

@@ -21,6 +21,22 @@ pub const DEFAULT_GRPC_PORT: u16 = 7443;
 pub const DEFAULT_HTTP_PORT: u16 = 8080;
 /// Port of the FederatedKafkaTopic admission webhook (HTTPS), on the pod and the Service.
 pub const DEFAULT_WEBHOOK_PORT: u16 = crate::webhook::DEFAULT_PORT;
+/// Name of the Secret holding the hub's etcd client TLS files and credentials (keys
+/// [`ETCD_SECRET_CA`], [`ETCD_SECRET_CERT`], [`ETCD_SECRET_KEY`], [`ETCD_SECRET_USERNAME`],
+/// [`ETCD_SECRET_PASSWORD`]).
+pub const ETCD_SECRET_NAME: &str = "accord-hub-etcd";
+/// Where the hub container mounts that Secret, read-only.
+pub const ETCD_SECRET_MOUNT: &str = "/etc/accord/etcd";
+/// Key of the CA certificate that signed etcd's serving certificate.
+pub const ETCD_SECRET_CA: &str = "ca.crt";
+/// Key of the hub's etcd client certificate.
+pub const ETCD_SECRET_CERT: &str = "tls.crt";
+/// Key of the client certificate's private key.
+pub const ETCD_SECRET_KEY: &str = "tls.key";
+/// Key of the etcd user name.
+pub const ETCD_SECRET_USERNAME: &str = "username";
+/// Key of the etcd user's password.
+pub const ETCD_SECRET_PASSWORD: &str = "password";
 /// etcd's client port.
 pub const ETCD_CLIENT_PORT: u16 = 2379;
 /// etcd's peer port.
@@ -57,6 +73,33 @@ impl EtcdMode {
         Self::Bundled {
             image: DEFAULT_ETCD_IMAGE.to_owned(),
             storage_size: "1Gi".to_owned(),
+        }
+    }
+}
+
+/// What the hub takes from its etcd Secret ([`ETCD_SECRET_NAME`]), mounted read-only at
+/// [`ETCD_SECRET_MOUNT`]: which of client TLS and authentication the operator's etcd
+/// needs. Only names and keys; the files' contents never pass through rendering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdClientSecret {
+    /// The Secret's name.
+    pub secret_name: String,
+    /// `ca.crt`: the CA of etcd's serving certificate (`--etcd-ca`).
+    pub ca: bool,
+    /// `tls.crt` and `tls.key`: a client certificate (`--etcd-cert`, `--etcd-key`).
+    pub client_certificate: bool,
+    /// `username` and `password`: authentication (`ACCORD_ETCD_USERNAME`,
+    /// `--etcd-password-file`).
+    pub auth: bool,
+}
+
+impl Default for EtcdClientSecret {
+    fn default() -> Self {
+        Self {
+            secret_name: ETCD_SECRET_NAME.to_owned(),
+            ca: false,
+            client_certificate: false,
+            auth: false,
         }
     }
 }
@@ -139,6 +182,8 @@ pub struct InstallOptions {
     pub etcd: EtcdMode,
     /// Key prefix of the hub's state in etcd.
     pub etcd_prefix: String,
+    /// Client TLS and credentials for an operator's etcd, from a Secret (none by default).
+    pub etcd_client: Option<EtcdClientSecret>,
     /// Port of the agent-facing gRPC server.
     pub grpc_port: u16,
     /// Port of `/metrics`, `/healthz`, `/readyz`.
@@ -164,6 +209,7 @@ impl Default for InstallOptions {
             replicas: 1,
             etcd: EtcdMode::bundled(),
             etcd_prefix: crate::store::keys::DEFAULT_PREFIX.to_owned(),
+            etcd_client: None,
             grpc_port: DEFAULT_GRPC_PORT,
             http_port: DEFAULT_HTTP_PORT,
             webhook_port: DEFAULT_WEBHOOK_PORT,
@@ -206,6 +252,21 @@ pub enum OptionsError {
     /// `--etcd-endpoints` was given without any URL.
     #[error("--etcd-endpoints is empty: give at least one etcd client URL, or use --with-etcd")]
     NoEtcdEndpoints,
+    /// etcd client TLS or credentials were given for the evaluation etcd, which has
+    /// neither.
+    #[error(
+        "--etcd-ca, --etcd-cert, --etcd-key, --etcd-username and --etcd-password-file are for \
+         your own etcd (--etcd-endpoints); the evaluation etcd (--with-etcd) has no TLS or auth"
+    )]
+    EtcdClientWithBundled,
+    /// An `https://` endpoint without the CA to verify it, or TLS files with `http://`.
+    #[error("etcd endpoint {endpoint}: {problem}")]
+    EtcdTls {
+        /// The endpoint.
+        endpoint: String,
+        /// What does not fit.
+        problem: &'static str,
+    },
     /// The etcd key prefix does not start and end with `/`.
     #[error("invalid --etcd-prefix {0:?}: must start and end with '/', e.g. /accord/")]
     EtcdPrefix(String),
@@ -254,9 +315,24 @@ impl InstallOptions {
                 if let Some(bad) = endpoints.iter().find(|e| !is_etcd_url(e)) {
                     return Err(OptionsError::EtcdEndpoint(bad.clone()));
                 }
+                let client = self.etcd_client.clone().unwrap_or_default();
+                for endpoint in endpoints {
+                    // (An https:// endpoint without --etcd-ca renders, so that manifests
+                    // can be prepared before the CA is at hand; `install` warns, and the
+                    // hub refuses to start without it.)
+                    if endpoint.starts_with("http://") && (client.ca || client.client_certificate) {
+                        return Err(OptionsError::EtcdTls {
+                            endpoint: endpoint.clone(),
+                            problem: "TLS files were given; use https://",
+                        });
+                    }
+                }
             }
             EtcdMode::Bundled { image, .. } => {
                 check_image("--etcd-image", image, DEFAULT_ETCD_IMAGE)?;
+                if self.etcd_client.is_some() {
+                    return Err(OptionsError::EtcdClientWithBundled);
+                }
             }
         }
         if !(self.etcd_prefix.starts_with('/') && self.etcd_prefix.ends_with('/')) {

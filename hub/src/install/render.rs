@@ -13,8 +13,9 @@ use accord_common::manifest::{
 };
 
 use super::options::{
-    ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_NAME, ETCD_PEER_PORT, EtcdMode, HUB_METRICS_SERVICE,
-    HUB_NAME, InstallOptions, Resources,
+    ETCD_CLIENT_PORT, ETCD_METRICS_PORT, ETCD_NAME, ETCD_PEER_PORT, ETCD_SECRET_CA,
+    ETCD_SECRET_CERT, ETCD_SECRET_KEY, ETCD_SECRET_MOUNT, ETCD_SECRET_PASSWORD,
+    ETCD_SECRET_USERNAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions, Resources,
 };
 use crate::federation::lib::GLOBAL_CONFIG_MAP_NAME;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
@@ -221,12 +222,47 @@ pub fn hub_args(options: &InstallOptions) -> Vec<String> {
     if !options.tls_sans.is_empty() {
         args.push(format!("--tls-san={}", options.tls_sans.join(",")));
     }
+    if let Some(client) = &options.etcd_client {
+        let file = |key: &str| format!("{ETCD_SECRET_MOUNT}/{key}");
+        if client.ca {
+            args.push(format!("--etcd-ca={}", file(ETCD_SECRET_CA)));
+        }
+        if client.client_certificate {
+            args.push(format!("--etcd-cert={}", file(ETCD_SECRET_CERT)));
+            args.push(format!("--etcd-key={}", file(ETCD_SECRET_KEY)));
+        }
+        if client.auth {
+            args.push(format!(
+                "--etcd-password-file={}",
+                file(ETCD_SECRET_PASSWORD)
+            ));
+        }
+    }
     args
+}
+
+/// The hub container's environment: its pod name and, with etcd authentication, the
+/// etcd user name from the etcd Secret (a name, not a secret, but kept beside the
+/// password so both change together).
+fn hub_env(options: &InstallOptions) -> Value {
+    let mut env = vec![json!({
+        "name": "POD_NAME",
+        "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } },
+    })];
+    if let Some(client) = options.etcd_client.as_ref().filter(|c| c.auth) {
+        env.push(json!({
+            "name": "ACCORD_ETCD_USERNAME",
+            "valueFrom": {
+                "secretKeyRef": { "name": client.secret_name, "key": ETCD_SECRET_USERNAME },
+            },
+        }));
+    }
+    Value::Array(env)
 }
 
 fn deployment(options: &InstallOptions) -> Value {
     let ns = options.namespace.as_str();
-    json!({
+    let mut deployment = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(HUB_NAME, Some(ns), hub_labels()),
@@ -250,10 +286,7 @@ fn deployment(options: &InstallOptions) -> Value {
                         "image": options.image,
                         "imagePullPolicy": options.image_pull_policy,
                         "args": hub_args(options),
-                        "env": [{
-                            "name": "POD_NAME",
-                            "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } },
-                        }],
+                        "env": hub_env(options),
                         "ports": [
                             port("grpc", options.grpc_port),
                             port("http", options.http_port),
@@ -269,7 +302,20 @@ fn deployment(options: &InstallOptions) -> Value {
                 },
             },
         },
-    })
+    });
+    if let Some(client) = &options.etcd_client {
+        let spec = &mut deployment["spec"]["template"]["spec"];
+        spec["volumes"] = json!([{
+            "name": "etcd-client",
+            "secret": { "secretName": client.secret_name },
+        }]);
+        spec["containers"][0]["volumeMounts"] = json!([{
+            "name": "etcd-client",
+            "mountPath": ETCD_SECRET_MOUNT,
+            "readOnly": true,
+        }]);
+    }
+    deployment
 }
 
 fn grpc_service(options: &InstallOptions) -> Value {
@@ -791,6 +837,64 @@ mod tests {
         }
         assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
         assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    }
+
+    #[test]
+    fn etcd_tls_and_credentials_come_from_the_etcd_secret_mounted_read_only() {
+        use crate::install::options::{ETCD_SECRET_NAME, EtcdClientSecret};
+        let options = InstallOptions {
+            etcd_client: Some(EtcdClientSecret {
+                ca: true,
+                client_certificate: true,
+                auth: true,
+                ..EtcdClientSecret::default()
+            }),
+            ..external()
+        };
+        let objects = render(&options).unwrap();
+        let pod = &find(&objects, "Deployment", "accord-hub")["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|a| a.starts_with("--etcd-") && !a.starts_with("--etcd-endpoints"))
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "--etcd-prefix=/accord/",
+                "--etcd-ca=/etc/accord/etcd/ca.crt",
+                "--etcd-cert=/etc/accord/etcd/tls.crt",
+                "--etcd-key=/etc/accord/etcd/tls.key",
+                "--etcd-password-file=/etc/accord/etcd/password",
+            ]
+        );
+        assert_eq!(
+            pod["volumes"],
+            json!([{ "name": "etcd-client", "secret": { "secretName": ETCD_SECRET_NAME } }])
+        );
+        assert_eq!(
+            container["volumeMounts"],
+            json!([{ "name": "etcd-client", "mountPath": "/etc/accord/etcd", "readOnly": true }])
+        );
+        assert_eq!(
+            container["env"][1],
+            json!({
+                "name": "ACCORD_ETCD_USERNAME",
+                "valueFrom": { "secretKeyRef": { "name": ETCD_SECRET_NAME, "key": "username" } },
+            })
+        );
+        // The rendered objects never carry the Secret itself (dry-run prints them).
+        assert!(!objects.iter().any(|o| o["kind"] == "Secret"));
+
+        // Without the Secret: no volume, no etcd flag beyond endpoints and prefix.
+        let plain = render(&external()).unwrap();
+        let pod = &find(&plain, "Deployment", "accord-hub")["spec"]["template"]["spec"];
+        assert!(pod.get("volumes").is_none());
+        assert!(pod["containers"][0].get("volumeMounts").is_none());
+        assert_eq!(pod["containers"][0]["env"].as_array().unwrap().len(), 1);
     }
 
     #[test]

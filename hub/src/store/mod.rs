@@ -6,6 +6,7 @@
 //! a hub and its tests) can share one etcd.
 
 pub mod cache;
+pub mod connection;
 pub mod election;
 pub mod epoch;
 pub mod health;
@@ -27,6 +28,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub use cache::{CacheEvent, PrefixCache};
+pub use connection::{
+    ConnectFailure, ConnectionError, EtcdConnection, EtcdFiles, EtcdTls, EtcdUser,
+};
 pub use election::{Fence, LeaderElection};
 pub use keys::Keyspace;
 pub use lease::Lease;
@@ -83,6 +87,21 @@ pub enum StoreError {
     /// No etcd endpoint was given.
     #[error("no etcd endpoint given")]
     NoEndpoints,
+    /// The etcd connection settings are unusable (a file missing, flags that do not fit).
+    #[error("etcd connection settings")]
+    Settings(#[from] ConnectionError),
+    /// etcd refused the connection or could not be reached; the message names the
+    /// endpoints and the cause, never the password.
+    #[error("etcd at {endpoints}: {failure}")]
+    Connect {
+        /// The endpoints tried, comma-separated.
+        endpoints: String,
+        /// The cause, classified.
+        failure: ConnectFailure,
+        /// What etcd-client said.
+        #[source]
+        source: etcd_client::Error,
+    },
     /// etcd answered in a way the store does not expect (a missing response part).
     #[error("unexpected etcd response: {0}")]
     Unexpected(String),
@@ -99,6 +118,8 @@ impl StoreError {
             StoreError::LeaseLost { .. } => "lease_lost",
             StoreError::InvalidName { .. } => "invalid_name",
             StoreError::NoEndpoints => "no_endpoints",
+            StoreError::Settings(_) => "settings",
+            StoreError::Connect { .. } => "connect",
             StoreError::Unexpected(_) => "unexpected",
         }
     }
@@ -172,18 +193,49 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Connects to etcd at `endpoints` (`http://host:port`). The connection is made
-    /// lazily: an unreachable etcd surfaces as [`StoreError::Etcd`] on the first call
-    /// (see [`Store::ping`]), so a hub can start while etcd is still coming up.
+    /// Connects to etcd at `endpoints` (`http://host:port`), without TLS or credentials.
+    /// The connection is made lazily: an unreachable etcd surfaces as
+    /// [`StoreError::Etcd`] on the first call (see [`Store::ping`]), so a hub can start
+    /// while etcd is still coming up.
     pub async fn connect(endpoints: &[String], keys: Keyspace) -> Result<Self, StoreError> {
-        if endpoints.is_empty() {
+        Self::connect_with(&EtcdConnection::plain(endpoints.iter().cloned()), keys).await
+    }
+
+    /// Connects to etcd as `connection` says. Without TLS or credentials this is
+    /// [`Store::connect`]. With them, the connection is checked at once by reading the
+    /// keyspace's prefix: a wrong CA, a refused client certificate, a wrong password or
+    /// an unreachable endpoint fails here with [`StoreError::Connect`], which names the
+    /// endpoints and the cause, since none of them heals by waiting for etcd to come up.
+    pub async fn connect_with(
+        connection: &EtcdConnection,
+        keys: Keyspace,
+    ) -> Result<Self, StoreError> {
+        if connection.endpoints.is_empty() {
             return Err(StoreError::NoEndpoints);
         }
-        let options = ConnectOptions::new()
+        connection.check()?;
+        let base = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
             .with_keep_alive_while_idle(true);
-        let client = Client::connect(endpoints, Some(options)).await?;
+        let options = connection.options(base);
+        let failed = |source: etcd_client::Error| StoreError::Connect {
+            endpoints: connection.endpoints_text(),
+            failure: ConnectFailure::classify(&source),
+            source,
+        };
+        // With credentials, connecting authenticates at once (and fails here).
+        let client = Client::connect(&connection.endpoints, Some(options))
+            .await
+            .map_err(failed)?;
+        if connection.is_secured() {
+            let probe = GetOptions::new().with_count_only();
+            client
+                .kv_client()
+                .get(keys.prefix(), Some(probe))
+                .await
+                .map_err(failed)?;
+        }
         Ok(Self::from_client(client, keys))
     }
 
