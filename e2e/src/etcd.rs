@@ -194,6 +194,24 @@ impl HubEtcd {
             .identity(etcd_client::Identity::from_pem(cert, key)))
     }
 
+    /// The hub's own store over this etcd under `prefix`, with the hub's TLS files and user.
+    pub async fn store(&self, prefix: &str) -> Result<accord_hub::store::Store> {
+        let files = accord_hub::store::EtcdFiles {
+            ca: Some(self.ca.clone()),
+            cert: Some(self.cert.clone()),
+            key: Some(self.key.clone()),
+            username: Some(self.username.clone()),
+            password_file: Some(self.password_file.clone()),
+        };
+        let connection =
+            accord_hub::store::EtcdConnection::from_files(vec![self.endpoint.clone()], &files)?;
+        Ok(accord_hub::store::Store::connect_with(
+            &connection,
+            accord_hub::store::Keyspace::new(prefix),
+        )
+        .await?)
+    }
+
     /// A client logged in as the hub's user.
     pub async fn client(&self) -> Result<etcd_client::Client> {
         self.client_as(&self.username, &self.password).await

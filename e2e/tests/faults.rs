@@ -13,7 +13,7 @@ use accord_e2e::hub::HubProcess;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use accord_hub::store::election::Fence;
-use accord_hub::store::{Keyspace, Store, StoreError};
+use accord_hub::store::{Store, StoreError};
 use accord_proto::v1::StatusReport;
 use anyhow::{Context as _, Result, bail, ensure};
 use fault_support::{
@@ -190,14 +190,14 @@ fn with_etcd_unreachable_for_thirty_seconds_the_hub_stays_up_and_what_happened_m
         let case = "etcd unreachable";
         let prefix = "/f-etcd-down/";
         let policy = "etcd-down-web";
-        let etcd: std::net::SocketAddr = testbed
-            .etcd_endpoint()
+        let hub_etcd = &testbed.hub_etcd().endpoint;
+        let etcd: std::net::SocketAddr = hub_etcd
             .split_once("://")
-            .map_or(testbed.etcd_endpoint(), |(_, a)| a)
+            .map_or(hub_etcd.as_str(), |(_, a)| a)
             .parse()
-            .context("the testbed's etcd endpoint")?;
+            .context("the hub's etcd endpoint")?;
         let proxy = FaultProxy::start(etcd).await?;
-        let endpoint = via_proxy(testbed.etcd_endpoint(), proxy.addr());
+        let endpoint = via_proxy(hub_etcd, proxy.addr());
         let hub = HubProcess::start(
             testbed,
             &opts(
@@ -292,8 +292,7 @@ fn with_etcd_unreachable_for_thirty_seconds_the_hub_stays_up_and_what_happened_m
             .wait_replicas_since(policy, 8, healed, Duration::from_secs(60))
             .await?;
         report_ms(case, "edit made meanwhile converged", a.max(b));
-        let store =
-            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let store = testbed.hub_etcd().store(prefix).await?;
         took(
             "the report made meanwhile",
             healed,
@@ -377,8 +376,7 @@ fn a_leader_frozen_past_its_election_lease_is_replaced_and_after_sigcont_is_fenc
         let hubs = [&a, &b];
         let old = the_leader(testbed, &hubs, Duration::from_secs(30)).await?;
         let (old, survivor) = (hubs[old], hubs[1 - old]);
-        let store =
-            Store::connect(&[testbed.etcd_endpoint().to_owned()], Keyspace::new(prefix)).await?;
+        let store = testbed.hub_etcd().store(prefix).await?;
         let old_fence = leader_fence(&store).await?;
 
         let frozen = Instant::now();

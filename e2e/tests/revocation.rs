@@ -217,7 +217,7 @@ async fn revoke_command(testbed: &Testbed, prefix: &str, cluster: &str) -> Resul
         .args(["cluster", "revoke", cluster])
         .arg("--kubeconfig")
         .arg(testbed.mgmt().kubeconfig_path())
-        .args(["--etcd-endpoints", testbed.etcd_endpoint()])
+        .args(testbed.hub_etcd().hub_args())
         .args(["--etcd-prefix", prefix, "--namespace", HUB_NAMESPACE])
         .output()
         .await?;
@@ -310,7 +310,7 @@ fn cluster_revoke_ends_the_streams_on_every_replica_within_a_second_and_refuses_
             .args(["cluster", "revoke", "rv-cmd-gone"])
             .arg("--kubeconfig")
             .arg(testbed.mgmt().kubeconfig_path())
-            .args(["--etcd-endpoints", testbed.etcd_endpoint()])
+            .args(testbed.hub_etcd().hub_args())
             .args(["--etcd-prefix", prefix])
             .output()
             .await?;

@@ -13,7 +13,7 @@ use kube::api::DeleteParams;
 
 use crate::cli::StateArgs;
 use crate::controllers::ClusterObject;
-use crate::store::{Keyspace, Store, StoreError};
+use crate::store::StoreError;
 
 /// Why a revoke failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,9 +103,8 @@ pub async fn revoke(state: &StateArgs, name: &str) -> Result<Revoked, ClusterCmd
         endpoints: endpoints.clone(),
         source,
     };
-    let store = Store::connect(&state.etcd_endpoints, Keyspace::new(&state.etcd_prefix))
-        .await
-        .map_err(store_error)?;
+    // With the same TLS files and credentials as every other command that opens the store.
+    let store = state.connect_store().await.map_err(store_error)?;
     // The record first: that is the revocation, and it holds even if the API server is
     // unreachable.
     let record_deleted = store.delete_cluster(name).await.map_err(store_error)?;
