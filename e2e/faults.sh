@@ -45,6 +45,19 @@ if [ "$#" -eq 0 ]; then
 # One `cargo test ... -- --ignored --exact NAME` per line; add new ones here.
 # Certificate renewal: 60 s certificates for at least 5 minutes (~7 min).
 cargo test -p accord-e2e --test renewal -- --ignored --exact sixty_second_certificates_renew_for_five_minutes_without_a_failed_reconnect
+# Two agent replicas: the standby applies the next change after the active one is killed
+# or frozen past its lease, and a woken holder writes nothing.
+cargo test -p accord-e2e --test agent_replicas -- --ignored --exact the_standby_applies_the_next_change_after_the_active_agent_is_killed_and_only_once --nocapture
+cargo test -p accord-e2e --test agent_replicas -- --ignored --exact a_holder_frozen_past_its_lease_writes_nothing_when_it_wakes_and_exits --nocapture
+# A member API server frozen (SIGSTOP) for 30 s: APIServerAvailable=False within 10 s, the
+# placement says why, nothing moves, the agent reports again once it thaws.
+cargo test -p accord-e2e --test member_health -- --ignored --exact a_frozen_member_api_server_is_reported_within_ten_seconds_and_nothing_moves --nocapture
+# The hub's etcd restored from an older copy: a new store epoch, and the agents take changes
+# at lower revisions.
+cargo test -p accord-e2e --test store_epoch -- --ignored --exact after_the_hubs_etcd_is_restored_the_agent_takes_changes_at_lower_revisions --nocapture
+# Fuzzing, bounded: the hub's decoding of every agent message and the validation of every
+# kind, 200,000 cases per property.
+env PROPTEST_CASES=200000 cargo test -p accord-hub --test fuzz_decode
 LINES
 fi
 
