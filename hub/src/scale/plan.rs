@@ -123,6 +123,26 @@ pub fn plan(
             }),
         }
     }
+    // No cluster to move a share to (every one down, e.g. the only cluster while its agent
+    // fails over to its standby replica): moving everything to nowhere would scale every
+    // cluster to 0 the moment an agent reconnects. Each keeps the count it was last given;
+    // pods keep running where they are.
+    let hold_previous = spec.failover.enabled && candidates.is_empty() && !held.is_empty();
+    if hold_previous && let Some(previous) = previous {
+        for (cluster, reason) in held.iter_mut() {
+            let kept = previous
+                .share(cluster)
+                .and_then(scale_spec)
+                .map_or(0, |s| s.replicas);
+            *reason =
+                format!("{reason}; no cluster is available, so it keeps its last count ({kept})");
+        }
+    }
+    let kept = |cluster: &str| -> Option<u32> {
+        let previous = previous.filter(|_| hold_previous)?;
+        let spec = previous.share(cluster).and_then(scale_spec)?;
+        u32::try_from(spec.replicas).ok()
+    };
     let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
     let (division, infeasible) = match divide(total, &candidates) {
         Division::Exact(shares) => (shares, None),
@@ -150,7 +170,9 @@ pub fn plan(
                 replicas: division
                     .iter()
                     .find(|s| s.cluster == d.cluster)
-                    .map_or(0, |s| i32::try_from(s.replicas).unwrap_or(i32::MAX)),
+                    .map(|s| s.replicas)
+                    .or_else(|| kept(&d.cluster))
+                    .map_or(0, |r| i32::try_from(r).unwrap_or(i32::MAX)),
                 // Named once the decision is known to be new (see the controller).
                 scale_request_id: String::new(),
             })),
@@ -496,6 +518,42 @@ mod tests {
                 .unwrap()
                 .contains("unavailable")
         );
+    }
+
+    #[test]
+    fn when_no_cluster_is_available_every_cluster_keeps_its_last_count() {
+        let first = plan(
+            &two_clusters(),
+            "default",
+            &views(&[("a", up(0)), ("b", up(0))]),
+            None,
+            100,
+        );
+        let previous = record_of(&first);
+        let p = plan(
+            &two_clusters(),
+            "default",
+            &views(&[("a", down()), ("b", down())]),
+            Some(&previous),
+            200,
+        );
+        assert_eq!(replicas(&p), vec![7, 5]);
+        assert!(
+            p.shares[0]
+                .held_reason
+                .as_deref()
+                .unwrap()
+                .contains("keeps its last count (7)")
+        );
+        // Without an earlier decision there is nothing to keep.
+        let p = plan(
+            &two_clusters(),
+            "default",
+            &views(&[("a", down()), ("b", down())]),
+            None,
+            200,
+        );
+        assert_eq!(replicas(&p), vec![0, 0]);
     }
 
     #[test]
