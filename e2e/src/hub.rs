@@ -208,11 +208,21 @@ pub async fn create_token(
     etcd_prefix: &str,
     ttl: &str,
 ) -> Result<(String, String)> {
+    create_token_with(testbed, &testbed.hub_etcd().hub_args(), etcd_prefix, ttl).await
+}
+
+/// `accord-hub token create` against the store `etcd_args` (the `--etcd-*` flags) name.
+pub async fn create_token_with(
+    testbed: &Testbed,
+    etcd_args: &[String],
+    etcd_prefix: &str,
+    ttl: &str,
+) -> Result<(String, String)> {
     let out = tokio::process::Command::new(accord_binary("accord-hub")?)
         .args(["token", "create"])
         .arg("--kubeconfig")
         .arg(testbed.mgmt().kubeconfig_path())
-        .args(testbed.hub_etcd().hub_args())
+        .args(etcd_args)
         .args([
             "--etcd-prefix",
             etcd_prefix,

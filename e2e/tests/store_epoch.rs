@@ -10,13 +10,12 @@
 //! lower than the agent held, reaches the member.
 
 use accord_e2e::federation::{AGENT_NAMESPACE, ensure_namespace, pause_deployment, write_identity};
-use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary};
-use accord_e2e::installed::flag_value;
+use accord_e2e::hub::{HubOptions, HubProcess, accord_binary};
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{ProcessId, SharedTestbed, Testbed, agent_sim};
 use accord_hub::store::{Keyspace, Store};
-use anyhow::{Result, bail, ensure};
+use anyhow::{Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -96,29 +95,8 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 
 /// `accord-hub token create` against the hub's own etcd; (token, ca cert hash).
 async fn create_token(testbed: &Testbed, etcd: &HubEtcd) -> Result<(String, String)> {
-    let out = tokio::process::Command::new(accord_binary("accord-hub")?)
-        .args(["token", "create", "--kubeconfig"])
-        .arg(testbed.mgmt().kubeconfig_path())
-        .args([
-            "--etcd-endpoints",
-            &etcd.endpoint(),
-            "--etcd-prefix",
-            PREFIX,
-        ])
-        .args(["--namespace", HUB_NAMESPACE, "--ttl", "10m"])
-        .output()
-        .await?;
-    if !out.status.success() {
-        bail!(
-            "token create failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let line = String::from_utf8(out.stdout)?;
-    Ok((
-        flag_value(&line, "--token")?,
-        flag_value(&line, "--ca-cert-hash")?,
-    ))
+    let etcd_args = ["--etcd-endpoints".to_owned(), etcd.endpoint()];
+    accord_e2e::hub::create_token_with(testbed, &etcd_args, PREFIX, "10m").await
 }
 
 async fn apply_policy(testbed: &Testbed, desired: i32) -> Result<()> {

@@ -57,14 +57,7 @@ async fn authenticate<T>(
     shared: &AgentFacing,
     request: &Request<T>,
 ) -> Result<(String, String), Status> {
-    let certs = request.peer_certs().ok_or_else(|| {
-        Status::unauthenticated("a client certificate is required; join the cluster first")
-    })?;
-    let leaf = certs
-        .first()
-        .ok_or_else(|| Status::unauthenticated("empty client chain"))?;
-    let identity = peer_identity(leaf.as_ref())
-        .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))?;
+    let identity = super::read_client_certificate(request, peer_identity)?;
     let record = shared
         .store
         .get_cluster(&identity.cluster)

@@ -15,6 +15,22 @@ use crate::pki::HubCa;
 use crate::store::Store;
 use crate::store::presence::ReplicaPresence;
 
+/// Reads the verified client certificate of a request (TLS has checked it against the hub
+/// CA already) with `read`; no certificate, or one `read` refuses, is `UNAUTHENTICATED`.
+pub(crate) fn read_client_certificate<T, R, E: std::fmt::Display>(
+    request: &tonic::Request<T>,
+    read: impl FnOnce(&[u8]) -> Result<R, E>,
+) -> Result<R, tonic::Status> {
+    let certs = request.peer_certs().ok_or_else(|| {
+        tonic::Status::unauthenticated("a client certificate is required; join the cluster first")
+    })?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| tonic::Status::unauthenticated("empty client chain"))?;
+    read(leaf.as_ref())
+        .map_err(|e| tonic::Status::unauthenticated(format!("client certificate: {e}")))
+}
+
 /// Settings of the agent-facing services.
 #[derive(Debug, Clone)]
 pub struct AgentSettings {

@@ -32,14 +32,7 @@ impl StreamCertificate {
     /// The verified client certificate of a Sync request (TLS has checked it against the
     /// hub CA already).
     pub fn of_request<T>(request: &Request<T>) -> Result<Self, Status> {
-        let certs = request.peer_certs().ok_or_else(|| {
-            Status::unauthenticated("a client certificate is required; join the cluster first")
-        })?;
-        let leaf = certs
-            .first()
-            .ok_or_else(|| Status::unauthenticated("empty client chain"))?;
-        let facts = cert_facts(leaf.as_ref())
-            .map_err(|e| Status::unauthenticated(format!("client certificate: {e}")))?;
+        let facts = super::read_client_certificate(request, cert_facts)?;
         Ok(Self {
             spki_sha256: facts.spki_sha256,
             not_after_unix: facts.validity.not_after_unix,
