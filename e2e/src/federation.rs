@@ -161,6 +161,7 @@ impl<'t> Federation<'t> {
     /// Starts (or restarts) the agent of cluster `name`.
     pub fn start_agent(&mut self, name: &str) -> Result<()> {
         let testbed = self.testbed;
+        let lease_args = self.lease_args(name);
         let agent = self
             .agents
             .get_mut(name)
@@ -173,11 +174,28 @@ impl<'t> Federation<'t> {
             .arg("--identity-dir")
             .arg(&agent.identity_dir)
             .args(["--namespace", AGENT_NAMESPACE, "--http-addr", &agent.http])
+            .args(lease_args)
             .args(&self.agent_args)
             .env("RUST_LOG", "info,accord_agent=debug");
         agent.process =
             Some(testbed.spawn(&format!("agent/{}-{name}", self.hub_options.replica), cmd)?);
         Ok(())
+    }
+
+    /// The agent Lease flags of cluster `name`'s agents, unless the test's agent flags set
+    /// them: a Lease of the cluster's own (agents of other tests' clusters share a member
+    /// namespace and must not stand by for each other) and a short duration (an agent killed
+    /// by one test must not hold the Lease for 15 s against the next test's agent).
+    fn lease_args(&self, name: &str) -> Vec<String> {
+        let set = |flag: &str| self.agent_args.iter().any(|a| a.starts_with(flag));
+        let mut args = Vec::new();
+        if !set("--lease-name") {
+            args.extend(["--lease-name".to_owned(), format!("accord-agent-{name}")]);
+        }
+        if !set("--lease-duration") {
+            args.extend(["--lease-duration".to_owned(), "2s".to_owned()]);
+        }
+        args
     }
 
     /// Starts one more `accord-agent run` for the cluster `name`, as a second replica of
@@ -197,6 +215,7 @@ impl<'t> Federation<'t> {
             .arg("--identity-dir")
             .arg(&agent.identity_dir)
             .args(["--namespace", AGENT_NAMESPACE, "--http-addr", &http])
+            .args(self.lease_args(name))
             .args(&self.agent_args)
             .env("RUST_LOG", "info,accord_agent=debug");
         let process = self.testbed.spawn(

@@ -44,9 +44,9 @@ async fn stopping_the_testbed_leaves_no_process_behind() {
         .spawn("extra/sleep", sleep)
         .expect("spawning an extra process");
     let running = testbed.processes();
-    // etcd, 2 API servers, 2 controller managers, a scheduler, kwok, Kafka, Prometheus and
-    // the extra process.
-    assert_eq!(running.len(), 10, "unexpected processes: {running:#?}");
+    // etcd, the hub's own etcd, 2 API servers, 2 controller managers, a scheduler, kwok,
+    // Kafka, Prometheus and the extra process.
+    assert_eq!(running.len(), 11, "unexpected processes: {running:#?}");
     let pids = testbed.pids();
     let dir = testbed.dir().to_path_buf();
     for process in &running {
