@@ -155,6 +155,32 @@ impl<'t> Federation<'t> {
             fed.agents.insert((*name).to_owned(), agent);
             fed.start_agent(name)?;
         }
+        // Each agent takes its Lease before it connects: wait until every one holds its
+        // stream, so a policy applied next sees every cluster available.
+        for agent in fed.agents.values() {
+            let url = format!("http://{}/metrics", agent.http);
+            let http = testbed.http().clone();
+            crate::wait::until(
+                &format!("agent {} connected", agent.name),
+                std::time::Duration::from_secs(60),
+                || {
+                    let (http, url) = (http.clone(), url.clone());
+                    async move {
+                        let text = match http.get(&url).send().await {
+                            Ok(r) => r.text().await.unwrap_or_default(),
+                            Err(e) => return Ok(crate::wait::Check::NotYet(e.to_string())),
+                        };
+                        Ok(
+                            match crate::hub::parse_metric(&text, "accord_agent_connected") {
+                                Some(1.0) => crate::wait::Check::Ready(()),
+                                other => crate::wait::Check::NotYet(format!("connected {other:?}")),
+                            },
+                        )
+                    }
+                },
+            )
+            .await?;
+        }
         Ok(fed)
     }
 
