@@ -46,6 +46,17 @@ pub struct Federation<'t> {
     pub agent_args: Vec<String>,
 }
 
+/// The `/metrics` text of the agent serving HTTP on `http` (`127.0.0.1:PORT`).
+pub async fn agent_metrics(testbed: &Testbed, http: &str) -> Result<String> {
+    Ok(testbed
+        .http()
+        .get(format!("http://{http}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?)
+}
+
 /// Creates `name` on `cluster` if it does not exist.
 pub async fn ensure_namespace(cluster: &Cluster, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(cluster.client());
@@ -158,16 +169,14 @@ impl<'t> Federation<'t> {
         // Each agent takes its Lease before it connects: wait until every one holds its
         // stream, so a policy applied next sees every cluster available.
         for agent in fed.agents.values() {
-            let url = format!("http://{}/metrics", agent.http);
-            let http = testbed.http().clone();
             crate::wait::until(
                 &format!("agent {} connected", agent.name),
                 std::time::Duration::from_secs(60),
                 || {
-                    let (http, url) = (http.clone(), url.clone());
+                    let http = agent.http.clone();
                     async move {
-                        let text = match http.get(&url).send().await {
-                            Ok(r) => r.text().await.unwrap_or_default(),
+                        let text = match agent_metrics(testbed, &http).await {
+                            Ok(text) => text,
                             Err(e) => return Ok(crate::wait::Check::NotYet(e.to_string())),
                         };
                         Ok(

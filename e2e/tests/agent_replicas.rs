@@ -53,13 +53,7 @@ struct Proc<'a> {
 }
 
 async fn metrics(testbed: &Testbed, http: &str) -> Result<String> {
-    Ok(testbed
-        .http()
-        .get(format!("http://{http}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?)
+    accord_e2e::federation::agent_metrics(testbed, http).await
 }
 
 async fn metric(testbed: &Testbed, http: &str, name: &str) -> Result<f64> {

@@ -8,7 +8,9 @@ use accord_common::pki::cert_facts_pem;
 use accord_common::runtime::unix_millis;
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::agent_sim::{self, AgentIdentity, AgentStream};
-use accord_e2e::federation::{AGENT_NAMESPACE, Federation, ensure_namespace, pause_deployment};
+use accord_e2e::federation::{
+    AGENT_NAMESPACE, Federation, agent_metrics, ensure_namespace, pause_deployment,
+};
 use accord_e2e::hub::{accord_binary, create_token, parse_metric};
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
@@ -106,16 +108,6 @@ fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-async fn agent_metrics(testbed: &Testbed, http: &str) -> Result<String> {
-    Ok(testbed
-        .http()
-        .get(format!("http://{http}/metrics"))
-        .send()
-        .await?
-        .text()
-        .await?)
 }
 
 /// Fails when an agent counted a failed renewal or a failed (re)connection.

@@ -227,9 +227,8 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
         // The CR is gone before its removal reaches the agents: wait until no agent manages
         // it any more, or a hand-set count could still be put back by the last assignment.
         for agent in fed.agents.values() {
-            let url = format!("http://{}/metrics", agent.http);
             until(&format!("{} manages no policy", agent.name), Duration::from_secs(30), || async {
-                let text = testbed.http().get(&url).send().await?.text().await?;
+                let text = accord_e2e::federation::agent_metrics(testbed, &agent.http).await?;
                 Ok(match accord_e2e::hub::parse_metric(&text, "accord_agent_managed_policies") {
                     Some(0.0) => Check::Ready(()),
                     other => Check::NotYet(format!("managed policies {other:?}")),
