@@ -1,5 +1,6 @@
 //! A stopping replica hands its clusters' presence over for a reconnect grace (rolling
-//! restarts move no share), against a real etcd.
+//! restarts move no share), and a stream ended to reconnect with a renewed certificate keeps
+//! its cluster for the same grace, against a real etcd.
 
 mod store_support;
 
@@ -114,4 +115,55 @@ async fn a_key_another_replica_took_over_before_the_handover_is_left_alone() {
     })
     .await;
     assert_eq!(kv.lease(), new.lease_id(), "still on hub-1's lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ended_to_reconnect_with_a_renewed_certificate_keeps_its_cluster_for_the_grace() {
+    let store = store_support::store("renewal-reconnect").await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    presence
+        .mark_connected("eu", &rec("hub-0", 1))
+        .await
+        .unwrap();
+    presence
+        .mark_connected("us", &rec("hub-0", 1))
+        .await
+        .unwrap();
+    // Both agents renewed and their streams ended; only "eu" comes back (here).
+    assert!(presence.mark_reconnecting("eu", GRACE).await.unwrap());
+    assert!(presence.mark_reconnecting("us", GRACE).await.unwrap());
+    assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
+    assert_eq!(holder(&store, "us").await.as_deref(), Some("hub-0"));
+    let kv = store
+        .client()
+        .get(store.keys().connected("us"), None)
+        .await
+        .unwrap();
+    assert_ne!(
+        kv.kvs()[0].lease(),
+        presence.lease_id(),
+        "off the replica's lease"
+    );
+    presence
+        .mark_connected("eu", &rec("hub-0", 2))
+        .await
+        .unwrap();
+    wait_until("us to expire", GRACE + MARGIN, || async {
+        holder(&store, "us").await.is_none().then_some(())
+    })
+    .await;
+    // The reconnected cluster is back on the replica's lease and outlives the grace.
+    let kv = store
+        .client()
+        .get(store.keys().connected("eu"), None)
+        .await
+        .unwrap();
+    assert_eq!(kv.kvs()[0].lease(), presence.lease_id());
+    // A stream that ends for good still clears its key at once, and a second end of a
+    // cluster no longer held is a no-op.
+    presence.mark_disconnected("eu").await.unwrap();
+    assert_eq!(holder(&store, "eu").await, None);
+    assert!(!presence.mark_reconnecting("eu", GRACE).await.unwrap());
 }

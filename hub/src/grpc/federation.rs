@@ -32,7 +32,7 @@ use accord_common::runtime::unix_millis;
 use crate::connections::Connection;
 use crate::pki::peer_identity;
 use crate::store::health::HealthRecord;
-use crate::store::presence::ConnectedRecord;
+use crate::store::presence::{ConnectedRecord, RECONNECT_GRACE};
 use crate::store::status::{StatusRecord, WriteOutcome};
 
 /// Outgoing messages buffered per stream before the hub waits on a slow agent.
@@ -205,19 +205,37 @@ impl Session {
             .await;
 
         // A revoked or replaced identity (crate::revocation) stops being read at once.
+        // Set once a renewed certificate went out on this stream: its agent then reconnects
+        // with it, and the end of this stream is that switch, not a departure.
+        let mut renewed = false;
         let outcome = tokio::select! {
-            outcome = self.serve(&conn, &mut inbound, &mut health) => outcome,
+            outcome = self.serve(&conn, &mut inbound, &mut health, &mut renewed) => outcome,
             status = conn.ended() => Err(status),
         };
         if let Err(status) = outcome {
             let _ = self.tx.send(Err(status)).await;
         }
         if s.connections.close(&self.cluster, conn.id) {
-            if let Err(e) = s.presence.mark_disconnected(&self.cluster).await {
+            let cleared = if renewed {
+                s.presence
+                    .mark_reconnecting(&self.cluster, RECONNECT_GRACE)
+                    .await
+                    .map(|_| ())
+            } else {
+                s.presence.mark_disconnected(&self.cluster).await
+            };
+            if let Err(e) = cleared {
                 s.metrics.error(e.kind());
                 warn!(cluster = %self.cluster, error = %e, "could not clear the connection");
             }
-            info!(cluster = %self.cluster, "agent disconnected");
+            if renewed {
+                info!(
+                    cluster = %self.cluster, grace = ?RECONNECT_GRACE,
+                    "agent disconnected to reconnect with its renewed certificate; kept connected meanwhile"
+                );
+            } else {
+                info!(cluster = %self.cluster, "agent disconnected");
+            }
         }
         s.metrics.connected_agents.set(s.connections.len() as i64);
     }
@@ -228,6 +246,7 @@ impl Session {
         conn: &Arc<Connection>,
         inbound: &mut Streaming<AgentMessage>,
         health: &mut Option<HealthRecord>,
+        renewed: &mut bool,
     ) -> Result<(), Status> {
         let s = &self.shared;
         while let Some(msg) = inbound.next().await {
@@ -261,11 +280,12 @@ impl Session {
                     return Err(Status::failed_precondition("Hello may only be sent once"));
                 }
                 Some(agent_message::Body::Renew(request)) => {
-                    let renewed =
+                    let answer =
                         renewal::answer(s, &self.cluster, &self.certificate, request).await?;
-                    if self.tx.send(Ok(renewed)).await.is_err() {
+                    if self.tx.send(Ok(answer)).await.is_err() {
                         return Ok(());
                     }
+                    *renewed = true;
                 }
                 Some(agent_message::Body::MemberHealth(reported)) => {
                     self.record_health(health, Some(&reported)).await;

@@ -10,7 +10,9 @@
 //! deleting their keys: [`ReplicaPresence::hand_over`] moves each key onto a short lease of
 //! its own, a grace covering one reconnect. An agent that reconnects to another replica
 //! within it overwrites the key, so its cluster never counts as disconnected and no share
-//! moves; one that does not come back loses its key when the grace runs out.
+//! moves; one that does not come back loses its key when the grace runs out. A stream that
+//! ends because its agent switches to a renewed certificate gets the same grace for its one
+//! key ([`ReplicaPresence::mark_reconnecting`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -30,8 +32,8 @@ use super::{Store, StoreError, check_segment, log_error, ttl_seconds};
 const MAX_REGRANT_DELAY: Duration = Duration::from_secs(2);
 /// Attempts at re-writing one cluster's key on a new lease.
 const REANNOUNCE_ATTEMPTS: usize = 3;
-/// How long a stopping replica's clusters stay connected for their agents to reconnect to
-/// another replica: covers the agent's first reconnect attempts (100 ms, then a backoff
+/// How long a stopping replica's clusters (or a cluster whose agent reconnects with a
+/// renewed certificate) stay connected for their agents to reconnect to another replica: covers the agent's first reconnect attempts (100 ms, then a backoff
 /// with jitter), one that lands on the stopping replica before it leaves its Service, and
 /// a TLS handshake. An agent that never comes back counts as disconnected once it passes.
 pub const RECONNECT_GRACE: Duration = Duration::from_secs(5);
@@ -190,31 +192,75 @@ impl ReplicaPresence {
         if clusters.is_empty() {
             return Ok(0);
         }
-        let client = self.shared.store.client();
-        let granted = client
-            .lease_client()
-            .grant(ttl_seconds(grace), None)
-            .await?;
-        let mut kv = client.kv_client();
+        let grace_lease = self.grant_grace(grace).await?;
         let mut handed = 0;
         for (cluster, value) in clusters {
-            let key = self.shared.store.keys().connected(&cluster);
-            let txn = Txn::new()
-                .when(vec![Compare::value(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    value.clone(),
-                )])
-                .and_then(vec![TxnOp::put(
-                    key.as_str(),
-                    value,
-                    Some(PutOptions::new().with_lease(granted.id())),
-                )]);
-            if kv.txn(txn).await?.succeeded() {
+            if self.move_to_lease(&cluster, value, grace_lease).await? {
                 handed += 1;
             }
         }
         Ok(handed)
+    }
+
+    /// Records that `cluster`'s stream on this replica ended because its agent is
+    /// reconnecting on purpose (it switches to a renewed certificate): like
+    /// [`ReplicaPresence::mark_disconnected`], except that the key moves onto a lease of
+    /// `grace` instead of being deleted. The agent's next stream, on any replica,
+    /// overwrites it, so the cluster never counts as disconnected and no share moves; an
+    /// agent that does not come back loses its key when the grace runs out.
+    ///
+    /// Returns whether the key was moved (false: it was not this replica's any more).
+    pub async fn mark_reconnecting(
+        &self,
+        cluster: &str,
+        grace: Duration,
+    ) -> Result<bool, StoreError> {
+        check_segment("cluster", cluster)?;
+        let Some((_, value)) = self.shared.clusters.remove(cluster) else {
+            return Ok(false);
+        };
+        if self.shared.handed_over.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let _gate = self.shared.rewrite.read().await;
+        let grace_lease = self.grant_grace(grace).await?;
+        self.move_to_lease(cluster, value, grace_lease).await
+    }
+
+    /// A new lease of `grace` that nobody refreshes.
+    async fn grant_grace(&self, grace: Duration) -> Result<i64, StoreError> {
+        let granted = self
+            .shared
+            .store
+            .client()
+            .lease_client()
+            .grant(ttl_seconds(grace), None)
+            .await?;
+        Ok(granted.id())
+    }
+
+    /// Re-puts `connected/<cluster>` on `lease` if it still holds `value` (the record this
+    /// replica wrote); returns whether it did.
+    async fn move_to_lease(
+        &self,
+        cluster: &str,
+        value: Vec<u8>,
+        lease: i64,
+    ) -> Result<bool, StoreError> {
+        let key = self.shared.store.keys().connected(cluster);
+        let txn = Txn::new()
+            .when(vec![Compare::value(
+                key.as_str(),
+                CompareOp::Equal,
+                value.clone(),
+            )])
+            .and_then(vec![TxnOp::put(
+                key.as_str(),
+                value,
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        let response = self.shared.store.client().kv_client().txn(txn).await?;
+        Ok(response.succeeded())
     }
 
     /// Stops and revokes the lease: every `connected/` key of this replica vanishes now.
