@@ -594,6 +594,16 @@ fn rss_and_threads(pid: u32) -> Result<(u64, u64)> {
 }
 
 /// Open file descriptors of a process (sockets included): leaked streams show here.
+/// The hub's live async tasks (`accord_hub_runtime_tasks`, sampled by the hub a few times
+/// a second).
+async fn runtime_tasks(testbed: &Testbed, hub: &HubProcess<'_>) -> Result<u64> {
+    let tasks = hub
+        .metric(testbed.http(), "accord_hub_runtime_tasks")
+        .await?
+        .context("the hub exports no accord_hub_runtime_tasks")?;
+    Ok(tasks as u64)
+}
+
 fn open_fds(pid: u32) -> Result<usize> {
     Ok(std::fs::read_dir(format!("/proc/{pid}/fd"))?.count())
 }
@@ -641,7 +651,8 @@ fn a_soak_of_agents_churning_leaves_hub_memory_tasks_and_streams_flat() {
         streams(AGENTS).await?;
         let (rss0, threads0) = rss_and_threads(pid)?;
         let fds0 = open_fds(pid)?;
-        println!("fault {case}: baseline rss {rss0} kB, {threads0} threads, {fds0} fds");
+        let tasks0 = runtime_tasks(testbed, &hub).await?;
+        println!("fault {case}: baseline rss {rss0} kB, {threads0} threads, {tasks0} tasks, {fds0} fds");
 
         // Churn: every round a tenth of the agents drop their streams (and come back), and
         // every agent reports.
@@ -675,12 +686,14 @@ fn a_soak_of_agents_churning_leaves_hub_memory_tasks_and_streams_flat() {
         streams(AGENTS).await?;
         let (rss1, threads1) = rss_and_threads(pid)?;
         let fds1 = open_fds(pid)?;
+        let tasks1 = runtime_tasks(testbed, &hub).await?;
         println!(
-            "fault {case}: after {round} rounds in {} s: rss {rss1} kB, {threads1} threads, {fds1} fds",
+            "fault {case}: after {round} rounds in {} s: rss {rss1} kB, {threads1} threads, {tasks1} tasks, {fds1} fds",
             started.elapsed().as_secs()
         );
         report_ms(case, "churn", started.elapsed());
         ensure!(threads1 <= threads0 + 2, "threads grew from {threads0} to {threads1}");
+        ensure!(tasks1 <= tasks0 + 10, "runtime tasks grew from {tasks0} to {tasks1}");
         ensure!(fds1 <= fds0 + 10, "open descriptors grew from {fds0} to {fds1}");
         ensure!(
             rss1 <= rss0 + rss0 / 2 + 16 * 1024,

@@ -52,6 +52,8 @@ pub struct Metrics {
     pub connected_agents: Gauge,
     /// 1 while this replica is the leader.
     pub is_leader: Gauge,
+    /// Tasks alive in the hub's async runtime (a leak shows as steady growth).
+    pub runtime_tasks: Gauge,
     /// Heartbeats received.
     pub heartbeats: Counter,
     /// Status reports by result (`accepted`, `conflict`).
@@ -91,6 +93,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("accord_hub");
         let connected_agents = Gauge::default();
         let is_leader = Gauge::default();
+        let runtime_tasks = Gauge::default();
         let heartbeats = Counter::default();
         let status_reports = Family::<KindLabel, Counter>::default();
         let etcd_txn_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
@@ -105,6 +108,11 @@ impl Metrics {
             "is_leader",
             "1 while this replica is the leader",
             is_leader.clone(),
+        );
+        registry.register(
+            "runtime_tasks",
+            "Tasks alive in the hub's async runtime",
+            runtime_tasks.clone(),
         );
         registry.register("heartbeats", "Heartbeats received", heartbeats.clone());
         registry.register(
@@ -176,6 +184,7 @@ impl Metrics {
             autoscale_breaker_open,
             connected_agents,
             is_leader,
+            runtime_tasks,
             heartbeats,
             status_reports,
             etcd_txn_seconds,

@@ -288,7 +288,7 @@ async fn follow_store(store: Store, gates: ReadinessGates) {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Closes streams whose agent went silent past the heartbeat timeout and records them as
-/// disconnected.
+/// disconnected; also samples the runtime's task count for `accord_hub_runtime_tasks`.
 async fn close_silent_streams(shared: AgentFacing) {
     let period = (shared.settings.heartbeat_interval / 4).max(Duration::from_millis(100));
     let mut tick = tokio::time::interval(period);
@@ -317,5 +317,10 @@ async fn close_silent_streams(shared: AgentFacing) {
             .metrics
             .connected_agents
             .set(shared.connections.len() as i64);
+        shared.metrics.runtime_tasks.set(
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks() as i64,
+        );
     }
 }

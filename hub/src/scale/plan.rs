@@ -39,6 +39,8 @@ pub struct Plan {
 
 /// How the reason of a cluster held for its return cooldown begins.
 const RETURN_COOLDOWN_REASON: &str = "the cluster returned;";
+/// How the reason of a cluster that kept its count while no cluster was available ends.
+const KEPT_LAST_COUNT_REASON: &str = "no cluster is available, so it keeps its last count";
 
 /// Divides `spec.desiredReplicas` over the eligible clusters of `spec.distribution`.
 ///
@@ -72,9 +74,13 @@ pub fn plan(
                     Some("the cluster is unschedulable (drained)".to_owned())
                 }
                 Some(v) => {
-                    let had_share = previous
-                        .and_then(|p| p.share(&d.cluster))
-                        .is_some_and(|s| s.held_reason.is_none());
+                    // A count kept while no cluster was available never moved away: its
+                    // cluster has nothing to wait for.
+                    let had_share = previous.and_then(|p| p.share(&d.cluster)).is_some_and(|s| {
+                        s.held_reason
+                            .as_deref()
+                            .is_none_or(|r| r.contains(KEPT_LAST_COUNT_REASON))
+                    });
                     let ready_at = v.available_since_unix + cooldown;
                     // Only a cluster that came back after its share was moved away waits;
                     // one that was already available when the previous decision was made
@@ -134,8 +140,7 @@ pub fn plan(
                 .share(cluster)
                 .and_then(scale_spec)
                 .map_or(0, |s| s.replicas);
-            *reason =
-                format!("{reason}; no cluster is available, so it keeps its last count ({kept})");
+            *reason = format!("{reason}; {KEPT_LAST_COUNT_REASON} ({kept})");
         }
     }
     let kept = |cluster: &str| -> Option<u32> {
@@ -521,7 +526,8 @@ mod tests {
     }
 
     #[test]
-    fn when_no_cluster_is_available_every_cluster_keeps_its_last_count() {
+    fn when_no_cluster_is_available_every_cluster_keeps_its_last_count_and_takes_part_again_at_once()
+     {
         let first = plan(
             &two_clusters(),
             "default",
@@ -545,6 +551,21 @@ mod tests {
                 .unwrap()
                 .contains("keeps its last count (7)")
         );
+        // Back while the policy changed to 6: its count never moved away, so it takes the
+        // new count at once, with no return cooldown; the other stays out.
+        let mut six = two_clusters();
+        six.desired_replicas = 6;
+        let mut kept = record_of(&p);
+        kept.decided_unix_millis = 200_000;
+        let back = plan(
+            &six,
+            "default",
+            &views(&[("a", up(201)), ("b", down())]),
+            Some(&kept),
+            202,
+        );
+        assert_eq!(replicas(&back), vec![6, 0]);
+        assert_eq!(back.shares[0].held_reason, None);
         // Without an earlier decision there is nothing to keep.
         let p = plan(
             &two_clusters(),
