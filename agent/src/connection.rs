@@ -15,6 +15,8 @@ use accord_proto::v1::{AgentMessage, Heartbeat, Hello, HubMessage, agent_message
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::lease::Fence;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
@@ -95,7 +97,13 @@ pub struct ConnectionConfig {
     pub heartbeat_interval: Duration,
     /// Agent version for Hello.
     pub agent_version: String,
+    /// The agent Lease's write fence: no new stream is opened while it is closed (this
+    /// replica could not renew the Lease, and a standby may be taking over).
+    pub fence: Fence,
 }
+
+/// How often a replica whose Lease renewal is overdue looks whether it may reconnect.
+const FENCE_POLL: Duration = Duration::from_millis(100);
 
 fn reconnect_backoff() -> Retry {
     backoff(MIN_RECONNECT_DELAY, MAX_RECONNECT_DELAY)
@@ -195,6 +203,10 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
         }
         let delay = retry.next_delay();
         tokio::time::sleep(delay).await;
+        if !config.fence.allows_at(Instant::now()) {
+            info!("not reconnecting until the agent Lease is renewed");
+            config.fence.allowed(FENCE_POLL).await;
+        }
     }
 }
 

@@ -10,10 +10,18 @@
 //! between nodes does not shorten a lease.
 //!
 //! Safety margin: the holder must renew within [`LeaseConfig::renew_deadline`] (two thirds
-//! of the lease duration) of the start of its last successful write, or it gives up. A
+//! of the lease duration) of the start of its last successful write, or it stops writing. A
 //! standby takes over only after it has seen no change for a whole lease duration, counted
-//! from after that write, so the holder has stopped a third of the duration before the
-//! standby could start.
+//! from after that write, so the holder has stopped writing a third of the duration before
+//! the standby could start.
+//!
+//! A holder past its renew deadline does not exit: when its API server does not answer
+//! (down, frozen), no standby can take the Lease either, and exiting would end the hub
+//! stream and fail the cluster over although its pods keep running. It keeps the stream
+//! with its writes fenced, goes on renewing, resumes once a renewal succeeds and stops as
+//! soon as it reads another holder. The hub stream is not opened again while the fence is
+//! closed, so a holder cut off from its API server never competes with a standby that took
+//! over for the one stream the hub keeps per cluster.
 //!
 //! Writes are fenced: the active replica's client to its API server ([`fenced_client`])
 //! refuses every request that is not a read once the renew deadline of its last successful
@@ -121,6 +129,13 @@ impl Fence {
     pub fn allows_at(&self, now: Instant) -> bool {
         self.valid_until().is_some_and(|until| now < until)
     }
+
+    /// Waits until writes are allowed (the Lease renewed again), looking every `every`.
+    pub async fn allowed(&self, every: Duration) {
+        while !self.allows_at(Instant::now()) {
+            tokio::time::sleep(every).await;
+        }
+    }
 }
 
 /// A write refused because this replica does not (or no longer safely) hold the Lease.
@@ -201,14 +216,6 @@ pub enum LeaseLost {
     TakenBy {
         /// The new holder.
         holder: String,
-    },
-    /// No renewal succeeded within the renew deadline.
-    #[error("the Lease could not be renewed within {deadline:?} (last error: {last_error})")]
-    RenewDeadline {
-        /// The renew deadline.
-        deadline: Duration,
-        /// The last failure seen.
-        last_error: String,
     },
 }
 
@@ -462,9 +469,10 @@ impl Elector {
         }
     }
 
-    /// Keeps renewing the Lease this replica holds; returns as soon as it is no longer
-    /// safe to act as the holder. Each attempt is cut off at the renew deadline, so a hung
-    /// API call cannot keep a holder past it.
+    /// Keeps renewing the Lease this replica holds; returns as soon as another replica
+    /// holds it. Past the renew deadline the fence refuses writes until a renewal
+    /// succeeds; each attempt is cut off at the renew deadline, so a hung API call cannot
+    /// keep writes allowed past it.
     pub async fn hold(&mut self) -> LeaseLost {
         let lost = self.keep_renewing().await;
         self.fence.revoke();
@@ -472,20 +480,27 @@ impl Elector {
     }
 
     async fn keep_renewing(&mut self) -> LeaseLost {
-        let deadline_after = self.config.renew_deadline();
-        let mut last_error = String::from("none");
+        // When the renew deadline passed without a renewal (the API server did not answer):
+        // writes stay refused by the fence, but nobody else can have taken the Lease
+        // without this replica seeing it at its next successful read.
+        let mut fenced_since: Option<Instant> = None;
+        let mut last_error;
         loop {
-            // The fence holds the renew deadline of the last successful round.
-            let Some(deadline) = self.fence.valid_until() else {
-                return LeaseLost::RenewDeadline {
-                    deadline: deadline_after,
-                    last_error,
-                };
-            };
-            let outcome = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await;
-            match outcome {
+            let now = Instant::now();
+            // While holding, an attempt is cut off at the renew deadline; once fenced, at
+            // the retry period.
+            let cutoff = self
+                .fence
+                .valid_until()
+                .filter(|deadline| now < *deadline)
+                .unwrap_or(now + self.config.retry_period());
+            match tokio::time::timeout_at(cutoff, self.try_acquire_or_renew()).await {
                 Ok(Ok(Attempt::Holding)) => {
-                    debug!(lease = %self.config.name, "renewed the Lease");
+                    if let Some(since) = fenced_since.take() {
+                        info!(lease = %self.config.name, fenced_for = ?since.elapsed(), "renewed the Lease again: writes resume");
+                    } else {
+                        debug!(lease = %self.config.name, "renewed the Lease");
+                    }
                     tokio::time::sleep(self.config.retry_period()).await;
                     continue;
                 }
@@ -496,21 +511,33 @@ impl Elector {
                     last_error = "the Lease changed between read and write".into();
                 }
                 Ok(Err(e)) => {
-                    warn!(error = %e, kind = e.kind(), "renewing the Lease failed; retrying until the renew deadline");
+                    if fenced_since.is_none() {
+                        warn!(error = %e, kind = e.kind(), "renewing the Lease failed; retrying until the renew deadline");
+                    }
                     last_error = e.to_string();
                 }
                 Err(_) => last_error = LeaseError::Timeout.to_string(),
             }
             let now = Instant::now();
-            let deadline = self.fence.valid_until().unwrap_or(now);
-            if now >= deadline {
-                return LeaseLost::RenewDeadline {
-                    deadline: deadline_after,
-                    last_error,
-                };
+            match self.fence.valid_until() {
+                // Retry sooner than the renewal interval: the deadline is near.
+                Some(deadline) if now < deadline => {
+                    tokio::time::sleep((self.config.retry_period() / 2).min(deadline - now)).await;
+                }
+                _ => {
+                    if fenced_since.is_none() {
+                        fenced_since = Some(now);
+                        warn!(
+                            lease = %self.config.name,
+                            renew_deadline = ?self.config.renew_deadline(),
+                            %last_error,
+                            "the Lease was not renewed within the renew deadline: writes to the member stop; \
+                             the hub stream stays, renewal goes on, and this replica stops if another one holds the Lease"
+                        );
+                    }
+                    tokio::time::sleep(self.config.retry_period()).await;
+                }
             }
-            // Retry sooner than the renewal interval: the deadline is near.
-            tokio::time::sleep((self.config.retry_period() / 2).min(deadline - now)).await;
         }
     }
 

@@ -5,8 +5,9 @@
 //! ([`crate::lease`]). Until it holds it, a replica serves only its HTTP endpoint (ready,
 //! `accord_agent_leader 0`): no hub stream, no watches, no writes. The holder runs the
 //! engine and the hub connection, writing to its cluster only through a client fenced by
-//! the Lease; if it cannot keep the Lease it stops at once with an error, and its
-//! Deployment restarts it as a standby.
+//! the Lease. If it cannot renew the Lease in time its writes stop (the API server is
+//! likely down, and the hub stream stays); once another replica holds the Lease it stops
+//! with an error, and its Deployment restarts it as a standby.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -23,8 +24,8 @@ use crate::engine::{self, CoreConfig};
 use crate::http::{self, Readiness};
 use crate::identity::{Identity, IdentityError, IdentitySource};
 use crate::lease::{
-    DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, Elector, LeaseConfig, LeaseLost, fenced_client,
-    process_identity,
+    DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, Elector, Fence, LeaseConfig, LeaseLost,
+    fenced_client, process_identity,
 };
 use crate::metrics::Metrics;
 use crate::persist::ConfigMapStore;
@@ -159,7 +160,8 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
     ready.set(false);
     // Everything the active replica does to its cluster goes through this client, which
     // refuses writes once the Lease may have passed to another replica.
-    let fenced = fenced_client(&client, elector.fence());
+    let fence = elector.fence();
+    let fenced = fenced_client(&client, fence.clone());
 
     enum Ended {
         Shutdown,
@@ -168,7 +170,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
     let ended = tokio::select! {
         () = &mut shutdown => Ended::Shutdown,
         result = &mut http_task => Ended::Failed(http_error(result)),
-        result = active(&config, fenced, identity, metrics.clone(), ready.clone()) => Ended::Failed(result),
+        result = active(&config, fenced, fence, identity, metrics.clone(), ready.clone()) => Ended::Failed(result),
         lost = elector.hold() => {
             error!(error = %lost, "lost the agent Lease; stopping at once");
             Ended::Failed(RunError::LeaseLost(lost))
@@ -192,6 +194,7 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
 async fn active(
     config: &RunConfig,
     client: kube::Client,
+    fence: Fence,
     identity: Identity,
     metrics: Metrics,
     ready: Readiness,
@@ -228,6 +231,7 @@ async fn active(
             client,
             heartbeat_interval: config.heartbeat_interval,
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
+            fence,
         },
         handle.clone(),
         metrics,
