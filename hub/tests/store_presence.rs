@@ -4,23 +4,15 @@ mod store_support;
 
 use std::time::Duration;
 
+use accord_hub::store::ReplicaPresence;
 use accord_hub::store::presence::ConnectedRecord;
-use accord_hub::store::{ReplicaPresence, Store};
-use store_support::{MARGIN, PROMPTLY, TTL, wait_until};
+use store_support::{
+    MARGIN, PROMPTLY, TTL, connected_holder as holder, connected_key, connected_record,
+    replica_holding, wait_until,
+};
 
 fn rec(replica: &str) -> ConnectedRecord {
-    ConnectedRecord {
-        replica: replica.to_owned(),
-        agent_version: "test".into(),
-        kubernetes_version: "v1.34.4".into(),
-        connected_unix_millis: 1,
-    }
-}
-
-async fn holder(store: &Store, cluster: &str) -> Option<String> {
-    ReplicaPresence::connected_replica(store, cluster)
-        .await
-        .unwrap()
+    connected_record(replica, 1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,32 +27,15 @@ async fn the_connected_key_appears_on_connect_and_disappears_on_disconnect() {
         .await
         .unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
-    let kv = store
-        .client()
-        .get(store.keys().connected("eu"), None)
-        .await
-        .unwrap();
-    assert_eq!(
-        kv.kvs()[0].lease(),
-        presence.lease_id(),
-        "not on the replica lease"
-    );
+    let kv = connected_key(&store, "eu").await.unwrap();
+    assert_eq!(kv.lease(), presence.lease_id(), "not on the replica lease");
     presence.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_cluster_of_a_replica_shares_its_one_lease() {
-    let store = store_support::store("presence-one-lease").await;
-    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
-        .await
-        .unwrap();
-    for cluster in ["a", "b", "c"] {
-        presence
-            .mark_connected(cluster, &rec(presence.replica()))
-            .await
-            .unwrap();
-    }
+    let (store, presence) = replica_holding("presence-one-lease", &["a", "b", "c"]).await;
     let listed = store
         .client()
         .get(
@@ -115,14 +90,7 @@ async fn revoking_the_replica_lease_removes_all_its_connected_keys_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires() {
-    let store = store_support::store("presence-dies").await;
-    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
-        .await
-        .unwrap();
-    presence
-        .mark_connected("eu", &rec(presence.replica()))
-        .await
-        .unwrap();
+    let (store, presence) = replica_holding("presence-dies", &["eu"]).await;
     // Dropping stops the keepalive without revoking, as a crash would.
     drop(presence);
     wait_until("the connected key to expire", TTL + MARGIN, || async {
@@ -133,24 +101,12 @@ async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_new_lease() {
-    let store = store_support::store("presence-regrant").await;
-    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
-        .await
-        .unwrap();
-    presence
-        .mark_connected("eu", &rec(presence.replica()))
-        .await
-        .unwrap();
+    let (store, presence) = replica_holding("presence-regrant", &["eu"]).await;
     let old_lease = presence.lease_id();
     store.client().lease_revoke(old_lease).await.unwrap();
     assert_eq!(holder(&store, "eu").await, None, "revoking left the key");
-    let kv = wait_until("the key to be written again", PROMPTLY, || async {
-        let response = store
-            .client()
-            .get(store.keys().connected("eu"), None)
-            .await
-            .unwrap();
-        response.kvs().first().cloned()
+    let kv = wait_until("the key to be written again", PROMPTLY, || {
+        connected_key(&store, "eu")
     })
     .await;
     let value: ConnectedRecord = serde_json::from_slice(kv.value()).unwrap();

@@ -6,50 +6,26 @@ mod store_support;
 
 use std::time::{Duration, Instant};
 
-use accord_hub::store::presence::ConnectedRecord;
-use accord_hub::store::{ReplicaPresence, Store};
-use store_support::{MARGIN, PROMPTLY, TTL, wait_until};
+use accord_hub::store::ReplicaPresence;
+use store_support::{
+    MARGIN, PROMPTLY, TTL, connected_holder as holder, connected_key, connected_record as rec,
+    replica_holding, wait_until,
+};
 
 /// The grace asked for in these tests (etcd's minimum lease TTL is about 2 s).
 const GRACE: Duration = Duration::from_secs(3);
 
-fn rec(replica: &str, at: i64) -> ConnectedRecord {
-    ConnectedRecord {
-        replica: replica.to_owned(),
-        agent_version: "test".into(),
-        kubernetes_version: "v1.34.4".into(),
-        connected_unix_millis: at,
-    }
-}
-
-async fn holder(store: &Store, cluster: &str) -> Option<String> {
-    ReplicaPresence::connected_replica(store, cluster)
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handed_over_cluster_stays_connected_through_its_stream_ending_until_the_grace_runs_out()
 {
-    let store = store_support::store("handover-expires").await;
-    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
-        .await
-        .unwrap();
-    presence
-        .mark_connected("eu", &rec("hub-0", 1))
-        .await
-        .unwrap();
+    let (store, presence) = replica_holding("handover-expires", &["eu"]).await;
     let handed_at = Instant::now();
     assert_eq!(presence.hand_over(GRACE).await.unwrap(), 1);
     // The stream ends as the replica stops: the key stays, off the replica's lease.
     presence.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
-    let kv = store
-        .client()
-        .get(store.keys().connected("eu"), None)
-        .await
-        .unwrap();
-    assert_ne!(kv.kvs()[0].lease(), presence.lease_id());
+    let kv = connected_key(&store, "eu").await.unwrap();
+    assert_ne!(kv.lease(), presence.lease_id());
     // The replica dies; its own lease expiring takes nothing with it.
     drop(presence);
     wait_until("the handed-over key to expire", GRACE + MARGIN, || async {
@@ -103,49 +79,20 @@ async fn a_key_another_replica_took_over_before_the_handover_is_left_alone() {
     old.mark_connected("eu", &rec("hub-0", 1)).await.unwrap();
     new.mark_connected("eu", &rec("hub-1", 2)).await.unwrap();
     assert_eq!(old.hand_over(GRACE).await.unwrap(), 0);
-    let kv = wait_until("the key", PROMPTLY, || async {
-        store
-            .client()
-            .get(store.keys().connected("eu"), None)
-            .await
-            .unwrap()
-            .kvs()
-            .first()
-            .cloned()
-    })
-    .await;
+    let kv = wait_until("the key", PROMPTLY, || connected_key(&store, "eu")).await;
     assert_eq!(kv.lease(), new.lease_id(), "still on hub-1's lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_ended_to_reconnect_with_a_renewed_certificate_keeps_its_cluster_for_the_grace() {
-    let store = store_support::store("renewal-reconnect").await;
-    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
-        .await
-        .unwrap();
-    presence
-        .mark_connected("eu", &rec("hub-0", 1))
-        .await
-        .unwrap();
-    presence
-        .mark_connected("us", &rec("hub-0", 1))
-        .await
-        .unwrap();
+    let (store, presence) = replica_holding("renewal-reconnect", &["eu", "us"]).await;
     // Both agents renewed and their streams ended; only "eu" comes back (here).
     assert!(presence.mark_reconnecting("eu", GRACE).await.unwrap());
     assert!(presence.mark_reconnecting("us", GRACE).await.unwrap());
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
     assert_eq!(holder(&store, "us").await.as_deref(), Some("hub-0"));
-    let kv = store
-        .client()
-        .get(store.keys().connected("us"), None)
-        .await
-        .unwrap();
-    assert_ne!(
-        kv.kvs()[0].lease(),
-        presence.lease_id(),
-        "off the replica's lease"
-    );
+    let kv = connected_key(&store, "us").await.unwrap();
+    assert_ne!(kv.lease(), presence.lease_id(), "off the replica's lease");
     presence
         .mark_connected("eu", &rec("hub-0", 2))
         .await
@@ -155,12 +102,8 @@ async fn a_stream_ended_to_reconnect_with_a_renewed_certificate_keeps_its_cluste
     })
     .await;
     // The reconnected cluster is back on the replica's lease and outlives the grace.
-    let kv = store
-        .client()
-        .get(store.keys().connected("eu"), None)
-        .await
-        .unwrap();
-    assert_eq!(kv.kvs()[0].lease(), presence.lease_id());
+    let kv = connected_key(&store, "eu").await.unwrap();
+    assert_eq!(kv.lease(), presence.lease_id());
     // A stream that ends for good still clears its key at once, and a second end of a
     // cluster no longer held is a no-op.
     presence.mark_disconnected("eu").await.unwrap();

@@ -17,8 +17,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use accord_hub::store::{Keyspace, Store};
+use accord_hub::store::presence::ConnectedRecord;
+use accord_hub::store::{Keyspace, ReplicaPresence, Store};
 use anyhow::{Context as _, Result, bail};
+use etcd_client::KeyValue;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 /// Lease TTL of the elections, locks and presences under test (etcd's minimum lease TTL is
@@ -241,6 +243,50 @@ pub async fn store_at(prefix: &str) -> Store {
     Store::connect(&[etcd().endpoint.clone()], Keyspace::new(prefix))
         .await
         .expect("connecting to the test etcd")
+}
+
+/// A `connected/` record of `replica`, connected at `at` (unix milliseconds).
+pub fn connected_record(replica: &str, at: i64) -> ConnectedRecord {
+    ConnectedRecord {
+        replica: replica.to_owned(),
+        agent_version: "test".into(),
+        kubernetes_version: "v1.34.4".into(),
+        connected_unix_millis: at,
+    }
+}
+
+/// A store for `test` and a replica `hub-0` on it (lease [`TTL`]) holding `clusters`.
+pub async fn replica_holding(test: &str, clusters: &[&str]) -> (Store, ReplicaPresence) {
+    let store = store(test).await;
+    let presence = ReplicaPresence::start(store.clone(), "hub-0".into(), TTL)
+        .await
+        .unwrap();
+    for cluster in clusters {
+        presence
+            .mark_connected(cluster, &connected_record("hub-0", 1))
+            .await
+            .unwrap();
+    }
+    (store, presence)
+}
+
+/// The replica whose `connected/` key holds `cluster`, if any.
+pub async fn connected_holder(store: &Store, cluster: &str) -> Option<String> {
+    ReplicaPresence::connected_replica(store, cluster)
+        .await
+        .unwrap()
+}
+
+/// `cluster`'s `connected/` key as etcd has it (value and lease), if there is one.
+pub async fn connected_key(store: &Store, cluster: &str) -> Option<KeyValue> {
+    store
+        .client()
+        .get(store.keys().connected(cluster), None)
+        .await
+        .unwrap()
+        .kvs()
+        .first()
+        .cloned()
 }
 
 /// Checks `condition` with a growing interval until it yields a value; panics with `what`
