@@ -34,6 +34,9 @@ pub const MAX_SECONDS: i32 = 86_400;
 pub const MAX_POLL_SECONDS: i32 = 3_600;
 /// Longest debounce, milliseconds.
 pub const MAX_DEBOUNCE_MILLIS: i64 = 600_000;
+/// Widest autoscaling tolerance band, in percent: a wider one would hold the count while
+/// the load halves.
+pub const MAX_TOLERANCE_PERCENT: i32 = 50;
 /// Most scale operations per minute: one a second.
 pub const MAX_SCALE_OPERATIONS_PER_MINUTE: i32 = 60;
 /// Most consecutive failures before the circuit breaker opens.
@@ -101,6 +104,7 @@ mod tests {
                 i64::from(MAX_SCALE_OPERATIONS_PER_MINUTE),
             ),
             (m::FAILURE_THRESHOLD_MAX, i64::from(MAX_FAILURE_THRESHOLD)),
+            (m::TOLERANCE_PERCENT_MAX, i64::from(MAX_TOLERANCE_PERCENT)),
             (m::SAMPLE_LIMIT_MAX, MAX_SAMPLE_LIMIT),
         ] {
             assert!(

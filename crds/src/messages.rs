@@ -97,5 +97,8 @@ pub const HTTP_URL: &str = "must be an http:// or https:// URL";
 pub const FEDERATION_ENDPOINT: &str = "federationEndpoint must be an http:// or https:// base URL of the cluster's federation Prometheus (the global tier scrapes <federationEndpoint>/federate)";
 /// A PromQL query is empty.
 pub const QUERY_NOT_EMPTY: &str = "query must not be empty";
+/// tolerancePercent is above [`crate::bounds::MAX_TOLERANCE_PERCENT`].
+pub const TOLERANCE_PERCENT_MAX: &str =
+    "tolerancePercent must be at most 50; a wider band would hold the count while the load halves";
 /// Autoscaling poll interval above its cap.
 pub const POLL_SECONDS_MAX: &str = "pollSeconds must be at most 3,600 (one hour)";

@@ -217,7 +217,9 @@ pub struct Autoscaling {
 pub struct ScaleMetric {
     /// Prometheus to query.
     pub prometheus: PrometheusQuery,
-    /// Metric value one replica should carry: desired = ceil(value / targetPerReplica).
+    /// Metric value one replica should carry: desired = ceil(value / targetPerReplica),
+    /// unless the value is within `tolerancePercent` of what the current count carries
+    /// (then the count holds).
     #[x_kube(validation = Rule::new("self > 0.0").message(messages::TARGET_PER_REPLICA_POSITIVE))]
     pub target_per_replica: f64,
     /// Seconds between two queries. 1 to 3,600; default 15. Each query times out after
@@ -229,10 +231,25 @@ pub struct ScaleMetric {
         validation = Rule::new(format!("self <= {}", bounds::MAX_POLL_SECONDS)).message(messages::POLL_SECONDS_MAX)
     )]
     pub poll_seconds: i32,
+    /// How far the value may be from count × targetPerReplica, in percent, before it asks
+    /// for another count: within it the recommendation is the current count, so noise
+    /// around a steady load never moves replicas (the HorizontalPodAutoscaler's tolerance,
+    /// 0.1, is 10 here). 0 to 50; default 10.
+    #[serde(default = "default_tolerance_percent")]
+    #[schemars(range(min = 0, max = bounds::MAX_TOLERANCE_PERCENT))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message(messages::NON_NEGATIVE_NUMBER),
+        validation = Rule::new(format!("self <= {}", bounds::MAX_TOLERANCE_PERCENT)).message(messages::TOLERANCE_PERCENT_MAX)
+    )]
+    pub tolerance_percent: i32,
 }
 
 fn default_poll_seconds() -> i32 {
     15
+}
+
+fn default_tolerance_percent() -> i32 {
+    10
 }
 
 /// A PromQL query against one Prometheus.
@@ -534,7 +551,9 @@ pub struct AutoscalingStatus {
     /// Current dynamic threshold: max(EWMA × floorRatio, EWMA + stddevFactor × σ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threshold: Option<f64>,
-    /// ceil(value / targetPerReplica), clamped to minReplicas..maxReplicas.
+    /// The count the last value asks for: the current count while the value is within
+    /// `tolerancePercent` of count × targetPerReplica, else ceil(value / targetPerReplica);
+    /// clamped to minReplicas..maxReplicas.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub recommendation: Option<i32>,

@@ -235,6 +235,16 @@ impl Validate for CrossClusterScalePolicySpec {
                 m::POLL_SECONDS_MAX,
             );
             errs.check(
+                metric.tolerance_percent >= 0,
+                format!("{p}.metric.tolerancePercent"),
+                m::NON_NEGATIVE_NUMBER,
+            );
+            errs.check(
+                metric.tolerance_percent <= bounds::MAX_TOLERANCE_PERCENT,
+                format!("{p}.metric.tolerancePercent"),
+                m::TOLERANCE_PERCENT_MAX,
+            );
+            errs.check(
                 is_http_url(&metric.prometheus.url),
                 format!("{p}.metric.prometheus.url"),
                 m::HTTP_URL,

@@ -29,6 +29,9 @@ pub struct Config {
     pub max: i32,
     /// Metric one replica carries.
     pub target_per_replica: f64,
+    /// How far, in percent, the value may be from count × target before it asks for
+    /// another count.
+    pub tolerance_percent: f64,
     /// EWMA smoothing factor.
     pub alpha: f64,
     /// History window.
@@ -61,6 +64,7 @@ impl Config {
             min: a.min_replicas.max(0),
             max: a.max_replicas.max(a.min_replicas.max(0)),
             target_per_replica: a.metric.target_per_replica,
+            tolerance_percent: f64::from(a.metric.tolerance_percent.max(0)),
             alpha: t.ewma_alpha.clamp(f64::MIN_POSITIVE, 1.0),
             window_ms: i64::from(t.window_seconds.max(1)) * 1000,
             stddev_factor: t.stddev_factor.max(0.0),
@@ -80,9 +84,24 @@ impl Config {
         MIN_CONVERGE_MS.max(3 * self.poll_ms)
     }
 
-    /// ceil(value / targetPerReplica), clamped to min..max (NaN-free input assumed).
-    pub fn recommend(&self, value: f64) -> i32 {
-        let raw = (value / self.target_per_replica).ceil();
+    /// True when `value` is within the tolerance of what `current` replicas carry: noise,
+    /// not a reason to change the count (the HorizontalPodAutoscaler's rule).
+    pub fn within_tolerance(&self, value: f64, current: i32) -> bool {
+        let carried = f64::from(current) * self.target_per_replica;
+        // In percent rather than as a ratio, so that a band edge such as 110 against 100
+        // is not lost to 0.1 having no exact binary form.
+        (value - carried).abs() * 100.0 <= self.tolerance_percent * carried
+    }
+
+    /// What `value` asks for while the count is `current`: `current` within the
+    /// tolerance, else ceil(value / targetPerReplica); clamped to min..max (NaN-free input
+    /// assumed).
+    pub fn recommend(&self, value: f64, current: i32) -> i32 {
+        let raw = if self.within_tolerance(value, current) {
+            f64::from(current)
+        } else {
+            (value / self.target_per_replica).ceil()
+        };
         if raw >= f64::from(self.max) {
             self.max
         } else if raw <= f64::from(self.min) {
@@ -412,7 +431,7 @@ pub fn step(
     s.threshold = threshold;
     s.value = Some(value);
     s.samples = s.samples.saturating_add(1);
-    let rec = cfg.recommend(value);
+    let rec = cfg.recommend(value, current);
     s.recommendation = Some(rec);
     let threshold_text = match threshold {
         Some(t) => format!(
@@ -486,10 +505,21 @@ pub fn step(
         s.low = None;
         let at_limit = (rec == cfg.max && value / cfg.target_per_replica > f64::from(cfg.max))
             || (rec == cfg.min && value / cfg.target_per_replica < f64::from(cfg.min));
+        let why = if !at_limit && cfg.within_tolerance(value, current) {
+            format!(
+                "{} is within {}% of {} ({current} × {}); {threshold_text}",
+                num(value),
+                num(cfg.tolerance_percent),
+                num(f64::from(current) * cfg.target_per_replica),
+                num(cfg.target_per_replica)
+            )
+        } else {
+            format!("{} wants {rec} = {current}; {threshold_text}", num(value))
+        };
         Err(hold(
             "Held",
             if at_limit { "AtLimit" } else { "Steady" },
-            format!("{} wants {rec} = {current}; {threshold_text}", num(value)),
+            why,
         ))
     };
 
@@ -600,6 +630,7 @@ mod tests {
             min: 2,
             max: 60,
             target_per_replica: 100.0,
+            tolerance_percent: 10.0,
             alpha: 0.3,
             window_ms: 1_800_000,
             stddev_factor: 2.0,
@@ -648,7 +679,14 @@ mod tests {
             1i64..600,
             0.0f64..4.0,
             0.0f64..2.0,
-            (0i64..5_000, 0i64..120, 1u32..10, 1u32..6, 1i64..120),
+            (
+                0i64..5_000,
+                0i64..120,
+                1u32..10,
+                1u32..6,
+                1i64..120,
+                0u32..=50,
+            ),
         )
             .prop_map(
                 |(
@@ -659,11 +697,12 @@ mod tests {
                     window_s,
                     k,
                     floor,
-                    (debounce, cooldown_s, ops, failures, open_s),
+                    (debounce, cooldown_s, ops, failures, open_s, tolerance),
                 )| Config {
                     min,
                     max: min + extra,
                     target_per_replica: target,
+                    tolerance_percent: f64::from(tolerance),
                     alpha,
                     window_ms: window_s * 1000,
                     stddev_factor: k,
@@ -744,6 +783,56 @@ mod tests {
                 prop_assert_eq!(back.desired, state.desired);
                 prop_assert_eq!(back.breaker, state.breaker);
                 prop_assert_eq!(back.window.moments().n, state.window.moments().n);
+            }
+        }
+    }
+
+    /// `polls` samples of uniform noise within ±`spread` (a ratio) around `mean`, drawn
+    /// from `seed`.
+    fn noise(seed: u64, mean: f64, spread: f64, polls: usize) -> Vec<Option<f64>> {
+        use rand::{Rng as _, SeedableRng as _};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..polls)
+            .map(|_| Some(mean * (1.0 + spread * rng.random_range(-1.0..1.0))))
+            .collect()
+    }
+
+    /// Mean 100 at 10 per replica: the count the load wants is 10, and ±10 % of noise
+    /// makes a plain ceil(value / target) say 10 or 11 from one poll to the next.
+    fn noisy_cfg() -> Config {
+        Config {
+            min: 1,
+            max: 100,
+            target_per_replica: 10.0,
+            ..cfg()
+        }
+    }
+
+    fn scale_operations(out: &[(State, Decision)]) -> Vec<&Decision> {
+        out.iter().map(|(_, d)| d).filter(|d| d.scaled()).collect()
+    }
+
+    proptest! {
+        #[test]
+        fn steady_noise_within_the_tolerance_never_moves_the_count_it_wants(seed in any::<u64>()) {
+            let out = run(&noisy_cfg(), 10, &noise(seed, 100.0, 0.1, 200), 15_000);
+            let ops = scale_operations(&out);
+            prop_assert!(ops.is_empty(), "noise scaled: {ops:#?}");
+        }
+
+        #[test]
+        fn from_any_start_steady_noise_settles_in_at_most_two_operations_and_then_holds(
+            seed in any::<u64>(), start in 1i32..=60,
+        ) {
+            let out = run(&noisy_cfg(), start, &noise(seed, 100.0, 0.1, 200), 15_000);
+            let ops = scale_operations(&out);
+            // The first operation lands within the tolerance of the mean (10 or 11: 100
+            // is within 10 % of 110). From 11 the noise can still dip below 99 (10 % under
+            // 110) long enough to go down to 10; from 10 nothing moves it.
+            prop_assert!(ops.len() <= 2, "{ops:#?}");
+            prop_assert!(ops.iter().all(|d| d.to == 10 || d.to == 11), "{ops:#?}");
+            if let [_, second] = ops.as_slice() {
+                prop_assert_eq!((second.from, second.to), (11, 10), "{:#?}", ops);
             }
         }
     }
@@ -860,10 +949,48 @@ mod tests {
 
     #[test]
     fn recommendations_round_up_and_clamp() {
+        let c = Config {
+            tolerance_percent: 0.0,
+            ..cfg()
+        };
+        assert_eq!(c.recommend(1001.0, 10), 11);
+        assert_eq!(c.recommend(999.0, 10), 10);
+        assert_eq!(c.recommend(0.0, 10), 2);
+        assert_eq!(c.recommend(-5.0, 10), 2);
+        assert_eq!(c.recommend(1e300, 10), 60);
+    }
+
+    #[test]
+    fn recommendations_hold_the_count_within_the_tolerance_and_follow_the_value_beyond_it() {
         let c = cfg();
-        assert_eq!(c.recommend(1001.0), 11);
-        assert_eq!(c.recommend(0.0), 2);
-        assert_eq!(c.recommend(-5.0), 2);
-        assert_eq!(c.recommend(1e300), 60);
+        // 10 replicas at 100 each carry 1,000; 10 % either side is noise.
+        assert_eq!(c.recommend(1100.0, 10), 10, "the upper edge is inside");
+        assert_eq!(c.recommend(1063.8, 10), 10);
+        assert_eq!(c.recommend(900.0, 10), 10, "the lower edge is inside");
+        assert_eq!(c.recommend(1100.5, 10), 12);
+        assert_eq!(c.recommend(899.0, 10), 9);
+        // The band is the current count's: 1,050 holds 11 as it holds 10.
+        assert_eq!(c.recommend(1050.0, 11), 11);
+        // Held counts are clamped too: a count above max comes down to it.
+        assert_eq!(c.recommend(7000.0, 70), 60);
+        // Nothing carried, nothing to tolerate: any load asks for replicas.
+        let from_zero = Config { min: 0, ..cfg() };
+        assert_eq!(from_zero.recommend(1.0, 0), 1);
+        assert_eq!(from_zero.recommend(0.0, 0), 0);
+    }
+
+    #[test]
+    fn a_value_within_the_tolerance_holds_as_steady_and_says_why() {
+        let out = run(&noisy_cfg(), 10, &[Some(106.38); 6], 15_000);
+        for (state, d) in &out {
+            assert_eq!((d.action.as_str(), d.reason.as_str()), ("Held", "Steady"));
+            assert_eq!(state.recommendation, Some(10));
+            assert!(state.rise.is_none(), "{state:?}");
+        }
+        let message = &out[5].1.message;
+        assert!(
+            message.starts_with("106.38 is within 10% of 100 (10 × 10)"),
+            "{message}"
+        );
     }
 }
