@@ -425,7 +425,8 @@ mod tests {
             .unwrap_err();
             assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
             assert!(
-                e.to_string().contains("must be shorter than --kafka-probe-interval"),
+                e.to_string()
+                    .contains("must be shorter than --kafka-probe-interval"),
                 "{e}"
             );
         }

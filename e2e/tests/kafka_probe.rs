@@ -138,14 +138,9 @@ fn a_frozen_broker_makes_the_placement_unavailable_within_ten_seconds_and_synced
         let frozen = Frozen::freeze(broker)?;
         let froze = Instant::now();
         let status = s
-            .wait_placements(
-                ns,
-                name,
-                &clusters,
-                "Unavailable",
-                VISIBLE_WITHIN,
-                |p| p.state == PlacementState::Unavailable,
-            )
+            .wait_placements(ns, name, &clusters, "Unavailable", VISIBLE_WITHIN, |p| {
+                p.state == PlacementState::Unavailable
+            })
             .await
             .context("the frozen broker is not seen within 10 s")?;
         let detected = froze.elapsed();

@@ -546,12 +546,24 @@ mod tests {
     fn only_a_failing_probe_or_its_end_changes_a_judgement() {
         let mut o = Observations::default();
         assert_eq!(o.probe(), &Probe::NotYet);
-        assert!(!o.probed(0, Ok(())), "answering from the start changes nothing");
+        assert!(
+            !o.probed(0, Ok(())),
+            "answering from the start changes nothing"
+        );
         assert_eq!(o.probe(), &Probe::Answered);
         assert!(!o.probed(0, Ok(())));
-        assert!(o.probed(0, Err("Kafka unreachable: x".into())), "stopped answering");
-        assert!(!o.probed(0, Err("Kafka unreachable: x".into())), "still the same");
-        assert!(o.probed(0, Err("Kafka unreachable: y".into())), "fails differently");
+        assert!(
+            o.probed(0, Err("Kafka unreachable: x".into())),
+            "stopped answering"
+        );
+        assert!(
+            !o.probed(0, Err("Kafka unreachable: x".into())),
+            "still the same"
+        );
+        assert!(
+            o.probed(0, Err("Kafka unreachable: y".into())),
+            "fails differently"
+        );
         assert_eq!(o.probe(), &Probe::Failed("Kafka unreachable: y".into()));
         assert!(o.probed(0, Ok(())), "answers again");
         assert_eq!(o.probe(), &Probe::Answered);
