@@ -8,7 +8,9 @@
 
 mod fault_support;
 
+use accord_crds::{CrossClusterScalePolicy, PlacementState};
 use accord_e2e::faultproxy::{FaultProxy, Mode};
+use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
 use accord_e2e::hub::HubProcess;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -16,8 +18,6 @@ use accord_hub::store::election::Fence;
 use accord_hub::store::{Store, StoreError};
 use accord_proto::v1::StatusReport;
 use anyhow::{Context as _, Result, bail, ensure};
-use accord_crds::{CrossClusterScalePolicy, PlacementState};
-use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
 use fault_support::{
     AvailabilityLog, DeploymentLog, DeploymentState, ReconnectingAgent, create_policy,
     create_policy_with_cooldown, exited, is_leader, join, join_with_etcd, opts, readyz,

@@ -336,28 +336,42 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
 }
 
 /// The uids of the ready pods of Deployment `name` in `member`, once there are `count`.
-async fn ready_pods(testbed: &Testbed, member: usize, ns: &str, name: &str, count: usize) -> Result<Vec<String>> {
-    let api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(testbed.members()[member].client(), ns);
-    until(&format!("{count} ready pods of {ns}/{name}"), Duration::from_secs(30), || async {
-        let pods = api.list(&kube::api::ListParams::default().labels(&format!("app={name}"))).await?;
-        let mut ready: Vec<String> = pods
-            .items
-            .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| {
-                p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+async fn ready_pods(
+    testbed: &Testbed,
+    member: usize,
+    ns: &str,
+    name: &str,
+    count: usize,
+) -> Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(testbed.members()[member].client(), ns);
+    until(
+        &format!("{count} ready pods of {ns}/{name}"),
+        Duration::from_secs(30),
+        || async {
+            let pods = api
+                .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+                .await?;
+            let mut ready: Vec<String> = pods
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
                 })
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+            ready.sort();
+            Ok(if ready.len() == count && pods.items.len() == count {
+                Check::Ready(ready)
+            } else {
+                Check::NotYet(format!("{} pods, {} ready", pods.items.len(), ready.len()))
             })
-            .filter_map(|p| p.metadata.uid.clone())
-            .collect();
-        ready.sort();
-        Ok(if ready.len() == count && pods.items.len() == count {
-            Check::Ready(ready)
-        } else {
-            Check::NotYet(format!("{} pods, {} ready", pods.items.len(), ready.len()))
-        })
-    })
+        },
+    )
     .await
 }
 

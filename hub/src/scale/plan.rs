@@ -862,7 +862,13 @@ mod tests {
         let all_up = views(&[("a", up(0)), ("b", up(0)), ("c", up(0))]);
         let steady = plan(&s, "default", &all_up, None, 100);
         let cut = views(&[("a", up(0)), ("b", up(0)), ("c", down())]);
-        let away = record_of(&plan(&s, "default", &cut, Some(&decided_at(&steady, 100)), 110));
+        let away = record_of(&plan(
+            &s,
+            "default",
+            &cut,
+            Some(&decided_at(&steady, 100)),
+            110,
+        ));
         let now = Time(Timestamp::from_second(110).unwrap());
         let mut reports: HashMap<_, _> = [
             ("a".to_owned(), report(PlacementState::Synced, "id-1", 5)),
