@@ -1,7 +1,7 @@
 //! What the fault suite and the rolling-restart test share: simulated agents that keep
 //! reconnecting (as the real agent does) and remember every share they were given, a log
-//! of a ManagedCluster's `Available` transitions fed by a watch, and small helpers around
-//! hubs and policies.
+//! of a ManagedCluster's `Available` transitions and one of a member Deployment's states,
+//! each fed by a watch, and small helpers around hubs and policies.
 
 #![allow(dead_code)]
 
