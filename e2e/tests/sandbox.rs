@@ -12,9 +12,9 @@ use std::process::Output;
 use std::time::Duration;
 
 use accord_crds::{ManagedCluster, conditions};
+use accord_e2e::kafka_scenario::{KAFKA_SECRET, POLICY_REASON};
 use accord_e2e::promfed;
 use accord_e2e::sandbox::status::{FEDERATED_QUERY, query_command};
-use accord_e2e::kafka_scenario::{KAFKA_SECRET, POLICY_REASON};
 use accord_e2e::sandbox::{procs, state};
 use accord_e2e::wait::{Check, until};
 use anyhow::{Context as _, Result, ensure};
@@ -391,44 +391,89 @@ async fn kubectl_apply_of_a_topic_breaking_a_policy_is_refused_by_the_sandbox_hu
     );
 
     // Deny: refused through `kubectl apply`, with the reason and the rule broken.
-    let applied = kubectl(&recorded, &["apply", "-f", "-"], &min_partitions_policy("Deny")).await?;
+    let applied = kubectl(
+        &recorded,
+        &["apply", "-f", "-"],
+        &min_partitions_policy("Deny"),
+    )
+    .await?;
     ensure!(applied.status.success(), "{}", both(&applied));
     // The webhook's caches see the policy shortly after it is stored.
-    until("the webhook to refuse the small topic", Duration::from_secs(60), || async {
-        let out = kubectl(&recorded, &["apply", "--dry-run=server", "-f", "-"], SMALL_TOPIC).await?;
-        Ok(if out.status.success() {
-            Check::NotYet(format!("admitted: {}", both(&out)))
-        } else {
-            Check::Ready(())
-        })
-    })
+    until(
+        "the webhook to refuse the small topic",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(
+                &recorded,
+                &["apply", "--dry-run=server", "-f", "-"],
+                SMALL_TOPIC,
+            )
+            .await?;
+            Ok(if out.status.success() {
+                Check::NotYet(format!("admitted: {}", both(&out)))
+            } else {
+                Check::Ready(())
+            })
+        },
+    )
     .await?;
     let refused = kubectl(&recorded, &["apply", "-f", "-"], SMALL_TOPIC).await?;
     let said = both(&refused);
     eprintln!("kubectl apply under Deny:\n{said}");
-    ensure!(!refused.status.success(), "the small topic was admitted: {said}");
+    ensure!(
+        !refused.status.success(),
+        "the small topic was admitted: {said}"
+    );
     for expected in [POLICY_REASON, "denied the request", PARTITION_RULE] {
         ensure!(said.contains(expected), "{expected:?} not in {said:?}");
     }
-    let out = kubectl(&recorded, &["get", "fkt", "-n", "default", "small-topic"], "").await?;
-    ensure!(!out.status.success(), "the refused topic exists: {}", both(&out));
+    let out = kubectl(
+        &recorded,
+        &["get", "fkt", "-n", "default", "small-topic"],
+        "",
+    )
+    .await?;
+    ensure!(
+        !out.status.success(),
+        "the refused topic exists: {}",
+        both(&out)
+    );
 
     // Audit: admitted, with the rule as a warning kubectl prints.
-    let applied = kubectl(&recorded, &["apply", "-f", "-"], &min_partitions_policy("Audit")).await?;
+    let applied = kubectl(
+        &recorded,
+        &["apply", "-f", "-"],
+        &min_partitions_policy("Audit"),
+    )
+    .await?;
     ensure!(applied.status.success(), "{}", both(&applied));
-    until("the webhook to warn about the small topic", Duration::from_secs(60), || async {
-        let out = kubectl(&recorded, &["apply", "--dry-run=server", "-f", "-"], SMALL_TOPIC).await?;
-        Ok(if out.status.success() && text(&out.stderr).contains("Warning:") {
-            Check::Ready(())
-        } else {
-            Check::NotYet(both(&out))
-        })
-    })
+    until(
+        "the webhook to warn about the small topic",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(
+                &recorded,
+                &["apply", "--dry-run=server", "-f", "-"],
+                SMALL_TOPIC,
+            )
+            .await?;
+            Ok(
+                if out.status.success() && text(&out.stderr).contains("Warning:") {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(both(&out))
+                },
+            )
+        },
+    )
     .await?;
     let warned = kubectl(&recorded, &["apply", "-f", "-"], SMALL_TOPIC).await?;
     let said = both(&warned);
     eprintln!("kubectl apply under Audit:\n{said}");
-    ensure!(warned.status.success(), "the audited topic was refused: {said}");
+    ensure!(
+        warned.status.success(),
+        "the audited topic was refused: {said}"
+    );
     let warning = text(&warned.stderr);
     ensure!(
         warning.contains("Warning:") && warning.contains(PARTITION_RULE),
@@ -470,7 +515,10 @@ async fn with_kafka_sasl_the_example_topic_is_synced_over_scram() -> Result<()> 
         accord_e2e::federation::AGENT_NAMESPACE,
     );
     let data = secrets.get(KAFKA_SECRET).await?.data.unwrap_or_default();
-    let value = |key: &str| data.get(key).map(|v| String::from_utf8_lossy(&v.0).into_owned());
+    let value = |key: &str| {
+        data.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
     ensure!(
         value("security.protocol").as_deref() == Some("SASL_SSL")
             && value("sasl.mechanism").as_deref() == Some("SCRAM-SHA-512")
@@ -500,9 +548,9 @@ async fn with_kafka_sasl_the_example_topic_is_synced_over_scram() -> Result<()> 
         .and_then(|t| t.iter().find(|t| t["name"] == "fraud-transaction-events"))
         .with_context(|| format!("no example topic in {report:#}"))?;
     ensure!(
-        topic["placements"]
-            .as_array()
-            .is_some_and(|p| p.len() == 1 && p[0]["cluster"] == "member-1" && p[0]["state"] == "Synced"),
+        topic["placements"].as_array().is_some_and(|p| p.len() == 1
+            && p[0]["cluster"] == "member-1"
+            && p[0]["state"] == "Synced"),
         "{topic:#}"
     );
     Ok(())

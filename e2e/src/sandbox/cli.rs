@@ -428,7 +428,10 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             out.push_str(&format!(
                 "  {:<12} Kafka {kafka}{}\n",
                 "",
-                status::kafka_detail(m.kafka_protocol.as_deref(), m.kafka_client_config.as_deref())
+                status::kafka_detail(
+                    m.kafka_protocol.as_deref(),
+                    m.kafka_client_config.as_deref()
+                )
             ));
         }
         if let Some(prometheus) = &m.prometheus_url {

@@ -279,7 +279,10 @@ async fn set_up(
     state.hub_webhook_url = installed.webhook.clone();
     progress(format!(
         "the hub's admission webhook is registered at {}",
-        installed.webhook_url.as_deref().unwrap_or(&installed.webhook)
+        installed
+            .webhook_url
+            .as_deref()
+            .unwrap_or(&installed.webhook)
     ));
     state.hub_pid = testbed.process_info(hub).pid;
     state::write(state)?;
@@ -920,8 +923,7 @@ async fn member_kafkas(options: &DaemonOptions, testbed: &Testbed) -> Result<Vec
         ..crate::kafka::KafkaOptions::default()
     };
     let clusters = try_join_all(
-        (0..testbed.members().len())
-            .map(|i| crate::kafka_scenario::start_kafka(testbed, i, sasl)),
+        (0..testbed.members().len()).map(|i| crate::kafka_scenario::start_kafka(testbed, i, sasl)),
     )
     .await?;
     testbed

@@ -487,7 +487,10 @@ pub fn render(report: &Report) -> String {
                 out,
                 "  {:<8} Kafka {bootstrap}{}",
                 "",
-                kafka_detail(m.kafka_protocol.as_deref(), m.kafka_client_config.as_deref())
+                kafka_detail(
+                    m.kafka_protocol.as_deref(),
+                    m.kafka_client_config.as_deref()
+                )
             );
         }
     }
@@ -730,9 +733,7 @@ mod tests {
             grpc_url: "https://127.0.0.1:7443".into(),
             http_url: "http://127.0.0.1:8080".into(),
             webhook_url: "https://127.0.0.1:9443".into(),
-            webhook_registered: vec![
-                "https://127.0.0.1:9443/validate-federatedkafkatopics".into(),
-            ],
+            webhook_registered: vec!["https://127.0.0.1:9443/validate-federatedkafkatopics".into()],
             pid: 3,
             alive: true,
         });

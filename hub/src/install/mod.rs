@@ -589,14 +589,21 @@ mod tests {
     fn a_webhook_url_is_rendered_and_its_host_joins_the_serving_certificate() {
         let args = parse(&["--with-etcd", "--webhook-url", "https://10.0.0.9:19443"]).unwrap();
         let options = args.options().unwrap();
-        assert_eq!(options.webhook_url.as_deref(), Some("https://10.0.0.9:19443"));
+        assert_eq!(
+            options.webhook_url.as_deref(),
+            Some("https://10.0.0.9:19443")
+        );
         assert_eq!(options.tls_sans, vec!["10.0.0.9".to_owned()]);
         let config = webhook_configuration(&options, None);
         assert_eq!(
             config["webhooks"][0]["clientConfig"]["url"],
             "https://10.0.0.9:19443/validate-federatedkafkatopics"
         );
-        assert!(config["webhooks"][0]["clientConfig"].get("service").is_none());
+        assert!(
+            config["webhooks"][0]["clientConfig"]
+                .get("service")
+                .is_none()
+        );
         for bad in ["http://10.0.0.9:19443", "https://10.0.0.9:19443/validate"] {
             let args = parse(&["--with-etcd", "--webhook-url", bad]).unwrap();
             let e = args.options().unwrap_err().to_string();

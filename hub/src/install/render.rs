@@ -770,8 +770,14 @@ mod tests {
         let config = webhook_configuration(&options, Some(pem));
         let with_service = webhook_configuration(&external(), Some(pem));
         let webhooks = config["webhooks"].as_array().unwrap();
-        assert_eq!(webhooks.len(), with_service["webhooks"].as_array().unwrap().len());
-        for (webhook, service) in webhooks.iter().zip(with_service["webhooks"].as_array().unwrap()) {
+        assert_eq!(
+            webhooks.len(),
+            with_service["webhooks"].as_array().unwrap().len()
+        );
+        for (webhook, service) in webhooks
+            .iter()
+            .zip(with_service["webhooks"].as_array().unwrap())
+        {
             let path = service["clientConfig"]["service"]["path"].as_str().unwrap();
             assert_eq!(
                 webhook["clientConfig"],
