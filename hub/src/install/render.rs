@@ -336,9 +336,10 @@ fn grpc_service(options: &InstallOptions) -> Value {
 
 /// The ValidatingWebhookConfiguration `accord-hub`: FederatedKafkaTopic CREATE and UPDATE
 /// go to the hub's webhook through the Service `accord-hub` (or, with `--webhook-url`, at
-/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given. `failurePolicy: Ignore`: a hub that is down must not block the API, and
-/// the controller checks policies again before propagating. No side effects a dry run could
-/// trigger (the audit Event is skipped for dry runs); 5 s at most.
+/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given.
+/// `failurePolicy: Ignore`: a hub that is down must not block the API, and the controller
+/// checks policies again before propagating. No side effects a dry run could trigger (the
+/// audit Event is skipped for dry runs); 5 s at most.
 pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> Value {
     use kube::Resource as _;
     let mut client_config = json!({
