@@ -335,10 +335,11 @@ fn grpc_service(options: &InstallOptions) -> Value {
 }
 
 /// The ValidatingWebhookConfiguration `accord-hub`: FederatedKafkaTopic CREATE and UPDATE
-/// go to the hub's webhook through the Service `accord-hub`, trusted by `ca_pem` (the hub
-/// CA) when given. `failurePolicy: Ignore`: a hub that is down must not block the API, and
-/// the controller checks policies again before propagating. No side effects a dry run could
-/// trigger (the audit Event is skipped for dry runs); 5 s at most.
+/// go to the hub's webhook through the Service `accord-hub` (or, with `--webhook-url`, at
+/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given.
+/// `failurePolicy: Ignore`: a hub that is down must not block the API, and the controller
+/// checks policies again before propagating. No side effects a dry run could trigger (the
+/// audit Event is skipped for dry runs); 5 s at most.
 pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> Value {
     use kube::Resource as _;
     let mut client_config = json!({
@@ -355,7 +356,7 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
             serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
                 .unwrap_or_default();
     }
-    json!({
+    let mut config = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": metadata(WEBHOOK_CONFIGURATION, None, hub_labels()),
@@ -374,7 +375,26 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
             "admissionReviewVersions": ["v1"],
             "timeoutSeconds": 5,
         }],
-    })
+    });
+    if let Some(base) = &options.webhook_url {
+        for webhook in config["webhooks"].as_array_mut().into_iter().flatten() {
+            webhook["clientConfig"] = url_client_config(&webhook["clientConfig"], base);
+        }
+    }
+    config
+}
+
+/// A webhook's `clientConfig` that names the Service (`service` with its `path`) turned into
+/// one that names `base_url` (`https://HOST[:PORT]`) with the same path, the `caBundle`
+/// kept: for a hub the API server cannot reach through a Service, such as one running as a
+/// local process beside the API server.
+pub fn url_client_config(service_config: &Value, base_url: &str) -> Value {
+    let path = service_config["service"]["path"].as_str().unwrap_or("/");
+    let mut config = json!({ "url": format!("{}{path}", base_url.trim_end_matches('/')) });
+    if let Some(ca) = service_config.get("caBundle") {
+        config["caBundle"] = ca.clone();
+    }
+    config
 }
 
 /// `/metrics`, `/healthz`, `/readyz`: in-cluster only, whatever the gRPC Service's type.
@@ -739,6 +759,48 @@ mod tests {
             .unwrap()
             .remove("caBundle");
         assert_eq!(without, webhook_configuration(&external(), None));
+    }
+
+    #[test]
+    fn with_a_webhook_url_every_webhook_is_called_at_that_url_with_its_path_and_the_ca() {
+        let options = InstallOptions {
+            webhook_url: Some("https://127.0.0.1:19443/".into()),
+            ..external()
+        };
+        let pem = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n";
+        let config = webhook_configuration(&options, Some(pem));
+        let with_service = webhook_configuration(&external(), Some(pem));
+        let webhooks = config["webhooks"].as_array().unwrap();
+        assert_eq!(
+            webhooks.len(),
+            with_service["webhooks"].as_array().unwrap().len()
+        );
+        for (webhook, service) in webhooks
+            .iter()
+            .zip(with_service["webhooks"].as_array().unwrap())
+        {
+            let path = service["clientConfig"]["service"]["path"].as_str().unwrap();
+            assert_eq!(
+                webhook["clientConfig"],
+                json!({
+                    "url": format!("https://127.0.0.1:19443{path}"),
+                    "caBundle": service["clientConfig"]["caBundle"],
+                }),
+                "no service, the same path and CA"
+            );
+        }
+        assert_eq!(
+            webhooks[0]["clientConfig"]["url"],
+            "https://127.0.0.1:19443/validate-federatedkafkatopics"
+        );
+        // Without the CA (the first apply), no caBundle either.
+        assert_eq!(
+            webhook_configuration(&options, None)["webhooks"][0]["clientConfig"],
+            json!({ "url": "https://127.0.0.1:19443/validate-federatedkafkatopics" })
+        );
+        // What the API server accepts.
+        let _: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
+            serde_json::from_value(config).unwrap();
     }
 
     #[test]
