@@ -20,7 +20,8 @@ use super::options::{
 use crate::federation::lib::GLOBAL_CONFIG_MAP_NAME;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 use crate::webhook::{
-    CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
+    CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, FEDERATION_PATH as FEDERATION_WEBHOOK_PATH,
+    FEDERATION_WEBHOOK_NAME, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
 };
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
@@ -336,10 +337,11 @@ fn grpc_service(options: &InstallOptions) -> Value {
 
 /// The ValidatingWebhookConfiguration `accord-hub`: FederatedKafkaTopic CREATE and UPDATE
 /// go to the hub's webhook through the Service `accord-hub` (or, with `--webhook-url`, at
-/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given.
-/// `failurePolicy: Ignore`: a hub that is down must not block the API, and the controller
-/// checks policies again before propagating. No side effects a dry run could trigger (the
-/// audit Event is skipped for dry runs); 5 s at most.
+/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given, and so
+/// do PrometheusFederation CREATE and UPDATE, on a path of their own (a second webhook with
+/// the same client config but its path). `failurePolicy: Ignore`: a hub that is down must
+/// not block the API, and the controller checks policies again before propagating. No side
+/// effects a dry run could trigger (the audit Event is skipped for dry runs); 5 s at most.
 pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> Value {
     use kube::Resource as _;
     let mut client_config = json!({
@@ -356,6 +358,8 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
             serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
                 .unwrap_or_default();
     }
+    let mut federation_client_config = client_config.clone();
+    federation_client_config["service"]["path"] = json!(FEDERATION_WEBHOOK_PATH);
     let mut config = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
@@ -368,6 +372,20 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
                 "apiVersions": [accord_crds::kafka::FederatedKafkaTopic::version(&())],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["federatedkafkatopics"],
+                "scope": "Namespaced",
+            }],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        }, {
+            "name": FEDERATION_WEBHOOK_NAME,
+            "clientConfig": federation_client_config,
+            "rules": [{
+                "apiGroups": [GROUP],
+                "apiVersions": [accord_crds::PrometheusFederation::version(&())],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["prometheusfederations"],
                 "scope": "Namespaced",
             }],
             "failurePolicy": "Ignore",
@@ -695,7 +713,8 @@ mod tests {
     }
 
     #[test]
-    fn the_webhook_configuration_sends_topic_creates_and_updates_to_the_hub_service() {
+    fn the_webhook_configuration_sends_topic_and_federation_creates_and_updates_to_the_hub_service()
+    {
         let objects = render(&external()).unwrap();
         let config = find(&objects, "ValidatingWebhookConfiguration", "accord-hub");
         assert!(config["metadata"].get("namespace").is_none());
@@ -716,6 +735,27 @@ mod tests {
                     "apiVersions": ["v1alpha1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["federatedkafkatopics"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }, {
+                "name": "prometheusfederations.accord.io",
+                "clientConfig": {
+                    "service": {
+                        "name": "accord-hub",
+                        "namespace": "accord-system",
+                        "port": 9443,
+                        "path": "/validate-prometheusfederations",
+                    },
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["prometheusfederations"],
                     "scope": "Namespaced",
                 }],
                 "failurePolicy": "Ignore",
@@ -747,17 +787,20 @@ mod tests {
     fn given_the_hub_ca_the_webhook_configuration_trusts_it() {
         let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
         let config = webhook_configuration(&external(), Some(pem));
-        let bundle = config["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .unwrap();
-        let typed: k8s_openapi::ByteString = serde_json::from_value(json!(bundle)).expect("base64");
-        assert_eq!(typed.0, pem.as_bytes());
-        // Otherwise equal to what render() and the manifests carry.
         let mut without = config.clone();
-        without["webhooks"][0]["clientConfig"]
-            .as_object_mut()
-            .unwrap()
-            .remove("caBundle");
+        for webhook in [0, 1] {
+            let bundle = config["webhooks"][webhook]["clientConfig"]["caBundle"]
+                .as_str()
+                .unwrap();
+            let typed: k8s_openapi::ByteString =
+                serde_json::from_value(json!(bundle)).expect("base64");
+            assert_eq!(typed.0, pem.as_bytes());
+            // Otherwise equal to what render() and the manifests carry.
+            without["webhooks"][webhook]["clientConfig"]
+                .as_object_mut()
+                .unwrap()
+                .remove("caBundle");
+        }
         assert_eq!(without, webhook_configuration(&external(), None));
     }
 
