@@ -60,9 +60,8 @@ pub const HEARTBEAT_REFRESH_WRITES_PER_SECOND: u32 = 5;
 /// [`HEARTBEAT_REFRESH_INTERVAL`], or longer where the fleet would otherwise take more than
 /// [`HEARTBEAT_REFRESH_WRITES_PER_SECOND`] writes a second.
 pub fn heartbeat_refresh_interval(clusters: usize) -> Duration {
-    let budgeted = Duration::from_secs_f64(
-        clusters as f64 / f64::from(HEARTBEAT_REFRESH_WRITES_PER_SECOND),
-    );
+    let budgeted =
+        Duration::from_secs_f64(clusters as f64 / f64::from(HEARTBEAT_REFRESH_WRITES_PER_SECOND));
     HEARTBEAT_REFRESH_INTERVAL.max(budgeted)
 }
 /// Condition type: whether the member's kube-apiserver answers its agent's `/readyz` probe.

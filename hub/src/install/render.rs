@@ -364,35 +364,20 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": metadata(WEBHOOK_CONFIGURATION, None, hub_labels()),
-        "webhooks": [{
-            "name": WEBHOOK_NAME,
-            "clientConfig": client_config,
-            "rules": [{
-                "apiGroups": [GROUP],
-                "apiVersions": [accord_crds::kafka::FederatedKafkaTopic::version(&())],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["federatedkafkatopics"],
-                "scope": "Namespaced",
-            }],
-            "failurePolicy": "Ignore",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-        }, {
-            "name": FEDERATION_WEBHOOK_NAME,
-            "clientConfig": federation_client_config,
-            "rules": [{
-                "apiGroups": [GROUP],
-                "apiVersions": [accord_crds::PrometheusFederation::version(&())],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["prometheusfederations"],
-                "scope": "Namespaced",
-            }],
-            "failurePolicy": "Ignore",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
-        }],
+        "webhooks": [
+            validating_webhook(
+                WEBHOOK_NAME,
+                client_config,
+                &accord_crds::kafka::FederatedKafkaTopic::version(&()),
+                "federatedkafkatopics",
+            ),
+            validating_webhook(
+                FEDERATION_WEBHOOK_NAME,
+                federation_client_config,
+                &accord_crds::PrometheusFederation::version(&()),
+                "prometheusfederations",
+            ),
+        ],
     });
     if let Some(base) = &options.webhook_url {
         for webhook in config["webhooks"].as_array_mut().into_iter().flatten() {
@@ -400,6 +385,26 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
         }
     }
     config
+}
+
+/// One webhook of the configuration: CREATE and UPDATE of one namespaced Accord resource,
+/// ignored when the hub is down, free of side effects, 5 s at most.
+fn validating_webhook(name: &str, client_config: Value, version: &str, resource: &str) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": client_config,
+        "rules": [{
+            "apiGroups": [GROUP],
+            "apiVersions": [version],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [resource],
+            "scope": "Namespaced",
+        }],
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
+    })
 }
 
 /// A webhook's `clientConfig` that names the Service (`service` with its `path`) turned into
