@@ -15,11 +15,10 @@ use accord_e2e::kafka::KafkaOptions;
 use accord_e2e::kafka_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, TopicView,
 };
+use accord_e2e::process::Frozen;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde_json::json;
 
 static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(1));
@@ -36,26 +35,6 @@ const APPLIES: [&str; 4] = [
     "incremental_alter_configs",
     "delete_topics",
 ];
-
-/// SIGCONTs the process group when dropped, so a failing test never leaves a broker frozen.
-struct Frozen(Pid);
-
-impl Frozen {
-    fn freeze(pid: u32) -> Result<Self> {
-        let pid = Pid::from_raw(i32::try_from(pid)?);
-        // The whole process group: the supervisor starts each process as its own group.
-        killpg(pid, Signal::SIGSTOP)?;
-        Ok(Self(pid))
-    }
-
-    fn thaw(self) {}
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        let _ = killpg(self.0, Signal::SIGCONT);
-    }
-}
 
 /// Requests of `kind` the agent sent to Kafka, from its `/metrics`.
 async fn kafka_requests(testbed: &Testbed, http: &str, kind: &str) -> Result<u64> {
