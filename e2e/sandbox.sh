@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The local federation in one command, on a fresh machine:
-#   bash e2e/sandbox.sh up [--members N] [--with-kafka] [--with-prometheus] [--dir DIR]
+#   bash e2e/sandbox.sh up [--members N] [--with-kafka | --with-kafka-sasl] [--with-prometheus] [--dir DIR]
 #   bash e2e/sandbox.sh status [--json]
 #   bash e2e/sandbox.sh down
 # Installs the Debian packages the testbed needs (once), builds the testbed binaries into

@@ -8,7 +8,7 @@ use std::time::Duration;
 use accord_common::runtime::{error_chain, shutdown_signal};
 use clap::{Args, Parser, Subcommand};
 
-use crate::enforce::kafka::{DEFAULT_SECRET, KafkaOptions};
+use crate::enforce::kafka::{DEFAULT_SECRET, KafkaOptions, ProbeOptions};
 use crate::identity::{IdentitySource, SecretRef};
 use crate::lease::{DEFAULT_LEASE_NAME, MIN_LEASE_DURATION};
 use crate::run::{LeaseOptions, RunConfig};
@@ -87,6 +87,15 @@ pub struct RunArgs {
     /// repaired within it.
     #[arg(long, env = "ACCORD_KAFKA_RESYNC", default_value = "30s", value_parser = parse_duration)]
     pub kafka_resync: Duration,
+    /// Interval between two liveness probes of the member's Kafka (one Metadata request for
+    /// no topic) while topics are assigned: a Kafka that stops answering makes its topics
+    /// Unavailable within about this interval and --kafka-probe-timeout.
+    #[arg(long, env = "ACCORD_KAFKA_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub kafka_probe_interval: Duration,
+    /// How long one liveness probe of the member's Kafka may take before Kafka counts as
+    /// unreachable; shorter than --kafka-probe-interval.
+    #[arg(long, env = "ACCORD_KAFKA_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    pub kafka_probe_timeout: Duration,
     /// The coordination.k8s.io Lease (in --namespace) that decides which agent replica is
     /// active; only its holder connects to the hub and applies.
     #[arg(long, env = "ACCORD_LEASE_NAME", default_value = DEFAULT_LEASE_NAME, value_parser = parse_lease_name)]
@@ -121,12 +130,42 @@ impl RunArgs {
             kafka: KafkaOptions {
                 secret: self.kafka_secret,
                 resync: self.kafka_resync,
+                probe: ProbeOptions {
+                    interval: self.kafka_probe_interval,
+                    timeout: self.kafka_probe_timeout,
+                },
             },
             lease: LeaseOptions {
                 name: self.lease_name,
                 duration: self.lease_duration,
             },
         }
+    }
+}
+
+impl Cli {
+    /// Parses `args` as [`Parser::try_parse_from`] does, then checks what one flag alone
+    /// cannot (a probe timeout shorter than its interval).
+    pub fn try_parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::CommandFactory as _;
+        let cli = Self::try_parse_from(args)?;
+        if let Command::Run(run) = &cli.command
+            && run.kafka_probe_timeout >= run.kafka_probe_interval
+        {
+            return Err(Self::command().error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!(
+                    "--kafka-probe-timeout ({:?}) must be shorter than --kafka-probe-interval \
+                     ({:?}): one probe ends before the next begins",
+                    run.kafka_probe_timeout, run.kafka_probe_interval
+                ),
+            ));
+        }
+        Ok(cli)
     }
 }
 
@@ -189,7 +228,7 @@ fn parse_secret_ref(s: &str) -> Result<SecretRef, String> {
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse_checked(std::env::args_os()).unwrap_or_else(|e| e.exit());
     match cli.command {
         Command::Version => {
             println!(
@@ -280,6 +319,8 @@ mod tests {
         assert_eq!(config.kafka, KafkaOptions::default());
         assert_eq!(config.kafka.secret, "accord-kafka");
         assert_eq!(config.kafka.resync, Duration::from_secs(30));
+        assert_eq!(config.kafka.probe.interval, Duration::from_secs(5));
+        assert_eq!(config.kafka.probe.timeout, Duration::from_secs(2));
         assert_eq!(config.lease, LeaseOptions::default());
         assert_eq!(config.lease.name, "accord-agent");
         assert_eq!(config.lease.duration, Duration::from_secs(15));
@@ -339,6 +380,7 @@ mod tests {
             KafkaOptions {
                 secret: "kafka-prod".into(),
                 resync: Duration::from_secs(2),
+                probe: ProbeOptions::default(),
             }
         );
         for bad in ["ns/name", "Upper", "", "-x"] {
@@ -348,6 +390,58 @@ mod tests {
             );
         }
         assert!(Cli::try_parse_from(["accord-agent", "run", "--kafka-resync", "0s"]).is_err());
+    }
+
+    #[test]
+    fn run_takes_a_kafka_probe_interval_and_a_shorter_timeout() {
+        let cli = Cli::try_parse_checked([
+            "accord-agent",
+            "run",
+            "--kafka-probe-interval",
+            "3s",
+            "--kafka-probe-timeout",
+            "1500ms",
+        ])
+        .unwrap();
+        let Command::Run(args) = cli.command else {
+            panic!("expected run");
+        };
+        assert_eq!(
+            args.config().kafka.probe,
+            ProbeOptions {
+                interval: Duration::from_secs(3),
+                timeout: Duration::from_millis(1500),
+            }
+        );
+        for (interval, timeout) in [("2s", "2s"), ("2s", "3s"), ("1s", "2s")] {
+            let e = Cli::try_parse_checked([
+                "accord-agent",
+                "run",
+                "--kafka-probe-interval",
+                interval,
+                "--kafka-probe-timeout",
+                timeout,
+            ])
+            .unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+            assert!(
+                e.to_string()
+                    .contains("must be shorter than --kafka-probe-interval"),
+                "{e}"
+            );
+        }
+        // The default timeout (2s) against a shorter interval is refused just the same.
+        assert!(
+            Cli::try_parse_checked(["accord-agent", "run", "--kafka-probe-interval", "1s"])
+                .is_err()
+        );
+        for bad in ["0s", "x", "-1s"] {
+            assert!(
+                Cli::try_parse_checked(["accord-agent", "run", "--kafka-probe-interval", bad])
+                    .is_err(),
+                "{bad:?} accepted"
+            );
+        }
     }
 
     #[test]

@@ -130,6 +130,7 @@ async fn engine_as(
         KafkaOptions {
             secret: secret.to_owned(),
             resync: RESYNC,
+            ..KafkaOptions::default()
         },
         metrics.clone(),
     );

@@ -42,7 +42,9 @@ const TOPIC_NAME_RULE: &str =
 #[x_kube(validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR))]
 #[serde(rename_all = "camelCase")]
 pub struct FederatedKafkaTopicSpec {
-    /// Topic name in Kafka (default: metadata.name).
+    /// Topic name in Kafka (default: metadata.name). A name an older FederatedKafkaTopic
+    /// already has in one of the same clusters is refused by the hub's admission webhook
+    /// (reason `TOPIC_ALREADY_MANAGED`, naming the owner).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 249))]
     #[x_kube(validation = Rule::new(TOPIC_NAME_RULE).message(messages::TOPIC_NAME))]
@@ -164,7 +166,8 @@ pub struct TopicPlacement {
 }
 
 /// Compliance rules for FederatedKafkaTopics, enforced by the hub's validating admission
-/// webhook (reason `TOPIC_CREATION_POLICY_VIOLATION`) and again before propagation.
+/// webhook (reason `TOPIC_CREATION_POLICY_VIOLATION`, also when the topic's name is taken as
+/// well) and again before propagation.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "accord.io",

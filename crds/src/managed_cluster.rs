@@ -119,7 +119,9 @@ pub struct ManagedClusterStatus {
     /// Kubernetes version of the member cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes_version: Option<String>,
-    /// Last heartbeat the hub recorded (written rate-limited, not on every heartbeat).
+    /// When the hub last recorded the agent heartbeating over its stream. Refreshed every
+    /// 60 s while the cluster stays available (longer in fleets past 300 clusters, to keep
+    /// refreshes under 5 writes a second); liveness itself is the `Available` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,
     /// Hub replica that holds the cluster's stream.

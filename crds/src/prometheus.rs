@@ -60,7 +60,10 @@ pub struct PrometheusFederationSpec {
     pub cluster_selector: Option<LabelSelector>,
     /// Which tenants' Prometheus servers are federated.
     pub tenant_selector: TenantSelector,
-    /// Series selectors passed as `match[]` to `/federate`; at least one.
+    /// Series selectors passed as `match[]` to `/federate`; at least one. Each must be a
+    /// series selector (`name`, `name{...}` or `{...}` with `=`, `!=`, `=~`, `!~` matchers
+    /// on quoted strings); the hub's admission webhook refuses any other with the parser's
+    /// message (reason `INVALID_MATCH_SELECTOR`).
     #[serde(rename = "match")]
     #[schemars(length(max = 64))]
     #[x_kube(

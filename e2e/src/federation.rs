@@ -149,48 +149,45 @@ impl<'t> Federation<'t> {
             agent_args: agent_args.iter().map(|s| s.to_string()).collect(),
         };
         for (name, member) in agents {
-            let (token, hash) = create_token(testbed, etcd_prefix, "10m").await?;
-            let id = agent_sim::register(&fed.hub.grpc, &token, &hash, name, true)
-                .await
-                .map_err(|s| anyhow::anyhow!("registering {name}: {s}"))?;
-            let dir = testbed.dir().join(format!("identity-{replica}-{name}"));
-            write_identity(&dir, &fed.hub.grpc, &id)?;
-            ensure_namespace(&testbed.members()[*member], AGENT_NAMESPACE).await?;
-            let agent = Agent {
-                name: (*name).to_owned(),
-                member: *member,
-                identity_dir: dir,
-                http: format!("127.0.0.1:{}", free_port()?),
-                process: None,
-            };
-            fed.agents.insert((*name).to_owned(), agent);
-            fed.start_agent(name)?;
+            let hub = fed.hub.grpc.clone();
+            fed.join_agent(name, *member, &hub).await?;
         }
         // Each agent takes its Lease before it connects: wait until every one holds its
         // stream, so a policy applied next sees every cluster available.
         for agent in fed.agents.values() {
-            crate::wait::until(
-                &format!("agent {} connected", agent.name),
-                std::time::Duration::from_secs(60),
-                || {
-                    let http = agent.http.clone();
-                    async move {
-                        let text = match agent_metrics(testbed, &http).await {
-                            Ok(text) => text,
-                            Err(e) => return Ok(crate::wait::Check::NotYet(e.to_string())),
-                        };
-                        Ok(
-                            match crate::hub::parse_metric(&text, "accord_agent_connected") {
-                                Some(1.0) => crate::wait::Check::Ready(()),
-                                other => crate::wait::Check::NotYet(format!("connected {other:?}")),
-                            },
-                        )
-                    }
-                },
-            )
-            .await?;
+            wait_connected(testbed, agent).await?;
         }
         Ok(fed)
+    }
+
+    /// Joins one more agent, for cluster `name` on testbed member `member`, that reaches
+    /// the hub at `via` (`host:port`: the hub, or a proxy in front of it) and starts it;
+    /// returns once it holds its stream.
+    pub async fn add_agent(&mut self, name: &str, member: usize, via: &str) -> Result<()> {
+        self.join_agent(name, member, via).await?;
+        wait_connected(self.testbed, &self.agents[name]).await
+    }
+
+    async fn join_agent(&mut self, name: &str, member: usize, via: &str) -> Result<()> {
+        let testbed = self.testbed;
+        let (token, hash) = create_token(testbed, &self.hub_options.etcd_prefix, "10m").await?;
+        let id = agent_sim::register(via, &token, &hash, name, true)
+            .await
+            .map_err(|s| anyhow::anyhow!("registering {name}: {s}"))?;
+        let dir = testbed
+            .dir()
+            .join(format!("identity-{}-{name}", self.hub_options.replica));
+        write_identity(&dir, via, &id)?;
+        ensure_namespace(&testbed.members()[member], AGENT_NAMESPACE).await?;
+        let agent = Agent {
+            name: name.to_owned(),
+            member,
+            identity_dir: dir,
+            http: format!("127.0.0.1:{}", free_port()?),
+            process: None,
+        };
+        self.agents.insert(name.to_owned(), agent);
+        self.start_agent(name)
     }
 
     /// Starts (or restarts) the agent of cluster `name`.
@@ -291,6 +288,30 @@ impl<'t> Federation<'t> {
         self.hub = HubProcess::start_at(self.testbed, &self.hub_options, &grpc).await?;
         Ok(())
     }
+}
+
+/// Waits until `agent` reports on its `/metrics` that it holds its stream to the hub.
+async fn wait_connected(testbed: &Testbed, agent: &Agent) -> Result<()> {
+    crate::wait::until(
+        &format!("agent {} connected", agent.name),
+        std::time::Duration::from_secs(60),
+        || {
+            let http = agent.http.clone();
+            async move {
+                let text = match agent_metrics(testbed, &http).await {
+                    Ok(text) => text,
+                    Err(e) => return Ok(crate::wait::Check::NotYet(e.to_string())),
+                };
+                Ok(
+                    match crate::hub::parse_metric(&text, "accord_agent_connected") {
+                        Some(1.0) => crate::wait::Check::Ready(()),
+                        other => crate::wait::Check::NotYet(format!("connected {other:?}")),
+                    },
+                )
+            }
+        },
+    )
+    .await
 }
 
 /// SIGKILLs a supervised process and reaps it.

@@ -128,6 +128,10 @@ pub struct HubSetup {
     pub etcd_prefix: String,
     /// The serving replica's name.
     pub replica: String,
+    /// Register the admission webhook at the local hub's address (`accord-hub install
+    /// --webhook-url https://127.0.0.1:PORT`) instead of the Service `accord-hub`, which
+    /// has no pods here: the API server then calls the hub it runs.
+    pub webhook_url: bool,
 }
 
 impl HubSetup {
@@ -137,6 +141,7 @@ impl HubSetup {
             hub_bin: accord_binary("accord-hub")?,
             etcd_prefix: etcd_prefix.to_owned(),
             replica: "hub-as-sa".to_owned(),
+            webhook_url: false,
         })
     }
 }
@@ -149,6 +154,11 @@ pub struct InstalledHub {
     pub url: String,
     /// HTTP base URL (`/metrics`, `/readyz`).
     pub http: String,
+    /// Where the hub serves its admission webhook, `https://127.0.0.1:PORT`.
+    pub webhook: String,
+    /// The URL the ValidatingWebhookConfiguration names, with
+    /// [`HubSetup::webhook_url`] (each webhook's path appended).
+    pub webhook_url: Option<String>,
     /// How it was set up.
     pub setup: HubSetup,
     /// What install printed on stdout (it ends with a join command).
@@ -173,22 +183,25 @@ impl InstalledHub {
             .context("UTF-8 path")?;
         let grpc = format!("127.0.0.1:{}", free_port()?);
         let http = format!("127.0.0.1:{}", free_port()?);
+        let webhook_addr = format!("127.0.0.1:{}", free_port()?);
         let url = format!("https://{grpc}");
-        let out = run_program(
-            &setup.hub_bin,
-            &[
-                "install",
-                "--kubeconfig",
-                mgmt,
-                "--etcd-endpoints",
-                testbed.etcd_endpoint(),
-                "--etcd-prefix",
-                etcd_prefix,
-                "--hub-url",
-                &url,
-            ],
-        )
-        .await?;
+        let webhook = format!("https://{webhook_addr}");
+        let webhook_url = setup.webhook_url.then(|| webhook.clone());
+        let mut install = vec![
+            "install",
+            "--kubeconfig",
+            mgmt,
+            "--etcd-endpoints",
+            testbed.etcd_endpoint(),
+            "--etcd-prefix",
+            etcd_prefix,
+            "--hub-url",
+            &url,
+        ];
+        if let Some(webhook_url) = &webhook_url {
+            install.extend(["--webhook-url", webhook_url]);
+        }
+        let out = run_program(&setup.hub_bin, &install).await?;
         ensure!(
             out.status.success(),
             "install failed: {}",
@@ -210,7 +223,7 @@ impl InstalledHub {
             .args(["--etcd-endpoints", testbed.etcd_endpoint()])
             .args(["--etcd-prefix", etcd_prefix, "--namespace", HUB_NAMESPACE])
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
-            .args(["--webhook-addr", &format!("127.0.0.1:{}", free_port()?)])
+            .args(["--webhook-addr", &webhook_addr])
             .args(["--replica-name", &setup.replica])
             .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,accord_hub=debug");
@@ -233,6 +246,8 @@ impl InstalledHub {
             process,
             url,
             http,
+            webhook,
+            webhook_url,
             setup,
             install_output,
         })

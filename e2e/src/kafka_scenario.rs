@@ -41,8 +41,10 @@ pub const WEBHOOK_PATH: &str = "/validate-federatedkafkatopics";
 /// Namespace label a test's webhook registration selects (its value is the scenario name),
 /// so that one test's webhook never sees another test's topics.
 pub const WEBHOOK_NAMESPACE_LABEL: &str = "e2e.accord.io/webhook";
-/// The reason the webhook refuses a topic with.
+/// The reason the webhook refuses a topic that breaks a `Deny` policy with.
 pub const POLICY_REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
+/// The reason the webhook refuses a topic whose name is taken in one of its clusters with.
+pub const ALREADY_MANAGED_REASON: &str = "TOPIC_ALREADY_MANAGED";
 /// Key of the hub CA's certificate in its Secret.
 const HUB_CA_SECRET: &str = "accord-hub-ca";
 const HUB_CA_KEY: &str = "tls.crt";

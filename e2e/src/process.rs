@@ -24,6 +24,29 @@ use nix::unistd::Pid;
 /// How long processes get to exit after SIGTERM before they are killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// A process group stopped with SIGSTOP, continued with SIGCONT when dropped, so a failing
+/// test never leaves a component frozen (the supervisor starts each process as its own
+/// group, so the group is the component).
+pub struct Frozen(Pid);
+
+impl Frozen {
+    /// Stops the process group led by `pid`.
+    pub fn freeze(pid: u32) -> Result<Self> {
+        let pid = Pid::from_raw(i32::try_from(pid)?);
+        killpg(pid, Signal::SIGSTOP).context("SIGSTOP")?;
+        Ok(Self(pid))
+    }
+
+    /// Continues the group now (what dropping it does).
+    pub fn thaw(self) {}
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = killpg(self.0, Signal::SIGCONT);
+    }
+}
+
 /// Lines of a log printed when a component fails or a test panics.
 pub const DEFAULT_TAIL_LINES: usize = 40;
 

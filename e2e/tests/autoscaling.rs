@@ -1294,7 +1294,8 @@ fn a_stopped_members_share_moves_and_the_autoscaled_total_is_kept() {
             .wait_for(&BTreeMap::from([(0, 4), (1, 4), (2, 4)]), &id, FEW_POLLS)
             .await?;
 
-        // A member stops: its share moves to the others; the total stays 12.
+        // A member stops: its share moves to the others; the total stays 12. It is told to
+        // keep the 4 it runs (never 0: a return must not kill running pods).
         fed.kill_agent("afo-3")?;
         let moved = |total: i32| {
             move |h: &[Snapshot]| {
@@ -1310,7 +1311,7 @@ fn a_stopped_members_share_moves_and_the_autoscaled_total_is_kept() {
                         let gone = s.status.placements.iter().any(|p| {
                             p.cluster == "afo-3"
                                 && p.state == accord_crds::PlacementState::Unavailable
-                                && p.desired_replicas == 0
+                                && p.desired_replicas == 4
                         });
                         gone && available == total && s.effective() == Some(total)
                     })

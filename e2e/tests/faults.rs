@@ -8,7 +8,9 @@
 
 mod fault_support;
 
+use accord_crds::{CrossClusterScalePolicy, PlacementState};
 use accord_e2e::faultproxy::{FaultProxy, Mode};
+use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
 use accord_e2e::hub::HubProcess;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -17,9 +19,13 @@ use accord_hub::store::{Store, StoreError};
 use accord_proto::v1::StatusReport;
 use anyhow::{Context as _, Result, bail, ensure};
 use fault_support::{
-    AvailabilityLog, ReconnectingAgent, create_policy, create_policy_with_cooldown, exited,
-    is_leader, join, join_with_etcd, opts, readyz, set_desired, signal, via_proxy,
+    AvailabilityLog, DeploymentLog, DeploymentState, ReconnectingAgent, create_policy,
+    create_policy_with_cooldown, exited, is_leader, join, join_with_etcd, opts, readyz,
+    set_desired, signal, via_proxy,
 };
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use nix::sys::signal::Signal;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -140,11 +146,12 @@ fn an_agent_partitioned_with_its_stream_open_fails_over_within_five_seconds_and_
             .wait_for("True", healed, Duration::from_secs(30))
             .await?;
         report_ms(case, "Available=True after healing", back);
-        let returned = agents[0]
-            .wait_replicas_since(policy, 6, healed, Duration::from_secs(30 + cooldown as u64))
+        // part-a keeps its 6 throughout; its share is back when part-b gives back.
+        let returned = agents[1]
+            .wait_replicas_since(policy, 4, healed, Duration::from_secs(30 + cooldown as u64))
             .await?;
-        agents[1]
-            .wait_replicas(policy, 4, Duration::from_secs(15))
+        agents[0]
+            .wait_replicas(policy, 6, Duration::from_secs(15))
             .await?;
         report_ms(
             case,
@@ -163,11 +170,11 @@ fn an_agent_partitioned_with_its_stream_open_fails_over_within_five_seconds_and_
             statuses == ["False", "True"],
             "Available after healing: {statuses:?} (expected one return)"
         );
-        let a_runs = share_runs(&agents[0], policy, healed);
+        // Never told less than it ran: a return drains nothing.
+        let a_runs = share_runs(&agents[0], policy, cut);
         ensure!(
-            a_runs.last() == Some(&Some(6))
-                && a_runs.iter().filter(|r| **r == Some(6)).count() == 1,
-            "part-a's share after healing: {a_runs:?} (expected to come back once)"
+            a_runs == [Some(6)],
+            "part-a's share since the cut: {a_runs:?} (expected to keep its 6 throughout)"
         );
         let b_runs = share_runs(&agents[1], policy, cut);
         ensure!(
@@ -176,6 +183,137 @@ fn an_agent_partitioned_with_its_stream_open_fails_over_within_five_seconds_and_
         );
         let others = logs[1].statuses_since(cut);
         ensure!(others == ["True"], "part-b's availability: {others:?}");
+        Ok(())
+    });
+}
+
+/// Real agents and a real member cluster, for the cases that count what happens to member
+/// Deployments (the other cases use simulated agents and no member).
+static MEMBER_TESTBED: SharedTestbed =
+    SharedTestbed::new(|b| b.members(1).without_mgmt_controller_manager());
+
+#[test]
+#[ignore = "fault suite: run by e2e/faults.sh"]
+fn a_partitioned_cluster_keeps_its_running_pods_through_its_return_and_the_others_give_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    MEMBER_TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let case = "returning cluster";
+        let policy = "returning-web";
+        // Three clusters on the one member, each with its Deployment in a namespace of its
+        // own; only the third's agent goes through the proxy.
+        let clusters = ["ret-a", "ret-b", "ret-c"];
+        let mut fed = Federation::start(
+            testbed,
+            "hub-returning",
+            "/f-returning/",
+            &[],
+            &[(clusters[0], 0), (clusters[1], 0)],
+        )
+        .await?;
+        let proxy = FaultProxy::start(fed.hub.grpc.parse()?).await?;
+        fed.add_agent(clusters[2], 0, &proxy.addr().to_string())
+            .await?;
+        let member = &testbed.members()[0];
+        let mut deployments = Vec::new();
+        for ns in clusters {
+            ensure_namespace(member, ns).await?;
+            let api: Api<Deployment> = Api::namespaced(member.client(), ns);
+            api.patch(
+                policy,
+                &PatchParams::apply("accord-e2e-tests").force(),
+                &Patch::Apply(&pause_deployment(policy, 1)),
+            )
+            .await?;
+            deployments.push(DeploymentLog::start(member.client(), ns, policy));
+        }
+        let availability = AvailabilityLog::start(testbed, clusters[2]);
+        let cooldown = 5;
+        let distribution: Vec<_> = clusters
+            .iter()
+            .map(|c| serde_json::json!({"cluster": c, "namespace": c, "weight": 1}))
+            .collect();
+        let ccsp: CrossClusterScalePolicy = serde_json::from_value(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+            "metadata": {"name": policy, "namespace": "default"},
+            "spec": {"targetRef": {"name": policy}, "desiredReplicas": 9,
+                     "distribution": distribution,
+                     "failover": {"returnCooldownSeconds": cooldown}}
+        }))?;
+        Api::<CrossClusterScalePolicy>::namespaced(testbed.mgmt().client(), "default")
+            .create(&Default::default(), &ccsp)
+            .await?;
+        for log in &deployments {
+            log.wait_replicas(3, true).await?;
+        }
+
+        let cut = Instant::now();
+        proxy.set_mode(Mode::Blackhole);
+        availability
+            .wait_for("False", cut, Duration::from_secs(15))
+            .await?;
+        // Its share moves: 9 over the other two (the tie goes to the first name).
+        deployments[0].wait_replicas(5, false).await?;
+        deployments[1].wait_replicas(4, false).await?;
+        report_ms(case, "share moved to the others", cut.elapsed());
+
+        let healed = Instant::now();
+        proxy.set_mode(Mode::Pass);
+        let back = availability
+            .wait_for("True", healed, Duration::from_secs(30))
+            .await?;
+        report_ms(case, "Available=True after healing", back);
+        // After the cooldown the others give back; then every Deployment runs 3 again.
+        deployments[0].wait_replicas(3, true).await?;
+        deployments[1].wait_replicas(3, true).await?;
+        let returned = healed.elapsed();
+        report_ms(
+            case,
+            &format!("others gave back after healing ({cooldown} s cooldown)"),
+            returned,
+        );
+        ensure!(
+            returned + Duration::from_secs(1) >= back + Duration::from_secs(cooldown),
+            "the others gave back {returned:?} after healing, before the {cooldown} s cooldown"
+        );
+        // The returning cluster's agent has reported the final decision: what it was told
+        // through the partition, the reconnect and the cooldown is all in the log by now.
+        let status = until("the returning cluster Synced", Duration::from_secs(30), || async {
+            let p = Api::<CrossClusterScalePolicy>::namespaced(testbed.mgmt().client(), "default")
+                .get(policy)
+                .await?;
+            let synced = p.status.as_ref().is_some_and(|s| {
+                s.placements.iter().all(|p| {
+                    p.state == PlacementState::Synced && p.desired_replicas == 3
+                })
+            });
+            Ok(if synced { Check::Ready(p.status) } else { Check::NotYet(format!("{:?}", p.status.map(|s| s.placements))) })
+        })
+        .await?;
+        ensure!(status.and_then(|s| s.ready_replicas) == Some(9));
+
+        // Its Deployment's spec.replicas never changed: not to 0 on the reconnect, not back
+        // up after the cooldown, and its pods stayed ready throughout; yet its agent did
+        // apply the decisions made meanwhile (each stamps its scale request id).
+        let states: Vec<DeploymentState> = deployments[2]
+            .states()
+            .into_iter()
+            .filter(|(at, _)| *at >= cut)
+            .map(|(_, s)| s)
+            .collect();
+        let replicas = runs(states.iter().map(|s| s.replicas));
+        let decisions = runs(states.iter().map(|s| s.scale_request_id.clone())).len();
+        println!(
+            "fault {case}: the returning Deployment's spec.replicas since the cut: {replicas:?} over {decisions} decisions applied"
+        );
+        ensure!(
+            replicas == [3] && states.iter().all(|s| s.ready == 3),
+            "the returning cluster's Deployment changed: {states:?}"
+        );
+        ensure!(
+            decisions >= 2,
+            "the returning cluster's agent applied {decisions} decisions after the cut: {states:?}"
+        );
         Ok(())
     });
 }

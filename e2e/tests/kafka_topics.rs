@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use accord_crds::{KafkaTopicPolicy, PlacementState};
 use accord_e2e::kafka::{KafkaCluster, KafkaOptions};
 use accord_e2e::kafka_scenario::{
-    self as ks, KafkaMember, KafkaProbe, KafkaScenario, KafkaScenarioOptions, POLICY_REASON,
-    TopicView,
+    self as ks, ALREADY_MANAGED_REASON, KafkaMember, KafkaProbe, KafkaScenario,
+    KafkaScenarioOptions, POLICY_REASON, TopicView,
 };
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -602,7 +602,7 @@ fn the_webhook_refuses_what_breaks_a_policy_or_takes_a_topic_already_taken_and_a
         let Err(kube::Error::Api(e)) = second else {
             bail!("the duplicate was admitted: {second:?}");
         };
-        ensure!(e.reason == POLICY_REASON, "{e:?}");
+        ensure!(e.reason == ALREADY_MANAGED_REASON, "{e:?}");
         ensure!(
             e.message.contains("first") && e.message.contains(&clusters[0]),
             "the refusal does not name the owner and the cluster: {}",

@@ -1,14 +1,18 @@
-//! The FederatedKafkaTopic admission webhook through a real kube-apiserver: a real
-//! `accord-hub serve` serves it on `--webhook-addr`, a ValidatingWebhookConfiguration points
-//! the API server at `https://127.0.0.1:PORT/validate-federatedkafkatopics`, and the hub
-//! itself fills in its `caBundle` with the hub CA. Then, as a user sees it: a topic under a
-//! Deny policy is refused naming both broken rules, an Audit policy admits with a warning
-//! that reaches the client and a Warning Event, and a second topic with a taken name in
-//! the same cluster is refused naming its owner; a replica that does not lead answers as
-//! well. A second test installs the hub with
+//! The hub's admission webhooks through a real kube-apiserver: a real `accord-hub serve`
+//! serves them on `--webhook-addr`, a ValidatingWebhookConfiguration points the API server
+//! at `https://127.0.0.1:PORT/validate-…`, and the hub itself fills in its `caBundle` with
+//! the hub CA. Then, as a user sees it: a topic under a Deny policy is refused naming both
+//! broken rules, an Audit policy admits with a warning that reaches the client and a
+//! Warning Event, and a second topic with a taken name in the same cluster is refused
+//! (reason `TOPIC_ALREADY_MANAGED`) naming its owner; a replica that does not lead answers
+//! as well. A second test installs the hub with
 //! `accord-hub install` and runs it with exactly its ServiceAccount's permissions, proving
-//! they suffice for the webhook (Namespaces, the configuration's caBundle, Events).
+//! they suffice for the webhook (Namespaces, the configuration's caBundle, Events). A third
+//! registers both webhooks, as `accord-hub install` does, and shows `kubectl apply` of a
+//! PrometheusFederation with `match: ["{job=}"]` refused with the selector parser's message
+//! (reason `INVALID_MATCH_SELECTOR`) while a valid one is admitted.
 
+use std::process::Stdio;
 use std::time::Duration;
 
 use accord_crds::kafka::FederatedKafkaTopic;
@@ -26,6 +30,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt as _;
 
 static TESTBED: SharedTestbed =
     SharedTestbed::new(|b| b.members(0).without_mgmt_controller_manager());
@@ -33,6 +38,8 @@ static TESTBED: SharedTestbed =
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
+const ALREADY_MANAGED: &str = "TOPIC_ALREADY_MANAGED";
+const INVALID_MATCH: &str = "INVALID_MATCH_SELECTOR";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn topic(
@@ -88,16 +95,17 @@ async fn try_create(
     }
 }
 
-/// Waits until a dry-run create of `topic` is refused by the webhook (its configuration is
-/// active in the API server and the hub's caches hold what makes it refuse); returns the
-/// refusal.
+/// Waits until a dry-run create of `topic` is refused by the webhook with `reason` (its
+/// configuration is active in the API server and the hub's caches hold what makes it
+/// refuse); returns the refusal.
 async fn refused_once_in_effect(
     testbed: &Testbed,
     topic: &FederatedKafkaTopic,
+    reason: &str,
 ) -> Result<kube::core::Status> {
     until("the webhook refuses a dry run", WAIT, || async {
         Ok(match try_create(testbed, topic, true).await? {
-            Some(status) if status.reason == REASON => Check::Ready(status),
+            Some(status) if status.reason == reason => Check::Ready(status),
             Some(other) => Check::NotYet(format!("refused otherwise: {other:?}")),
             None => Check::NotYet("admitted".into()),
         })
@@ -141,26 +149,33 @@ async fn hub_ca(testbed: &Testbed) -> Result<k8s_openapi::ByteString> {
         .context("the hub CA Secret has tls.crt")
 }
 
-/// Waits until the configuration `accord-hub` carries `ca` as its webhook's caBundle.
+/// Waits until the configuration `accord-hub` carries `ca` as the caBundle of every
+/// webhook in it.
 async fn ca_bundle_becomes(
     configs: &Api<ValidatingWebhookConfiguration>,
     ca: &k8s_openapi::ByteString,
 ) -> Result<()> {
     until("the caBundle is the hub CA", WAIT, || async {
         let found = configs.get("accord-hub").await?;
-        let bundle = found
+        let bundles: Vec<Option<k8s_openapi::ByteString>> = found
             .webhooks
             .unwrap_or_default()
-            .first()
-            .and_then(|w| w.client_config.ca_bundle.clone());
-        Ok(if bundle.as_ref() == Some(ca) {
-            Check::Ready(())
-        } else {
-            Check::NotYet(format!(
-                "caBundle {} bytes",
-                bundle.map_or(0, |b| b.0.len())
-            ))
-        })
+            .into_iter()
+            .map(|w| w.client_config.ca_bundle)
+            .collect();
+        Ok(
+            if !bundles.is_empty() && bundles.iter().all(|b| b.as_ref() == Some(ca)) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!(
+                    "caBundle bytes per webhook: {:?}",
+                    bundles
+                        .iter()
+                        .map(|b| b.as_ref().map_or(0, |b| b.0.len()))
+                        .collect::<Vec<_>>()
+                ))
+            },
+        )
     })
     .await
 }
@@ -255,7 +270,7 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
         )
         .await?;
         let small = topic("wh-deny", "small", 6, 1, &["east"])?;
-        refused_once_in_effect(testbed, &small).await?;
+        refused_once_in_effect(testbed, &small, REASON).await?;
         let refusal = try_create(testbed, &small, false)
             .await?
             .context("a 6-partition, RF 1 topic was admitted under the Deny policy")?;
@@ -361,12 +376,13 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
             "the first topic was refused"
         );
         let duplicate = topic("wh-dup-b", "orders", 12, 3, &["west", "east"])?;
-        refused_once_in_effect(testbed, &duplicate).await?;
+        refused_once_in_effect(testbed, &duplicate, ALREADY_MANAGED).await?;
         let refusal = try_create(testbed, &duplicate, false)
             .await?
             .context("a second topic named orders in cluster east was admitted")?;
         eprintln!("duplicate refused: {refusal:?}");
-        ensure!(refusal.reason == REASON, "{refusal:?}");
+        // Its own reason: no KafkaTopicPolicy is involved.
+        ensure!(refusal.code == 403 && refusal.reason == ALREADY_MANAGED, "{refusal:?}");
         ensure!(
             refusal.message.contains("FederatedKafkaTopic wh-dup-a/orders in cluster east"),
             "{:?}",
@@ -567,6 +583,149 @@ fn the_webhook_works_with_only_the_permissions_install_grants() {
             configs.delete(name, &Default::default()).await?;
         }
         testbed.stop_process(process);
+        Ok(())
+    });
+}
+
+/// A PrometheusFederation `wh-pfed/<name>` with `match`, as JSON.
+fn federation(name: &str, matchers: &[&str]) -> Value {
+    json!({
+        "apiVersion": "accord.io/v1alpha1",
+        "kind": "PrometheusFederation",
+        "metadata": { "name": name, "namespace": "wh-pfed" },
+        "spec": {
+            "clusters": ["east"],
+            "tenantSelector": { "namespaces": ["team-a"] },
+            "match": matchers,
+        },
+    })
+}
+
+/// `kubectl apply -f -` (or with `--dry-run=server`) of `object` on the management cluster.
+async fn kubectl_apply(
+    testbed: &Testbed,
+    object: &Value,
+    dry_run: bool,
+) -> Result<std::process::Output> {
+    let mut command = testbed.kubectl(testbed.mgmt());
+    command.args(["apply", "-f", "-"]);
+    if dry_run {
+        command.arg("--dry-run=server");
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut stdin = child.stdin.take().context("kubectl's stdin")?;
+    stdin.write_all(&serde_json::to_vec(object)?).await?;
+    drop(stdin);
+    Ok(child.wait_with_output().await?)
+}
+
+#[test]
+fn a_federation_match_selector_the_parser_refuses_is_refused_at_kubectl_apply() {
+    TESTBED.run(|testbed| async move {
+        let _serial = SERIAL.lock().await;
+        let port = free_port()?;
+        let hub = HubProcess::start(
+            testbed,
+            &HubOptions {
+                replica: "webhook-pfed-hub".into(),
+                etcd_prefix: "/kafka-webhook-pfed/".into(),
+                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{port}")],
+            },
+        )
+        .await?;
+        let client = testbed.mgmt().client();
+
+        // Both webhooks, as `accord-hub install` renders them, by URL and without a CA: the
+        // hub sets the caBundle of both.
+        let webhook = |name: &str, path: &str, resource: &str| {
+            json!({
+                "name": name,
+                "clientConfig": { "url": format!("https://127.0.0.1:{port}{path}") },
+                "rules": [{
+                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"], "resources": [resource],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            })
+        };
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": { "name": "accord-hub" },
+            "webhooks": [
+                webhook("federatedkafkatopics.accord.io", "/validate-federatedkafkatopics", "federatedkafkatopics"),
+                webhook("prometheusfederations.accord.io", "/validate-prometheusfederations", "prometheusfederations"),
+            ],
+        }))?;
+        let _ = configs.delete("accord-hub", &Default::default()).await;
+        configs.create(&PostParams::default(), &config).await?;
+        let ca = hub_ca(testbed).await?;
+        ca_bundle_becomes(&configs, &ca).await?;
+
+        labelled_namespace(testbed, "wh-pfed", "none").await?;
+        let bad = federation("bad-match", &["up", "{job=}"]);
+        let expected = accord_common::federation::check_selector("{job=}")
+            .err()
+            .context("the parser accepts {job=}")?
+            .to_string();
+        // The API server's own validation (CEL) lets it through; only the webhook can refuse.
+        let refused = until("the webhook refuses a server-side dry run", WAIT, || async {
+            let out = kubectl_apply(testbed, &bad, true).await?;
+            let text = output_text(&out);
+            Ok(if !out.status.success() && text.contains(INVALID_MATCH) {
+                Check::Ready(text)
+            } else {
+                Check::NotYet(text)
+            })
+        })
+        .await?;
+        eprintln!("dry run refused: {refused}");
+
+        let out = kubectl_apply(testbed, &bad, false).await?;
+        let text = output_text(&out);
+        eprintln!("kubectl apply refused: {text}");
+        ensure!(!out.status.success(), "kubectl apply of {{job=}} succeeded: {text}");
+        ensure!(
+            text.contains("prometheusfederations.accord.io")
+                && text.contains(&format!("spec.match[1]: {expected}")),
+            "the refusal lacks the webhook or the parser's message {expected:?}: {text}"
+        );
+        let federations: Api<accord_crds::PrometheusFederation> =
+            Api::namespaced(client.clone(), "wh-pfed");
+        ensure!(federations.get_opt("bad-match").await?.is_none(), "the refused object exists");
+
+        // The reason reaches API clients as the status reason, with HTTP 422.
+        let typed: accord_crds::PrometheusFederation = serde_json::from_value(bad.clone())?;
+        match federations.create(&PostParams::default(), &typed).await {
+            Err(kube::Error::Api(status)) => ensure!(
+                status.code == 422 && status.reason == INVALID_MATCH,
+                "{status:?}"
+            ),
+            other => anyhow::bail!("create of {{job=}} was not refused: {other:?}"),
+        }
+
+        // A valid one is admitted, and then an update that breaks it is refused.
+        let good = federation("good-match", &["up", r#"{job="api"}"#]);
+        let out = kubectl_apply(testbed, &good, false).await?;
+        ensure!(out.status.success(), "a valid PrometheusFederation was refused: {}", output_text(&out));
+        ensure!(federations.get_opt("good-match").await?.is_some(), "the valid object is missing");
+        let broken = federation("good-match", &["up", "{job=}"]);
+        let out = kubectl_apply(testbed, &broken, false).await?;
+        ensure!(
+            !out.status.success() && output_text(&out).contains(&expected),
+            "an update to {{job=}} was not refused: {}",
+            output_text(&out)
+        );
+
+        configs.delete("accord-hub", &Default::default()).await?;
+        drop(hub);
         Ok(())
     });
 }

@@ -7,14 +7,13 @@
 
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PlacementState};
 use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
+use accord_e2e::process::Frozen;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 
 static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(2));
@@ -24,26 +23,6 @@ const NS: &str = "member-health";
 const VISIBLE_WITHIN: Duration = Duration::from_secs(10);
 /// Generous for a loaded machine; each step normally takes a few seconds.
 const STEP: Duration = Duration::from_secs(60);
-
-/// SIGCONTs the process group when dropped, so a failing test never leaves a member frozen.
-struct Frozen(Pid);
-
-impl Frozen {
-    fn freeze(pid: u32) -> Result<Self> {
-        let pid = Pid::from_raw(i32::try_from(pid)?);
-        // The whole process group: the supervisor starts each process as its own group.
-        killpg(pid, Signal::SIGSTOP)?;
-        Ok(Self(pid))
-    }
-
-    fn thaw(self) {}
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        let _ = killpg(self.0, Signal::SIGCONT);
-    }
-}
 
 async fn apply_deployment(testbed: &Testbed, member: usize, replicas: i32) -> Result<()> {
     let cluster = &testbed.members()[member];

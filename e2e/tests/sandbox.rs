@@ -3,17 +3,23 @@
 //! PrometheusFederation working (series of both members on the global Prometheus, with
 //! their `cluster` and `tenant` labels); its printed kubeconfigs work, `status` reports it
 //! all, the global Prometheus and a query included, and `down` leaves no process behind.
+//! The API server calls the sandbox's hub for admission (`kubectl apply` of a topic that
+//! breaks a KafkaTopicPolicy is refused, or warned about under `Audit`), and with
+//! `--with-kafka-sasl` the example topic reaches `Synced` over SASL_SSL with SCRAM.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
 use accord_crds::{ManagedCluster, conditions};
+use accord_e2e::kafka_scenario::{KAFKA_SECRET, POLICY_REASON};
 use accord_e2e::promfed;
 use accord_e2e::sandbox::status::{FEDERATED_QUERY, query_command};
 use accord_e2e::sandbox::{procs, state};
+use accord_e2e::wait::{Check, until};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::Value;
 
@@ -278,6 +284,274 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
         text(&out.stdout).contains("nothing to stop"),
         "{}",
         text(&out.stdout)
+    );
+    Ok(())
+}
+
+/// Runs the testbed's `kubectl` on the sandbox's management cluster with `stdin` as input.
+async fn kubectl(recorded: &state::State, args: &[&str], stdin: &str) -> Result<Output> {
+    use tokio::io::AsyncWriteExt as _;
+    let mut child = tokio::process::Command::new(recorded.testbed_bin.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(&recorded.mgmt_kubeconfig)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("running kubectl")?;
+    let mut input = child.stdin.take().context("kubectl's stdin")?;
+    input.write_all(stdin.as_bytes()).await?;
+    drop(input);
+    tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .context("kubectl did not finish within 60s")?
+        .context("waiting for kubectl")
+}
+
+fn both(out: &Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+/// A KafkaTopicPolicy for every namespace: at least 12 partitions, under `enforcement`.
+fn min_partitions_policy(enforcement: &str) -> String {
+    format!(
+        "apiVersion: accord.io/v1alpha1
+kind: KafkaTopicPolicy
+metadata:
+  name: sandbox-min-12
+spec:
+  minPartitions: 12
+  enforcement: {enforcement}
+"
+    )
+}
+
+/// A 6-partition FederatedKafkaTopic in `default` for member-1.
+const SMALL_TOPIC: &str = "apiVersion: accord.io/v1alpha1
+kind: FederatedKafkaTopic
+metadata:
+  name: small-topic
+  namespace: default
+spec:
+  topicName: small-topic
+  partitions: 6
+  replicationFactor: 1
+  clusters:
+  - member-1
+";
+
+const PARTITION_RULE: &str = "spec.partitions: must be at least 12 (is 6)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_of_a_topic_breaking_a_policy_is_refused_by_the_sandbox_hubs_webhook()
+-> Result<()> {
+    let tmp = tempfile::Builder::new()
+        .prefix("accord-sandbox-webhook-")
+        .tempdir()?;
+    let dir = tmp.path().join("sandbox");
+    let _down = DownOnDrop(dir.clone());
+
+    // No Kafka: the webhook decides at admission, whatever the members' brokers.
+    let out = sandbox(&["up", "--members", "1"], &dir, Duration::from_secs(900)).await?;
+    let summary = text(&out.stdout);
+    eprintln!("up:\n{}{summary}", text(&out.stderr));
+    ensure!(out.status.success(), "up failed");
+
+    // state.json, status and the summary name the webhook's address, and the management
+    // cluster's ValidatingWebhookConfiguration sends reviews there.
+    let recorded = state::read(&dir)?.context("no state.json while running")?;
+    let webhook = recorded.hub_webhook_url.clone();
+    ensure!(
+        webhook.starts_with("https://127.0.0.1:"),
+        "state.json's webhook address is {webhook:?}"
+    );
+    ensure!(
+        summary.contains(&format!("webhook      {webhook}")),
+        "up does not print the webhook address:\n{summary}"
+    );
+    let out = sandbox(&["status", "--json"], &dir, Duration::from_secs(60)).await?;
+    ensure!(out.status.success(), "status failed: {}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout)?;
+    let registered = format!("{webhook}/validate-federatedkafkatopics");
+    ensure!(
+        report["hub"]["webhook_url"] == webhook.as_str()
+            && report["hub"]["webhook_registered"]
+                .as_array()
+                .is_some_and(|urls| urls.iter().any(|u| u == registered.as_str())),
+        "status does not show the webhook registered at {registered}: {report:#}"
+    );
+    let out = sandbox(&["status"], &dir, Duration::from_secs(60)).await?;
+    ensure!(
+        text(&out.stdout).contains(&format!("webhook {webhook} (registered: {registered}")),
+        "{}",
+        text(&out.stdout)
+    );
+
+    // Deny: refused through `kubectl apply`, with the reason and the rule broken.
+    let applied = kubectl(
+        &recorded,
+        &["apply", "-f", "-"],
+        &min_partitions_policy("Deny"),
+    )
+    .await?;
+    ensure!(applied.status.success(), "{}", both(&applied));
+    // The webhook's caches see the policy shortly after it is stored.
+    until(
+        "the webhook to refuse the small topic",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(
+                &recorded,
+                &["apply", "--dry-run=server", "-f", "-"],
+                SMALL_TOPIC,
+            )
+            .await?;
+            Ok(if out.status.success() {
+                Check::NotYet(format!("admitted: {}", both(&out)))
+            } else {
+                Check::Ready(())
+            })
+        },
+    )
+    .await?;
+    let refused = kubectl(&recorded, &["apply", "-f", "-"], SMALL_TOPIC).await?;
+    let said = both(&refused);
+    eprintln!("kubectl apply under Deny:\n{said}");
+    ensure!(
+        !refused.status.success(),
+        "the small topic was admitted: {said}"
+    );
+    for expected in [POLICY_REASON, "denied the request", PARTITION_RULE] {
+        ensure!(said.contains(expected), "{expected:?} not in {said:?}");
+    }
+    let out = kubectl(
+        &recorded,
+        &["get", "fkt", "-n", "default", "small-topic"],
+        "",
+    )
+    .await?;
+    ensure!(
+        !out.status.success(),
+        "the refused topic exists: {}",
+        both(&out)
+    );
+
+    // Audit: admitted, with the rule as a warning kubectl prints.
+    let applied = kubectl(
+        &recorded,
+        &["apply", "-f", "-"],
+        &min_partitions_policy("Audit"),
+    )
+    .await?;
+    ensure!(applied.status.success(), "{}", both(&applied));
+    until(
+        "the webhook to warn about the small topic",
+        Duration::from_secs(60),
+        || async {
+            let out = kubectl(
+                &recorded,
+                &["apply", "--dry-run=server", "-f", "-"],
+                SMALL_TOPIC,
+            )
+            .await?;
+            Ok(
+                if out.status.success() && text(&out.stderr).contains("Warning:") {
+                    Check::Ready(())
+                } else {
+                    Check::NotYet(both(&out))
+                },
+            )
+        },
+    )
+    .await?;
+    let warned = kubectl(&recorded, &["apply", "-f", "-"], SMALL_TOPIC).await?;
+    let said = both(&warned);
+    eprintln!("kubectl apply under Audit:\n{said}");
+    ensure!(
+        warned.status.success(),
+        "the audited topic was refused: {said}"
+    );
+    let warning = text(&warned.stderr);
+    ensure!(
+        warning.contains("Warning:") && warning.contains(PARTITION_RULE),
+        "no warning naming the rule: {said}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_kafka_sasl_the_example_topic_is_synced_over_scram() -> Result<()> {
+    let tmp = tempfile::Builder::new()
+        .prefix("accord-sandbox-sasl-")
+        .tempdir()?;
+    let dir = tmp.path().join("sandbox");
+    let _down = DownOnDrop(dir.clone());
+
+    // One member is enough: `up` returns once the example topic is Synced in every member.
+    let out = sandbox(
+        &["up", "--members", "1", "--with-kafka-sasl"],
+        &dir,
+        Duration::from_secs(900),
+    )
+    .await?;
+    let summary = text(&out.stdout);
+    eprintln!("up:\n{}{summary}", text(&out.stderr));
+    ensure!(out.status.success(), "up failed");
+    ensure!(summary.contains("(SASL_SSL, SCRAM-SHA-512"), "{summary}");
+
+    // The agent's Secret is the SASL_SSL listener with the SCRAM user: the topic was
+    // reached that way.
+    let recorded = state::read(&dir)?.context("no state.json while running")?;
+    let member = &recorded.members[0];
+    ensure!(
+        member.kafka_protocol.as_deref() == Some("SASL_SSL"),
+        "{member:?}"
+    );
+    let secrets: Api<Secret> = Api::namespaced(
+        accord_e2e::kubeconfig::client(&member.kubeconfig).await?,
+        accord_e2e::federation::AGENT_NAMESPACE,
+    );
+    let data = secrets.get(KAFKA_SECRET).await?.data.unwrap_or_default();
+    let value = |key: &str| {
+        data.get(key)
+            .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+    };
+    ensure!(
+        value("security.protocol").as_deref() == Some("SASL_SSL")
+            && value("sasl.mechanism").as_deref() == Some("SCRAM-SHA-512")
+            && value("bootstrap.servers") == member.kafka_bootstrap,
+        "the agent's Kafka Secret is {:?}",
+        data.keys().map(|k| (k, value(k))).collect::<Vec<_>>()
+    );
+    let client_config = member
+        .kafka_client_config
+        .as_ref()
+        .context("no Kafka client config recorded")?;
+    ensure!(
+        std::fs::read_to_string(client_config)?.contains("sasl.mechanism=SCRAM-SHA-512"),
+        "{}",
+        client_config.display()
+    );
+
+    let out = sandbox(&["status", "--json"], &dir, Duration::from_secs(60)).await?;
+    ensure!(out.status.success(), "status failed: {}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout)?;
+    ensure!(
+        report["members"][0]["kafka_protocol"] == "SASL_SSL",
+        "{report:#}"
+    );
+    let topic = report["topics"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == "fraud-transaction-events"))
+        .with_context(|| format!("no example topic in {report:#}"))?;
+    ensure!(
+        topic["placements"].as_array().is_some_and(|p| p.len() == 1
+            && p[0]["cluster"] == "member-1"
+            && p[0]["state"] == "Synced"),
+        "{topic:#}"
     );
     Ok(())
 }

@@ -299,6 +299,7 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
         let dist = serde_json::json!([{"cluster": "fo-1", "weight": 1}, {"cluster": "fo-2", "weight": 1}, {"cluster": "fo-3", "weight": 1}]);
         apply_policy(testbed, ns, policy("web", ns, "web", 9, dist, serde_json::json!({"failover": {"enabled": true, "returnCooldownSeconds": 5}}))).await?;
         wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3), (2, 3)], Duration::from_secs(60)).await?;
+        let pods_before = ready_pods(testbed, 2, ns, "web", 3).await?;
 
         fed.kill_agent("fo-3")?;
         let killed = Instant::now();
@@ -306,7 +307,8 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
             .context("the killed cluster's share did not move to the others within 5 s")?;
         println!("failover: share moved {:?} after kill -9 of the agent", killed.elapsed());
         let status = wait_states(testbed, ns, "web", &[("fo-3", PlacementState::Unavailable)], Duration::from_secs(10)).await?;
-        ensure!(status.placements.iter().find(|p| p.cluster == "fo-3").map(|p| p.desired_replicas) == Some(0));
+        // Its share is on the others, but it is told to keep the 3 it runs, never 0.
+        ensure!(status.placements.iter().find(|p| p.cluster == "fo-3").map(|p| p.desired_replicas) == Some(3));
 
         // Back: shares return once after the 5 s cooldown, then stay.
         fed.start_agent("fo-3")?;
@@ -326,8 +328,51 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
         })
         .await;
         settle?;
+        // fo-3 kept its pods through its absence and its return: none killed and recreated.
+        let pods_after = ready_pods(testbed, 2, ns, "web", 3).await?;
+        ensure!(pods_after == pods_before, "fo-3's pods were replaced: {pods_before:?} → {pods_after:?}");
         Ok(())
     });
+}
+
+/// The uids of the ready pods of Deployment `name` in `member`, once there are `count`.
+async fn ready_pods(
+    testbed: &Testbed,
+    member: usize,
+    ns: &str,
+    name: &str,
+    count: usize,
+) -> Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(testbed.members()[member].client(), ns);
+    until(
+        &format!("{count} ready pods of {ns}/{name}"),
+        Duration::from_secs(30),
+        || async {
+            let pods = api
+                .list(&kube::api::ListParams::default().labels(&format!("app={name}")))
+                .await?;
+            let mut ready: Vec<String> = pods
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+            ready.sort();
+            Ok(if ready.len() == count && pods.items.len() == count {
+                Check::Ready(ready)
+            } else {
+                Check::NotYet(format!("{} pods, {} ready", pods.items.len(), ready.len()))
+            })
+        },
+    )
+    .await
 }
 
 #[test]

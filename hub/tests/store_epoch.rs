@@ -84,11 +84,11 @@ impl RestorableEtcd {
                 .unwrap()
                 .port()
         };
-        let bin = std::env::var_os(store_support::BIN_DIR_ENV)
-            .map(PathBuf::from)
-            .expect("ACCORD_TESTBED_BIN names the testbed's bin directory");
+        // The same etcd every store test uses: `$ACCORD_TESTBED_BIN` or the testbed's cache,
+        // built on first use, so a plain `cargo test` works without the e2e script.
+        let binary = store_support::etcd_binary().expect("locating or building the test etcd");
         Self {
-            binary: bin.join("etcd"),
+            binary,
             dir: tempfile::tempdir().unwrap(),
             client_port: free(),
             peer_port: free(),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use accord_hub::pki::HubCa;
 use accord_hub::webhook::cache::{Caches, PolicyObject, TopicObject};
-use accord_hub::webhook::{PATH, server};
+use accord_hub::webhook::{FEDERATION_PATH, PATH, server};
 use anyhow::{Context as _, Result};
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
@@ -114,9 +114,13 @@ fn review(uid: &str, namespace: &str, name: &str, partitions: i32, rf: i32) -> V
 
 impl Webhook {
     async fn post(&self, body: &Value) -> Result<Value> {
+        self.post_to(PATH, body).await
+    }
+
+    async fn post_to(&self, path: &str, body: &Value) -> Result<Value> {
         let response = self
             .client
-            .post(format!("{}{PATH}", self.url))
+            .post(format!("{}{path}", self.url))
             .json(body)
             .send()
             .await?;
@@ -175,10 +179,71 @@ async fn a_taken_topic_name_is_refused_naming_its_owner() -> Result<()> {
     let hook = start().await?;
     let answer = hook.post(&review("u4", "team-b", "events", 12, 3)).await?;
     assert_eq!(answer["allowed"], false);
+    // Compliant with every policy: the refusal has a reason of its own.
+    assert_eq!(answer["status"]["reason"], "TOPIC_ALREADY_MANAGED");
     let message = answer["status"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("FederatedKafkaTopic team-a/events in cluster east"),
         "{message}"
+    );
+    Ok(())
+}
+
+fn federation_review(uid: &str, matchers: &[&str]) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "PrometheusFederation" },
+            "operation": "CREATE",
+            "object": {
+                "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",
+                "metadata": { "name": "tenants", "namespace": "monitoring" },
+                "spec": {
+                    "clusters": ["east"],
+                    "tenantSelector": { "namespaces": ["team-a"] },
+                    "match": matchers,
+                },
+            },
+        },
+    })
+}
+
+#[tokio::test]
+async fn a_federation_match_the_parser_refuses_is_refused_on_its_own_path() -> Result<()> {
+    let hook = start().await?;
+    let answer = hook
+        .post_to(FEDERATION_PATH, &federation_review("p1", &["{job=}"]))
+        .await?;
+    assert_eq!(answer["uid"], "p1");
+    assert_eq!(answer["allowed"], false);
+    assert_eq!(answer["status"]["code"], 422);
+    assert_eq!(answer["status"]["reason"], "INVALID_MATCH_SELECTOR");
+    let message = answer["status"]["message"].as_str().context("a message")?;
+    assert!(
+        message.starts_with("spec.match[0]: invalid series selector \"{job=}\""),
+        "{message}"
+    );
+    let answer = hook
+        .post_to(
+            FEDERATION_PATH,
+            &federation_review("p2", &["up", "{job=\"a\"}"]),
+        )
+        .await?;
+    assert_eq!(answer, json!({ "uid": "p2", "allowed": true }));
+    // A topic sent to the federation path is not a PrometheusFederation: 400, not a panic.
+    let response = hook
+        .client
+        .post(format!("{}{FEDERATION_PATH}", hook.url))
+        .json(&review("p3", "team-b", "big", 12, 3))
+        .send()
+        .await?;
+    assert_eq!(response.status(), 400);
+    let text = response.text().await?;
+    assert!(
+        text.contains("request.object is not a PrometheusFederation"),
+        "{text}"
     );
     Ok(())
 }

@@ -1033,6 +1033,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_silent_broker_is_passed_over_for_the_next_within_twice_the_request_timeout() {
+        // The agent's liveness probe gives each broker half its timeout, so one broker
+        // that accepts connections and never answers (a frozen JVM) leaves the next one
+        // time to answer the same probe.
+        let peers = Arc::new(Mutex::new(Vec::new()));
+        let silent = fake_broker(Script::Silent, peers.clone()).await;
+        let answering = fake_broker(Script::Create, peers.clone()).await;
+        *lock(&peers) = vec![silent.addr.clone(), answering.addr.clone()];
+        let mut config = KafkaConfig::plaintext([silent.addr.clone(), answering.addr.clone()]);
+        config.request_timeout = Duration::from_millis(500);
+        let admin = Admin::new(config);
+        let answered = tokio::time::timeout(Duration::from_secs(1), admin.describe_topics(&[]))
+            .await
+            .expect("no answer within twice the request timeout");
+        assert!(answered.unwrap().is_empty());
+        assert_eq!(
+            admin.candidates(None)[0],
+            answering.addr,
+            "the broker that answered is asked first next time"
+        );
+    }
+
+    #[tokio::test]
     async fn a_broker_that_never_answers_times_out_naming_it() {
         let silent = fake_broker(Script::Silent, Arc::new(Mutex::new(Vec::new()))).await;
         let mut config = KafkaConfig::plaintext([silent.addr.clone()]);

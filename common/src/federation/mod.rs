@@ -21,7 +21,7 @@ pub use render::{
     GlobalTarget, MemberPolicy, RenderError, Rendered, SourceTarget, TenantSources, empty_config,
     global_job_name, member_job_name, render_global, render_member,
 };
-pub use selector::{SelectorError, narrow, narrow_with};
+pub use selector::{SelectorError, check_selector, narrow, narrow_with};
 pub use validate::{ValidConfig, validate};
 
 /// The member ConfigMap holding the federation Prometheus's config.

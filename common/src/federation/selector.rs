@@ -46,6 +46,13 @@ struct Selector {
     matchers: Vec<Matcher>,
 }
 
+/// Checks that `selector` is a series selector the federation can use as a `match[]`:
+/// exactly what [`narrow`] accepts, so the hub's admission webhook refuses at `kubectl
+/// apply` what the agent could not render later, with the same message.
+pub fn check_selector(selector: &str) -> Result<(), SelectorError> {
+    Parser::new(selector).selector().map(|_| ())
+}
+
 /// Adds `label="value"` to a Prometheus series selector (`name`, `name{...}`, `{...}`);
 /// existing matchers are kept (they are ANDed).
 pub fn narrow(selector: &str, label: &str, value: &str) -> Result<String, SelectorError> {
@@ -384,6 +391,29 @@ mod tests {
             assert_eq!(selector, bad);
             assert!(err.to_string().contains("invalid series selector"), "{err}");
         }
+    }
+
+    #[test]
+    fn checking_accepts_what_narrowing_accepts_and_refuses_with_the_same_error() {
+        for selector in [
+            "up",
+            r#"{job="a"}"#,
+            "up{}",
+            r#"m{a=~`x`, b!="y",}"#,
+            "{job=}",
+            "",
+            "up[5m]",
+        ] {
+            assert_eq!(
+                check_selector(selector),
+                narrow(selector, "namespace", "t").map(|_| ()),
+                "{selector:?}"
+            );
+        }
+        assert_eq!(
+            check_selector("{job=}").unwrap_err().to_string(),
+            r#"invalid series selector "{job=}": expected a quoted string, found '}' at byte 6"#
+        );
     }
 
     #[test]

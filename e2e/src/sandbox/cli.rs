@@ -63,6 +63,11 @@ pub struct UpArgs {
     /// Run a Kafka broker in each member and apply the Kafka examples.
     #[arg(long)]
     with_kafka: bool,
+    /// Like --with-kafka, but each broker also listens for SASL_SSL with a SCRAM-SHA-512
+    /// user, and each agent's Kafka Secret uses that listener (user, password and the
+    /// brokers' CA); the client properties for Kafka's tools go into the sandbox directory.
+    #[arg(long)]
+    with_kafka_sasl: bool,
     /// Run Prometheus servers and apply the Prometheus examples: in each member one for
     /// the autoscaling example, and for the example PrometheusFederation a tenant
     /// Prometheus and a federation Prometheus with its reloader; on the management side the
@@ -93,6 +98,8 @@ pub struct DaemonArgs {
     member_names: Vec<String>,
     #[arg(long)]
     with_kafka: bool,
+    #[arg(long)]
+    with_kafka_sasl: bool,
     #[arg(long)]
     with_prometheus: bool,
     #[arg(long)]
@@ -153,7 +160,8 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
     let options = DaemonOptions {
         dir: args.dir,
         members: args.member_names,
-        kafka: args.with_kafka,
+        kafka: args.with_kafka || args.with_kafka_sasl,
+        kafka_sasl: args.with_kafka_sasl,
         prometheus: args.with_prometheus,
         hub_bin: args.hub_bin,
         agent_bin: args.agent_bin,
@@ -311,6 +319,9 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     if args.with_kafka {
         daemon.arg("--with-kafka");
     }
+    if args.with_kafka_sasl {
+        daemon.arg("--with-kafka-sasl");
+    }
     if args.with_prometheus {
         daemon.arg("--with-prometheus");
     }
@@ -402,11 +413,26 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
         "  hub          {} (gRPC), {} (metrics)\n",
         state.hub_grpc_url, state.hub_http_url
     ));
+    out.push_str(&format!(
+        "  webhook      {} (the API server calls the hub here)\n",
+        state.hub_webhook_url
+    ));
+    out.push_str(&format!(
+        "               {}\n",
+        status::IN_CLUSTER_SERVICES_NOTE
+    ));
     out.push_str(&format!("  mgmt         {mgmt}\n"));
     for m in &state.members {
         out.push_str(&format!("  {:<12} {}\n", m.name, m.kubeconfig.display()));
         if let Some(kafka) = &m.kafka_bootstrap {
-            out.push_str(&format!("  {:<12} Kafka {kafka}\n", ""));
+            out.push_str(&format!(
+                "  {:<12} Kafka {kafka}{}\n",
+                "",
+                status::kafka_detail(
+                    m.kafka_protocol.as_deref(),
+                    m.kafka_client_config.as_deref()
+                )
+            ));
         }
         if let Some(prometheus) = &m.prometheus_url {
             out.push_str(&format!("  {:<12} Prometheus {prometheus}\n", ""));
@@ -592,6 +618,7 @@ mod tests {
             members,
             member_names: names.iter().map(|s| (*s).to_owned()).collect(),
             with_kafka: false,
+            with_kafka_sasl: false,
             with_prometheus: false,
             timeout: Duration::from_secs(1),
         }

@@ -63,6 +63,9 @@ pub struct DaemonOptions {
     pub members: Vec<String>,
     /// A Kafka broker per member.
     pub kafka: bool,
+    /// The brokers also listen for SASL_SSL with SCRAM-SHA-512, and the agents use that
+    /// listener (implies [`DaemonOptions::kafka`]).
+    pub kafka_sasl: bool,
     /// A Prometheus server per member.
     pub prometheus: bool,
     /// The `accord-hub` binary.
@@ -92,6 +95,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         mgmt_kubeconfig: options.dir.join(state::MGMT_KUBECONFIG),
         hub_grpc_url: String::new(),
         hub_http_url: String::new(),
+        hub_webhook_url: String::new(),
         hub_pid: 0,
         members: Vec::new(),
         testbed_dir: PathBuf::new(),
@@ -181,7 +185,9 @@ async fn start(options: &DaemonOptions, state: &mut State) -> Result<Sandbox> {
     let started = Instant::now();
     let names = options.members.join(", ");
     let mut extras = String::new();
-    if options.kafka {
+    if options.kafka_sasl {
+        extras.push_str(", Kafka with SASL_SSL/SCRAM");
+    } else if options.kafka {
         extras.push_str(", Kafka");
     }
     if options.prometheus {
@@ -196,7 +202,9 @@ async fn start(options: &DaemonOptions, state: &mut State) -> Result<Sandbox> {
         // `accord-hub install` brings the CRDs, as it would on a real cluster.
         .without_crds()
         .keep_dir(false);
-    if options.kafka {
+    // With SASL the daemon starts the brokers itself (a listener the testbed's default
+    // broker lacks), once the clusters are up.
+    if options.kafka && !options.kafka_sasl {
         builder = builder.with_kafka();
     }
     if options.prometheus {
@@ -251,24 +259,37 @@ async fn set_up(
         )?;
     }
 
-    progress("installing the hub (accord-hub install) and serving it as its ServiceAccount");
-    let installed = InstalledHub::install_with(
+    progress(
+        "installing the hub (accord-hub install --webhook-url, the API server calling the \
+         hub on this host) and serving it as its ServiceAccount",
+    );
+    let install = InstalledHub::install_with(
         testbed,
         HubSetup {
             hub_bin: options.hub_bin.clone(),
             etcd_prefix: testbed.hub_etcd_prefix().to_owned(),
             replica: "sandbox-hub".to_owned(),
+            webhook_url: true,
         },
-    )
-    .await?;
+    );
+    let (installed, kafkas) = tokio::try_join!(install, member_kafkas(options, testbed))?;
     let hub = installed.process;
     state.hub_grpc_url = installed.url.clone();
     state.hub_http_url = installed.http.clone();
+    state.hub_webhook_url = installed.webhook.clone();
+    progress(format!(
+        "the hub's admission webhook is registered at {}",
+        installed
+            .webhook_url
+            .as_deref()
+            .unwrap_or(&installed.webhook)
+    ));
     state.hub_pid = testbed.process_info(hub).pid;
     state::write(state)?;
 
     let mut agents = Vec::new();
-    for member in testbed.members() {
+    for (i, member) in testbed.members().iter().enumerate() {
+        let kafka = kafkas.get(i);
         let kubeconfig = options.dir.join(format!("{}.kubeconfig", member.name()));
         let http = format!("127.0.0.1:{}", free_port()?);
         let join = installed
@@ -286,7 +307,9 @@ async fn set_up(
             kubeconfig,
             agent_pid: testbed.process_info(id).pid,
             agent_http: http,
-            kafka_bootstrap: member.kafka_bootstrap().map(str::to_owned),
+            kafka_bootstrap: kafka.map(|k| k.bootstrap.clone()),
+            kafka_protocol: kafka.map(|k| k.protocol().to_owned()),
+            kafka_client_config: kafka.and_then(|k| k.client_config.clone()),
             prometheus_url: member.prometheus_url().map(str::to_owned),
             federation_url: None,
         });
@@ -298,7 +321,7 @@ async fn set_up(
     wait_members_available(testbed, &running, &options.members).await?;
     progress("every member is Joined and Available");
     if options.kafka {
-        write_kafka_secrets(testbed).await?;
+        write_kafka_secrets(testbed, &kafkas).await?;
     }
 
     let plan = examples::plan(&Fit {
@@ -846,21 +869,100 @@ async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
     Ok(())
 }
 
+/// How one member's agent reaches its Kafka.
+#[derive(Debug, Clone)]
+struct MemberKafka {
+    /// The listener the agent uses.
+    bootstrap: String,
+    /// The agent's Secret: `bootstrap.servers`, `security.protocol` and, with SASL, the
+    /// mechanism, the SCRAM user, its password and the brokers' CA.
+    secret: BTreeMap<String, String>,
+    /// Client properties for Kafka's tools, with SASL.
+    client_config: Option<PathBuf>,
+}
+
+impl MemberKafka {
+    /// The Secret's `security.protocol`.
+    fn protocol(&self) -> &str {
+        self.secret
+            .get("security.protocol")
+            .map_or("PLAINTEXT", String::as_str)
+    }
+}
+
+/// Each member's Kafka, in member order (none without `--with-kafka`): the testbed's
+/// PLAINTEXT broker, or with `--with-kafka-sasl` a broker started here that also listens for
+/// SASL_SSL with a SCRAM-SHA-512 user, whose client properties (user, password, CA) are
+/// written into the sandbox directory for Kafka's tools.
+async fn member_kafkas(options: &DaemonOptions, testbed: &Testbed) -> Result<Vec<MemberKafka>> {
+    if !options.kafka {
+        return Ok(Vec::new());
+    }
+    if !options.kafka_sasl {
+        return testbed
+            .members()
+            .iter()
+            .map(|member| {
+                let bootstrap = member
+                    .kafka_bootstrap()
+                    .with_context(|| format!("{} has no Kafka broker", member.name()))?;
+                Ok(MemberKafka {
+                    bootstrap: bootstrap.to_owned(),
+                    secret: BTreeMap::from([
+                        ("bootstrap.servers".to_owned(), bootstrap.to_owned()),
+                        ("security.protocol".to_owned(), "PLAINTEXT".to_owned()),
+                    ]),
+                    client_config: None,
+                })
+            })
+            .collect();
+    }
+    progress("starting a Kafka broker with a SASL_SSL listener (SCRAM-SHA-512) in each member");
+    let sasl = crate::kafka::KafkaOptions {
+        sasl_ssl: true,
+        ..crate::kafka::KafkaOptions::default()
+    };
+    let clusters = try_join_all(
+        (0..testbed.members().len()).map(|i| crate::kafka_scenario::start_kafka(testbed, i, sasl)),
+    )
+    .await?;
+    testbed
+        .members()
+        .iter()
+        .zip(clusters)
+        .map(|(member, cluster)| {
+            let name = member.name();
+            let (Some(bootstrap), Some(properties)) = (
+                cluster.sasl_ssl_bootstrap.clone(),
+                cluster.tool_sasl_properties(None),
+            ) else {
+                bail!("the Kafka of {name} has no SASL_SSL listener");
+            };
+            let client_config = options.dir.join(format!("{name}-kafka.properties"));
+            std::fs::write(&client_config, properties)
+                .with_context(|| format!("writing {}", client_config.display()))?;
+            Ok(MemberKafka {
+                bootstrap,
+                secret: cluster.secret_data(true),
+                client_config: Some(client_config),
+            })
+        })
+        .collect()
+}
+
 /// Gives every member's agent its Kafka connection: Secret
 /// [`KAFKA_SECRET`](crate::kafka_scenario::KAFKA_SECRET) in the agent's namespace, pointing
 /// at the member's broker.
-async fn write_kafka_secrets(testbed: &Testbed) -> Result<()> {
+async fn write_kafka_secrets(testbed: &Testbed, kafkas: &[MemberKafka]) -> Result<()> {
     let mut written = Vec::new();
-    for (i, member) in testbed.members().iter().enumerate() {
-        let bootstrap = member
-            .kafka_bootstrap()
-            .with_context(|| format!("{} has no Kafka broker", member.name()))?;
-        let data = BTreeMap::from([
-            ("bootstrap.servers".to_owned(), bootstrap.to_owned()),
-            ("security.protocol".to_owned(), "PLAINTEXT".to_owned()),
-        ]);
-        crate::kafka_scenario::write_secret(testbed, i, &data).await?;
-        written.push(format!("{} → {bootstrap}", member.name()));
+    for (i, (member, kafka)) in testbed.members().iter().zip(kafkas).enumerate() {
+        crate::kafka_scenario::write_secret(testbed, i, &kafka.secret).await?;
+        written.push(format!(
+            "{} → {} ({})",
+            member.name(),
+            kafka.bootstrap,
+            kafka.protocol()
+        ));
     }
     progress(format!(
         "wrote the agents' Kafka Secret {}/{}: {}",

@@ -31,6 +31,10 @@ pub struct State {
     /// The hub's `/metrics`, `/healthz`, `/readyz` base URL.
     #[serde(default)]
     pub hub_http_url: String,
+    /// Where the hub serves its admission webhook (`https://127.0.0.1:PORT`), which the
+    /// ValidatingWebhookConfiguration `accord-hub` names with each webhook's path appended.
+    #[serde(default)]
+    pub hub_webhook_url: String,
     /// The hub's process id.
     #[serde(default)]
     pub hub_pid: u32,
@@ -63,9 +67,18 @@ pub struct MemberState {
     pub agent_pid: u32,
     /// The agent's `/metrics` address, `127.0.0.1:PORT`.
     pub agent_http: String,
-    /// The member's Kafka bootstrap address, with `--with-kafka`.
+    /// The member's Kafka bootstrap address, with `--with-kafka` or `--with-kafka-sasl`:
+    /// the listener the agent uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kafka_bootstrap: Option<String>,
+    /// `security.protocol` of that listener: `PLAINTEXT`, or `SASL_SSL` (SCRAM-SHA-512)
+    /// with `--with-kafka-sasl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_protocol: Option<String>,
+    /// With `--with-kafka-sasl`: client properties for Kafka's tools (`--command-config`)
+    /// with the SCRAM user, its password and the brokers' CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_client_config: Option<PathBuf>,
     /// The member's Prometheus URL, with `--with-prometheus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus_url: Option<String>,
@@ -127,13 +140,16 @@ mod tests {
             mgmt_kubeconfig: dir.path().join(MGMT_KUBECONFIG),
             hub_grpc_url: "https://127.0.0.1:7443".into(),
             hub_http_url: "http://127.0.0.1:8080".into(),
+            hub_webhook_url: "https://127.0.0.1:9443".into(),
             hub_pid: 43,
             members: vec![MemberState {
                 name: "member-1".into(),
                 kubeconfig: dir.path().join("member-1.kubeconfig"),
                 agent_pid: 44,
                 agent_http: "127.0.0.1:8081".into(),
-                kafka_bootstrap: None,
+                kafka_bootstrap: Some("127.0.0.1:9094".into()),
+                kafka_protocol: Some("SASL_SSL".into()),
+                kafka_client_config: Some(dir.path().join("member-1-kafka.properties")),
                 prometheus_url: Some("http://127.0.0.1:9091".into()),
                 federation_url: Some("http://127.70.0.2:9090".into()),
             }],

@@ -12,6 +12,7 @@ use accord_crds::{
     PrometheusFederation, conditions,
 };
 use anyhow::Result;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::{Api, ResourceExt as _};
 use serde::Serialize;
 
@@ -24,6 +25,11 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// many tenant targets are `up` per (cluster, tenant). The `tenant` matcher leaves out the
 /// global Prometheus's own `up` series of its federation jobs, which carry neither label.
 pub const FEDERATED_QUERY: &str = r#"count by (cluster, tenant) (up{tenant!=""})"#;
+
+/// Why the hub's in-cluster Services are not the way to reach it here: `accord-hub install`
+/// renders them for a hub running as a pod, and the sandbox runs it on this host.
+pub const IN_CLUSTER_SERVICES_NOTE: &str = "(the hub runs on this host: Services \
+    accord-system/accord-hub and accord-hub-metrics have no pods; use these addresses)";
 
 /// A `curl` command running instant query `query` on the Prometheus at `url`.
 pub fn query_command(url: &str, query: &str) -> String {
@@ -76,6 +82,13 @@ pub struct HubReport {
     pub grpc_url: String,
     /// HTTP base URL (`/metrics`, `/readyz`).
     pub http_url: String,
+    /// Where the hub serves its admission webhook; the ValidatingWebhookConfiguration
+    /// names it with each webhook's path appended.
+    pub webhook_url: String,
+    /// The URLs the ValidatingWebhookConfiguration `accord-hub` on the management cluster
+    /// sends reviews to, as read from it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhook_registered: Vec<String>,
     /// Process id.
     pub pid: u32,
     /// Whether the process is alive.
@@ -100,9 +113,15 @@ pub struct MemberReport {
     /// The member's federation Prometheus, with `--with-prometheus`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub federation_url: Option<String>,
-    /// The member's Kafka bootstrap address, with `--with-kafka`.
+    /// The member's Kafka bootstrap address, with `--with-kafka` or `--with-kafka-sasl`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kafka_bootstrap: Option<String>,
+    /// Its `security.protocol` (`PLAINTEXT` or `SASL_SSL`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka_protocol: Option<String>,
+    /// Client properties for Kafka's tools, with `--with-kafka-sasl`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka_client_config: Option<PathBuf>,
 }
 
 /// One FederatedKafkaTopic's part of the report.
@@ -242,6 +261,8 @@ pub async fn gather(dir: &Path) -> Result<Report> {
         report.hub = Some(HubReport {
             grpc_url: state.hub_grpc_url.clone(),
             http_url: state.hub_http_url.clone(),
+            webhook_url: state.hub_webhook_url.clone(),
+            webhook_registered: Vec::new(),
             pid: state.hub_pid,
             alive: procs::alive(state.hub_pid),
         });
@@ -258,6 +279,8 @@ pub async fn gather(dir: &Path) -> Result<Report> {
             available: None,
             federation_url: m.federation_url.clone(),
             kafka_bootstrap: m.kafka_bootstrap.clone(),
+            kafka_protocol: m.kafka_protocol.clone(),
+            kafka_client_config: m.kafka_client_config.clone(),
         })
         .collect();
     report.global_prometheus =
@@ -296,6 +319,27 @@ async fn read_cluster(state: &State, report: &mut Report) -> Result<()> {
         let of = |t: &str| conditions::find(&conds, t).map(|c| c.status.clone());
         member.joined = of("Joined");
         member.available = of("Available");
+    }
+    if let Some(hub) = &mut report.hub {
+        let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        hub.webhook_registered = configs
+            .get_opt(accord_hub::webhook::CONFIGURATION_NAME)
+            .await?
+            .and_then(|c| c.webhooks)
+            .into_iter()
+            .flatten()
+            .map(|w| match (w.client_config.url, w.client_config.service) {
+                (Some(url), _) => url,
+                (None, Some(service)) => format!(
+                    "Service {}/{}:{}{}",
+                    service.namespace,
+                    service.name,
+                    service.port.unwrap_or(443),
+                    service.path.unwrap_or_default()
+                ),
+                (None, None) => "nowhere".to_owned(),
+            })
+            .collect();
     }
     let policies: Api<CrossClusterScalePolicy> = Api::all(client.clone());
     for policy in policies.list(&Default::default()).await? {
@@ -410,6 +454,13 @@ pub fn render(report: &Report) -> String {
             alive(hub.alive),
             hub.http_url
         );
+        let registered = if hub.webhook_registered.is_empty() {
+            String::new()
+        } else {
+            format!(" (registered: {})", hub.webhook_registered.join(", "))
+        };
+        let _ = writeln!(out, "           webhook {}{registered}", hub.webhook_url);
+        let _ = writeln!(out, "           {IN_CLUSTER_SERVICES_NOTE}");
     }
     if let Some(kubeconfig) = &report.mgmt_kubeconfig
         && report.running
@@ -432,7 +483,15 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "  {:<8} federation Prometheus {url}", "");
         }
         if let Some(bootstrap) = &m.kafka_bootstrap {
-            let _ = writeln!(out, "  {:<8} Kafka {bootstrap}", "");
+            let _ = writeln!(
+                out,
+                "  {:<8} Kafka {bootstrap}{}",
+                "",
+                kafka_detail(
+                    m.kafka_protocol.as_deref(),
+                    m.kafka_client_config.as_deref()
+                )
+            );
         }
     }
     for p in &report.policies {
@@ -524,6 +583,19 @@ pub fn render(report: &Report) -> String {
     out
 }
 
+/// What follows a member's Kafka address: its protocol unless PLAINTEXT, and the client
+/// configuration for Kafka's tools.
+pub fn kafka_detail(protocol: Option<&str>, client_config: Option<&Path>) -> String {
+    match (protocol, client_config) {
+        (Some(protocol), Some(config)) if protocol != "PLAINTEXT" => format!(
+            " ({protocol}, SCRAM-SHA-512; client config {})",
+            config.display()
+        ),
+        (Some(protocol), None) if protocol != "PLAINTEXT" => format!(" ({protocol})"),
+        _ => String::new(),
+    }
+}
+
 fn alive(alive: bool) -> &'static str {
     if alive { "alive" } else { "NOT RUNNING" }
 }
@@ -550,6 +622,8 @@ mod tests {
                 available: Some("True".into()),
                 federation_url: Some("http://127.70.0.2:9090".into()),
                 kafka_bootstrap: None,
+                kafka_protocol: None,
+                kafka_client_config: None,
             }],
             policies: Vec::new(),
             global_prometheus: None,
@@ -647,6 +721,45 @@ mod tests {
                 "fkt default/fraud-transaction-events (topic fraud-transaction-events): \
                  not Ready [member-1 Synced 12/1, member-2 Unavailable 12/1: Kafka \
                  unreachable: connection refused]"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn status_prints_the_webhook_address_and_where_it_is_registered() {
+        let mut report = running_report();
+        report.hub = Some(HubReport {
+            grpc_url: "https://127.0.0.1:7443".into(),
+            http_url: "http://127.0.0.1:8080".into(),
+            webhook_url: "https://127.0.0.1:9443".into(),
+            webhook_registered: vec!["https://127.0.0.1:9443/validate-federatedkafkatopics".into()],
+            pid: 3,
+            alive: true,
+        });
+        let text = render(&report);
+        assert!(
+            text.contains(
+                "webhook https://127.0.0.1:9443 (registered: \
+                 https://127.0.0.1:9443/validate-federatedkafkatopics)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(IN_CLUSTER_SERVICES_NOTE), "{text}");
+    }
+
+    #[test]
+    fn status_says_a_sasl_member_speaks_scram_and_where_its_client_config_is() {
+        let mut report = running_report();
+        report.members[0].kafka_bootstrap = Some("127.0.0.1:9094".into());
+        report.members[0].kafka_protocol = Some("SASL_SSL".into());
+        report.members[0].kafka_client_config =
+            Some(PathBuf::from("/sandbox/member-1-kafka.properties"));
+        let text = render(&report);
+        assert!(
+            text.contains(
+                "Kafka 127.0.0.1:9094 (SASL_SSL, SCRAM-SHA-512; client config \
+                 /sandbox/member-1-kafka.properties)"
             ),
             "{text}"
         );

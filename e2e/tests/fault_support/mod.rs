@@ -1,7 +1,7 @@
 //! What the fault suite and the rolling-restart test share: simulated agents that keep
 //! reconnecting (as the real agent does) and remember every share they were given, a log
-//! of a ManagedCluster's `Available` transitions fed by a watch, and small helpers around
-//! hubs and policies.
+//! of a ManagedCluster's `Available` transitions and one of a member Deployment's states,
+//! each fed by a watch, and small helpers around hubs and policies.
 
 #![allow(dead_code)]
 
@@ -506,6 +506,89 @@ impl AvailabilityLog {
                 })
             },
         )
+        .await
+    }
+}
+
+/// One state of a member Deployment, as a watch saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeploymentState {
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.readyReplicas`.
+    pub ready: i32,
+    /// The scale request it was last set for (`accord.io/scale-request-id`).
+    pub scale_request_id: String,
+}
+
+/// Every state of one member Deployment a watch sees, from when it starts.
+pub struct DeploymentLog {
+    seen: Arc<Mutex<Vec<(Instant, DeploymentState)>>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for DeploymentLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl DeploymentLog {
+    /// Starts watching Deployment `ns/name` through `client` (a member cluster's).
+    pub fn start(client: kube::Client, ns: &str, name: &str) -> Self {
+        let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client, ns);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, config).boxed();
+            while let Some(event) = events.next().await {
+                let d = match event {
+                    Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => d,
+                    _ => continue,
+                };
+                let state = DeploymentState {
+                    replicas: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+                    ready: d
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0),
+                    scale_request_id: d
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(accord_crds::SCALE_REQUEST_ANNOTATION))
+                        .cloned()
+                        .unwrap_or_default(),
+                };
+                let mut seen = s.lock().unwrap_or_else(|e| e.into_inner());
+                if seen.last().map(|(_, v)| v) != Some(&state) {
+                    seen.push((Instant::now(), state));
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Every state seen, in order, with when.
+    pub fn states(&self) -> Vec<(Instant, DeploymentState)> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Waits (up to a minute) until the latest state seen has `replicas` in its spec and,
+    /// if `ready`, as many ready.
+    pub async fn wait_replicas(&self, replicas: i32, ready: bool) -> Result<()> {
+        let what = format!("{replicas} replicas{}", if ready { ", ready" } else { "" });
+        until(&what, Duration::from_secs(60), || async {
+            let latest = self.states().last().map(|(_, s)| s.clone());
+            Ok(match latest {
+                Some(s) if s.replicas == replicas && (!ready || s.ready == replicas) => {
+                    Check::Ready(())
+                }
+                other => Check::NotYet(format!("latest {other:?}")),
+            })
+        })
         .await
     }
 }

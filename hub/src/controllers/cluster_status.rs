@@ -3,9 +3,12 @@
 //!
 //! Only the leader runs this; every replica only records connects and disconnects in etcd.
 //! Status is computed as a value ([`desired_status`]) and written only when it differs from
-//! what the object shows, ignoring timestamps. `lastHeartbeatTime` is refreshed at most once
-//! per [`HEARTBEAT_WRITE_INTERVAL`] while a cluster stays available — like the kubelet's
-//! `nodeStatusReportFrequency` — so thousands of healthy clusters cost few writes.
+//! what the object shows, ignoring timestamps. `lastHeartbeatTime` is refreshed once per
+//! [`heartbeat_refresh_interval`] while a cluster stays available: every
+//! [`HEARTBEAT_REFRESH_INTERVAL`] (OCM's lease cadence), stretched for large fleets so that
+//! refreshes never cost the management API server more than
+//! [`HEARTBEAT_REFRESH_WRITES_PER_SECOND`] writes a second in total. Liveness itself is the
+//! `Available` condition, which moves within seconds of a connect or a loss.
 //!
 //! Deleting a ManagedCluster revokes the cluster: the object carries
 //! [`REGISTRATION_FINALIZER`], and on deletion this controller deletes the registry record
@@ -46,8 +49,21 @@ use crate::store::registry::ClusterRecord;
 /// Finalizer on every ManagedCluster the hub writes: deleting the object revokes the
 /// cluster (its registry record goes first, then the finalizer).
 pub const REGISTRATION_FINALIZER: &str = "accord.io/cluster-registration";
-/// How often `lastHeartbeatTime` is rewritten for a cluster that stays available.
-pub const HEARTBEAT_WRITE_INTERVAL: Duration = Duration::from_secs(300);
+/// How often `lastHeartbeatTime` is rewritten for a cluster that stays available, in a
+/// fleet small enough for [`HEARTBEAT_REFRESH_WRITES_PER_SECOND`].
+pub const HEARTBEAT_REFRESH_INTERVAL: Duration = Duration::from_secs(60);
+/// The most heartbeat refreshes a second the hub spends on the whole fleet (a quiet
+/// neighbour on the management API server): past 300 clusters the interval grows with it.
+pub const HEARTBEAT_REFRESH_WRITES_PER_SECOND: u32 = 5;
+
+/// How often a cluster's `lastHeartbeatTime` is refreshed in a fleet of `clusters`:
+/// [`HEARTBEAT_REFRESH_INTERVAL`], or longer where the fleet would otherwise take more than
+/// [`HEARTBEAT_REFRESH_WRITES_PER_SECOND`] writes a second.
+pub fn heartbeat_refresh_interval(clusters: usize) -> Duration {
+    let budgeted =
+        Duration::from_secs_f64(clusters as f64 / f64::from(HEARTBEAT_REFRESH_WRITES_PER_SECOND));
+    HEARTBEAT_REFRESH_INTERVAL.max(budgeted)
+}
 /// Condition type: whether the member's kube-apiserver answers its agent's `/readyz` probe.
 pub const API_SERVER_AVAILABLE: &str = "APIServerAvailable";
 /// Reason of `APIServerAvailable=True`.
@@ -93,8 +109,9 @@ pub fn api_server_condition(
     }
 }
 
-/// How often every cluster is re-checked even without events.
-const RESYNC_INTERVAL: Duration = Duration::from_secs(30);
+/// How often every cluster is re-checked even without events (from caches; a write only
+/// when something is due), which bounds how late a heartbeat refresh can be.
+const RESYNC_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The status a cluster should have, or `None` when `current` already says it (ignoring
 /// timestamps) and the heartbeat time is recent enough. `spec_error` is why the object's
@@ -108,12 +125,20 @@ pub fn desired_status(
     now: &Time,
 ) -> Option<ManagedClusterStatus> {
     desired_status_with(
-        registered, connected, spec_error, None, current, generation, now,
+        registered,
+        connected,
+        spec_error,
+        None,
+        current,
+        generation,
+        now,
+        HEARTBEAT_REFRESH_INTERVAL,
     )
 }
 
 /// [`desired_status`], also setting `api_server` (see [`api_server_condition`]) when
-/// given.
+/// given, and refreshing the heartbeat time once it is `heartbeat_refresh` old.
+#[allow(clippy::too_many_arguments)]
 pub fn desired_status_with(
     registered: bool,
     connected: Option<&ConnectedRecord>,
@@ -122,6 +147,7 @@ pub fn desired_status_with(
     current: Option<&ManagedClusterStatus>,
     generation: Option<i64>,
     now: &Time,
+    heartbeat_refresh: Duration,
 ) -> Option<ManagedClusterStatus> {
     let empty = ManagedClusterStatus::default();
     let current = current.unwrap_or(&empty);
@@ -184,7 +210,7 @@ pub fn desired_status_with(
     }
     let heartbeat_stale = connected.is_some()
         && current.last_heartbeat_time.as_ref().is_none_or(|t| {
-            now.0.duration_since(t.0).as_secs_f64() >= HEARTBEAT_WRITE_INTERVAL.as_secs_f64()
+            now.0.duration_since(t.0).as_secs_f64() >= heartbeat_refresh.as_secs_f64()
         });
     let just_connected =
         connected.is_some() && !conditions::is_true(&current.conditions, types::AVAILABLE);
@@ -311,6 +337,7 @@ pub async fn run(
                 .and_then(|k| health.get(&k))
                 .map(|(h, _)| h);
             let api_server = api_server_condition(conn.as_ref(), api_server.as_ref());
+            let refresh = heartbeat_refresh_interval(registry.len());
             match reconcile(
                 &ctx,
                 &api,
@@ -318,6 +345,7 @@ pub async fn run(
                 record.as_ref(),
                 conn.as_ref(),
                 api_server,
+                refresh,
             )
             .await
             {
@@ -395,6 +423,7 @@ async fn reconcile(
     record: Option<&ClusterRecord>,
     connected: Option<&ConnectedRecord>,
     api_server: Desired,
+    heartbeat_refresh: Duration,
 ) -> Result<(), StatusWriteError> {
     let object = ctx.clusters.get(&reflector::ObjectRef::new(name));
     // The current status and generation, read leniently: a status that does not decode is
@@ -457,6 +486,7 @@ async fn reconcile(
         current.as_ref(),
         generation,
         &now,
+        heartbeat_refresh,
     ) else {
         return Ok(());
     };
@@ -627,15 +657,15 @@ mod tests {
     fn nothing_is_written_while_a_healthy_cluster_stays_healthy() {
         let s = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
         assert_eq!(
-            desired_status(true, Some(&conn()), None, Some(&s), Some(1), &at(160)),
+            desired_status(true, Some(&conn()), None, Some(&s), Some(1), &at(150)),
             None
         );
     }
 
     #[test]
-    fn heartbeat_time_is_refreshed_only_after_the_write_interval() {
+    fn heartbeat_time_is_refreshed_only_after_the_refresh_interval() {
         let s = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
-        let later = 100 + HEARTBEAT_WRITE_INTERVAL.as_secs() as i64;
+        let later = 100 + HEARTBEAT_REFRESH_INTERVAL.as_secs() as i64;
         let refreshed =
             desired_status(true, Some(&conn()), None, Some(&s), Some(1), &at(later)).unwrap();
         assert_eq!(refreshed.last_heartbeat_time, Some(at(later)));
@@ -643,6 +673,38 @@ mod tests {
             refreshed.conditions, s.conditions,
             "conditions keep their transition times"
         );
+    }
+
+    #[test]
+    fn a_healthy_clusters_heartbeat_is_never_left_65_seconds_old_in_a_small_fleet() {
+        // The column said "65s" for a cluster heartbeating every second (a 300 s interval).
+        let s = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
+        let refresh = heartbeat_refresh_interval(3);
+        let refreshed = desired_status_with(
+            true,
+            Some(&conn()),
+            None,
+            None,
+            Some(&s),
+            Some(1),
+            &at(165),
+            refresh,
+        )
+        .expect("a 65 s old heartbeat time is refreshed");
+        assert_eq!(refreshed.last_heartbeat_time, Some(at(165)));
+    }
+
+    #[test]
+    fn heartbeat_refreshes_stay_within_their_write_budget_in_a_large_fleet() {
+        assert_eq!(heartbeat_refresh_interval(0), HEARTBEAT_REFRESH_INTERVAL);
+        assert_eq!(heartbeat_refresh_interval(300), HEARTBEAT_REFRESH_INTERVAL);
+        for clusters in [301, 1_000, 10_000, 20_000] {
+            let per_second = clusters as f64 / heartbeat_refresh_interval(clusters).as_secs_f64();
+            assert!(
+                per_second <= f64::from(HEARTBEAT_REFRESH_WRITES_PER_SECOND) + 1e-9,
+                "{clusters} clusters: {per_second} refreshes/s"
+            );
+        }
     }
 
     #[test]
@@ -692,8 +754,17 @@ mod tests {
     #[test]
     fn a_frozen_member_api_server_shows_as_a_condition_and_the_cluster_stays_available() {
         let up = api_server_condition(Some(&conn()), Some(&health(true, "")));
-        let s = desired_status_with(true, Some(&conn()), None, Some(up), None, Some(1), &at(100))
-            .unwrap();
+        let s = desired_status_with(
+            true,
+            Some(&conn()),
+            None,
+            Some(up),
+            None,
+            Some(1),
+            &at(100),
+            HEARTBEAT_REFRESH_INTERVAL,
+        )
+        .unwrap();
         let c = conditions::find(&s.conditions, API_SERVER_AVAILABLE).unwrap();
         assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", READYZ_OK));
         let error = "GET /readyz did not answer within 2s";
@@ -706,6 +777,7 @@ mod tests {
             Some(&s),
             Some(1),
             &at(105),
+            HEARTBEAT_REFRESH_INTERVAL,
         )
         .unwrap();
         let c = conditions::find(&s.conditions, API_SERVER_AVAILABLE).unwrap();
@@ -743,6 +815,7 @@ mod tests {
             None,
             Some(1),
             &at(100),
+            HEARTBEAT_REFRESH_INTERVAL,
         )
         .unwrap();
         assert_eq!(

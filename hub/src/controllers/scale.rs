@@ -219,6 +219,7 @@ async fn apply(
             desired_replicas: spec.desired_replicas,
             scale_request_id: String::new(),
             infeasible: planned.infeasible,
+            moved_away: planned.moved_away,
         }),
     };
     let record = match previous {

@@ -153,6 +153,7 @@ mod tests {
                 desired_replicas: shares.iter().map(|s| s.1).sum(),
                 scale_request_id: "01ABC".into(),
                 infeasible: None,
+                moved_away: Vec::new(),
             }),
         }
     }

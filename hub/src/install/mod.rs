@@ -167,6 +167,12 @@ pub struct InstallArgs {
     /// Extra DNS names or IPs for the hub's serving certificate, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub tls_san: Vec<String>,
+    /// Register the admission webhook at this URL, https://HOST[:PORT], instead of the
+    /// Service accord-hub: for a hub the API server reaches directly, e.g. one run outside
+    /// the cluster with `accord-hub serve --webhook-addr`. The webhook's path is appended and
+    /// the host joins the hub's serving certificate.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
     /// Print the objects as YAML and change nothing (no cluster access needed).
     #[arg(long)]
     pub dry_run: bool,
@@ -327,6 +333,13 @@ impl InstallArgs {
                 tls_sans.push(host.to_owned());
             }
         }
+        if let Some(url) = &self.webhook_url {
+            let host = options::webhook_url_host(url)
+                .ok_or_else(|| OptionsError::WebhookUrl(url.clone()))?;
+            if !tls_sans.iter().any(|s| s == host) {
+                tls_sans.push(host.to_owned());
+            }
+        }
         let etcd = if self.with_etcd {
             EtcdMode::Bundled {
                 image: self.etcd_image.clone(),
@@ -358,6 +371,7 @@ impl InstallArgs {
             webhook_port: self.webhook_port,
             service_type: self.service_type,
             tls_sans,
+            webhook_url: self.webhook_url.clone(),
             ..InstallOptions::default()
         };
         options.validate()?;
@@ -569,6 +583,32 @@ mod tests {
             vec!["10.0.0.7".to_owned(), "hub.example.com".to_owned()]
         );
         assert_eq!(options.image, "registry.local/accord-hub:dev");
+    }
+
+    #[test]
+    fn a_webhook_url_is_rendered_and_its_host_joins_the_serving_certificate() {
+        let args = parse(&["--with-etcd", "--webhook-url", "https://10.0.0.9:19443"]).unwrap();
+        let options = args.options().unwrap();
+        assert_eq!(
+            options.webhook_url.as_deref(),
+            Some("https://10.0.0.9:19443")
+        );
+        assert_eq!(options.tls_sans, vec!["10.0.0.9".to_owned()]);
+        let config = webhook_configuration(&options, None);
+        assert_eq!(
+            config["webhooks"][0]["clientConfig"]["url"],
+            "https://10.0.0.9:19443/validate-federatedkafkatopics"
+        );
+        assert!(
+            config["webhooks"][0]["clientConfig"]
+                .get("service")
+                .is_none()
+        );
+        for bad in ["http://10.0.0.9:19443", "https://10.0.0.9:19443/validate"] {
+            let args = parse(&["--with-etcd", "--webhook-url", bad]).unwrap();
+            let e = args.options().unwrap_err().to_string();
+            assert!(e.contains("--webhook-url") && e.contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -194,6 +194,10 @@ pub struct InstallOptions {
     pub service_type: ServiceType,
     /// Extra DNS names or IPs for the hub's serving certificate (the address members dial).
     pub tls_sans: Vec<String>,
+    /// Base URL (`https://HOST[:PORT]`) the API server calls the admission webhook at,
+    /// instead of the Service `accord-hub`: for a hub that runs outside the management
+    /// cluster (the sandbox runs it as a local process). Each webhook's path is appended.
+    pub webhook_url: Option<String>,
     /// Hub container resources.
     pub resources: Resources,
     /// Evaluation etcd container resources (`--with-etcd`).
@@ -215,6 +219,7 @@ impl Default for InstallOptions {
             webhook_port: DEFAULT_WEBHOOK_PORT,
             service_type: ServiceType::ClusterIP,
             tls_sans: Vec::new(),
+            webhook_url: None,
             resources: Resources::hub_default(),
             etcd_resources: Resources::etcd_default(),
         }
@@ -286,6 +291,12 @@ pub enum OptionsError {
     /// A `--tls-san` entry is empty or has characters no DNS name or IP has.
     #[error("invalid --tls-san {0:?}: expected a DNS name or an IP address")]
     TlsSan(String),
+    /// `--webhook-url` is not an `https://HOST[:PORT]` URL.
+    #[error(
+        "invalid --webhook-url {0:?}: expected https://HOST[:PORT] (no path, query or user), \
+         the address the API server calls the webhook at"
+    )]
+    WebhookUrl(String),
     /// The image pull policy is not one Kubernetes accepts.
     #[error("invalid --image-pull-policy {0:?}: expected Always, IfNotPresent or Never")]
     PullPolicy(String),
@@ -353,6 +364,11 @@ impl InstallOptions {
         if let Some(bad) = self.tls_sans.iter().find(|s| !is_san(s)) {
             return Err(OptionsError::TlsSan(bad.clone()));
         }
+        if let Some(url) = &self.webhook_url
+            && webhook_url_host(url).is_none()
+        {
+            return Err(OptionsError::WebhookUrl(url.clone()));
+        }
         Ok(())
     }
 
@@ -406,6 +422,30 @@ fn is_etcd_url(s: &str) -> bool {
         }
         None => false,
     }
+}
+
+/// The host of a `--webhook-url`, `https://HOST[:PORT]` with an optional trailing `/`
+/// (brackets of an IPv6 literal removed); `None` for anything else. The API server calls
+/// the URL with each webhook's path appended, so the URL has none of its own.
+pub fn webhook_url_host(url: &str) -> Option<&str> {
+    let authority = url.strip_prefix("https://")?;
+    let authority = authority.strip_suffix('/').unwrap_or(authority);
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@']) {
+        return None;
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, rest) = v6.split_once(']')?;
+        (host, rest.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if port.is_some_and(|p| !p.parse::<u16>().is_ok_and(|p| p > 0)) {
+        return None;
+    }
+    (is_san(host) && !host.contains('*')).then_some(host)
 }
 
 fn is_san(s: &str) -> bool {
@@ -506,6 +546,13 @@ mod tests {
                 },
                 "--image-pull-policy",
             ),
+            (
+                InstallOptions {
+                    webhook_url: Some("http://127.0.0.1:9443".into()),
+                    ..Default::default()
+                },
+                "--webhook-url",
+            ),
         ];
         for (options, flag) in cases {
             let err = options.validate().expect_err(flag).to_string();
@@ -521,6 +568,31 @@ mod tests {
         assert!(!is_etcd_url("http://etcd"));
         assert!(!is_etcd_url("http://:2379"));
         assert!(!is_etcd_url("grpc://etcd:2379"));
+    }
+
+    #[test]
+    fn a_webhook_url_is_an_https_host_and_port_without_a_path() {
+        for (url, host) in [
+            ("https://127.0.0.1:9443", "127.0.0.1"),
+            ("https://127.0.0.1:9443/", "127.0.0.1"),
+            ("https://hub.example.com", "hub.example.com"),
+            ("https://[::1]:9443", "::1"),
+        ] {
+            assert_eq!(webhook_url_host(url), Some(host), "{url}");
+        }
+        for url in [
+            "http://127.0.0.1:9443",
+            "127.0.0.1:9443",
+            "https://",
+            "https://127.0.0.1:9443/validate",
+            "https://127.0.0.1:0",
+            "https://127.0.0.1:port",
+            "https://user@127.0.0.1:9443",
+            "https://127.0.0.1:9443?x=1",
+            "https://*.example.com",
+        ] {
+            assert_eq!(webhook_url_host(url), None, "{url}");
+        }
     }
 
     #[test]

@@ -20,7 +20,8 @@ use super::options::{
 use crate::federation::lib::GLOBAL_CONFIG_MAP_NAME;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 use crate::webhook::{
-    CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
+    CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, FEDERATION_PATH as FEDERATION_WEBHOOK_PATH,
+    FEDERATION_WEBHOOK_NAME, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
 };
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
@@ -335,10 +336,12 @@ fn grpc_service(options: &InstallOptions) -> Value {
 }
 
 /// The ValidatingWebhookConfiguration `accord-hub`: FederatedKafkaTopic CREATE and UPDATE
-/// go to the hub's webhook through the Service `accord-hub`, trusted by `ca_pem` (the hub
-/// CA) when given. `failurePolicy: Ignore`: a hub that is down must not block the API, and
-/// the controller checks policies again before propagating. No side effects a dry run could
-/// trigger (the audit Event is skipped for dry runs); 5 s at most.
+/// go to the hub's webhook through the Service `accord-hub` (or, with `--webhook-url`, at
+/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given, and so
+/// do PrometheusFederation CREATE and UPDATE, on a path of their own (a second webhook with
+/// the same client config but its path). `failurePolicy: Ignore`: a hub that is down must
+/// not block the API, and the controller checks policies again before propagating. No side
+/// effects a dry run could trigger (the audit Event is skipped for dry runs); 5 s at most.
 pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> Value {
     use kube::Resource as _;
     let mut client_config = json!({
@@ -355,26 +358,66 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
             serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
                 .unwrap_or_default();
     }
-    json!({
+    let mut federation_client_config = client_config.clone();
+    federation_client_config["service"]["path"] = json!(FEDERATION_WEBHOOK_PATH);
+    let mut config = json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": metadata(WEBHOOK_CONFIGURATION, None, hub_labels()),
-        "webhooks": [{
-            "name": WEBHOOK_NAME,
-            "clientConfig": client_config,
-            "rules": [{
-                "apiGroups": [GROUP],
-                "apiVersions": [accord_crds::kafka::FederatedKafkaTopic::version(&())],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": ["federatedkafkatopics"],
-                "scope": "Namespaced",
-            }],
-            "failurePolicy": "Ignore",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5,
+        "webhooks": [
+            validating_webhook(
+                WEBHOOK_NAME,
+                client_config,
+                &accord_crds::kafka::FederatedKafkaTopic::version(&()),
+                "federatedkafkatopics",
+            ),
+            validating_webhook(
+                FEDERATION_WEBHOOK_NAME,
+                federation_client_config,
+                &accord_crds::PrometheusFederation::version(&()),
+                "prometheusfederations",
+            ),
+        ],
+    });
+    if let Some(base) = &options.webhook_url {
+        for webhook in config["webhooks"].as_array_mut().into_iter().flatten() {
+            webhook["clientConfig"] = url_client_config(&webhook["clientConfig"], base);
+        }
+    }
+    config
+}
+
+/// One webhook of the configuration: CREATE and UPDATE of one namespaced Accord resource,
+/// ignored when the hub is down, free of side effects, 5 s at most.
+fn validating_webhook(name: &str, client_config: Value, version: &str, resource: &str) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": client_config,
+        "rules": [{
+            "apiGroups": [GROUP],
+            "apiVersions": [version],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [resource],
+            "scope": "Namespaced",
         }],
+        "failurePolicy": "Ignore",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": 5,
     })
+}
+
+/// A webhook's `clientConfig` that names the Service (`service` with its `path`) turned into
+/// one that names `base_url` (`https://HOST[:PORT]`) with the same path, the `caBundle`
+/// kept: for a hub the API server cannot reach through a Service, such as one running as a
+/// local process beside the API server.
+pub fn url_client_config(service_config: &Value, base_url: &str) -> Value {
+    let path = service_config["service"]["path"].as_str().unwrap_or("/");
+    let mut config = json!({ "url": format!("{}{path}", base_url.trim_end_matches('/')) });
+    if let Some(ca) = service_config.get("caBundle") {
+        config["caBundle"] = ca.clone();
+    }
+    config
 }
 
 /// `/metrics`, `/healthz`, `/readyz`: in-cluster only, whatever the gRPC Service's type.
@@ -675,7 +718,8 @@ mod tests {
     }
 
     #[test]
-    fn the_webhook_configuration_sends_topic_creates_and_updates_to_the_hub_service() {
+    fn the_webhook_configuration_sends_topic_and_federation_creates_and_updates_to_the_hub_service()
+    {
         let objects = render(&external()).unwrap();
         let config = find(&objects, "ValidatingWebhookConfiguration", "accord-hub");
         assert!(config["metadata"].get("namespace").is_none());
@@ -696,6 +740,27 @@ mod tests {
                     "apiVersions": ["v1alpha1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["federatedkafkatopics"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }, {
+                "name": "prometheusfederations.accord.io",
+                "clientConfig": {
+                    "service": {
+                        "name": "accord-hub",
+                        "namespace": "accord-system",
+                        "port": 9443,
+                        "path": "/validate-prometheusfederations",
+                    },
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["prometheusfederations"],
                     "scope": "Namespaced",
                 }],
                 "failurePolicy": "Ignore",
@@ -727,18 +792,63 @@ mod tests {
     fn given_the_hub_ca_the_webhook_configuration_trusts_it() {
         let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
         let config = webhook_configuration(&external(), Some(pem));
-        let bundle = config["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .unwrap();
-        let typed: k8s_openapi::ByteString = serde_json::from_value(json!(bundle)).expect("base64");
-        assert_eq!(typed.0, pem.as_bytes());
-        // Otherwise equal to what render() and the manifests carry.
         let mut without = config.clone();
-        without["webhooks"][0]["clientConfig"]
-            .as_object_mut()
-            .unwrap()
-            .remove("caBundle");
+        for webhook in [0, 1] {
+            let bundle = config["webhooks"][webhook]["clientConfig"]["caBundle"]
+                .as_str()
+                .unwrap();
+            let typed: k8s_openapi::ByteString =
+                serde_json::from_value(json!(bundle)).expect("base64");
+            assert_eq!(typed.0, pem.as_bytes());
+            // Otherwise equal to what render() and the manifests carry.
+            without["webhooks"][webhook]["clientConfig"]
+                .as_object_mut()
+                .unwrap()
+                .remove("caBundle");
+        }
         assert_eq!(without, webhook_configuration(&external(), None));
+    }
+
+    #[test]
+    fn with_a_webhook_url_every_webhook_is_called_at_that_url_with_its_path_and_the_ca() {
+        let options = InstallOptions {
+            webhook_url: Some("https://127.0.0.1:19443/".into()),
+            ..external()
+        };
+        let pem = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n";
+        let config = webhook_configuration(&options, Some(pem));
+        let with_service = webhook_configuration(&external(), Some(pem));
+        let webhooks = config["webhooks"].as_array().unwrap();
+        assert_eq!(
+            webhooks.len(),
+            with_service["webhooks"].as_array().unwrap().len()
+        );
+        for (webhook, service) in webhooks
+            .iter()
+            .zip(with_service["webhooks"].as_array().unwrap())
+        {
+            let path = service["clientConfig"]["service"]["path"].as_str().unwrap();
+            assert_eq!(
+                webhook["clientConfig"],
+                json!({
+                    "url": format!("https://127.0.0.1:19443{path}"),
+                    "caBundle": service["clientConfig"]["caBundle"],
+                }),
+                "no service, the same path and CA"
+            );
+        }
+        assert_eq!(
+            webhooks[0]["clientConfig"]["url"],
+            "https://127.0.0.1:19443/validate-federatedkafkatopics"
+        );
+        // Without the CA (the first apply), no caBundle either.
+        assert_eq!(
+            webhook_configuration(&options, None)["webhooks"][0]["clientConfig"],
+            json!({ "url": "https://127.0.0.1:19443/validate-federatedkafkatopics" })
+        );
+        // What the API server accepts.
+        let _: k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration =
+            serde_json::from_value(config).unwrap();
     }
 
     #[test]

@@ -23,11 +23,19 @@ pub struct ScaleDecision {
     /// Why the total could not be placed exactly, if it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infeasible: Option<String>,
+    /// Clusters whose share is with the others (failover): unavailable, or back and waiting
+    /// out the return cooldown. Each is told to keep what it was last told to run, up to
+    /// its share of the whole, instead of 0 — no running pod is killed because its cluster
+    /// was away — and those replicas count toward no total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moved_away: Vec<String>,
 }
 
 impl ScaleDecision {
     /// True when `other` decides the same, whatever the ids.
     pub fn same_intent(&self, other: &ScaleDecision) -> bool {
-        self.desired_replicas == other.desired_replicas && self.infeasible == other.infeasible
+        self.desired_replicas == other.desired_replicas
+            && self.infeasible == other.infeasible
+            && self.moved_away == other.moved_away
     }
 }

@@ -33,6 +33,9 @@ pub struct Plan {
     pub shares: Vec<ShareRecord>,
     /// Why the total could not be placed exactly, if so.
     pub infeasible: Option<String>,
+    /// Clusters whose share is with the others, in distribution order (see
+    /// [`ScaleDecision::moved_away`]).
+    pub moved_away: Vec<String>,
     /// When to look again because a returning cluster's cooldown ends.
     pub recheck_after: Option<Duration>,
 }
@@ -42,13 +45,29 @@ const RETURN_COOLDOWN_REASON: &str = "the cluster returned;";
 /// How the reason of a cluster that kept its count while no cluster was available ends.
 const KEPT_LAST_COUNT_REASON: &str = "no cluster is available, so it keeps its last count";
 
+/// Why a listed cluster takes no part in the division.
+enum Out {
+    /// It gets 0 (not registered, or drained: no placements there is what was asked).
+    Held(String),
+    /// Its share is with the others, but it keeps what it runs (see
+    /// [`ScaleDecision::moved_away`]).
+    MovedAway(String),
+}
+
 /// Divides `spec.desiredReplicas` over the eligible clusters of `spec.distribution`.
 ///
 /// With failover on, a cluster takes part while it is available and schedulable. A cluster
 /// that had no share in `previous` (it failed, or was drained) takes part again only once it
 /// has been available for `returnCooldownSeconds`, so a flapping cluster does not pull
 /// replicas back and forth: its share returns once. With failover off every listed cluster
-/// keeps its share whatever its state. Clusters left out get 0 with the reason.
+/// keeps its share whatever its state.
+///
+/// A cluster that is unavailable, or back and waiting out its cooldown, has its share
+/// divided among the others but is not told 0: it keeps the count it was last told, up to
+/// the share it would have if it took part, so neither its absence nor its return kills a
+/// pod it runs. The total runs over `desiredReplicas` by at most that share until the
+/// cooldown ends and the others give theirs back. A drained or unregistered cluster gets 0
+/// with the reason.
 pub fn plan(
     spec: &CrossClusterScalePolicySpec,
     default_namespace: &str,
@@ -58,21 +77,26 @@ pub fn plan(
 ) -> Plan {
     let cooldown = i64::from(spec.failover.return_cooldown_seconds.max(0));
     let mut candidates = Vec::new();
+    // Candidates and clusters whose share moved away: the division if everyone came back.
+    let mut home = Vec::new();
     let mut held: HashMap<&str, String> = HashMap::new();
+    let mut moved_away = Vec::new();
     let mut recheck_after: Option<i64> = None;
     for d in &spec.distribution {
         let view = clusters.get(&d.cluster);
-        let reason = if !spec.failover.enabled {
+        let out = if !spec.failover.enabled {
             None
         } else {
             match view {
-                None => Some("the cluster is not registered with the hub".to_owned()),
-                Some(v) if !v.available => {
-                    Some("the cluster is unavailable; its share moved to the others".to_owned())
-                }
-                Some(v) if v.unschedulable => {
-                    Some("the cluster is unschedulable (drained)".to_owned())
-                }
+                None => Some(Out::Held(
+                    "the cluster is not registered with the hub".to_owned(),
+                )),
+                Some(v) if !v.available => Some(Out::MovedAway(
+                    "the cluster is unavailable; its share moved to the others".to_owned(),
+                )),
+                Some(v) if v.unschedulable => Some(Out::Held(
+                    "the cluster is unschedulable (drained)".to_owned(),
+                )),
                 Some(v) => {
                     // A count kept while no cluster was available never moved away: its
                     // cluster has nothing to wait for.
@@ -105,49 +129,60 @@ pub fn plan(
                     if returned_since_decision && !had_share && now_unix < ready_at {
                         let wait = ready_at - now_unix;
                         recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
-                        Some(format!(
+                        Some(Out::MovedAway(format!(
                             "{RETURN_COOLDOWN_REASON} its share moves back after {cooldown}s of availability ({wait}s left)"
-                        ))
+                        )))
                     } else {
                         None
                     }
                 }
             }
         };
-        match reason {
-            Some(r) => {
+        let candidate = Candidate {
+            cluster: d.cluster.clone(),
+            weight: u32::try_from(d.weight.max(1)).unwrap_or(1),
+            min: d
+                .min_replicas
+                .and_then(|m| u32::try_from(m).ok())
+                .unwrap_or(0),
+            max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
+        };
+        match out {
+            Some(Out::Held(r)) => {
                 held.insert(d.cluster.as_str(), r);
             }
-            None => candidates.push(Candidate {
-                cluster: d.cluster.clone(),
-                weight: u32::try_from(d.weight.max(1)).unwrap_or(1),
-                min: d
-                    .min_replicas
-                    .and_then(|m| u32::try_from(m).ok())
-                    .unwrap_or(0),
-                max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
-            }),
+            Some(Out::MovedAway(r)) => {
+                held.insert(d.cluster.as_str(), r);
+                moved_away.push(d.cluster.clone());
+                home.push(candidate);
+            }
+            None => {
+                home.push(candidate.clone());
+                candidates.push(candidate);
+            }
         }
     }
+    let previous_count = |cluster: &str| -> u32 {
+        previous
+            .and_then(|p| p.share(cluster))
+            .and_then(scale_spec)
+            .and_then(|s| u32::try_from(s.replicas).ok())
+            .unwrap_or(0)
+    };
     // No cluster to move a share to (every one down, e.g. the only cluster while its agent
     // fails over to its standby replica): moving everything to nowhere would scale every
     // cluster to 0 the moment an agent reconnects. Each keeps the count it was last given;
-    // pods keep running where they are.
+    // pods keep running where they are, and no share moved anywhere.
     let hold_previous = spec.failover.enabled && candidates.is_empty() && !held.is_empty();
-    if hold_previous && let Some(previous) = previous {
-        for (cluster, reason) in held.iter_mut() {
-            let kept = previous
-                .share(cluster)
-                .and_then(scale_spec)
-                .map_or(0, |s| s.replicas);
-            *reason = format!("{reason}; {KEPT_LAST_COUNT_REASON} ({kept})");
+    if hold_previous {
+        moved_away.clear();
+        if previous.is_some() {
+            for (cluster, reason) in held.iter_mut() {
+                let kept = previous_count(cluster);
+                *reason = format!("{reason}; {KEPT_LAST_COUNT_REASON} ({kept})");
+            }
         }
     }
-    let kept = |cluster: &str| -> Option<u32> {
-        let previous = previous.filter(|_| hold_previous)?;
-        let spec = previous.share(cluster).and_then(scale_spec)?;
-        u32::try_from(spec.replicas).ok()
-    };
     let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
     let (division, infeasible) = match divide(total, &candidates) {
         Division::Exact(shares) => (shares, None),
@@ -156,14 +191,38 @@ pub fn plan(
             best_effort,
         } => (best_effort, Some(reason.to_string())),
     };
+    // What a cluster whose share moved away keeps: what it was last told to run, but never
+    // more than its share if every such cluster were back, so the overshoot of the total is
+    // bounded by those shares and the return itself never scales it down.
+    let home_division = if moved_away.is_empty() {
+        Vec::new()
+    } else {
+        match divide(total, &home) {
+            Division::Exact(shares) => shares,
+            Division::Infeasible { best_effort, .. } => best_effort,
+        }
+    };
+    let kept = |cluster: &str| -> Option<u32> {
+        if hold_previous {
+            return previous.map(|_| previous_count(cluster));
+        }
+        if !moved_away.iter().any(|c| c == cluster) {
+            return None;
+        }
+        let home_share = home_division
+            .iter()
+            .find(|s| s.cluster == cluster)
+            .map_or(0, |s| s.replicas);
+        Some(previous_count(cluster).min(home_share))
+    };
     let target = &spec.target_ref;
     let shares = spec
         .distribution
         .iter()
         .map(|d| ShareRecord {
             cluster: d.cluster.clone(),
-            // Every listed cluster is told its count, 0 included, so a cluster whose share
-            // moved away scales down instead of keeping what it had.
+            // Every listed cluster is told its count, 0 included, so a drained cluster
+            // scales down instead of keeping what it had.
             assignment: Some(AssignmentSpec::Scale(ScaleSpec {
                 api_version: target.api_version.clone(),
                 kind: target.kind.clone(),
@@ -181,12 +240,18 @@ pub fn plan(
                 // Named once the decision is known to be new (see the controller).
                 scale_request_id: String::new(),
             })),
-            held_reason: held.get(d.cluster.as_str()).cloned(),
+            held_reason: held.get(d.cluster.as_str()).map(|reason| {
+                match kept(&d.cluster).filter(|n| !hold_previous && *n > 0) {
+                    Some(n) => format!("{reason}; it keeps running {n} meanwhile"),
+                    None => reason.clone(),
+                }
+            }),
         })
         .collect();
     Plan {
         shares,
         infeasible,
+        moved_away,
         recheck_after: recheck_after.map(|s| Duration::from_secs(s.max(1) as u64)),
     }
 }
@@ -224,7 +289,7 @@ pub struct AggregateInputs<'a> {
 /// built from them ([`scale_conditions`]).
 pub fn aggregate(inputs: &AggregateInputs<'_>) -> CrossClusterScalePolicyStatus {
     let placements = placements(inputs);
-    let ready = ready_replicas(&placements);
+    let ready = ready_replicas(&placements, inputs.decision);
     let desired_conditions = scale_conditions(&placements, inputs.decision);
     let old = inputs.old;
     let old_conditions = old.map(|o| o.conditions.as_slice()).unwrap_or_default();
@@ -282,7 +347,14 @@ fn placement(
             })),
         )
     } else if let Some(r) = current {
-        (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
+        // A cluster back from a failover says why it runs what it runs until its share
+        // returns.
+        let message = Some(r.message.clone()).filter(|m| !m.is_empty());
+        let moved_away = inputs.decision.moved_away.contains(&share.cluster);
+        (
+            r.state,
+            message.or_else(|| share.held_reason.clone().filter(|_| moved_away)),
+        )
     } else if let Some(r) = report.filter(|r| is_trouble(r.state)) {
         // The agent could not act on an earlier decision either; say why.
         (r.state, Some(r.message.clone()))
@@ -329,33 +401,43 @@ fn is_trouble(state: PlacementState) -> bool {
     )
 }
 
+/// The replicas a placement counts toward the total: its share, or 0 for a cluster whose
+/// share moved away (what it keeps running meanwhile is over the total, not part of it).
+fn counted(placement: &Placement, decision: &ScaleDecision) -> i32 {
+    if decision.moved_away.contains(&placement.cluster) {
+        0
+    } else {
+        placement.desired_replicas
+    }
+}
+
 /// Ready replicas over the available placements, each counted up to its share.
-fn ready_replicas(placements: &[Placement]) -> i32 {
+fn ready_replicas(placements: &[Placement], decision: &ScaleDecision) -> i32 {
     placements
         .iter()
         .filter(|p| p.state != PlacementState::Unavailable)
-        .map(|p| p.ready_replicas.unwrap_or(0).min(p.desired_replicas))
+        .map(|p| p.ready_replicas.unwrap_or(0).min(counted(p, decision)))
         .sum()
 }
 
 /// `Ready`, `Progressing` and `Degraded` for a policy's placements.
 pub fn scale_conditions(placements: &[Placement], decision: &ScaleDecision) -> Vec<Desired> {
-    let desired: i32 = placements.iter().map(|p| p.desired_replicas).sum();
-    let ready = ready_replicas(placements);
+    let desired: i32 = placements.iter().map(|p| counted(p, decision)).sum();
+    let ready = ready_replicas(placements, decision);
     let troubled: Vec<String> = placements
         .iter()
         .filter(|p| {
             is_trouble(p.state)
-                || (p.state == PlacementState::Unavailable && p.desired_replicas > 0)
+                || (p.state == PlacementState::Unavailable && counted(p, decision) > 0)
         })
         .map(|p| format!("{}: {}", p.cluster, p.state.as_str()))
         .collect();
     let pending = placements
         .iter()
-        .any(|p| p.state == PlacementState::Pending && p.desired_replicas > 0);
+        .any(|p| p.state == PlacementState::Pending && counted(p, decision) > 0);
     let all_synced = placements.iter().all(|p| {
         p.state == PlacementState::Synced
-            || (p.desired_replicas == 0 && p.state != PlacementState::Conflict)
+            || (counted(p, decision) == 0 && p.state != PlacementState::Conflict)
     });
     let is_ready =
         all_synced && ready >= desired && decision.infeasible.is_none() && troubled.is_empty();
@@ -489,6 +571,7 @@ mod tests {
                 desired_replicas: 12,
                 scale_request_id: "id-1".into(),
                 infeasible: p.infeasible.clone(),
+                moved_away: p.moved_away.clone(),
             }),
         }
     }
@@ -564,7 +647,9 @@ mod tests {
             Some(&kept),
             202,
         );
-        assert_eq!(replicas(&back), vec![6, 0]);
+        // b, still away, keeps what it was last told, up to its share of the new total.
+        assert_eq!(replicas(&back), vec![6, 2]);
+        assert_eq!(back.moved_away, vec!["b".to_owned()]);
         assert_eq!(back.shares[0].held_reason, None);
         // Without an earlier decision there is nothing to keep.
         let p = plan(
@@ -690,6 +775,135 @@ mod tests {
             101,
         );
         assert_eq!(replicas(&next), vec![7, 5]);
+    }
+
+    fn three_clusters() -> CrossClusterScalePolicySpec {
+        spec(
+            "targetRef: {name: frontend}\ndesiredReplicas: 9\ndistribution:\n- {cluster: a, weight: 1}\n- {cluster: b, weight: 1}\n- {cluster: c, weight: 1}\n",
+        )
+    }
+
+    /// `p` as the previous decision, made at `at` seconds.
+    fn decided_at(p: &Plan, at: i64) -> PlacementRecord {
+        let mut r = record_of(p);
+        r.decided_unix_millis = at * 1000;
+        r
+    }
+
+    #[test]
+    fn a_cluster_away_and_back_keeps_what_it_runs_until_its_share_returns() {
+        let s = three_clusters(); // default cooldown 30 s
+        let all_up = views(&[("a", up(0)), ("b", up(0)), ("c", up(0))]);
+        let steady = plan(&s, "default", &all_up, None, 100);
+        assert_eq!(replicas(&steady), vec![3, 3, 3]);
+        assert!(steady.moved_away.is_empty());
+
+        // c is cut off at t=110: its share goes to a and b, but it is told to keep its 3,
+        // so its agent, reconnecting to this decision, kills nothing.
+        let cut = views(&[("a", up(0)), ("b", up(0)), ("c", down())]);
+        let away = plan(&s, "default", &cut, Some(&decided_at(&steady, 100)), 110);
+        assert_eq!(replicas(&away), vec![5, 4, 3]);
+        assert_eq!(away.moved_away, vec!["c".to_owned()]);
+        let reason = away.shares[2].held_reason.as_deref().unwrap();
+        assert!(
+            reason.contains("unavailable") && reason.contains("keeps running 3"),
+            "{reason}"
+        );
+
+        // Back at t=200: held for its cooldown, still with its 3; a and b keep theirs.
+        let back = views(&[("a", up(0)), ("b", up(0)), ("c", up(200))]);
+        let during = plan(&s, "default", &back, Some(&decided_at(&away, 110)), 201);
+        assert_eq!(replicas(&during), vec![5, 4, 3]);
+        assert_eq!(during.moved_away, vec!["c".to_owned()]);
+        assert!(
+            during.shares[2]
+                .held_reason
+                .as_deref()
+                .unwrap()
+                .starts_with(RETURN_COOLDOWN_REASON)
+        );
+        let later = plan(&s, "default", &back, Some(&decided_at(&during, 201)), 215);
+        assert_eq!(replicas(&later), vec![5, 4, 3]);
+
+        // After the cooldown the others give back; c never went below 3.
+        let after = plan(&s, "default", &back, Some(&decided_at(&later, 215)), 230);
+        assert_eq!(replicas(&after), vec![3, 3, 3]);
+        assert!(after.moved_away.is_empty());
+        assert_eq!(after.shares[2].held_reason, None);
+    }
+
+    #[test]
+    fn what_a_cluster_away_keeps_is_bounded_by_its_share_of_the_total() {
+        let mut s = three_clusters();
+        let all_up = views(&[("a", up(0)), ("b", up(0)), ("c", up(0))]);
+        let steady = plan(&s, "default", &all_up, None, 100);
+        let cut = views(&[("a", up(0)), ("b", up(0)), ("c", down())]);
+        // Lowered to 3 while c is away: c keeps 1 (its share of 3), not the 3 it ran, so
+        // the total runs over by at most c's own share.
+        s.desired_replicas = 3;
+        let away = plan(&s, "default", &cut, Some(&decided_at(&steady, 100)), 110);
+        assert_eq!(replicas(&away), vec![2, 1, 1]);
+        // Raised to 30: c keeps the 3 it was told, not more, until it is back.
+        s.desired_replicas = 30;
+        let away = plan(&s, "default", &cut, Some(&decided_at(&steady, 100)), 110);
+        assert_eq!(replicas(&away), vec![15, 15, 3]);
+        // A drained cluster is not away: it gets 0 at once.
+        let mut drained = up(0);
+        drained.unschedulable = true;
+        let cl = views(&[("a", up(0)), ("b", up(0)), ("c", drained)]);
+        let p = plan(&s, "default", &cl, Some(&decided_at(&steady, 100)), 110);
+        assert_eq!(replicas(&p), vec![15, 15, 0]);
+        assert!(p.moved_away.is_empty());
+    }
+
+    #[test]
+    fn what_a_cluster_away_keeps_counts_toward_no_total_in_the_status() {
+        let s = three_clusters();
+        let all_up = views(&[("a", up(0)), ("b", up(0)), ("c", up(0))]);
+        let steady = plan(&s, "default", &all_up, None, 100);
+        let cut = views(&[("a", up(0)), ("b", up(0)), ("c", down())]);
+        let away = record_of(&plan(
+            &s,
+            "default",
+            &cut,
+            Some(&decided_at(&steady, 100)),
+            110,
+        ));
+        let now = Time(Timestamp::from_second(110).unwrap());
+        let mut reports: HashMap<_, _> = [
+            ("a".to_owned(), report(PlacementState::Synced, "id-1", 5)),
+            ("b".to_owned(), report(PlacementState::Synced, "id-1", 4)),
+            ("c".to_owned(), report(PlacementState::Synced, "id-0", 3)),
+        ]
+        .into();
+        let st = status_of(&away, &reports, &cut, None, &now);
+        let c = &st.placements[2];
+        assert_eq!(
+            (c.state, c.desired_replicas),
+            (PlacementState::Unavailable, 3)
+        );
+        assert!(c.message.as_deref().unwrap().contains("keeps running 3"));
+        assert_eq!(st.ready_replicas, Some(9));
+        assert!(conditions::is_true(&st.conditions, "Ready"));
+        assert!(!conditions::is_true(&st.conditions, "Degraded"));
+
+        // Back and in its cooldown: its 3 ready pods do not count toward the 9, and its
+        // placement says why it runs them.
+        let back = views(&[("a", up(0)), ("b", up(0)), ("c", up(200))]);
+        let mut during = record_of(&plan(&s, "default", &back, Some(&away), 201));
+        during.decided_unix_millis = 201_000;
+        reports.insert("c".to_owned(), report(PlacementState::Synced, "id-1", 3));
+        let st = status_of(&during, &reports, &back, None, &now);
+        let c = &st.placements[2];
+        assert_eq!((c.state, c.desired_replicas), (PlacementState::Synced, 3));
+        assert!(
+            c.message
+                .as_deref()
+                .unwrap()
+                .starts_with(RETURN_COOLDOWN_REASON)
+        );
+        assert_eq!(st.ready_replicas, Some(9));
+        assert!(conditions::is_true(&st.conditions, "Ready"));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! on first start) end up with a working webhook, and a re-applied configuration that lost
 //! its `caBundle` gets it back.
 //!
-//! Watches that one object by name and, when the webhook's `caBundle` differs, merge-patches
+//! Watches that one object by name and, when the `caBundle` of one of the Accord webhooks in
+//! it ([`WEBHOOK_NAME`], [`FEDERATION_WEBHOOK_NAME`]) differs, merge-patches
 //! its `webhooks` with the observed `resourceVersion` (a concurrent change makes the patch
 //! fail and the next event retries). Every replica does it; they all write the same CA.
 //! An absent configuration (the hub run outside a cluster, a test registering its own) is
@@ -20,25 +21,35 @@ use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{CONFIGURATION_NAME, WEBHOOK_NAME};
+use super::{CONFIGURATION_NAME, FEDERATION_WEBHOOK_NAME, WEBHOOK_NAME};
 
-/// The merge patch that sets `caBundle` of the Accord webhook in `config`, or `None` when
-/// it already has it (or the configuration has no Accord webhook).
+/// The merge patch that sets `caBundle` of every Accord webhook in `config`, or `None` when
+/// they all have it (or the configuration has no Accord webhook). A merge patch replaces
+/// the whole `webhooks` list, so the patch carries every webhook, others unchanged.
 pub fn ca_bundle_patch(
     config: &ValidatingWebhookConfiguration,
     ca_pem: &str,
 ) -> Option<serde_json::Value> {
     let mut webhooks = config.webhooks.clone().unwrap_or_default();
-    let ours = webhooks.iter_mut().find(|w| w.name == WEBHOOK_NAME)?;
-    if ours
-        .client_config
-        .ca_bundle
-        .as_ref()
-        .is_some_and(|b| b.0 == ca_pem.as_bytes())
+    let mut changed = false;
+    for ours in webhooks
+        .iter_mut()
+        .filter(|w| [WEBHOOK_NAME, FEDERATION_WEBHOOK_NAME].contains(&w.name.as_str()))
     {
+        if ours
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .is_some_and(|b| b.0 == ca_pem.as_bytes())
+        {
+            continue;
+        }
+        ours.client_config.ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
+        changed = true;
+    }
+    if !changed {
         return None;
     }
-    ours.client_config.ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
     Some(json!({
         "metadata": { "resourceVersion": config.resource_version() },
         "webhooks": webhooks,
@@ -125,6 +136,34 @@ mod tests {
     fn a_stale_ca_bundle_is_replaced_and_a_current_one_left_alone() {
         assert!(ca_bundle_patch(&config(Some("OLD")), "PEM").is_some());
         assert!(ca_bundle_patch(&config(Some("PEM")), "PEM").is_none());
+    }
+
+    #[test]
+    fn both_accord_webhooks_get_the_ca_and_another_one_keeps_its_own() {
+        let mut c = config(Some("PEM"));
+        let webhooks = c.webhooks.as_mut().unwrap();
+        let mut federation = webhooks[0].clone();
+        federation.name = "prometheusfederations.accord.io".into();
+        federation.client_config.ca_bundle = None;
+        let mut other = webhooks[0].clone();
+        other.name = "other.example.com".into();
+        other.client_config.ca_bundle = Some(ByteString(b"THEIRS".to_vec()));
+        webhooks.push(federation);
+        webhooks.push(other);
+        let patch = ca_bundle_patch(&c, "PEM").expect("a patch");
+        let bundles: Vec<&serde_json::Value> = patch["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| &w["clientConfig"]["caBundle"])
+            .collect();
+        // Base64 of "PEM" for both Accord webhooks; "THEIRS" stays.
+        assert_eq!(
+            bundles,
+            [&json!("UEVN"), &json!("UEVN"), &json!("VEhFSVJT")]
+        );
+        c.webhooks.as_mut().unwrap()[1].client_config.ca_bundle = Some(ByteString(b"PEM".to_vec()));
+        assert!(ca_bundle_patch(&c, "PEM").is_none());
     }
 
     #[test]

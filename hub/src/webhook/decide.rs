@@ -2,11 +2,15 @@
 //! hold in, a [`Verdict`] out. No I/O, so every rule is tested without a cluster.
 //!
 //! - A CREATE, or an UPDATE that changes the spec, is checked against every
-//!   KafkaTopicPolicy ([`policy::violations`]): `Deny` violations refuse it, `Audit`
-//!   violations admit it with one warning each, an audit annotation and an Event.
-//! - It is refused when its topic name is already taken in one of its clusters by an older
-//!   FederatedKafkaTopic (the one the controller lets keep it: creation time, then
-//!   namespace/name). A new object is younger than every stored one.
+//!   KafkaTopicPolicy ([`policy::violations`]): `Deny` violations refuse it (reason
+//!   [`DENY_REASON`]), `Audit` violations admit it with one warning each, an audit
+//!   annotation and an Event.
+//! - It is refused (reason [`ALREADY_MANAGED_REASON`]) when its topic name is already taken
+//!   in one of its clusters by an older FederatedKafkaTopic (the one the controller lets
+//!   keep it: creation time, then namespace/name). A new object is younger than every
+//!   stored one.
+//! - When both apply, the reason is [`DENY_REASON`] and the message has both parts: the
+//!   policy has to be met whatever the topic is called, so it is the first thing to fix.
 //! - An UPDATE that leaves the spec alone (labels, annotations, finalizers — the controller
 //!   removing its finalizer) and any change to an object being deleted are always allowed,
 //!   so a topic admitted before a policy existed can still be cleaned up.
@@ -22,8 +26,13 @@ use super::review::{Operation, Refusal, TopicReview, Verdict};
 use crate::federation::select::matches;
 use crate::kafka::policy::{self, Violation};
 
-/// `status.reason` of every refusal.
+/// `status.reason` of a refusal for breaking a `Deny` KafkaTopicPolicy (also when the
+/// name is taken as well).
 pub const DENY_REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
+
+/// `status.reason` of a refusal for a Kafka topic name an older FederatedKafkaTopic
+/// already has in one of the same clusters (and no `Deny` policy broken).
+pub const ALREADY_MANAGED_REASON: &str = "TOPIC_ALREADY_MANAGED";
 
 /// Key of the audit annotation an audited violation adds. The API server prefixes it with
 /// the webhook's name, so audit logs show `federatedkafkatopics.accord.io/policy-violation`
@@ -72,7 +81,7 @@ pub fn decide(review: &TopicReview, snapshot: &Snapshot) -> Decision {
         verdict: Verdict::allow(),
         event: None,
     };
-    let Some(topic) = &review.topic else {
+    let Some(topic) = &review.object else {
         return allow;
     };
     match &review.operation {
@@ -105,11 +114,16 @@ pub fn decide(review: &TopicReview, snapshot: &Snapshot) -> Decision {
         reasons.push(taken_message(topic.topic_name(), &taken));
     }
     if !reasons.is_empty() {
+        let reason = if denying.is_empty() {
+            ALREADY_MANAGED_REASON
+        } else {
+            DENY_REASON
+        };
         return Decision {
             verdict: Verdict {
                 refusal: Some(Refusal {
                     code: FORBIDDEN,
-                    reason: DENY_REASON.to_owned(),
+                    reason: reason.to_owned(),
                     message: reasons.join("; "),
                 }),
                 ..Verdict::default()
@@ -283,7 +297,7 @@ mod tests {
             uid: "u".into(),
             operation: Operation::Create,
             dry_run: false,
-            topic: Some(topic),
+            object: Some(topic),
             old: None,
         }
     }
@@ -293,7 +307,7 @@ mod tests {
             uid: "u".into(),
             operation: Operation::Update,
             dry_run: false,
-            topic: Some(new),
+            object: Some(new),
             old: Some(old),
         }
     }
@@ -445,7 +459,7 @@ mod tests {
             uid: "u".into(),
             operation: Operation::Other("DELETE".into()),
             dry_run: false,
-            topic: None,
+            object: None,
             old: None,
         };
         assert!(
@@ -470,7 +484,8 @@ mod tests {
             &snapshot,
         );
         let r = refusal(&d);
-        assert_eq!(r.reason, DENY_REASON);
+        assert_eq!(r.code, 403);
+        assert_eq!(r.reason, "TOPIC_ALREADY_MANAGED");
         assert_eq!(
             r.message,
             "Kafka topic \"events\" is already managed by FederatedKafkaTopic team-a/events in cluster west"
@@ -595,7 +610,7 @@ mod tests {
     }
 
     #[test]
-    fn a_policy_violation_and_a_duplicate_are_reported_together() {
+    fn a_policy_violation_and_a_duplicate_are_reported_together_under_the_policy_reason() {
         let owner = created(topic("team-a", "events", 12, 3, &["east"]), 0);
         let snapshot = Snapshot {
             same_name: vec![owner],
@@ -606,7 +621,9 @@ mod tests {
             &create(topic("team-b", "events", 6, 3, &["east"])),
             &snapshot,
         );
-        let m = &refusal(&d).message;
+        let r = refusal(&d);
+        assert_eq!(r.reason, "TOPIC_CREATION_POLICY_VIOLATION");
+        let m = &r.message;
         assert!(
             m.contains("spec.partitions") && m.contains("team-a/events"),
             "{m}"

@@ -1,22 +1,32 @@
-//! The validating admission webhook for FederatedKafkaTopics (`--webhook-addr`).
+//! The validating admission webhooks for FederatedKafkaTopics and PrometheusFederations
+//! (`--webhook-addr`).
 //!
-//! Every hub replica serves it over HTTPS with its serving certificate from the hub CA:
-//! a pipeline of [`review::decode`] → [`decide::decide`] (pure, over a snapshot of the
-//! webhook's own reflectors, so no API call is on the request path) →
-//! [`review::response_body`]. It refuses topics that break a `Deny` KafkaTopicPolicy and
-//! topics whose Kafka name an older FederatedKafkaTopic already has in one of their
-//! clusters (reason [`DENY_REASON`]); it admits topics that break an `Audit` policy with a
-//! warning per rule, an audit annotation and a Warning Event `PolicyViolation`.
+//! Every hub replica serves them over HTTPS with its serving certificate from the hub CA,
+//! each a pipeline of [`review::decode`] → a pure decision → [`review::response_body`]:
+//!
+//! - FederatedKafkaTopics on [`PATH`], decided by [`decide::decide`] over a snapshot of the
+//!   webhook's own reflectors (so no API call is on the request path). It refuses topics
+//!   that break a `Deny` KafkaTopicPolicy (reason [`DENY_REASON`]) and topics whose Kafka
+//!   name an older FederatedKafkaTopic already has in one of their clusters (reason
+//!   [`ALREADY_MANAGED_REASON`]; [`DENY_REASON`] with both messages when both apply); it
+//!   admits topics that break an `Audit` policy with a warning per rule, an audit
+//!   annotation and a Warning Event `PolicyViolation`.
+//! - PrometheusFederations on [`FEDERATION_PATH`], decided by
+//!   [`federation::decide_federation`] from the object alone: a `match[]` entry the agent's
+//!   selector parser refuses is refused with the parser's message (reason
+//!   [`INVALID_MATCH_REASON`]).
 //!
 //! The ValidatingWebhookConfiguration ([`CONFIGURATION_NAME`], rendered by
-//! `accord-hub install`, the Helm chart and the plain manifests) uses
-//! `failurePolicy: Ignore`: a hub that is down never blocks the API, and the controller
-//! checks every topic again before propagating it. [`ca_bundle`] keeps its `caBundle` equal
-//! to the hub CA.
+//! `accord-hub install`, the Helm chart and the plain manifests) holds one webhook per
+//! kind, both with `failurePolicy: Ignore`: a hub that is down never blocks the API; the
+//! controller checks every topic again before propagating it, and the agent reports a
+//! selector it cannot use on the PrometheusFederation. [`ca_bundle`] keeps the `caBundle`
+//! of both equal to the hub CA.
 
 pub mod ca_bundle;
 pub mod cache;
 pub mod decide;
+pub mod federation;
 pub mod review;
 pub mod server;
 
@@ -24,16 +34,21 @@ use std::net::SocketAddr;
 
 use kube::runtime::events::{Recorder, Reporter};
 
-pub use decide::{AUDIT_ANNOTATION, DENY_REASON};
+pub use decide::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
+pub use federation::INVALID_MATCH_REASON;
 
 use crate::pki::KeyPairPem;
 
 /// Name of the ValidatingWebhookConfiguration.
 pub const CONFIGURATION_NAME: &str = "accord-hub";
-/// Name of the webhook in it.
+/// Name of the FederatedKafkaTopic webhook in it.
 pub const WEBHOOK_NAME: &str = "federatedkafkatopics.accord.io";
-/// Path the webhook is served on.
+/// Path the FederatedKafkaTopic webhook is served on.
 pub const PATH: &str = "/validate-federatedkafkatopics";
+/// Name of the PrometheusFederation webhook in it.
+pub const FEDERATION_WEBHOOK_NAME: &str = "prometheusfederations.accord.io";
+/// Path the PrometheusFederation webhook is served on.
+pub const FEDERATION_PATH: &str = "/validate-prometheusfederations";
 /// Default port of `--webhook-addr` and of the Service port.
 pub const DEFAULT_PORT: u16 = 9443;
 /// Reason of the Warning Event on an audited topic.

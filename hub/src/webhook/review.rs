@@ -1,13 +1,16 @@
 //! AdmissionReview `admission.k8s.io/v1` as the API server sends it for a
-//! FederatedKafkaTopic, decoded into a [`TopicReview`], and the answer written back.
+//! FederatedKafkaTopic ([`TopicReview`]) or a PrometheusFederation ([`FederationReview`]),
+//! decoded into a [`Review`], and the answer written back.
 //!
 //! Only the fields the webhook reads are decoded; a review that is not JSON, not
-//! `admission.k8s.io/v1`, has no `request.uid`, or carries an object that is not a
-//! FederatedKafkaTopic is a [`ReviewError`] (HTTP 400 with its message), never a panic.
+//! `admission.k8s.io/v1`, has no `request.uid`, or carries an object that is not of the
+//! kind the path serves is a [`ReviewError`] (HTTP 400 with its message), never a panic.
 
 use std::collections::BTreeMap;
 
+use accord_crds::PrometheusFederation;
 use accord_crds::kafka::FederatedKafkaTopic;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -39,18 +42,20 @@ pub enum ReviewError {
         /// The operation.
         operation: String,
     },
-    /// The object (or old object) is not a FederatedKafkaTopic.
-    #[error("request.{field} is not a FederatedKafkaTopic: {source}")]
-    NotATopic {
+    /// The object (or old object) is not of the kind the path serves.
+    #[error("request.{field} is not a {kind}: {source}")]
+    WrongObject {
         /// `object` or `oldObject`.
         field: &'static str,
+        /// The kind the path serves.
+        kind: String,
         /// What serde said.
         #[source]
         source: serde_json::Error,
     },
 }
 
-/// What is being done to the topic.
+/// What is being done to the object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Operation {
     /// `CREATE`.
@@ -61,9 +66,9 @@ pub enum Operation {
     Other(String),
 }
 
-/// One decoded review of a FederatedKafkaTopic.
+/// One decoded review of an object of kind `K`.
 #[derive(Clone, Debug)]
-pub struct TopicReview {
+pub struct Review<K> {
     /// `request.uid`, echoed in the answer.
     pub uid: String,
     /// `request.operation`.
@@ -71,10 +76,15 @@ pub struct TopicReview {
     /// `request.dryRun`: nothing may be recorded for it (no Event).
     pub dry_run: bool,
     /// `request.object` (CREATE, UPDATE).
-    pub topic: Option<FederatedKafkaTopic>,
+    pub object: Option<K>,
     /// `request.oldObject` (UPDATE).
-    pub old: Option<FederatedKafkaTopic>,
+    pub old: Option<K>,
 }
+
+/// A review of a FederatedKafkaTopic.
+pub type TopicReview = Review<FederatedKafkaTopic>;
+/// A review of a PrometheusFederation.
+pub type FederationReview = Review<PrometheusFederation>;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -101,8 +111,11 @@ struct RequestIn {
     dry_run: Option<bool>,
 }
 
-/// Decodes a request body.
-pub fn decode(body: &[u8]) -> Result<TopicReview, ReviewError> {
+/// Decodes a request body whose objects are of kind `K`.
+pub fn decode<K>(body: &[u8]) -> Result<Review<K>, ReviewError>
+where
+    K: DeserializeOwned + kube::Resource<DynamicType = ()>,
+{
     let review: ReviewIn = serde_json::from_slice(body).map_err(ReviewError::NotAReview)?;
     if review.api_version != ADMISSION_API_VERSION || review.kind != "AdmissionReview" {
         return Err(ReviewError::WrongVersion {
@@ -119,30 +132,34 @@ pub fn decode(body: &[u8]) -> Result<TopicReview, ReviewError> {
         "UPDATE" => Operation::Update,
         other => Operation::Other(other.to_owned()),
     };
-    let topic_of = |value: Option<Value>, field| {
+    let object_of = |value: Option<Value>, field| {
         value
             .filter(|v| !v.is_null())
             .map(|v| {
-                serde_json::from_value(v).map_err(|source| ReviewError::NotATopic { field, source })
+                serde_json::from_value(v).map_err(|source| ReviewError::WrongObject {
+                    field,
+                    kind: K::kind(&()).into_owned(),
+                    source,
+                })
             })
             .transpose()
     };
-    let (topic, old) = match operation {
+    let (object, old) = match operation {
         Operation::Create | Operation::Update => {
-            let topic =
-                topic_of(request.object, "object")?.ok_or_else(|| ReviewError::NoObject {
+            let object =
+                object_of(request.object, "object")?.ok_or_else(|| ReviewError::NoObject {
                     operation: request.operation.clone(),
                 })?;
-            (Some(topic), topic_of(request.old_object, "oldObject")?)
+            (Some(object), object_of(request.old_object, "oldObject")?)
         }
         // Nothing is validated: the objects are not even read.
         Operation::Other(_) => (None, None),
     };
-    Ok(TopicReview {
+    Ok(Review {
         uid: request.uid,
         operation,
         dry_run: request.dry_run.unwrap_or(false),
-        topic,
+        object,
         old,
     })
 }
@@ -266,11 +283,11 @@ mod tests {
             "dryRun": false,
             "userInfo": { "username": "admin" },
         }));
-        let r = decode(&body).unwrap();
+        let r: TopicReview = decode(&body).unwrap();
         assert_eq!(r.uid, "705ab4f5-6393-11e8-b7cc-42010a800002");
         assert_eq!(r.operation, Operation::Create);
         assert!(!r.dry_run);
-        assert_eq!(r.topic.unwrap().spec.partitions, 6);
+        assert_eq!(r.object.unwrap().spec.partitions, 6);
         assert!(r.old.is_none());
     }
 
@@ -280,7 +297,7 @@ mod tests {
             "uid": "u", "operation": "UPDATE", "dryRun": true,
             "object": topic_json(24), "oldObject": topic_json(12),
         }));
-        let r = decode(&body).unwrap();
+        let r: TopicReview = decode(&body).unwrap();
         assert_eq!(r.operation, Operation::Update);
         assert!(r.dry_run);
         assert_eq!(r.old.unwrap().spec.partitions, 12);
@@ -290,9 +307,9 @@ mod tests {
     fn a_delete_review_is_decoded_without_reading_objects() {
         let body =
             review(json!({ "uid": "u", "operation": "DELETE", "oldObject": {"garbage": 1} }));
-        let r = decode(&body).unwrap();
+        let r: TopicReview = decode(&body).unwrap();
         assert_eq!(r.operation, Operation::Other("DELETE".into()));
-        assert!(r.topic.is_none());
+        assert!(r.object.is_none());
     }
 
     #[test]
@@ -321,7 +338,9 @@ mod tests {
             (b"".to_vec(), "not an AdmissionReview"),
         ];
         for (body, expected) in cases {
-            let err = decode(&body).unwrap_err().to_string();
+            let err = decode::<FederatedKafkaTopic>(&body)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(expected), "{err:?} lacks {expected:?}");
         }
     }

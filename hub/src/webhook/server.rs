@@ -1,8 +1,10 @@
 //! The webhook's HTTPS server: TLS with the hub's serving certificate (issued by the hub
 //! CA, which the ValidatingWebhookConfiguration's `caBundle` trusts), HTTP/1.1 by axum.
 //!
-//! - `POST /validate-federatedkafkatopics`: an AdmissionReview in, an AdmissionReview out;
-//!   a body that is not a review is HTTP 400 with the reason.
+//! - `POST /validate-federatedkafkatopics` and `POST /validate-prometheusfederations`: an
+//!   AdmissionReview in, an AdmissionReview out; a body that is not a review of the path's
+//!   kind is HTTP 400 with the reason. The PrometheusFederation decision needs no cache,
+//!   so it does not wait for the reflectors.
 //! - `GET /readyz`: 200 once every reflector has listed, 503 before; `GET /healthz`: 200.
 //!
 //! TLS handshakes run as their own tasks, so one slow client never holds up the others.
@@ -27,10 +29,14 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, warn};
 
+use accord_crds::PrometheusFederation;
+use accord_crds::kafka::FederatedKafkaTopic;
+
 use super::cache::Caches;
 use super::decide::decide;
+use super::federation::decide_federation;
 use super::review::{self, Operation};
-use super::{PATH, WebhookError};
+use super::{FEDERATION_PATH, PATH, WebhookError};
 use crate::pki::KeyPairPem;
 
 /// How long a TLS handshake may take.
@@ -151,6 +157,7 @@ pub async fn serve(
 ) -> Result<(), WebhookError> {
     let app = Router::new()
         .route(PATH, post(validate))
+        .route(FEDERATION_PATH, post(validate_federation))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -178,14 +185,32 @@ async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
     }
 }
 
+/// HTTP 400 for a body that is not a review this path answers.
+fn malformed(e: &review::ReviewError) -> Response {
+    let message = accord_common::runtime::error_chain(e);
+    debug!(error = %message, "refusing a malformed admission review");
+    (StatusCode::BAD_REQUEST, message).into_response()
+}
+
+fn answer(uid: &str, verdict: &review::Verdict) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        review::response_body(uid, verdict),
+    )
+        .into_response()
+}
+
+async fn validate_federation(body: Bytes) -> Response {
+    match review::decode::<PrometheusFederation>(&body) {
+        Ok(review) => answer(&review.uid, &decide_federation(&review)),
+        Err(e) => malformed(&e),
+    }
+}
+
 async fn validate(State(s): State<AppState>, body: Bytes) -> Response {
-    let review = match review::decode(&body) {
+    let review = match review::decode::<FederatedKafkaTopic>(&body) {
         Ok(r) => r,
-        Err(e) => {
-            let message = accord_common::runtime::error_chain(&e);
-            debug!(error = %message, "refusing a malformed admission review");
-            return (StatusCode::BAD_REQUEST, message).into_response();
-        }
+        Err(e) => return malformed(&e),
     };
     if tokio::time::timeout(READY_WAIT, s.caches.wait_until_ready())
         .await
@@ -197,12 +222,12 @@ async fn validate(State(s): State<AppState>, body: Bytes) -> Response {
         )
             .into_response();
     }
-    let snapshot = match (&review.operation, &review.topic) {
+    let snapshot = match (&review.operation, &review.object) {
         (Operation::Create | Operation::Update, Some(topic)) => s.caches.snapshot(topic),
         _ => Default::default(),
     };
     let decision = decide(&review, &snapshot);
-    if let (Some(note), Some(topic)) = (decision.event, &review.topic) {
+    if let (Some(note), Some(topic)) = (decision.event, &review.object) {
         // Best effort and off the request path: the topic is not stored until admission
         // ends, so the Event waits for the reflector to see it.
         let caches = s.caches.clone();
@@ -213,11 +238,7 @@ async fn validate(State(s): State<AppState>, body: Bytes) -> Response {
             record_violation(&caches, &recorder, &namespace, &name, note).await;
         });
     }
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        review::response_body(&review.uid, &decision.verdict),
-    )
-        .into_response()
+    answer(&review.uid, &decision.verdict)
 }
 
 /// Records the Warning Event `PolicyViolation` on the admitted topic once it is stored.

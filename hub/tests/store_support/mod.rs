@@ -187,7 +187,7 @@ fn free_port() -> std::io::Result<u16> {
 
 /// The etcd binary: `$ACCORD_TESTBED_BIN/etcd`, or the one `e2e/testbed/build.sh` built
 /// (the script prints its bin directory on its last line and returns at once when cached).
-fn etcd_binary() -> Result<PathBuf> {
+pub fn etcd_binary() -> Result<PathBuf> {
     let bin = match std::env::var_os(BIN_DIR_ENV) {
         Some(dir) => PathBuf::from(dir),
         None => {

@@ -16,6 +16,7 @@ use accord_common::federation::{
     self, CONFIG_KEY, MemberPolicy, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
     TenantSources,
 };
+use accord_common::runtime::error_chain;
 use accord_crds::OWNED_BY_LABEL;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 
@@ -138,7 +139,9 @@ pub fn render_group(
                 .collect(),
         });
         let part = member.and_then(|member| {
-            federation::render_member(std::slice::from_ref(&member)).map_err(|e| e.to_string())?;
+            // The whole chain: the parser's reason is the source of a selector error.
+            federation::render_member(std::slice::from_ref(&member))
+                .map_err(|e| error_chain(&e))?;
             let with_sources: Vec<&TenantSources> = member
                 .tenants
                 .iter()
@@ -168,7 +171,7 @@ pub fn render_group(
             // Each rendered alone; together they should too. Say so rather than panic.
             for part in parts.values_mut() {
                 if part.is_ok() {
-                    *part = Err(format!("rendering the shared config: {e}"));
+                    *part = Err(format!("rendering the shared config: {}", error_chain(&e)));
                 }
             }
             empty_render()
@@ -503,7 +506,13 @@ mod tests {
 
         policies.insert(policy("bad"), spec(&["team-a"], &["{job=~\"x\""]));
         let with_bad = render_group(&policies, &[], &[&s_a, &s_b]);
-        assert!(with_bad.policies[&policy("bad")].is_err());
+        let message = with_bad.policies[&policy("bad")].as_ref().unwrap_err();
+        // Which selector, and why the parser refused it.
+        assert!(
+            message.contains(r#"match[] "{job=~\"x\"" cannot be used: invalid series selector"#)
+                && message.contains("missing '}'"),
+            "{message}"
+        );
         assert_eq!(
             with_bad.rendered.hash, good.rendered.hash,
             "the bad policy changes nothing"

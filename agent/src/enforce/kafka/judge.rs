@@ -8,12 +8,17 @@
 //! and no other key is ever touched, so a key someone else set on the broker survives every
 //! reconcile. Kafka cannot lower a partition count or change a replication factor in
 //! place: such a spec is refused with both numbers and nothing is applied to the topic.
+//!
+//! While the member's Kafka fails its liveness [`Probe`], every topic is `Unavailable` with
+//! the probe's message and nothing is applied; once Kafka answers again the topic is judged
+//! from what was seen as before. A probe changes what is reported, never what is applied.
 
 use std::collections::BTreeMap;
 
 use accord_common::distribution::{Observed, PlacementState, TopicObserved, TopicSpec};
 use accord_kafka::{ConfigEntry, ConfigOp, ConfigSource, NewTopic};
 
+use crate::enforce::{Action, Judgement};
 use crate::report::Report;
 
 /// How messages of an unreachable Kafka begin (the status shows them as `Unavailable`).
@@ -24,6 +29,19 @@ pub const AUTHENTICATION_PREFIX: &str = "Kafka authentication failed: ";
 pub const NOT_SUPPORTED_PREFIX: &str = "NotSupported: ";
 /// The message of a topic whose deletion completed.
 pub const DELETED_MESSAGE: &str = "deleted";
+
+/// What the last liveness probe of the member's Kafka said (see [`super::probe`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Probe {
+    /// No probe has finished through the current connection yet.
+    #[default]
+    NotYet,
+    /// Kafka answered the last probe.
+    Answered,
+    /// Kafka did not answer the last probe in time, or refused it; the message says why
+    /// (`Kafka unreachable: …`, `Kafka authentication failed: …`).
+    Failed(String),
+}
 
 /// What the agent saw of one topic in its last look at Kafka.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,6 +297,51 @@ pub fn describe(plan: &Plan) -> String {
             }
             parts.join("; ")
         }
+    }
+}
+
+/// Judges a topic assigned at `applied_revision` from the last look at it (`seen`, whose
+/// version is `version`), the last probe of Kafka and the last apply error (while it
+/// stands): what to report and whether to apply.
+///
+/// While the probe fails, what was seen may no longer hold and an apply could not arrive:
+/// the topic is `Unavailable` with the probe's message (and what was last seen of it), and
+/// the apply state is kept as it is ([`Action::Unknown`]), so nothing is applied because of
+/// the probe, and nothing that was due is forgotten.
+pub fn judge(
+    applied_revision: i64,
+    spec: &TopicSpec,
+    seen: &TopicSeen,
+    version: u64,
+    probe: &Probe,
+    apply_error: Option<&str>,
+) -> Judgement {
+    if let Probe::Failed(message) = probe {
+        return Judgement {
+            report: Report {
+                observed: Observed::Topic(seen.observed()),
+                ..Report::without_object(
+                    PlacementState::Unavailable,
+                    message.clone(),
+                    applied_revision,
+                )
+            },
+            action: Action::Unknown,
+        };
+    }
+    let verdict = verdict(spec, seen);
+    let action = match verdict {
+        Verdict::Apply(_) => Action::Apply {
+            from_version: version.to_string(),
+        },
+        Verdict::ConfigsUnreadable(_) => Action::Unknown,
+        Verdict::Synced | Verdict::Deleted | Verdict::NotSupported(_) | Verdict::Invalid(_) => {
+            Action::Settled
+        }
+    };
+    Judgement {
+        report: report(applied_revision, &verdict, seen, apply_error),
+        action,
     }
 }
 
@@ -743,6 +806,93 @@ mod tests {
         assert!(shows(&create, &present(1, 1, &[])));
         assert!(!shows(&Plan::Delete, &before));
         assert!(shows(&Plan::Delete, &TopicSeen::Absent));
+    }
+
+    #[test]
+    fn a_synced_topic_is_unavailable_while_kafka_fails_its_probe_and_nothing_is_applied() {
+        let s = spec(12, 3, &[("retention.ms", "1000")]);
+        let seen = present(12, 3, &[("retention.ms", "1000")]);
+        let message = "Kafka unreachable: no answer to the liveness probe within 2s";
+        let j = judge(4, &s, &seen, 7, &Probe::Failed(message.into()), None);
+        assert_eq!(j.report.state, PlacementState::Unavailable);
+        assert_eq!(j.report.message, message);
+        assert_eq!(j.report.applied_revision, 4);
+        assert_eq!(
+            j.report.observed,
+            Observed::Topic(seen.observed()),
+            "what was last seen of the topic stays in the status"
+        );
+        assert_eq!(j.action, Action::Unknown, "the apply state is left alone");
+    }
+
+    #[test]
+    fn a_topic_that_needs_an_apply_waits_while_kafka_fails_its_probe() {
+        // Drift seen before Kafka stopped answering: no apply into a broker that does not
+        // answer, and the report says why it waits (not Pending, not an apply error).
+        let s = spec(24, 3, &[]);
+        let seen = present(12, 3, &[]);
+        let failed = Probe::Failed("Kafka unreachable: x".into());
+        let j = judge(1, &s, &seen, 3, &failed, Some("creating topic: TIMEOUT"));
+        assert_eq!(j.report.state, PlacementState::Unavailable);
+        assert_eq!(j.report.message, "Kafka unreachable: x");
+        assert_eq!(j.action, Action::Unknown);
+        // Once Kafka answers, the apply that was due is due again.
+        let j = judge(1, &s, &seen, 3, &Probe::Answered, None);
+        assert_eq!(
+            j.action,
+            Action::Apply {
+                from_version: "3".into()
+            }
+        );
+        assert_eq!(j.report.state, PlacementState::Pending);
+    }
+
+    #[test]
+    fn a_topic_is_synced_again_without_an_apply_once_kafka_answers_its_probe() {
+        let s = spec(12, 3, &[("retention.ms", "1000")]);
+        let seen = present(12, 3, &[("retention.ms", "1000")]);
+        let down = judge(
+            2,
+            &s,
+            &seen,
+            9,
+            &Probe::Failed("Kafka unreachable: x".into()),
+            None,
+        );
+        assert_eq!(down.report.state, PlacementState::Unavailable);
+        for probe in [Probe::Answered, Probe::NotYet] {
+            let up = judge(2, &s, &seen, 9, &probe, None);
+            assert_eq!(up.report, report(2, &Verdict::Synced, &seen, None));
+            assert_eq!(up.report.state, PlacementState::Synced);
+            assert_eq!(up.action, Action::Settled, "nothing to apply: {probe:?}");
+        }
+    }
+
+    #[test]
+    fn the_judgement_with_an_answering_probe_is_the_verdict_and_its_report() {
+        let s = spec(1, 1, &[("a", "1")]);
+        for (seen, action) in [
+            (present(1, 1, &[("a", "1")]), Action::Settled),
+            (
+                present(1, 1, &[]),
+                Action::Apply {
+                    from_version: "5".into(),
+                },
+            ),
+            (present(2, 1, &[]), Action::Settled),
+            (
+                TopicSeen::Present {
+                    partitions: 1,
+                    replication_factor: 1,
+                    configs: Err("denied".into()),
+                },
+                Action::Unknown,
+            ),
+        ] {
+            let j = judge(1, &s, &seen, 5, &Probe::Answered, None);
+            assert_eq!(j.report, report(1, &verdict(&s, &seen), &seen, None));
+            assert_eq!(j.action, action, "{seen:?}");
+        }
     }
 
     #[test]

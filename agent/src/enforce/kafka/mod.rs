@@ -9,12 +9,16 @@
 //! ([`observe`]) looks at every assigned topic in one Metadata and one DescribeConfigs
 //! request each resync and right after applies, and feeds a cache; [`judge`] decides from
 //! it, purely; the applier ([`apply`]) gathers the plans of many topics into one request of
-//! each kind. Nothing runs — no watch, no connection — while no topic is assigned.
+//! each kind. Between looks, a liveness [`probe`] asks Kafka a cheap question every few
+//! seconds, so a broker that stops answering makes its topics `Unavailable` within seconds
+//! rather than at the next look. Nothing runs — no watch, no connection, no probe — while no
+//! topic is assigned.
 
 pub mod apply;
 pub mod connection;
 pub mod judge;
 pub mod observe;
+pub mod probe;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -34,6 +38,7 @@ use tracing::{info, warn};
 use self::connection::ConnectionError;
 use self::judge::Verdict;
 use self::observe::{Shared, TOPICS, Target};
+pub use self::probe::{DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, PROBES, ProbeOptions};
 use super::watch::ResourceWatch;
 use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
 use crate::assignments::Assigned;
@@ -54,6 +59,8 @@ pub struct KafkaOptions {
     pub secret: String,
     /// Interval between two looks at every assigned topic (drift is repaired within it).
     pub resync: Duration,
+    /// How often and how patiently Kafka's liveness is probed between looks.
+    pub probe: ProbeOptions,
 }
 
 impl Default for KafkaOptions {
@@ -61,6 +68,7 @@ impl Default for KafkaOptions {
         Self {
             secret: DEFAULT_SECRET.to_owned(),
             resync: DEFAULT_RESYNC,
+            probe: ProbeOptions::default(),
         }
     }
 }
@@ -73,7 +81,7 @@ enum Link {
     Broken(String),
     /// Connected (lazily) with this configuration.
     Ready {
-        config: Box<KafkaConfig>,
+        config: Arc<KafkaConfig>,
         admin: Admin,
     },
 }
@@ -89,6 +97,7 @@ struct Running {
     applies: mpsc::UnboundedSender<apply::Request>,
     _observer: AbortOnDrop,
     _applier: AbortOnDrop,
+    _prober: AbortOnDrop,
 }
 
 /// Keeps Kafka topics.
@@ -133,12 +142,13 @@ impl KafkaEnforcer {
     }
 
     fn target(&self) -> Target {
-        let admin = match &self.link {
-            Link::Ready { admin, .. } => Some(admin.clone()),
-            Link::Waiting | Link::Broken(_) => None,
+        let (admin, config) = match &self.link {
+            Link::Ready { admin, config } => (Some(admin.clone()), Some(config.clone())),
+            Link::Waiting | Link::Broken(_) => (None, None),
         };
         Target {
             admin,
+            config,
             topics: Arc::new(self.topics.keys().cloned().collect()),
             epoch: self.epoch,
         }
@@ -165,6 +175,14 @@ impl KafkaEnforcer {
             self.options.resync,
             self.metrics.clone(),
         ));
+        let prober = tokio::spawn(probe::run(
+            target_rx.clone(),
+            self.shared.clone(),
+            self.nudge.clone(),
+            events.clone(),
+            self.options.probe,
+            self.metrics.clone(),
+        ));
         let applier = tokio::spawn(apply::run(
             applies_rx,
             target_rx,
@@ -179,6 +197,7 @@ impl KafkaEnforcer {
             applies,
             _observer: AbortOnDrop(observer),
             _applier: AbortOnDrop(applier),
+            _prober: AbortOnDrop(prober),
         }
     }
 
@@ -201,7 +220,7 @@ impl KafkaEnforcer {
                 );
                 Link::Ready {
                     admin: Admin::new(config.clone()),
-                    config: Box::new(config),
+                    config: Arc::new(config),
                 }
             }
             Err(e) => {
@@ -314,6 +333,10 @@ impl Enforcer for KafkaEnforcer {
             }
             | WatchEvent::Failed {
                 resource: TOPICS, ..
+            }
+            // The probe's verdict changed: it bears on every topic.
+            | WatchEvent::Changed {
+                resource: PROBES, ..
             } => self.all_policies(),
             WatchEvent::Synced { .. } | WatchEvent::Changed { .. } => {
                 if let Some(running) = self.running.as_mut()
@@ -395,20 +418,14 @@ impl Enforcer for KafkaEnforcer {
             return Some(self.unavailable(spec, message, revision));
         }
         let seen = observations.topic(&spec.topic_name)?;
-        let verdict = judge::verdict(spec, &seen.seen);
-        let action = match verdict {
-            Verdict::Apply(_) => Action::Apply {
-                from_version: seen.version.to_string(),
-            },
-            Verdict::ConfigsUnreadable(_) => Action::Unknown,
-            Verdict::Synced | Verdict::Deleted | Verdict::NotSupported(_) | Verdict::Invalid(_) => {
-                Action::Settled
-            }
-        };
-        Some(Judgement {
-            report: judge::report(revision, &verdict, &seen.seen, apply_error),
-            action,
-        })
+        Some(judge::judge(
+            revision,
+            spec,
+            &seen.seen,
+            seen.version,
+            observations.probe(),
+            apply_error,
+        ))
     }
 
     fn apply(

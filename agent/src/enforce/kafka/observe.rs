@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accord_common::runtime::{Retry, backoff};
-use accord_kafka::{Admin, KafkaError};
+use accord_kafka::{Admin, KafkaConfig, KafkaError};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use super::judge::{
-    AUTHENTICATION_PREFIX, Plan, TopicSeen, UNREACHABLE_PREFIX, shows, topic_settings,
+    AUTHENTICATION_PREFIX, Plan, Probe, TopicSeen, UNREACHABLE_PREFIX, shows, topic_settings,
 };
 use crate::enforce::{EventSink, WatchEvent};
 use crate::metrics::Metrics;
@@ -39,6 +39,9 @@ const SETTLING_LOOKS: u32 = 25;
 pub struct Target {
     /// The admin client, when there is a connection.
     pub admin: Option<Admin>,
+    /// The connection's configuration, when there is one: the probe makes a client of its
+    /// own from it, so that it never waits behind a long look or apply.
+    pub config: Option<Arc<KafkaConfig>>,
     /// Every assigned topic name, sorted.
     pub topics: Arc<Vec<String>>,
     /// Bumped when the connection changes: looks made through an older one are dropped.
@@ -64,6 +67,8 @@ pub struct Observations {
     error: Option<String>,
     /// Whether a look through the current connection succeeded yet.
     looked: bool,
+    /// What the last probe through the current connection said.
+    probe: Probe,
     epoch: u64,
     next_version: u64,
     /// Topics applied to since the last look began, with what was applied and how many
@@ -93,11 +98,38 @@ impl Observations {
         self.looked
     }
 
+    /// What the last probe through the current connection said.
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
+    /// Records a probe through connection `epoch` that answered (`Ok`) or failed with a
+    /// message; answers whether that changes any judgement (Kafka stopped answering,
+    /// answers again, or fails differently): every topic is then judged again.
+    pub fn probed(&mut self, epoch: u64, outcome: Result<(), String>) -> bool {
+        if epoch != self.epoch {
+            // Made through a connection that has been replaced since.
+            return false;
+        }
+        let next = match outcome {
+            Ok(()) => Probe::Answered,
+            Err(message) => Probe::Failed(message),
+        };
+        let changes = match (&self.probe, &next) {
+            // Judged alike: only a failure changes what is reported.
+            (Probe::NotYet | Probe::Answered, Probe::NotYet | Probe::Answered) => false,
+            (before, after) => before != after,
+        };
+        self.probe = next;
+        changes
+    }
+
     /// Forgets everything: the connection changed to `epoch`.
     pub fn reset(&mut self, epoch: u64) {
         self.topics.clear();
         self.error = None;
         self.looked = false;
+        self.probe = Probe::NotYet;
         self.epoch = epoch;
         self.applied.clear();
     }
@@ -508,6 +540,47 @@ mod tests {
         o.record(0, &names(&["a"]), Ok(seen), BTreeMap::new());
         assert!(o.topic("b").is_none());
         assert!(o.topic("a").is_some());
+    }
+
+    #[test]
+    fn only_a_failing_probe_or_its_end_changes_a_judgement() {
+        let mut o = Observations::default();
+        assert_eq!(o.probe(), &Probe::NotYet);
+        assert!(
+            !o.probed(0, Ok(())),
+            "answering from the start changes nothing"
+        );
+        assert_eq!(o.probe(), &Probe::Answered);
+        assert!(!o.probed(0, Ok(())));
+        assert!(
+            o.probed(0, Err("Kafka unreachable: x".into())),
+            "stopped answering"
+        );
+        assert!(
+            !o.probed(0, Err("Kafka unreachable: x".into())),
+            "still the same"
+        );
+        assert!(
+            o.probed(0, Err("Kafka unreachable: y".into())),
+            "fails differently"
+        );
+        assert_eq!(o.probe(), &Probe::Failed("Kafka unreachable: y".into()));
+        assert!(o.probed(0, Ok(())), "answers again");
+        assert_eq!(o.probe(), &Probe::Answered);
+        // A first probe that fails is a change too.
+        let mut o = Observations::default();
+        assert!(o.probed(0, Err("Kafka unreachable: x".into())));
+    }
+
+    #[test]
+    fn a_probe_through_a_replaced_connection_is_dropped_and_a_new_one_starts_unprobed() {
+        let mut o = Observations::default();
+        assert!(o.probed(0, Err("Kafka unreachable: x".into())));
+        o.reset(1);
+        assert_eq!(o.probe(), &Probe::NotYet);
+        assert!(!o.probed(0, Err("Kafka unreachable: old".into())));
+        assert_eq!(o.probe(), &Probe::NotYet);
+        assert!(o.probed(1, Err("Kafka unreachable: new".into())));
     }
 
     #[test]
