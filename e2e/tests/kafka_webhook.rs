@@ -218,20 +218,31 @@ async fn review_directly(
     Ok(response.json::<Value>().await?["response"].clone())
 }
 
+/// A hub replica serving its admission webhook on a free port, with its state under
+/// `etcd_prefix`; the port is returned with it.
+async fn start_webhook_hub<'t>(
+    testbed: &'t Testbed,
+    replica: &str,
+    etcd_prefix: &str,
+) -> Result<(HubProcess<'t>, u16)> {
+    let port = free_port()?;
+    let hub = HubProcess::start(
+        testbed,
+        &HubOptions {
+            replica: replica.into(),
+            etcd_prefix: etcd_prefix.into(),
+            extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{port}")],
+        },
+    )
+    .await?;
+    Ok((hub, port))
+}
+
 #[test]
 fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
     TESTBED.run(|testbed| async move {
         let _serial = SERIAL.lock().await;
-        let port = free_port()?;
-        let hub = HubProcess::start(
-            testbed,
-            &HubOptions {
-                replica: "webhook-hub".into(),
-                etcd_prefix: "/kafka-webhook/".into(),
-                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{port}")],
-            },
-        )
-        .await?;
+        let (hub, port) = start_webhook_hub(testbed, "webhook-hub", "/kafka-webhook/").await?;
         let client = testbed.mgmt().client();
 
         // The configuration names the hub by URL and carries no CA: the hub sets it.
@@ -291,16 +302,7 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
         );
 
         // A replica that does not lead serves the webhook just the same.
-        let follower_port = free_port()?;
-        let follower = HubProcess::start(
-            testbed,
-            &HubOptions {
-                replica: "webhook-follower".into(),
-                etcd_prefix: "/kafka-webhook/".into(),
-                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{follower_port}")],
-            },
-        )
-        .await?;
+        let (follower, follower_port) = start_webhook_hub(testbed, "webhook-follower", "/kafka-webhook/").await?;
         ensure!(
             follower.metric(testbed.http(), "accord_hub_is_leader").await? == Some(0.0),
             "the second replica leads"
@@ -627,16 +629,7 @@ async fn kubectl_apply(
 fn a_federation_match_selector_the_parser_refuses_is_refused_at_kubectl_apply() {
     TESTBED.run(|testbed| async move {
         let _serial = SERIAL.lock().await;
-        let port = free_port()?;
-        let hub = HubProcess::start(
-            testbed,
-            &HubOptions {
-                replica: "webhook-pfed-hub".into(),
-                etcd_prefix: "/kafka-webhook-pfed/".into(),
-                extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{port}")],
-            },
-        )
-        .await?;
+        let (hub, port) = start_webhook_hub(testbed, "webhook-pfed-hub", "/kafka-webhook-pfed/").await?;
         let client = testbed.mgmt().client();
 
         // Both webhooks, as `accord-hub install` renders them, by URL and without a CA: the

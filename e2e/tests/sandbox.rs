@@ -391,30 +391,12 @@ async fn kubectl_apply_of_a_topic_breaking_a_policy_is_refused_by_the_sandbox_hu
     );
 
     // Deny: refused through `kubectl apply`, with the reason and the rule broken.
-    let applied = kubectl(
+    // The webhook's caches see each policy shortly after it is stored.
+    apply_policy_until(
         &recorded,
-        &["apply", "-f", "-"],
-        &min_partitions_policy("Deny"),
-    )
-    .await?;
-    ensure!(applied.status.success(), "{}", both(&applied));
-    // The webhook's caches see the policy shortly after it is stored.
-    until(
+        "Deny",
         "the webhook to refuse the small topic",
-        Duration::from_secs(60),
-        || async {
-            let out = kubectl(
-                &recorded,
-                &["apply", "--dry-run=server", "-f", "-"],
-                SMALL_TOPIC,
-            )
-            .await?;
-            Ok(if out.status.success() {
-                Check::NotYet(format!("admitted: {}", both(&out)))
-            } else {
-                Check::Ready(())
-            })
-        },
+        |out| !out.status.success(),
     )
     .await?;
     let refused = kubectl(&recorded, &["apply", "-f", "-"], SMALL_TOPIC).await?;
@@ -440,31 +422,11 @@ async fn kubectl_apply_of_a_topic_breaking_a_policy_is_refused_by_the_sandbox_hu
     );
 
     // Audit: admitted, with the rule as a warning kubectl prints.
-    let applied = kubectl(
+    apply_policy_until(
         &recorded,
-        &["apply", "-f", "-"],
-        &min_partitions_policy("Audit"),
-    )
-    .await?;
-    ensure!(applied.status.success(), "{}", both(&applied));
-    until(
+        "Audit",
         "the webhook to warn about the small topic",
-        Duration::from_secs(60),
-        || async {
-            let out = kubectl(
-                &recorded,
-                &["apply", "--dry-run=server", "-f", "-"],
-                SMALL_TOPIC,
-            )
-            .await?;
-            Ok(
-                if out.status.success() && text(&out.stderr).contains("Warning:") {
-                    Check::Ready(())
-                } else {
-                    Check::NotYet(both(&out))
-                },
-            )
-        },
+        |out| out.status.success() && text(&out.stderr).contains("Warning:"),
     )
     .await?;
     let warned = kubectl(&recorded, &["apply", "-f", "-"], SMALL_TOPIC).await?;
@@ -480,6 +442,38 @@ async fn kubectl_apply_of_a_topic_breaking_a_policy_is_refused_by_the_sandbox_hu
         "no warning naming the rule: {said}"
     );
     Ok(())
+}
+
+/// Applies the `minPartitions: 12` policy with `enforcement`, then waits until a server-side
+/// dry run of the small topic answers as `admitted_as` says (the webhook reads policies from
+/// its caches, which learn of a new one shortly after it is stored).
+async fn apply_policy_until(
+    recorded: &state::State,
+    enforcement: &str,
+    what: &str,
+    admitted_as: impl Fn(&Output) -> bool,
+) -> Result<()> {
+    let applied = kubectl(
+        recorded,
+        &["apply", "-f", "-"],
+        &min_partitions_policy(enforcement),
+    )
+    .await?;
+    ensure!(applied.status.success(), "{}", both(&applied));
+    until(what, Duration::from_secs(60), || async {
+        let out = kubectl(
+            recorded,
+            &["apply", "--dry-run=server", "-f", "-"],
+            SMALL_TOPIC,
+        )
+        .await?;
+        Ok(if admitted_as(&out) {
+            Check::Ready(())
+        } else {
+            Check::NotYet(both(&out))
+        })
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
