@@ -89,24 +89,45 @@ fn printed_path(summary: &str, label: &str) -> Result<PathBuf> {
         .with_context(|| format!("no {label} line in:\n{summary}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves_no_process_behind()
--> Result<()> {
-    let tmp = tempfile::Builder::new()
-        .prefix("accord-sandbox-test-")
-        .tempdir()?;
-    let dir = tmp.path().join("sandbox");
-    let _down = DownOnDrop(dir.clone());
+/// A sandbox brought up in a temporary directory; dropping it takes the sandbox down (and
+/// prints its log if the test panicked) before the directory goes.
+struct Running {
+    down: DownOnDrop,
+    _tmp: tempfile::TempDir,
+}
 
-    let out = sandbox(
-        &["up", "--members", "2", "--with-prometheus"],
-        &dir,
-        Duration::from_secs(900),
-    )
-    .await?;
+impl Running {
+    fn dir(&self) -> PathBuf {
+        self.down.0.clone()
+    }
+}
+
+/// `sandbox up ARGS` in a new temporary directory named with `prefix`; fails unless it
+/// succeeds, and returns the running sandbox with what `up` printed.
+async fn up(prefix: &str, args: &[&str]) -> Result<(Running, String)> {
+    let tmp = tempfile::Builder::new().prefix(prefix).tempdir()?;
+    let running = Running {
+        down: DownOnDrop(tmp.path().join("sandbox")),
+        _tmp: tmp,
+    };
+    let mut command = vec!["up"];
+    command.extend_from_slice(args);
+    let out = sandbox(&command, &running.dir(), Duration::from_secs(900)).await?;
     let summary = text(&out.stdout);
     eprintln!("up:\n{}{summary}", text(&out.stderr));
     ensure!(out.status.success(), "up failed");
+    Ok((running, summary))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves_no_process_behind()
+-> Result<()> {
+    let (running, summary) = up(
+        "accord-sandbox-test-",
+        &["--members", "2", "--with-prometheus"],
+    )
+    .await?;
+    let dir = running.dir();
     ensure!(summary.contains("Accord sandbox ready in"), "{summary}");
     ensure!(
         summary.contains("get mcl"),
@@ -348,17 +369,9 @@ const PARTITION_RULE: &str = "spec.partitions: must be at least 12 (is 6)";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_of_a_topic_breaking_a_policy_is_refused_by_the_sandbox_hubs_webhook()
 -> Result<()> {
-    let tmp = tempfile::Builder::new()
-        .prefix("accord-sandbox-webhook-")
-        .tempdir()?;
-    let dir = tmp.path().join("sandbox");
-    let _down = DownOnDrop(dir.clone());
-
     // No Kafka: the webhook decides at admission, whatever the members' brokers.
-    let out = sandbox(&["up", "--members", "1"], &dir, Duration::from_secs(900)).await?;
-    let summary = text(&out.stdout);
-    eprintln!("up:\n{}{summary}", text(&out.stderr));
-    ensure!(out.status.success(), "up failed");
+    let (running, summary) = up("accord-sandbox-webhook-", &["--members", "1"]).await?;
+    let dir = running.dir();
 
     // state.json, status and the summary name the webhook's address, and the management
     // cluster's ValidatingWebhookConfiguration sends reviews there.
@@ -478,22 +491,13 @@ async fn apply_policy_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_kafka_sasl_the_example_topic_is_synced_over_scram() -> Result<()> {
-    let tmp = tempfile::Builder::new()
-        .prefix("accord-sandbox-sasl-")
-        .tempdir()?;
-    let dir = tmp.path().join("sandbox");
-    let _down = DownOnDrop(dir.clone());
-
     // One member is enough: `up` returns once the example topic is Synced in every member.
-    let out = sandbox(
-        &["up", "--members", "1", "--with-kafka-sasl"],
-        &dir,
-        Duration::from_secs(900),
+    let (running, summary) = up(
+        "accord-sandbox-sasl-",
+        &["--members", "1", "--with-kafka-sasl"],
     )
     .await?;
-    let summary = text(&out.stdout);
-    eprintln!("up:\n{}{summary}", text(&out.stderr));
-    ensure!(out.status.success(), "up failed");
+    let dir = running.dir();
     ensure!(summary.contains("(SASL_SSL, SCRAM-SHA-512"), "{summary}");
 
     // The agent's Secret is the SASL_SSL listener with the SCRAM user: the topic was
