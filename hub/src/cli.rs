@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::controllers::{ControllerOptions, KindOptions};
+use crate::federation::controller::PromfedOptions;
 use crate::grpc::AgentSettings;
+use crate::kafka::controller::KafkaTopicOptions;
+use crate::scale::controller::ScaleOptions;
 use crate::serve::ServeConfig;
 
 /// The Accord hub: multi-cluster federation control plane.
@@ -152,6 +156,15 @@ pub struct ServeArgs {
     /// Event naming the members left behind.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     topic_deletion_timeout: Duration,
+    /// An object's status is written at most once per this window, however many member
+    /// clusters report within it.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    status_coalesce_window: Duration,
+    /// The longest `status.autoscaling` of a CrossClusterScalePolicy goes unwritten while
+    /// only its live figures (value, samples, EWMA) change; decisions, the recommended
+    /// count, the breaker and conditions are written at once. The live value is on /metrics.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    autoscaling_status_interval: Duration,
 }
 
 /// Token operations.
@@ -255,9 +268,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 grpc_addr: a.grpc_addr,
                 http_addr: a.http_addr,
                 webhook_addr: a.webhook_addr,
-                federation_namespace: a
-                    .federation_namespace
-                    .unwrap_or_else(|| a.state.namespace.clone()),
                 namespace: a.state.namespace,
                 replica: replica.clone(),
                 tls_sans: a.tls_san,
@@ -269,7 +279,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 election_ttl: a.election_ttl,
                 presence_ttl: a.heartbeat_timeout.max(Duration::from_secs(2)),
-                topic_deletion_timeout: a.topic_deletion_timeout,
+                controllers: ControllerOptions {
+                    status_window: a.status_coalesce_window,
+                    kinds: KindOptions {
+                        scale: ScaleOptions {
+                            autoscaling_status_interval: a.autoscaling_status_interval,
+                        },
+                        kafka_topic: KafkaTopicOptions {
+                            deletion_timeout: a.topic_deletion_timeout,
+                        },
+                        promfed: PromfedOptions {
+                            namespace: a.federation_namespace,
+                        },
+                    },
+                },
             })
             .await?
         }

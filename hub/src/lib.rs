@@ -3,7 +3,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod autoscale;
 pub mod cli;
 pub mod cluster_cmd;
 pub mod connections;
@@ -16,7 +15,6 @@ pub mod http;
 pub mod install;
 pub mod kafka;
 pub mod metrics;
-pub mod placement;
 pub mod revocation;
 pub mod scale;
 pub mod serve;

@@ -45,8 +45,6 @@ pub struct ServeConfig {
     pub webhook_addr: SocketAddr,
     /// Namespace of the hub on the management cluster (holds the CA Secret).
     pub namespace: String,
-    /// Namespace of the global federation tier's ConfigMap.
-    pub federation_namespace: String,
     /// Name of this replica.
     pub replica: String,
     /// Extra DNS names / IPs for the serving certificate.
@@ -58,9 +56,8 @@ pub struct ServeConfig {
     /// TTL of this replica's presence lease: a crashed replica's agents count as
     /// disconnected within it.
     pub presence_ttl: Duration,
-    /// How long a FederatedKafkaTopic deletion with `deletionPolicy: Delete` waits for the
-    /// members before its finalizer goes anyway.
-    pub topic_deletion_timeout: Duration,
+    /// The controllers' settings (each kind's own among them).
+    pub controllers: ControllerOptions,
 }
 
 /// Runs the hub until Ctrl-C / SIGTERM, or until one of its tasks ends — then it gives up
@@ -147,11 +144,9 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 placements: fanout.cache().clone(),
                 replica: cfg.replica.clone(),
                 gates: gates.clone(),
-                federation_namespace: cfg.federation_namespace.clone(),
+                namespace: cfg.namespace.clone(),
             },
-            ControllerOptions {
-                topic_deletion_timeout: cfg.topic_deletion_timeout,
-            },
+            cfg.controllers.clone(),
         ),
     );
     tasks.spawn(

@@ -50,7 +50,7 @@ async fn replica(store: Store, name: &str) -> Replica {
         placements,
         replica: name.to_owned(),
         gates,
-        federation_namespace: "accord-system".into(),
+        namespace: "accord-system".into(),
     }));
     Replica {
         ready,

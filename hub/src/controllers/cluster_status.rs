@@ -29,7 +29,6 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector;
 use kube::{Resource, ResourceExt};
 use std::sync::Arc;
@@ -500,11 +499,12 @@ async fn reconcile(
     ctx.metrics.status_writes.inc();
     if let (true, Some(object), Some(error)) = (newly_invalid, &object, &spec_error) {
         ctx.metrics.error("invalid_spec");
-        ctx.publish(
+        ctx.note(
             &object.object_ref(&()),
-            EventType::Warning,
-            reasons::INVALID_SPEC,
-            format!("the hub cannot read this ManagedCluster's spec: {error}"),
+            super::placement::Note::warning(
+                reasons::INVALID_SPEC,
+                format!("the hub cannot read this ManagedCluster's spec: {error}"),
+            ),
         )
         .await;
     }

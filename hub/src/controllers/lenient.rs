@@ -151,6 +151,22 @@ pub fn decode_or_invalid<K: DeserializeOwned>(object: &Lenient<K>, now: &Time) -
         Ok(_) => format!("the hub cannot read this object's status: {error}"),
         Err(e) => format!("the hub cannot read this object's spec: {e}"),
     };
+    let status_patch = invalid_status(object, &message, now);
+    Decoded::Invalid {
+        message,
+        status_patch,
+    }
+}
+
+/// The merge patch of `status` that says `object` cannot be acted on (`Ready=False`,
+/// reason `InvalidSpec`, with `message`), or `None` when it already says so. It touches
+/// only `status.conditions` and `status.observedGeneration`, as the rest of the status may
+/// not decode.
+pub fn invalid_status<K>(
+    object: &Lenient<K>,
+    message: &str,
+    now: &Time,
+) -> Option<serde_json::Value> {
     let generation = object.metadata.generation;
     let old = object.conditions();
     let new = conditions::merge(
@@ -159,7 +175,7 @@ pub fn decode_or_invalid<K: DeserializeOwned>(object: &Lenient<K>, now: &Time) -
             types::READY,
             Status::False,
             reasons::INVALID_SPEC,
-            message.clone(),
+            message.to_owned(),
         )],
         generation,
         now,
@@ -168,14 +184,11 @@ pub fn decode_or_invalid<K: DeserializeOwned>(object: &Lenient<K>, now: &Time) -
         .pointer("/status/observedGeneration")
         .and_then(serde_json::Value::as_i64);
     let unchanged = conditions::equal_ignoring_time(&old, &new) && observed == generation;
-    Decoded::Invalid {
-        message,
-        status_patch: (!unchanged).then(|| {
-            serde_json::json!({
-                "status": { "observedGeneration": generation, "conditions": new }
-            })
-        }),
-    }
+    (!unchanged).then(|| {
+        serde_json::json!({
+            "status": { "observedGeneration": generation, "conditions": new }
+        })
+    })
 }
 
 #[cfg(test)]

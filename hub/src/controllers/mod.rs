@@ -8,16 +8,14 @@
 //! `Ready=False`/`InvalidSpec` and never stops the others. A controller that ends while
 //! leading ends [`run`] with an error, and the hub's supervisor stops the process.
 //!
-//! Adding a kind touches: a new file here (its reconcile), one line in [`CONTROLLERS`],
-//! a module of its own for the pure decisions (as [`crate::scale`]), and one variant of
-//! [`crate::distribution::Decision`].
+//! Every kind that places something in member clusters is a plug-in of the one generic
+//! controller ([`placement`]); adding a kind is its own folder plus one line in
+//! [`CONTROLLERS`] (and one in [`KindOptions`] if it has settings of its own). See
+//! docs/architecture.md, "Adding a kind".
 
-pub mod autoscale;
 pub mod cluster_status;
-pub mod federation;
-pub mod kafka;
 pub mod lenient;
-pub mod scale;
+pub mod placement;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +27,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::{self, ReflectHandle, Store as Reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
@@ -37,8 +35,11 @@ use tracing::{info, warn};
 
 use crate::connections::Connections;
 use crate::distribution::PlacementRecord;
+use crate::federation::controller::Promfed;
 use crate::http::ReadinessGates;
+use crate::kafka::controller::KafkaTopics;
 use crate::metrics::Metrics;
+use crate::scale::controller::Scale;
 use crate::store::election::LeaderElection;
 use crate::store::{PrefixCache, StatusRecord, Store, error_chain};
 use crate::supervisor::{Supervisor, SupervisorError};
@@ -82,8 +83,8 @@ pub enum ReconcileError {
     /// etcd failed, or this replica lost leadership mid-way.
     #[error("etcd")]
     Store(#[from] crate::store::StoreError),
-    /// The policy's scaling lock could not be taken in time.
-    #[error("timed out waiting for the scaling lock of {0}")]
+    /// The policy's lock could not be taken in time.
+    #[error("timed out waiting for the lock of {0}")]
     LockTimeout(String),
     /// This replica is not the leader.
     #[error("not the leader")]
@@ -166,14 +167,11 @@ pub struct ControllerContext {
     pub statuses: PrefixCache<StatusRecord>,
     /// Every autoscaled policy's state (`autoscale/`), written by the autoscaler and
     /// followed by the scale controller.
-    pub autoscale: PrefixCache<crate::autoscale::engine::State>,
+    pub autoscale: PrefixCache<crate::scale::autoscale::engine::State>,
     /// The shared ManagedCluster reflector's store.
     pub clusters: Reflector<ClusterObject>,
-    /// Namespace of the global federation tier's ConfigMap.
-    pub federation_namespace: String,
-    /// How long a FederatedKafkaTopic with `deletionPolicy: Delete` waits for the members
-    /// to delete its topic before its finalizer is released anyway.
-    pub topic_deletion_timeout: Duration,
+    /// The hub's own namespace.
+    pub namespace: String,
     /// Backoff state of objects whose last reconcile failed transiently.
     retries: DashMap<String, Retry>,
 }
@@ -193,24 +191,52 @@ impl ControllerContext {
         self.retries.remove(object);
     }
 
-    /// Publishes an Event about `object`; a failure to publish is only logged.
-    pub async fn publish(
+    /// Publishes `note` as an Event about `object`; a failure to publish is only logged.
+    pub async fn note(
         &self,
         object: &k8s_openapi::api::core::v1::ObjectReference,
-        type_: EventType,
-        reason: &str,
-        note: String,
+        note: placement::Note,
     ) {
         let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
+            type_: note.type_,
+            reason: note.reason,
+            note: Some(note.message),
             action: "Reconcile".into(),
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, object).await {
             tracing::debug!(error = %e, "could not publish an Event");
         }
+    }
+
+    /// Writes `object`'s status from `current` (as the API server holds it) to `desired`
+    /// as a merge patch, so that fields that became empty are removed.
+    pub async fn submit_status<K>(
+        &self,
+        object: &Lenient<K>,
+        current: serde_json::Value,
+        desired: serde_json::Value,
+    ) -> Result<(), ReconcileError>
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        if current == desired {
+            return Ok(());
+        }
+        let resource = kube::discovery::ApiResource::erase::<K>(&());
+        let api: Api<kube::api::DynamicObject> = match object.metadata.namespace.as_deref() {
+            Some(ns) => Api::namespaced_with(self.kube.clone(), ns, &resource),
+            None => Api::all_with(self.kube.clone(), &resource),
+        };
+        api.patch_status(
+            &kube::ResourceExt::name_any(object),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({
+                "status": merge_patch(&current, &desired)
+            })),
+        )
+        .await?;
+        Ok(())
     }
 }
 
@@ -280,19 +306,6 @@ where
     Ok(())
 }
 
-/// Says `listed` once `store` (a controller's own reflector) has listed its kind, then
-/// waits forever; one of the futures a controller's `run` selects over.
-pub async fn signal_when_listed<K>(store: Reflector<K>, listed: Listed)
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    if store.wait_until_ready().await.is_ok() {
-        let _ = listed.send(());
-    }
-    std::future::pending::<()>().await;
-}
-
 /// What a controller does with each result of its reconcile stream: errors were reported
 /// by its error policy already, so they are only traced here.
 pub fn trace_result<T, E: std::fmt::Display>(result: Result<T, E>) -> futures::future::Ready<()> {
@@ -302,79 +315,89 @@ pub fn trace_result<T, E: std::fmt::Display>(result: Result<T, E>) -> futures::f
     futures::future::ready(())
 }
 
-/// Triggers the object each changed key of an etcd cache names (`policy_of` reads
-/// namespace and name from the key after `prefix`), until the cache ends.
-pub async fn trigger_on_changes<T: Clone, K>(
-    mut events: tokio::sync::broadcast::Receiver<crate::store::CacheEvent<T>>,
-    prefix: String,
-    trigger: tokio::sync::mpsc::UnboundedSender<reflector::ObjectRef<K>>,
-    policy_of: fn(&str) -> Option<(&str, &str)>,
-) where
-    K: kube::Resource<DynamicType = ()>,
-{
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        match events.recv().await {
-            Ok(
-                crate::store::CacheEvent::Put { key, .. }
-                | crate::store::CacheEvent::Delete { key },
-            ) => {
-                if let Some((ns, name)) = policy_of(key.trim_start_matches(&prefix)) {
-                    let _ = trigger.send(reflector::ObjectRef::new(name).within(ns));
-                }
-            }
-            // Missed changes are caught by the periodic resync.
-            Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => return,
-        }
-    }
-}
-
 /// A controller: runs until it fails (it should not end while leading).
 pub type ControllerFn = fn(
     Arc<ControllerContext>,
     ClusterEvents,
     Listed,
+    &ControllerOptions,
 ) -> BoxFuture<'static, Result<(), ControllerError>>;
 
 /// Every controller the leader runs, by name. A new kind registers here.
 pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
     (
         "CrossClusterScalePolicy controller",
-        |ctx, clusters, listed| Box::pin(scale::run(ctx, clusters, listed)),
+        |ctx, clusters, listed, o| {
+            Box::pin(placement::run::<Scale>(
+                ctx,
+                clusters,
+                listed,
+                o.kinds.scale.clone(),
+            ))
+        },
     ),
     (
         "CrossClusterScalePolicy autoscaler",
-        |ctx, clusters, listed| Box::pin(autoscale::run(ctx, clusters, listed)),
+        |ctx, clusters, listed, _| Box::pin(crate::scale::autoscaler::run(ctx, clusters, listed)),
     ),
-    ("ManagedCluster status writer", |ctx, clusters, listed| {
-        Box::pin(cluster_status::run(ctx, clusters, listed))
-    }),
+    (
+        "ManagedCluster status writer",
+        |ctx, clusters, listed, _| Box::pin(cluster_status::run(ctx, clusters, listed)),
+    ),
     (
         "PrometheusFederation controller",
-        |ctx, clusters, listed| Box::pin(federation::run(ctx, clusters, listed)),
+        |ctx, clusters, listed, o| {
+            Box::pin(placement::run::<Promfed>(
+                ctx,
+                clusters,
+                listed,
+                o.kinds.promfed.clone(),
+            ))
+        },
     ),
-    ("FederatedKafkaTopic controller", |ctx, clusters, listed| {
-        Box::pin(kafka::run(ctx, clusters, listed))
-    }),
+    (
+        "FederatedKafkaTopic controller",
+        |ctx, clusters, listed, o| {
+            Box::pin(placement::run::<KafkaTopics>(
+                ctx,
+                clusters,
+                listed,
+                o.kinds.kafka_topic.clone(),
+            ))
+        },
+    ),
 ];
 
-/// Default of [`ControllerOptions::topic_deletion_timeout`] (`--topic-deletion-timeout`).
-pub const DEFAULT_TOPIC_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
+/// Each kind's own settings (its `serve` flags). A kind with settings adds its field here.
+#[derive(Clone, Debug, Default)]
+pub struct KindOptions {
+    /// CrossClusterScalePolicy.
+    pub scale: crate::scale::controller::ScaleOptions,
+    /// FederatedKafkaTopic.
+    pub kafka_topic: crate::kafka::controller::KafkaTopicOptions,
+    /// PrometheusFederation.
+    pub promfed: crate::federation::controller::PromfedOptions,
+}
+
+/// Default of [`ControllerOptions::status_window`] (`--status-coalesce-window`).
+pub const DEFAULT_STATUS_WINDOW: Duration = Duration::from_millis(200);
 
 /// Settings of the controllers beyond their dependencies, each with the default of its
 /// `serve` flag.
 #[derive(Clone, Debug)]
 pub struct ControllerOptions {
-    /// `--topic-deletion-timeout`: how long a FederatedKafkaTopic deletion with
-    /// `deletionPolicy: Delete` waits for the members before its finalizer goes anyway.
-    pub topic_deletion_timeout: Duration,
+    /// `--status-coalesce-window`: an object's status is written at most once per window,
+    /// however many members report within it.
+    pub status_window: Duration,
+    /// Each kind's own settings.
+    pub kinds: KindOptions,
 }
 
 impl Default for ControllerOptions {
     fn default() -> Self {
         Self {
-            topic_deletion_timeout: DEFAULT_TOPIC_DELETION_TIMEOUT,
+            status_window: DEFAULT_STATUS_WINDOW,
+            kinds: KindOptions::default(),
         }
     }
 }
@@ -398,8 +421,8 @@ pub struct ControllerDeps {
     pub replica: String,
     /// The hub's readiness.
     pub gates: ReadinessGates,
-    /// Namespace of the global federation tier's ConfigMap.
-    pub federation_namespace: String,
+    /// The hub's own namespace.
+    pub namespace: String,
 }
 
 /// Runs every controller while this replica leads. Returns an error — and so stops the
@@ -467,7 +490,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
         PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
             .await
             .map_err(ControllerError::Store)?;
-    let autoscale = PrefixCache::<crate::autoscale::engine::State>::start(
+    let autoscale = PrefixCache::<crate::scale::autoscale::engine::State>::start(
         deps.store.clone(),
         deps.store.keys().autoscale_prefix(),
     )
@@ -484,8 +507,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
         statuses,
         autoscale,
         clusters: clusters.clone(),
-        federation_namespace: deps.federation_namespace.clone(),
-        topic_deletion_timeout: options.topic_deletion_timeout,
+        namespace: deps.namespace.clone(),
         retries: DashMap::new(),
     });
     let mut term = Supervisor::new();
@@ -507,7 +529,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
     for ((name, start), events) in CONTROLLERS.iter().zip(subscriptions) {
         let (tx, rx) = oneshot::channel();
         listed.push(rx);
-        term.spawn(name, start(ctx.clone(), events, tx));
+        term.spawn(name, start(ctx.clone(), events, tx, options));
     }
     let gates = deps.gates.clone();
     term.spawn_forever("controller readiness", async move {
@@ -528,8 +550,42 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
 
 #[cfg(test)]
 mod tests {
-    use super::merge_patch;
+    use super::{ErrorCategory as _, ReconcileError, merge_patch};
     use serde_json::json;
+
+    fn api_error(code: u16) -> ReconcileError {
+        ReconcileError::Kube(kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "Test").with_code(code),
+        )))
+    }
+
+    #[test]
+    fn refused_requests_wait_for_a_change_and_passing_trouble_is_retried() {
+        assert!(!api_error(422).is_transient(), "an invalid patch repeats");
+        assert!(!api_error(403).is_transient(), "missing RBAC repeats");
+        assert!(
+            !api_error(404).is_transient(),
+            "a missing namespace repeats"
+        );
+        assert!(api_error(409).is_transient(), "a conflict passes");
+        assert!(api_error(429).is_transient(), "throttling passes");
+        assert!(
+            api_error(503).is_transient(),
+            "an unavailable API server passes"
+        );
+        assert!(ReconcileError::LockTimeout("ns/p".into()).is_transient());
+        assert!(ReconcileError::Finalizer("x".into()).is_transient());
+        assert!(!ReconcileError::NotLeader.is_transient());
+        assert!(!ReconcileError::Render("x".into()).is_transient());
+        assert!(!ReconcileError::Store(crate::store::StoreError::Fenced).is_transient());
+        assert_eq!(api_error(500).category(), "kubernetes");
+        assert_eq!(ReconcileError::NotLeader.category(), "not_leader");
+        assert_eq!(ReconcileError::Render("x".into()).category(), "render");
+        assert_eq!(
+            ReconcileError::LockTimeout("ns/p".into()).category(),
+            "lock_timeout"
+        );
+    }
 
     #[test]
     fn a_merge_patch_removes_what_became_empty_at_any_depth_and_leaves_the_rest() {

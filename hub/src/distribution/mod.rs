@@ -8,6 +8,7 @@
 pub mod fanout;
 pub mod record;
 pub mod reported;
+pub mod select;
 
 pub use fanout::Fanout;
-pub use record::{Decision, PlacementRecord, ShareRecord};
+pub use record::{PlacementRecord, ShareRecord};

@@ -3,16 +3,14 @@
 //!
 //! The record is kind-neutral: what a cluster is asked to do is an
 //! [`AssignmentSpec`](accord_common::distribution::AssignmentSpec), and what only one kind
-//! needs to explain its decision (a scale policy's total and request id, say) lives in one
-//! variant of [`Decision`]. A new kind adds one variant there.
+//! needs to explain its decision (a scale policy's total and request id, say) is opaque
+//! here: stored as `{"<tag>": {...}}` under `decision`, read and written by the kind in its
+//! own type ([`PlacementRecord::typed`], [`PlacementRecord::stored`]).
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
+use accord_common::distribution::{AssignmentSpec, PolicyRef};
 use accord_proto::v1::Assignment;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-
-use crate::federation::FederationDecision;
-use crate::kafka::TopicDecision;
-use crate::scale::ScaleDecision;
 
 /// One cluster's part of a decision.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -29,34 +27,11 @@ pub struct ShareRecord {
     pub held_reason: Option<String>,
 }
 
-/// What one kind records about its decision beyond the per-cluster assignments.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub enum Decision {
-    /// CrossClusterScalePolicy.
-    Scale(ScaleDecision),
-    /// PrometheusFederation.
-    Federation(FederationDecision),
-    /// FederatedKafkaTopic.
-    Topic(TopicDecision),
-}
-
-impl Decision {
-    /// True when `other` decides the same thing, ignoring ids that only name a decision.
-    fn same_intent(&self, other: &Decision) -> bool {
-        match (self, other) {
-            (Decision::Scale(a), Decision::Scale(b)) => a.same_intent(b),
-            (Decision::Federation(a), Decision::Federation(b)) => a == b,
-            (Decision::Topic(a), Decision::Topic(b)) => a == b,
-            _ => false,
-        }
-    }
-}
-
-/// A policy's decision, as stored in etcd.
+/// A policy's decision, as stored in etcd; `D` is the kind's own decision data (opaque
+/// JSON, `{"<tag>": {...}}`, where the record is read kind-neutrally).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct PlacementRecord {
+pub struct PlacementRecord<D = serde_json::Value> {
     /// The policy.
     pub policy: PolicyRef,
     /// `metadata.generation` of the policy the decision was made for.
@@ -66,55 +41,13 @@ pub struct PlacementRecord {
     /// Every cluster's share, in the policy's order.
     pub shares: Vec<ShareRecord>,
     /// The kind's own decision data.
-    pub decision: Decision,
+    pub decision: D,
 }
 
-/// True when two assignments ask for the same thing, ignoring ids that only name the
-/// decision (a new scale request id alone changes nothing in a member cluster).
-fn same_assignment(a: Option<&AssignmentSpec>, b: Option<&AssignmentSpec>) -> bool {
-    match (a, b) {
-        (Some(AssignmentSpec::Scale(a)), Some(AssignmentSpec::Scale(b))) => {
-            let unnamed = |s: &ScaleSpec| ScaleSpec {
-                scale_request_id: String::new(),
-                ..s.clone()
-            };
-            unnamed(a) == unnamed(b)
-        }
-        _ => a == b,
-    }
-}
-
-impl PlacementRecord {
-    /// True when `other` asks member clusters for exactly the same thing.
-    pub fn same_decision(&self, other: &PlacementRecord) -> bool {
-        self.decision.same_intent(&other.decision)
-            && self.shares.len() == other.shares.len()
-            && self.shares.iter().zip(&other.shares).all(|(a, b)| {
-                a.cluster == b.cluster
-                    && a.held_reason == b.held_reason
-                    && same_assignment(a.assignment.as_ref(), b.assignment.as_ref())
-            })
-    }
-
+impl<D> PlacementRecord<D> {
     /// This record's share for `cluster`.
     pub fn share(&self, cluster: &str) -> Option<&ShareRecord> {
         self.shares.iter().find(|s| s.cluster == cluster)
-    }
-
-    /// The scale decision, when this record is a scale policy's.
-    pub fn scale(&self) -> Option<&ScaleDecision> {
-        match &self.decision {
-            Decision::Scale(d) => Some(d),
-            Decision::Federation(_) | Decision::Topic(_) => None,
-        }
-    }
-
-    /// The topic decision, when this record is a FederatedKafkaTopic's.
-    pub fn topic(&self) -> Option<&TopicDecision> {
-        match &self.decision {
-            Decision::Topic(d) => Some(d),
-            Decision::Scale(_) | Decision::Federation(_) => None,
-        }
     }
 
     /// The assignment `cluster` gets from this record (stored at `revision`), if any.
@@ -126,17 +59,55 @@ impl PlacementRecord {
             spec: Some(spec.to_proto()),
         })
     }
+
+    /// The same record with other decision data.
+    fn with_decision<E>(&self, decision: E) -> PlacementRecord<E> {
+        PlacementRecord {
+            policy: self.policy.clone(),
+            generation: self.generation,
+            decided_unix_millis: self.decided_unix_millis,
+            shares: self.shares.clone(),
+            decision,
+        }
+    }
+}
+
+impl PlacementRecord {
+    /// The record with its decision data read as a kind's `D` stored under `tag`; `None`
+    /// when the record holds another kind's decision (or one that does not decode).
+    pub fn typed<D: DeserializeOwned>(&self, tag: &str) -> Option<PlacementRecord<D>> {
+        let data = self.decision.get(tag)?;
+        serde_json::from_value(data.clone())
+            .ok()
+            .map(|d| self.with_decision(d))
+    }
+}
+
+impl<D: Serialize> PlacementRecord<D> {
+    /// The record as stored: the decision data under `tag`.
+    pub fn stored(&self, tag: &str) -> PlacementRecord {
+        let data = serde_json::to_value(&self.decision).unwrap_or_default();
+        self.with_decision(serde_json::json!({ tag: data }))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scale::SCALE_KIND;
+    use accord_common::distribution::ScaleSpec;
     use accord_proto::v1::assignment;
 
-    fn record(shares: &[(&str, i32)]) -> PlacementRecord {
+    /// A kind's decision data, as any kind defines its own.
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    #[serde(rename_all = "camelCase")]
+    struct Made {
+        total: i32,
+        request_id: String,
+    }
+
+    fn record(shares: &[(&str, i32)]) -> PlacementRecord<Made> {
         PlacementRecord {
-            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
+            policy: PolicyRef::new("CrossClusterScalePolicy", "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: shares
@@ -149,29 +120,15 @@ mod tests {
                     held_reason: None,
                 })
                 .collect(),
-            decision: Decision::Scale(ScaleDecision {
-                desired_replicas: shares.iter().map(|s| s.1).sum(),
-                scale_request_id: "01ABC".into(),
-                infeasible: None,
-                moved_away: Vec::new(),
-            }),
+            decision: Made {
+                total: shares.iter().map(|s| s.1).sum(),
+                request_id: "01ABC".into(),
+            },
         }
-    }
-
-    fn with_request_id(mut r: PlacementRecord, id: &str) -> PlacementRecord {
-        for s in &mut r.shares {
-            if let Some(AssignmentSpec::Scale(spec)) = &mut s.assignment {
-                spec.scale_request_id = id.into();
-            }
-        }
-        if let Decision::Scale(d) = &mut r.decision {
-            d.scale_request_id = id.into();
-        }
-        r
     }
 
     #[test]
-    fn a_cluster_with_a_share_gets_a_scale_assignment_at_the_record_revision() {
+    fn a_cluster_with_a_share_gets_its_assignment_at_the_record_revision() {
         let a = record(&[("a", 7), ("b", 5)])
             .assignment_for("b", 42)
             .unwrap();
@@ -183,88 +140,38 @@ mod tests {
             (s.replicas, s.name.as_str(), s.namespace.as_str()),
             (5, "frontend", "prod")
         );
-        assert_eq!(s.scale_request_id, "01ABC");
         assert!(record(&[("a", 7)]).assignment_for("c", 42).is_none());
     }
 
     #[test]
-    fn a_new_request_id_alone_is_not_a_new_decision() {
-        let a = record(&[("a", 7), ("b", 5)]);
-        let mut b = with_request_id(a.clone(), "01XYZ");
-        b.generation = 2;
-        assert!(a.same_decision(&b));
-        if let Some(AssignmentSpec::Scale(s)) = &mut b.shares[0].assignment {
-            s.replicas = 8;
-        }
-        assert!(!a.same_decision(&b));
-    }
-
-    #[test]
-    fn a_planned_share_without_an_id_matches_the_stored_decision() {
-        let stored = record(&[("a", 7), ("b", 5)]);
-        let planned = with_request_id(stored.clone(), "");
-        assert!(planned.same_decision(&stored));
-    }
-
-    #[test]
-    fn records_of_different_kinds_never_decide_the_same() {
-        let scale = record(&[("a", 7)]);
-        let federation = PlacementRecord {
-            decision: Decision::Federation(FederationDecision::default()),
-            ..scale.clone()
-        };
-        assert!(!scale.same_decision(&federation));
-        assert!(federation.same_decision(&federation.clone()));
-        assert!(federation.scale().is_none());
-        let json = serde_json::to_string(&federation).unwrap();
+    fn the_decision_data_is_stored_under_the_kinds_tag_and_read_back_only_by_that_tag() {
+        let typed = record(&[("a", 7), ("b", 5)]);
+        let stored = typed.stored("scale");
         assert_eq!(
-            serde_json::from_str::<PlacementRecord>(&json).unwrap(),
-            federation
+            stored.decision,
+            serde_json::json!({"scale": {"total": 12, "requestId": "01ABC"}})
         );
-    }
-
-    #[test]
-    fn a_topic_record_survives_its_json_form_and_differs_from_other_kinds() {
-        use accord_common::distribution::TopicSpec;
-        let spec = TopicSpec {
-            topic_name: "events".into(),
-            partitions: 12,
-            replication_factor: 3,
-            ..Default::default()
-        };
-        let topic = PlacementRecord {
-            decision: Decision::Topic(TopicDecision {
-                spec: spec.clone(),
-                conflicts: [("b".to_owned(), "team/older".to_owned())].into(),
-            }),
-            shares: vec![ShareRecord {
-                cluster: "a".into(),
-                assignment: Some(AssignmentSpec::Topic(spec)),
-                held_reason: None,
-            }],
-            ..record(&[])
-        };
-        let json = serde_json::to_string(&topic).unwrap();
+        assert_eq!(stored.typed::<Made>("scale"), Some(typed.clone()));
         assert_eq!(
-            serde_json::from_str::<PlacementRecord>(&json).unwrap(),
-            topic
+            stored.typed::<Made>("kafkaTopic"),
+            None,
+            "another kind's tag"
         );
-        assert!(topic.topic().is_some() && topic.scale().is_none());
-        assert!(!topic.same_decision(&record(&[("a", 1)])));
-        let mut other = topic.clone();
-        if let Decision::Topic(d) = &mut other.decision {
-            d.conflicts.clear();
-        }
-        assert!(
-            !topic.same_decision(&other),
-            "a new conflict is a new decision"
-        );
+        let json = serde_json::to_string(&stored).unwrap();
+        let back: PlacementRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, stored, "the stored form survives its JSON");
+        assert_eq!(back.typed::<Made>("scale"), Some(typed));
     }
 
     #[test]
-    fn a_record_survives_its_json_form() {
-        let r = record(&[("a", 7)]);
-        let json = serde_json::to_string(&r).unwrap();
-        assert_eq!(serde_json::from_str::<PlacementRecord>(&json).unwrap(), r);
+    fn a_record_written_before_the_decision_became_opaque_still_reads() {
+        let json = r#"{"policy":{"kind":"CrossClusterScalePolicy","namespace":"default","name":"web"},
+            "generation":3,"decidedUnixMillis":5,
+            "shares":[{"cluster":"a","heldReason":"unavailable"}],
+            "decision":{"scale":{"total":0,"requestId":"01X"}}}"#;
+        let stored: PlacementRecord = serde_json::from_str(json).unwrap();
+        let typed = stored.typed::<Made>("scale").unwrap();
+        assert_eq!(typed.decision.request_id, "01X");
+        assert_eq!(typed.shares[0].held_reason.as_deref(), Some("unavailable"));
     }
 }

@@ -5,7 +5,7 @@
 use accord_common::distribution::PlacementState;
 
 use super::ShareRecord;
-use crate::federation::select::ClusterInfo;
+use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
 /// Message of a placement no report has been received for.
@@ -90,9 +90,8 @@ mod tests {
 
     fn available() -> ClusterInfo {
         ClusterInfo {
-            labels: Default::default(),
             available: true,
-            federation_endpoint: None,
+            ..ClusterInfo::default()
         }
     }
 

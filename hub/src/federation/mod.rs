@@ -8,9 +8,9 @@
 //! Unlike scaling, federation has no failover: every selected cluster gets the same
 //! assignment, and a disconnected cluster keeps it.
 
+pub mod controller;
 pub mod global;
 pub mod plan;
-pub mod select;
 pub mod status;
 
 use serde::{Deserialize, Serialize};

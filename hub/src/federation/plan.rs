@@ -4,8 +4,8 @@
 use accord_common::distribution::{AssignmentSpec, FederationSpec};
 use accord_crds::PrometheusFederationSpec;
 
-use super::select::SelectedCluster;
 use crate::distribution::ShareRecord;
+use crate::distribution::select::SelectedCluster;
 
 /// A spec the hub cannot turn into an assignment.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -18,7 +18,7 @@ pub enum PlanError {
     TenantExpressions,
     /// A cluster selector cannot be evaluated.
     #[error(transparent)]
-    Selector(#[from] super::select::SelectorError),
+    Selector(#[from] crate::distribution::select::SelectorError),
 }
 
 /// The assignment every selected cluster gets.

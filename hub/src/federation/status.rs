@@ -10,9 +10,9 @@ use accord_crds::conditions::{self, Desired, Status, reasons, types};
 use accord_crds::prometheus::{FederationPlacement, GlobalTierStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::select::ClusterInfo;
 use crate::distribution::ShareRecord;
 use crate::distribution::reported::{self, is_trouble};
+use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
 pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};

@@ -11,12 +11,14 @@ use std::time::Duration;
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState};
 
 use super::TopicDecision;
-use crate::distribution::{Decision, PlacementRecord};
+use crate::distribution::PlacementRecord;
 use crate::store::StatusRecord;
 
 /// The tombstone of `record`: only the clusters that were sent the topic, each now sent
 /// `delete: true`. `None` when no cluster was sent it (nothing to delete anywhere).
-pub fn tombstone(record: &PlacementRecord) -> Option<PlacementRecord> {
+pub fn tombstone(
+    record: &PlacementRecord<TopicDecision>,
+) -> Option<PlacementRecord<TopicDecision>> {
     let shares: Vec<_> = record
         .shares
         .iter()
@@ -37,28 +39,28 @@ pub fn tombstone(record: &PlacementRecord) -> Option<PlacementRecord> {
     if shares.is_empty() {
         return None;
     }
-    let mut spec = record.topic().map(|d| d.spec.clone()).unwrap_or_default();
+    let mut spec = record.decision.spec.clone();
     spec.delete = true;
     Some(PlacementRecord {
         shares,
-        decision: Decision::Topic(TopicDecision {
+        decision: TopicDecision {
             spec,
             conflicts: Default::default(),
-        }),
+        },
         ..record.clone()
     })
 }
 
 /// Whether `record` is a tombstone already.
-pub fn is_tombstone(record: &PlacementRecord) -> bool {
-    record.topic().is_some_and(|d| d.spec.delete)
+pub fn is_tombstone(record: &PlacementRecord<TopicDecision>) -> bool {
+    record.decision.spec.delete
 }
 
 /// The clusters of `tombstone` (stored at `revision`) where the topic is not known to be
 /// gone yet: no report for that revision saying `exists=false`, and the ManagedCluster
 /// still exists (`cluster_exists`).
 pub fn remaining(
-    tombstone: &PlacementRecord,
+    tombstone: &PlacementRecord<TopicDecision>,
     revision: i64,
     reports: &HashMap<String, StatusRecord>,
     cluster_exists: impl Fn(&str) -> bool,
@@ -152,7 +154,7 @@ mod tests {
         }
     }
 
-    fn record() -> PlacementRecord {
+    fn record() -> PlacementRecord<TopicDecision> {
         PlacementRecord {
             policy: PolicyRef::new(super::super::TOPIC_KIND, "ns", "events"),
             generation: 1,
@@ -174,10 +176,10 @@ mod tests {
                     held_reason: Some("Conflict: owned by ns/older".into()),
                 },
             ],
-            decision: Decision::Topic(TopicDecision {
+            decision: TopicDecision {
                 spec: spec(),
                 conflicts: [("c".to_owned(), "ns/older".to_owned())].into(),
-            }),
+            },
         }
     }
 

@@ -9,9 +9,11 @@
 //! assignment, and a disconnected cluster keeps it.
 
 pub mod conflict;
+pub mod controller;
 pub mod deletion;
 pub mod plan;
 pub mod policy;
+pub mod policy_status;
 pub mod status;
 
 use std::collections::BTreeMap;

@@ -15,7 +15,7 @@ use accord_crds::kafka::FederatedKafkaTopic;
 use super::TopicDecision;
 use super::conflict;
 use crate::distribution::ShareRecord;
-use crate::federation::select::SelectedCluster;
+use crate::distribution::select::SelectedCluster;
 
 /// The assignment for `topic`, given the previous decision's assignment (if any).
 pub fn assignment(topic: &FederatedKafkaTopic, previous: Option<&TopicSpec>) -> TopicSpec {

@@ -11,7 +11,7 @@ use accord_crds::kafka::{
 };
 use kube::ResourceExt as _;
 
-use crate::federation::select::matches;
+use crate::distribution::select::matches;
 
 /// One rule of one policy that a topic breaks.
 #[derive(Clone, Debug, PartialEq, Eq)]

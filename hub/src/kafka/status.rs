@@ -14,7 +14,7 @@ use super::policy::{self, Violation};
 use super::{TopicDecision, conflict, reasons};
 use crate::distribution::ShareRecord;
 use crate::distribution::reported::{self, is_trouble};
-use crate::federation::select::ClusterInfo;
+use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
 pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};

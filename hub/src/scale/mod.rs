@@ -2,6 +2,10 @@
 //! assignments, and the pure planning and status aggregation ([`plan`]). The controller
 //! lives in [`crate::controllers::scale`].
 
+pub mod autoscale;
+pub mod autoscaler;
+pub mod controller;
+pub mod division;
 pub mod plan;
 
 use serde::{Deserialize, Serialize};

@@ -11,20 +11,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::ScaleDecision;
+use super::division::{Candidate, Division, divide};
+use crate::distribution::select::Clusters;
 use crate::distribution::{PlacementRecord, ShareRecord};
-use crate::placement::{Candidate, Division, divide};
 use crate::store::StatusRecord;
-
-/// What the controller knows of a member cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterView {
-    /// `Available=True` on its ManagedCluster.
-    pub available: bool,
-    /// When `Available` last changed, Unix seconds.
-    pub available_since_unix: i64,
-    /// `spec.unschedulable`.
-    pub unschedulable: bool,
-}
 
 /// The outcome of planning one policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,8 +61,8 @@ enum Out {
 pub fn plan(
     spec: &CrossClusterScalePolicySpec,
     default_namespace: &str,
-    clusters: &HashMap<String, ClusterView>,
-    previous: Option<&PlacementRecord>,
+    clusters: &Clusters,
+    previous: Option<&PlacementRecord<ScaleDecision>>,
     now_unix: i64,
 ) -> Plan {
     let cooldown = i64::from(spec.failover.return_cooldown_seconds.max(0));
@@ -274,7 +264,7 @@ pub struct AggregateInputs<'a> {
     /// The agents' last reports, by cluster.
     pub reports: &'a HashMap<String, StatusRecord>,
     /// What the hub knows of each cluster.
-    pub clusters: &'a HashMap<String, ClusterView>,
+    pub clusters: &'a Clusters,
     /// `metadata.generation` of the policy.
     pub generation: Option<i64>,
     /// The status the policy shows now.
@@ -517,7 +507,7 @@ pub fn status_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distribution::Decision;
+    use crate::distribution::select::ClusterInfo;
     use crate::scale::SCALE_KIND;
     use accord_common::distribution::{Observed, PolicyRef, ReplicasObserved};
     use k8s_openapi::jiff::Timestamp;
@@ -532,23 +522,19 @@ mod tests {
         )
     }
 
-    fn up(since: i64) -> ClusterView {
-        ClusterView {
+    fn up(since: i64) -> ClusterInfo {
+        ClusterInfo {
             available: true,
             available_since_unix: since,
-            unschedulable: false,
+            ..ClusterInfo::default()
         }
     }
 
-    fn down() -> ClusterView {
-        ClusterView {
-            available: false,
-            available_since_unix: 0,
-            unschedulable: false,
-        }
+    fn down() -> ClusterInfo {
+        ClusterInfo::default()
     }
 
-    fn views(v: &[(&str, ClusterView)]) -> HashMap<String, ClusterView> {
+    fn views(v: &[(&str, ClusterInfo)]) -> Clusters {
         v.iter()
             .map(|(n, c)| ((*n).to_owned(), c.clone()))
             .collect()
@@ -561,18 +547,18 @@ mod tests {
             .collect()
     }
 
-    fn record_of(p: &Plan) -> PlacementRecord {
+    fn record_of(p: &Plan) -> PlacementRecord<ScaleDecision> {
         PlacementRecord {
             policy: PolicyRef::new(SCALE_KIND, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: p.shares.clone(),
-            decision: Decision::Scale(ScaleDecision {
+            decision: ScaleDecision {
                 desired_replicas: 12,
                 scale_request_id: "id-1".into(),
                 infeasible: p.infeasible.clone(),
                 moved_away: p.moved_away.clone(),
-            }),
+            },
         }
     }
 
@@ -784,7 +770,7 @@ mod tests {
     }
 
     /// `p` as the previous decision, made at `at` seconds.
-    fn decided_at(p: &Plan, at: i64) -> PlacementRecord {
+    fn decided_at(p: &Plan, at: i64) -> PlacementRecord<ScaleDecision> {
         let mut r = record_of(p);
         r.decided_unix_millis = at * 1000;
         r
@@ -937,15 +923,15 @@ mod tests {
     }
 
     fn status_of(
-        rec: &PlacementRecord,
+        rec: &PlacementRecord<ScaleDecision>,
         reports: &HashMap<String, StatusRecord>,
-        cl: &HashMap<String, ClusterView>,
+        cl: &Clusters,
         old: Option<&CrossClusterScalePolicyStatus>,
         now: &Time,
     ) -> CrossClusterScalePolicyStatus {
         aggregate(&AggregateInputs {
             shares: &rec.shares,
-            decision: rec.scale().unwrap(),
+            decision: &rec.decision,
             reports,
             clusters: cl,
             generation: Some(1),

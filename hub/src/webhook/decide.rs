@@ -23,7 +23,7 @@ use accord_crds::kafka::{
 use kube::ResourceExt as _;
 
 use super::review::{Operation, Refusal, TopicReview, Verdict};
-use crate::federation::select::matches;
+use crate::distribution::select::matches;
 use crate::kafka::policy::{self, Violation};
 
 /// `status.reason` of a refusal for breaking a `Deny` KafkaTopicPolicy (also when the

@@ -1,10 +1,10 @@
-//! Property tests for `accord_hub::placement::divide`: exact sums, bounds, determinism and
+//! Property tests for `accord_hub::scale::division::divide`: exact sums, bounds, determinism and
 //! the monotonicity invariants DESIGN.md section 2 promises, all with min/max bounds.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use accord_hub::placement::{Candidate, Division, Infeasibility, divide};
+use accord_hub::scale::division::{Candidate, Division, Infeasibility, divide};
 use proptest::prelude::*;
 use proptest::sample::Index;
 

@@ -15,7 +15,6 @@ use accord_crds::PlacementState;
 use etcd_client::{Compare, CompareOp, TxnOp};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::EventType;
 use kube::runtime::watcher::{self, Event as WatchEvent};
 use kube::{Api, Resource, ResourceExt};
 use std::collections::HashMap;
@@ -24,12 +23,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{
+use crate::controllers::placement::Note;
+use crate::controllers::{
     ClusterEvents, ControllerContext, ControllerError, ErrorCategory, Lenient, Listed, report_error,
 };
-use crate::autoscale::engine::{self, Breaker, Config, Poll, Rollout, State};
-use crate::autoscale::query;
 use crate::metrics::{DecisionLabel, PolicyLabel};
+use crate::scale::autoscale::engine::{self, Breaker, Config, Poll, Rollout, State};
+use crate::scale::autoscale::query;
 use crate::store::StoreError;
 
 /// Longest query timeout; shorter polls time out at their interval.
@@ -338,11 +338,9 @@ async fn record(
     let reference = policy.object_ref(&());
     if decision.scaled() {
         info!(policy = object, from = decision.from, to = decision.to, reason = %decision.reason, "{}", decision.message);
-        ctx.publish(
+        ctx.note(
             &reference,
-            EventType::Normal,
-            &decision.action,
-            decision.message.clone(),
+            Note::normal(&decision.action, decision.message.clone()),
         )
         .await;
     }
@@ -352,11 +350,9 @@ async fn record(
     let closed = before.breaker != Breaker::Closed && after.breaker == Breaker::Closed;
     if opened {
         warn!(policy = object, "{}", decision.message);
-        ctx.publish(
+        ctx.note(
             &reference,
-            EventType::Warning,
-            "BreakerOpened",
-            decision.message.clone(),
+            Note::warning("BreakerOpened", decision.message.clone()),
         )
         .await;
     } else if closed {
@@ -365,7 +361,7 @@ async fn record(
             after.value.map_or_else(String::new, engine::num)
         );
         info!(policy = object, "{note}");
-        ctx.publish(&reference, EventType::Normal, "BreakerClosed", note)
+        ctx.note(&reference, Note::normal("BreakerClosed", note))
             .await;
     }
 }

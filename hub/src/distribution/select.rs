@@ -1,22 +1,59 @@
-//! Which member clusters a policy selects (PrometheusFederation, FederatedKafkaTopic — any
-//! kind with `spec.clusters` or `spec.clusterSelector`): the clusters by name (in the
-//! spec's order, unknown names kept so that status can say so) or a label selector over
-//! the ManagedClusters' labels (by name order).
+//! The member clusters as every kind sees them ([`ClusterInfo`], read field by field from
+//! the shared ManagedCluster reflector) and which of them a policy selects: the clusters
+//! by name (in the spec's order, unknown names kept so that status can say so) or a label
+//! selector over the ManagedClusters' labels (by name order). Any kind with
+//! `spec.clusters` or `spec.clusterSelector` selects this way.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use accord_crds::conditions::{self, types};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::ResourceExt;
 
-/// What a controller selecting clusters needs of one ManagedCluster.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+use crate::controllers::ClusterObject;
+
+/// What the controllers need of one ManagedCluster, read field by field so that a cluster
+/// whose spec does not decode still counts by its labels and status.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterInfo {
     /// `metadata.labels`.
     pub labels: BTreeMap<String, String>,
     /// Whether its `Available` condition is `True` (its agent is connected).
     pub available: bool,
-    /// `spec.federationEndpoint`, if set (only the federation controller reads it).
-    pub federation_endpoint: Option<String>,
+    /// When `Available` last changed, Unix seconds (0 when it has no such condition).
+    pub available_since_unix: i64,
+    /// `spec.unschedulable`: drained, it gets no new share.
+    pub unschedulable: bool,
+    /// `spec` as stored, for the fields only one kind reads (e.g. `federationEndpoint`).
+    pub spec: serde_json::Value,
 }
+
+impl ClusterInfo {
+    /// The view of one watched ManagedCluster.
+    pub fn of(mc: &ClusterObject) -> Self {
+        let conditions = mc.conditions();
+        let available = conditions::find(&conditions, types::AVAILABLE)
+            .map(|c| (c.status == "True", c.last_transition_time.0.as_second()));
+        Self {
+            labels: mc.labels().clone(),
+            available: available.is_some_and(|a| a.0),
+            available_since_unix: available.map_or(0, |a| a.1),
+            unschedulable: mc
+                .pointer("/spec/unschedulable")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+            spec: mc.pointer("/spec").cloned().unwrap_or_default(),
+        }
+    }
+
+    /// A string field of the stored spec, e.g. `federationEndpoint`.
+    pub fn spec_str(&self, field: &str) -> Option<&str> {
+        self.spec.get(field).and_then(serde_json::Value::as_str)
+    }
+}
+
+/// Every ManagedCluster by name.
+pub type Clusters = BTreeMap<String, ClusterInfo>;
 
 /// One cluster a policy selects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,15 +159,22 @@ pub fn matches(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_crds::PrometheusFederationSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
-    fn spec(yaml: &str) -> PrometheusFederationSpec {
+    /// The selection part of any kind's spec.
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Selection {
+        clusters: Option<Vec<String>>,
+        cluster_selector: Option<LabelSelector>,
+    }
+
+    fn spec(yaml: &str) -> Selection {
         serde_saphyr::from_str(yaml).unwrap()
     }
 
     fn select(
-        spec: &PrometheusFederationSpec,
+        spec: &Selection,
         clusters: &BTreeMap<String, ClusterInfo>,
     ) -> Result<Vec<SelectedCluster>, SelectorError> {
         select_clusters(
@@ -155,6 +199,31 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn a_cluster_whose_spec_does_not_decode_still_counts_by_its_labels_status_and_fields() {
+        let mc = ClusterObject::from_value(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "metadata": {"name": "a", "labels": {"tier": "prod"}},
+            "spec": {"weight": 3_000_000_000_i64, "unschedulable": true,
+                     "federationEndpoint": "http://a:9090"},
+            "status": {"agentVersion": 7, "conditions": [{
+                "type": "Available", "status": "True", "reason": "AgentConnected",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:10Z"
+            }]}
+        }))
+        .unwrap();
+        assert!(
+            mc.decode().is_err(),
+            "the fixture must not decode as a whole"
+        );
+        let info = ClusterInfo::of(&mc);
+        assert!(info.available && info.unschedulable);
+        assert_eq!(info.available_since_unix, 1_767_225_610);
+        assert_eq!(info.labels["tier"], "prod");
+        assert_eq!(info.spec_str("federationEndpoint"), Some("http://a:9090"));
+        assert_eq!(ClusterInfo::default().available_since_unix, 0);
     }
 
     fn names(selected: &[SelectedCluster]) -> Vec<(&str, bool)> {

@@ -1,0 +1,620 @@
+//! FederatedKafkaTopic as a [`PlacementKind`]: validate → select clusters → check the
+//! KafkaTopicPolicies → resolve name conflicts → the one assignment every selected cluster
+//! gets. A topic that breaks a `Deny` policy sends nothing new (its record stays as it was)
+//! and shows `PolicyViolation=True`/`PolicyViolated`; one that breaks only `Audit` policies
+//! is propagated with reason `AuditOnly` and a Warning Event. Two topics naming the same
+//! topic in the same cluster: the older keeps it, the newer gets `Conflict` there and
+//! nothing is sent for it ([`super::conflict`]).
+//!
+//! Deletion: with `deletionPolicy: Retain` (the default) the topic needs no finalizer — its
+//! records go once it is gone and the topics stay in every member's Kafka. With `Delete` it
+//! holds the finalizer `accord.io/kafka-topic`: the record is rewritten as a tombstone and
+//! the object is released once every member reported the topic gone, or after
+//! `--topic-deletion-timeout` with a Warning Event naming the members left.
+//!
+//! Triggers beyond the generic ones: a topic's name or generation change (or deletion)
+//! re-checks every other topic of its old and new name (a conflict ends when its owner
+//! goes); a KafkaTopicPolicy change re-evaluates every topic; a namespace's label change
+//! the topics there. The KafkaTopicPolicy status writer ([`super::policy_status`]) shares
+//! this kind's reflectors.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accord_crds::conditions::{self, types};
+use accord_crds::kafka::{
+    DeletionPolicy, FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy,
+};
+use accord_crds::validate::Validate;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tokio::sync::mpsc;
+use tracing::info;
+
+use super::conflict::{self, Claim};
+use super::deletion::{self, Progress};
+use super::policy::{self, Violation};
+use super::status::{StatusInputs, aggregate, new_warnings};
+use super::{FINALIZER, TOPIC_KIND, TopicDecision, plan, policy_status, reasons, status};
+use crate::controllers::placement::{
+    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
+    Trigger, Watched, changed, object_name, trigger_all,
+};
+use crate::controllers::{ControllerContext, Lenient, ReconcileError};
+use crate::distribution::PlacementRecord;
+use crate::distribution::select::{Clusters, select_clusters};
+
+/// Events the KafkaTopicPolicy reflector buffers for its status writer.
+const EVENT_BUFFER: usize = 1024;
+/// What the placements of a topic that breaks a `Deny` policy and was never sent say.
+const HELD_BY_POLICY: &str =
+    "not propagated: the topic breaks a Deny KafkaTopicPolicy (see condition PolicyViolation)";
+
+/// Default of `--topic-deletion-timeout`.
+pub const DEFAULT_TOPIC_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The FederatedKafkaTopic settings of `serve`.
+#[derive(Clone, Debug)]
+pub struct KafkaTopicOptions {
+    /// `--topic-deletion-timeout`: how long a deletion with `deletionPolicy: Delete` waits
+    /// for the members before the object goes anyway.
+    pub deletion_timeout: Duration,
+}
+
+impl Default for KafkaTopicOptions {
+    fn default() -> Self {
+        Self {
+            deletion_timeout: DEFAULT_TOPIC_DELETION_TIMEOUT,
+        }
+    }
+}
+
+/// A KafkaTopicPolicy as watched: it always decodes this far.
+pub type WatchedPolicy = Lenient<KafkaTopicPolicy>;
+
+/// The FederatedKafkaTopic plug-in: the topics, policies and namespaces it reads.
+pub struct KafkaTopics {
+    ctx: Arc<ControllerContext>,
+    options: KafkaTopicOptions,
+    topics: Reflector<Watched<Self>>,
+    policies: Reflector<WatchedPolicy>,
+    namespaces: Reflector<Namespace>,
+    trigger: Trigger<Self>,
+    policy_trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
+    /// Each topic's claimed name and generation as last seen.
+    seen: Mutex<HashMap<String, (String, Option<i64>)>>,
+}
+
+/// What the status needs beyond the record: the policy rules the topic breaks.
+#[derive(Default)]
+pub struct TopicFacts {
+    violations: Vec<Violation>,
+}
+
+/// The topic name a watched topic claims, read without decoding the whole object.
+fn watched_topic_name(topic: &Watched<KafkaTopics>) -> String {
+    topic
+        .pointer("/spec/topicName")
+        .and_then(serde_json::Value::as_str)
+        .map_or_else(|| topic.name_any(), str::to_owned)
+}
+
+fn unix_millis(t: Option<&Time>) -> Option<i64> {
+    t.map(|t| t.0.as_millisecond())
+}
+
+/// `creationTimestamp`-ordered claim of a decoded topic on its name in the clusters it
+/// selects (`None` when its selection cannot be evaluated).
+fn claim(topic: &FederatedKafkaTopic, clusters: &Clusters) -> Option<Claim> {
+    let selected = select_clusters(
+        topic.spec.clusters.as_deref(),
+        topic.spec.cluster_selector.as_ref(),
+        clusters,
+    )
+    .ok()?;
+    Some(Claim {
+        object: object_name(topic),
+        created_unix_millis: unix_millis(topic.metadata.creation_timestamp.as_ref()),
+        topic_name: topic.topic_name().to_owned(),
+        clusters: selected.into_iter().map(|c| c.name).collect(),
+    })
+}
+
+/// The deletion policy of a watched topic, read without decoding the whole object.
+fn deletion_policy(topic: &Watched<KafkaTopics>) -> DeletionPolicy {
+    topic
+        .pointer("/spec/deletionPolicy")
+        .and_then(|v| serde_json::from_value::<DeletionPolicy>(v.clone()).ok())
+        .unwrap_or_default()
+}
+
+impl KafkaTopics {
+    /// Every decodable KafkaTopicPolicy (one that does not decode says so in its own
+    /// status and governs nothing until it does).
+    fn decoded_policies(&self) -> Vec<KafkaTopicPolicy> {
+        self.policies
+            .state()
+            .iter()
+            .filter_map(|p| p.decode().ok())
+            .collect()
+    }
+
+    fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        self.namespaces
+            .get(&ObjectRef::new(ns))
+            .map(|n| n.labels().clone())
+            .unwrap_or_default()
+    }
+
+    /// The claims of every topic that names `topic_name`, except those whose deletion has
+    /// already released them.
+    fn claims(&self, topic_name: &str, clusters: &Clusters) -> Vec<Claim> {
+        self.topics
+            .state()
+            .iter()
+            .filter(|t| watched_topic_name(t) == topic_name)
+            .filter(|t| {
+                t.metadata.deletion_timestamp.is_none()
+                    || t.finalizers().iter().any(|f| f == FINALIZER)
+            })
+            .filter_map(|t| t.decode().ok())
+            .filter_map(|t| claim(&t, clusters))
+            .collect()
+    }
+
+    /// Shows a waiting deletion in the status: each member's placement as its agent
+    /// reports the tombstone, and `Ready=False`/`Deleting` naming the members left. An
+    /// object that does not decode keeps the status it has.
+    async fn show_deletion(
+        &self,
+        watched: &Watched<Self>,
+        tombstone: &PlacementRecord<TopicDecision>,
+        revision: i64,
+        left: &[String],
+        recheck: Duration,
+    ) -> Result<(), ReconcileError> {
+        let Ok(topic) = watched.decode() else {
+            return Ok(());
+        };
+        let old = topic.status.as_ref();
+        let now = Time(Timestamp::now());
+        let mut status = aggregate(&StatusInputs {
+            shares: &tombstone.shares,
+            decision: Some(&tombstone.decision),
+            revision,
+            reports: &placement::reports(&self.ctx, tombstone),
+            clusters: &placement::clusters(&self.ctx),
+            violations: &[],
+            generation: topic.metadata.generation,
+            old,
+            now: &now,
+        });
+        status.conditions = conditions::merge(
+            &status.conditions,
+            &[status::deleting_condition(left, recheck)],
+            topic.metadata.generation,
+            &now,
+        );
+        // Whether a policy is broken no longer matters, and the bound's countdown alone
+        // is no reason to write.
+        status
+            .conditions
+            .retain(|c| c.type_ != types::POLICY_VIOLATION);
+        let unchanged_but_countdown = old.is_some_and(|o| {
+            let ready = |s: &FederatedKafkaTopicStatus| {
+                conditions::find(&s.conditions, types::READY)
+                    .map(|c| (c.reason.clone(), c.status.clone()))
+            };
+            ready(o) == ready(&status) && o.placements == status.placements
+        });
+        if unchanged_but_countdown {
+            return Ok(());
+        }
+        let desired = serde_json::to_value(&status).map_err(crate::store::StoreError::Encode)?;
+        let current = watched.data.get("status").cloned().unwrap_or_default();
+        self.ctx.submit_status(watched, current, desired).await
+    }
+}
+
+impl PlacementKind for KafkaTopics {
+    type Object = FederatedKafkaTopic;
+    type Status = FederatedKafkaTopicStatus;
+    type Decision = TopicDecision;
+    type Facts = TopicFacts;
+    type Options = KafkaTopicOptions;
+
+    const CONTROLLER: &'static str = "FederatedKafkaTopic controller";
+    const KIND: &'static str = TOPIC_KIND;
+    // The stored name of this kind's decision data (records written by earlier versions
+    // carry it).
+    const DECISION_TAG: &'static str = "topic";
+    const LEGACY_FINALIZERS: &'static [&'static str] = &[FINALIZER];
+
+    fn start(
+        ctx: &Arc<ControllerContext>,
+        topics: Reflector<Watched<Self>>,
+        trigger: Trigger<Self>,
+        options: &KafkaTopicOptions,
+    ) -> Started<Self> {
+        let (policy_trigger, policy_triggers) = mpsc::unbounded_channel();
+        let (policies, policy_writer) = reflector::store_shared::<WatchedPolicy>(EVENT_BUFFER);
+        let policy_subscription = policy_writer.subscribe();
+        let (namespaces, namespace_writer) = reflector::store::<Namespace>();
+
+        // Policy events: a new, changed or deleted policy re-evaluates every topic.
+        let policy_changes = {
+            let topics = topics.clone();
+            let tt = trigger.clone();
+            let mut seen: HashMap<String, Option<i64>> = HashMap::new();
+            watcher(
+                Api::<WatchedPolicy>::all(ctx.kube.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect_shared(policy_writer)
+            .for_each(move |event| {
+                if let Some((p, gone)) = changed(&event) {
+                    let key = object_name(p);
+                    let before = if gone {
+                        seen.remove(&key)
+                    } else {
+                        seen.insert(key, p.metadata.generation)
+                    };
+                    if gone || before != Some(p.metadata.generation) {
+                        trigger_all(&topics, &tt);
+                    }
+                }
+                futures::future::ready(())
+            })
+        };
+
+        // Namespace label changes: the topics there and every policy (namespaceSelector).
+        let namespace_changes = {
+            let (topics, policies) = (topics.clone(), policies.clone());
+            let (tt, pt) = (trigger.clone(), policy_trigger.clone());
+            let mut seen: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+            watcher(
+                Api::<Namespace>::all(ctx.kube.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(namespace_writer)
+            .for_each(move |event| {
+                if let Some((ns, gone)) = changed(&event) {
+                    let name = ns.name_any();
+                    let labels = ns.labels().clone();
+                    let before = if gone {
+                        seen.remove(&name)
+                    } else {
+                        seen.insert(name.clone(), labels.clone())
+                    };
+                    if before.as_ref() != Some(&labels) {
+                        for t in topics.state() {
+                            if t.namespace().as_deref() == Some(name.as_str()) {
+                                let _ = tt.send(ObjectRef::from_obj(&*t));
+                            }
+                        }
+                        trigger_all(&policies, &pt);
+                    }
+                }
+                futures::future::ready(())
+            })
+        };
+
+        let kind = Self {
+            ctx: ctx.clone(),
+            options: options.clone(),
+            topics: topics.clone(),
+            policies: policies.clone(),
+            namespaces: namespaces.clone(),
+            trigger,
+            policy_trigger,
+            seen: Mutex::default(),
+        };
+        let policy_status = policy_status::run(
+            ctx.clone(),
+            policy_subscription,
+            policies.clone(),
+            topics,
+            namespaces,
+            policy_triggers,
+        );
+        let listed = {
+            let policies = policies.clone();
+            async move { policies.wait_until_ready().await.is_ok() }
+        };
+        Started {
+            kind,
+            tasks: vec![
+                Box::pin(policy_changes),
+                Box::pin(namespace_changes),
+                Box::pin(policy_status),
+            ],
+            listed: Box::pin(listed),
+        }
+    }
+
+    fn status(object: &FederatedKafkaTopic) -> Option<&FederatedKafkaTopicStatus> {
+        object.status.as_ref()
+    }
+
+    fn status_changed(
+        old: Option<&FederatedKafkaTopicStatus>,
+        new: &FederatedKafkaTopicStatus,
+    ) -> bool {
+        status::status_changed(old, new)
+    }
+
+    fn decide(
+        &self,
+        topic: &FederatedKafkaTopic,
+        input: &DecideInput<'_, TopicDecision>,
+    ) -> Decided<Self> {
+        if let Err(errors) = topic.spec.validate() {
+            return Decided::Invalid(errors.to_string());
+        }
+        let selected = match select_clusters(
+            topic.spec.clusters.as_deref(),
+            topic.spec.cluster_selector.as_ref(),
+            input.clusters,
+        ) {
+            Ok(s) => s,
+            Err(e) => return Decided::Invalid(e.to_string()),
+        };
+        let violations = policy::violations(
+            topic,
+            &self.namespace_labels(&topic.namespace().unwrap_or_default()),
+            &self.decoded_policies(),
+        );
+        if !policy::denying(&violations).is_empty() {
+            // Nothing new is sent: the members keep what they were last sent.
+            return Decided::Hold {
+                shown: plan::held(&selected, HELD_BY_POLICY),
+                facts: TopicFacts { violations },
+            };
+        }
+        let before = input
+            .previous
+            .map(|r| &r.decision.spec)
+            .filter(|s| !s.delete);
+        let spec = plan::assignment(topic, before);
+        let conflicts = match claim(topic, input.clusters) {
+            Some(me) => conflict::conflicts(&me, &self.claims(&spec.topic_name, input.clusters)),
+            None => BTreeMap::new(),
+        };
+        let (shares, decision) = plan::decide(&selected, &spec, &conflicts);
+        Decided::Record {
+            shares,
+            decision,
+            facts: TopicFacts { violations },
+            recheck_after: None,
+        }
+    }
+
+    fn announce(
+        &self,
+        _topic: &FederatedKafkaTopic,
+        record: &PlacementRecord<TopicDecision>,
+        revision: i64,
+    ) -> Option<Note> {
+        let sent: Vec<&str> = record
+            .shares
+            .iter()
+            .filter(|s| s.assignment.is_some())
+            .map(|s| s.cluster.as_str())
+            .collect();
+        info!(topic = %record.policy, clusters = ?sent, revision, "topic placements");
+        let spec = &record.decision.spec;
+        (!sent.is_empty()).then(|| {
+            Note::normal(
+                reasons::APPLIED,
+                format!(
+                    "topic {} ({} partitions, replication factor {}) sent to {} at revision {revision}",
+                    spec.topic_name,
+                    spec.partitions,
+                    spec.replication_factor,
+                    sent.join(", ")
+                ),
+            )
+        })
+    }
+
+    async fn status_of(
+        &self,
+        topic: &FederatedKafkaTopic,
+        input: StatusInput<'_, Self>,
+    ) -> Result<Reported<FederatedKafkaTopicStatus>, ReconcileError> {
+        let old = topic.status.as_ref();
+        let status = aggregate(&StatusInputs {
+            shares: input.shares,
+            decision: input.record.map(|r| &r.decision),
+            revision: input.revision,
+            reports: input.reports,
+            clusters: input.clusters,
+            violations: &input.facts.violations,
+            generation: topic.metadata.generation,
+            old,
+            now: input.now,
+        });
+        let notes = new_warnings(old, &status)
+            .into_iter()
+            .map(|(reason, message)| Note::warning(reason, message))
+            .collect();
+        Ok(Reported {
+            status,
+            notes,
+            retry: None,
+        })
+    }
+
+    fn finalizer(topic: &Watched<Self>) -> Option<&'static str> {
+        (deletion_policy(topic) == DeletionPolicy::Delete).then_some(FINALIZER)
+    }
+
+    /// A `Delete` deletion: the tombstone is sent, and the object waits until every member
+    /// reported the topic gone or the bound passed. Reads only metadata, the record and
+    /// `spec.deletionPolicy`, so an object that does not decode is deleted too.
+    async fn finalize(
+        &self,
+        topic: &Watched<Self>,
+        record: Option<(PlacementRecord<TopicDecision>, i64)>,
+    ) -> Result<Finalized, ReconcileError> {
+        let ctx = &self.ctx;
+        let p = placement::policy_ref::<Self>(topic);
+        let reference = topic.object_ref(&());
+        let tombstone = match record {
+            Some((record, revision)) if deletion::is_tombstone(&record) => Some((record, revision)),
+            Some((record, _)) => match deletion::tombstone(&record) {
+                Some(t) => {
+                    let revision = placement::write_record::<Self>(ctx, &t).await?;
+                    info!(topic = %p, revision, "deleting the topic in every member");
+                    Some((t, revision))
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let Some((tombstone, revision)) = tombstone else {
+            ctx.note(
+                &reference,
+                Note::normal(reasons::DELETED, "the topic was not sent to any member"),
+            )
+            .await;
+            return Ok(Finalized::Done);
+        };
+        let clusters = placement::clusters(ctx);
+        let left = deletion::remaining(
+            &tombstone,
+            revision,
+            &placement::reports(ctx, &tombstone),
+            |c| clusters.contains_key(c),
+        );
+        let since = unix_millis(topic.metadata.deletion_timestamp.as_ref())
+            .unwrap_or_else(|| Timestamp::now().as_millisecond());
+        let topic_name = tombstone.decision.spec.topic_name.clone();
+        match deletion::progress(
+            left,
+            since,
+            Timestamp::now().as_millisecond(),
+            self.options.deletion_timeout,
+        ) {
+            Progress::Done => {
+                info!(topic = %p, "topic deleted in every member");
+                ctx.note(
+                    &reference,
+                    Note::normal(
+                        reasons::DELETED,
+                        format!("topic {topic_name} deleted in every member"),
+                    ),
+                )
+                .await;
+                Ok(Finalized::Done)
+            }
+            Progress::Waiting { left, recheck } => {
+                tracing::debug!(topic = %p, ?left, "waiting for members to delete the topic");
+                self.show_deletion(topic, &tombstone, revision, &left, recheck)
+                    .await?;
+                Ok(Finalized::Waiting(recheck))
+            }
+            Progress::TimedOut { left } => {
+                let note =
+                    deletion::incomplete_message(&topic_name, &left, self.options.deletion_timeout);
+                tracing::warn!(topic = %p, ?left, "{note}");
+                ctx.note(
+                    &reference,
+                    Note::warning(reasons::DELETION_INCOMPLETE, note),
+                )
+                .await;
+                Ok(Finalized::Done)
+            }
+        }
+    }
+
+    /// A topic's name or generation change, or its deletion, re-checks every other topic
+    /// of its old and new name and recounts the policies.
+    fn on_object(&self, topic: &Watched<Self>, gone: bool) {
+        let key = object_name(topic);
+        let now = (watched_topic_name(topic), topic.metadata.generation);
+        let before = {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if gone {
+                seen.remove(&key)
+            } else {
+                seen.insert(key.clone(), now.clone())
+            }
+        };
+        let releasing = topic.metadata.deletion_timestamp.is_some()
+            && !topic.finalizers().iter().any(|f| f == FINALIZER);
+        if gone || releasing || before.as_ref() != Some(&now) {
+            let names = [Some(&now.0), before.as_ref().map(|b| &b.0)];
+            for other in self.topics.state() {
+                let name = watched_topic_name(&other);
+                if object_name(&*other) != key && names.contains(&Some(&name)) {
+                    let _ = self.trigger.send(ObjectRef::from_obj(&*other));
+                }
+            }
+            trigger_all(&self.policies, &self.policy_trigger);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(value: serde_json::Value) -> Watched<KafkaTopics> {
+        Watched::<KafkaTopics>::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn the_claimed_name_and_deletion_policy_are_read_without_decoding_the_object() {
+        let named = watched(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "metadata": {"name": "events", "namespace": "team"},
+            "spec": {"topicName": "fraud.events", "partitions": 3_000_000_000_i64,
+                     "deletionPolicy": "Delete"},
+        }));
+        assert!(named.decode().is_err(), "the fixture must not decode");
+        assert_eq!(watched_topic_name(&named), "fraud.events");
+        assert_eq!(KafkaTopics::finalizer(&named), Some(FINALIZER));
+        let unnamed = watched(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "metadata": {"name": "events", "namespace": "team"},
+            "spec": {"clusterSelector": {}},
+        }));
+        assert_eq!(watched_topic_name(&unnamed), "events");
+        assert_eq!(
+            KafkaTopics::finalizer(&unnamed),
+            None,
+            "Retain needs no finalizer"
+        );
+        assert!(KafkaTopics::may_select(&unnamed, "anything"));
+        assert!(!KafkaTopics::may_select(&named, "a"));
+    }
+
+    #[test]
+    fn a_topic_claims_its_name_in_the_clusters_it_selects_by_age() {
+        let topic: FederatedKafkaTopic = serde_json::from_value(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "metadata": {"name": "events", "namespace": "team",
+                         "creationTimestamp": "2026-01-01T00:00:10Z"},
+            "spec": {"partitions": 3, "replicationFactor": 1, "clusters": ["a", "mars"]},
+        }))
+        .unwrap();
+        let c = claim(&topic, &BTreeMap::new()).unwrap();
+        assert_eq!(c.object, "team/events");
+        assert_eq!(c.topic_name, "events");
+        assert_eq!(c.clusters, ["a", "mars"], "unknown names still claim");
+        assert_eq!(c.created_unix_millis, Some(1_767_225_610_000));
+    }
+}

@@ -1,0 +1,423 @@
+//! CrossClusterScalePolicy as a [`PlacementKind`]: the spec's count (or the one the
+//! autoscaler holds) divided over `spec.distribution` by [`plan`], with failover and the
+//! return cooldown; every decision named by a scale request id and announced in its own
+//! Event; the status aggregated from the agents' reports, with `status.autoscaling`
+//! written when a decision, the recommendation band, the breaker or a condition changes and
+//! otherwise at most every [`ScaleOptions::autoscaling_status_interval`].
+//!
+//! Triggers beyond the generic ones: the autoscaler's stored state (`autoscale/<ns>/<name>`).
+//! A deleted policy's autoscaling state goes with its records; the member workloads keep
+//! their replicas and are no longer managed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use accord_common::distribution::AssignmentSpec;
+use accord_crds::conditions::{self, types};
+use accord_crds::scale::{
+    AutoscalingStatus, CrossClusterScalePolicy, CrossClusterScalePolicyStatus,
+};
+use accord_crds::validate::Validate;
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store as Reflector};
+use tracing::info;
+
+use super::autoscale::engine::{Config, State};
+use super::plan::{AggregateInputs, aggregate, plan, scale_spec, status_changed};
+use super::{SCALE_KIND, ScaleDecision};
+use crate::controllers::placement::{
+    DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger, Watched,
+};
+use crate::controllers::{ControllerContext, ReconcileError};
+use crate::distribution::PlacementRecord;
+
+/// Default of `--autoscaling-status-interval`.
+pub const DEFAULT_AUTOSCALING_STATUS_INTERVAL: Duration = Duration::from_secs(30);
+
+/// The CrossClusterScalePolicy settings of `serve`.
+#[derive(Clone, Debug)]
+pub struct ScaleOptions {
+    /// `--autoscaling-status-interval`: the longest `status.autoscaling` goes unwritten
+    /// while only the live figures (value, samples, EWMA) change; the live value is on
+    /// `/metrics` meanwhile.
+    pub autoscaling_status_interval: Duration,
+}
+
+impl Default for ScaleOptions {
+    fn default() -> Self {
+        Self {
+            autoscaling_status_interval: DEFAULT_AUTOSCALING_STATUS_INTERVAL,
+        }
+    }
+}
+
+/// The CrossClusterScalePolicy plug-in.
+pub struct Scale {
+    ctx: Arc<ControllerContext>,
+    options: ScaleOptions,
+}
+
+/// What the status needs beyond the record: the autoscaling config and state.
+#[derive(Default)]
+pub struct ScaleFacts {
+    autoscaled: Option<(Config, Option<State>)>,
+}
+
+impl PlacementKind for Scale {
+    type Object = CrossClusterScalePolicy;
+    type Status = CrossClusterScalePolicyStatus;
+    type Decision = ScaleDecision;
+    type Facts = ScaleFacts;
+    type Options = ScaleOptions;
+
+    const CONTROLLER: &'static str = "CrossClusterScalePolicy controller";
+    const KIND: &'static str = SCALE_KIND;
+    const DECISION_TAG: &'static str = "scale";
+    const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
+
+    fn start(
+        ctx: &Arc<ControllerContext>,
+        _objects: Reflector<Watched<Self>>,
+        trigger: Trigger<Self>,
+        options: &ScaleOptions,
+    ) -> Started<Self> {
+        Started {
+            kind: Self {
+                ctx: ctx.clone(),
+                options: options.clone(),
+            },
+            tasks: vec![Box::pin(autoscale_triggers(ctx.clone(), trigger))],
+            listed: Box::pin(async { true }),
+        }
+    }
+
+    fn status(object: &CrossClusterScalePolicy) -> Option<&CrossClusterScalePolicyStatus> {
+        object.status.as_ref()
+    }
+
+    fn status_changed(
+        old: Option<&CrossClusterScalePolicyStatus>,
+        new: &CrossClusterScalePolicyStatus,
+    ) -> bool {
+        status_changed(old, new)
+    }
+
+    fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
+        object
+            .pointer("/spec/distribution")
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|d| d.iter().any(|d| d["cluster"] == cluster))
+    }
+
+    fn decide(
+        &self,
+        policy: &CrossClusterScalePolicy,
+        input: &DecideInput<'_, ScaleDecision>,
+    ) -> Decided<Self> {
+        if let Err(errors) = policy.spec.validate() {
+            return Decided::Invalid(errors.to_string());
+        }
+        let ns = policy.namespace().unwrap_or_default();
+        // With autoscaling, the count divided is the one the autoscaler holds (spec is
+        // never written); `spec.desiredReplicas` until it has decided one.
+        let autoscaled = policy.spec.autoscaling.as_ref().map(|a| {
+            let state = self
+                .ctx
+                .autoscale
+                .get(&self.ctx.store.keys().autoscale(&ns, &policy.name_any()))
+                .map(|(s, _)| s);
+            (Config::from_spec(a), state)
+        });
+        let mut spec = policy.spec.clone();
+        if let Some((cfg, Some(state))) = &autoscaled
+            && let Some(count) = state.desired
+        {
+            spec.desired_replicas = count.clamp(cfg.min, cfg.max);
+        }
+        let planned = plan(
+            &spec,
+            &ns,
+            input.clusters,
+            input.previous,
+            input.now_millis / 1000,
+        );
+        Decided::Record {
+            shares: planned.shares,
+            decision: ScaleDecision {
+                desired_replicas: spec.desired_replicas,
+                scale_request_id: String::new(),
+                infeasible: planned.infeasible,
+                moved_away: planned.moved_away,
+            },
+            facts: ScaleFacts { autoscaled },
+            recheck_after: planned.recheck_after,
+        }
+    }
+
+    fn same_intent(a: &PlacementRecord<ScaleDecision>, b: &PlacementRecord<ScaleDecision>) -> bool {
+        // A new scale request id alone changes nothing in a member cluster.
+        let unnamed = |r: &PlacementRecord<ScaleDecision>| {
+            let mut r = r.clone();
+            Self::name_decision(&mut r, "");
+            r
+        };
+        let (a, b) = (unnamed(a), unnamed(b));
+        a.shares == b.shares && a.decision.same_intent(&b.decision)
+    }
+
+    fn name_decision(record: &mut PlacementRecord<ScaleDecision>, id: &str) {
+        id.clone_into(&mut record.decision.scale_request_id);
+        for share in &mut record.shares {
+            if let Some(AssignmentSpec::Scale(spec)) = &mut share.assignment {
+                id.clone_into(&mut spec.scale_request_id);
+            }
+        }
+    }
+
+    fn announce(
+        &self,
+        _policy: &CrossClusterScalePolicy,
+        record: &PlacementRecord<ScaleDecision>,
+        _revision: i64,
+    ) -> Option<Note> {
+        let decision = &record.decision;
+        let counts: Vec<(String, i32)> = record
+            .shares
+            .iter()
+            .map(|s| {
+                (
+                    s.cluster.clone(),
+                    scale_spec(s).map_or(0, |spec| spec.replicas),
+                )
+            })
+            .collect();
+        info!(policy = %record.policy, id = %decision.scale_request_id, shares = ?counts, "scaling decision");
+        let shares = counts
+            .iter()
+            .map(|(c, r)| format!("{c}={r}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let message = format!(
+            "{} replicas: {shares} (scale request {})",
+            decision.desired_replicas, decision.scale_request_id
+        );
+        Some(match &decision.infeasible {
+            Some(_) => Note::warning("ScaleDecision", message),
+            None => Note::normal("ScaleDecision", message),
+        })
+    }
+
+    async fn status_of(
+        &self,
+        policy: &CrossClusterScalePolicy,
+        input: StatusInput<'_, Self>,
+    ) -> Result<Reported<CrossClusterScalePolicyStatus>, ReconcileError> {
+        let Some(record) = input.record else {
+            return Err(ReconcileError::Store(crate::store::StoreError::Unexpected(
+                format!("no placements record for {}", record_name(policy)),
+            )));
+        };
+        let old = policy.status.as_ref();
+        let generation = policy.metadata.generation;
+        let mut status = aggregate(&AggregateInputs {
+            shares: &record.shares,
+            decision: &record.decision,
+            reports: input.reports,
+            clusters: input.clusters,
+            generation,
+            old,
+            decided_at: input.decided_at,
+            now: input.now,
+        });
+        let autoscaled = input.facts.autoscaled;
+        let rendered = autoscaled.as_ref().map(|(cfg, state)| {
+            state.as_ref().map_or_else(Default::default, |s| {
+                super::autoscale::status(s, cfg, policy.spec.desired_replicas)
+            })
+        });
+        status.autoscaling = throttled(
+            old.and_then(|o| o.autoscaling.as_ref()),
+            rendered,
+            self.options.autoscaling_status_interval,
+        );
+        status.conditions = match &autoscaled {
+            Some((_, state)) => conditions::merge(
+                &status.conditions,
+                &[super::autoscale::scaling_active(state.as_ref())],
+                generation,
+                input.now,
+            ),
+            None => {
+                let mut c = status.conditions;
+                c.retain(|c| c.type_ != types::SCALING_ACTIVE);
+                c
+            }
+        };
+        Ok(Reported {
+            status,
+            notes: Vec::new(),
+            retry: None,
+        })
+    }
+
+    async fn forget(&self, namespace: &str, name: &str) -> Result<(), ReconcileError> {
+        let fence = self.ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
+        self.ctx
+            .store
+            .fenced_delete(&fence, &self.ctx.store.keys().autoscale(namespace, name))
+            .await?;
+        Ok(())
+    }
+}
+
+fn record_name(policy: &CrossClusterScalePolicy) -> String {
+    crate::controllers::placement::object_name(policy)
+}
+
+/// The part of `status.autoscaling` whose change is worth a write at once: the decision,
+/// the count asked for (its band), the breaker, the count held.
+fn significant(s: &AutoscalingStatus) -> impl PartialEq + '_ {
+    (
+        (&s.last_decision, &s.reason, &s.breaker_state),
+        (
+            s.recommendation,
+            s.effective_desired_replicas,
+            &s.last_scale_time,
+        ),
+        s.unconverged_operations,
+    )
+}
+
+/// `status.autoscaling` to write: `rendered` when something significant changed or
+/// `interval` has passed since the shown sample, else what is shown (only live figures
+/// changed; they are on `/metrics`).
+fn throttled(
+    shown: Option<&AutoscalingStatus>,
+    rendered: Option<AutoscalingStatus>,
+    interval: Duration,
+) -> Option<AutoscalingStatus> {
+    let (Some(shown), Some(new)) = (shown, &rendered) else {
+        return rendered;
+    };
+    let sample_ms =
+        |s: &AutoscalingStatus| s.last_sample_time.as_ref().map(|t| t.0.as_millisecond());
+    let fresh = match (sample_ms(shown), sample_ms(new)) {
+        (Some(then), Some(now)) => now.saturating_sub(then) < interval.as_millis() as i64,
+        (None, None) => true,
+        _ => false,
+    };
+    if fresh && significant(shown) == significant(new) {
+        Some(shown.clone())
+    } else {
+        rendered
+    }
+}
+
+/// Reconciles the policy whose autoscaling state changed, until the cache ends.
+async fn autoscale_triggers(ctx: Arc<ControllerContext>, trigger: Trigger<Scale>) {
+    use crate::store::CacheEvent;
+    use tokio::sync::broadcast::error::RecvError;
+    let prefix = ctx.store.keys().autoscale_prefix();
+    let mut events = ctx.autoscale.subscribe();
+    loop {
+        match events.recv().await {
+            Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
+                if let Some((ns, name)) = key.trim_start_matches(&prefix).split_once('/') {
+                    let _ = trigger.send(ObjectRef::new(name).within(ns));
+                }
+            }
+            // Missed changes are caught by the periodic resync.
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(ms: i64, samples: i64, decision: &str) -> AutoscalingStatus {
+        AutoscalingStatus {
+            current_metric_value: Some(samples as f64),
+            last_sample_time: Some(Time(Timestamp::from_millisecond(ms).unwrap())),
+            samples: Some(samples),
+            last_decision: Some(decision.into()),
+            recommendation: Some(10),
+            ..AutoscalingStatus::default()
+        }
+    }
+
+    #[test]
+    fn live_figures_alone_are_written_at_most_once_per_interval() {
+        let interval = Duration::from_secs(30);
+        let shown = at(0, 1, "Held");
+        let within = throttled(Some(&shown), Some(at(15_000, 2, "Held")), interval);
+        assert_eq!(
+            within.as_ref(),
+            Some(&shown),
+            "15 s later: nothing new to write"
+        );
+        let after = throttled(Some(&shown), Some(at(30_000, 3, "Held")), interval);
+        assert_eq!(after.unwrap().samples, Some(3), "30 s later: written");
+    }
+
+    #[test]
+    fn a_new_decision_or_band_is_written_at_once() {
+        let interval = Duration::from_secs(30);
+        let shown = at(0, 1, "Held");
+        let scaled = throttled(Some(&shown), Some(at(1_000, 2, "ScaledUp")), interval);
+        assert_eq!(scaled.unwrap().last_decision.as_deref(), Some("ScaledUp"));
+        let mut band = at(1_000, 2, "Held");
+        band.recommendation = Some(11);
+        let moved = throttled(Some(&shown), Some(band), interval);
+        assert_eq!(moved.unwrap().recommendation, Some(11));
+        assert_eq!(
+            throttled(None, Some(at(0, 1, "Held")), interval)
+                .unwrap()
+                .samples,
+            Some(1)
+        );
+        assert_eq!(
+            throttled(Some(&shown), None, interval),
+            None,
+            "autoscaling turned off"
+        );
+    }
+
+    #[test]
+    fn the_request_id_alone_is_not_a_new_decision() {
+        use crate::distribution::ShareRecord;
+        use accord_common::distribution::{PolicyRef, ScaleSpec};
+        let record = |replicas: i32, id: &str| PlacementRecord {
+            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
+            generation: 1,
+            decided_unix_millis: 0,
+            shares: vec![ShareRecord {
+                cluster: "a".into(),
+                assignment: Some(AssignmentSpec::Scale(ScaleSpec::deployment(
+                    "prod", "frontend", replicas, id,
+                ))),
+                held_reason: None,
+            }],
+            decision: ScaleDecision {
+                desired_replicas: replicas,
+                scale_request_id: id.into(),
+                infeasible: None,
+                moved_away: Vec::new(),
+            },
+        };
+        assert!(Scale::same_intent(&record(7, "01A"), &record(7, "01B")));
+        assert!(Scale::same_intent(&record(7, ""), &record(7, "01B")));
+        assert!(!Scale::same_intent(&record(7, "01A"), &record(8, "01A")));
+        let mut named = record(7, "");
+        Scale::name_decision(&mut named, "01C");
+        assert_eq!(named.decision.scale_request_id, "01C");
+        assert_eq!(
+            scale_spec(&named.shares[0]).unwrap().scale_request_id,
+            "01C"
+        );
+    }
+}
