@@ -31,7 +31,14 @@ pub enum KubeClientError {
 /// A client from a kubeconfig file, or inferred from the environment (`$KUBECONFIG`,
 /// `~/.kube/config`, in-cluster) when `kubeconfig` is `None`.
 pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, KubeClientError> {
-    let config = match kubeconfig {
+    let config = kube_config(kubeconfig).await?;
+    kube::Client::try_from(config).map_err(KubeClientError::Client)
+}
+
+/// The configuration [`kube_client`] builds its client from, for callers that add their
+/// own layers to the client.
+pub async fn kube_config(kubeconfig: Option<&Path>) -> Result<kube::Config, KubeClientError> {
+    Ok(match kubeconfig {
         Some(path) => {
             let wrap =
                 |source: Box<dyn std::error::Error + Send + Sync>| KubeClientError::Kubeconfig {
@@ -46,8 +53,7 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Kube
         None => kube::Config::infer()
             .await
             .map_err(KubeClientError::Infer)?,
-    };
-    kube::Client::try_from(config).map_err(KubeClientError::Client)
+    })
 }
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -22,6 +22,7 @@ pub mod store;
 pub mod supervisor;
 pub mod token;
 pub mod webhook;
+pub mod writes;
 
 /// PKI of the hub–agent connection (shared with the agent in `accord-common`).
 pub use accord_common::pki;

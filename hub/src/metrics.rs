@@ -41,6 +41,17 @@ pub struct RevocationLabel {
     pub reason: String,
 }
 
+/// Label of writes to the management cluster's API server (see [`crate::writes::counter`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeWriteLabel {
+    /// The plural resource, with the subresource appended (`federatedkafkatopics/status`).
+    pub resource: String,
+    /// `create`, `update`, `patch`, `delete` or `deletecollection`.
+    pub verb: String,
+    /// `status`, `event`, `finalizer` or `object`.
+    pub reason: String,
+}
+
 /// A gauge holding a float.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -79,6 +90,8 @@ pub struct Metrics {
     /// Certificate renewals over the Sync stream, by result (`ok`, `denied`, `bad_csr`,
     /// `unavailable`, `contended`).
     pub certificate_renewals: Family<ResultLabel, Counter>,
+    /// Writes to the management cluster's API server, by resource, verb and reason.
+    pub kube_writes: Family<KubeWriteLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -173,8 +186,15 @@ impl Metrics {
             "Agent certificate renewals over the Sync stream, by result",
             certificate_renewals.clone(),
         );
+        let kube_writes = Family::<KubeWriteLabel, Counter>::default();
+        registry.register(
+            "kube_writes",
+            "Writes to the management cluster's API server, by resource, verb and reason (status, event, finalizer, object)",
+            kube_writes.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            kube_writes,
             registrations,
             revoked_streams,
             certificate_renewals,
@@ -222,6 +242,17 @@ impl Metrics {
     pub fn stream_revoked(&self, reason: &str) {
         self.revoked_streams
             .get_or_create(&RevocationLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one write to the management cluster's API server.
+    pub fn kube_write(&self, resource: &str, verb: &str, reason: &str) {
+        self.kube_writes
+            .get_or_create(&KubeWriteLabel {
+                resource: resource.to_owned(),
+                verb: verb.to_owned(),
                 reason: reason.to_owned(),
             })
             .inc();

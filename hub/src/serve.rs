@@ -2,7 +2,7 @@
 //! controllers and the HTTP endpoint together, and runs them under one [`Supervisor`]
 //! until interrupted or until one of them ends.
 
-use accord_common::runtime::{kube_client, shutdown_signal};
+use accord_common::runtime::{kube_config, shutdown_signal};
 use accord_proto::MAX_MESSAGE_BYTES;
 use accord_proto::v1::federation_server::FederationServer;
 use accord_proto::v1::registration_server::RegistrationServer;
@@ -27,6 +27,7 @@ use crate::store::election::LeaderElection;
 use crate::store::presence::{RECONNECT_GRACE, ReplicaPresence};
 use crate::store::{Keyspace, Store};
 use crate::supervisor::Supervisor;
+use crate::writes::counted_client;
 
 /// Everything `serve` needs.
 #[derive(Debug, Clone)]
@@ -64,7 +65,8 @@ pub struct ServeConfig {
 /// leadership and returns the error, so the process exits non-zero and is restarted.
 pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     install_crypto_provider();
-    let kube = kube_client(cfg.kubeconfig.as_deref()).await?;
+    let metrics = Metrics::new();
+    let kube = counted_client(kube_config(cfg.kubeconfig.as_deref()).await?, &metrics)?;
     let store = Store::connect_with(&cfg.etcd, Keyspace::new(&cfg.etcd_prefix)).await?;
     tokio::select! {
         () = store.wait_until_answering() => {}
@@ -84,7 +86,6 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .issue_server_cert(&sans, Duration::from_secs(365 * 24 * 3600))
         .context("issuing the serving certificate")?;
 
-    let metrics = Metrics::new();
     let ready = Readiness::default();
     let gates = ReadinessGates::new(ready.clone());
     let presence = Arc::new(

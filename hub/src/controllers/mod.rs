@@ -254,33 +254,7 @@ pub fn error_policy<E: ErrorCategory>(ctx: &ControllerContext, object: &str, err
 /// Tells the hub's readiness that a controller has listed what it watches.
 pub type Listed = oneshot::Sender<()>;
 
-/// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed values as they are
-/// now, and `null` for every key `new` no longer has, at any depth. Serialising `new` alone
-/// would leave a field that became empty (skipped when serialised) at its old value.
-pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    match (old, new) {
-        (Value::Object(old), Value::Object(new)) => {
-            let mut patch = serde_json::Map::new();
-            for (key, value) in new {
-                match old.get(key) {
-                    Some(before) if before == value => {}
-                    Some(before) => {
-                        patch.insert(key.clone(), merge_patch(before, value));
-                    }
-                    None => {
-                        patch.insert(key.clone(), value.clone());
-                    }
-                }
-            }
-            for key in old.keys().filter(|k| !new.contains_key(*k)) {
-                patch.insert(key.clone(), Value::Null);
-            }
-            Value::Object(patch)
-        }
-        _ => new.clone(),
-    }
-}
+pub use crate::writes::merge_patch;
 
 /// Writes a CR's status as the merge patch from `old` (what the controller read) to `new`,
 /// so that fields that became empty are removed.

@@ -1,0 +1,659 @@
+//! The one writer of the hub's status subresources: however many callers submit a status
+//! for an object, it is written at most once per window, as a merge patch from what the
+//! API server holds, and only when it differs from that.
+//!
+//! The rules, per object:
+//!
+//! - The latest submitted status wins.
+//! - The first submit for an idle object opens a window; the write happens when the window
+//!   closes (trailing edge), with the latest status. A write is always followed by a quiet
+//!   window, so writes are at least a window apart.
+//! - Nothing is written when the status equals what the API server holds: the latest
+//!   `current` a caller passed (from its cache), or what this writer last wrote while the
+//!   cache has not caught up with it yet.
+//! - A write failing with 409, 429, 5xx or a connection error is retried with jittered
+//!   exponential backoff, each attempt with the newest status; it is never dropped. A 404
+//!   (object gone) drops the object's pending status; any other refusal is logged once and
+//!   the status waits for the next submit.
+//! - An object's entry is removed once its status is written and no submit came for
+//!   [`IDLE_LINGER`], so memory follows the objects being written, not every object seen.
+//!
+//! Each object with something to write has a task of its own, which lingers while idle
+//! and then ends.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accord_common::runtime::{Retry, backoff};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use serde_json::Value;
+use tokio::sync::{Notify, watch};
+
+use crate::metrics::Metrics;
+
+/// Default coalescing window.
+pub const DEFAULT_WINDOW: Duration = Duration::from_millis(200);
+/// How long an object's entry is kept after its last write, to tell a stale cache from a
+/// status someone else changed.
+pub const IDLE_LINGER: Duration = Duration::from_secs(30);
+/// Longest wait between two attempts of a failing write.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed values as they are
+/// now, and `null` for every key `new` no longer has, at any depth. Serialising `new` alone
+/// would leave a field that became empty (skipped when serialised) at its old value.
+pub fn merge_patch(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => {
+            let mut patch = serde_json::Map::new();
+            for (key, value) in new {
+                match old.get(key) {
+                    Some(before) if before == value => {}
+                    Some(before) => {
+                        patch.insert(key.clone(), merge_patch(before, value));
+                    }
+                    None => {
+                        patch.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+            for key in old.keys().filter(|k| !new.contains_key(*k)) {
+                patch.insert(key.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// Writes status subresources, coalesced per object; cheap to clone (clones share their
+/// state).
+#[derive(Clone)]
+pub struct StatusWriter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: kube::Client,
+    window: Duration,
+    metrics: Metrics,
+    objects: Mutex<HashMap<ObjectKey, Entry>>,
+    /// Objects with a status still to write (their window open, or a write under way).
+    busy: watch::Sender<usize>,
+    /// Successful writes.
+    written: AtomicU64,
+}
+
+/// An object: its resource, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ObjectKey {
+    group: String,
+    version: String,
+    plural: String,
+    namespace: Option<String>,
+    name: String,
+}
+
+struct Entry {
+    resource: ApiResource,
+    /// The status as the caller's cache last showed it.
+    current: Value,
+    /// The status to write.
+    desired: Value,
+    /// What this writer last wrote, and the `current` it was written over.
+    written: Option<Written>,
+    /// True from the submit that opens a window until nothing is left to write.
+    busy: bool,
+    /// Wakes the object's idle task.
+    wake: Arc<Notify>,
+}
+
+struct Written {
+    over: Value,
+    value: Value,
+}
+
+/// One write: the patch and what it makes the status.
+struct Job {
+    resource: ApiResource,
+    over: Value,
+    desired: Value,
+    patch: Value,
+}
+
+/// How writing an object's latest status ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Written.
+    Written,
+    /// Nothing (more) to write for now: the status is held already, or was refused.
+    Settled,
+    /// The object is gone.
+    Gone,
+}
+
+/// What a failed write leads to.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// Conflict, throttling, server or connection trouble: try again.
+    Transient,
+    /// The object is gone: drop its status.
+    Gone,
+    /// Refused as it is: wait for the next submit.
+    Refused,
+}
+
+impl Entry {
+    /// What the API server holds, as far as this writer can tell: the caller's `current`,
+    /// unless this writer wrote over that very `current` (the cache has not caught up).
+    fn held(&self) -> &Value {
+        match &self.written {
+            Some(written) if written.over == self.current => &written.value,
+            _ => &self.current,
+        }
+    }
+
+    fn job(&self) -> Option<Job> {
+        let held = self.held();
+        (*held != self.desired).then(|| Job {
+            resource: self.resource.clone(),
+            over: self.current.clone(),
+            desired: self.desired.clone(),
+            patch: merge_patch(held, &self.desired),
+        })
+    }
+}
+
+impl StatusWriter {
+    /// A writer through `client` writing each object's status at most once per `window`
+    /// (see [`DEFAULT_WINDOW`]). Failed writes count in `metrics`' errors. Must be used
+    /// within a Tokio runtime.
+    pub fn new(client: kube::Client, window: Duration, metrics: Metrics) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                window,
+                metrics,
+                objects: Mutex::default(),
+                busy: watch::Sender::new(0),
+                written: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Submits `desired` as the status of `K` `namespace/name`, whose status the API server
+    /// holds as `current` (from the caller's cache; `null` when it has none). Returns at
+    /// once; the write happens when the object's window closes, if the status differs.
+    pub fn submit<K>(&self, namespace: Option<&str>, name: &str, current: Value, desired: Value)
+    where
+        K: kube::Resource<DynamicType = ()>,
+    {
+        let resource = ApiResource::erase::<K>(&());
+        let key = ObjectKey {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            plural: resource.plural.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        };
+        let inner = &self.inner;
+        let mut objects = inner.lock();
+        match objects.get_mut(&key) {
+            Some(entry) => {
+                entry.current = current;
+                entry.desired = desired;
+                if !entry.busy && *entry.held() != entry.desired {
+                    entry.busy = true;
+                    inner.busy.send_modify(|n| *n += 1);
+                    entry.wake.notify_one();
+                }
+            }
+            None if current == desired => {}
+            None => {
+                let wake = Arc::new(Notify::new());
+                objects.insert(
+                    key.clone(),
+                    Entry {
+                        resource,
+                        current,
+                        desired,
+                        written: None,
+                        busy: true,
+                        wake: wake.clone(),
+                    },
+                );
+                inner.busy.send_modify(|n| *n += 1);
+                tokio::spawn(Inner::run(inner.clone(), key, wake));
+            }
+        }
+    }
+
+    /// Waits until no object has a status left to write. A write that keeps failing
+    /// transiently keeps this waiting: bound it with a timeout on shutdown.
+    pub async fn flush(&self) {
+        let mut busy = self.inner.busy.subscribe();
+        let _ = busy.wait_for(|n| *n == 0).await;
+    }
+
+    /// Objects with a status still to write.
+    pub fn pending(&self) -> usize {
+        *self.inner.busy.borrow()
+    }
+
+    /// Status writes that succeeded since this writer was made.
+    pub fn written(&self) -> u64 {
+        self.inner.written.load(Ordering::Relaxed)
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectKey, Entry>> {
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks `entry` as having nothing to write.
+    fn settle(&self, entry: &mut Entry) {
+        if entry.busy {
+            entry.busy = false;
+            self.busy.send_modify(|n| *n -= 1);
+        }
+    }
+
+    /// Forgets `key`.
+    fn forget(&self, key: &ObjectKey) {
+        if let Some(mut entry) = self.lock().remove(key) {
+            self.settle(&mut entry);
+        }
+    }
+
+    /// One object's task: a window, then writes until nothing is left to write, then idle
+    /// until the next submit or [`IDLE_LINGER`].
+    async fn run(this: Arc<Inner>, key: ObjectKey, wake: Arc<Notify>) {
+        loop {
+            tokio::time::sleep(this.window).await;
+            match this.write_latest(&key).await {
+                Outcome::Gone => {
+                    this.forget(&key);
+                    return;
+                }
+                // Another window before anything newer is written.
+                Outcome::Written => continue,
+                Outcome::Settled => {}
+            }
+            // Idle until a submit wakes the object, or forgotten after lingering (a submit
+            // racing the timer finds the entry busy under the lock).
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep(IDLE_LINGER) => {
+                    let mut objects = this.lock();
+                    match objects.get(&key) {
+                        Some(entry) if entry.busy => {}
+                        Some(_) => {
+                            objects.remove(&key);
+                            return;
+                        }
+                        None => return,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the object's latest status, retrying transient failures with the newest
+    /// status each time. A settled object is marked as such.
+    async fn write_latest(&self, key: &ObjectKey) -> Outcome {
+        let mut retry: Option<Retry> = None;
+        loop {
+            let job = {
+                let mut objects = self.lock();
+                let Some(entry) = objects.get_mut(key) else {
+                    return Outcome::Gone;
+                };
+                match entry.job() {
+                    Some(job) => job,
+                    None => {
+                        self.settle(entry);
+                        return Outcome::Settled;
+                    }
+                }
+            };
+            let error = match self.write(key, &job).await {
+                Ok(()) => {
+                    self.written.fetch_add(1, Ordering::Relaxed);
+                    if let Some(entry) = self.lock().get_mut(key) {
+                        entry.written = Some(Written {
+                            over: job.over,
+                            value: job.desired,
+                        });
+                    }
+                    return Outcome::Written;
+                }
+                Err(error) => error,
+            };
+            match classify(&error) {
+                Failure::Transient => {
+                    let delay = retry
+                        .get_or_insert_with(|| backoff(self.window, RETRY_MAX))
+                        .next_delay();
+                    tracing::debug!(
+                        object = %key.name, resource = %key.plural, %error, ?delay,
+                        "status write failed; retrying"
+                    );
+                    tokio::time::sleep(delay).await;
+                }
+                Failure::Gone => {
+                    tracing::debug!(
+                        object = %key.name, resource = %key.plural,
+                        "object gone; its status is dropped"
+                    );
+                    return Outcome::Gone;
+                }
+                Failure::Refused => {
+                    self.metrics.error("status_write");
+                    tracing::warn!(
+                        object = %key.name, resource = %key.plural,
+                        error = %accord_common::runtime::error_chain(&error),
+                        "status write refused; waiting for the next status"
+                    );
+                    if let Some(entry) = self.lock().get_mut(key) {
+                        self.settle(entry);
+                    }
+                    return Outcome::Settled;
+                }
+            }
+        }
+    }
+
+    async fn write(&self, key: &ObjectKey, job: &Job) -> Result<(), kube::Error> {
+        let api: Api<DynamicObject> = match &key.namespace {
+            Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &job.resource),
+            None => Api::all_with(self.client.clone(), &job.resource),
+        };
+        api.patch_status(
+            &key.name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": job.patch })),
+        )
+        .await
+        .map(drop)
+    }
+}
+
+/// What a failed write leads to.
+fn classify(error: &kube::Error) -> Failure {
+    match error {
+        kube::Error::Api(status) => match status.code {
+            404 => Failure::Gone,
+            409 | 429 => Failure::Transient,
+            code if code >= 500 => Failure::Transient,
+            _ => Failure::Refused,
+        },
+        // The request could not be built or the answer read: sending it again changes
+        // nothing.
+        kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => Failure::Refused,
+        _ => Failure::Transient,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writes::fake::FakeApi;
+    use accord_crds::ManagedCluster;
+    use http::Method;
+    use serde_json::json;
+
+    const WINDOW: Duration = DEFAULT_WINDOW;
+
+    fn writer(api: &FakeApi) -> StatusWriter {
+        StatusWriter::new(api.client(), WINDOW, Metrics::new())
+    }
+
+    /// The fake's path of `name`, and the object stored there with `status`.
+    fn seed(api: &FakeApi, name: &str, status: Value) -> String {
+        let path = format!("/apis/accord.io/v1alpha1/managedclusters/{name}");
+        api.put(
+            &path,
+            json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+                "metadata": {"name": name}, "status": status,
+            }),
+        );
+        path
+    }
+
+    fn submit(writer: &StatusWriter, name: &str, current: &Value, desired: Value) {
+        writer.submit::<ManagedCluster>(None, name, current.clone(), desired);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn submits_within_a_window_make_one_write_with_the_last_status() {
+        let api = FakeApi::default();
+        let path = seed(&api, "eu-1", json!({"phase": "Pending"}));
+        let writer = writer(&api);
+        let current = json!({"phase": "Pending"});
+        for i in 0..10 {
+            submit(
+                &writer,
+                "eu-1",
+                &current,
+                json!({"phase": "Ready", "seen": i}),
+            );
+            tokio::time::sleep(WINDOW / 11).await;
+        }
+        writer.flush().await;
+        let patches = api.requests(Method::PATCH);
+        assert_eq!(patches.len(), 1);
+        assert_eq!(patches[0].path, format!("{path}/status"));
+        assert_eq!(
+            patches[0].body,
+            json!({"status": {"phase": "Ready", "seen": 9}})
+        );
+        assert_eq!(api.get(&path).unwrap()["status"]["seen"], 9);
+        assert_eq!(writer.written(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_equal_to_the_held_one_is_not_written() {
+        let api = FakeApi::default();
+        seed(&api, "eu-1", json!({"phase": "Ready"}));
+        let writer = writer(&api);
+        let current = json!({"phase": "Ready"});
+        for _ in 0..3 {
+            submit(&writer, "eu-1", &current, current.clone());
+        }
+        writer.flush().await;
+        tokio::time::sleep(WINDOW * 5).await;
+        assert!(api.requests(Method::PATCH).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stale_cache_does_not_rewrite_what_was_written_and_patches_from_it() {
+        let api = FakeApi::default();
+        let path = seed(&api, "eu-1", json!({}));
+        let writer = writer(&api);
+        let stale = json!({});
+        submit(
+            &writer,
+            "eu-1",
+            &stale,
+            json!({"phase": "Ready", "reason": "Joined"}),
+        );
+        writer.flush().await;
+        // The cache still shows the status from before the write.
+        submit(
+            &writer,
+            "eu-1",
+            &stale,
+            json!({"phase": "Ready", "reason": "Joined"}),
+        );
+        writer.flush().await;
+        assert_eq!(api.requests(Method::PATCH).len(), 1);
+        // A change is patched from what was written: the dropped key becomes null.
+        submit(&writer, "eu-1", &stale, json!({"phase": "Lost"}));
+        writer.flush().await;
+        let patches = api.requests(Method::PATCH);
+        assert_eq!(patches.len(), 2);
+        assert_eq!(
+            patches[1].body,
+            json!({"status": {"phase": "Lost", "reason": null}})
+        );
+        assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Lost"}));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_status_someone_else_changed_is_written_again() {
+        let api = FakeApi::default();
+        seed(&api, "eu-1", json!({}));
+        let writer = writer(&api);
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        // The cache caught up, then another writer changed the status.
+        submit(
+            &writer,
+            "eu-1",
+            &json!({"phase": "Lost"}),
+            json!({"phase": "Ready"}),
+        );
+        writer.flush().await;
+        assert_eq!(api.requests(Method::PATCH).len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflict_is_retried_and_the_newest_status_lands() {
+        let api = FakeApi::default();
+        let path = seed(&api, "eu-1", json!({}));
+        let writer = writer(&api);
+        api.fail_next(&[409]);
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Joining"}));
+        tokio::time::sleep(WINDOW + Duration::from_millis(1)).await;
+        assert_eq!(
+            api.requests(Method::PATCH).len(),
+            1,
+            "the first attempt failed"
+        );
+        assert_eq!(writer.pending(), 1, "and waits to be retried");
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        let patches = api.requests(Method::PATCH);
+        assert_eq!(patches.len(), 2);
+        assert_eq!(patches[1].body, json!({"status": {"phase": "Ready"}}));
+        assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
+        assert_eq!(writer.written(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn server_errors_are_retried_until_the_write_lands() {
+        let api = FakeApi::default();
+        let path = seed(&api, "eu-1", json!({}));
+        let writer = writer(&api);
+        api.fail_next(&[503, 429, 500]);
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        assert_eq!(api.requests(Method::PATCH).len(), 4);
+        assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gone_object_drops_its_status_without_retrying() {
+        let api = FakeApi::default();
+        let writer = writer(&api);
+        submit(&writer, "gone", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(api.requests(Method::PATCH).len(), 1);
+        assert_eq!(writer.tracked(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_status_waits_for_the_next_submit() {
+        let api = FakeApi::default();
+        let path = seed(&api, "eu-1", json!({}));
+        let metrics = Metrics::new();
+        let writer = StatusWriter::new(api.client(), WINDOW, metrics.clone());
+        api.fail_next(&[422]);
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            api.requests(Method::PATCH).len(),
+            1,
+            "not retried by itself"
+        );
+        assert!(metrics.encode().contains(r#"kind="status_write"} 1"#));
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        assert_eq!(api.requests(Method::PATCH).len(), 2);
+        assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_of_one_object_are_a_window_apart_and_objects_do_not_wait_for_each_other() {
+        let api = FakeApi::default();
+        seed(&api, "eu-1", json!({}));
+        seed(&api, "us-1", json!({}));
+        let writer = writer(&api);
+        let start = tokio::time::Instant::now();
+        submit(&writer, "eu-1", &json!({}), json!({"n": 1}));
+        submit(&writer, "us-1", &json!({}), json!({"n": 1}));
+        tokio::time::sleep(WINDOW + Duration::from_millis(1)).await;
+        assert_eq!(api.requests(Method::PATCH).len(), 2);
+        submit(&writer, "eu-1", &json!({"n": 1}), json!({"n": 2}));
+        writer.flush().await;
+        assert_eq!(api.requests(Method::PATCH).len(), 3);
+        assert!(start.elapsed() >= WINDOW * 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_object_is_forgotten() {
+        let api = FakeApi::default();
+        seed(&api, "eu-1", json!({}));
+        let writer = writer(&api);
+        submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
+        writer.flush().await;
+        assert_eq!(writer.tracked(), 1);
+        tokio::time::sleep(IDLE_LINGER + WINDOW * 2).await;
+        assert_eq!(writer.tracked(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn namespaced_objects_are_patched_at_their_namespaced_path() {
+        use accord_crds::FederatedKafkaTopic;
+        let api = FakeApi::default();
+        let path = "/apis/accord.io/v1alpha1/namespaces/team/federatedkafkatopics/orders";
+        api.put(path, json!({"metadata": {"name": "orders"}, "status": {}}));
+        let writer = writer(&api);
+        writer.submit::<FederatedKafkaTopic>(
+            Some("team"),
+            "orders",
+            json!({}),
+            json!({"phase": "Ready"}),
+        );
+        writer.flush().await;
+        assert_eq!(
+            api.requests(Method::PATCH)[0].path,
+            format!("{path}/status")
+        );
+    }
+
+    #[test]
+    fn a_merge_patch_nulls_what_went_away_and_replaces_what_is_not_an_object() {
+        let old = json!({"a": {"b": 1, "c": 2}, "list": [1, 2], "gone": true});
+        let new = json!({"a": {"b": 1}, "list": [2], "added": "x"});
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({"a": {"c": null}, "list": [2], "gone": null, "added": "x"})
+        );
+        assert_eq!(merge_patch(&Value::Null, &new), new);
+    }
+
+    impl StatusWriter {
+        /// Objects remembered.
+        fn tracked(&self) -> usize {
+            self.inner.lock().len()
+        }
+    }
+}
