@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use accord_hub::pki::HubCa;
 use accord_hub::webhook::cache::{Caches, PolicyObject, TopicObject};
 use accord_hub::webhook::{FEDERATION_PATH, PATH, server};
+use accord_hub::writes::{EventRecorder, Reporter};
 use anyhow::{Context as _, Result};
-use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{Value, json};
 
 struct Webhook {
@@ -71,7 +71,7 @@ async fn start() -> Result<Webhook> {
     );
     // Events go nowhere here (no API server); recording them is best effort.
     let kube = kube::Client::try_from(kube::Config::new("https://127.0.0.1:1".parse()?))?;
-    let recorder = Recorder::new(
+    let recorder = EventRecorder::new(
         kube,
         Reporter {
             controller: "test".into(),

@@ -27,7 +27,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use kube::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ReflectHandle, Store as Reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::oneshot;
@@ -43,6 +43,7 @@ use crate::scale::controller::Scale;
 use crate::store::election::LeaderElection;
 use crate::store::{PrefixCache, StatusRecord, Store, error_chain};
 use crate::supervisor::{Supervisor, SupervisorError};
+use crate::writes::Writes;
 pub use lenient::{Decoded, Lenient, decode_or_invalid};
 
 /// ManagedClusters as every controller sees them: metadata typed, the rest as stored, so
@@ -159,8 +160,9 @@ pub struct ControllerContext {
     pub connections: Connections,
     /// Metrics.
     pub metrics: Metrics,
-    /// Publishes Kubernetes Events.
-    pub recorder: Recorder,
+    /// Every write to the management API server beyond the placements: aggregated Events
+    /// and coalesced status writes.
+    pub writes: Writes,
     /// Every policy's placements record.
     pub placements: PrefixCache<PlacementRecord>,
     /// Every cluster's last report on every policy.
@@ -191,52 +193,35 @@ impl ControllerContext {
         self.retries.remove(object);
     }
 
-    /// Publishes `note` as an Event about `object`; a failure to publish is only logged.
+    /// Publishes `note` as an Event about `object` (a repeat of the same note is counted
+    /// on the Event already there); a failure to publish is only logged.
     pub async fn note(
         &self,
         object: &k8s_openapi::api::core::v1::ObjectReference,
         note: placement::Note,
     ) {
-        let event = Event {
-            type_: note.type_,
-            reason: note.reason,
-            note: Some(note.message),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, object).await {
-            tracing::debug!(error = %e, "could not publish an Event");
-        }
+        self.writes
+            .events
+            .publish(object, note.type_, &note.reason, "Reconcile", note.message)
+            .await;
     }
 
-    /// Writes `object`'s status from `current` (as the API server holds it) to `desired`
-    /// as a merge patch, so that fields that became empty are removed.
-    pub async fn submit_status<K>(
+    /// Writes `object`'s status from `current` (as the API server holds it) to `desired`,
+    /// coalesced: at most one write per object per window, nothing when they are equal.
+    pub fn submit_status<K>(
         &self,
         object: &Lenient<K>,
         current: serde_json::Value,
         desired: serde_json::Value,
-    ) -> Result<(), ReconcileError>
-    where
+    ) where
         K: kube::Resource<DynamicType = ()>,
     {
-        if current == desired {
-            return Ok(());
-        }
-        let resource = kube::discovery::ApiResource::erase::<K>(&());
-        let api: Api<kube::api::DynamicObject> = match object.metadata.namespace.as_deref() {
-            Some(ns) => Api::namespaced_with(self.kube.clone(), ns, &resource),
-            None => Api::all_with(self.kube.clone(), &resource),
-        };
-        api.patch_status(
+        self.writes.status.submit::<K>(
+            object.metadata.namespace.as_deref(),
             &kube::ResourceExt::name_any(object),
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(serde_json::json!({
-                "status": merge_patch(&current, &desired)
-            })),
-        )
-        .await?;
-        Ok(())
+            current,
+            desired,
+        );
     }
 }
 
@@ -453,12 +438,15 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
                 .expect("a shared store can be subscribed")
         })
         .collect();
-    let recorder = Recorder::new(
+    let writes = Writes::with_intervals(
         deps.kube.clone(),
         Reporter {
             controller: "accord-hub".into(),
             instance: Some(deps.replica.clone()),
         },
+        &deps.metrics,
+        crate::writes::events::DEFAULT_REPEAT_INTERVAL,
+        options.status_window,
     );
     let statuses =
         PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
@@ -476,7 +464,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
         election: deps.election.clone(),
         connections: deps.connections.clone(),
         metrics: deps.metrics.clone(),
-        recorder,
+        writes,
         placements: deps.placements.clone(),
         statuses,
         autoscale,

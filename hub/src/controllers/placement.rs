@@ -571,8 +571,7 @@ impl<K: PlacementKind> Placements<K> {
         }
         if K::status_changed(K::status(object), &status) {
             let desired = serde_json::to_value(&status).map_err(StoreError::Encode)?;
-            ctx.submit_status::<K::Object>(watched, current_status(watched), desired)
-                .await?;
+            ctx.submit_status::<K::Object>(watched, current_status(watched), desired);
         }
         if let Some(e) = retry {
             return Err(e);
@@ -595,8 +594,7 @@ impl<K: PlacementKind> Placements<K> {
                 d.extend(p.clone());
             }
             self.ctx
-                .submit_status::<K::Object>(watched, current, desired)
-                .await?;
+                .submit_status::<K::Object>(watched, current, desired);
             self.ctx.metrics.error("invalid_spec");
             self.ctx
                 .note(

@@ -219,7 +219,8 @@ impl KafkaTopics {
         }
         let desired = serde_json::to_value(&status).map_err(crate::store::StoreError::Encode)?;
         let current = watched.data.get("status").cloned().unwrap_or_default();
-        self.ctx.submit_status(watched, current, desired).await
+        self.ctx.submit_status(watched, current, desired);
+        Ok(())
     }
 }
 

@@ -82,7 +82,7 @@ impl PolicyStatus {
                     } else {
                         desired = patch["status"].clone();
                     }
-                    self.ctx.submit_status(watched, current, desired).await?;
+                    self.ctx.submit_status(watched, current, desired);
                     self.ctx.metrics.error("invalid_spec");
                     self.ctx
                         .note(
@@ -111,7 +111,7 @@ impl PolicyStatus {
         let new = policy_status(old, decoded.metadata.generation, violating, problem, &now);
         if policy_status_changed(old, &new) {
             let desired = serde_json::to_value(&new).map_err(StoreError::Encode)?;
-            self.ctx.submit_status(watched, current, desired).await?;
+            self.ctx.submit_status(watched, current, desired);
         }
         Ok(Action::requeue(RESYNC))
     }

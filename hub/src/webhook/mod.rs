@@ -32,7 +32,7 @@ pub mod server;
 
 use std::net::SocketAddr;
 
-use kube::runtime::events::{Recorder, Reporter};
+use crate::writes::{EventRecorder, Reporter};
 
 pub use decide::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
 pub use federation::INVALID_MATCH_REASON;
@@ -94,7 +94,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 pub async fn run(deps: WebhookDeps, listener: tokio::net::TcpListener) -> Result<(), WebhookError> {
     let tls = server::tls_config(&deps.ca_pem, &deps.serving)?;
     let (caches, reflectors) = cache::Caches::new(deps.kube.clone());
-    let recorder = Recorder::new(
+    let recorder = EventRecorder::new(
         deps.kube.clone(),
         Reporter {
             controller: "accord-hub-webhook".into(),

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::writes::{EventRecorder, EventType};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -20,7 +21,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kube::ResourceExt as _;
-use kube::runtime::events::{Event, EventType, Recorder};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
@@ -52,22 +52,6 @@ const READY_WAIT: Duration = Duration::from_secs(2);
 
 /// How long after admitting an audited topic its Event waits for the topic to be stored.
 const EVENT_WAIT: Duration = Duration::from_secs(30);
-
-/// Events v1 refuses a note longer than 1 kB.
-const MAX_EVENT_NOTE: usize = 1024;
-
-/// `text` cut to at most `max` bytes on a character boundary, marked with `…` when cut.
-fn truncate(mut text: String, max: usize) -> String {
-    if text.len() > max {
-        let mut end = max.saturating_sub('…'.len_utf8());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
-    text
-}
 
 /// The rustls server config of the webhook: `serving` followed by the CA certificate.
 pub fn tls_config(
@@ -145,7 +129,7 @@ impl axum::serve::Listener for TlsListener {
 #[derive(Clone)]
 struct AppState {
     caches: Caches,
-    recorder: Arc<Recorder>,
+    recorder: Arc<EventRecorder>,
 }
 
 /// Serves the webhook on `listener` until the task is dropped.
@@ -153,7 +137,7 @@ pub async fn serve(
     listener: TcpListener,
     tls: rustls::ServerConfig,
     caches: Caches,
-    recorder: Recorder,
+    recorder: EventRecorder,
 ) -> Result<(), WebhookError> {
     let app = Router::new()
         .route(PATH, post(validate))
@@ -244,7 +228,7 @@ async fn validate(State(s): State<AppState>, body: Bytes) -> Response {
 /// Records the Warning Event `PolicyViolation` on the admitted topic once it is stored.
 async fn record_violation(
     caches: &Caches,
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     namespace: &str,
     name: &str,
     note: String,
@@ -254,28 +238,13 @@ async fn record_violation(
         return;
     };
     let reference = kube::Resource::object_ref(stored.as_ref(), &());
-    let event = Event {
-        type_: EventType::Warning,
-        reason: super::EVENT_REASON.to_owned(),
-        note: Some(truncate(note, MAX_EVENT_NOTE)),
-        action: "Admit".to_owned(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&event, &reference).await {
-        warn!(namespace, name, error = %e, "recording the PolicyViolation Event failed");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_event_notes_are_cut_on_a_character_boundary() {
-        assert_eq!(truncate("short".into(), 1024), "short");
-        let long = "é".repeat(1000);
-        let cut = truncate(long, MAX_EVENT_NOTE);
-        assert!(cut.len() <= MAX_EVENT_NOTE, "{}", cut.len());
-        assert!(cut.ends_with('…'));
-    }
+    recorder
+        .publish(
+            &reference,
+            EventType::Warning,
+            super::EVENT_REASON,
+            "Admit",
+            note,
+        )
+        .await;
 }
