@@ -179,6 +179,50 @@ pub struct ControllerContext {
 }
 
 impl ControllerContext {
+    /// The context of one term: `deps`, the caches of the agents' reports and of the
+    /// autoscaler's state (followed from now on), the writers, and `clusters`, the shared
+    /// ManagedCluster reflector's store.
+    pub async fn start(
+        deps: &ControllerDeps,
+        options: &ControllerOptions,
+        clusters: Reflector<ClusterObject>,
+    ) -> Result<Self, ControllerError> {
+        let writes = Writes::with_intervals(
+            deps.kube.clone(),
+            Reporter {
+                controller: "accord-hub".into(),
+                instance: Some(deps.replica.clone()),
+            },
+            &deps.metrics,
+            crate::writes::events::DEFAULT_REPEAT_INTERVAL,
+            options.status_window,
+        );
+        let statuses =
+            PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
+                .await
+                .map_err(ControllerError::Store)?;
+        let autoscale = PrefixCache::<crate::scale::autoscale::engine::State>::start(
+            deps.store.clone(),
+            deps.store.keys().autoscale_prefix(),
+        )
+        .await
+        .map_err(ControllerError::Store)?;
+        Ok(Self {
+            kube: deps.kube.clone(),
+            store: deps.store.clone(),
+            election: deps.election.clone(),
+            connections: deps.connections.clone(),
+            metrics: deps.metrics.clone(),
+            writes,
+            placements: deps.placements.clone(),
+            statuses,
+            autoscale,
+            clusters,
+            namespace: deps.namespace.clone(),
+            retries: DashMap::new(),
+        })
+    }
+
     /// The wait before `object` is retried after a transient error (growing while it keeps
     /// failing).
     pub fn retry_delay(&self, object: &str) -> Duration {
@@ -438,40 +482,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
                 .expect("a shared store can be subscribed")
         })
         .collect();
-    let writes = Writes::with_intervals(
-        deps.kube.clone(),
-        Reporter {
-            controller: "accord-hub".into(),
-            instance: Some(deps.replica.clone()),
-        },
-        &deps.metrics,
-        crate::writes::events::DEFAULT_REPEAT_INTERVAL,
-        options.status_window,
-    );
-    let statuses =
-        PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
-            .await
-            .map_err(ControllerError::Store)?;
-    let autoscale = PrefixCache::<crate::scale::autoscale::engine::State>::start(
-        deps.store.clone(),
-        deps.store.keys().autoscale_prefix(),
-    )
-    .await
-    .map_err(ControllerError::Store)?;
-    let ctx = Arc::new(ControllerContext {
-        kube: deps.kube.clone(),
-        store: deps.store.clone(),
-        election: deps.election.clone(),
-        connections: deps.connections.clone(),
-        metrics: deps.metrics.clone(),
-        writes,
-        placements: deps.placements.clone(),
-        statuses,
-        autoscale,
-        clusters: clusters.clone(),
-        namespace: deps.namespace.clone(),
-        retries: DashMap::new(),
-    });
+    let ctx = Arc::new(ControllerContext::start(deps, options, clusters.clone()).await?);
     let mut term = Supervisor::new();
     let api: Api<ClusterObject> = Api::all(deps.kube.clone());
     term.spawn_forever(

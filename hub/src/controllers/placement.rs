@@ -434,8 +434,9 @@ pub async fn remove_records(
     Ok(())
 }
 
-/// The generic controller's state for kind `K`.
-struct Placements<K: PlacementKind> {
+/// The generic controller of kind `K`: its steps, which [`run`] drives from the watches
+/// (public so that they can be driven one at a time against a fake API server).
+pub struct Placements<K: PlacementKind> {
     ctx: Arc<ControllerContext>,
     kind: K,
     objects: Reflector<Watched<K>>,
@@ -451,7 +452,13 @@ fn current_status<K>(object: &Lenient<K>) -> serde_json::Value {
 }
 
 impl<K: PlacementKind> Placements<K> {
-    async fn reconcile(&self, watched: Arc<Watched<K>>) -> Result<Action, ReconcileError> {
+    /// The controller of `kind` over `objects` (the reflector the kind was started with).
+    pub fn new(ctx: Arc<ControllerContext>, kind: K, objects: Reflector<Watched<K>>) -> Self {
+        Self { ctx, kind, objects }
+    }
+
+    /// Reconciles one object: its deletion, or its decision, record and status.
+    pub async fn reconcile(&self, watched: Arc<Watched<K>>) -> Result<Action, ReconcileError> {
         let holds: Vec<&str> = self.finalizers_held(&watched);
         if watched.metadata.deletion_timestamp.is_some() {
             if holds.is_empty() {
@@ -627,7 +634,7 @@ impl<K: PlacementKind> Placements<K> {
     }
 
     /// Removes the records of an object that is gone (and not back under the same name).
-    async fn forget(&self, namespace: &str, name: &str) -> Result<(), ReconcileError> {
+    pub async fn forget(&self, namespace: &str, name: &str) -> Result<(), ReconcileError> {
         let back = self
             .objects
             .get(&ObjectRef::new(name).within(namespace))
@@ -643,7 +650,7 @@ impl<K: PlacementKind> Placements<K> {
     }
 
     /// Forgets every object of the kind that has a placements record but no object.
-    async fn sweep(&self) {
+    pub async fn sweep(&self) {
         let prefix = self
             .ctx
             .store
@@ -785,11 +792,7 @@ pub async fn run<K: PlacementKind>(
         tasks,
         listed: kind_listed,
     } = K::start(&ctx, objects.clone(), trigger.clone(), &options);
-    let placements = Arc::new(Placements {
-        ctx: ctx.clone(),
-        kind,
-        objects: objects.clone(),
-    });
+    let placements = Arc::new(Placements::new(ctx.clone(), kind, objects.clone()));
 
     // The objects' own events: the kind sees each, and one that is gone is forgotten.
     let (cleanup, mut cleanups) = mpsc::unbounded_channel::<Cleanup>();
