@@ -20,6 +20,8 @@
 //! directory and their tails are printed when a test fails.
 
 pub mod agent_sim;
+pub mod apiserver_writes;
+pub mod autoscale_scenario;
 pub mod binaries;
 pub mod crds;
 pub mod etcd;
