@@ -84,6 +84,15 @@ fn parse_labels(text: &str) -> Option<(BTreeMap<String, String>, &str)> {
     }
 }
 
+/// How much a counter grew from `before` to `after`; a counter lower than before was
+/// reset (its process restarted) and counts from zero.
+fn increase(before: Option<f64>, after: f64) -> f64 {
+    match before {
+        Some(b) if b <= after => after - b,
+        _ => after,
+    }
+}
+
 /// What a write was made to and how: resource (with `/subresource` when there is one)
 /// and verb.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,7 +154,7 @@ impl Writes {
         Self(
             self.0
                 .iter()
-                .map(|(k, v)| (k.clone(), v - before.0.get(k).copied().unwrap_or(0.0)))
+                .map(|(k, v)| (k.clone(), increase(before.0.get(k).copied(), *v)))
                 .filter(|(_, v)| *v != 0.0)
                 .collect(),
         )
@@ -221,6 +230,13 @@ impl Meter {
         })
     }
 
+    /// The hub restarted and serves `/metrics` at `hub_metrics_url` now: its counters
+    /// start from zero there.
+    pub fn hub_restarted(&mut self, hub_metrics_url: String) {
+        self.hub_metrics_url = Some(hub_metrics_url);
+        self.hub_before = Some(BTreeMap::new());
+    }
+
     /// Scrapes again; the differences.
     pub async fn finish(&self) -> Result<Measured> {
         let apiserver = Writes::scrape(&self.client).await?.since(&self.before);
@@ -230,8 +246,8 @@ impl Meter {
                 after
                     .into_iter()
                     .map(|(k, v)| {
-                        let was = before.get(&k).copied().unwrap_or(0.0);
-                        (k, v - was)
+                        let by = increase(before.get(&k).copied(), v);
+                        (k, by)
                     })
                     .filter(|(_, v)| *v != 0.0)
                     .collect()
@@ -284,10 +300,10 @@ impl Measured {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "management kube-apiserver writes while {} ({} {}s{}):",
+            "management kube-apiserver writes while {} ({} {}{}):",
             report.phase,
             report.objects,
-            report.unit,
+            plural(report.unit),
             report
                 .seconds
                 .map(|s| format!(", {s:.0} s"))
@@ -378,6 +394,14 @@ impl Measured {
             }
         }
         out
+    }
+}
+
+/// `policy` → `policies`, `topic` → `topics`.
+fn plural(unit: &str) -> String {
+    match unit.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{unit}s"),
     }
 }
 
