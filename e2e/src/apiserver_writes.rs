@@ -18,7 +18,14 @@ pub const APISERVER_REQUESTS: &str = "apiserver_request_total";
 /// The hub's counter of its own Kubernetes writes.
 pub const HUB_WRITES: &str = "accord_hub_kube_writes_total";
 /// The verbs `apiserver_request_total` gives writes.
-pub const WRITE_VERBS: [&str; 6] = ["POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"];
+pub const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "DELETE",
+    "DELETECOLLECTION",
+    "APPLY",
+];
 
 /// One series of a Prometheus text exposition: its labels and value.
 pub type Series = (BTreeMap<String, String>, f64);
@@ -345,15 +352,7 @@ impl Measured {
             let others: Vec<String> = beyond
                 .0
                 .iter()
-                .map(|(k, v)| {
-                    format!(
-                        "{} {} {:.2}/{}",
-                        k.resource,
-                        k.verb,
-                        per(*v),
-                        report.unit
-                    )
-                })
+                .map(|(k, v)| format!("{} {} {:.2}/{}", k.resource, k.verb, per(*v), report.unit))
                 .collect();
             let _ = writeln!(
                 out,
@@ -484,8 +483,14 @@ apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"
             user: &[(WriteKind::new("federatedkafkatopics", "APPLY"), 1000.0)],
         });
         assert!(text.contains("the benchmark's own: 1000"), "{text}");
-        assert!(text.contains("federatedkafkatopics/status PATCH 1.00/topic"), "{text}");
-        assert!(text.contains("federatedkafkatopics APPLY 0.00/topic"), "{text}");
+        assert!(
+            text.contains("federatedkafkatopics/status PATCH 1.00/topic"),
+            "{text}"
+        );
+        assert!(
+            text.contains("federatedkafkatopics APPLY 0.00/topic"),
+            "{text}"
+        );
         assert!(text.contains("not exported"), "{text}");
     }
 }

@@ -81,7 +81,11 @@ impl Drop for MetricSource<'_> {
 impl<'t> MetricSource<'t> {
     /// Starts an exporter and a Prometheus (named `autoscale-<name>`) scraping it every
     /// `scrape_interval`.
-    pub async fn start(testbed: &'t Testbed, name: &str, scrape_interval: Duration) -> Result<Self> {
+    pub async fn start(
+        testbed: &'t Testbed,
+        name: &str,
+        scrape_interval: Duration,
+    ) -> Result<Self> {
         let exporter = Exporter::start().await?;
         let dir = testbed.dir().join(format!("autoscale-{name}"));
         let prometheus = ScrapingPrometheus::start(
@@ -184,9 +188,14 @@ impl<'t> Scenario<'t> {
             .enumerate()
             .map(|(i, c)| (*c, i))
             .collect();
-        let federation =
-            Federation::start(testbed, options.name, &etcd_prefix, options.hub_args, &agents)
-                .await?;
+        let federation = Federation::start(
+            testbed,
+            options.name,
+            &etcd_prefix,
+            options.hub_args,
+            &agents,
+        )
+        .await?;
         ensure_namespace(testbed.mgmt(), options.namespace).await?;
         let members: Vec<usize> = (0..options.clusters.len()).collect();
         for name in options.deployments {
@@ -237,7 +246,15 @@ impl<'t> Scenario<'t> {
         failover: serde_json::Value,
     ) -> serde_json::Value {
         let clusters: Vec<&str> = self.clusters.iter().map(String::as_str).collect();
-        policy(name, &self.namespace, target, desired, &clusters, autoscaling, failover)
+        policy(
+            name,
+            &self.namespace,
+            target,
+            desired,
+            &clusters,
+            autoscaling,
+            failover,
+        )
     }
 
     /// Applies `policy` (server-side apply) in the scenario's namespace.

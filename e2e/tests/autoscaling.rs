@@ -592,12 +592,20 @@ fn a_stopped_members_share_moves_and_the_autoscaled_total_is_kept() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let source = source(testbed, "failover", 300.0).await?;
-        let mut s = scenario(testbed, source, "failover", &["afo-1", "afo-2", "afo-3"], &[]).await?;
+        let mut s = scenario(
+            testbed,
+            source,
+            "failover",
+            &["afo-1", "afo-2", "afo-3"],
+            &[],
+        )
+        .await?;
         let recorder = s.record("web").await?;
         let member_log = s.record_members("web");
         let a = s.autoscaling("web", 1, 60, 100.0);
         let failover = serde_json::json!({"enabled": true, "returnCooldownSeconds": 300});
-        s.apply_policy(&s.policy("web", "web", 3, a, failover)).await?;
+        s.apply_policy(&s.policy("web", "web", 3, a, failover))
+            .await?;
         recorder.wait_samples(5, Duration::from_secs(60)).await?;
         s.source.set_and_wait("web", 1200.0).await?;
         let up = recorder.wait_operation_to(12, FEW_POLLS).await?;

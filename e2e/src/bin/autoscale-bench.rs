@@ -259,12 +259,8 @@ async fn polled(s: &Scenario<'_>) -> Result<(u64, usize)> {
 }
 
 async fn cost(testbed: &Testbed, args: &Args) -> Result<()> {
-    let source = MetricSource::start(
-        testbed,
-        "bench-cost",
-        Duration::from_millis(args.scrape_ms),
-    )
-    .await?;
+    let source =
+        MetricSource::start(testbed, "bench-cost", Duration::from_millis(args.scrape_ms)).await?;
     let s = Scenario::start(
         testbed,
         source,
