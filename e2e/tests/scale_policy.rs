@@ -624,3 +624,93 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
         Ok(())
     });
 }
+
+/// The `note` of every `ScaleDecision` Event (events.k8s.io/v1) about policy `ns/name`.
+async fn scale_decision_notes(testbed: &Testbed, ns: &str, name: &str) -> Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(testbed.mgmt().client(), ns);
+    let about = kube::api::ListParams::default().fields(&format!("regarding.name={name}"));
+    let list = match api.list(&about).await {
+        Ok(list) => list,
+        // Should the field not be selectable, the filter below does the same.
+        Err(kube::Error::Api(s)) if s.code == 400 => api.list(&Default::default()).await?,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("ScaleDecision")
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.name.as_deref() == Some(name)
+                        && r.kind.as_deref() == Some("CrossClusterScalePolicy")
+                })
+        })
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+#[test]
+fn each_of_three_decisions_has_a_scale_decision_event_naming_its_own_request_id() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-events";
+        let fed = Federation::start(testbed, "hub-events", "/e2e-events/", &[], &[("ev-1", 0), ("ev-2", 1), ("ev-3", 2)]).await?;
+        for m in 0..3 {
+            apply_deployment(testbed, m, ns, "web", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "ev-1", "weight": 1}, {"cluster": "ev-2", "weight": 1}, {"cluster": "ev-3", "weight": 1}]);
+        // 12 → 20 → 30, each time waiting for the decision in the status.
+        let mut ids: Vec<String> = Vec::new();
+        for desired in [12, 20, 30] {
+            apply_policy(testbed, ns, policy("web", ns, "web", desired, dist.clone(), serde_json::json!({}))).await?;
+            let id = until(&format!("the decision for {desired} in the status"), Duration::from_secs(60), || async {
+                let s = policy_status(testbed, ns, "web").await?.unwrap_or_default();
+                Ok(match s.scale_request_id {
+                    Some(id) if s.desired_replicas == Some(desired) && !ids.contains(&id) => Check::Ready(id),
+                    other => Check::NotYet(format!("desired {:?}, scaleRequestID {other:?}", s.desired_replicas)),
+                })
+            })
+            .await?;
+            ids.push(id);
+        }
+
+        // Three distinct Events, each note naming its own decision's request id.
+        let found = until("a ScaleDecision Event naming each scaleRequestID", Duration::from_secs(30), || async {
+            let notes = scale_decision_notes(testbed, ns, "web").await?;
+            let missing: Vec<&String> = ids.iter().filter(|id| !notes.iter().any(|n| n.contains(id.as_str()))).collect();
+            Ok(if missing.is_empty() {
+                Check::Ready(notes)
+            } else {
+                Check::NotYet(format!("no Event names {missing:?}; ScaleDecision notes: {notes:?}"))
+            })
+        })
+        .await;
+        let notes = match found {
+            Ok(notes) => notes,
+            Err(e) => {
+                let describe = testbed
+                    .kubectl(testbed.mgmt())
+                    .args(["describe", "crossclusterscalepolicy", "web", "-n", ns])
+                    .output()
+                    .await
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_else(|e| format!("kubectl describe failed: {e}"));
+                return Err(e.context(format!("scale request ids {ids:?}; kubectl describe:\n{describe}")));
+            }
+        };
+        for id in &ids {
+            let naming = notes.iter().filter(|n| n.contains(id.as_str())).count();
+            let others = ids.iter().filter(|other| *other != id).count();
+            ensure!(naming >= 1, "no ScaleDecision Event names {id}: {notes:?}");
+            ensure!(
+                notes.iter().filter(|n| n.contains(id.as_str())).all(|n| ids.iter().filter(|o| n.contains(o.as_str())).count() == 1),
+                "an Event naming {id} names another of the {others} other decisions too: {notes:?}"
+            );
+        }
+        println!("ScaleDecision Events: {notes:?}");
+        drop(fed);
+        Ok(())
+    });
+}
