@@ -310,7 +310,11 @@ impl Measured {
             "management kube-apiserver writes while {} ({} {}{}):",
             report.phase,
             report.objects,
-            plural(report.unit),
+            if report.objects == 1.0 {
+                report.unit.to_owned()
+            } else {
+                plural(report.unit)
+            },
             report
                 .seconds
                 .map(|s| format!(", {s:.0} s"))
