@@ -34,7 +34,7 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use tokio::sync::watch;
 
 use crate::exporter::Exporter;
-use crate::federation::{Federation, ensure_namespace, pause_deployment};
+use crate::fleet::{Fleet, ensure_namespace, pause_deployment};
 use crate::hub::HubProcess;
 use crate::prometheus::ScrapingPrometheus;
 use crate::testbed::Testbed;
@@ -163,7 +163,7 @@ pub struct Scenario<'t> {
     /// The metric source the policies query.
     pub source: MetricSource<'t>,
     /// Hub and agents.
-    pub federation: Federation<'t>,
+    pub fleet: Fleet<'t>,
     /// Namespace of the policies and Deployments.
     pub namespace: String,
     /// Cluster names, in member order (the i-th on testbed member i).
@@ -188,7 +188,7 @@ impl<'t> Scenario<'t> {
             .enumerate()
             .map(|(i, c)| (*c, i))
             .collect();
-        let federation = Federation::start(
+        let fleet = Fleet::start(
             testbed,
             options.name,
             &etcd_prefix,
@@ -204,7 +204,7 @@ impl<'t> Scenario<'t> {
         Ok(Self {
             testbed,
             source,
-            federation,
+            fleet,
             namespace: options.namespace.to_owned(),
             clusters: options.clusters.iter().map(|c| c.to_string()).collect(),
             etcd_prefix,
@@ -213,7 +213,7 @@ impl<'t> Scenario<'t> {
 
     /// The hub.
     pub fn hub(&self) -> &HubProcess<'t> {
-        &self.federation.hub
+        &self.fleet.hub
     }
 
     /// Testbed member indexes of the joined clusters.
@@ -294,7 +294,7 @@ impl<'t> Scenario<'t> {
 
     /// The hub's `/metrics` text.
     pub async fn hub_metrics(&self) -> Result<String> {
-        hub_metrics(self.testbed, &self.federation.hub).await
+        hub_metrics(self.testbed, &self.fleet.hub).await
     }
 
     /// Waits for an Event of `type_` and `reason` about policy `name` whose message

@@ -27,7 +27,7 @@ pub mod crds;
 pub mod etcd;
 pub mod exporter;
 pub mod faultproxy;
-pub mod federation;
+pub mod fleet;
 pub mod hub;
 pub mod installed;
 pub mod kafka;

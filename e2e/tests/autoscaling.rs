@@ -16,7 +16,7 @@ use accord_e2e::autoscale_scenario::{
     FEW_POLLS, MetricSource, Poll, Scenario, ScenarioOptions, Snapshot, describe, etcd_prefix,
     labelled_metric, no_failover, now_ms, operations, scaling_active,
 };
-use accord_e2e::federation::kill9;
+use accord_e2e::fleet::kill9;
 use accord_e2e::hub::{HubOptions, HubProcess};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -563,7 +563,7 @@ fn a_new_leader_continues_the_samples_and_ewma_and_keeps_the_running_cooldown() 
             ensure!(m.scale_request_id.is_empty() || status_ids.contains(&m.scale_request_id), "member {} ran scale request {} that no status named", m.member, m.scale_request_id);
         }
         for name in names {
-            let log_file = testbed.process_info(s.federation.agents[name].process.context("running")?).log;
+            let log_file = testbed.process_info(s.fleet.agents[name].process.context("running")?).log;
             let applied = |log: &str, id: &str| log.lines().filter(|l| l.contains("applied scale request") && l.contains(id)).count();
             // The member's Deployment changes before the agent logs that it did: wait for
             // the line, then count.
@@ -616,7 +616,7 @@ fn a_stopped_members_share_moves_and_the_autoscaled_total_is_kept() {
 
         // A member stops: its share moves to the others; the total stays 12. It is told to
         // keep the 4 it runs (never 0: a return must not kill running pods).
-        s.federation.kill_agent("afo-3")?;
+        s.fleet.kill_agent("afo-3")?;
         let moved = |total: i32| {
             move |h: &[Snapshot]| {
                 h.last()

@@ -8,7 +8,7 @@
 use accord_crds::{
     CrossClusterScalePolicy, ManagedCluster, PlacementState, SCALE_REQUEST_ANNOTATION,
 };
-use accord_e2e::federation::Federation;
+use accord_e2e::fleet::Fleet;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
@@ -32,16 +32,16 @@ async fn apply_deployment(
     replicas: i32,
 ) -> Result<()> {
     let cluster = &testbed.members()[member];
-    accord_e2e::federation::ensure_namespace(cluster, ns).await?;
+    accord_e2e::fleet::ensure_namespace(cluster, ns).await?;
     let api: Api<Deployment> = Api::namespaced(cluster.client(), ns);
-    let d = accord_e2e::federation::pause_deployment(name, replicas);
+    let d = accord_e2e::fleet::pause_deployment(name, replicas);
     api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&d))
         .await?;
     Ok(())
 }
 
 async fn apply_policy(testbed: &Testbed, ns: &str, policy: serde_json::Value) -> Result<()> {
-    accord_e2e::federation::ensure_namespace(testbed.mgmt(), ns).await?;
+    accord_e2e::fleet::ensure_namespace(testbed.mgmt(), ns).await?;
     let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
     let name = policy["metadata"]["name"]
         .as_str()
@@ -178,7 +178,7 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-basic";
-        let fed = Federation::start(testbed, "hub-basic", "/e2e-basic/", &[], &[("basic-1", 0), ("basic-2", 1), ("basic-3", 2)]).await?;
+        let fed = Fleet::start(testbed, "hub-basic", "/e2e-basic/", &[], &[("basic-1", 0), ("basic-2", 1), ("basic-3", 2)]).await?;
         for m in 0..3 {
             apply_deployment(testbed, m, ns, "frontend", 1).await?;
         }
@@ -228,7 +228,7 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
         // it any more, or a hand-set count could still be put back by the last assignment.
         for agent in fed.agents.values() {
             until(&format!("{} manages no policy", agent.name), Duration::from_secs(30), || async {
-                let text = accord_e2e::federation::agent_metrics(testbed, &agent.http).await?;
+                let text = accord_e2e::fleet::agent_metrics(testbed, &agent.http).await?;
                 Ok(match accord_e2e::hub::parse_metric(&text, "accord_agent_managed_policies") {
                     Some(0.0) => Check::Ready(()),
                     other => Check::NotYet(format!("managed policies {other:?}")),
@@ -255,7 +255,7 @@ fn a_missing_target_and_an_hpa_are_reported_while_the_other_placement_stays_sync
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-problems";
-        let _fed = Federation::start(testbed, "hub-problems", "/e2e-problems/", &[], &[("prob-1", 0), ("prob-2", 1), ("prob-3", 2)]).await?;
+        let _fed = Fleet::start(testbed, "hub-problems", "/e2e-problems/", &[], &[("prob-1", 0), ("prob-2", 1), ("prob-3", 2)]).await?;
         apply_deployment(testbed, 0, ns, "api", 1).await?;
         apply_deployment(testbed, 2, ns, "api", 1).await?;
         // member-2 has no Deployment "api"; member-3 has an HPA on it.
@@ -292,7 +292,7 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-failover";
-        let mut fed = Federation::start(testbed, "hub-failover", "/e2e-failover/", &[], &[("fo-1", 0), ("fo-2", 1), ("fo-3", 2)]).await?;
+        let mut fed = Fleet::start(testbed, "hub-failover", "/e2e-failover/", &[], &[("fo-1", 0), ("fo-2", 1), ("fo-3", 2)]).await?;
         for m in 0..3 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }
@@ -381,7 +381,7 @@ fn a_hub_killed_mid_change_converges_after_restart_without_reapplying_a_decision
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-hub-crash";
-        let mut fed = Federation::start(testbed, "hub-crash", "/e2e-crash/", &[], &[("crash-1", 0), ("crash-2", 1)]).await?;
+        let mut fed = Fleet::start(testbed, "hub-crash", "/e2e-crash/", &[], &[("crash-1", 0), ("crash-2", 1)]).await?;
         for m in 0..2 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }
@@ -553,7 +553,7 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-poison";
-        let mut fed = Federation::start(testbed, "hub-poison", "/e2e-poison/", &[], &[("poison-1", 0), ("poison-2", 1)]).await?;
+        let mut fed = Fleet::start(testbed, "hub-poison", "/e2e-poison/", &[], &[("poison-1", 0), ("poison-2", 1)]).await?;
         for m in 0..2 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }
@@ -656,7 +656,7 @@ fn each_of_three_decisions_has_a_scale_decision_event_naming_its_own_request_id(
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-events";
-        let fed = Federation::start(testbed, "hub-events", "/e2e-events/", &[], &[("ev-1", 0), ("ev-2", 1), ("ev-3", 2)]).await?;
+        let fed = Fleet::start(testbed, "hub-events", "/e2e-events/", &[], &[("ev-1", 0), ("ev-2", 1), ("ev-3", 2)]).await?;
         for m in 0..3 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }

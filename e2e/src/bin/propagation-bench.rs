@@ -14,7 +14,7 @@
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
-use accord_e2e::federation::{Federation, ensure_namespace};
+use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::stats::pct;
 use anyhow::{Context as _, Result};
 use futures::StreamExt;
@@ -84,7 +84,7 @@ async fn main() -> Result<()> {
     let failovers = flag("--failovers", 5)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
-    let mut fed = Federation::start(
+    let mut fed = Fleet::start(
         &testbed,
         "hub-bench",
         "/bench/",
@@ -95,7 +95,7 @@ async fn main() -> Result<()> {
     for member in testbed.members() {
         ensure_namespace(member, NS).await?;
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
-        let d = accord_e2e::federation::pause_deployment("web", 1);
+        let d = accord_e2e::fleet::pause_deployment("web", 1);
         api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d))
             .await?;
     }
