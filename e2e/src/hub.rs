@@ -75,7 +75,7 @@ pub struct HubOptions {
 
 /// Creates the hub's namespace on the management cluster if needed.
 pub async fn ensure_hub_namespace(testbed: &Testbed) -> Result<()> {
-    crate::federation::ensure_namespace(testbed.mgmt(), HUB_NAMESPACE).await
+    crate::fleet::ensure_namespace(testbed.mgmt(), HUB_NAMESPACE).await
 }
 
 impl Drop for HubProcess<'_> {

@@ -25,7 +25,7 @@ use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource};
 use rdkafka::client::DefaultClientContext;
 
-use crate::federation::{AGENT_NAMESPACE, Federation, ensure_namespace};
+use crate::fleet::{AGENT_NAMESPACE, Fleet, ensure_namespace};
 use crate::hub::HUB_NAMESPACE;
 use crate::kafka::{self, KafkaCluster, KafkaOptions};
 use crate::ports::free_port;
@@ -140,7 +140,7 @@ pub struct KafkaScenario<'t> {
     /// The testbed.
     pub testbed: &'t Testbed,
     /// Hub and agents.
-    pub federation: Federation<'t>,
+    pub federation: Fleet<'t>,
     /// Cluster names on the hub, in member order.
     pub clusters: Vec<String>,
     /// The members, in the same order.
@@ -187,7 +187,7 @@ impl<'t> KafkaScenario<'t> {
             .zip(options.members.iter().map(|m| m.member))
             .collect();
         let hub_args: Vec<&str> = hub_args.iter().map(String::as_str).collect();
-        let federation = Federation::start_with_agent_args(
+        let federation = Fleet::start_with_agent_args(
             testbed,
             name,
             &format!("/e2e-{name}/"),

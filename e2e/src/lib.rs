@@ -20,12 +20,14 @@
 //! directory and their tails are printed when a test fails.
 
 pub mod agent_sim;
+pub mod apiserver_writes;
+pub mod autoscale_scenario;
 pub mod binaries;
 pub mod crds;
 pub mod etcd;
 pub mod exporter;
 pub mod faultproxy;
-pub mod federation;
+pub mod fleet;
 pub mod hub;
 pub mod installed;
 pub mod kafka;

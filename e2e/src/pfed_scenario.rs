@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
-use crate::federation::{AGENT_NAMESPACE, Federation, ensure_namespace};
+use crate::fleet::{AGENT_NAMESPACE, Fleet, ensure_namespace};
 use crate::promfed::{
     FederationOptions, FederationPrometheus, PromfedMember, ReloaderOptions, TenantSpec,
 };
@@ -37,7 +37,7 @@ pub struct Scenario<'t> {
     /// The testbed.
     pub testbed: &'t Testbed,
     /// Hub and agents.
-    pub federation: Federation<'t>,
+    pub federation: Fleet<'t>,
     /// Cluster names, in member order.
     pub clusters: Vec<String>,
     /// Each member's Prometheus servers, in member order.
@@ -48,7 +48,7 @@ pub struct Scenario<'t> {
     pub global_namespace: String,
 }
 
-/// A scenario stops what it started when it goes (the agents go with its [`Federation`]):
+/// A scenario stops what it started when it goes (the agents go with its [`Fleet`]):
 /// the next test on the shared testbed must not meet a reloader still watching the same
 /// ConfigMap.
 impl Drop for Scenario<'_> {
@@ -109,7 +109,7 @@ impl<'t> Scenario<'t> {
             .map(String::as_str)
             .zip(options.members.iter().copied())
             .collect();
-        let federation = Federation::start(
+        let federation = Fleet::start(
             testbed,
             name,
             &format!("/e2e-{name}/"),

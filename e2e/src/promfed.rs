@@ -46,7 +46,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde::Deserialize;
 
-use crate::federation::{AGENT_NAMESPACE, ensure_namespace};
+use crate::fleet::{AGENT_NAMESPACE, ensure_namespace};
 use crate::hub::accord_binary;
 use crate::process::ProcessId;
 use crate::testbed::{Cluster, Testbed};

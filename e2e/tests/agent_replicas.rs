@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use accord_crds::{CrossClusterScalePolicy, SCALE_REQUEST_ANNOTATION};
-use accord_e2e::federation::{self, Agent, Federation};
+use accord_e2e::fleet::{self, Agent, Fleet};
 use accord_e2e::hub::parse_metric;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{ProcessId, SharedTestbed, Testbed};
@@ -53,7 +53,7 @@ struct Proc<'a> {
 }
 
 async fn metrics(testbed: &Testbed, http: &str) -> Result<String> {
-    accord_e2e::federation::agent_metrics(testbed, http).await
+    accord_e2e::fleet::agent_metrics(testbed, http).await
 }
 
 async fn metric(testbed: &Testbed, http: &str, name: &str) -> Result<f64> {
@@ -108,16 +108,16 @@ async fn one_active(testbed: &Testbed, procs: &[Proc<'_>]) -> Result<usize> {
 
 async fn apply_deployment(testbed: &Testbed, ns: &str, name: &str) -> Result<()> {
     let cluster = &testbed.members()[0];
-    federation::ensure_namespace(cluster, ns).await?;
+    fleet::ensure_namespace(cluster, ns).await?;
     let api: Api<Deployment> = Api::namespaced(cluster.client(), ns);
-    let d = federation::pause_deployment(name, 1);
+    let d = fleet::pause_deployment(name, 1);
     api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&d))
         .await?;
     Ok(())
 }
 
 async fn apply_policy(testbed: &Testbed, ns: &str, cluster: &str, desired: i32) -> Result<()> {
-    federation::ensure_namespace(testbed.mgmt(), ns).await?;
+    fleet::ensure_namespace(testbed.mgmt(), ns).await?;
     let policy = serde_json::json!({
         "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": "web", "namespace": ns},
@@ -184,9 +184,9 @@ async fn two_replicas<'t>(
     testbed: &'t Testbed,
     hub: &str,
     cluster: &str,
-) -> Result<(Federation<'t>, Replica<'t>)> {
+) -> Result<(Fleet<'t>, Replica<'t>)> {
     let lease = format!("{}s", LEASE.as_secs());
-    let fed = Federation::start_with_agent_args(
+    let fed = Fleet::start_with_agent_args(
         testbed,
         hub,
         &format!("/e2e-{hub}/"),
@@ -240,7 +240,7 @@ fn the_standby_applies_the_next_change_after_the_active_agent_is_killed_and_only
         if active == 0 {
             fed.kill_agent(cluster)?;
         } else if let Some(id) = second.agent.process.take() {
-            federation::kill9(testbed, id)?;
+            fleet::kill9(testbed, id)?;
         }
         apply_policy(testbed, ns, cluster, 6).await?;
         let (_, generation2) = applied(
@@ -332,7 +332,7 @@ fn a_holder_frozen_past_its_lease_writes_nothing_when_it_wakes_and_exits() {
         // Woken, the old holder finds its lease gone and exits with an error; should its
         // enforcer try to put its 2 replicas back first, the Lease fence refuses the write.
         let status = until("the woken holder to exit", Duration::from_secs(20), || async {
-            Ok(match federation::exit_status(testbed, on.id)? {
+            Ok(match fleet::exit_status(testbed, on.id)? {
                 Some(status) => Check::Ready(status),
                 None => Check::NotYet("still running".into()),
             })

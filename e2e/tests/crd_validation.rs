@@ -72,7 +72,7 @@ async fn examples_are_accepted_and_invalid_crs_are_rejected_with_clear_messages(
     let all = examples();
     for (_, obj) in &all {
         if let Some(ns) = obj["metadata"]["namespace"].as_str() {
-            accord_e2e::federation::ensure_namespace(testbed.mgmt(), ns).await?;
+            accord_e2e::fleet::ensure_namespace(testbed.mgmt(), ns).await?;
         }
     }
     for (file, obj) in &all {

@@ -10,7 +10,7 @@ mod fault_support;
 
 use accord_crds::{CrossClusterScalePolicy, PlacementState};
 use accord_e2e::faultproxy::{FaultProxy, Mode};
-use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
+use accord_e2e::fleet::{Fleet, ensure_namespace, pause_deployment};
 use accord_e2e::hub::HubProcess;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -203,7 +203,7 @@ fn a_partitioned_cluster_keeps_its_running_pods_through_its_return_and_the_other
         // Three clusters on the one member, each with its Deployment in a namespace of its
         // own; only the third's agent goes through the proxy.
         let clusters = ["ret-a", "ret-b", "ret-c"];
-        let mut fed = Federation::start(
+        let mut fed = Fleet::start(
             testbed,
             "hub-returning",
             "/f-returning/",

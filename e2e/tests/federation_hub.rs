@@ -11,7 +11,7 @@ use accord_common::federation::{
     GLOBAL_CONFIG_MAP_NAME, global_job_name,
 };
 use accord_crds::{ManagedCluster, PrometheusFederation};
-use accord_e2e::federation::ensure_namespace;
+use accord_e2e::fleet::ensure_namespace;
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};

@@ -12,7 +12,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PrometheusFederation};
-use accord_e2e::federation::{ensure_namespace, pause_deployment};
+use accord_e2e::fleet::{ensure_namespace, pause_deployment};
 use accord_e2e::hub::accord_binary;
 use accord_e2e::installed::{
     AGENT_SERVICE_ACCOUNT, InstalledHub, SERVICE_ACCOUNT_GROUPS, command_words,

@@ -15,7 +15,7 @@ use accord_crds::ManagedCluster;
 use accord_crds::conditions;
 use accord_crds::kafka::{FederatedKafkaTopic, KafkaTopicPolicy};
 use accord_e2e::agent_sim::{self, AgentStream};
-use accord_e2e::federation::ensure_namespace;
+use accord_e2e::fleet::ensure_namespace;
 use accord_e2e::hub::{HubOptions, HubProcess, create_token};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use accord_crds::PlacementState;
-use accord_e2e::federation::agent_metrics;
+use accord_e2e::fleet::agent_metrics;
 use accord_e2e::kafka::KafkaOptions;
 use accord_e2e::kafka_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, TopicView,

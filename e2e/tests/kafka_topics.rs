@@ -926,5 +926,5 @@ fn retain_keeps_topics_delete_removes_them_everywhere_and_a_missing_agent_holds_
 }
 
 async fn ensure_ns(testbed: &Testbed, ns: &str) -> Result<()> {
-    accord_e2e::federation::ensure_namespace(testbed.mgmt(), ns).await
+    accord_e2e::fleet::ensure_namespace(testbed.mgmt(), ns).await
 }

@@ -6,7 +6,7 @@
 //! placement Synced, with the same agent process throughout.
 
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PlacementState};
-use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
+use accord_e2e::fleet::{Fleet, ensure_namespace, pause_deployment};
 use accord_e2e::process::Frozen;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -94,7 +94,7 @@ async fn placement(
 fn a_frozen_member_api_server_is_reported_within_ten_seconds_and_nothing_moves() {
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
-        let fed = Federation::start(
+        let fed = Fleet::start(
             testbed,
             "hub-member-health",
             "/e2e-member-health/",

@@ -302,7 +302,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
                 || async {
                     let data = pfed_scenario::config_map_data(
                         cluster,
-                        accord_e2e::federation::AGENT_NAMESPACE,
+                        accord_e2e::fleet::AGENT_NAMESPACE,
                         accord_common::federation::CONFIG_MAP_NAME,
                     )
                     .await?;

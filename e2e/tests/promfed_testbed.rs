@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use accord_common::federation::{ReloadStatus, STATE_SYNCED, STATE_UNAVAILABLE, config_hash};
 use accord_e2e::SharedTestbed;
-use accord_e2e::federation::ensure_namespace;
+use accord_e2e::fleet::ensure_namespace;
 use accord_e2e::promfed::{
     self, CONFIG_MAP_NAME, FederationOptions, FederationPrometheus, GLOBAL_CONFIG_MAP_NAME,
     HostsFile, LEAK_JOB, Promfed, PromfedMember, ReloaderOptions, SOURCE_LABEL, TENANT_JOB,

@@ -15,7 +15,7 @@ use accord_common::federation::{
     TenantSources, config_hash, empty_config, render_member,
 };
 use accord_e2e::SharedTestbed;
-use accord_e2e::federation::ensure_namespace;
+use accord_e2e::fleet::ensure_namespace;
 use accord_e2e::reloader_support::{
     ReloadedPrometheus, ReloaderProcess, check, put_config, wait_status,
 };

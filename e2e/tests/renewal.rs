@@ -9,8 +9,8 @@ use accord_common::pki::cert_facts_pem;
 use accord_common::runtime::unix_millis;
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster};
 use accord_e2e::agent_sim::{self, AgentIdentity, AgentStream};
-use accord_e2e::federation::{
-    AGENT_NAMESPACE, Federation, agent_metrics, ensure_namespace, pause_deployment,
+use accord_e2e::fleet::{
+    AGENT_NAMESPACE, Fleet, agent_metrics, ensure_namespace, pause_deployment,
 };
 use accord_e2e::hub::{accord_binary, create_token, parse_metric};
 use accord_e2e::ports::free_port;
@@ -226,7 +226,7 @@ async fn run(testbed: &Testbed, s: Scenario) -> Result<()> {
     let started = Instant::now();
     let prefix = format!("/e2e-{}/", s.name);
     let (dir_cluster, secret_cluster) = (format!("{}-dir", s.name), format!("{}-secret", s.name));
-    let mut fed = Federation::start(
+    let mut fed = Fleet::start(
         testbed,
         &format!("hub-{}", s.name),
         &prefix,

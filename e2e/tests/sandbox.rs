@@ -510,7 +510,7 @@ async fn with_kafka_sasl_the_example_topic_is_synced_over_scram() -> Result<()> 
     );
     let secrets: Api<Secret> = Api::namespaced(
         accord_e2e::kubeconfig::client(&member.kubeconfig).await?,
-        accord_e2e::federation::AGENT_NAMESPACE,
+        accord_e2e::fleet::AGENT_NAMESPACE,
     );
     let data = secrets.get(KAFKA_SECRET).await?.data.unwrap_or_default();
     let value = |key: &str| {

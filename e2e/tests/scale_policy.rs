@@ -8,7 +8,7 @@
 use accord_crds::{
     CrossClusterScalePolicy, ManagedCluster, PlacementState, SCALE_REQUEST_ANNOTATION,
 };
-use accord_e2e::federation::Federation;
+use accord_e2e::fleet::Fleet;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
@@ -32,16 +32,16 @@ async fn apply_deployment(
     replicas: i32,
 ) -> Result<()> {
     let cluster = &testbed.members()[member];
-    accord_e2e::federation::ensure_namespace(cluster, ns).await?;
+    accord_e2e::fleet::ensure_namespace(cluster, ns).await?;
     let api: Api<Deployment> = Api::namespaced(cluster.client(), ns);
-    let d = accord_e2e::federation::pause_deployment(name, replicas);
+    let d = accord_e2e::fleet::pause_deployment(name, replicas);
     api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(&d))
         .await?;
     Ok(())
 }
 
 async fn apply_policy(testbed: &Testbed, ns: &str, policy: serde_json::Value) -> Result<()> {
-    accord_e2e::federation::ensure_namespace(testbed.mgmt(), ns).await?;
+    accord_e2e::fleet::ensure_namespace(testbed.mgmt(), ns).await?;
     let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
     let name = policy["metadata"]["name"]
         .as_str()
@@ -178,7 +178,7 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-basic";
-        let fed = Federation::start(testbed, "hub-basic", "/e2e-basic/", &[], &[("basic-1", 0), ("basic-2", 1), ("basic-3", 2)]).await?;
+        let fed = Fleet::start(testbed, "hub-basic", "/e2e-basic/", &[], &[("basic-1", 0), ("basic-2", 1), ("basic-3", 2)]).await?;
         for m in 0..3 {
             apply_deployment(testbed, m, ns, "frontend", 1).await?;
         }
@@ -228,7 +228,7 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
         // it any more, or a hand-set count could still be put back by the last assignment.
         for agent in fed.agents.values() {
             until(&format!("{} manages no policy", agent.name), Duration::from_secs(30), || async {
-                let text = accord_e2e::federation::agent_metrics(testbed, &agent.http).await?;
+                let text = accord_e2e::fleet::agent_metrics(testbed, &agent.http).await?;
                 Ok(match accord_e2e::hub::parse_metric(&text, "accord_agent_managed_policies") {
                     Some(0.0) => Check::Ready(()),
                     other => Check::NotYet(format!("managed policies {other:?}")),
@@ -255,7 +255,7 @@ fn a_missing_target_and_an_hpa_are_reported_while_the_other_placement_stays_sync
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-problems";
-        let _fed = Federation::start(testbed, "hub-problems", "/e2e-problems/", &[], &[("prob-1", 0), ("prob-2", 1), ("prob-3", 2)]).await?;
+        let _fed = Fleet::start(testbed, "hub-problems", "/e2e-problems/", &[], &[("prob-1", 0), ("prob-2", 1), ("prob-3", 2)]).await?;
         apply_deployment(testbed, 0, ns, "api", 1).await?;
         apply_deployment(testbed, 2, ns, "api", 1).await?;
         // member-2 has no Deployment "api"; member-3 has an HPA on it.
@@ -292,7 +292,7 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-failover";
-        let mut fed = Federation::start(testbed, "hub-failover", "/e2e-failover/", &[], &[("fo-1", 0), ("fo-2", 1), ("fo-3", 2)]).await?;
+        let mut fed = Fleet::start(testbed, "hub-failover", "/e2e-failover/", &[], &[("fo-1", 0), ("fo-2", 1), ("fo-3", 2)]).await?;
         for m in 0..3 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }
@@ -381,7 +381,7 @@ fn a_hub_killed_mid_change_converges_after_restart_without_reapplying_a_decision
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-hub-crash";
-        let mut fed = Federation::start(testbed, "hub-crash", "/e2e-crash/", &[], &[("crash-1", 0), ("crash-2", 1)]).await?;
+        let mut fed = Fleet::start(testbed, "hub-crash", "/e2e-crash/", &[], &[("crash-1", 0), ("crash-2", 1)]).await?;
         for m in 0..2 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }
@@ -553,7 +553,7 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let ns = "ccsp-poison";
-        let mut fed = Federation::start(testbed, "hub-poison", "/e2e-poison/", &[], &[("poison-1", 0), ("poison-2", 1)]).await?;
+        let mut fed = Fleet::start(testbed, "hub-poison", "/e2e-poison/", &[], &[("poison-1", 0), ("poison-2", 1)]).await?;
         for m in 0..2 {
             apply_deployment(testbed, m, ns, "web", 1).await?;
         }
@@ -621,6 +621,96 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
             })
         })
         .await?;
+        Ok(())
+    });
+}
+
+/// The `note` of every `ScaleDecision` Event (events.k8s.io/v1) about policy `ns/name`.
+async fn scale_decision_notes(testbed: &Testbed, ns: &str, name: &str) -> Result<Vec<String>> {
+    let api: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(testbed.mgmt().client(), ns);
+    let about = kube::api::ListParams::default().fields(&format!("regarding.name={name}"));
+    let list = match api.list(&about).await {
+        Ok(list) => list,
+        // Should the field not be selectable, the filter below does the same.
+        Err(kube::Error::Api(s)) if s.code == 400 => api.list(&Default::default()).await?,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("ScaleDecision")
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.name.as_deref() == Some(name)
+                        && r.kind.as_deref() == Some("CrossClusterScalePolicy")
+                })
+        })
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+#[test]
+fn each_of_three_decisions_has_a_scale_decision_event_naming_its_own_request_id() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-events";
+        let fed = Fleet::start(testbed, "hub-events", "/e2e-events/", &[], &[("ev-1", 0), ("ev-2", 1), ("ev-3", 2)]).await?;
+        for m in 0..3 {
+            apply_deployment(testbed, m, ns, "web", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "ev-1", "weight": 1}, {"cluster": "ev-2", "weight": 1}, {"cluster": "ev-3", "weight": 1}]);
+        // 12 → 20 → 30, each time waiting for the decision in the status.
+        let mut ids: Vec<String> = Vec::new();
+        for desired in [12, 20, 30] {
+            apply_policy(testbed, ns, policy("web", ns, "web", desired, dist.clone(), serde_json::json!({}))).await?;
+            let id = until(&format!("the decision for {desired} in the status"), Duration::from_secs(60), || async {
+                let s = policy_status(testbed, ns, "web").await?.unwrap_or_default();
+                Ok(match s.scale_request_id {
+                    Some(id) if s.desired_replicas == Some(desired) && !ids.contains(&id) => Check::Ready(id),
+                    other => Check::NotYet(format!("desired {:?}, scaleRequestID {other:?}", s.desired_replicas)),
+                })
+            })
+            .await?;
+            ids.push(id);
+        }
+
+        // Three distinct Events, each note naming its own decision's request id.
+        let found = until("a ScaleDecision Event naming each scaleRequestID", Duration::from_secs(30), || async {
+            let notes = scale_decision_notes(testbed, ns, "web").await?;
+            let missing: Vec<&String> = ids.iter().filter(|id| !notes.iter().any(|n| n.contains(id.as_str()))).collect();
+            Ok(if missing.is_empty() {
+                Check::Ready(notes)
+            } else {
+                Check::NotYet(format!("no Event names {missing:?}; ScaleDecision notes: {notes:?}"))
+            })
+        })
+        .await;
+        let notes = match found {
+            Ok(notes) => notes,
+            Err(e) => {
+                let describe = testbed
+                    .kubectl(testbed.mgmt())
+                    .args(["describe", "crossclusterscalepolicy", "web", "-n", ns])
+                    .output()
+                    .await
+                    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                    .unwrap_or_else(|e| format!("kubectl describe failed: {e}"));
+                return Err(e.context(format!("scale request ids {ids:?}; kubectl describe:\n{describe}")));
+            }
+        };
+        for id in &ids {
+            let naming = notes.iter().filter(|n| n.contains(id.as_str())).count();
+            let others = ids.iter().filter(|other| *other != id).count();
+            ensure!(naming >= 1, "no ScaleDecision Event names {id}: {notes:?}");
+            ensure!(
+                notes.iter().filter(|n| n.contains(id.as_str())).all(|n| ids.iter().filter(|o| n.contains(o.as_str())).count() == 1),
+                "an Event naming {id} names another of the {others} other decisions too: {notes:?}"
+            );
+        }
+        println!("ScaleDecision Events: {notes:?}");
+        drop(fed);
         Ok(())
     });
 }

@@ -9,7 +9,7 @@
 //! away, the hub makes a new epoch, and a policy change made after the restore, at revisions
 //! lower than the agent held, reaches the member.
 
-use accord_e2e::federation::{AGENT_NAMESPACE, ensure_namespace, pause_deployment, write_identity};
+use accord_e2e::fleet::{AGENT_NAMESPACE, ensure_namespace, pause_deployment, write_identity};
 use accord_e2e::hub::{HubOptions, HubProcess, accord_binary};
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};

@@ -5,8 +5,9 @@
 //!   runs its share of the new count, over many steps, at a 1 s and at a 15 s poll (each
 //!   step starts at a random moment of the poll interval, so the figures include the wait
 //!   for the next poll as a real load change would);
-//! - cost: hub CPU and RSS with N autoscaled policies (15 s poll) against one Prometheus,
-//!   measured over a fixed period once every policy is polling.
+//! - cost: hub CPU and RSS, the management kube-apiserver's CPU, and the writes it served
+//!   (per policy and per second, from its own `/metrics`) with N autoscaled policies (15 s
+//!   poll) against one Prometheus, measured over a fixed period once every policy is polling.
 //!
 //! ```text
 //! cargo run --release -p accord-e2e --bin autoscale-bench -- --steps 20 --slow-steps 10 --policies 1000 --measure 60
@@ -14,16 +15,17 @@
 
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
-use accord_e2e::exporter::Exporter;
-use accord_e2e::federation::{Federation, ensure_namespace, pause_deployment};
-use accord_e2e::prometheus::ScrapingPrometheus;
+use accord_e2e::apiserver_writes::{Meter, Report};
+use accord_e2e::autoscale_scenario::{
+    FIELD_MANAGER, MetricSource, Scenario, ScenarioOptions, no_failover,
+};
 use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use anyhow::{Context as _, Result, bail};
 use futures::{StreamExt as _, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
@@ -31,10 +33,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-const FM: &str = "accord-bench";
 const LATENCY_NS: &str = "bench-autoscale";
 const SCALE_NS: &str = "bench-autoscale-many";
-const LOAD: &str = "accord_bench_load";
 
 struct Args {
     steps: usize,
@@ -140,57 +140,40 @@ fn eager_autoscaling(url: &str, query: &str, poll: i32) -> serde_json::Value {
     })
 }
 
-async fn latency(
-    testbed: &Testbed,
-    exporter: &Exporter,
-    prometheus: &ScrapingPrometheus,
-    args: &Args,
-) -> Result<()> {
-    let clusters = ["as-1", "as-2", "as-3"];
-    let _fed = Federation::start(
+async fn latency(testbed: &Testbed, args: &Args) -> Result<()> {
+    let source = MetricSource::start(
         testbed,
-        "hub-autoscale-bench",
-        "/bench-autoscale/",
-        &[],
-        &[(clusters[0], 0), (clusters[1], 1), (clusters[2], 2)],
+        "bench-latency",
+        Duration::from_millis(args.scrape_ms),
     )
     .await?;
-    for member in testbed.members() {
-        ensure_namespace(member, LATENCY_NS).await?;
-        let api: Api<Deployment> = Api::namespaced(member.client(), LATENCY_NS);
-        api.patch(
-            "web",
-            &PatchParams::apply(FM).force(),
-            &Patch::Apply(&pause_deployment("web", 1)),
-        )
-        .await?;
-    }
-    ensure_namespace(testbed.mgmt(), LATENCY_NS).await?;
+    let s = Scenario::start(
+        testbed,
+        source,
+        ScenarioOptions {
+            name: "hub-autoscale-bench",
+            namespace: LATENCY_NS,
+            clusters: &["as-1", "as-2", "as-3"],
+            hub_args: &[],
+            deployments: &["web"],
+        },
+    )
+    .await?;
     let policies: Api<CrossClusterScalePolicy> =
         Api::namespaced(testbed.mgmt().client(), LATENCY_NS);
-    let query = format!("{LOAD}{{policy=\"web\"}}");
+    let query = MetricSource::query("web");
     let policy = |poll: i32| {
-        let distribution: Vec<_> = clusters
-            .iter()
-            .map(|c| serde_json::json!({"cluster": c, "weight": 1}))
-            .collect();
-        serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
-            "metadata": {"name": "web"},
-            "spec": {"targetRef": {"name": "web"}, "desiredReplicas": 10, "distribution": distribution,
-                     "failover": {"enabled": false},
-                     "autoscaling": eager_autoscaling(&prometheus.url, &query, poll)}
-        })
+        s.policy(
+            "web",
+            "web",
+            10,
+            eager_autoscaling(&s.source.prometheus.url, &query, poll),
+            no_failover(),
+        )
     };
     let mut members = watch_members(testbed);
-    exporter.set(LOAD, &[("policy", "web")], 1000.0);
-    policies
-        .patch(
-            "web",
-            &PatchParams::apply(FM).force(),
-            &Patch::Apply(&policy(1)),
-        )
-        .await?;
+    s.source.set("web", 1000.0);
+    s.apply_policy(&policy(1)).await?;
     // The starting count (10) divided, and a few samples so the threshold exists.
     let mut current = wait_members(
         &mut members,
@@ -206,19 +189,13 @@ async fn latency(
         if steps == 0 {
             continue;
         }
-        policies
-            .patch(
-                "web",
-                &PatchParams::apply(FM).force(),
-                &Patch::Apply(&policy(poll)),
-            )
-            .await?;
+        s.apply_policy(&policy(poll)).await?;
         // Three polls at the new interval before timing steps: the old schedule is gone
         // and the window holds enough samples for a threshold (a step before that would
         // wait for the trend rule and measure the warm-up instead).
-        let from = samples_of(&policies, "web").await?;
+        let from = samples_of(&s, "web").await?;
         let deadline = Instant::now() + Duration::from_secs(10 * poll as u64 + 30);
-        while samples_of(&policies, "web").await? < from + 3 {
+        while samples_of(&s, "web").await? < from + 3 {
             if Instant::now() > deadline {
                 bail!("the policy did not poll three times at pollSeconds {poll}");
             }
@@ -234,7 +211,7 @@ async fn latency(
             high = !high;
             let (value, total) = if high { (2000.0, 20) } else { (1000.0, 10) };
             let started = Instant::now();
-            exporter.set(LOAD, &[("policy", "web")], value);
+            s.source.set("web", value);
             current = wait_members(
                 &mut members,
                 3,
@@ -264,67 +241,57 @@ async fn latency(
     Ok(())
 }
 
-/// `status.autoscaling.samples` of policy `name` (0 before the first answer).
-async fn samples_of(api: &Api<CrossClusterScalePolicy>, name: &str) -> Result<i64> {
-    let policy = api.get(name).await?;
-    Ok(policy
-        .status
-        .and_then(|s| s.autoscaling)
-        .and_then(|a| a.samples)
-        .unwrap_or(0))
+/// Answered polls of policy `name` so far (0 before the first), from the hub's state.
+async fn samples_of(s: &Scenario<'_>, name: &str) -> Result<u64> {
+    Ok(s.engine_state(name).await?.map_or(0, |st| st.samples))
 }
 
-/// Sum of `status.autoscaling.samples` over the policies, and how many have one.
-async fn polled(api: &Api<CrossClusterScalePolicy>) -> Result<(i64, usize)> {
-    let list = api.list(&ListParams::default()).await?;
-    let samples: Vec<i64> = list
-        .items
-        .iter()
-        .filter_map(|p| p.status.as_ref()?.autoscaling.as_ref()?.samples)
-        .filter(|s| *s > 0)
+/// Sum of the answered polls over the scenario's policies, and how many have one.
+async fn polled(s: &Scenario<'_>) -> Result<(u64, usize)> {
+    let samples: Vec<u64> = s
+        .engine_states()
+        .await?
+        .values()
+        .map(|st| st.samples)
+        .filter(|n| *n > 0)
         .collect();
     Ok((samples.iter().sum(), samples.len()))
 }
 
-async fn cost(
-    testbed: &Testbed,
-    exporter: &Exporter,
-    prometheus: &ScrapingPrometheus,
-    args: &Args,
-) -> Result<()> {
-    let fed = Federation::start(
+async fn cost(testbed: &Testbed, args: &Args) -> Result<()> {
+    let source =
+        MetricSource::start(testbed, "bench-cost", Duration::from_millis(args.scrape_ms)).await?;
+    let s = Scenario::start(
         testbed,
-        "hub-autoscale-many",
-        "/bench-autoscale-many/",
-        &[],
-        &[("many-1", 0)],
+        source,
+        ScenarioOptions {
+            name: "hub-autoscale-many",
+            namespace: SCALE_NS,
+            clusters: &["many-1"],
+            hub_args: &[],
+            deployments: &[],
+        },
     )
     .await?;
-    ensure_namespace(testbed.mgmt(), SCALE_NS).await?;
     let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), SCALE_NS);
     // Every policy its own series at twice the target: a steady count of 2, so the cost
     // measured is polling and status, not operations.
     let names: Vec<String> = (0..args.policies).map(|i| format!("p{i:04}")).collect();
     for name in &names {
-        exporter.set(LOAD, &[("policy", name)], 200.0);
+        s.source.set(name, 200.0);
     }
     let created = Instant::now();
     let results: Vec<Result<()>> = stream::iter(names.iter().cloned())
         .map(|name| {
             let api = api.clone();
-            let url = prometheus.url.clone();
+            let url = s.source.prometheus.url.clone();
+            let s = &s;
             async move {
-                let mut a = eager_autoscaling(&url, &format!("{LOAD}{{policy=\"{name}\"}}"), 15);
+                let mut a = eager_autoscaling(&url, &MetricSource::query(&name), 15);
                 a["dynamicThreshold"] = serde_json::json!({"ewmaAlpha": 0.3, "windowSeconds": 1800, "stddevFactor": 2.0, "floorRatio": 0.8});
                 a["behavior"]["cooldownSeconds"] = 60.into();
-                let policy = serde_json::json!({
-                    "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
-                    "metadata": {"name": name},
-                    "spec": {"targetRef": {"name": name}, "desiredReplicas": 2,
-                             "distribution": [{"cluster": "many-1", "weight": 1}],
-                             "failover": {"enabled": false}, "autoscaling": a}
-                });
-                api.patch(&name, &PatchParams::apply(FM).force(), &Patch::Apply(&policy))
+                let policy = s.policy(&name, &name, 2, a, no_failover());
+                api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&policy))
                     .await?;
                 Ok(())
             }
@@ -340,7 +307,7 @@ async fn cost(
     );
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let (_, polling) = polled(&api).await?;
+        let (_, polling) = polled(&s).await?;
         if polling == args.policies {
             break;
         }
@@ -357,15 +324,23 @@ async fn cost(
         created.elapsed()
     );
 
-    let hub_pid = testbed.process_info(fed.hub.id).pid;
-    let prometheus_pid = prometheus
+    let hub_pid = testbed.process_info(s.hub().id).pid;
+    let prometheus_pid = s
+        .source
+        .prometheus
         .process()
         .map(|id| testbed.process_info(id).pid)
         .context("Prometheus is not running")?;
     let apiserver_pid = testbed
         .process("mgmt/kube-apiserver")
         .map(|id| testbed.process_info(id).pid);
-    let (samples0, _) = polled(&api).await?;
+    let (samples0, _) = polled(&s).await?;
+    let meter = Meter::start(
+        testbed.mgmt().client(),
+        testbed.http(),
+        Some(format!("{}/metrics", s.hub().http)),
+    )
+    .await?;
     let (hub0, prom0) = (cpu_seconds(hub_pid), cpu_seconds(prometheus_pid));
     let api0 = apiserver_pid.map(cpu_seconds);
     let started = Instant::now();
@@ -378,7 +353,8 @@ async fn cost(
     let hub_cpu = cpu_seconds(hub_pid) - hub0;
     let prom_cpu = cpu_seconds(prometheus_pid) - prom0;
     let api_cpu = apiserver_pid.map(cpu_seconds).zip(api0).map(|(b, a)| b - a);
-    let (samples1, _) = polled(&api).await?;
+    let writes = meter.finish().await?;
+    let (samples1, _) = polled(&s).await?;
     let polls = samples1 - samples0;
     println!(
         "{} policies, pollSeconds 15, over {secs:.0} s: {polls} polls answered ({:.1}/s; {:.1}/s expected)",
@@ -393,12 +369,22 @@ async fn cost(
         peak_rss / (1024 * 1024)
     );
     println!(
-        "  Prometheus CPU {prom_cpu:.1} s ({:.1} %); management kube-apiserver CPU {}",
-        100.0 * prom_cpu / secs,
+        "  management kube-apiserver CPU {} beside the hub's {hub_cpu:.1} s; Prometheus CPU {prom_cpu:.1} s ({:.1} %)",
         api_cpu.map_or("n/a".into(), |c| format!(
-            "{c:.1} s ({:.1} %)",
+            "{c:.1} s ({:.1} % of one core)",
             100.0 * c / secs
-        ))
+        )),
+        100.0 * prom_cpu / secs,
+    );
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: "every policy polled at a steady load (no scale operations)",
+            objects: args.policies as f64,
+            unit: "policy",
+            seconds: Some(secs),
+            user: &[],
+        })
     );
     Ok(())
 }
@@ -408,26 +394,16 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
-    let exporter = Exporter::start().await?;
-    let mut prometheus = ScrapingPrometheus::start(
-        &testbed,
-        "bench",
-        &testbed.dir().join("bench-prometheus"),
-        Duration::from_millis(args.scrape_ms),
-        &[exporter.address().to_string()],
-    )
-    .await?;
     let result = async {
         if !args.skip_latency {
-            latency(&testbed, &exporter, &prometheus, &args).await?;
+            latency(&testbed, &args).await?;
         }
         if !args.skip_cost {
-            cost(&testbed, &exporter, &prometheus, &args).await?;
+            cost(&testbed, &args).await?;
         }
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    prometheus.stop(&testbed);
     if result.is_err() {
         eprintln!("{}", testbed.log_tails(30));
     }

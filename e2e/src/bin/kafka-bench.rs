@@ -7,6 +7,8 @@
 //!   topic, and topics per second from the first apply;
 //! - end to end, how long until every placement of every topic is `Synced` in the status;
 //! - each agent's resident memory once it manages every topic;
+//! - the writes the management kube-apiserver served from the first apply until every topic
+//!   was Synced (its own `/metrics`), per topic, the benchmark's own applies apart;
 //! - the webhook's latency at a fixed rate (default 50 requests/s, open loop): straight to
 //!   the hub's HTTPS endpoint with an AdmissionReview, and as seen through the kube-apiserver
 //!   (a server-side dry-run create, which calls the webhook).
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use accord_crds::{FederatedKafkaTopic, PlacementState};
 use accord_e2e::Testbed;
+use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::kafka::KafkaOptions;
 use accord_e2e::kafka_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, WEBHOOK_PATH,
@@ -219,6 +222,13 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     // With --backlog, every topic is applied while the hub is stopped, and the clock starts
     // when it starts again: what the hub, the agents and Kafka sustain, whatever the API
     // server's write rate.
+    let mut meter = Meter::start(
+        testbed.mgmt().client(),
+        testbed.http(),
+        Some(format!("{}/metrics", s.federation.hub.http)),
+    )
+    .await?;
+    let measured = Instant::now();
     if args.backlog {
         testbed.stop_process(s.federation.hub.id);
     }
@@ -323,6 +333,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let (applied, polled) = if args.backlog {
         let applied = apply.await;
         s.federation.restart_hub().await?;
+        meter.hub_restarted(format!("{}/metrics", s.federation.hub.http));
         t0 = Instant::now();
         (applied, poll(t0).await)
     } else {
@@ -330,6 +341,8 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     };
     let (apply_time, mut apply_latencies) = applied?;
     let (first_in_kafka, in_kafka, synced) = polled?;
+    let seconds = measured.elapsed().as_secs_f64();
+    let writes = meter.finish().await?;
 
     println!(
         "FederatedKafkaTopics: {} topics × {} members ({} partitions, RF 1, {} broker(s) per \
@@ -379,6 +392,19 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     println!(
         "  for comparison, Strimzi's published figure: about 3,300 KafkaTopics Ready in about \
          160 s (≈20 topics/s, one cluster), full resync every 120 s"
+    );
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: "applying every topic until each was in Kafka and Synced everywhere",
+            objects: args.topics as f64,
+            unit: "topic",
+            seconds: Some(seconds),
+            user: &[(
+                WriteKind::new("federatedkafkatopics", "APPLY"),
+                args.topics as f64
+            )],
+        })
     );
 
     // Webhook latency at a fixed rate, with every topic above in the hub's reflectors.

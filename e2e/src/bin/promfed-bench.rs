@@ -5,7 +5,8 @@
 //!
 //! Each edit changes `match[]`; the time runs from the API server accepting the edit until
 //! every member's placement is `Synced` with the hash of the config holding that edit (what
-//! the reloader confirmed from Prometheus itself), and until the global tier is.
+//! the reloader confirmed from Prometheus itself), and until the global tier is. Over the
+//! edits, the writes the management kube-apiserver served (its own `/metrics`) per policy.
 //!
 //! ```text
 //! cargo run --release -p accord-e2e --bin promfed-bench -- --edits 50 --debounce-ms 1000
@@ -14,6 +15,7 @@
 use std::time::{Duration, Instant};
 
 use accord_e2e::Testbed;
+use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::pfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::promfed::{FederationOptions, ReloaderOptions};
 use accord_e2e::stats::pct;
@@ -112,6 +114,13 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         .await?;
     let timeout = Duration::from_secs(60);
     let (mut members, mut global) = (Vec::new(), Vec::new());
+    let meter = Meter::start(
+        testbed.mgmt().client(),
+        testbed.http(),
+        Some(format!("{}/metrics", s.federation.hub.http)),
+    )
+    .await?;
+    let measured = Instant::now();
     for edit in 1..=args.edits {
         let start = Instant::now();
         pfed_scenario::apply(testbed, ns, name, spec(&s.clusters, edit)).await?;
@@ -124,6 +133,8 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         .await?;
         global.push(start.elapsed());
     }
+    let seconds = measured.elapsed().as_secs_f64();
+    let writes = meter.finish().await?;
     println!(
         "PrometheusFederation edit → loaded and confirmed ({} members, 2 tenants each, reloader debounce {} ms):",
         s.clusters.len(),
@@ -131,6 +142,23 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     );
     summary("  every member Synced with the new config", members);
     summary("  global tier Synced with the new config", global);
+    let phase = format!(
+        "one PrometheusFederation was edited {} times, each until confirmed everywhere",
+        args.edits
+    );
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: &phase,
+            objects: 1.0,
+            unit: "policy",
+            seconds: Some(seconds),
+            user: &[(
+                WriteKind::new("prometheusfederations", "APPLY"),
+                f64::from(args.edits)
+            )],
+        })
+    );
     Ok(())
 }
 

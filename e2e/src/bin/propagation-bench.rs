@@ -3,6 +3,8 @@
 //!
 //! - propagation: time from the CR change (the API server accepting the patch) until every
 //!   member's Deployment has its new `spec.replicas`, seen through watches on the members;
+//!   and the writes the management kube-apiserver served meanwhile (its own `/metrics`),
+//!   per change;
 //! - failover: time from `kill -9` of one agent until its share is on the other clusters.
 //!
 //! ```text
@@ -11,7 +13,8 @@
 
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
-use accord_e2e::federation::{Federation, ensure_namespace};
+use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
+use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::stats::pct;
 use anyhow::{Context as _, Result};
 use futures::StreamExt;
@@ -81,7 +84,7 @@ async fn main() -> Result<()> {
     let failovers = flag("--failovers", 5)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
-    let mut fed = Federation::start(
+    let mut fed = Fleet::start(
         &testbed,
         "hub-bench",
         "/bench/",
@@ -92,7 +95,7 @@ async fn main() -> Result<()> {
     for member in testbed.members() {
         ensure_namespace(member, NS).await?;
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
-        let d = accord_e2e::federation::pause_deployment("web", 1);
+        let d = accord_e2e::fleet::pause_deployment("web", 1);
         api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d))
             .await?;
     }
@@ -117,6 +120,13 @@ async fn main() -> Result<()> {
 
     // Propagation: desiredReplicas 6, 9, 6, 9, ... (2 or 3 per cluster).
     let mut samples = Vec::new();
+    let meter = Meter::start(
+        testbed.mgmt().client(),
+        testbed.http(),
+        Some(format!("{}/metrics", fed.hub.http)),
+    )
+    .await?;
+    let measured = Instant::now();
     for i in 0..changes {
         let desired = if i % 2 == 0 { 6 } else { 9 };
         let each = desired / 3;
@@ -131,6 +141,8 @@ async fn main() -> Result<()> {
         wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
         samples.push(started.elapsed());
     }
+    let seconds = measured.elapsed().as_secs_f64();
+    let writes = meter.finish().await?;
     samples.sort();
     println!(
         "propagation (CR change → all 3 member Deployments updated), n = {}",
@@ -142,6 +154,19 @@ async fn main() -> Result<()> {
         pct(&samples, 0.9),
         pct(&samples, 0.99),
         pct(&samples, 1.0)
+    );
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: "changing desiredReplicas, each change until every member ran it",
+            objects: changes as f64,
+            unit: "change",
+            seconds: Some(seconds),
+            user: &[(
+                WriteKind::new("crossclusterscalepolicies", "APPLY"),
+                changes as f64
+            )],
+        })
     );
 
     // Failover: kill m3's agent; its share (3 of 9) moves to m1/m2 (5 and 4).

@@ -27,7 +27,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use super::examples::{self, FederationExample, Fit, Plan};
 use super::state::{self, MemberState, State};
 use super::status::FEDERATED_QUERY;
-use crate::federation::{ensure_namespace, pause_deployment};
+use crate::fleet::{ensure_namespace, pause_deployment};
 use crate::hub::HUB_NAMESPACE;
 use crate::installed::{HubSetup, InstalledHub, impersonating_kubeconfig};
 use crate::ports::free_port;
@@ -966,7 +966,7 @@ async fn write_kafka_secrets(testbed: &Testbed, kafkas: &[MemberKafka]) -> Resul
     }
     progress(format!(
         "wrote the agents' Kafka Secret {}/{}: {}",
-        crate::federation::AGENT_NAMESPACE,
+        crate::fleet::AGENT_NAMESPACE,
         crate::kafka_scenario::KAFKA_SECRET,
         written.join(", ")
     ));

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
 
-use crate::federation::AGENT_NAMESPACE;
+use crate::fleet::AGENT_NAMESPACE;
 use crate::promfed::TENANT_JOB;
 
 /// The example files, embedded so an installed binary needs no checkout.

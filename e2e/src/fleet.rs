@@ -1,4 +1,4 @@
-//! A running federation on a testbed: one real `accord-hub serve` and one real
+//! The end-to-end harness's fleet on a testbed: one real `accord-hub serve` and one real
 //! `accord-agent run` per member, each agent joined through the real token flow. Used by
 //! the end-to-end tests, the propagation benchmark and the sandbox.
 
@@ -34,7 +34,7 @@ pub struct Agent {
 
 /// A hub and its agents; dropping it stops them (so the next test's hub does not find
 /// this one's still reconciling the same management cluster).
-pub struct Federation<'t> {
+pub struct Fleet<'t> {
     testbed: &'t Testbed,
     /// The hub.
     pub hub: HubProcess<'t>,
@@ -102,7 +102,7 @@ pub fn write_identity(dir: &std::path::Path, hub: &str, id: &AgentIdentity) -> R
     Ok(())
 }
 
-impl Drop for Federation<'_> {
+impl Drop for Fleet<'_> {
     fn drop(&mut self) {
         for agent in self.agents.values_mut() {
             if let Some(id) = agent.process.take() {
@@ -112,7 +112,7 @@ impl Drop for Federation<'_> {
     }
 }
 
-impl<'t> Federation<'t> {
+impl<'t> Fleet<'t> {
     /// Starts a hub (`etcd_prefix` keeps it apart from other tests) and one agent per
     /// `(cluster name, member index)`, each joined with its own token.
     pub async fn start(
@@ -125,7 +125,7 @@ impl<'t> Federation<'t> {
         Self::start_with_agent_args(testbed, replica, etcd_prefix, hub_args, &[], agents).await
     }
 
-    /// [`Federation::start`] with extra flags for every `accord-agent run` (kept for
+    /// [`Fleet::start`] with extra flags for every `accord-agent run` (kept for
     /// restarts).
     pub async fn start_with_agent_args(
         testbed: &'t Testbed,
@@ -232,7 +232,7 @@ impl<'t> Federation<'t> {
 
     /// Starts one more `accord-agent run` for the cluster `name`, as a second replica of
     /// its Deployment would run: same member, identity directory, namespace and flags, its
-    /// own HTTP address. It is not among [`Federation::agents`]: the caller stops it.
+    /// own HTTP address. It is not among [`Fleet::agents`]: the caller stops it.
     pub fn start_agent_replica(&self, name: &str, replica: &str) -> Result<Agent> {
         let agent = self
             .agents

@@ -1,0 +1,500 @@
+//! Writes a kube-apiserver served, counted by the API server itself: its `/metrics`
+//! counter `apiserver_request_total` by resource (and subresource) and write verb, scraped
+//! before and after a benchmark's measured phase and printed as the difference, per
+//! object the benchmark created or changed. Beside it the hub's own count of its writes
+//! (`accord_hub_kube_writes_total{resource,verb,reason}`), when the hub exports one.
+//!
+//! The API server counts every client's writes: the benchmark's own (printed apart where
+//! the benchmark says what it wrote), the hub's, the controller manager's and its own
+//! (Leases), all on the management cluster.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::{Context as _, Result};
+
+/// The API server's request counter.
+pub const APISERVER_REQUESTS: &str = "apiserver_request_total";
+/// The hub's counter of its own Kubernetes writes.
+pub const HUB_WRITES: &str = "accord_hub_kube_writes_total";
+/// The verbs `apiserver_request_total` gives writes.
+pub const WRITE_VERBS: [&str; 6] = [
+    "POST",
+    "PUT",
+    "PATCH",
+    "DELETE",
+    "DELETECOLLECTION",
+    "APPLY",
+];
+
+/// One series of a Prometheus text exposition: its labels and value.
+pub type Series = (BTreeMap<String, String>, f64);
+
+/// Every series of metric `name` (exactly that name, no suffix added) in a Prometheus text
+/// exposition.
+pub fn series(text: &str, name: &str) -> Vec<Series> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') || !line.starts_with(name) {
+            continue;
+        }
+        let rest = &line[name.len()..];
+        let (labels, rest) = if let Some(inner) = rest.strip_prefix('{') {
+            match parse_labels(inner) {
+                Some(parsed) => parsed,
+                None => continue,
+            }
+        } else if rest.starts_with(' ') {
+            (BTreeMap::new(), rest)
+        } else {
+            // Another metric whose name starts with `name`.
+            continue;
+        };
+        // The value, then an optional timestamp.
+        let Some(value) = rest.split_whitespace().next() else {
+            continue;
+        };
+        if let Ok(value) = value.parse::<f64>() {
+            out.push((labels, value));
+        }
+    }
+    out
+}
+
+/// Parses `k="v",k2="v2"} rest` into the labels and `rest` (after the `}`).
+fn parse_labels(text: &str) -> Option<(BTreeMap<String, String>, &str)> {
+    let mut labels = BTreeMap::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        if let Some(after) = rest.strip_prefix('}') {
+            return Some((labels, after));
+        }
+        let (key, after) = rest.split_once('=')?;
+        let after = after.strip_prefix('"')?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            let (i, c) = chars.next()?;
+            match c {
+                '\\' => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    other => value.push(other),
+                },
+                '"' => break i,
+                c => value.push(c),
+            }
+        };
+        labels.insert(key.trim().to_owned(), value);
+        rest = &after[end + 1..];
+    }
+}
+
+/// How much a counter grew from `before` to `after`; a counter lower than before was
+/// reset (its process restarted) and counts from zero.
+fn increase(before: Option<f64>, after: f64) -> f64 {
+    match before {
+        Some(b) if b <= after => after - b,
+        _ => after,
+    }
+}
+
+/// What a write was made to and how: resource (with `/subresource` when there is one)
+/// and verb.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WriteKind {
+    /// `resource` or `resource/subresource`, e.g. `federatedkafkatopics/status`.
+    pub resource: String,
+    /// `POST`, `PUT`, `PATCH`, `DELETE`, `DELETECOLLECTION` or `APPLY`.
+    pub verb: String,
+}
+
+impl WriteKind {
+    /// `resource` (`resource/subresource`) written with `verb`.
+    pub fn new(resource: &str, verb: &str) -> Self {
+        Self {
+            resource: resource.to_owned(),
+            verb: verb.to_owned(),
+        }
+    }
+}
+
+/// Writes an API server counted, by kind (summed over codes, groups, versions, scopes).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Writes(pub BTreeMap<WriteKind, f64>);
+
+impl Writes {
+    /// The writes in an API server's `/metrics` text.
+    pub fn parse(text: &str) -> Self {
+        let mut writes = BTreeMap::new();
+        for (labels, value) in series(text, APISERVER_REQUESTS) {
+            let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
+            let verb = label("verb");
+            if !WRITE_VERBS.contains(&verb) {
+                continue;
+            }
+            let resource = match label("subresource") {
+                "" => label("resource").to_owned(),
+                sub => format!("{}/{sub}", label("resource")),
+            };
+            *writes.entry(WriteKind::new(&resource, verb)).or_insert(0.0) += value;
+        }
+        Self(writes)
+    }
+
+    /// Scrapes the API server `client` talks to (its `/metrics`; the admin's credentials
+    /// may read it).
+    pub async fn scrape(client: &kube::Client) -> Result<Self> {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .context("building the /metrics request")?;
+        let text = client
+            .request_text(request)
+            .await
+            .context("scraping the kube-apiserver's /metrics")?;
+        Ok(Self::parse(&text))
+    }
+
+    /// The writes made since `before` (kinds that did not change are left out).
+    pub fn since(&self, before: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.clone(), increase(before.0.get(k).copied(), *v)))
+                .filter(|(_, v)| *v != 0.0)
+                .collect(),
+        )
+    }
+
+    /// Writes of one kind.
+    pub fn get(&self, resource: &str, verb: &str) -> f64 {
+        self.0
+            .get(&WriteKind::new(resource, verb))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// Every write.
+    pub fn total(&self) -> f64 {
+        self.0.values().sum()
+    }
+}
+
+/// The hub's own count of its writes, by (resource, verb, reason); `None` when the hub
+/// does not export [`HUB_WRITES`].
+pub fn hub_writes(text: &str) -> Option<BTreeMap<(String, String, String), f64>> {
+    let all = series(text, HUB_WRITES);
+    if all.is_empty() && !text.contains(HUB_WRITES.trim_end_matches("_total")) {
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    for (labels, value) in all {
+        let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        *out.entry((label("resource"), label("verb"), label("reason")))
+            .or_insert(0.0) += value;
+    }
+    Some(out)
+}
+
+/// A measurement under way: the API server's (and the hub's) counters at its start.
+pub struct Meter {
+    client: kube::Client,
+    hub_metrics_url: Option<String>,
+    http: reqwest::Client,
+    before: Writes,
+    hub_before: Option<BTreeMap<(String, String, String), f64>>,
+}
+
+/// What a [`Meter`] measured.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// The API server's writes over the phase.
+    pub apiserver: Writes,
+    /// The hub's own count over the phase, when it exports one.
+    pub hub: Option<BTreeMap<(String, String, String), f64>>,
+}
+
+impl Meter {
+    /// Scrapes the API server `client` talks to and, when given, the hub's `/metrics`
+    /// (`http://host:port/metrics`).
+    pub async fn start(
+        client: kube::Client,
+        http: &reqwest::Client,
+        hub_metrics_url: Option<String>,
+    ) -> Result<Self> {
+        let before = Writes::scrape(&client).await?;
+        let hub_before = match &hub_metrics_url {
+            Some(url) => scrape_hub(http, url).await?,
+            None => None,
+        };
+        Ok(Self {
+            client,
+            hub_metrics_url,
+            http: http.clone(),
+            before,
+            hub_before,
+        })
+    }
+
+    /// The hub restarted and serves `/metrics` at `hub_metrics_url` now: its counters
+    /// start from zero there.
+    pub fn hub_restarted(&mut self, hub_metrics_url: String) {
+        self.hub_metrics_url = Some(hub_metrics_url);
+        self.hub_before = Some(BTreeMap::new());
+    }
+
+    /// Scrapes again; the differences.
+    pub async fn finish(&self) -> Result<Measured> {
+        let apiserver = Writes::scrape(&self.client).await?.since(&self.before);
+        let hub = match &self.hub_metrics_url {
+            Some(url) => scrape_hub(&self.http, url).await?.map(|after| {
+                let before = self.hub_before.clone().unwrap_or_default();
+                after
+                    .into_iter()
+                    .map(|(k, v)| {
+                        let by = increase(before.get(&k).copied(), v);
+                        (k, by)
+                    })
+                    .filter(|(_, v)| *v != 0.0)
+                    .collect()
+            }),
+            None => None,
+        };
+        Ok(Measured { apiserver, hub })
+    }
+}
+
+async fn scrape_hub(
+    http: &reqwest::Client,
+    url: &str,
+) -> Result<Option<BTreeMap<(String, String, String), f64>>> {
+    let text = http
+        .get(url)
+        .send()
+        .await
+        .with_context(|| format!("scraping {url}"))?
+        .text()
+        .await?;
+    Ok(hub_writes(&text))
+}
+
+/// How to print a [`Measured`].
+pub struct Report<'a> {
+    /// The phase, e.g. "applying 1000 topics until every placement is Synced".
+    pub phase: &'a str,
+    /// Objects the phase created or changed (the divisor).
+    pub objects: f64,
+    /// What one object is called, e.g. "topic".
+    pub unit: &'a str,
+    /// The phase's length, for writes per second.
+    pub seconds: Option<f64>,
+    /// The benchmark's own writes in the phase, as the API server counts them.
+    pub user: &'a [(WriteKind, f64)],
+}
+
+impl Measured {
+    /// The figures as lines: every kind, per object (and per second); the benchmark's own
+    /// writes and what was written beyond them; the hub's own count.
+    pub fn render(&self, report: &Report<'_>) -> String {
+        let per = |v: f64| v / report.objects.max(1.0);
+        let rate = |v: f64| {
+            report
+                .seconds
+                .map(|s| format!(", {:.2}/s", v / s.max(1e-3)))
+                .unwrap_or_default()
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "management kube-apiserver writes while {} ({} {}{}):",
+            report.phase,
+            report.objects,
+            if report.objects == 1.0 {
+                report.unit.to_owned()
+            } else {
+                plural(report.unit)
+            },
+            report
+                .seconds
+                .map(|s| format!(", {s:.0} s"))
+                .unwrap_or_default()
+        );
+        for (kind, v) in &self.apiserver.0 {
+            let _ = writeln!(
+                out,
+                "  {:<44} {:<7} {:>8.0}  {:.2}/{}{}",
+                kind.resource,
+                kind.verb,
+                v,
+                per(*v),
+                report.unit,
+                rate(*v)
+            );
+        }
+        let total = self.apiserver.total();
+        let _ = writeln!(
+            out,
+            "  {:<52} {:>8.0}  {:.2}/{}{}",
+            "all writes",
+            total,
+            per(total),
+            report.unit,
+            rate(total)
+        );
+        if !report.user.is_empty() {
+            let user: f64 = report.user.iter().map(|(_, v)| v).sum();
+            let named: Vec<String> = report
+                .user
+                .iter()
+                .map(|(k, v)| format!("{} {} {v:.0}", k.resource, k.verb))
+                .collect();
+            let mut beyond = self.apiserver.clone();
+            for (kind, v) in report.user {
+                *beyond.0.entry(kind.clone()).or_insert(0.0) -= v;
+            }
+            let others: Vec<String> = beyond
+                .0
+                .iter()
+                .map(|(k, v)| format!("{} {} {:.2}/{}", k.resource, k.verb, per(*v), report.unit))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  the benchmark's own: {} ({}); written beyond them: {:.2}/{}{} — {}",
+                user,
+                named.join(", "),
+                per(beyond.total()),
+                report.unit,
+                rate(beyond.total()),
+                if others.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    others.join(", ")
+                }
+            );
+        }
+        match &self.hub {
+            None => {
+                let _ = writeln!(out, "  hub's own count ({HUB_WRITES}): not exported");
+            }
+            Some(hub) => {
+                let total: f64 = hub.values().sum();
+                let _ = writeln!(
+                    out,
+                    "  hub's own count ({HUB_WRITES}): {total:.0} ({:.2}/{}{})",
+                    per(total),
+                    report.unit,
+                    rate(total)
+                );
+                for ((resource, verb, reason), v) in hub {
+                    let _ = writeln!(
+                        out,
+                        "    {resource:<30} {verb:<8} {reason:<24} {v:>8.0}  {:.2}/{}",
+                        per(*v),
+                        report.unit
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `policy` → `policies`, `topic` → `topics`.
+fn plural(unit: &str) -> String {
+    match unit.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None => format!("{unit}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"# HELP apiserver_request_total [STABLE] Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code.
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="GET",version="v1"} 12
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 40
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 1000
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="",verb="APPLY",version="v1alpha1"} 999
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="",verb="APPLY",version="v1alpha1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 7.5e+01
+apiserver_request_total_extra{verb="POST",resource="x"} 5
+apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"} 9
+"#;
+
+    #[test]
+    fn writes_are_summed_by_resource_subresource_and_verb_and_reads_are_left_out() {
+        let writes = Writes::parse(SAMPLE);
+        assert_eq!(writes.get("events", "POST"), 42.0);
+        assert_eq!(writes.get("events", "GET"), 0.0);
+        assert_eq!(writes.get("federatedkafkatopics/status", "PATCH"), 1000.0);
+        assert_eq!(writes.get("federatedkafkatopics", "APPLY"), 1000.0);
+        assert_eq!(writes.get("leases", "PUT"), 75.0);
+        assert_eq!(writes.0.len(), 4);
+        assert_eq!(writes.total(), 2117.0);
+    }
+
+    #[test]
+    fn a_difference_keeps_only_what_changed() {
+        let before = Writes::parse(SAMPLE);
+        let after = Writes::parse(&SAMPLE.replace("} 40", "} 50"));
+        let diff = after.since(&before);
+        assert_eq!(diff.0.len(), 1);
+        assert_eq!(diff.get("events", "POST"), 10.0);
+    }
+
+    #[test]
+    fn label_values_may_hold_commas_braces_and_escaped_quotes() {
+        let text = r#"m{a="x,y}",b="say \"hi\"",c=""} 3 1700000000000"#;
+        let s = series(text, "m");
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].0["a"], "x,y}");
+        assert_eq!(s[0].0["b"], "say \"hi\"");
+        assert_eq!(s[0].0["c"], "");
+        assert_eq!(s[0].1, 3.0);
+    }
+
+    #[test]
+    fn the_hubs_own_count_is_absent_until_exported() {
+        assert_eq!(hub_writes("accord_hub_leader 1\n"), None);
+        let text = "# TYPE accord_hub_kube_writes counter\n\
+                    accord_hub_kube_writes_total{resource=\"crossclusterscalepolicies/status\",verb=\"patch\",reason=\"changed\"} 4\n";
+        let hub = hub_writes(text).expect("exported");
+        assert_eq!(
+            hub[&(
+                "crossclusterscalepolicies/status".to_owned(),
+                "patch".to_owned(),
+                "changed".to_owned()
+            )],
+            4.0
+        );
+    }
+
+    #[test]
+    fn the_report_names_the_benchmarks_own_writes_and_what_came_beyond() {
+        let measured = Measured {
+            apiserver: Writes::parse(SAMPLE),
+            hub: None,
+        };
+        let text = measured.render(&Report {
+            phase: "applying",
+            objects: 1000.0,
+            unit: "topic",
+            seconds: None,
+            user: &[(WriteKind::new("federatedkafkatopics", "APPLY"), 1000.0)],
+        });
+        assert!(text.contains("the benchmark's own: 1000"), "{text}");
+        assert!(
+            text.contains("federatedkafkatopics/status PATCH 1.00/topic"),
+            "{text}"
+        );
+        assert!(
+            text.contains("federatedkafkatopics APPLY 0.00/topic"),
+            "{text}"
+        );
+        assert!(text.contains("not exported"), "{text}");
+    }
+}
