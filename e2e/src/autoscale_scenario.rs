@@ -5,7 +5,7 @@
 //! exporter's gauge, and recorders of what happened.
 //!
 //! Every poll is seen in the hub's autoscaling state in etcd (`autoscale/<ns>/<name>`, one
-//! write per poll, [`accord_hub::autoscale::engine::State`]); the policy's
+//! write per poll, [`accord_hub::scale::autoscale::engine::State`]); the policy's
 //! `status.autoscaling` is rendered from it but need not be written on every poll. So
 //! [`PolicyRecorder`] keeps both: the polls (from an etcd watch on the state) for
 //! everything counted per poll (samples, value, recommendation, failures, the last
@@ -21,7 +21,7 @@ use accord_crds::{
     CrossClusterScalePolicy, CrossClusterScalePolicyStatus, PlacementState,
     SCALE_REQUEST_ANNOTATION,
 };
-use accord_hub::autoscale::engine::State;
+use accord_hub::scale::autoscale::engine::State;
 use accord_hub::store::Keyspace;
 use anyhow::{Context as _, Result, bail};
 use etcd_client::{EventType, GetOptions, WatchOptions};
