@@ -197,10 +197,12 @@ impl ControllerContext {
             crate::writes::events::DEFAULT_REPEAT_INTERVAL,
             options.status_window,
         );
-        let statuses =
-            PrefixCache::<StatusRecord>::start(deps.store.clone(), deps.store.keys().status_prefix())
-                .await
-                .map_err(ControllerError::Store)?;
+        let statuses = PrefixCache::<StatusRecord>::start(
+            deps.store.clone(),
+            deps.store.keys().status_prefix(),
+        )
+        .await
+        .map_err(ControllerError::Store)?;
         let autoscale = PrefixCache::<crate::scale::autoscale::engine::State>::start(
             deps.store.clone(),
             deps.store.keys().autoscale_prefix(),

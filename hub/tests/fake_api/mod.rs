@@ -114,7 +114,21 @@ impl FakeApi {
                 let Some(object) = state.objects.get_mut(&path) else {
                     return status(404, "not found");
                 };
-                let Ok(patch) = serde_json::from_value::<json_patch::Patch>(body) else {
+                // As the API server does, a `test` of `null` passes where there is nothing.
+                let ops: Vec<Value> = body
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|op| {
+                        let absent = op["path"]
+                            .as_str()
+                            .is_some_and(|p| object.pointer(p).is_none());
+                        !(op["op"] == "test" && op["value"].is_null() && absent)
+                    })
+                    .collect();
+                let Ok(patch) = serde_json::from_value::<json_patch::Patch>(Value::Array(ops))
+                else {
                     return status(400, "not a JSON patch");
                 };
                 let mut patched = object.clone();
