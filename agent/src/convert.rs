@@ -66,9 +66,9 @@ pub fn status_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{Observed, PlacementState, ReplicasObserved, ScaleSpec};
+    use accord_common::distribution::{Observed, PlacementState, ScaleObserved, ScaleSpec};
     use accord_proto::v1::{
-        Assignment, ObjectRef, ReplicaStatus, TopicAssignment, assignment, status_report,
+        Assignment, KafkaTopicAssignment, ObjectRef, ScaleStatus, assignment, status_report,
     };
 
     #[test]
@@ -96,7 +96,7 @@ mod tests {
                         ..policy.clone()
                     }),
                     revision: 12,
-                    spec: Some(assignment::Spec::Topic(TopicAssignment::default())),
+                    spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
                 },
                 Assignment {
                     policy: None,
@@ -120,7 +120,7 @@ mod tests {
         assert_eq!(u.items.len(), 2);
         assert_eq!(malformed, 2);
         assert!(matches!(&u.items[0].spec, AssignmentSpec::Scale(s) if s.replicas == 7));
-        assert!(matches!(u.items[1].spec, AssignmentSpec::Topic(_)));
+        assert!(matches!(u.items[1].spec, AssignmentSpec::KafkaTopic(_)));
         assert_eq!(
             u.removed,
             vec![Removed {
@@ -139,7 +139,7 @@ mod tests {
             message: String::new(),
             resource_version: "881".into(),
             generation: 5,
-            observed: Observed::Replicas(ReplicasObserved {
+            observed: Observed::Scale(ScaleObserved {
                 desired: 7,
                 ready: 6,
                 updated: 7,
@@ -157,7 +157,7 @@ mod tests {
         assert_eq!(s.observed_unix_millis, 1_700_000_000_000);
         assert_eq!(
             s.observed,
-            Some(status_report::Observed::Replicas(ReplicaStatus {
+            Some(status_report::Observed::Scale(ScaleStatus {
                 desired_replicas: 7,
                 ready_replicas: 6,
                 updated_replicas: 7,

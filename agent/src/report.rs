@@ -163,7 +163,7 @@ impl ReportTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::ReplicasObserved;
+    use accord_common::distribution::ScaleObserved;
 
     fn report(rv: &str) -> Report {
         Report {
@@ -171,7 +171,7 @@ mod tests {
             message: String::new(),
             resource_version: rv.into(),
             generation: 1,
-            observed: Observed::Replicas(ReplicasObserved {
+            observed: Observed::Scale(ScaleObserved {
                 scale_request_id: "r".into(),
                 ..Default::default()
             }),

@@ -14,7 +14,7 @@ use accord_agent::metrics::Metrics;
 use accord_agent::persist::{PersistError, SavedState, StateStore};
 use accord_agent::report::Report;
 use accord_common::distribution::{
-    AssignmentSpec, Observed, PlacementState, PolicyRef, ReplicasObserved, ScaleSpec, TopicSpec,
+    AssignmentSpec, KafkaTopicSpec, Observed, PlacementState, PolicyRef, ScaleObserved, ScaleSpec,
 };
 use accord_proto::v1::{
     self as pb, AgentMessage, Assignment, Assignments, HubMessage, StatusAck, StatusReport,
@@ -162,7 +162,7 @@ impl Enforcer for FakeEnforcer {
                 message: String::new(),
                 resource_version: object.version.to_string(),
                 generation: 0,
-                observed: Observed::Replicas(ReplicasObserved {
+                observed: Observed::Scale(ScaleObserved {
                     desired: object.replicas,
                     ready: object.ready,
                     ..Default::default()
@@ -529,7 +529,7 @@ async fn changes_within_the_debounce_coalesce_into_one_report() {
         "sent {:?} after the change, before the debounce",
         changed_at.elapsed()
     );
-    assert_eq!(observed(&report).replicas().map(|r| r.ready), Some(2));
+    assert_eq!(observed(&report).scale().map(|r| r.ready), Some(2));
     assert_eq!(report.expected_version, 100);
     hub.accept(&report, 101).await;
     let after = hub.quiet().await;
@@ -631,7 +631,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
             policy: Some(topic.to_proto()),
             revision: 6,
             spec: Some(
-                AssignmentSpec::Topic(TopicSpec {
+                AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                     topic_name: "events".into(),
                     partitions: 3,
                     replication_factor: 1,

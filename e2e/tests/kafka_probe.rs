@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use accord_crds::PlacementState;
 use accord_e2e::federation::agent_metrics;
 use accord_e2e::kafka::KafkaOptions;
-use accord_e2e::kafka_scenario::{
+use accord_e2e::kafka_topic_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, TopicView,
 };
 use accord_e2e::process::Frozen;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use accord_crds::{KafkaTopicPolicy, PlacementState};
 use accord_e2e::kafka::{KafkaCluster, KafkaOptions};
-use accord_e2e::kafka_scenario::{
+use accord_e2e::kafka_topic_scenario::{
     self as ks, ALREADY_MANAGED_REASON, KafkaMember, KafkaProbe, KafkaScenario,
     KafkaScenarioOptions, POLICY_REASON, TopicView,
 };

@@ -18,9 +18,9 @@
 //! Adding a kind: a module here with a type implementing [`Enforcer`], and one line in
 //! [`enforcers`].
 
-pub mod deployment;
-pub mod federation;
-pub mod kafka;
+pub mod kafka_topic;
+pub mod promfed;
+pub mod scale;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -42,7 +42,12 @@ pub fn enforcers(
     metrics: &Metrics,
     namespace: &str,
 ) -> Vec<Box<dyn Enforcer>> {
-    enforcers_with(client, metrics, namespace, &kafka::KafkaOptions::default())
+    enforcers_with(
+        client,
+        metrics,
+        namespace,
+        &kafka_topic::KafkaOptions::default(),
+    )
 }
 
 /// The enforcers of this agent version, with the Kafka connection Secret and resync
@@ -51,18 +56,15 @@ pub fn enforcers_with(
     client: &kube::Client,
     metrics: &Metrics,
     namespace: &str,
-    kafka: &kafka::KafkaOptions,
+    kafka: &kafka_topic::KafkaOptions,
 ) -> Vec<Box<dyn Enforcer>> {
     vec![
-        Box::new(deployment::DeploymentEnforcer::new(
-            client.clone(),
-            metrics.clone(),
-        )),
-        Box::new(federation::FederationEnforcer::new(
+        Box::new(scale::ScaleEnforcer::new(client.clone(), metrics.clone())),
+        Box::new(promfed::PromfedEnforcer::new(
             client.clone(),
             namespace.to_owned(),
         )),
-        Box::new(kafka::KafkaEnforcer::new(
+        Box::new(kafka_topic::KafkaTopicEnforcer::new(
             client.clone(),
             namespace.to_owned(),
             kafka.clone(),

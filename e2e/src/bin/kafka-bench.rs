@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use accord_crds::{FederatedKafkaTopic, PlacementState};
 use accord_e2e::Testbed;
 use accord_e2e::kafka::KafkaOptions;
-use accord_e2e::kafka_scenario::{
+use accord_e2e::kafka_topic_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, WEBHOOK_PATH,
 };
 use accord_e2e::stats::pct;

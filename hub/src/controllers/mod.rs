@@ -14,9 +14,9 @@
 
 pub mod autoscale;
 pub mod cluster_status;
-pub mod federation;
-pub mod kafka;
+pub mod kafka_topic;
 pub mod lenient;
+pub mod promfed;
 pub mod scale;
 
 use std::sync::Arc;
@@ -352,10 +352,10 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
     }),
     (
         "PrometheusFederation controller",
-        |ctx, clusters, listed| Box::pin(federation::run(ctx, clusters, listed)),
+        |ctx, clusters, listed| Box::pin(promfed::run(ctx, clusters, listed)),
     ),
     ("FederatedKafkaTopic controller", |ctx, clusters, listed| {
-        Box::pin(kafka::run(ctx, clusters, listed))
+        Box::pin(kafka_topic::run(ctx, clusters, listed))
     }),
 ];
 

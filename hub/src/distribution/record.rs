@@ -10,8 +10,8 @@ use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
 use accord_proto::v1::Assignment;
 use serde::{Deserialize, Serialize};
 
-use crate::federation::FederationDecision;
-use crate::kafka::TopicDecision;
+use crate::kafka_topic::KafkaTopicDecision;
+use crate::promfed::PromfedDecision;
 use crate::scale::ScaleDecision;
 
 /// One cluster's part of a decision.
@@ -36,9 +36,13 @@ pub enum Decision {
     /// CrossClusterScalePolicy.
     Scale(ScaleDecision),
     /// PrometheusFederation.
-    Federation(FederationDecision),
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "federation")]
+    Promfed(PromfedDecision),
     /// FederatedKafkaTopic.
-    Topic(TopicDecision),
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "topic")]
+    KafkaTopic(KafkaTopicDecision),
 }
 
 impl Decision {
@@ -46,8 +50,8 @@ impl Decision {
     fn same_intent(&self, other: &Decision) -> bool {
         match (self, other) {
             (Decision::Scale(a), Decision::Scale(b)) => a.same_intent(b),
-            (Decision::Federation(a), Decision::Federation(b)) => a == b,
-            (Decision::Topic(a), Decision::Topic(b)) => a == b,
+            (Decision::Promfed(a), Decision::Promfed(b)) => a == b,
+            (Decision::KafkaTopic(a), Decision::KafkaTopic(b)) => a == b,
             _ => false,
         }
     }
@@ -105,15 +109,15 @@ impl PlacementRecord {
     pub fn scale(&self) -> Option<&ScaleDecision> {
         match &self.decision {
             Decision::Scale(d) => Some(d),
-            Decision::Federation(_) | Decision::Topic(_) => None,
+            Decision::Promfed(_) | Decision::KafkaTopic(_) => None,
         }
     }
 
     /// The topic decision, when this record is a FederatedKafkaTopic's.
-    pub fn topic(&self) -> Option<&TopicDecision> {
+    pub fn topic(&self) -> Option<&KafkaTopicDecision> {
         match &self.decision {
-            Decision::Topic(d) => Some(d),
-            Decision::Scale(_) | Decision::Federation(_) => None,
+            Decision::KafkaTopic(d) => Some(d),
+            Decision::Scale(_) | Decision::Promfed(_) => None,
         }
     }
 
@@ -210,7 +214,7 @@ mod tests {
     fn records_of_different_kinds_never_decide_the_same() {
         let scale = record(&[("a", 7)]);
         let federation = PlacementRecord {
-            decision: Decision::Federation(FederationDecision::default()),
+            decision: Decision::Promfed(PromfedDecision::default()),
             ..scale.clone()
         };
         assert!(!scale.same_decision(&federation));
@@ -224,22 +228,38 @@ mod tests {
     }
 
     #[test]
+    fn decisions_keep_the_names_stored_records_were_written_with() {
+        let name = |d: Decision| {
+            let v = serde_json::to_value(d).unwrap();
+            v.as_object().unwrap().keys().next().unwrap().clone()
+        };
+        assert_eq!(
+            name(Decision::Promfed(PromfedDecision::default())),
+            "federation"
+        );
+        assert_eq!(
+            name(Decision::KafkaTopic(KafkaTopicDecision::default())),
+            "topic"
+        );
+    }
+
+    #[test]
     fn a_topic_record_survives_its_json_form_and_differs_from_other_kinds() {
-        use accord_common::distribution::TopicSpec;
-        let spec = TopicSpec {
+        use accord_common::distribution::KafkaTopicSpec;
+        let spec = KafkaTopicSpec {
             topic_name: "events".into(),
             partitions: 12,
             replication_factor: 3,
             ..Default::default()
         };
         let topic = PlacementRecord {
-            decision: Decision::Topic(TopicDecision {
+            decision: Decision::KafkaTopic(KafkaTopicDecision {
                 spec: spec.clone(),
                 conflicts: [("b".to_owned(), "team/older".to_owned())].into(),
             }),
             shares: vec![ShareRecord {
                 cluster: "a".into(),
-                assignment: Some(AssignmentSpec::Topic(spec)),
+                assignment: Some(AssignmentSpec::KafkaTopic(spec)),
                 held_reason: None,
             }],
             ..record(&[])
@@ -252,7 +272,7 @@ mod tests {
         assert!(topic.topic().is_some() && topic.scale().is_none());
         assert!(!topic.same_decision(&record(&[("a", 1)])));
         let mut other = topic.clone();
-        if let Decision::Topic(d) = &mut other.decision {
+        if let Decision::KafkaTopic(d) = &mut other.decision {
             d.conflicts.clear();
         }
         assert!(

@@ -5,7 +5,7 @@
 use accord_common::distribution::PlacementState;
 
 use super::ShareRecord;
-use crate::federation::select::ClusterInfo;
+use crate::promfed::select::ClusterInfo;
 use crate::store::StatusRecord;
 
 /// Message of a placement no report has been received for.
@@ -66,12 +66,12 @@ pub fn is_trouble(state: PlacementState) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{AssignmentSpec, Observed, TopicSpec};
+    use accord_common::distribution::{AssignmentSpec, KafkaTopicSpec, Observed};
 
     fn share() -> ShareRecord {
         ShareRecord {
             cluster: "a".into(),
-            assignment: Some(AssignmentSpec::Topic(TopicSpec::default())),
+            assignment: Some(AssignmentSpec::KafkaTopic(KafkaTopicSpec::default())),
             held_reason: None,
         }
     }

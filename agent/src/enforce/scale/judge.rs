@@ -2,7 +2,7 @@
 //! HorizontalPodAutoscaler owns its replicas, what to report, and the server-side apply
 //! patch that sets it. No API calls happen here.
 
-use accord_common::distribution::{Observed, PlacementState, ReplicasObserved, ScaleSpec};
+use accord_common::distribution::{Observed, PlacementState, ScaleObserved, ScaleSpec};
 use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -135,7 +135,7 @@ pub fn report(
             .clone()
             .unwrap_or_default(),
         generation: deployment.metadata.generation.unwrap_or_default(),
-        observed: Observed::Replicas(ReplicasObserved {
+        observed: Observed::Scale(ScaleObserved {
             desired: spec_replicas(deployment),
             ready: status.and_then(|s| s.ready_replicas).unwrap_or_default(),
             updated: status.and_then(|s| s.updated_replicas).unwrap_or_default(),
@@ -229,7 +229,7 @@ mod tests {
         assert_eq!(r.generation, 5);
         assert_eq!(
             r.observed,
-            Observed::Replicas(ReplicasObserved {
+            Observed::Scale(ScaleObserved {
                 desired: 7,
                 ready: 2,
                 updated: 3,
@@ -286,7 +286,7 @@ mod tests {
         assert!(message.contains("prod/web-hpa"), "{message}");
         let r = report(&target(7), 42, &v, Some(&d), None);
         assert_eq!(r.state, PlacementState::Conflict);
-        assert_eq!(r.observed.replicas().unwrap().desired, 3);
+        assert_eq!(r.observed.scale().unwrap().desired, 3);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use accord_common::federation::{CONFIG_KEY, CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, config_hash};
+use accord_common::promfed::{CONFIG_KEY, CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, config_hash};
 use accord_crds::{
     ManagedCluster, PlacementState, PrometheusFederation, PrometheusFederationStatus,
 };

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use accord_common::distribution::{PlacementState, PolicyRef};
 use accord_crds::conditions::{self, reasons, types};
-use accord_crds::prometheus::GlobalTierStatus;
+use accord_crds::promfed::GlobalTierStatus;
 use accord_crds::validate::Validate;
 use accord_crds::{HUB_FIELD_MANAGER, PrometheusFederation, PrometheusFederationStatus};
 use futures::StreamExt;
@@ -47,13 +47,13 @@ use super::{
     trace_result, trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
-use crate::federation::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
-use crate::federation::lib::{self, ReloadStatus};
-use crate::federation::plan::{self, PlanError};
-use crate::federation::select::{ClusterInfo, select_clusters};
-use crate::federation::status::{StatusInputs, aggregate, new_errors, status_changed};
-use crate::federation::{FEDERATION_KIND, FederationDecision};
+use crate::promfed::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
+use crate::promfed::plan::{self, PlanError};
+use crate::promfed::select::{ClusterInfo, select_clusters};
+use crate::promfed::status::{StatusInputs, aggregate, new_errors, status_changed};
+use crate::promfed::{PROMFED_KIND, PromfedDecision};
 use crate::store::{StatusRecord, StoreError};
+use accord_common::promfed::{self, ReloadStatus};
 
 /// Finalizer that removes a policy's placements and global jobs before the policy goes
 /// (the same name the scale controller uses: it means the same thing).
@@ -121,7 +121,7 @@ fn object_name(policy: &WatchedPolicy) -> String {
 
 fn policy_ref(policy: &impl ResourceExt) -> PolicyRef {
     PolicyRef::new(
-        FEDERATION_KIND,
+        PROMFED_KIND,
         &policy.namespace().unwrap_or_default(),
         &policy.name_any(),
     )
@@ -256,7 +256,7 @@ impl Federation {
             generation: policy.metadata.generation.unwrap_or_default(),
             decided_unix_millis: Timestamp::now().as_millisecond(),
             shares: plan::shares(&selected, &assignment),
-            decision: Decision::Federation(FederationDecision::default()),
+            decision: Decision::Promfed(PromfedDecision::default()),
         };
         let (record, revision) = match ctx.placements.get(&key) {
             Some((previous, revision)) if previous.same_decision(&record) => (previous, revision),
@@ -296,7 +296,7 @@ impl Federation {
                 message: Some(format!(
                     "the hub cannot write ConfigMap {}/{}: {}",
                     self.namespace,
-                    lib::GLOBAL_CONFIG_MAP_NAME,
+                    promfed::GLOBAL_CONFIG_MAP_NAME,
                     crate::store::error_chain(e)
                 )),
             },
@@ -365,7 +365,7 @@ impl Federation {
         let Some(rendered) = rendered else {
             if current.is_some() {
                 match api
-                    .delete(lib::GLOBAL_CONFIG_MAP_NAME, &DeleteParams::default())
+                    .delete(promfed::GLOBAL_CONFIG_MAP_NAME, &DeleteParams::default())
                     .await
                 {
                     Ok(_) => info!("no policy enables the global tier: its ConfigMap is deleted"),
@@ -388,9 +388,9 @@ impl Federation {
             labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
                 && labels.get(OWNED_BY.0).map(String::as_str) == Some(OWNED_BY.1)
         });
-        if annotations.get(lib::ANN_CONFIG_HASH) != Some(&rendered.hash) || !labelled {
+        if annotations.get(promfed::ANN_CONFIG_HASH) != Some(&rendered.hash) || !labelled {
             api.patch(
-                lib::GLOBAL_CONFIG_MAP_NAME,
+                promfed::GLOBAL_CONFIG_MAP_NAME,
                 &PatchParams::apply(HUB_FIELD_MANAGER).force(),
                 &Patch::Apply(global_config_map(&self.namespace, &rendered)),
             )
@@ -412,10 +412,10 @@ impl Federation {
             .await
             .is_ok_and(|r| r.is_ok());
         if listed {
-            let key = ObjectRef::new(lib::GLOBAL_CONFIG_MAP_NAME).within(&self.namespace);
+            let key = ObjectRef::new(promfed::GLOBAL_CONFIG_MAP_NAME).within(&self.namespace);
             return Ok(self.global.get(&key).map(|cm| (*cm).clone()));
         }
-        api.get_opt(lib::GLOBAL_CONFIG_MAP_NAME).await
+        api.get_opt(promfed::GLOBAL_CONFIG_MAP_NAME).await
     }
 }
 
@@ -465,20 +465,20 @@ fn view_status(policy: &PolicyRef, view: &GlobalView) -> GlobalTierStatus {
 }
 
 /// The global ConfigMap as server-side applied: the config, its hash, the owner labels.
-fn global_config_map(namespace: &str, rendered: &lib::Rendered) -> ConfigMap {
+fn global_config_map(namespace: &str, rendered: &promfed::Rendered) -> ConfigMap {
     let mut cm = ConfigMap::default();
-    cm.metadata.name = Some(lib::GLOBAL_CONFIG_MAP_NAME.to_owned());
+    cm.metadata.name = Some(promfed::GLOBAL_CONFIG_MAP_NAME.to_owned());
     cm.metadata.namespace = Some(namespace.to_owned());
     cm.metadata.labels = Some(BTreeMap::from([
         (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
         (OWNED_BY.0.to_owned(), OWNED_BY.1.to_owned()),
     ]));
     cm.metadata.annotations = Some(BTreeMap::from([(
-        lib::ANN_CONFIG_HASH.to_owned(),
+        promfed::ANN_CONFIG_HASH.to_owned(),
         rendered.hash.clone(),
     )]));
     cm.data = Some(BTreeMap::from([(
-        lib::CONFIG_KEY.to_owned(),
+        promfed::CONFIG_KEY.to_owned(),
         rendered.yaml.clone(),
     )]));
     cm
@@ -516,8 +516,10 @@ pub async fn run(
     let ps = policy_store.clone();
     let global_changes = watcher(
         config_maps,
-        watcher::Config::default()
-            .fields(&format!("metadata.name={}", lib::GLOBAL_CONFIG_MAP_NAME)),
+        watcher::Config::default().fields(&format!(
+            "metadata.name={}",
+            promfed::GLOBAL_CONFIG_MAP_NAME
+        )),
     )
     .default_backoff()
     .reflect(global_writer)
@@ -563,7 +565,7 @@ pub async fn run(
         ctx.store.keys().status_prefix(),
         trigger.clone(),
         |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
-            [_cluster, kind, ns, name] if *kind == FEDERATION_KIND => Some((ns, name)),
+            [_cluster, kind, ns, name] if *kind == PROMFED_KIND => Some((ns, name)),
             _ => None,
         },
     );
@@ -657,7 +659,7 @@ mod tests {
         }));
         assert!(global_enabled(&good));
         let g = global_policy(&good, &clusters).unwrap();
-        assert_eq!(g.policy, PolicyRef::new(FEDERATION_KIND, "monitoring", "p"));
+        assert_eq!(g.policy, PolicyRef::new(PROMFED_KIND, "monitoring", "p"));
         assert_eq!(
             g.members,
             vec![
@@ -687,7 +689,7 @@ mod tests {
 
     #[test]
     fn the_global_config_map_carries_the_config_its_hash_and_the_owner_labels() {
-        let rendered = lib::Rendered {
+        let rendered = promfed::Rendered {
             yaml: "scrape_configs: []\n".into(),
             hash: "abc".into(),
             jobs: 0,
@@ -695,13 +697,16 @@ mod tests {
         let cm = global_config_map("accord-system", &rendered);
         assert_eq!(
             cm.metadata.name.as_deref(),
-            Some(lib::GLOBAL_CONFIG_MAP_NAME)
+            Some(promfed::GLOBAL_CONFIG_MAP_NAME)
         );
         assert_eq!(cm.metadata.namespace.as_deref(), Some("accord-system"));
-        assert_eq!(cm.annotations()[lib::ANN_CONFIG_HASH], "abc");
+        assert_eq!(cm.annotations()[promfed::ANN_CONFIG_HASH], "abc");
         assert_eq!(cm.labels()["app.kubernetes.io/managed-by"], "accord-hub");
         assert_eq!(cm.labels()["accord.io/owned-by"], "prometheusfederation");
-        assert_eq!(cm.data.unwrap()[lib::CONFIG_KEY], "scrape_configs: []\n");
+        assert_eq!(
+            cm.data.unwrap()[promfed::CONFIG_KEY],
+            "scrape_configs: []\n"
+        );
     }
 
     fn api_error(code: u16) -> ReconcileError {

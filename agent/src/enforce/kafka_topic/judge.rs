@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::{Observed, PlacementState, TopicObserved, TopicSpec};
+use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, Observed, PlacementState};
 use accord_kafka::{ConfigEntry, ConfigOp, ConfigSource, NewTopic};
 
 use crate::enforce::{Action, Judgement};
@@ -62,9 +62,9 @@ pub enum TopicSeen {
 
 impl TopicSeen {
     /// What the status shows of it.
-    pub fn observed(&self) -> TopicObserved {
+    pub fn observed(&self) -> KafkaTopicObserved {
         match self {
-            Self::Absent => TopicObserved {
+            Self::Absent => KafkaTopicObserved {
                 partitions: 0,
                 replication_factor: 0,
                 exists: false,
@@ -73,7 +73,7 @@ impl TopicSeen {
                 partitions,
                 replication_factor,
                 ..
-            } => TopicObserved {
+            } => KafkaTopicObserved {
                 partitions: *partitions,
                 replication_factor: *replication_factor,
                 exists: true,
@@ -132,7 +132,7 @@ pub enum Verdict {
 }
 
 /// Why the assignment cannot be followed whatever Kafka holds, if it cannot.
-pub fn invalid(spec: &TopicSpec) -> Option<String> {
+pub fn invalid(spec: &KafkaTopicSpec) -> Option<String> {
     if spec.topic_name.is_empty() {
         return Some("the assignment names no topic".to_owned());
     }
@@ -147,7 +147,7 @@ pub fn invalid(spec: &TopicSpec) -> Option<String> {
 }
 
 /// Judges what Kafka holds (`seen`) against `spec`.
-pub fn verdict(spec: &TopicSpec, seen: &TopicSeen) -> Verdict {
+pub fn verdict(spec: &KafkaTopicSpec, seen: &TopicSeen) -> Verdict {
     if let Some(message) = invalid(spec) {
         return Verdict::Invalid(message);
     }
@@ -204,7 +204,10 @@ pub fn verdict(spec: &TopicSpec, seen: &TopicSeen) -> Verdict {
 /// The incremental config changes for `spec` against the topic's own `settings`: SET every
 /// spec key the topic does not set to the spec's value itself, DELETE every removed key the
 /// topic still sets itself (a key in both lists is the spec's). Nothing else.
-pub fn config_ops(spec: &TopicSpec, settings: &BTreeMap<String, Option<String>>) -> Vec<ConfigOp> {
+pub fn config_ops(
+    spec: &KafkaTopicSpec,
+    settings: &BTreeMap<String, Option<String>>,
+) -> Vec<ConfigOp> {
     let mut ops = Vec::new();
     for (key, value) in &spec.config {
         if settings.get(key).and_then(Option::as_ref) != Some(value) {
@@ -310,7 +313,7 @@ pub fn describe(plan: &Plan) -> String {
 /// the probe, and nothing that was due is forgotten.
 pub fn judge(
     applied_revision: i64,
-    spec: &TopicSpec,
+    spec: &KafkaTopicSpec,
     seen: &TopicSeen,
     version: u64,
     probe: &Probe,
@@ -319,7 +322,7 @@ pub fn judge(
     if let Probe::Failed(message) = probe {
         return Judgement {
             report: Report {
-                observed: Observed::Topic(seen.observed()),
+                observed: Observed::KafkaTopic(seen.observed()),
                 ..Report::without_object(
                     PlacementState::Unavailable,
                     message.clone(),
@@ -377,7 +380,7 @@ pub fn report(
         message,
         resource_version: String::new(),
         generation: 0,
-        observed: Observed::Topic(seen.observed()),
+        observed: Observed::KafkaTopic(seen.observed()),
         applied_revision,
     }
 }
@@ -386,8 +389,8 @@ pub fn report(
 mod tests {
     use super::*;
 
-    fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> TopicSpec {
-        TopicSpec {
+    fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
+        KafkaTopicSpec {
             topic_name: "orders".into(),
             partitions,
             replication_factor: rf,
@@ -450,7 +453,7 @@ mod tests {
         assert!(r.message.contains("12 partitions"), "{}", r.message);
         assert_eq!(
             r.observed,
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 0,
                 replication_factor: 0,
                 exists: false
@@ -470,7 +473,7 @@ mod tests {
         assert_eq!(r.message, "");
         assert_eq!(
             r.observed,
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 12,
                 replication_factor: 3,
                 exists: true
@@ -511,7 +514,7 @@ mod tests {
         let r = report(1, &v, &seen, None);
         assert_eq!(r.state, PlacementState::Error);
         assert!(r.message.starts_with("NotSupported: "), "{}", r.message);
-        assert_eq!(r.observed, Observed::Topic(seen.observed()));
+        assert_eq!(r.observed, Observed::KafkaTopic(seen.observed()));
     }
 
     #[test]
@@ -713,7 +716,7 @@ mod tests {
         assert_eq!(r.message, "deleted");
         assert_eq!(
             r.observed,
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 0,
                 replication_factor: 0,
                 exists: false
@@ -819,7 +822,7 @@ mod tests {
         assert_eq!(j.report.applied_revision, 4);
         assert_eq!(
             j.report.observed,
-            Observed::Topic(seen.observed()),
+            Observed::KafkaTopic(seen.observed()),
             "what was last seen of the topic stays in the status"
         );
         assert_eq!(j.action, Action::Unknown, "the apply state is left alone");

@@ -6,7 +6,7 @@
 //! new (its record stays as it was) and shows `PolicyViolation=True`/`PolicyViolated`; one
 //! that breaks only `Audit` policies is propagated with reason `AuditOnly` and a Warning
 //! Event. Two topics naming the same topic in the same cluster: the older keeps it, the
-//! newer gets `Conflict` there and nothing is sent for it ([`crate::kafka::conflict`]).
+//! newer gets `Conflict` there and nothing is sent for it ([`crate::kafka_topic::conflict`]).
 //!
 //! Deletion goes through the finalizer `accord.io/kafka-topic`, handled here rather than
 //! with `kube::runtime::finalizer` because a `Delete` deletion waits for the agents:
@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use accord_common::distribution::PolicyRef;
 use accord_crds::conditions::{self, reasons as common_reasons, types};
-use accord_crds::kafka::{
+use accord_crds::kafka_topic::{
     DeletionPolicy, FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy,
 };
 use accord_crds::validate::Validate;
@@ -53,11 +53,11 @@ use super::{
     trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
-use crate::federation::select::{ClusterInfo, SelectedCluster, select_clusters};
-use crate::kafka::conflict::{self, Claim};
-use crate::kafka::deletion::{self, Progress};
-use crate::kafka::status::{StatusInputs, aggregate, new_warnings, policy_status};
-use crate::kafka::{FINALIZER, TOPIC_KIND, plan, policy, reasons, status};
+use crate::kafka_topic::conflict::{self, Claim};
+use crate::kafka_topic::deletion::{self, Progress};
+use crate::kafka_topic::status::{StatusInputs, aggregate, new_warnings, policy_status};
+use crate::kafka_topic::{FINALIZER, KAFKA_TOPIC_KIND, plan, policy, reasons, status};
+use crate::promfed::select::{ClusterInfo, SelectedCluster, select_clusters};
 use crate::store::{StatusRecord, StoreError};
 
 /// Re-check every topic and policy this often even without events.
@@ -113,7 +113,7 @@ fn object_name(o: &impl ResourceExt) -> String {
 
 fn topic_ref(topic: &impl ResourceExt) -> PolicyRef {
     PolicyRef::new(
-        TOPIC_KIND,
+        KAFKA_TOPIC_KIND,
         &topic.namespace().unwrap_or_default(),
         &topic.name_any(),
     )
@@ -485,7 +485,7 @@ impl Kafka {
             generation: topic.metadata.generation.unwrap_or_default(),
             decided_unix_millis: Timestamp::now().as_millisecond(),
             shares,
-            decision: Decision::Topic(decision),
+            decision: Decision::KafkaTopic(decision),
         };
         if let Some((prev, revision)) = previous
             && prev.same_decision(&record)
@@ -745,7 +745,7 @@ fn policy_problem(policy: &KafkaTopicPolicy) -> Option<String> {
         return Some(e.to_string());
     }
     let selector = policy.spec.namespace_selector.as_ref()?;
-    crate::federation::select::matches(selector, &BTreeMap::new(), "spec.namespaceSelector")
+    crate::promfed::select::matches(selector, &BTreeMap::new(), "spec.namespaceSelector")
         .err()
         .map(|e| e.to_string())
 }
@@ -942,7 +942,7 @@ pub async fn run(
         ctx.store.keys().status_prefix(),
         topic_trigger,
         |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
-            [_cluster, kind, ns, name] if *kind == TOPIC_KIND => Some((ns, name)),
+            [_cluster, kind, ns, name] if *kind == KAFKA_TOPIC_KIND => Some((ns, name)),
             _ => None,
         },
     );

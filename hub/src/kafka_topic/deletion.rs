@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState};
 
-use super::TopicDecision;
+use super::KafkaTopicDecision;
 use crate::distribution::{Decision, PlacementRecord};
 use crate::store::StatusRecord;
 
@@ -21,10 +21,10 @@ pub fn tombstone(record: &PlacementRecord) -> Option<PlacementRecord> {
         .shares
         .iter()
         .filter_map(|s| match &s.assignment {
-            Some(AssignmentSpec::Topic(spec)) => {
+            Some(AssignmentSpec::KafkaTopic(spec)) => {
                 let mut share = s.clone();
-                share.assignment = Some(AssignmentSpec::Topic(
-                    accord_common::distribution::TopicSpec {
+                share.assignment = Some(AssignmentSpec::KafkaTopic(
+                    accord_common::distribution::KafkaTopicSpec {
                         delete: true,
                         ..spec.clone()
                     },
@@ -41,7 +41,7 @@ pub fn tombstone(record: &PlacementRecord) -> Option<PlacementRecord> {
     spec.delete = true;
     Some(PlacementRecord {
         shares,
-        decision: Decision::Topic(TopicDecision {
+        decision: Decision::KafkaTopic(KafkaTopicDecision {
             spec,
             conflicts: Default::default(),
         }),
@@ -79,7 +79,7 @@ pub fn remaining(
 fn is_gone(report: &StatusRecord, revision: i64) -> bool {
     report.applied_revision >= revision
         && report.state == PlacementState::Synced
-        && matches!(&report.observed, Observed::Topic(t) if !t.exists)
+        && matches!(&report.observed, Observed::KafkaTopic(t) if !t.exists)
 }
 
 /// Where a deletion stands.
@@ -141,10 +141,10 @@ pub fn incomplete_message(topic_name: &str, left: &[String], timeout: Duration) 
 mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
-    use accord_common::distribution::{PolicyRef, TopicObserved, TopicSpec};
+    use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PolicyRef};
 
-    fn spec() -> TopicSpec {
-        TopicSpec {
+    fn spec() -> KafkaTopicSpec {
+        KafkaTopicSpec {
             topic_name: "events".into(),
             partitions: 3,
             replication_factor: 1,
@@ -154,18 +154,18 @@ mod tests {
 
     fn record() -> PlacementRecord {
         PlacementRecord {
-            policy: PolicyRef::new(super::super::TOPIC_KIND, "ns", "events"),
+            policy: PolicyRef::new(super::super::KAFKA_TOPIC_KIND, "ns", "events"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![
                 ShareRecord {
                     cluster: "a".into(),
-                    assignment: Some(AssignmentSpec::Topic(spec())),
+                    assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
                 },
                 ShareRecord {
                     cluster: "b".into(),
-                    assignment: Some(AssignmentSpec::Topic(spec())),
+                    assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
                 },
                 ShareRecord {
@@ -174,7 +174,7 @@ mod tests {
                     held_reason: Some("Conflict: owned by ns/older".into()),
                 },
             ],
-            decision: Decision::Topic(TopicDecision {
+            decision: Decision::KafkaTopic(KafkaTopicDecision {
                 spec: spec(),
                 conflicts: [("c".to_owned(), "ns/older".to_owned())].into(),
             }),
@@ -189,7 +189,7 @@ mod tests {
             state: PlacementState::Synced,
             message: if exists { "" } else { "deleted" }.into(),
             observed_unix_millis: 0,
-            observed: Observed::Topic(TopicObserved {
+            observed: Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 3,
                 replication_factor: 1,
                 exists,
@@ -205,7 +205,7 @@ mod tests {
         let clusters: Vec<_> = t.shares.iter().map(|s| s.cluster.as_str()).collect();
         assert_eq!(clusters, ["a", "b"], "never the cluster another topic owns");
         for s in &t.shares {
-            let Some(AssignmentSpec::Topic(spec)) = &s.assignment else {
+            let Some(AssignmentSpec::KafkaTopic(spec)) = &s.assignment else {
                 panic!("no topic assignment")
             };
             assert!(spec.delete);
