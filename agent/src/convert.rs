@@ -60,6 +60,7 @@ pub fn status_report(
         observed: report.observed.to_proto(),
         applied_revision: report.applied_revision,
         observed_unix_millis,
+        api_server_unavailable: report.api_server_unavailable,
     }
 }
 
@@ -147,6 +148,7 @@ mod tests {
                 scale_request_id: "01J".into(),
             }),
             applied_revision: 11,
+            api_server_unavailable: false,
         };
         let s = status_report(&key, &report, 40, 1_700_000_000_000);
         assert_eq!(s.policy, Some(key.to_proto()));
@@ -165,5 +167,11 @@ mod tests {
                 scale_request_id: "01J".into(),
             }))
         );
+        assert!(!s.api_server_unavailable);
+        let down = Report {
+            api_server_unavailable: true,
+            ..Report::without_object(PlacementState::Unavailable, "down".into(), 11)
+        };
+        assert!(status_report(&key, &down, 40, 0).api_server_unavailable);
     }
 }

@@ -28,6 +28,9 @@ pub struct Report {
     pub observed: Observed,
     /// Revision of the assignment the agent held.
     pub applied_revision: i64,
+    /// The member's API server failed its `/readyz` probe when this was observed (the
+    /// engine sets it, and the state is then `Unavailable`).
+    pub api_server_unavailable: bool,
 }
 
 impl Report {
@@ -40,6 +43,7 @@ impl Report {
             generation: 0,
             observed: Observed::Nothing,
             applied_revision,
+            api_server_unavailable: false,
         }
     }
 }
@@ -176,6 +180,7 @@ mod tests {
                 ..Default::default()
             }),
             applied_revision: 3,
+            api_server_unavailable: false,
         }
     }
 

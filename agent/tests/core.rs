@@ -137,7 +137,7 @@ impl Enforcer for FakeEnforcer {
         &self,
         _policy: &PolicyRef,
         assigned: &Assigned,
-        _apply_error: Option<&str>,
+        _apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let spec = scale_of(assigned);
         let world = self.world.lock().unwrap();
@@ -168,6 +168,7 @@ impl Enforcer for FakeEnforcer {
                     ..Default::default()
                 }),
                 applied_revision: assigned.revision,
+                api_server_unavailable: false,
             },
             action: if synced {
                 Action::Settled
@@ -790,6 +791,7 @@ async fn an_unavailable_api_server_is_told_to_the_hub_and_explains_placements_no
         })
         .await;
     assert_eq!(report.state, pb::PlacementState::Unavailable as i32);
+    assert!(report.api_server_unavailable, "{report:?}");
     assert!(
         report.message.starts_with(engine::API_SERVER_UNAVAILABLE)
             && report.message.contains("did not answer within 2s"),
@@ -822,6 +824,7 @@ async fn an_unavailable_api_server_is_told_to_the_hub_and_explains_placements_no
                 if r.state != pb::PlacementState::Unavailable as i32 =>
             {
                 assert!(told, "health goes out before the reports it changes");
+                assert!(!r.api_server_unavailable, "{r:?}");
                 assert!(
                     !r.message.starts_with(engine::API_SERVER_UNAVAILABLE),
                     "{}",

@@ -20,6 +20,7 @@ fn report(applied_revision: i64, generation: i64, resource_version: &str) -> Sta
             scale_request_id: "01JTEST".into(),
             ..ScaleObserved::default()
         }),
+        api_server_unavailable: false,
     }
 }
 

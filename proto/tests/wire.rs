@@ -133,3 +133,12 @@ fn the_typed_state_and_the_scale_request_id_have_their_own_numbers() {
     };
     assert_eq!(field_numbers(&replicas.encode_to_vec()), vec![5]);
 }
+
+#[test]
+fn the_api_server_unavailable_flag_is_field_fourteen() {
+    let report = StatusReport {
+        api_server_unavailable: true,
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&report.encode_to_vec()), vec![14]);
+}

@@ -409,6 +409,7 @@ pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord
         message: report.message,
         observed_unix_millis: report.observed_unix_millis,
         observed: Observed::from_proto(report.observed),
+        api_server_unavailable: report.api_server_unavailable,
     };
     Ok((policy, record))
 }
@@ -459,6 +460,18 @@ mod tests {
             })
         );
         assert_eq!((record.applied_revision, record.generation), (40, 3));
+    }
+
+    #[test]
+    fn a_report_of_an_unavailable_member_api_server_is_recorded_as_such() {
+        let mut down = report(state_to_proto(PlacementState::Unavailable) as i32);
+        down.api_server_unavailable = true;
+        down.message = "member API server unavailable: GET /readyz timed out".into();
+        let (_, record) = translate_report(down).unwrap();
+        assert!(record.api_server_unavailable);
+        let (_, record) =
+            translate_report(report(state_to_proto(PlacementState::Unavailable) as i32)).unwrap();
+        assert!(!record.api_server_unavailable);
     }
 
     #[test]

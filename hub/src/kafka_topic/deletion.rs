@@ -194,6 +194,7 @@ mod tests {
                 replication_factor: 1,
                 exists,
             }),
+            api_server_unavailable: false,
         }
     }
 

@@ -358,6 +358,7 @@ mod tests {
                 replication_factor: 3,
                 exists: true,
             }),
+            api_server_unavailable: false,
         }
     }
 

@@ -248,6 +248,7 @@ mod tests {
                 jobs: 2,
                 reloaded: state == PlacementState::Synced,
             }),
+            api_server_unavailable: false,
         }
     }
 

@@ -933,6 +933,7 @@ mod tests {
                 scale_request_id: id.into(),
                 ..ScaleObserved::default()
             }),
+            api_server_unavailable: false,
         }
     }
 

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, Observed, PlacementState};
 use accord_kafka::{ConfigEntry, ConfigOp, ConfigSource, NewTopic};
 
-use crate::enforce::{Action, Judgement};
+use crate::enforce::{Action, ApplyError, ApplyErrorKind, Judgement};
 use crate::report::Report;
 
 /// How messages of an unreachable Kafka begin (the status shows them as `Unavailable`).
@@ -257,12 +257,6 @@ pub fn shows(plan: &Plan, seen: &TopicSeen) -> bool {
     }
 }
 
-/// Whether an apply error's message says Kafka could not be reached or refused the
-/// agent's credentials (the placement is then `Unavailable`, not `Error`).
-pub fn is_unavailable_message(message: &str) -> bool {
-    message.starts_with(UNREACHABLE_PREFIX) || message.starts_with(AUTHENTICATION_PREFIX)
-}
-
 /// A short description of what `plan` does, for the `Pending` message.
 pub fn describe(plan: &Plan) -> String {
     match plan {
@@ -317,7 +311,7 @@ pub fn judge(
     seen: &TopicSeen,
     version: u64,
     probe: &Probe,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Judgement {
     if let Probe::Failed(message) = probe {
         return Judgement {
@@ -350,21 +344,22 @@ pub fn judge(
 
 /// What to tell the hub about a topic assigned at `applied_revision`, from the verdict,
 /// what was seen, and the last apply error (while it stands). `Unavailable` when that
-/// error says Kafka could not be reached or refused the credentials.
+/// error is of kind [`ApplyErrorKind::Unavailable`] (Kafka could not be reached or refused
+/// the credentials), `Error` for any other kind.
 pub fn report(
     applied_revision: i64,
     verdict: &Verdict,
     seen: &TopicSeen,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Report {
     let (state, message) = match verdict {
         Verdict::Synced => (PlacementState::Synced, String::new()),
         Verdict::Deleted => (PlacementState::Synced, DELETED_MESSAGE.to_owned()),
         Verdict::Apply(plan) => match apply_error {
-            Some(error) if is_unavailable_message(error) => {
-                (PlacementState::Unavailable, error.to_owned())
+            Some(error) if error.kind == ApplyErrorKind::Unavailable => {
+                (PlacementState::Unavailable, error.message.clone())
             }
-            Some(error) => (PlacementState::Error, error.to_owned()),
+            Some(error) => (PlacementState::Error, error.message.clone()),
             None => (PlacementState::Pending, describe(plan)),
         },
         Verdict::NotSupported(message) | Verdict::Invalid(message) => {
@@ -382,6 +377,7 @@ pub fn report(
         generation: 0,
         observed: Observed::KafkaTopic(seen.observed()),
         applied_revision,
+        api_server_unavailable: false,
     }
 }
 
@@ -761,23 +757,31 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_apply_is_an_error_or_unavailable_when_kafka_cannot_be_reached() {
+    fn a_failed_apply_is_unavailable_by_its_kind_and_an_error_otherwise() {
         let v = verdict(&spec(1, 1, &[]), &TopicSeen::Absent);
-        let r = report(
-            1,
-            &v,
-            &TopicSeen::Absent,
-            Some("creating topic orders: POLICY_VIOLATION"),
+        let refused = ApplyError::new(
+            ApplyErrorKind::Invalid,
+            "creating topic orders: POLICY_VIOLATION",
         );
+        let r = report(1, &v, &TopicSeen::Absent, Some(&refused));
         assert_eq!(r.state, PlacementState::Error);
         assert_eq!(r.message, "creating topic orders: POLICY_VIOLATION");
-        let message = "Kafka unreachable: Kafka at 127.0.0.1:9092 is unreachable";
-        let r = report(1, &v, &TopicSeen::Absent, Some(message));
+        let down = ApplyError::new(
+            ApplyErrorKind::Unavailable,
+            "Kafka unreachable: Kafka at 127.0.0.1:9092 is unreachable",
+        );
+        let r = report(1, &v, &TopicSeen::Absent, Some(&down));
         assert_eq!(r.state, PlacementState::Unavailable);
-        assert_eq!(r.message, message);
-        let message = "Kafka authentication failed: invalid credentials";
+        assert_eq!(r.message, down.message);
+        // The kind decides, not how the message reads.
+        let forbidden = ApplyError::new(ApplyErrorKind::Forbidden, "Kafka unreachable: no");
         assert_eq!(
-            report(1, &v, &TopicSeen::Absent, Some(message)).state,
+            report(1, &v, &TopicSeen::Absent, Some(&forbidden)).state,
+            PlacementState::Error
+        );
+        let refused_credentials = ApplyError::new(ApplyErrorKind::Unavailable, "bad password");
+        assert_eq!(
+            report(1, &v, &TopicSeen::Absent, Some(&refused_credentials)).state,
             PlacementState::Unavailable
         );
     }
@@ -835,7 +839,8 @@ mod tests {
         let s = spec(24, 3, &[]);
         let seen = present(12, 3, &[]);
         let failed = Probe::Failed("Kafka unreachable: x".into());
-        let j = judge(1, &s, &seen, 3, &failed, Some("creating topic: TIMEOUT"));
+        let timeout = ApplyError::new(ApplyErrorKind::Transient, "creating topic: TIMEOUT");
+        let j = judge(1, &s, &seen, 3, &failed, Some(&timeout));
         assert_eq!(j.report.state, PlacementState::Unavailable);
         assert_eq!(j.report.message, "Kafka unreachable: x");
         assert_eq!(j.action, Action::Unknown);
@@ -901,7 +906,8 @@ mod tests {
     #[test]
     fn an_apply_error_does_not_hide_a_synced_topic() {
         let seen = present(1, 1, &[]);
-        let r = report(1, &Verdict::Synced, &seen, Some("old error"));
+        let old = ApplyError::new(ApplyErrorKind::Transient, "old error");
+        let r = report(1, &Verdict::Synced, &seen, Some(&old));
         assert_eq!(r.state, PlacementState::Synced);
     }
 }

@@ -42,7 +42,7 @@ use self::judge::Verdict;
 use self::observe::{Shared, TOPICS, Target};
 pub use self::probe::{DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, PROBES, ProbeOptions};
 use super::watch::ResourceWatch;
-use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{Action, ApplyError, ApplyErrorKind, Enforcer, EventSink, Judgement, WatchEvent};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
 use crate::report::Report;
@@ -376,7 +376,7 @@ impl Enforcer for KafkaTopicEnforcer {
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let AssignmentSpec::KafkaTopic(spec) = &assigned.spec else {
             return None;
@@ -442,25 +442,22 @@ impl Enforcer for KafkaTopicEnforcer {
             return Box::pin(std::future::ready(Ok(String::new())));
         };
         let Some(running) = &self.running else {
-            return Box::pin(std::future::ready(Err(ApplyError::External {
-                kind: "kafka_unavailable",
-                message: "no Kafka connection".to_owned(),
-            })));
+            return Box::pin(std::future::ready(Err(ApplyError::new(
+                ApplyErrorKind::Unavailable,
+                "no Kafka connection",
+            ))));
         };
         let Some(seen) = observe::lock(&self.shared).topic(&spec.topic_name).cloned() else {
-            return Box::pin(std::future::ready(Err(ApplyError::External {
-                kind: "kafka_unavailable",
-                message: "the topic has not been looked at in Kafka yet".to_owned(),
-            })));
+            return Box::pin(std::future::ready(Err(ApplyError::new(
+                ApplyErrorKind::Unavailable,
+                "the topic has not been looked at in Kafka yet",
+            ))));
         };
         let Verdict::Apply(plan) = judge::verdict(spec, &seen.seen) else {
             // Nothing to do after all: the same version, so the engine judges again.
             return Box::pin(std::future::ready(Ok(seen.version.to_string())));
         };
-        let stopped = || ApplyError::External {
-            kind: "kafka_unavailable",
-            message: "the Kafka applier stopped".to_owned(),
-        };
+        let stopped = || ApplyError::new(ApplyErrorKind::Unavailable, "the Kafka applier stopped");
         // Queued now, while the engine is still issuing the applies of this pass.
         let (reply, answer) = oneshot::channel();
         let request = apply::Request {

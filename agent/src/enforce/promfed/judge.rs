@@ -20,6 +20,7 @@ use accord_common::runtime::error_chain;
 use accord_crds::OWNED_BY_LABEL;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 
+use crate::enforce::ApplyError;
 use crate::report::Report;
 
 /// `app.kubernetes.io/managed-by` value on the ConfigMaps the agent writes.
@@ -273,7 +274,7 @@ pub fn report(
     applied_revision: i64,
     verdict: &Verdict,
     config_map: Option<&ConfigMap>,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Report {
     let short = render.rendered.hash.get(..12).unwrap_or_default();
     let part = render.policies.get(policy).and_then(|p| p.as_ref().ok());
@@ -290,7 +291,7 @@ pub fn report(
             ),
         ),
         Verdict::NeedsApply => match apply_error {
-            Some(error) => (PlacementState::Error, error.to_owned()),
+            Some(error) => (PlacementState::Error, error.message.clone()),
             None => (PlacementState::Pending, format!("writing config {short}")),
         },
         Verdict::Waiting => (
@@ -342,6 +343,7 @@ pub fn report(
             reloaded: *verdict == Verdict::Loaded,
         }),
         applied_revision,
+        api_server_unavailable: false,
     }
 }
 

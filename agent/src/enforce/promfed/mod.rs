@@ -417,7 +417,7 @@ impl Enforcer for PromfedEnforcer {
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let AssignmentSpec::Promfed(spec) = &assigned.spec else {
             return None;

@@ -7,6 +7,7 @@ use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
+use crate::enforce::ApplyError;
 use crate::report::Report;
 
 /// What the agent makes of a Deployment against its assignment.
@@ -101,12 +102,12 @@ pub fn report(
     applied_revision: i64,
     verdict: &Verdict,
     deployment: Option<&Deployment>,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Report {
     let (state, message) = match verdict {
         Verdict::Synced => (PlacementState::Synced, String::new()),
         Verdict::NeedsApply => match apply_error {
-            Some(error) => (PlacementState::Error, error.to_owned()),
+            Some(error) => (PlacementState::Error, error.message.clone()),
             None => (
                 PlacementState::Pending,
                 format!("setting {} replicas", target.replicas),
@@ -145,6 +146,7 @@ pub fn report(
             scale_request_id: stamped_request_id(deployment).to_owned(),
         }),
         applied_revision,
+        api_server_unavailable: false,
     }
 }
 
@@ -266,7 +268,10 @@ mod tests {
             42,
             &Verdict::NeedsApply,
             Some(&d),
-            Some("admission webhook denied"),
+            Some(&crate::enforce::ApplyError::new(
+                crate::enforce::ApplyErrorKind::Forbidden,
+                "admission webhook denied",
+            )),
         );
         assert_eq!(r.state, PlacementState::Error);
         assert_eq!(r.message, "admission webhook denied");

@@ -176,7 +176,7 @@ impl Enforcer for ScaleEnforcer {
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let AssignmentSpec::Scale(target) = &assigned.spec else {
             return None;
