@@ -1,7 +1,7 @@
 //! Generates the accord.v1 messages and tonic services at build time from `accord/v1/*.proto`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["accord/v1/registration.proto", "accord/v1/federation.proto"];
+    let protos = ["accord/v1/registration.proto", "accord/v1/sync.proto"];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

@@ -202,7 +202,7 @@ impl AssignmentBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{ScaleSpec, TopicSpec};
+    use accord_common::distribution::{KafkaTopicSpec, ScaleSpec};
 
     fn key(name: &str) -> PolicyRef {
         PolicyRef::new("CrossClusterScalePolicy", "default", name)
@@ -344,11 +344,11 @@ mod tests {
             vec![Incoming {
                 policy: topic.clone(),
                 revision: 4,
-                spec: AssignmentSpec::Topic(TopicSpec::default()),
+                spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec::default()),
             }],
         ));
         assert_eq!(applied.upserted, vec![topic.clone()]);
-        assert_eq!(book.get(&topic).unwrap().spec.work(), "topic");
+        assert_eq!(book.get(&topic).unwrap().spec.work(), "kafka_topic");
         assert_eq!(book.last_applied_revision(), 4);
     }
 

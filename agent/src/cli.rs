@@ -8,7 +8,7 @@ use std::time::Duration;
 use accord_common::runtime::{error_chain, shutdown_signal};
 use clap::{Args, Parser, Subcommand};
 
-use crate::enforce::kafka::{DEFAULT_SECRET, KafkaOptions, ProbeOptions};
+use crate::enforce::kafka_topic::{DEFAULT_SECRET, KafkaOptions, ProbeOptions};
 use crate::identity::{IdentitySource, SecretRef};
 use crate::lease::{DEFAULT_LEASE_NAME, MIN_LEASE_DURATION};
 use crate::run::{LeaseOptions, RunConfig};

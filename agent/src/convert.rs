@@ -60,15 +60,16 @@ pub fn status_report(
         observed: report.observed.to_proto(),
         applied_revision: report.applied_revision,
         observed_unix_millis,
+        api_server_unavailable: report.api_server_unavailable,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{Observed, PlacementState, ReplicasObserved, ScaleSpec};
+    use accord_common::distribution::{Observed, PlacementState, ScaleObserved, ScaleSpec};
     use accord_proto::v1::{
-        Assignment, ObjectRef, ReplicaStatus, TopicAssignment, assignment, status_report,
+        Assignment, KafkaTopicAssignment, ObjectRef, ScaleStatus, assignment, status_report,
     };
 
     #[test]
@@ -96,7 +97,7 @@ mod tests {
                         ..policy.clone()
                     }),
                     revision: 12,
-                    spec: Some(assignment::Spec::Topic(TopicAssignment::default())),
+                    spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
                 },
                 Assignment {
                     policy: None,
@@ -120,7 +121,7 @@ mod tests {
         assert_eq!(u.items.len(), 2);
         assert_eq!(malformed, 2);
         assert!(matches!(&u.items[0].spec, AssignmentSpec::Scale(s) if s.replicas == 7));
-        assert!(matches!(u.items[1].spec, AssignmentSpec::Topic(_)));
+        assert!(matches!(u.items[1].spec, AssignmentSpec::KafkaTopic(_)));
         assert_eq!(
             u.removed,
             vec![Removed {
@@ -139,7 +140,7 @@ mod tests {
             message: String::new(),
             resource_version: "881".into(),
             generation: 5,
-            observed: Observed::Replicas(ReplicasObserved {
+            observed: Observed::Scale(ScaleObserved {
                 desired: 7,
                 ready: 6,
                 updated: 7,
@@ -147,6 +148,7 @@ mod tests {
                 scale_request_id: "01J".into(),
             }),
             applied_revision: 11,
+            api_server_unavailable: false,
         };
         let s = status_report(&key, &report, 40, 1_700_000_000_000);
         assert_eq!(s.policy, Some(key.to_proto()));
@@ -157,7 +159,7 @@ mod tests {
         assert_eq!(s.observed_unix_millis, 1_700_000_000_000);
         assert_eq!(
             s.observed,
-            Some(status_report::Observed::Replicas(ReplicaStatus {
+            Some(status_report::Observed::Scale(ScaleStatus {
                 desired_replicas: 7,
                 ready_replicas: 6,
                 updated_replicas: 7,
@@ -165,5 +167,11 @@ mod tests {
                 scale_request_id: "01J".into(),
             }))
         );
+        assert!(!s.api_server_unavailable);
+        let down = Report {
+            api_server_unavailable: true,
+            ..Report::without_object(PlacementState::Unavailable, "down".into(), 11)
+        };
+        assert!(status_report(&key, &down, 40, 0).api_server_unavailable);
     }
 }

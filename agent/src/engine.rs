@@ -359,7 +359,7 @@ struct PolicyRuntime {
     /// enforcer's cache still shows it, its watch has not delivered the result yet.
     awaiting_version: Option<String>,
     /// The last apply's error, until an apply succeeds or the judgement settles.
-    apply_error: Option<String>,
+    apply_error: Option<ApplyError>,
     /// No apply before this instant.
     retry_at: Option<Instant>,
     /// Applies since the object was last judged settled.
@@ -674,7 +674,7 @@ impl Engine {
         let Some(rt) = self.policies.get_mut(key) else {
             return;
         };
-        let Some(judgement) = self.enforcers[index].look(key, &assigned, rt.apply_error.as_deref())
+        let Some(judgement) = self.enforcers[index].look(key, &assigned, rt.apply_error.as_ref())
         else {
             return;
         };
@@ -756,7 +756,7 @@ impl Engine {
                 rt.awaiting_version = (version != from_version).then_some(from_version);
             }
             Err(e) => {
-                self.metrics.error(e.kind());
+                self.metrics.error(e.kind.as_str());
                 rt.awaiting_version = None;
                 let at = Instant::now() + rt.delay();
                 rt.retry_at = Some(at);
@@ -766,7 +766,7 @@ impl Engine {
                     rt.apply_error = None;
                 } else {
                     warn!(policy = %key, error = %e, "apply failed; retrying with backoff");
-                    rt.apply_error = Some(e.status_message());
+                    rt.apply_error = Some(*e);
                 }
             }
         }
@@ -785,6 +785,7 @@ impl Engine {
             // why nothing moves instead.
             report.state = accord_common::distribution::PlacementState::Unavailable;
             report.message = format!("{API_SERVER_UNAVAILABLE}: {}", down.message);
+            report.api_server_unavailable = true;
         }
         let Some(rt) = self.policies.get_mut(key) else {
             return;

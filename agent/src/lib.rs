@@ -6,7 +6,7 @@
 //! kind-neutral core: it owns the assignments ([`assignments`], pure bookkeeping), saves
 //! them before acknowledging ([`persist`], the versioned ConfigMap document), has one
 //! enforcer per kind make the cluster match ([`enforce`]: what it watches, a pure judge, an
-//! async apply — Deployment scaling in [`enforce::deployment`]) and sends debounced reports
+//! async apply — Deployment scaling in [`enforce::scale`]) and sends debounced reports
 //! under optimistic concurrency ([`report`]). [`convert`] translates to and from the
 //! protocol, [`identity`] reads the mTLS identity, [`metrics`] and [`http`] serve
 //! `/metrics`, `/healthz` and `/readyz`. [`lease`] decides which of several replicas is

@@ -340,7 +340,7 @@ impl StateStore for ConfigMapStore {
 mod tests {
     use super::*;
     use crate::assignments::{Incoming, Update};
-    use accord_common::distribution::TopicSpec;
+    use accord_common::distribution::KafkaTopicSpec;
 
     fn web() -> PolicyRef {
         PolicyRef::new("CrossClusterScalePolicy", "default", "web")
@@ -365,7 +365,7 @@ mod tests {
                 Incoming {
                     policy: PolicyRef::new("FederatedKafkaTopic", "default", "events"),
                     revision: 9,
-                    spec: AssignmentSpec::Topic(TopicSpec {
+                    spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                         topic_name: "events".into(),
                         partitions: 12,
                         replication_factor: 3,

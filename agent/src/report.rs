@@ -28,6 +28,9 @@ pub struct Report {
     pub observed: Observed,
     /// Revision of the assignment the agent held.
     pub applied_revision: i64,
+    /// The member's API server failed its `/readyz` probe when this was observed (the
+    /// engine sets it, and the state is then `Unavailable`).
+    pub api_server_unavailable: bool,
 }
 
 impl Report {
@@ -40,6 +43,7 @@ impl Report {
             generation: 0,
             observed: Observed::Nothing,
             applied_revision,
+            api_server_unavailable: false,
         }
     }
 }
@@ -163,7 +167,7 @@ impl ReportTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::ReplicasObserved;
+    use accord_common::distribution::ScaleObserved;
 
     fn report(rv: &str) -> Report {
         Report {
@@ -171,11 +175,12 @@ mod tests {
             message: String::new(),
             resource_version: rv.into(),
             generation: 1,
-            observed: Observed::Replicas(ReplicasObserved {
+            observed: Observed::Scale(ScaleObserved {
                 scale_request_id: "r".into(),
                 ..Default::default()
             }),
             applied_revision: 3,
+            api_server_unavailable: false,
         }
     }
 

@@ -19,7 +19,7 @@ use accord_common::runtime::{KubeClientError, kube_client};
 use tracing::{error, info};
 
 use crate::connection::{self, ConnectionConfig};
-use crate::enforce::{self, kafka::KafkaOptions};
+use crate::enforce::{self, kafka_topic::KafkaOptions};
 use crate::engine::{self, CoreConfig};
 use crate::http::{self, Readiness};
 use crate::identity::{Identity, IdentityError, IdentitySource};

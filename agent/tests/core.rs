@@ -14,7 +14,7 @@ use accord_agent::metrics::Metrics;
 use accord_agent::persist::{PersistError, SavedState, StateStore};
 use accord_agent::report::Report;
 use accord_common::distribution::{
-    AssignmentSpec, Observed, PlacementState, PolicyRef, ReplicasObserved, ScaleSpec, TopicSpec,
+    AssignmentSpec, KafkaTopicSpec, Observed, PlacementState, PolicyRef, ScaleObserved, ScaleSpec,
 };
 use accord_proto::v1::{
     self as pb, AgentMessage, Assignment, Assignments, HubMessage, StatusAck, StatusReport,
@@ -137,7 +137,7 @@ impl Enforcer for FakeEnforcer {
         &self,
         _policy: &PolicyRef,
         assigned: &Assigned,
-        _apply_error: Option<&str>,
+        _apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let spec = scale_of(assigned);
         let world = self.world.lock().unwrap();
@@ -162,12 +162,13 @@ impl Enforcer for FakeEnforcer {
                 message: String::new(),
                 resource_version: object.version.to_string(),
                 generation: 0,
-                observed: Observed::Replicas(ReplicasObserved {
+                observed: Observed::Scale(ScaleObserved {
                     desired: object.replicas,
                     ready: object.ready,
                     ..Default::default()
                 }),
                 applied_revision: assigned.revision,
+                api_server_unavailable: false,
             },
             action: if synced {
                 Action::Settled
@@ -529,7 +530,7 @@ async fn changes_within_the_debounce_coalesce_into_one_report() {
         "sent {:?} after the change, before the debounce",
         changed_at.elapsed()
     );
-    assert_eq!(observed(&report).replicas().map(|r| r.ready), Some(2));
+    assert_eq!(observed(&report).scale().map(|r| r.ready), Some(2));
     assert_eq!(report.expected_version, 100);
     hub.accept(&report, 101).await;
     let after = hub.quiet().await;
@@ -631,7 +632,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
             policy: Some(topic.to_proto()),
             revision: 6,
             spec: Some(
-                AssignmentSpec::Topic(TopicSpec {
+                AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                     topic_name: "events".into(),
                     partitions: 3,
                     replication_factor: 1,
@@ -790,6 +791,7 @@ async fn an_unavailable_api_server_is_told_to_the_hub_and_explains_placements_no
         })
         .await;
     assert_eq!(report.state, pb::PlacementState::Unavailable as i32);
+    assert!(report.api_server_unavailable, "{report:?}");
     assert!(
         report.message.starts_with(engine::API_SERVER_UNAVAILABLE)
             && report.message.contains("did not answer within 2s"),
@@ -822,6 +824,7 @@ async fn an_unavailable_api_server_is_told_to_the_hub_and_explains_placements_no
                 if r.state != pb::PlacementState::Unavailable as i32 =>
             {
                 assert!(told, "health goes out before the reports it changes");
+                assert!(!r.api_server_unavailable, "{r:?}");
                 assert!(
                     !r.message.starts_with(engine::API_SERVER_UNAVAILABLE),
                     "{}",

@@ -219,7 +219,7 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
         );
         let seen = record
             .observed
-            .replicas()
+            .scale()
             .context("the record holds no replica counts")?;
         ensure!(seen.scale_request_id == "req-e2e", "{record:?}");
         ensure!(seen.desired == 2, "{record:?}");

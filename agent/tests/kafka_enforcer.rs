@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_agent::enforce::kafka::{KafkaEnforcer, KafkaOptions};
+use accord_agent::enforce::kafka_topic::{KafkaOptions, KafkaTopicEnforcer};
 use accord_agent::engine::{self, CoreConfig, EngineTask};
 use accord_agent::metrics::Metrics;
 use accord_agent::persist::ConfigMapStore;
@@ -19,7 +19,8 @@ use accord_e2e::wait::{self, Check};
 use accord_e2e::{SharedTestbed, Testbed};
 use accord_kafka::{Admin, ConfigOp, KafkaConfig};
 use accord_proto::v1::{
-    Assignment, ObjectRef, PlacementState, StatusReport, TopicAssignment, assignment, status_report,
+    Assignment, KafkaTopicAssignment, ObjectRef, PlacementState, StatusReport, assignment,
+    status_report,
 };
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::Secret;
@@ -124,7 +125,7 @@ async fn engine_as(
     secret: &str,
 ) -> Result<(EngineTask, Metrics)> {
     let metrics = Metrics::new();
-    let enforcer = KafkaEnforcer::new(
+    let enforcer = KafkaTopicEnforcer::new(
         client.clone(),
         agent_ns.to_owned(),
         KafkaOptions {
@@ -168,7 +169,7 @@ fn topic_item(
     Assignment {
         policy: Some(topic_policy(name)),
         revision,
-        spec: Some(assignment::Spec::Topic(TopicAssignment {
+        spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment {
             topic_name: name.into(),
             partitions,
             replication_factor: 1,
@@ -185,7 +186,7 @@ fn topic_item(
 /// Partitions, replication factor and existence a report observed.
 fn observed(report: &StatusReport) -> Option<(i32, i32, bool)> {
     match &report.observed {
-        Some(status_report::Observed::Topic(t)) => {
+        Some(status_report::Observed::KafkaTopic(t)) => {
             Some((t.partitions, t.replication_factor, t.exists))
         }
         _ => None,
@@ -392,7 +393,7 @@ fn a_topic_is_created_its_partitions_raised_never_lowered_and_its_configs_change
 
         // A replication factor change is refused the same way.
         let mut rf = topic_item(name, 13, 6, &[("retention.ms", "200000")], &[]);
-        if let Some(assignment::Spec::Topic(t)) = rf.spec.as_mut() {
+        if let Some(assignment::Spec::KafkaTopic(t)) = rf.spec.as_mut() {
             t.replication_factor = 2;
         }
         hub.assign(13, false, vec![rf], vec![]).await;
@@ -570,7 +571,7 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
             .iter()
             .map(|n| {
                 let mut item = topic_item(n, 21, 1, &[("retention.ms", "400000")], &[]);
-                if let Some(assignment::Spec::Topic(t)) = item.spec.as_mut() {
+                if let Some(assignment::Spec::KafkaTopic(t)) = item.spec.as_mut() {
                     t.delete = true;
                 }
                 item

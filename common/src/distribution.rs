@@ -101,7 +101,7 @@ impl ScaleSpec {
 /// Keep a Kafka topic as specified (FederatedKafkaTopic).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TopicSpec {
+pub struct KafkaTopicSpec {
     /// Topic name.
     pub topic_name: String,
     /// Partitions (may only grow).
@@ -124,7 +124,7 @@ pub struct TopicSpec {
 /// Render a Prometheus federation config (PrometheusFederation).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FederationSpec {
+pub struct PromfedSpec {
     /// Namespaces whose Prometheus endpoints are federated.
     #[serde(default)]
     pub tenant_namespaces: Vec<String>,
@@ -154,9 +154,13 @@ pub enum AssignmentSpec {
     /// CrossClusterScalePolicy.
     Scale(ScaleSpec),
     /// FederatedKafkaTopic.
-    Topic(TopicSpec),
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "topic")]
+    KafkaTopic(KafkaTopicSpec),
     /// PrometheusFederation.
-    Federation(FederationSpec),
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "federation")]
+    Promfed(PromfedSpec),
 }
 
 impl AssignmentSpec {
@@ -164,8 +168,8 @@ impl AssignmentSpec {
     pub fn work(&self) -> &'static str {
         match self {
             Self::Scale(_) => "scale",
-            Self::Topic(_) => "topic",
-            Self::Federation(_) => "federation",
+            Self::KafkaTopic(_) => "kafka_topic",
+            Self::Promfed(_) => "promfed",
         }
     }
 
@@ -180,7 +184,7 @@ impl AssignmentSpec {
                 replicas: s.replicas,
                 scale_request_id: s.scale_request_id.clone(),
             }),
-            Self::Topic(t) => pb::assignment::Spec::Topic(pb::TopicAssignment {
+            Self::KafkaTopic(t) => pb::assignment::Spec::KafkaTopic(pb::KafkaTopicAssignment {
                 topic_name: t.topic_name.clone(),
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
@@ -188,7 +192,7 @@ impl AssignmentSpec {
                 removed_config: t.removed_config.clone(),
                 delete: t.delete,
             }),
-            Self::Federation(f) => pb::assignment::Spec::Federation(pb::FederationAssignment {
+            Self::Promfed(f) => pb::assignment::Spec::Promfed(pb::PromfedAssignment {
                 tenant_namespaces: f.tenant_namespaces.clone(),
                 tenant_labels: f.tenant_labels.clone().into_iter().collect(),
                 r#match: f.matchers.clone(),
@@ -212,7 +216,7 @@ impl AssignmentSpec {
                 replicas: s.replicas,
                 scale_request_id: s.scale_request_id,
             }),
-            pb::assignment::Spec::Topic(t) => Self::Topic(TopicSpec {
+            pb::assignment::Spec::KafkaTopic(t) => Self::KafkaTopic(KafkaTopicSpec {
                 topic_name: t.topic_name,
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
@@ -220,7 +224,7 @@ impl AssignmentSpec {
                 removed_config: t.removed_config,
                 delete: t.delete,
             }),
-            pb::assignment::Spec::Federation(f) => Self::Federation(FederationSpec {
+            pb::assignment::Spec::Promfed(f) => Self::Promfed(PromfedSpec {
                 tenant_namespaces: f.tenant_namespaces,
                 tenant_labels: f.tenant_labels.into_iter().collect(),
                 matchers: f.r#match,
@@ -237,7 +241,7 @@ impl AssignmentSpec {
 /// Observed replica counts of a Deployment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReplicasObserved {
+pub struct ScaleObserved {
     /// `spec.replicas`.
     pub desired: i32,
     /// `status.readyReplicas`.
@@ -253,7 +257,7 @@ pub struct ReplicasObserved {
 /// Observed state of a Kafka topic.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TopicObserved {
+pub struct KafkaTopicObserved {
     /// Partition count the broker reports.
     pub partitions: i32,
     /// Replication factor the broker reports.
@@ -266,7 +270,7 @@ pub struct TopicObserved {
 /// Observed state of a rendered Prometheus federation config.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct FederationObserved {
+pub struct PromfedObserved {
     /// SHA-256 of the rendered config, hex.
     pub config_hash: String,
     /// Number of federation jobs (tenants).
@@ -283,12 +287,18 @@ pub enum Observed {
     /// No object, or nothing observed.
     #[default]
     Nothing,
-    /// A scaled Deployment.
-    Replicas(ReplicasObserved),
-    /// A Kafka topic.
-    Topic(TopicObserved),
-    /// A federation config.
-    FederationConfig(FederationObserved),
+    /// A scaled Deployment (CrossClusterScalePolicy).
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "replicas")]
+    Scale(ScaleObserved),
+    /// A Kafka topic (FederatedKafkaTopic).
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "topic")]
+    KafkaTopic(KafkaTopicObserved),
+    /// A Prometheus federation config (PrometheusFederation).
+    // stored name; renaming it would orphan stored records
+    #[serde(rename = "federationConfig")]
+    Promfed(PromfedObserved),
 }
 
 impl Observed {
@@ -296,25 +306,23 @@ impl Observed {
     pub fn to_proto(&self) -> Option<pb::status_report::Observed> {
         Some(match self {
             Self::Nothing => return None,
-            Self::Replicas(r) => pb::status_report::Observed::Replicas(pb::ReplicaStatus {
+            Self::Scale(r) => pb::status_report::Observed::Scale(pb::ScaleStatus {
                 desired_replicas: r.desired,
                 ready_replicas: r.ready,
                 updated_replicas: r.updated,
                 observed_generation: r.observed_generation,
                 scale_request_id: r.scale_request_id.clone(),
             }),
-            Self::Topic(t) => pb::status_report::Observed::Topic(pb::TopicStatus {
+            Self::KafkaTopic(t) => pb::status_report::Observed::KafkaTopic(pb::KafkaTopicStatus {
                 partitions: t.partitions,
                 replication_factor: t.replication_factor,
                 exists: t.exists,
             }),
-            Self::FederationConfig(f) => {
-                pb::status_report::Observed::FederationConfig(pb::FederationConfigStatus {
-                    config_hash: f.config_hash.clone(),
-                    jobs: f.jobs,
-                    reloaded: f.reloaded,
-                })
-            }
+            Self::Promfed(f) => pb::status_report::Observed::Promfed(pb::PromfedStatus {
+                config_hash: f.config_hash.clone(),
+                jobs: f.jobs,
+                reloaded: f.reloaded,
+            }),
         })
     }
 
@@ -322,32 +330,32 @@ impl Observed {
     pub fn from_proto(observed: Option<pb::status_report::Observed>) -> Self {
         match observed {
             None => Self::Nothing,
-            Some(pb::status_report::Observed::Replicas(r)) => Self::Replicas(ReplicasObserved {
+            Some(pb::status_report::Observed::Scale(r)) => Self::Scale(ScaleObserved {
                 desired: r.desired_replicas,
                 ready: r.ready_replicas,
                 updated: r.updated_replicas,
                 observed_generation: r.observed_generation,
                 scale_request_id: r.scale_request_id,
             }),
-            Some(pb::status_report::Observed::Topic(t)) => Self::Topic(TopicObserved {
-                partitions: t.partitions,
-                replication_factor: t.replication_factor,
-                exists: t.exists,
-            }),
-            Some(pb::status_report::Observed::FederationConfig(f)) => {
-                Self::FederationConfig(FederationObserved {
-                    config_hash: f.config_hash,
-                    jobs: f.jobs,
-                    reloaded: f.reloaded,
+            Some(pb::status_report::Observed::KafkaTopic(t)) => {
+                Self::KafkaTopic(KafkaTopicObserved {
+                    partitions: t.partitions,
+                    replication_factor: t.replication_factor,
+                    exists: t.exists,
                 })
             }
+            Some(pb::status_report::Observed::Promfed(f)) => Self::Promfed(PromfedObserved {
+                config_hash: f.config_hash,
+                jobs: f.jobs,
+                reloaded: f.reloaded,
+            }),
         }
     }
 
     /// The replica counts, when this observes a Deployment.
-    pub fn replicas(&self) -> Option<&ReplicasObserved> {
+    pub fn scale(&self) -> Option<&ScaleObserved> {
         match self {
-            Self::Replicas(r) => Some(r),
+            Self::Scale(r) => Some(r),
             _ => None,
         }
     }
@@ -386,7 +394,7 @@ mod tests {
     fn every_assignment_spec_survives_the_wire() {
         let specs = [
             AssignmentSpec::Scale(ScaleSpec::deployment("prod", "web", 7, "01J")),
-            AssignmentSpec::Topic(TopicSpec {
+            AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                 topic_name: "events".into(),
                 partitions: 12,
                 replication_factor: 3,
@@ -394,7 +402,7 @@ mod tests {
                 removed_config: vec!["segment.ms".into()],
                 delete: true,
             }),
-            AssignmentSpec::Federation(FederationSpec {
+            AssignmentSpec::Promfed(PromfedSpec {
                 tenant_namespaces: vec!["team-a".into()],
                 tenant_labels: [("tier".to_owned(), "gold".to_owned())].into(),
                 matchers: vec!["{job=\"x\"}".into()],
@@ -414,19 +422,19 @@ mod tests {
     fn every_observation_survives_the_wire() {
         let all = [
             Observed::Nothing,
-            Observed::Replicas(ReplicasObserved {
+            Observed::Scale(ScaleObserved {
                 desired: 3,
                 ready: 2,
                 updated: 3,
                 observed_generation: 4,
                 scale_request_id: "01J".into(),
             }),
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 12,
                 replication_factor: 3,
                 exists: true,
             }),
-            Observed::FederationConfig(FederationObserved {
+            Observed::Promfed(PromfedObserved {
                 config_hash: "ab".into(),
                 jobs: 2,
                 reloaded: true,
@@ -434,6 +442,33 @@ mod tests {
         ];
         for o in all {
             assert_eq!(Observed::from_proto(o.to_proto()), o);
+        }
+    }
+
+    #[test]
+    fn variants_keep_the_names_stored_records_were_written_with() {
+        let topic = AssignmentSpec::KafkaTopic(KafkaTopicSpec {
+            topic_name: "events".into(),
+            partitions: 1,
+            replication_factor: 1,
+            config: BTreeMap::new(),
+            removed_config: Vec::new(),
+            delete: false,
+        });
+        let promfed = AssignmentSpec::Promfed(PromfedSpec::default());
+        let key = |v: serde_json::Value| v.as_object().unwrap().keys().next().unwrap().clone();
+        assert_eq!(key(serde_json::to_value(&topic).unwrap()), "topic");
+        assert_eq!(key(serde_json::to_value(&promfed).unwrap()), "federation");
+        let observed = [
+            (Observed::Scale(ScaleObserved::default()), "replicas"),
+            (Observed::KafkaTopic(KafkaTopicObserved::default()), "topic"),
+            (
+                Observed::Promfed(PromfedObserved::default()),
+                "federationConfig",
+            ),
+        ];
+        for (o, name) in observed {
+            assert_eq!(key(serde_json::to_value(&o).unwrap()), name);
         }
     }
 

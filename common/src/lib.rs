@@ -7,12 +7,12 @@
 
 pub mod apply;
 pub mod distribution;
-pub mod federation;
 pub mod http;
 pub mod manifest;
 pub mod metrics;
 pub mod pki;
 pub mod preflight;
+pub mod promfed;
 pub mod register;
 pub mod runtime;
 pub mod token;

@@ -16,20 +16,20 @@
 pub mod bounds;
 pub mod conditions;
 pub mod duration;
-pub mod kafka;
+pub mod kafka_topic;
 pub mod managed_cluster;
 pub mod messages;
-pub mod prometheus;
+pub mod promfed;
 pub mod reference;
 pub mod scale;
 pub mod validate;
 
-pub use kafka::{
+pub use kafka_topic::{
     FederatedKafkaTopic, FederatedKafkaTopicSpec, FederatedKafkaTopicStatus, KafkaTopicPolicy,
     KafkaTopicPolicySpec, KafkaTopicPolicyStatus, TopicPlacement,
 };
 pub use managed_cluster::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
-pub use prometheus::{
+pub use promfed::{
     FederationPlacement, PrometheusFederation, PrometheusFederationSpec, PrometheusFederationStatus,
 };
 pub use scale::{

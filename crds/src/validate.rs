@@ -11,10 +11,10 @@ use std::fmt;
 
 use crate::bounds;
 use crate::duration;
-use crate::kafka::{FederatedKafkaTopicSpec, KafkaTopicPolicySpec};
+use crate::kafka_topic::{FederatedKafkaTopicSpec, KafkaTopicPolicySpec};
 use crate::managed_cluster::ManagedClusterSpec;
 use crate::messages as m;
-use crate::prometheus::PrometheusFederationSpec;
+use crate::promfed::PrometheusFederationSpec;
 use crate::scale::CrossClusterScalePolicySpec;
 
 /// One failed rule.
@@ -414,7 +414,7 @@ impl Validate for KafkaTopicPolicySpec {
         }
         if let Some(pattern) = &self.topic_name_pattern {
             errs.check(
-                pattern.len() <= 1024 && crate::kafka::compile_topic_pattern(pattern).is_ok(),
+                pattern.len() <= 1024 && crate::kafka_topic::compile_topic_pattern(pattern).is_ok(),
                 "spec.topicNamePattern",
                 m::TOPIC_NAME_PATTERN,
             );

@@ -59,7 +59,7 @@ pub const PROMETHEUS_PORT: u16 = 9090;
 /// ([`CONFIG_MAP_NAME`]) and the management-side one ([`GLOBAL_CONFIG_MAP_NAME`]) the
 /// reloaders watch, and the label marking a Service as a federation source
 /// ([`SOURCE_LABEL`], value `"true"`).
-pub use accord_common::federation::{CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, SOURCE_LABEL};
+pub use accord_common::promfed::{CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, SOURCE_LABEL};
 /// Job of a tenant Prometheus scraping itself with its own namespace as label.
 pub const TENANT_JOB: &str = "tenant";
 /// Job of a tenant Prometheus scraping itself labelled with another namespace.
@@ -662,7 +662,7 @@ impl Tier {
 
 /// A federation Prometheus of a member (or, as [`GlobalPrometheus`], the global one) with
 /// its configuration file in a directory of its own (starting as
-/// [`accord_common::federation::empty_config`], what the reloader writes when no policy is
+/// [`accord_common::promfed::empty_config`], what the reloader writes when no policy is
 /// left),
 /// listening on its own loopback address at port [`PROMETHEUS_PORT`], and optionally the
 /// reloader beside it: `accord-agent reload --kubeconfig <cluster kubeconfig> --namespace
@@ -733,7 +733,7 @@ impl FederationPrometheus {
             format!("{cluster}/prometheus-{}", tier.role()),
             &member_dir(testbed, cluster),
             tier.role(),
-            |_| accord_common::federation::empty_config(),
+            |_| accord_common::promfed::empty_config(),
             options.lifecycle,
             hosts,
         )?;
@@ -1307,7 +1307,7 @@ mod tests {
     #[test]
     fn the_empty_configuration_has_no_jobs() {
         assert!(
-            job_names(&accord_common::federation::empty_config())
+            job_names(&accord_common::promfed::empty_config())
                 .unwrap()
                 .is_empty()
         );

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use accord_common::federation::{CONFIG_KEY, ReloadStatus};
+use accord_common::promfed::{CONFIG_KEY, ReloadStatus};
 use anyhow::{Context as _, Result, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};

@@ -6,7 +6,7 @@
 //! annotations `accord-agent reload` writes.
 
 use accord_common::distribution::{PlacementState, PolicyRef};
-use accord_common::federation::{
+use accord_common::promfed::{
     ANN_CONFIG_HASH, ANN_LOADED_HASH, ANN_RELOAD_HASH, ANN_RELOAD_STATE, CONFIG_KEY,
     GLOBAL_CONFIG_MAP_NAME, global_job_name,
 };

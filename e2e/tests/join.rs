@@ -262,10 +262,10 @@ async fn two_members_join_as_the_quickstart_says_and_run_a_policy() -> Result<()
         || async {
             tb.ensure_running(east_agent)?;
             let config = configs
-                .get_opt(accord_common::federation::CONFIG_MAP_NAME)
+                .get_opt(accord_common::promfed::CONFIG_MAP_NAME)
                 .await?
                 .and_then(|c| c.data)
-                .and_then(|d| d.get(accord_common::federation::CONFIG_KEY).cloned());
+                .and_then(|d| d.get(accord_common::promfed::CONFIG_KEY).cloned());
             let status = Api::<PrometheusFederation>::namespaced(admin.clone(), "default")
                 .get("team-a")
                 .await?

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use accord_crds::ManagedCluster;
 use accord_crds::conditions;
-use accord_crds::kafka::{FederatedKafkaTopic, KafkaTopicPolicy};
+use accord_crds::kafka_topic::{FederatedKafkaTopic, KafkaTopicPolicy};
 use accord_e2e::agent_sim::{self, AgentStream};
 use accord_e2e::fleet::ensure_namespace;
 use accord_e2e::hub::{HubOptions, HubProcess, create_token};
@@ -21,8 +21,8 @@ use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use accord_hub::store::{Keyspace, Store};
 use accord_proto::v1::{
-    PlacementState as PbState, StatusReport, TopicAssignment, TopicStatus, assignment, hub_message,
-    status_ack, status_report,
+    KafkaTopicAssignment, KafkaTopicStatus, PlacementState as PbState, StatusReport, assignment,
+    hub_message, status_ack, status_report,
 };
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::Namespace;
@@ -61,7 +61,7 @@ async fn start_hub<'t>(testbed: &'t Testbed, name: &str) -> Result<HubProcess<'t
 /// What a simulated agent was sent for one topic object.
 #[derive(Clone, Debug)]
 struct Received {
-    topic: TopicAssignment,
+    topic: KafkaTopicAssignment,
 }
 
 /// A member cluster's agent playing its Kafka: every topic assignment is reported applied.
@@ -170,7 +170,7 @@ async fn play(
                         .push(format!("{}/{}", r.namespace, r.name));
                 }
                 for item in a.items {
-                    let (Some(policy), Some(assignment::Spec::Topic(topic))) =
+                    let (Some(policy), Some(assignment::Spec::KafkaTopic(topic))) =
                         (item.policy, item.spec)
                     else {
                         continue;
@@ -194,7 +194,7 @@ async fn play(
                             String::new()
                         },
                         applied_revision: item.revision,
-                        observed: Some(status_report::Observed::Topic(TopicStatus {
+                        observed: Some(status_report::Observed::KafkaTopic(KafkaTopicStatus {
                             partitions: topic.partitions,
                             replication_factor: topic.replication_factor,
                             exists: !topic.delete,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use accord_crds::PlacementState;
 use accord_e2e::fleet::agent_metrics;
 use accord_e2e::kafka::KafkaOptions;
-use accord_e2e::kafka_scenario::{
+use accord_e2e::kafka_topic_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, TopicView,
 };
 use accord_e2e::process::Frozen;
@@ -84,7 +84,7 @@ fn a_frozen_broker_makes_the_placement_unavailable_within_ten_seconds_and_synced
         .await?;
         let (ns, name, topic) = ("kprobe", "frozen", "kprobe-frozen");
         let clusters = s.clusters.clone();
-        let http = s.federation.agents[&clusters[0]].http.clone();
+        let http = s.fleet.agents[&clusters[0]].http.clone();
         ks::apply_topic(
             testbed,
             ns,

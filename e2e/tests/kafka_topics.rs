@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use accord_crds::{KafkaTopicPolicy, PlacementState};
 use accord_e2e::kafka::{KafkaCluster, KafkaOptions};
-use accord_e2e::kafka_scenario::{
+use accord_e2e::kafka_topic_scenario::{
     self as ks, ALREADY_MANAGED_REASON, KafkaMember, KafkaProbe, KafkaScenario,
     KafkaScenarioOptions, POLICY_REASON, TopicView,
 };
@@ -879,7 +879,7 @@ fn retain_keeps_topics_delete_removes_them_everywhere_and_a_missing_agent_holds_
 
         // One member's agent stopped: the other member's topic goes, the object goes after
         // the bound with a Warning naming the member left behind.
-        s.federation.kill_agent(&clusters[1])?;
+        s.fleet.kill_agent(&clusters[1])?;
         let deleting = Instant::now();
         ks::delete_topic(testbed, ns, "bounded").await?;
         until(

@@ -15,7 +15,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use accord_crds::kafka::FederatedKafkaTopic;
+use accord_crds::kafka_topic::FederatedKafkaTopic;
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary};
 use accord_e2e::installed::{
     HUB_SERVICE_ACCOUNT, SERVICE_ACCOUNT_GROUPS, impersonating_kubeconfig, output_text, run_binary,
@@ -67,7 +67,7 @@ async fn labelled_namespace(testbed: &Testbed, name: &str, label: &str) -> Resul
 }
 
 async fn create_policy(testbed: &Testbed, name: &str, spec: Value) -> Result<()> {
-    let api: Api<accord_crds::kafka::KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
+    let api: Api<accord_crds::kafka_topic::KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
     let policy = serde_json::from_value(json!({
         "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
         "metadata": { "name": name }, "spec": spec,
@@ -664,7 +664,7 @@ fn a_federation_match_selector_the_parser_refuses_is_refused_at_kubectl_apply() 
 
         labelled_namespace(testbed, "wh-pfed", "none").await?;
         let bad = federation("bad-match", &["up", "{job=}"]);
-        let expected = accord_common::federation::check_selector("{job=}")
+        let expected = accord_common::promfed::check_selector("{job=}")
             .err()
             .context("the parser accepts {job=}")?
             .to_string();

@@ -8,8 +8,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use accord_crds::{PlacementState, PrometheusFederation};
-use accord_e2e::pfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::promfed::{self, FederationOptions, ReloaderOptions};
+use accord_e2e::promfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
@@ -89,7 +89,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
         let global_url = s.global.as_ref().context("global")?.url();
 
         // Both tenants of every member, on the global Prometheus with cluster and tenant.
-        pfed_scenario::apply(
+        promfed_scenario::apply(
             testbed,
             ns,
             name,
@@ -160,7 +160,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
         }
 
         // An edit of match[] is loaded by every member and the global tier, and confirmed.
-        pfed_scenario::apply(
+        promfed_scenario::apply(
             testbed,
             ns,
             name,
@@ -181,19 +181,19 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
         for m in &s.members {
             let loaded = promfed::loaded_config(testbed.http(), &m.federation.url()).await?;
             ensure!(loaded.contains(&marker(1)), "{} loaded {loaded}", m.cluster);
-            loaded_hashes.push(accord_common::federation::config_hash(&loaded));
+            loaded_hashes.push(accord_common::promfed::config_hash(&loaded));
         }
 
         // Valid for the API server, refused by Prometheus ("1s1s"): Error with Prometheus's
         // message, the previous config still loaded, federation still flowing.
-        pfed_scenario::apply(
+        promfed_scenario::apply(
             testbed,
             ns,
             name,
             spec(&clusters, 2, "1s1s", serde_json::json!({})),
         )
         .await?;
-        pfed_scenario::wait_placements(
+        promfed_scenario::wait_placements(
             testbed,
             ns,
             name,
@@ -207,7 +207,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
             // The very config loaded before, as Prometheus itself reports it.
             let loaded = promfed::loaded_config(testbed.http(), &m.federation.url()).await?;
             ensure!(
-                accord_common::federation::config_hash(&loaded) == *before
+                accord_common::promfed::config_hash(&loaded) == *before
                     && !loaded.contains(&marker(2)),
                 "{} loaded {loaded}",
                 m.cluster
@@ -237,7 +237,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
             )
             .await?;
         }
-        pfed_scenario::apply(
+        promfed_scenario::apply(
             testbed,
             ns,
             name,
@@ -248,14 +248,14 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
 
         // Prometheus stopped during an edit: Unavailable, then Synced once it is back.
         s.members[0].federation.stop(testbed);
-        pfed_scenario::apply(
+        promfed_scenario::apply(
             testbed,
             ns,
             name,
             spec(&clusters, 4, "2s", serde_json::json!({})),
         )
         .await?;
-        pfed_scenario::wait_placements(
+        promfed_scenario::wait_placements(
             testbed,
             ns,
             name,
@@ -269,7 +269,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
         s.wait_confirmed(ns, name, &marker(4), true, WAIT).await?;
 
         // A source over sampleLimit: the scrape failure in the placement's message.
-        pfed_scenario::apply(
+        promfed_scenario::apply(
             testbed,
             ns,
             name,
@@ -277,7 +277,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
         )
         .await?;
         s.wait_confirmed(ns, name, &marker(5), true, WAIT).await?;
-        pfed_scenario::wait_placements(
+        promfed_scenario::wait_placements(
             testbed,
             ns,
             name,
@@ -300,10 +300,10 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
                 &format!("{}: ConfigMap gone and no job loaded", m.cluster),
                 WAIT,
                 || async {
-                    let data = pfed_scenario::config_map_data(
+                    let data = promfed_scenario::config_map_data(
                         cluster,
                         accord_e2e::fleet::AGENT_NAMESPACE,
-                        accord_common::federation::CONFIG_MAP_NAME,
+                        accord_common::promfed::CONFIG_MAP_NAME,
                     )
                     .await?;
                     let jobs = promfed::loaded_job_names(testbed.http(), &url).await?;
@@ -317,10 +317,10 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
             .await?;
         }
         until("global tier without jobs", WAIT, || async {
-            let data = pfed_scenario::config_map_data(
+            let data = promfed_scenario::config_map_data(
                 testbed.mgmt(),
                 &s.global_namespace,
-                accord_common::federation::GLOBAL_CONFIG_MAP_NAME,
+                accord_common::promfed::GLOBAL_CONFIG_MAP_NAME,
             )
             .await?;
             let jobs = promfed::loaded_job_names(testbed.http(), &global_url).await?;
@@ -357,8 +357,8 @@ fn a_prometheus_without_the_lifecycle_api_is_reported_with_the_flag_to_set() {
         let (ns, name) = ("pfed-lifecycle", "tenants");
         let mut spec = spec(&s.clusters, 0, "2s", serde_json::json!({}));
         spec["global"]["enabled"] = serde_json::json!(false);
-        pfed_scenario::apply(testbed, ns, name, spec).await?;
-        pfed_scenario::wait_placements(
+        promfed_scenario::apply(testbed, ns, name, spec).await?;
+        promfed_scenario::wait_placements(
             testbed,
             ns,
             name,

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::federation::{ReloadStatus, STATE_SYNCED, STATE_UNAVAILABLE, config_hash};
+use accord_common::promfed::{ReloadStatus, STATE_SYNCED, STATE_UNAVAILABLE, config_hash};
 use accord_e2e::SharedTestbed;
 use accord_e2e::fleet::ensure_namespace;
 use accord_e2e::promfed::{

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use accord_common::distribution::{FederationSpec, PolicyRef};
-use accord_common::federation::{
+use accord_common::distribution::{PolicyRef, PromfedSpec};
+use accord_common::promfed::{
     CONFIG_MAP_NAME, MemberPolicy, STATE_ERROR, STATE_SYNCED, STATE_UNAVAILABLE, SourceTarget,
     TenantSources, config_hash, empty_config, render_member,
 };
@@ -42,12 +42,12 @@ const RELOAD_LOG: &str = "POST /-/reload";
 fn member_config(policy: &str, tenants: &[&str], matcher: &str, interval: &str) -> String {
     let policy = MemberPolicy {
         policy: PolicyRef::new("PrometheusFederation", "team", policy),
-        spec: FederationSpec {
+        spec: PromfedSpec {
             matchers: vec![matcher.to_owned()],
             scrape_interval: interval.to_owned(),
             scrape_timeout: "5s".to_owned(),
             sample_limit: 1000,
-            ..FederationSpec::default()
+            ..PromfedSpec::default()
         },
         tenants: tenants
             .iter()
@@ -83,7 +83,7 @@ async fn setup(testbed: &accord_e2e::Testbed, name: &str, lifecycle: bool) -> Re
     Ok(Setup { api, prometheus })
 }
 
-fn synced(hash: &str) -> impl Fn(&accord_common::federation::ReloadStatus) -> bool + '_ {
+fn synced(hash: &str) -> impl Fn(&accord_common::promfed::ReloadStatus) -> bool + '_ {
     move |s| {
         s.state.as_deref() == Some(STATE_SYNCED)
             && s.reload_hash.as_deref() == Some(hash)

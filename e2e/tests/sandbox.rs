@@ -12,7 +12,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use accord_crds::{ManagedCluster, conditions};
-use accord_e2e::kafka_scenario::{KAFKA_SECRET, POLICY_REASON};
+use accord_e2e::kafka_topic_scenario::{KAFKA_SECRET, POLICY_REASON};
 use accord_e2e::promfed;
 use accord_e2e::sandbox::status::{FEDERATED_QUERY, query_command};
 use accord_e2e::sandbox::{procs, state};

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::controllers::{ControllerOptions, KindOptions};
-use crate::federation::controller::PromfedOptions;
 use crate::grpc::AgentSettings;
-use crate::kafka::controller::KafkaTopicOptions;
+use crate::kafka_topic::controller::KafkaTopicOptions;
+use crate::promfed::controller::PromfedOptions;
 use crate::scale::controller::ScaleOptions;
 use crate::serve::ServeConfig;
 

@@ -17,8 +17,8 @@ use tracing::{info, warn};
 use crate::connections::Connections;
 use crate::controllers::{ControllerDeps, ControllerOptions};
 use crate::distribution::Fanout;
-use crate::grpc::federation::FederationService;
 use crate::grpc::registration::RegistrationService;
+use crate::grpc::sync::SyncService;
 use crate::grpc::{AgentFacing, AgentSettings};
 use crate::http::{self, Readiness, ReadinessGates};
 use crate::metrics::Metrics;
@@ -180,7 +180,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 agents.clone(),
             )))
             .add_service(
-                FederationServer::new(FederationService::new(agents.clone()))
+                FederationServer::new(SyncService::new(agents.clone()))
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )

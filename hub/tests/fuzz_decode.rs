@@ -14,7 +14,7 @@ use accord_crds::{
     CrossClusterScalePolicySpec, FederatedKafkaTopicSpec, KafkaTopicPolicySpec, ManagedClusterSpec,
     PrometheusFederationSpec,
 };
-use accord_hub::grpc::federation::translate_report;
+use accord_hub::grpc::sync::translate_report;
 use accord_proto::v1::{AgentMessage, HubMessage, RegisterRequest, agent_message};
 use proptest::prelude::*;
 use prost::Message as _;

@@ -10,7 +10,7 @@ mod store_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{Observed, PlacementState, ReplicasObserved};
+use accord_common::distribution::{Observed, PlacementState, ScaleObserved};
 use accord_hub::connections::Connections;
 use accord_hub::controllers::placement::{PlacementKind, Placements, Watched};
 use accord_hub::controllers::{
@@ -18,7 +18,7 @@ use accord_hub::controllers::{
 };
 use accord_hub::distribution::PlacementRecord;
 use accord_hub::http::{Readiness, ReadinessGates};
-use accord_hub::kafka::controller::KafkaTopics;
+use accord_hub::kafka_topic::controller::KafkaTopics;
 use accord_hub::metrics::Metrics;
 use accord_hub::scale::controller::Scale;
 use accord_hub::scale::{SCALE_KIND, ScaleDecision};
@@ -158,8 +158,9 @@ impl Harness {
             applied_revision: revision,
             state: PlacementState::Synced,
             message: String::new(),
+            api_server_unavailable: false,
             observed_unix_millis: 1,
-            observed: Observed::Replicas(ReplicasObserved {
+            observed: Observed::Scale(ScaleObserved {
                 desired: ready,
                 ready,
                 updated: ready,

@@ -2,7 +2,7 @@
 
 mod store_support;
 
-use accord_common::distribution::{Observed, PlacementState, ReplicasObserved};
+use accord_common::distribution::{Observed, PlacementState, ScaleObserved};
 use accord_hub::store::{Refusal, StatusRecord, StoreError, WriteOutcome};
 
 const KIND: &str = "CrossClusterScalePolicy";
@@ -15,11 +15,12 @@ fn report(applied_revision: i64, generation: i64, resource_version: &str) -> Sta
         state: PlacementState::Synced,
         message: format!("rv {resource_version}"),
         observed_unix_millis: 1_700_000_000_000,
-        observed: Observed::Replicas(ReplicasObserved {
+        observed: Observed::Scale(ScaleObserved {
             ready: 3,
             scale_request_id: "01JTEST".into(),
-            ..ReplicasObserved::default()
+            ..ScaleObserved::default()
         }),
+        api_server_unavailable: false,
     }
 }
 

@@ -12,7 +12,7 @@ pub mod v1 {
     tonic::include_proto!("accord.v1");
 }
 
-/// Largest message either side accepts on the Federation stream (4 MiB): enough for a full
+/// Largest message either side accepts on the Sync stream (4 MiB): enough for a full
 /// Assignments message of a few thousand policies, small enough that a misbehaving peer
 /// cannot make the other allocate without bound.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;

@@ -117,19 +117,28 @@ fn envelopes_round_trip() {
 
 #[test]
 fn the_typed_state_and_the_scale_request_id_have_their_own_numbers() {
-    use accord_proto::v1::{PlacementState, ReplicaStatus, status_report};
+    use accord_proto::v1::{PlacementState, ScaleStatus, status_report};
     let report = StatusReport {
         state: PlacementState::Synced as i32,
-        observed: Some(status_report::Observed::Replicas(ReplicaStatus {
+        observed: Some(status_report::Observed::Scale(ScaleStatus {
             scale_request_id: "01J".into(),
             ..Default::default()
         })),
         ..Default::default()
     };
     assert_eq!(field_numbers(&report.encode_to_vec()), vec![7, 13]);
-    let replicas = ReplicaStatus {
+    let replicas = ScaleStatus {
         scale_request_id: "01J".into(),
         ..Default::default()
     };
     assert_eq!(field_numbers(&replicas.encode_to_vec()), vec![5]);
+}
+
+#[test]
+fn the_api_server_unavailable_flag_is_field_fourteen() {
+    let report = StatusReport {
+        api_server_unavailable: true,
+        ..Default::default()
+    };
+    assert_eq!(field_numbers(&report.encode_to_vec()), vec![14]);
 }

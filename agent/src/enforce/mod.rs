@@ -18,9 +18,9 @@
 //! Adding a kind: a module here with a type implementing [`Enforcer`], and one line in
 //! [`enforcers`].
 
-pub mod deployment;
-pub mod federation;
-pub mod kafka;
+pub mod kafka_topic;
+pub mod promfed;
+pub mod scale;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 
 use crate::assignments::Assigned;
 use crate::engine::Input;
-use crate::metrics::{Metrics, kube_error_kind};
+use crate::metrics::Metrics;
 use crate::report::Report;
 
 /// The enforcers of this agent version, one per kind it enforces; `namespace` is the
@@ -42,7 +42,12 @@ pub fn enforcers(
     metrics: &Metrics,
     namespace: &str,
 ) -> Vec<Box<dyn Enforcer>> {
-    enforcers_with(client, metrics, namespace, &kafka::KafkaOptions::default())
+    enforcers_with(
+        client,
+        metrics,
+        namespace,
+        &kafka_topic::KafkaOptions::default(),
+    )
 }
 
 /// The enforcers of this agent version, with the Kafka connection Secret and resync
@@ -51,18 +56,15 @@ pub fn enforcers_with(
     client: &kube::Client,
     metrics: &Metrics,
     namespace: &str,
-    kafka: &kafka::KafkaOptions,
+    kafka: &kafka_topic::KafkaOptions,
 ) -> Vec<Box<dyn Enforcer>> {
     vec![
-        Box::new(deployment::DeploymentEnforcer::new(
-            client.clone(),
-            metrics.clone(),
-        )),
-        Box::new(federation::FederationEnforcer::new(
+        Box::new(scale::ScaleEnforcer::new(client.clone(), metrics.clone())),
+        Box::new(promfed::PromfedEnforcer::new(
             client.clone(),
             namespace.to_owned(),
         )),
-        Box::new(kafka::KafkaEnforcer::new(
+        Box::new(kafka_topic::KafkaTopicEnforcer::new(
             client.clone(),
             namespace.to_owned(),
             kafka.clone(),
@@ -88,13 +90,13 @@ pub trait Enforcer: Send + 'static {
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef>;
 
     /// Judges one policy from what the watches hold, without I/O. `apply_error` is the
-    /// message of the last failed apply, while it stands. `None` while its caches are not
+    /// last failed apply, while it stands. `None` while its caches are not
     /// filled yet: an event follows when they are.
     fn look(
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement>;
 
     /// Makes the cluster match `assigned`; answers the object's version afterwards (equal to
@@ -186,58 +188,97 @@ impl EventSink {
     }
 }
 
-/// Why an apply failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The API server refused or failed the server-side apply.
-    #[error("applying to {object}: {source}")]
-    Kube {
-        /// What was applied, e.g. `Deployment prod/web`.
-        object: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// A request to a system outside Kubernetes (e.g. the member's Kafka) failed.
-    #[error("{message}")]
-    External {
-        /// The metric label of the error.
-        kind: &'static str,
-        /// What the status says (never a credential).
-        message: String,
-    },
+/// What kind of failure an apply met: what the judges decide the placement's state from,
+/// and the label of `accord_agent_apply_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ApplyErrorKind {
+    /// What the apply needs cannot be reached or used right now (the member's API server,
+    /// its Kafka, the agent's credentials there).
+    Unavailable,
+    /// The member refused the agent's identity the operation.
+    Forbidden,
+    /// The member refused what was asked as invalid.
+    Invalid,
+    /// What was asked collides with the object's current state.
+    Conflict,
+    /// The object vanished under the apply (its watch then says so).
+    NotFound,
+    /// The member cannot do what was asked at all (an API or operation it lacks).
+    NotSupported,
+    /// Anything else; worth retrying as it is.
+    Transient,
+}
+
+impl ApplyErrorKind {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unavailable => "unavailable",
+            Self::Forbidden => "forbidden",
+            Self::Invalid => "invalid",
+            Self::Conflict => "conflict",
+            Self::NotFound => "not_found",
+            Self::NotSupported => "not_supported",
+            Self::Transient => "transient",
+        }
+    }
+
+    /// The kind of a Kubernetes API error, by its status code (or the transport failing).
+    pub fn of_kube(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) => match status.code {
+                404 => Self::NotFound,
+                401 | 403 => Self::Forbidden,
+                409 => Self::Conflict,
+                400 | 422 => Self::Invalid,
+                405 | 415 | 501 => Self::NotSupported,
+                503 => Self::Unavailable,
+                _ => Self::Transient,
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) => Self::Unavailable,
+            _ => Self::Transient,
+        }
+    }
+}
+
+/// Why an apply failed: its kind, and a short message for the status report (never a
+/// credential).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApplyError {
+    /// What kind of failure it is.
+    pub kind: ApplyErrorKind,
+    /// What to tell the hub.
+    pub message: String,
 }
 
 impl ApplyError {
-    /// The metric label of the error.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Kube { source, .. } => kube_error_kind(source),
-            Self::External { kind, .. } => kind,
+    /// An error of `kind` saying `message`.
+    pub fn new(kind: ApplyErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
         }
+    }
+
+    /// A failed server-side apply.
+    pub fn of_kube(error: &kube::Error) -> Self {
+        let message = match error {
+            kube::Error::Api(status) => format!("server-side apply failed: {}", status.message),
+            other => format!("server-side apply failed: {other}"),
+        };
+        Self::new(ApplyErrorKind::of_kube(error), message)
     }
 
     /// Whether the object vanished under the apply (its watch then says so).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::Kube { source: kube::Error::Api(s), .. } if s.code == 404)
-    }
-
-    /// A short message for the status report.
-    pub fn status_message(&self) -> String {
-        match self {
-            Self::Kube {
-                source: kube::Error::Api(status),
-                ..
-            } => format!("server-side apply failed: {}", status.message),
-            Self::Kube { source, .. } => format!("server-side apply failed: {source}"),
-            Self::External { message, .. } => message.clone(),
-        }
+        self.kind == ApplyErrorKind::NotFound
     }
 }
 
 /// Server-side applies `patch` to object `name` of `api` as the agent (forcing its fields),
 /// and answers the object's `resourceVersion` afterwards; `object` names it in the error
-/// (e.g. `Deployment prod/web`).
+/// (e.g. `Deployment prod/web`) in the log.
 pub async fn server_side_apply<K>(
     api: kube::Api<K>,
     name: &str,
@@ -251,7 +292,10 @@ where
     let applied = api
         .patch(name, &params, &kube::api::Patch::Apply(patch))
         .await
-        .map_err(|source| ApplyError::Kube { object, source })?;
+        .map_err(|source| {
+            tracing::debug!(%object, error = %source, "server-side apply failed");
+            ApplyError::of_kube(&source)
+        })?;
     Ok(applied.meta().resource_version.clone().unwrap_or_default())
 }
 
@@ -268,4 +312,37 @@ pub fn unenforced_report(policy: &PolicyRef, assigned: &Assigned) -> Report {
         ),
         assigned.revision,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(Box::new(
+            kube::core::Status::failure("refused", "Reason").with_code(code),
+        ))
+    }
+
+    #[test]
+    fn kube_api_errors_are_classified_by_status_code() {
+        for (code, kind) in [
+            (404, ApplyErrorKind::NotFound),
+            (401, ApplyErrorKind::Forbidden),
+            (403, ApplyErrorKind::Forbidden),
+            (409, ApplyErrorKind::Conflict),
+            (400, ApplyErrorKind::Invalid),
+            (422, ApplyErrorKind::Invalid),
+            (405, ApplyErrorKind::NotSupported),
+            (503, ApplyErrorKind::Unavailable),
+            (500, ApplyErrorKind::Transient),
+            (429, ApplyErrorKind::Transient),
+        ] {
+            assert_eq!(ApplyErrorKind::of_kube(&api(code)), kind, "{code}");
+        }
+        let e = ApplyError::of_kube(&api(422));
+        assert_eq!(e.message, "server-side apply failed: refused");
+        assert!(!e.is_not_found());
+        assert!(ApplyError::of_kube(&api(404)).is_not_found());
+    }
 }

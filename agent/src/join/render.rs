@@ -16,13 +16,13 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
 
 use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
-use crate::enforce::kafka::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
+use crate::enforce::kafka_topic::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };
 use crate::lease::DEFAULT_LEASE_NAME;
 use crate::persist::CONFIGMAP_NAME;
-use accord_common::federation::CONFIG_MAP_NAME as FEDERATION_CONFIG_MAP;
+use accord_common::promfed::CONFIG_MAP_NAME as FEDERATION_CONFIG_MAP;
 
 /// Name of the agent's ServiceAccount, roles, bindings and Deployment.
 pub const AGENT_NAME: &str = "accord-agent";

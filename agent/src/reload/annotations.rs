@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use accord_common::federation::{
+use accord_common::promfed::{
     ANN_LOADED_HASH, ANN_RELOAD_HASH, ANN_RELOAD_MESSAGE, ANN_RELOAD_STATE, ANN_SCRAPE_ERRORS,
 };
 use serde_json::{Map, Value, json};
@@ -79,7 +79,7 @@ fn truncate(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::federation::{ReloadStatus, STATE_ERROR, STATE_SYNCED};
+    use accord_common::promfed::{ReloadStatus, STATE_ERROR, STATE_SYNCED};
 
     fn synced(hash: &str) -> Report {
         Report {

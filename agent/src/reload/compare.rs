@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use accord_common::federation::validate::parse_duration;
+use accord_common::promfed::validate::parse_duration;
 use serde_json::Value;
 
 /// The parts of one scrape job the comparison looks at; `None` where the config leaves

@@ -24,11 +24,11 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use accord_common::federation::{
+use accord_common::pki::install_crypto_provider;
+use accord_common::promfed::{
     CONFIG_KEY, CONFIG_MAP_NAME, STATE_ERROR, STATE_SYNCED, STATE_UNAVAILABLE, config_hash,
     empty_config, validate,
 };
-use accord_common::pki::install_crypto_provider;
 use accord_common::runtime::{KubeClientError, kube_client};
 use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use futures::StreamExt;

@@ -207,7 +207,7 @@ impl ScriptedHub {
 /// Replicas the report observed.
 pub fn desired(report: &StatusReport) -> Option<i32> {
     match &report.observed {
-        Some(accord_proto::v1::status_report::Observed::Replicas(r)) => Some(r.desired_replicas),
+        Some(accord_proto::v1::status_report::Observed::Scale(r)) => Some(r.desired_replicas),
         _ => None,
     }
 }
@@ -215,7 +215,7 @@ pub fn desired(report: &StatusReport) -> Option<i32> {
 /// Scale request id the report observed on the Deployment.
 pub fn reported_request_id(report: &StatusReport) -> Option<&str> {
     match &report.observed {
-        Some(accord_proto::v1::status_report::Observed::Replicas(r)) => {
+        Some(accord_proto::v1::status_report::Observed::Scale(r)) => {
             Some(r.scale_request_id.as_str())
         }
         _ => None,
@@ -225,7 +225,7 @@ pub fn reported_request_id(report: &StatusReport) -> Option<&str> {
 /// Ready replicas the report observed.
 pub fn ready(report: &StatusReport) -> Option<i32> {
     match &report.observed {
-        Some(accord_proto::v1::status_report::Observed::Replicas(r)) => Some(r.ready_replicas),
+        Some(accord_proto::v1::status_report::Observed::Scale(r)) => Some(r.ready_replicas),
         _ => None,
     }
 }

@@ -186,7 +186,7 @@ pub fn peer_identity(cert_der: &[u8]) -> Result<PeerIdentity, PkiError> {
 }
 
 /// The identity of the agent behind a gRPC request on the hub's mTLS server, for services
-/// that must not be called anonymously (Federation). The TLS layer has already verified the
+/// that must not be called anonymously (Sync). The TLS layer has already verified the
 /// certificate against the hub CA; this reads the cluster from it. A request without a client
 /// certificate gets `UNAUTHENTICATED` with a message that says how to get one.
 pub fn request_peer_identity<T>(

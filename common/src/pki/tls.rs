@@ -32,7 +32,7 @@ pub fn install_crypto_provider() {
 /// TLS of the hub's gRPC server: presents `serving` followed by the CA certificate (so a
 /// joining agent can pin the CA from the chain), and verifies client certificates against
 /// the CA without requiring them — Registration is called before the agent has one; the
-/// Federation service insists on a peer certificate itself (see [`super::peer_identity`]).
+/// Sync service insists on a peer certificate itself (see [`super::peer_identity`]).
 pub fn server_tls_config(ca: &HubCa, serving: &KeyPairPem) -> ServerTlsConfig {
     install_crypto_provider();
     let ca_pem = ca.cert_pem();

@@ -36,7 +36,7 @@ use accord_crds::{FederatedKafkaTopic, PlacementState};
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::kafka::KafkaOptions;
-use accord_e2e::kafka_scenario::{
+use accord_e2e::kafka_topic_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, WEBHOOK_PATH,
 };
 use accord_e2e::stats::pct;
@@ -225,12 +225,12 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let mut meter = Meter::start(
         testbed.mgmt().client(),
         testbed.http(),
-        Some(format!("{}/metrics", s.federation.hub.http)),
+        Some(format!("{}/metrics", s.fleet.hub.http)),
     )
     .await?;
     let measured = Instant::now();
     if args.backlog {
-        testbed.stop_process(s.federation.hub.id);
+        testbed.stop_process(s.fleet.hub.id);
     }
     // Apply every topic, `concurrency` at a time, while watching Kafka and the status.
     let mut t0 = Instant::now();
@@ -332,8 +332,8 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     };
     let (applied, polled) = if args.backlog {
         let applied = apply.await;
-        s.federation.restart_hub().await?;
-        meter.hub_restarted(format!("{}/metrics", s.federation.hub.http));
+        s.fleet.restart_hub().await?;
+        meter.hub_restarted(format!("{}/metrics", s.fleet.hub.http));
         t0 = Instant::now();
         (applied, poll(t0).await)
     } else {
@@ -358,7 +358,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         let kafka = in_kafka[i].unwrap_or_default();
         let status = synced[i].unwrap_or_default();
         let agent = s
-            .federation
+            .fleet
             .agents
             .get(cluster)
             .and_then(|a| a.process)

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
-use accord_e2e::pfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::promfed::{FederationOptions, ReloaderOptions};
+use accord_e2e::promfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::stats::pct;
 use accord_e2e::wait::Check;
 use anyhow::{Context as _, Result, bail};
@@ -108,7 +108,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     )
     .await?;
     let (ns, name) = ("bench-pfed", "tenants");
-    pfed_scenario::apply(testbed, ns, name, spec(&s.clusters, 0)).await?;
+    promfed_scenario::apply(testbed, ns, name, spec(&s.clusters, 0)).await?;
     let marker = |edit: u32| format!("edit_{edit}_=");
     s.wait_confirmed(ns, name, &marker(0), true, Duration::from_secs(120))
         .await?;
@@ -117,13 +117,13 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let meter = Meter::start(
         testbed.mgmt().client(),
         testbed.http(),
-        Some(format!("{}/metrics", s.federation.hub.http)),
+        Some(format!("{}/metrics", s.fleet.hub.http)),
     )
     .await?;
     let measured = Instant::now();
     for edit in 1..=args.edits {
         let start = Instant::now();
-        pfed_scenario::apply(testbed, ns, name, spec(&s.clusters, edit)).await?;
+        promfed_scenario::apply(testbed, ns, name, spec(&s.clusters, edit)).await?;
         let want = marker(edit);
         poll("members", timeout, || s.confirmed(ns, name, &want, false)).await?;
         members.push(start.elapsed());

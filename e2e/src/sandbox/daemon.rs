@@ -923,7 +923,8 @@ async fn member_kafkas(options: &DaemonOptions, testbed: &Testbed) -> Result<Vec
         ..crate::kafka::KafkaOptions::default()
     };
     let clusters = try_join_all(
-        (0..testbed.members().len()).map(|i| crate::kafka_scenario::start_kafka(testbed, i, sasl)),
+        (0..testbed.members().len())
+            .map(|i| crate::kafka_topic_scenario::start_kafka(testbed, i, sasl)),
     )
     .await?;
     testbed
@@ -951,12 +952,12 @@ async fn member_kafkas(options: &DaemonOptions, testbed: &Testbed) -> Result<Vec
 }
 
 /// Gives every member's agent its Kafka connection: Secret
-/// [`KAFKA_SECRET`](crate::kafka_scenario::KAFKA_SECRET) in the agent's namespace, pointing
+/// [`KAFKA_SECRET`](crate::kafka_topic_scenario::KAFKA_SECRET) in the agent's namespace, pointing
 /// at the member's broker.
 async fn write_kafka_secrets(testbed: &Testbed, kafkas: &[MemberKafka]) -> Result<()> {
     let mut written = Vec::new();
     for (i, (member, kafka)) in testbed.members().iter().zip(kafkas).enumerate() {
-        crate::kafka_scenario::write_secret(testbed, i, &kafka.secret).await?;
+        crate::kafka_topic_scenario::write_secret(testbed, i, &kafka.secret).await?;
         written.push(format!(
             "{} → {} ({})",
             member.name(),
@@ -967,7 +968,7 @@ async fn write_kafka_secrets(testbed: &Testbed, kafkas: &[MemberKafka]) -> Resul
     progress(format!(
         "wrote the agents' Kafka Secret {}/{}: {}",
         crate::fleet::AGENT_NAMESPACE,
-        crate::kafka_scenario::KAFKA_SECRET,
+        crate::kafka_topic_scenario::KAFKA_SECRET,
         written.join(", ")
     ));
     Ok(())
@@ -1130,7 +1131,7 @@ mod tests {
     fn placement(
         cluster: &str,
         state: PlacementState,
-    ) -> accord_crds::prometheus::FederationPlacement {
+    ) -> accord_crds::promfed::FederationPlacement {
         serde_json::from_value(serde_json::json!({
             "cluster": cluster,
             "state": state.as_str(),
@@ -1139,10 +1140,7 @@ mod tests {
         .unwrap()
     }
 
-    fn global(
-        state: PlacementState,
-        jobs: i32,
-    ) -> Option<accord_crds::prometheus::GlobalTierStatus> {
+    fn global(state: PlacementState, jobs: i32) -> Option<accord_crds::promfed::GlobalTierStatus> {
         serde_json::from_value(serde_json::json!({"state": state.as_str(), "jobs": jobs})).unwrap()
     }
 
@@ -1238,7 +1236,7 @@ mod tests {
             serde_json::json!([{
                 "apiGroups": [""],
                 "resources": ["configmaps"],
-                "resourceNames": [accord_common::federation::CONFIG_MAP_NAME],
+                "resourceNames": [accord_common::promfed::CONFIG_MAP_NAME],
                 "verbs": ["get", "list", "watch", "patch"],
             }])
         );

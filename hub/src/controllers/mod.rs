@@ -35,10 +35,10 @@ use tracing::{info, warn};
 
 use crate::connections::Connections;
 use crate::distribution::PlacementRecord;
-use crate::federation::controller::Promfed;
 use crate::http::ReadinessGates;
-use crate::kafka::controller::KafkaTopics;
+use crate::kafka_topic::controller::KafkaTopics;
 use crate::metrics::Metrics;
+use crate::promfed::controller::Promfed;
 use crate::scale::controller::Scale;
 use crate::store::election::LeaderElection;
 use crate::store::{PrefixCache, StatusRecord, Store, error_chain};
@@ -379,9 +379,9 @@ pub struct KindOptions {
     /// CrossClusterScalePolicy.
     pub scale: crate::scale::controller::ScaleOptions,
     /// FederatedKafkaTopic.
-    pub kafka_topic: crate::kafka::controller::KafkaTopicOptions,
+    pub kafka_topic: crate::kafka_topic::controller::KafkaTopicOptions,
     /// PrometheusFederation.
-    pub promfed: crate::federation::controller::PromfedOptions,
+    pub promfed: crate::promfed::controller::PromfedOptions,
 }
 
 /// Default of [`ControllerOptions::status_window`] (`--status-coalesce-window`).

@@ -12,14 +12,10 @@ use crate::store::StatusRecord;
 pub const WAITING_FOR_AGENT: &str = "waiting for the agent";
 /// Message of a placement whose last report is about an earlier assignment.
 pub const WAITING_FOR_CHANGE: &str = "waiting for the agent to apply the latest change";
-/// Start of the message an agent reports while its member's API server fails its
-/// `/readyz` probe (the agent's `engine::API_SERVER_UNAVAILABLE`).
-pub const API_SERVER_UNAVAILABLE: &str = "member API server unavailable";
-
-/// Whether `report` says the member's API server is unavailable.
+/// Whether `report` says the member's API server is unavailable (the agent's `/readyz`
+/// probe of it fails).
 pub fn api_server_unavailable(report: &StatusRecord) -> bool {
-    report.state == PlacementState::Unavailable
-        && report.message.starts_with(API_SERVER_UNAVAILABLE)
+    report.state == PlacementState::Unavailable && report.api_server_unavailable
 }
 
 /// The state and message of `share`: `Pending` with the hold reason while it is sent
@@ -66,12 +62,12 @@ pub fn is_trouble(state: PlacementState) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{AssignmentSpec, Observed, TopicSpec};
+    use accord_common::distribution::{AssignmentSpec, KafkaTopicSpec, Observed};
 
     fn share() -> ShareRecord {
         ShareRecord {
             cluster: "a".into(),
-            assignment: Some(AssignmentSpec::Topic(TopicSpec::default())),
+            assignment: Some(AssignmentSpec::KafkaTopic(KafkaTopicSpec::default())),
             held_reason: None,
         }
     }
@@ -85,6 +81,14 @@ mod tests {
             message: message.into(),
             observed_unix_millis: 0,
             observed: Observed::Nothing,
+            api_server_unavailable: false,
+        }
+    }
+
+    fn api_server_down(applied_revision: i64, message: &str) -> StatusRecord {
+        StatusRecord {
+            api_server_unavailable: true,
+            ..report(applied_revision, PlacementState::Unavailable, message)
         }
     }
 
@@ -97,24 +101,27 @@ mod tests {
 
     #[test]
     fn a_placement_waiting_on_an_unavailable_member_api_server_says_so() {
-        let down = format!("{API_SERVER_UNAVAILABLE}: GET /readyz did not answer within 2s");
-        let r = report(7, PlacementState::Unavailable, &down);
+        let down = "member API server unavailable: GET /readyz did not answer within 2s";
+        let r = api_server_down(7, down);
         // About the current assignment: the agent's own words.
         let (st, message) = super::state(&share(), 7, Some(&r), Some(&available()), "gone");
         assert_eq!(
             (st, message.as_deref()),
-            (PlacementState::Unavailable, Some(down.as_str()))
+            (PlacementState::Unavailable, Some(down))
         );
         // About an earlier one: still waiting, and why.
         let (st, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
         assert_eq!(st, PlacementState::Pending);
         let message = message.unwrap();
         assert!(
-            message.starts_with(WAITING_FOR_CHANGE) && message.ends_with(&down),
+            message.starts_with(WAITING_FOR_CHANGE) && message.ends_with(down),
             "{message}"
         );
-        // Any other older report only waits.
+        // Any other older report only waits, whatever its message says.
         let r = report(7, PlacementState::Synced, "");
+        let (_, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
+        assert_eq!(message.as_deref(), Some(WAITING_FOR_CHANGE));
+        let r = report(7, PlacementState::Unavailable, down);
         let (_, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
         assert_eq!(message.as_deref(), Some(WAITING_FOR_CHANGE));
     }

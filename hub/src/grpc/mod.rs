@@ -1,9 +1,9 @@
-//! The hub's gRPC services: `Registration` (join with a bootstrap token) and `Federation`
-//! (the one mTLS stream per agent), and the state they share.
+//! The hub's gRPC services: `Registration` (join with a bootstrap token) and Sync
+//! (`Federation.Sync` on the wire: the one mTLS stream per agent), and the state they share.
 
-pub mod federation;
 pub mod registration;
 pub mod renewal;
+pub mod sync;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -17,12 +17,12 @@ use super::options::{
     ETCD_SECRET_CERT, ETCD_SECRET_KEY, ETCD_SECRET_MOUNT, ETCD_SECRET_PASSWORD,
     ETCD_SECRET_USERNAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions, Resources,
 };
-use crate::federation::lib::GLOBAL_CONFIG_MAP_NAME;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
 use crate::webhook::{
     CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, FEDERATION_PATH as FEDERATION_WEBHOOK_PATH,
     FEDERATION_WEBHOOK_NAME, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
 };
+use accord_common::promfed::GLOBAL_CONFIG_MAP_NAME;
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
 const ETCD_DATA_DIR: &str = "/var/lib/etcd";
@@ -368,7 +368,7 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
             validating_webhook(
                 WEBHOOK_NAME,
                 client_config,
-                &accord_crds::kafka::FederatedKafkaTopic::version(&()),
+                &accord_crds::kafka_topic::FederatedKafkaTopic::version(&()),
                 "federatedkafkatopics",
             ),
             validating_webhook(

@@ -326,7 +326,7 @@ fn placement(
         .is_some_and(|c| c.available);
     let current = report.filter(|r| {
         r.observed
-            .replicas()
+            .scale()
             .is_some_and(|o| o.scale_request_id == inputs.decision.scale_request_id)
     });
     let (state, message) = if !available {
@@ -356,7 +356,7 @@ fn placement(
     } else {
         (PlacementState::Pending, share.held_reason.clone())
     };
-    let ready = report.and_then(|r| r.observed.replicas()).map(|o| o.ready);
+    let ready = report.and_then(|r| r.observed.scale()).map(|o| o.ready);
     let synced_before = old_placements
         .iter()
         .find(|p| p.cluster == share.cluster)
@@ -509,7 +509,7 @@ mod tests {
     use super::*;
     use crate::distribution::select::ClusterInfo;
     use crate::scale::SCALE_KIND;
-    use accord_common::distribution::{Observed, PolicyRef, ReplicasObserved};
+    use accord_common::distribution::{Observed, PolicyRef, ScaleObserved};
     use k8s_openapi::jiff::Timestamp;
 
     fn spec(yaml: &str) -> CrossClusterScalePolicySpec {
@@ -914,11 +914,12 @@ mod tests {
             state,
             message: String::new(),
             observed_unix_millis: 1_000,
-            observed: Observed::Replicas(ReplicasObserved {
+            observed: Observed::Scale(ScaleObserved {
                 ready,
                 scale_request_id: id.into(),
-                ..ReplicasObserved::default()
+                ..ScaleObserved::default()
             }),
+            api_server_unavailable: false,
         }
     }
 

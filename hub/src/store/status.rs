@@ -31,6 +31,10 @@ pub struct StatusRecord {
     /// counts and scale request id, a topic's partitions, ...).
     #[serde(default)]
     pub observed: Observed,
+    /// The member's API server failed the agent's `/readyz` probe when the agent observed
+    /// this (the state is then `Unavailable`; the message says why, for humans).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub api_server_unavailable: bool,
 }
 
 /// The result of [`Store::write_status`].
@@ -265,7 +269,28 @@ mod tests {
             message: String::new(),
             observed_unix_millis: millis,
             observed: Observed::Nothing,
+            api_server_unavailable: false,
         }
+    }
+
+    #[test]
+    fn a_record_stored_before_the_api_server_flag_reads_without_it_and_keeps_its_form() {
+        let stored = r#"{"resource_version":"5","generation":1,"applied_revision":2,
+            "state":"Unavailable","message":"m","observed_unix_millis":3,"observed":"nothing"}"#;
+        let record: StatusRecord = serde_json::from_str(stored).unwrap();
+        assert!(!record.api_server_unavailable);
+        assert!(
+            !serde_json::to_string(&record)
+                .unwrap()
+                .contains("api_server_unavailable")
+        );
+        let down = StatusRecord {
+            api_server_unavailable: true,
+            ..record
+        };
+        let json = serde_json::to_string(&down).unwrap();
+        assert!(json.contains(r#""api_server_unavailable":true"#), "{json}");
+        assert_eq!(serde_json::from_str::<StatusRecord>(&json).unwrap(), down);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accord_crds::ManagedCluster;
-use accord_crds::kafka::{FederatedKafkaTopic, KafkaTopicPolicy};
+use accord_crds::kafka_topic::{FederatedKafkaTopic, KafkaTopicPolicy};
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;

@@ -17,14 +17,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accord_crds::kafka::{
+use accord_crds::kafka_topic::{
     Enforcement, FederatedKafkaTopic, FederatedKafkaTopicSpec, KafkaTopicPolicy,
 };
 use kube::ResourceExt as _;
 
 use super::review::{Operation, Refusal, TopicReview, Verdict};
 use crate::distribution::select::matches;
-use crate::kafka::policy::{self, Violation};
+use crate::kafka_topic::policy::{self, Violation};
 
 /// `status.reason` of a refusal for breaking a `Deny` KafkaTopicPolicy (also when the
 /// name is taken as well).
@@ -250,7 +250,7 @@ fn taken_message(topic_name: &str, taken: &[Taken]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_crds::kafka::KafkaTopicPolicySpec;
+    use accord_crds::kafka_topic::KafkaTopicPolicySpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 
     fn topic(

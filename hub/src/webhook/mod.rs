@@ -26,7 +26,7 @@
 pub mod ca_bundle;
 pub mod cache;
 pub mod decide;
-pub mod federation;
+pub mod promfed;
 pub mod review;
 pub mod server;
 
@@ -35,7 +35,7 @@ use std::net::SocketAddr;
 use crate::writes::{EventRecorder, Reporter};
 
 pub use decide::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
-pub use federation::INVALID_MATCH_REASON;
+pub use promfed::INVALID_MATCH_REASON;
 
 use crate::pki::KeyPairPem;
 

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use accord_crds::PrometheusFederation;
-use accord_crds::kafka::FederatedKafkaTopic;
+use accord_crds::kafka_topic::FederatedKafkaTopic;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

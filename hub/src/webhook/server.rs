@@ -30,11 +30,11 @@ use tokio_rustls::server::TlsStream;
 use tracing::{debug, warn};
 
 use accord_crds::PrometheusFederation;
-use accord_crds::kafka::FederatedKafkaTopic;
+use accord_crds::kafka_topic::FederatedKafkaTopic;
 
 use super::cache::Caches;
 use super::decide::decide;
-use super::federation::decide_federation;
+use super::promfed::decide_federation;
 use super::review::{self, Operation};
 use super::{FEDERATION_PATH, PATH, WebhookError};
 use crate::pki::KeyPairPem;

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use accord_crds::kafka::{
+use accord_crds::kafka_topic::{
     Enforcement, FederatedKafkaTopic, FederatedKafkaTopicSpec, KafkaTopicPolicy,
     compile_topic_pattern,
 };
@@ -81,7 +81,7 @@ pub fn violations(
 fn check_spec(
     topic: &FederatedKafkaTopicSpec,
     topic_name: &str,
-    policy: &accord_crds::kafka::KafkaTopicPolicySpec,
+    policy: &accord_crds::kafka_topic::KafkaTopicPolicySpec,
     add: &mut impl FnMut(&'static str, String),
 ) {
     if let Some(min) = policy.min_partitions
@@ -164,7 +164,7 @@ pub fn message(violations: &[Violation]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_crds::kafka::KafkaTopicPolicySpec;
+    use accord_crds::kafka_topic::KafkaTopicPolicySpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
     fn topic(partitions: i32, rf: i32, config: &[(&str, &str)]) -> FederatedKafkaTopic {

@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use accord_common::distribution::{Observed, PlacementState};
 use accord_crds::conditions::{self, Desired, Status, reasons as common, types};
-use accord_crds::kafka::{FederatedKafkaTopicStatus, KafkaTopicPolicyStatus, TopicPlacement};
+use accord_crds::kafka_topic::{FederatedKafkaTopicStatus, KafkaTopicPolicyStatus, TopicPlacement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::policy::{self, Violation};
-use super::{TopicDecision, conflict, reasons};
+use super::{KafkaTopicDecision, conflict, reasons};
 use crate::distribution::ShareRecord;
 use crate::distribution::reported::{self, is_trouble};
 use crate::distribution::select::ClusterInfo;
@@ -28,7 +28,7 @@ pub struct StatusInputs<'a> {
     /// The shares to show (the stored record's, or held ones when nothing was stored).
     pub shares: &'a [ShareRecord],
     /// The stored decision, if any.
-    pub decision: Option<&'a TopicDecision>,
+    pub decision: Option<&'a KafkaTopicDecision>,
     /// The record's etcd revision: the assignment revision a current report has applied.
     pub revision: i64,
     /// The agents' last reports, by cluster.
@@ -88,13 +88,13 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
 /// agent last reported about the current assignment, or why there is nothing to show yet.
 pub fn placement(
     share: &ShareRecord,
-    decision: Option<&TopicDecision>,
+    decision: Option<&KafkaTopicDecision>,
     revision: i64,
     report: Option<&StatusRecord>,
     cluster: Option<&ClusterInfo>,
 ) -> TopicPlacement {
     let observed = report.and_then(|r| match &r.observed {
-        Observed::Topic(t) if t.exists => Some(t),
+        Observed::KafkaTopic(t) if t.exists => Some(t),
         _ => None,
     });
     let owner = decision.and_then(|d| d.conflicts.get(&share.cluster));
@@ -311,12 +311,12 @@ pub fn policy_status_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{AssignmentSpec, TopicObserved, TopicSpec};
-    use accord_crds::kafka::Enforcement;
+    use accord_common::distribution::{AssignmentSpec, KafkaTopicObserved, KafkaTopicSpec};
+    use accord_crds::kafka_topic::Enforcement;
     use k8s_openapi::jiff::Timestamp;
 
-    fn spec() -> TopicSpec {
-        TopicSpec {
+    fn spec() -> KafkaTopicSpec {
+        KafkaTopicSpec {
             topic_name: "events".into(),
             partitions: 12,
             replication_factor: 3,
@@ -327,7 +327,7 @@ mod tests {
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
             cluster: cluster.into(),
-            assignment: Some(AssignmentSpec::Topic(spec())),
+            assignment: Some(AssignmentSpec::KafkaTopic(spec())),
             held_reason: None,
         }
     }
@@ -353,11 +353,12 @@ mod tests {
             state,
             message: message.into(),
             observed_unix_millis: 1_000,
-            observed: Observed::Topic(TopicObserved {
+            observed: Observed::KafkaTopic(KafkaTopicObserved {
                 partitions,
                 replication_factor: 3,
                 exists: true,
             }),
+            api_server_unavailable: false,
         }
     }
 
@@ -387,7 +388,7 @@ mod tests {
 
     struct Case<'a> {
         shares: &'a [ShareRecord],
-        decision: Option<&'a TopicDecision>,
+        decision: Option<&'a KafkaTopicDecision>,
         reports: &'a [(&'a str, StatusRecord)],
         clusters: BTreeMap<String, ClusterInfo>,
         violations: &'a [Violation],
@@ -414,8 +415,8 @@ mod tests {
         })
     }
 
-    fn decision(conflicts: &[(&str, &str)]) -> TopicDecision {
-        TopicDecision {
+    fn decision(conflicts: &[(&str, &str)]) -> KafkaTopicDecision {
+        KafkaTopicDecision {
             spec: spec(),
             conflicts: conflicts
                 .iter()

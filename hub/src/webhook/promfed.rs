@@ -9,7 +9,7 @@
 //! change to an object being deleted are allowed, so an object stored before the webhook
 //! existed can still be cleaned up.
 
-use accord_common::federation::check_selector;
+use accord_common::promfed::check_selector;
 
 use super::review::{FederationReview, Operation, Refusal, Verdict};
 

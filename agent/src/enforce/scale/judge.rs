@@ -2,11 +2,12 @@
 //! HorizontalPodAutoscaler owns its replicas, what to report, and the server-side apply
 //! patch that sets it. No API calls happen here.
 
-use accord_common::distribution::{Observed, PlacementState, ReplicasObserved, ScaleSpec};
+use accord_common::distribution::{Observed, PlacementState, ScaleObserved, ScaleSpec};
 use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
+use crate::enforce::ApplyError;
 use crate::report::Report;
 
 /// What the agent makes of a Deployment against its assignment.
@@ -101,12 +102,12 @@ pub fn report(
     applied_revision: i64,
     verdict: &Verdict,
     deployment: Option<&Deployment>,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Report {
     let (state, message) = match verdict {
         Verdict::Synced => (PlacementState::Synced, String::new()),
         Verdict::NeedsApply => match apply_error {
-            Some(error) => (PlacementState::Error, error.to_owned()),
+            Some(error) => (PlacementState::Error, error.message.clone()),
             None => (
                 PlacementState::Pending,
                 format!("setting {} replicas", target.replicas),
@@ -135,7 +136,7 @@ pub fn report(
             .clone()
             .unwrap_or_default(),
         generation: deployment.metadata.generation.unwrap_or_default(),
-        observed: Observed::Replicas(ReplicasObserved {
+        observed: Observed::Scale(ScaleObserved {
             desired: spec_replicas(deployment),
             ready: status.and_then(|s| s.ready_replicas).unwrap_or_default(),
             updated: status.and_then(|s| s.updated_replicas).unwrap_or_default(),
@@ -145,6 +146,7 @@ pub fn report(
             scale_request_id: stamped_request_id(deployment).to_owned(),
         }),
         applied_revision,
+        api_server_unavailable: false,
     }
 }
 
@@ -229,7 +231,7 @@ mod tests {
         assert_eq!(r.generation, 5);
         assert_eq!(
             r.observed,
-            Observed::Replicas(ReplicasObserved {
+            Observed::Scale(ScaleObserved {
                 desired: 7,
                 ready: 2,
                 updated: 3,
@@ -266,7 +268,10 @@ mod tests {
             42,
             &Verdict::NeedsApply,
             Some(&d),
-            Some("admission webhook denied"),
+            Some(&crate::enforce::ApplyError::new(
+                crate::enforce::ApplyErrorKind::Forbidden,
+                "admission webhook denied",
+            )),
         );
         assert_eq!(r.state, PlacementState::Error);
         assert_eq!(r.message, "admission webhook denied");
@@ -286,7 +291,7 @@ mod tests {
         assert!(message.contains("prod/web-hpa"), "{message}");
         let r = report(&target(7), 42, &v, Some(&d), None);
         assert_eq!(r.state, PlacementState::Conflict);
-        assert_eq!(r.observed.replicas().unwrap().desired, 3);
+        assert_eq!(r.observed.scale().unwrap().desired, 3);
     }
 
     #[test]

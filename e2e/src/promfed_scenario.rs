@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use accord_common::federation::{CONFIG_KEY, CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, config_hash};
+use accord_common::promfed::{CONFIG_KEY, CONFIG_MAP_NAME, GLOBAL_CONFIG_MAP_NAME, config_hash};
 use accord_crds::{
     ManagedCluster, PlacementState, PrometheusFederation, PrometheusFederationStatus,
 };
@@ -37,7 +37,7 @@ pub struct Scenario<'t> {
     /// The testbed.
     pub testbed: &'t Testbed,
     /// Hub and agents.
-    pub federation: Fleet<'t>,
+    pub fleet: Fleet<'t>,
     /// Cluster names, in member order.
     pub clusters: Vec<String>,
     /// Each member's Prometheus servers, in member order.
@@ -109,7 +109,7 @@ impl<'t> Scenario<'t> {
             .map(String::as_str)
             .zip(options.members.iter().copied())
             .collect();
-        let federation = Fleet::start(
+        let fleet = Fleet::start(
             testbed,
             name,
             &format!("/e2e-{name}/"),
@@ -145,7 +145,7 @@ impl<'t> Scenario<'t> {
         };
         let scenario = Self {
             testbed,
-            federation,
+            fleet,
             clusters,
             members,
             global,

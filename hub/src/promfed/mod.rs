@@ -1,5 +1,5 @@
 //! PrometheusFederation: the pure decisions of its controller
-//! ([`crate::controllers::federation`]) — which member clusters a policy selects
+//! ([`crate::controllers::promfed`]) — which member clusters a policy selects
 //! ([`select`]), the one assignment every selected cluster gets ([`plan`]), the policy's
 //! status from the agents' reports ([`status`]), and the hub's global tier: which member
 //! federation Prometheus servers the global Prometheus scrapes and what its reloader's
@@ -15,17 +15,14 @@ pub mod status;
 
 use serde::{Deserialize, Serialize};
 
-/// The render library (config rendering and the ConfigMap contract), shared with the agent.
-pub use accord_common::federation as lib;
-
 /// Kind name of federation policies in keys and object references.
-pub const FEDERATION_KIND: &str = "PrometheusFederation";
+pub const PROMFED_KIND: &str = "PrometheusFederation";
 
-/// A federation policy's decision data (the variant [`Decision::Federation`] of its
+/// A federation policy's decision data (the variant [`Decision::Promfed`] of its
 /// placements record). Every selected cluster gets the same assignment, so the shares say
 /// everything; this is where data about the decision as a whole would go.
 ///
-/// [`Decision::Federation`]: crate::distribution::Decision::Federation
+/// [`Decision::Promfed`]: crate::distribution::Decision::Promfed
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct FederationDecision {}
+pub struct PromfedDecision {}

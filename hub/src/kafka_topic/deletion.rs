@@ -10,23 +10,23 @@ use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState};
 
-use super::TopicDecision;
+use super::KafkaTopicDecision;
 use crate::distribution::PlacementRecord;
 use crate::store::StatusRecord;
 
 /// The tombstone of `record`: only the clusters that were sent the topic, each now sent
 /// `delete: true`. `None` when no cluster was sent it (nothing to delete anywhere).
 pub fn tombstone(
-    record: &PlacementRecord<TopicDecision>,
-) -> Option<PlacementRecord<TopicDecision>> {
+    record: &PlacementRecord<KafkaTopicDecision>,
+) -> Option<PlacementRecord<KafkaTopicDecision>> {
     let shares: Vec<_> = record
         .shares
         .iter()
         .filter_map(|s| match &s.assignment {
-            Some(AssignmentSpec::Topic(spec)) => {
+            Some(AssignmentSpec::KafkaTopic(spec)) => {
                 let mut share = s.clone();
-                share.assignment = Some(AssignmentSpec::Topic(
-                    accord_common::distribution::TopicSpec {
+                share.assignment = Some(AssignmentSpec::KafkaTopic(
+                    accord_common::distribution::KafkaTopicSpec {
                         delete: true,
                         ..spec.clone()
                     },
@@ -43,7 +43,7 @@ pub fn tombstone(
     spec.delete = true;
     Some(PlacementRecord {
         shares,
-        decision: TopicDecision {
+        decision: KafkaTopicDecision {
             spec,
             conflicts: Default::default(),
         },
@@ -52,7 +52,7 @@ pub fn tombstone(
 }
 
 /// Whether `record` is a tombstone already.
-pub fn is_tombstone(record: &PlacementRecord<TopicDecision>) -> bool {
+pub fn is_tombstone(record: &PlacementRecord<KafkaTopicDecision>) -> bool {
     record.decision.spec.delete
 }
 
@@ -60,7 +60,7 @@ pub fn is_tombstone(record: &PlacementRecord<TopicDecision>) -> bool {
 /// gone yet: no report for that revision saying `exists=false`, and the ManagedCluster
 /// still exists (`cluster_exists`).
 pub fn remaining(
-    tombstone: &PlacementRecord<TopicDecision>,
+    tombstone: &PlacementRecord<KafkaTopicDecision>,
     revision: i64,
     reports: &HashMap<String, StatusRecord>,
     cluster_exists: impl Fn(&str) -> bool,
@@ -81,7 +81,7 @@ pub fn remaining(
 fn is_gone(report: &StatusRecord, revision: i64) -> bool {
     report.applied_revision >= revision
         && report.state == PlacementState::Synced
-        && matches!(&report.observed, Observed::Topic(t) if !t.exists)
+        && matches!(&report.observed, Observed::KafkaTopic(t) if !t.exists)
 }
 
 /// Where a deletion stands.
@@ -143,10 +143,10 @@ pub fn incomplete_message(topic_name: &str, left: &[String], timeout: Duration) 
 mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
-    use accord_common::distribution::{PolicyRef, TopicObserved, TopicSpec};
+    use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PolicyRef};
 
-    fn spec() -> TopicSpec {
-        TopicSpec {
+    fn spec() -> KafkaTopicSpec {
+        KafkaTopicSpec {
             topic_name: "events".into(),
             partitions: 3,
             replication_factor: 1,
@@ -154,20 +154,20 @@ mod tests {
         }
     }
 
-    fn record() -> PlacementRecord<TopicDecision> {
+    fn record() -> PlacementRecord<KafkaTopicDecision> {
         PlacementRecord {
-            policy: PolicyRef::new(super::super::TOPIC_KIND, "ns", "events"),
+            policy: PolicyRef::new(super::super::KAFKA_TOPIC_KIND, "ns", "events"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![
                 ShareRecord {
                     cluster: "a".into(),
-                    assignment: Some(AssignmentSpec::Topic(spec())),
+                    assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
                 },
                 ShareRecord {
                     cluster: "b".into(),
-                    assignment: Some(AssignmentSpec::Topic(spec())),
+                    assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
                 },
                 ShareRecord {
@@ -176,7 +176,7 @@ mod tests {
                     held_reason: Some("Conflict: owned by ns/older".into()),
                 },
             ],
-            decision: TopicDecision {
+            decision: KafkaTopicDecision {
                 spec: spec(),
                 conflicts: [("c".to_owned(), "ns/older".to_owned())].into(),
             },
@@ -191,11 +191,12 @@ mod tests {
             state: PlacementState::Synced,
             message: if exists { "" } else { "deleted" }.into(),
             observed_unix_millis: 0,
-            observed: Observed::Topic(TopicObserved {
+            observed: Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 3,
                 replication_factor: 1,
                 exists,
             }),
+            api_server_unavailable: false,
         }
     }
 
@@ -207,7 +208,7 @@ mod tests {
         let clusters: Vec<_> = t.shares.iter().map(|s| s.cluster.as_str()).collect();
         assert_eq!(clusters, ["a", "b"], "never the cluster another topic owns");
         for s in &t.shares {
-            let Some(AssignmentSpec::Topic(spec)) = &s.assignment else {
+            let Some(AssignmentSpec::KafkaTopic(spec)) = &s.assignment else {
                 panic!("no topic assignment")
             };
             assert!(spec.delete);

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use accord_common::distribution::{PlacementState, PolicyRef};
-use accord_crds::prometheus::GlobalTierStatus;
+use accord_crds::promfed::GlobalTierStatus;
 use accord_crds::validate::Validate;
 use accord_crds::{HUB_FIELD_MANAGER, PrometheusFederation, PrometheusFederationStatus};
 use futures::StreamExt;
@@ -31,16 +31,16 @@ use tokio::sync::Mutex;
 use tracing::{debug, info};
 
 use super::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
-use super::lib::{self, ReloadStatus};
 use super::plan::{self, PlanError};
 use super::status::{StatusInputs, aggregate, new_errors, status_changed};
-use super::{FEDERATION_KIND, FederationDecision};
+use super::{PROMFED_KIND, PromfedDecision};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
 };
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::select::{Clusters, select_clusters};
+use accord_common::promfed::{self, ReloadStatus};
 
 /// Labels of the global ConfigMap.
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "accord-hub");
@@ -86,12 +86,12 @@ fn global_enabled(policy: &Watched<Promfed>) -> bool {
 impl PlacementKind for Promfed {
     type Object = PrometheusFederation;
     type Status = PrometheusFederationStatus;
-    type Decision = FederationDecision;
+    type Decision = PromfedDecision;
     type Facts = ();
     type Options = PromfedOptions;
 
     const CONTROLLER: &'static str = "PrometheusFederation controller";
-    const KIND: &'static str = FEDERATION_KIND;
+    const KIND: &'static str = PROMFED_KIND;
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "federation";
@@ -112,8 +112,10 @@ impl PlacementKind for Promfed {
         let ps = policies.clone();
         let global_changes = watcher(
             Api::<ConfigMap>::namespaced(ctx.kube.clone(), &namespace),
-            watcher::Config::default()
-                .fields(&format!("metadata.name={}", lib::GLOBAL_CONFIG_MAP_NAME)),
+            watcher::Config::default().fields(&format!(
+                "metadata.name={}",
+                promfed::GLOBAL_CONFIG_MAP_NAME
+            )),
         )
         .default_backoff()
         .reflect(global_writer)
@@ -158,7 +160,7 @@ impl PlacementKind for Promfed {
     fn decide(
         &self,
         policy: &PrometheusFederation,
-        input: &DecideInput<'_, FederationDecision>,
+        input: &DecideInput<'_, PromfedDecision>,
     ) -> Decided<Self> {
         if let Err(errors) = policy.spec.validate() {
             return Decided::Invalid(errors.to_string());
@@ -173,7 +175,7 @@ impl PlacementKind for Promfed {
         match planned {
             Ok((selected, assignment)) => Decided::Record {
                 shares: plan::shares(&selected, &assignment),
-                decision: FederationDecision::default(),
+                decision: PromfedDecision::default(),
                 facts: (),
                 recheck_after: None,
             },
@@ -184,7 +186,7 @@ impl PlacementKind for Promfed {
     fn announce(
         &self,
         _policy: &PrometheusFederation,
-        record: &crate::distribution::PlacementRecord<FederationDecision>,
+        record: &crate::distribution::PlacementRecord<PromfedDecision>,
         revision: i64,
     ) -> Option<Note> {
         let clusters: Vec<&str> = record.shares.iter().map(|s| s.cluster.as_str()).collect();
@@ -209,7 +211,7 @@ impl PlacementKind for Promfed {
                 message: Some(format!(
                     "the hub cannot write ConfigMap {}/{}: {}",
                     self.namespace,
-                    lib::GLOBAL_CONFIG_MAP_NAME,
+                    promfed::GLOBAL_CONFIG_MAP_NAME,
                     crate::store::error_chain(e)
                 )),
             },
@@ -270,7 +272,7 @@ impl Promfed {
         let Some(rendered) = rendered else {
             if current.is_some() {
                 match api
-                    .delete(lib::GLOBAL_CONFIG_MAP_NAME, &DeleteParams::default())
+                    .delete(promfed::GLOBAL_CONFIG_MAP_NAME, &DeleteParams::default())
                     .await
                 {
                     Ok(_) => info!("no policy enables the global tier: its ConfigMap is deleted"),
@@ -293,9 +295,9 @@ impl Promfed {
             labels.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1)
                 && labels.get(OWNED_BY.0).map(String::as_str) == Some(OWNED_BY.1)
         });
-        if annotations.get(lib::ANN_CONFIG_HASH) != Some(&rendered.hash) || !labelled {
+        if annotations.get(promfed::ANN_CONFIG_HASH) != Some(&rendered.hash) || !labelled {
             api.patch(
-                lib::GLOBAL_CONFIG_MAP_NAME,
+                promfed::GLOBAL_CONFIG_MAP_NAME,
                 &PatchParams::apply(HUB_FIELD_MANAGER).force(),
                 &Patch::Apply(global_config_map(&self.namespace, &rendered)),
             )
@@ -317,10 +319,10 @@ impl Promfed {
             .await
             .is_ok_and(|r| r.is_ok());
         if listed {
-            let key = ObjectRef::new(lib::GLOBAL_CONFIG_MAP_NAME).within(&self.namespace);
+            let key = ObjectRef::new(promfed::GLOBAL_CONFIG_MAP_NAME).within(&self.namespace);
             return Ok(self.global.get(&key).map(|cm| (*cm).clone()));
         }
-        api.get_opt(lib::GLOBAL_CONFIG_MAP_NAME).await
+        api.get_opt(promfed::GLOBAL_CONFIG_MAP_NAME).await
     }
 }
 
@@ -368,20 +370,20 @@ fn view_status(policy: &PolicyRef, view: &GlobalView) -> GlobalTierStatus {
 }
 
 /// The global ConfigMap as server-side applied: the config, its hash, the owner labels.
-fn global_config_map(namespace: &str, rendered: &lib::Rendered) -> ConfigMap {
+fn global_config_map(namespace: &str, rendered: &promfed::Rendered) -> ConfigMap {
     let mut cm = ConfigMap::default();
-    cm.metadata.name = Some(lib::GLOBAL_CONFIG_MAP_NAME.to_owned());
+    cm.metadata.name = Some(promfed::GLOBAL_CONFIG_MAP_NAME.to_owned());
     cm.metadata.namespace = Some(namespace.to_owned());
     cm.metadata.labels = Some(BTreeMap::from([
         (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
         (OWNED_BY.0.to_owned(), OWNED_BY.1.to_owned()),
     ]));
     cm.metadata.annotations = Some(BTreeMap::from([(
-        lib::ANN_CONFIG_HASH.to_owned(),
+        promfed::ANN_CONFIG_HASH.to_owned(),
         rendered.hash.clone(),
     )]));
     cm.data = Some(BTreeMap::from([(
-        lib::CONFIG_KEY.to_owned(),
+        promfed::CONFIG_KEY.to_owned(),
         rendered.yaml.clone(),
     )]));
     cm
@@ -421,7 +423,7 @@ mod tests {
         }));
         assert!(global_enabled(&good));
         let g = global_policy(&good, &clusters).unwrap();
-        assert_eq!(g.policy, PolicyRef::new(FEDERATION_KIND, "monitoring", "p"));
+        assert_eq!(g.policy, PolicyRef::new(PROMFED_KIND, "monitoring", "p"));
         assert_eq!(
             g.members,
             vec![
@@ -451,7 +453,7 @@ mod tests {
 
     #[test]
     fn the_global_config_map_carries_the_config_its_hash_and_the_owner_labels() {
-        let rendered = lib::Rendered {
+        let rendered = promfed::Rendered {
             yaml: "scrape_configs: []\n".into(),
             hash: "abc".into(),
             jobs: 0,
@@ -459,12 +461,15 @@ mod tests {
         let cm = global_config_map("accord-system", &rendered);
         assert_eq!(
             cm.metadata.name.as_deref(),
-            Some(lib::GLOBAL_CONFIG_MAP_NAME)
+            Some(promfed::GLOBAL_CONFIG_MAP_NAME)
         );
         assert_eq!(cm.metadata.namespace.as_deref(), Some("accord-system"));
-        assert_eq!(cm.annotations()[lib::ANN_CONFIG_HASH], "abc");
+        assert_eq!(cm.annotations()[promfed::ANN_CONFIG_HASH], "abc");
         assert_eq!(cm.labels()["app.kubernetes.io/managed-by"], "accord-hub");
         assert_eq!(cm.labels()["accord.io/owned-by"], "prometheusfederation");
-        assert_eq!(cm.data.unwrap()[lib::CONFIG_KEY], "scrape_configs: []\n");
+        assert_eq!(
+            cm.data.unwrap()[promfed::CONFIG_KEY],
+            "scrape_configs: []\n"
+        );
     }
 }

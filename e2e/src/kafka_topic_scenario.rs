@@ -140,7 +140,7 @@ pub struct KafkaScenario<'t> {
     /// The testbed.
     pub testbed: &'t Testbed,
     /// Hub and agents.
-    pub federation: Fleet<'t>,
+    pub fleet: Fleet<'t>,
     /// Cluster names on the hub, in member order.
     pub clusters: Vec<String>,
     /// The members, in the same order.
@@ -187,7 +187,7 @@ impl<'t> KafkaScenario<'t> {
             .zip(options.members.iter().map(|m| m.member))
             .collect();
         let hub_args: Vec<&str> = hub_args.iter().map(String::as_str).collect();
-        let federation = Fleet::start_with_agent_args(
+        let fleet = Fleet::start_with_agent_args(
             testbed,
             name,
             &format!("/e2e-{name}/"),
@@ -202,7 +202,7 @@ impl<'t> KafkaScenario<'t> {
         };
         Ok(Self {
             testbed,
-            federation,
+            fleet,
             clusters,
             members: options.members,
             webhook,
@@ -242,8 +242,8 @@ impl<'t> KafkaScenario<'t> {
 
     /// Fails with the log tail when the hub or a running agent has exited.
     pub fn ensure_running(&self) -> Result<()> {
-        self.testbed.ensure_running(self.federation.hub.id)?;
-        for agent in self.federation.agents.values() {
+        self.testbed.ensure_running(self.fleet.hub.id)?;
+        for agent in self.fleet.agents.values() {
             if let Some(id) = agent.process {
                 self.testbed.ensure_running(id)?;
             }
@@ -321,7 +321,7 @@ impl<'t> KafkaScenario<'t> {
     /// Process id of the running agent of member `i`.
     pub fn agent_pid(&self, i: usize) -> Result<u32> {
         let agent = self
-            .federation
+            .fleet
             .agents
             .get(&self.clusters[i])
             .context("no such agent")?;

@@ -1,4 +1,4 @@
-//! `Federation.Sync`: the one long-lived mTLS stream per agent.
+//! The Sync stream (`Federation.Sync` on the wire): the one long-lived mTLS stream per agent.
 //!
 //! The cluster's identity comes from the verified client certificate and must match the
 //! cluster registry (a re-registration with `--force` retires the old certificate). A
@@ -38,12 +38,12 @@ use crate::store::status::{StatusRecord, WriteOutcome};
 /// Outgoing messages buffered per stream before the hub waits on a slow agent.
 const OUTBOX_CAPACITY: usize = 64;
 
-/// The Federation service.
-pub struct FederationService {
+/// The Sync service (gRPC service `Federation`, its wire name).
+pub struct SyncService {
     shared: AgentFacing,
 }
 
-impl FederationService {
+impl SyncService {
     /// A service over the hub's shared state.
     pub fn new(shared: AgentFacing) -> Self {
         Self { shared }
@@ -82,7 +82,7 @@ async fn authenticate<T>(
 }
 
 #[tonic::async_trait]
-impl Federation for FederationService {
+impl Federation for SyncService {
     type SyncStream = HubStream;
 
     async fn sync(
@@ -409,6 +409,7 @@ pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord
         message: report.message,
         observed_unix_millis: report.observed_unix_millis,
         observed: Observed::from_proto(report.observed),
+        api_server_unavailable: report.api_server_unavailable,
     };
     Ok((policy, record))
 }
@@ -416,8 +417,8 @@ pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{PlacementState, ReplicasObserved, state_to_proto};
-    use accord_proto::v1::{ReplicaStatus, status_report};
+    use accord_common::distribution::{PlacementState, ScaleObserved, state_to_proto};
+    use accord_proto::v1::{ScaleStatus, status_report};
 
     fn report(state: i32) -> StatusReport {
         StatusReport {
@@ -431,7 +432,7 @@ mod tests {
             generation: 3,
             applied_revision: 40,
             observed_unix_millis: 1_000,
-            observed: Some(status_report::Observed::Replicas(ReplicaStatus {
+            observed: Some(status_report::Observed::Scale(ScaleStatus {
                 desired_replicas: 7,
                 ready_replicas: 6,
                 updated_replicas: 7,
@@ -449,8 +450,8 @@ mod tests {
         assert_eq!(policy.name, "web");
         assert_eq!(record.state, PlacementState::Synced);
         assert_eq!(
-            record.observed.replicas(),
-            Some(&ReplicasObserved {
+            record.observed.scale(),
+            Some(&ScaleObserved {
                 desired: 7,
                 ready: 6,
                 updated: 7,
@@ -459,6 +460,18 @@ mod tests {
             })
         );
         assert_eq!((record.applied_revision, record.generation), (40, 3));
+    }
+
+    #[test]
+    fn a_report_of_an_unavailable_member_api_server_is_recorded_as_such() {
+        let mut down = report(state_to_proto(PlacementState::Unavailable) as i32);
+        down.api_server_unavailable = true;
+        down.message = "member API server unavailable: GET /readyz timed out".into();
+        let (_, record) = translate_report(down).unwrap();
+        assert!(record.api_server_unavailable);
+        let (_, record) =
+            translate_report(report(state_to_proto(PlacementState::Unavailable) as i32)).unwrap();
+        assert!(!record.api_server_unavailable);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! FederatedKafkaTopic and KafkaTopicPolicy: the pure decisions of the Kafka controller
-//! ([`crate::controllers::kafka`]) and the admission webhook — which KafkaTopicPolicy rules
+//! ([`crate::controllers::kafka_topic`]) and the admission webhook — which KafkaTopicPolicy rules
 //! a topic breaks ([`policy`]), which FederatedKafkaTopic owns a topic name in a cluster
 //! when two name the same one ([`conflict`]), the one assignment every selected cluster
 //! gets ([`plan`]), the topic's and the policy's status ([`status`]), and when a deletion
@@ -18,11 +18,11 @@ pub mod status;
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::TopicSpec;
+use accord_common::distribution::KafkaTopicSpec;
 use serde::{Deserialize, Serialize};
 
 /// Kind name of federated topics in keys and object references.
-pub const TOPIC_KIND: &str = "FederatedKafkaTopic";
+pub const KAFKA_TOPIC_KIND: &str = "FederatedKafkaTopic";
 
 /// Finalizer that removes a topic's placements (and, with `deletionPolicy: Delete`, the
 /// topics in every member's Kafka) before the object goes.
@@ -55,13 +55,13 @@ pub mod reasons {
 }
 
 /// A FederatedKafkaTopic's decision data (the variant
-/// [`Decision::Topic`](crate::distribution::Decision::Topic) of its placements record).
+/// [`Decision::KafkaTopic`](crate::distribution::Decision::KafkaTopic) of its placements record).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct TopicDecision {
+pub struct KafkaTopicDecision {
     /// The assignment every selected cluster that is known and not in conflict gets; the
     /// next decision's `removedConfig` is computed from it.
-    pub spec: TopicSpec,
+    pub spec: KafkaTopicSpec,
     /// Clusters where an older FederatedKafkaTopic owns the topic name: cluster →
     /// `<namespace>/<name>` of the owner. Nothing is sent to them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use accord_common::distribution::{Observed, PlacementState};
 use accord_crds::PrometheusFederationStatus;
 use accord_crds::conditions::{self, Desired, Status, reasons, types};
-use accord_crds::prometheus::{FederationPlacement, GlobalTierStatus};
+use accord_crds::promfed::{FederationPlacement, GlobalTierStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::distribution::ShareRecord;
@@ -77,7 +77,7 @@ pub fn placement(
     cluster: Option<&ClusterInfo>,
 ) -> FederationPlacement {
     let observed = report.and_then(|r| match &r.observed {
-        Observed::FederationConfig(f) => Some(f),
+        Observed::Promfed(f) => Some(f),
         _ => None,
     });
     let (state, message) = reported::state(share, revision, report, cluster, AGENT_DISCONNECTED);
@@ -216,13 +216,13 @@ pub fn new_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{AssignmentSpec, FederationObserved, FederationSpec};
+    use accord_common::distribution::{AssignmentSpec, PromfedObserved, PromfedSpec};
     use k8s_openapi::jiff::Timestamp;
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
             cluster: cluster.into(),
-            assignment: Some(AssignmentSpec::Federation(FederationSpec::default())),
+            assignment: Some(AssignmentSpec::Promfed(PromfedSpec::default())),
             held_reason: None,
         }
     }
@@ -243,11 +243,12 @@ mod tests {
             state,
             message: message.into(),
             observed_unix_millis: 1_000,
-            observed: Observed::FederationConfig(FederationObserved {
+            observed: Observed::Promfed(PromfedObserved {
                 config_hash: hash.into(),
                 jobs: 2,
                 reloaded: state == PlacementState::Synced,
             }),
+            api_server_unavailable: false,
         }
     }
 

@@ -15,10 +15,10 @@
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::{Observed, PlacementState, TopicObserved, TopicSpec};
+use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, Observed, PlacementState};
 use accord_kafka::{ConfigEntry, ConfigOp, ConfigSource, NewTopic};
 
-use crate::enforce::{Action, Judgement};
+use crate::enforce::{Action, ApplyError, ApplyErrorKind, Judgement};
 use crate::report::Report;
 
 /// How messages of an unreachable Kafka begin (the status shows them as `Unavailable`).
@@ -62,9 +62,9 @@ pub enum TopicSeen {
 
 impl TopicSeen {
     /// What the status shows of it.
-    pub fn observed(&self) -> TopicObserved {
+    pub fn observed(&self) -> KafkaTopicObserved {
         match self {
-            Self::Absent => TopicObserved {
+            Self::Absent => KafkaTopicObserved {
                 partitions: 0,
                 replication_factor: 0,
                 exists: false,
@@ -73,7 +73,7 @@ impl TopicSeen {
                 partitions,
                 replication_factor,
                 ..
-            } => TopicObserved {
+            } => KafkaTopicObserved {
                 partitions: *partitions,
                 replication_factor: *replication_factor,
                 exists: true,
@@ -132,7 +132,7 @@ pub enum Verdict {
 }
 
 /// Why the assignment cannot be followed whatever Kafka holds, if it cannot.
-pub fn invalid(spec: &TopicSpec) -> Option<String> {
+pub fn invalid(spec: &KafkaTopicSpec) -> Option<String> {
     if spec.topic_name.is_empty() {
         return Some("the assignment names no topic".to_owned());
     }
@@ -147,7 +147,7 @@ pub fn invalid(spec: &TopicSpec) -> Option<String> {
 }
 
 /// Judges what Kafka holds (`seen`) against `spec`.
-pub fn verdict(spec: &TopicSpec, seen: &TopicSeen) -> Verdict {
+pub fn verdict(spec: &KafkaTopicSpec, seen: &TopicSeen) -> Verdict {
     if let Some(message) = invalid(spec) {
         return Verdict::Invalid(message);
     }
@@ -204,7 +204,10 @@ pub fn verdict(spec: &TopicSpec, seen: &TopicSeen) -> Verdict {
 /// The incremental config changes for `spec` against the topic's own `settings`: SET every
 /// spec key the topic does not set to the spec's value itself, DELETE every removed key the
 /// topic still sets itself (a key in both lists is the spec's). Nothing else.
-pub fn config_ops(spec: &TopicSpec, settings: &BTreeMap<String, Option<String>>) -> Vec<ConfigOp> {
+pub fn config_ops(
+    spec: &KafkaTopicSpec,
+    settings: &BTreeMap<String, Option<String>>,
+) -> Vec<ConfigOp> {
     let mut ops = Vec::new();
     for (key, value) in &spec.config {
         if settings.get(key).and_then(Option::as_ref) != Some(value) {
@@ -252,12 +255,6 @@ pub fn shows(plan: &Plan, seen: &TopicSeen) -> bool {
             raised && configured
         }
     }
-}
-
-/// Whether an apply error's message says Kafka could not be reached or refused the
-/// agent's credentials (the placement is then `Unavailable`, not `Error`).
-pub fn is_unavailable_message(message: &str) -> bool {
-    message.starts_with(UNREACHABLE_PREFIX) || message.starts_with(AUTHENTICATION_PREFIX)
 }
 
 /// A short description of what `plan` does, for the `Pending` message.
@@ -310,16 +307,16 @@ pub fn describe(plan: &Plan) -> String {
 /// the probe, and nothing that was due is forgotten.
 pub fn judge(
     applied_revision: i64,
-    spec: &TopicSpec,
+    spec: &KafkaTopicSpec,
     seen: &TopicSeen,
     version: u64,
     probe: &Probe,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Judgement {
     if let Probe::Failed(message) = probe {
         return Judgement {
             report: Report {
-                observed: Observed::Topic(seen.observed()),
+                observed: Observed::KafkaTopic(seen.observed()),
                 ..Report::without_object(
                     PlacementState::Unavailable,
                     message.clone(),
@@ -347,21 +344,22 @@ pub fn judge(
 
 /// What to tell the hub about a topic assigned at `applied_revision`, from the verdict,
 /// what was seen, and the last apply error (while it stands). `Unavailable` when that
-/// error says Kafka could not be reached or refused the credentials.
+/// error is of kind [`ApplyErrorKind::Unavailable`] (Kafka could not be reached or refused
+/// the credentials), `Error` for any other kind.
 pub fn report(
     applied_revision: i64,
     verdict: &Verdict,
     seen: &TopicSeen,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Report {
     let (state, message) = match verdict {
         Verdict::Synced => (PlacementState::Synced, String::new()),
         Verdict::Deleted => (PlacementState::Synced, DELETED_MESSAGE.to_owned()),
         Verdict::Apply(plan) => match apply_error {
-            Some(error) if is_unavailable_message(error) => {
-                (PlacementState::Unavailable, error.to_owned())
+            Some(error) if error.kind == ApplyErrorKind::Unavailable => {
+                (PlacementState::Unavailable, error.message.clone())
             }
-            Some(error) => (PlacementState::Error, error.to_owned()),
+            Some(error) => (PlacementState::Error, error.message.clone()),
             None => (PlacementState::Pending, describe(plan)),
         },
         Verdict::NotSupported(message) | Verdict::Invalid(message) => {
@@ -377,8 +375,9 @@ pub fn report(
         message,
         resource_version: String::new(),
         generation: 0,
-        observed: Observed::Topic(seen.observed()),
+        observed: Observed::KafkaTopic(seen.observed()),
         applied_revision,
+        api_server_unavailable: false,
     }
 }
 
@@ -386,8 +385,8 @@ pub fn report(
 mod tests {
     use super::*;
 
-    fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> TopicSpec {
-        TopicSpec {
+    fn spec(partitions: i32, rf: i32, config: &[(&str, &str)]) -> KafkaTopicSpec {
+        KafkaTopicSpec {
             topic_name: "orders".into(),
             partitions,
             replication_factor: rf,
@@ -450,7 +449,7 @@ mod tests {
         assert!(r.message.contains("12 partitions"), "{}", r.message);
         assert_eq!(
             r.observed,
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 0,
                 replication_factor: 0,
                 exists: false
@@ -470,7 +469,7 @@ mod tests {
         assert_eq!(r.message, "");
         assert_eq!(
             r.observed,
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 12,
                 replication_factor: 3,
                 exists: true
@@ -511,7 +510,7 @@ mod tests {
         let r = report(1, &v, &seen, None);
         assert_eq!(r.state, PlacementState::Error);
         assert!(r.message.starts_with("NotSupported: "), "{}", r.message);
-        assert_eq!(r.observed, Observed::Topic(seen.observed()));
+        assert_eq!(r.observed, Observed::KafkaTopic(seen.observed()));
     }
 
     #[test]
@@ -713,7 +712,7 @@ mod tests {
         assert_eq!(r.message, "deleted");
         assert_eq!(
             r.observed,
-            Observed::Topic(TopicObserved {
+            Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 0,
                 replication_factor: 0,
                 exists: false
@@ -758,23 +757,31 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_apply_is_an_error_or_unavailable_when_kafka_cannot_be_reached() {
+    fn a_failed_apply_is_unavailable_by_its_kind_and_an_error_otherwise() {
         let v = verdict(&spec(1, 1, &[]), &TopicSeen::Absent);
-        let r = report(
-            1,
-            &v,
-            &TopicSeen::Absent,
-            Some("creating topic orders: POLICY_VIOLATION"),
+        let refused = ApplyError::new(
+            ApplyErrorKind::Invalid,
+            "creating topic orders: POLICY_VIOLATION",
         );
+        let r = report(1, &v, &TopicSeen::Absent, Some(&refused));
         assert_eq!(r.state, PlacementState::Error);
         assert_eq!(r.message, "creating topic orders: POLICY_VIOLATION");
-        let message = "Kafka unreachable: Kafka at 127.0.0.1:9092 is unreachable";
-        let r = report(1, &v, &TopicSeen::Absent, Some(message));
+        let down = ApplyError::new(
+            ApplyErrorKind::Unavailable,
+            "Kafka unreachable: Kafka at 127.0.0.1:9092 is unreachable",
+        );
+        let r = report(1, &v, &TopicSeen::Absent, Some(&down));
         assert_eq!(r.state, PlacementState::Unavailable);
-        assert_eq!(r.message, message);
-        let message = "Kafka authentication failed: invalid credentials";
+        assert_eq!(r.message, down.message);
+        // The kind decides, not how the message reads.
+        let forbidden = ApplyError::new(ApplyErrorKind::Forbidden, "Kafka unreachable: no");
         assert_eq!(
-            report(1, &v, &TopicSeen::Absent, Some(message)).state,
+            report(1, &v, &TopicSeen::Absent, Some(&forbidden)).state,
+            PlacementState::Error
+        );
+        let refused_credentials = ApplyError::new(ApplyErrorKind::Unavailable, "bad password");
+        assert_eq!(
+            report(1, &v, &TopicSeen::Absent, Some(&refused_credentials)).state,
             PlacementState::Unavailable
         );
     }
@@ -819,7 +826,7 @@ mod tests {
         assert_eq!(j.report.applied_revision, 4);
         assert_eq!(
             j.report.observed,
-            Observed::Topic(seen.observed()),
+            Observed::KafkaTopic(seen.observed()),
             "what was last seen of the topic stays in the status"
         );
         assert_eq!(j.action, Action::Unknown, "the apply state is left alone");
@@ -832,7 +839,8 @@ mod tests {
         let s = spec(24, 3, &[]);
         let seen = present(12, 3, &[]);
         let failed = Probe::Failed("Kafka unreachable: x".into());
-        let j = judge(1, &s, &seen, 3, &failed, Some("creating topic: TIMEOUT"));
+        let timeout = ApplyError::new(ApplyErrorKind::Transient, "creating topic: TIMEOUT");
+        let j = judge(1, &s, &seen, 3, &failed, Some(&timeout));
         assert_eq!(j.report.state, PlacementState::Unavailable);
         assert_eq!(j.report.message, "Kafka unreachable: x");
         assert_eq!(j.action, Action::Unknown);
@@ -898,7 +906,8 @@ mod tests {
     #[test]
     fn an_apply_error_does_not_hide_a_synced_topic() {
         let seen = present(1, 1, &[]);
-        let r = report(1, &Verdict::Synced, &seen, Some("old error"));
+        let old = ApplyError::new(ApplyErrorKind::Transient, "old error");
+        let r = report(1, &Verdict::Synced, &seen, Some(&old));
         assert_eq!(r.state, PlacementState::Synced);
     }
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use accord_crds::conditions::{self, types};
-use accord_crds::kafka::{
+use accord_crds::kafka_topic::{
     DeletionPolicy, FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy,
 };
 use accord_crds::validate::Validate;
@@ -42,7 +42,9 @@ use super::conflict::{self, Claim};
 use super::deletion::{self, Progress};
 use super::policy::{self, Violation};
 use super::status::{StatusInputs, aggregate, new_warnings};
-use super::{FINALIZER, TOPIC_KIND, TopicDecision, plan, policy_status, reasons, status};
+use super::{
+    FINALIZER, KAFKA_TOPIC_KIND, KafkaTopicDecision, plan, policy_status, reasons, status,
+};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
     Trigger, Watched, changed, object_name, trigger_all,
@@ -175,7 +177,7 @@ impl KafkaTopics {
     async fn show_deletion(
         &self,
         watched: &Watched<Self>,
-        tombstone: &PlacementRecord<TopicDecision>,
+        tombstone: &PlacementRecord<KafkaTopicDecision>,
         revision: i64,
         left: &[String],
         recheck: Duration,
@@ -227,12 +229,12 @@ impl KafkaTopics {
 impl PlacementKind for KafkaTopics {
     type Object = FederatedKafkaTopic;
     type Status = FederatedKafkaTopicStatus;
-    type Decision = TopicDecision;
+    type Decision = KafkaTopicDecision;
     type Facts = TopicFacts;
     type Options = KafkaTopicOptions;
 
     const CONTROLLER: &'static str = "FederatedKafkaTopic controller";
-    const KIND: &'static str = TOPIC_KIND;
+    const KIND: &'static str = KAFKA_TOPIC_KIND;
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "topic";
@@ -356,7 +358,7 @@ impl PlacementKind for KafkaTopics {
     fn decide(
         &self,
         topic: &FederatedKafkaTopic,
-        input: &DecideInput<'_, TopicDecision>,
+        input: &DecideInput<'_, KafkaTopicDecision>,
     ) -> Decided<Self> {
         if let Err(errors) = topic.spec.validate() {
             return Decided::Invalid(errors.to_string());
@@ -402,7 +404,7 @@ impl PlacementKind for KafkaTopics {
     fn announce(
         &self,
         _topic: &FederatedKafkaTopic,
-        record: &PlacementRecord<TopicDecision>,
+        record: &PlacementRecord<KafkaTopicDecision>,
         revision: i64,
     ) -> Option<Note> {
         let sent: Vec<&str> = record
@@ -465,7 +467,7 @@ impl PlacementKind for KafkaTopics {
     async fn finalize(
         &self,
         topic: &Watched<Self>,
-        record: Option<(PlacementRecord<TopicDecision>, i64)>,
+        record: Option<(PlacementRecord<KafkaTopicDecision>, i64)>,
     ) -> Result<Finalized, ReconcileError> {
         let ctx = &self.ctx;
         let p = placement::policy_ref::<Self>(topic);

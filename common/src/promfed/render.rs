@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::distribution::{FederationSpec, PolicyRef};
+use crate::distribution::{PolicyRef, PromfedSpec};
 
 use super::config_hash;
 use super::selector::{SelectorError, narrow, narrow_with};
@@ -61,7 +61,7 @@ pub struct MemberPolicy {
     /// The PrometheusFederation on the hub.
     pub policy: PolicyRef,
     /// Its assignment.
-    pub spec: FederationSpec,
+    pub spec: PromfedSpec,
     /// The tenants and their sources in this cluster.
     pub tenants: Vec<TenantSources>,
 }
@@ -72,7 +72,7 @@ pub struct GlobalTarget {
     /// The PrometheusFederation on the hub.
     pub policy: PolicyRef,
     /// Its assignment (matchers, interval, timeout).
-    pub spec: FederationSpec,
+    pub spec: PromfedSpec,
     /// The member cluster's name, put on every series as label `cluster`.
     pub cluster: String,
     /// Base URL of the member's federation Prometheus (`http(s)://host[:port][/prefix]`);
@@ -411,18 +411,18 @@ fn parse_url(url: &str) -> Result<Endpoint, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::federation::validate::validate;
+    use crate::promfed::validate::validate;
 
     fn policy(name: &str) -> PolicyRef {
         PolicyRef::new("PrometheusFederation", "team", name)
     }
 
-    fn spec(matchers: &[&str]) -> FederationSpec {
-        FederationSpec {
+    fn spec(matchers: &[&str]) -> PromfedSpec {
+        PromfedSpec {
             matchers: matchers.iter().map(|m| (*m).to_owned()).collect(),
             scrape_interval: "30s".into(),
             scrape_timeout: "10s".into(),
-            ..FederationSpec::default()
+            ..PromfedSpec::default()
         }
     }
 
@@ -444,7 +444,7 @@ mod tests {
         vec![
             MemberPolicy {
                 policy: policy("web"),
-                spec: FederationSpec {
+                spec: PromfedSpec {
                     sample_limit: 5000,
                     ..spec(&[r#"{__name__=~".+"}"#, "up"])
                 },

@@ -24,7 +24,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyRef, TopicSpec};
+use accord_common::distribution::{
+    AssignmentSpec, KafkaTopicSpec, Observed, PlacementState, PolicyRef,
+};
 use accord_common::runtime::AbortOnDrop;
 use accord_kafka::{Admin, KafkaConfig};
 use futures::future::BoxFuture;
@@ -40,7 +42,7 @@ use self::judge::Verdict;
 use self::observe::{Shared, TOPICS, Target};
 pub use self::probe::{DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, PROBES, ProbeOptions};
 use super::watch::ResourceWatch;
-use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{Action, ApplyError, ApplyErrorKind, Enforcer, EventSink, Judgement, WatchEvent};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
 use crate::report::Report;
@@ -101,7 +103,7 @@ struct Running {
 }
 
 /// Keeps Kafka topics.
-pub struct KafkaEnforcer {
+pub struct KafkaTopicEnforcer {
     client: kube::Client,
     namespace: String,
     options: KafkaOptions,
@@ -115,7 +117,7 @@ pub struct KafkaEnforcer {
     running: Option<Running>,
 }
 
-impl KafkaEnforcer {
+impl KafkaTopicEnforcer {
     /// An enforcer reading its connection Secret in `namespace` through `client`.
     pub fn new(
         client: kube::Client,
@@ -261,10 +263,12 @@ impl KafkaEnforcer {
     }
 
     /// The report of a topic that cannot be looked at now, with what was last seen of it.
-    fn unavailable(&self, spec: &TopicSpec, message: String, revision: i64) -> Judgement {
+    fn unavailable(&self, spec: &KafkaTopicSpec, message: String, revision: i64) -> Judgement {
         let observed = observe::lock(&self.shared)
             .topic(&spec.topic_name)
-            .map_or(Observed::Nothing, |s| Observed::Topic(s.seen.observed()));
+            .map_or(Observed::Nothing, |s| {
+                Observed::KafkaTopic(s.seen.observed())
+            });
         Judgement {
             report: Report {
                 observed,
@@ -275,20 +279,20 @@ impl KafkaEnforcer {
     }
 }
 
-impl Enforcer for KafkaEnforcer {
+impl Enforcer for KafkaTopicEnforcer {
     fn name(&self) -> &'static str {
-        "kafka"
+        "kafka_topic"
     }
 
     fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::Topic(_))
+        matches!(spec, AssignmentSpec::KafkaTopic(_))
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
         let before: Vec<String> = self.topics.keys().cloned().collect();
         self.topics.clear();
         for (policy, a) in assigned {
-            if let AssignmentSpec::Topic(spec) = &a.spec
+            if let AssignmentSpec::KafkaTopic(spec) = &a.spec
                 && !spec.topic_name.is_empty()
             {
                 self.topics
@@ -372,9 +376,9 @@ impl Enforcer for KafkaEnforcer {
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::Topic(spec) = &assigned.spec else {
+        let AssignmentSpec::KafkaTopic(spec) = &assigned.spec else {
             return None;
         };
         let revision = assigned.revision;
@@ -433,30 +437,27 @@ impl Enforcer for KafkaEnforcer {
         _policy: &PolicyRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::Topic(spec) = &assigned.spec else {
+        let AssignmentSpec::KafkaTopic(spec) = &assigned.spec else {
             // The engine routes only topic assignments here.
             return Box::pin(std::future::ready(Ok(String::new())));
         };
         let Some(running) = &self.running else {
-            return Box::pin(std::future::ready(Err(ApplyError::External {
-                kind: "kafka_unavailable",
-                message: "no Kafka connection".to_owned(),
-            })));
+            return Box::pin(std::future::ready(Err(ApplyError::new(
+                ApplyErrorKind::Unavailable,
+                "no Kafka connection",
+            ))));
         };
         let Some(seen) = observe::lock(&self.shared).topic(&spec.topic_name).cloned() else {
-            return Box::pin(std::future::ready(Err(ApplyError::External {
-                kind: "kafka_unavailable",
-                message: "the topic has not been looked at in Kafka yet".to_owned(),
-            })));
+            return Box::pin(std::future::ready(Err(ApplyError::new(
+                ApplyErrorKind::Unavailable,
+                "the topic has not been looked at in Kafka yet",
+            ))));
         };
         let Verdict::Apply(plan) = judge::verdict(spec, &seen.seen) else {
             // Nothing to do after all: the same version, so the engine judges again.
             return Box::pin(std::future::ready(Ok(seen.version.to_string())));
         };
-        let stopped = || ApplyError::External {
-            kind: "kafka_unavailable",
-            message: "the Kafka applier stopped".to_owned(),
-        };
+        let stopped = || ApplyError::new(ApplyErrorKind::Unavailable, "the Kafka applier stopped");
         // Queued now, while the engine is still issuing the applies of this pass.
         let (reply, answer) = oneshot::channel();
         let request = apply::Request {

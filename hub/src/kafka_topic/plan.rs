@@ -1,4 +1,4 @@
-//! What a FederatedKafkaTopic asks of its member clusters: one [`TopicSpec`], the same for
+//! What a FederatedKafkaTopic asks of its member clusters: one [`KafkaTopicSpec`], the same for
 //! every selected cluster that is known and where no older topic owns the name, and the
 //! placements record's shares.
 //!
@@ -9,16 +9,19 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accord_common::distribution::{AssignmentSpec, TopicSpec};
-use accord_crds::kafka::FederatedKafkaTopic;
+use accord_common::distribution::{AssignmentSpec, KafkaTopicSpec};
+use accord_crds::kafka_topic::FederatedKafkaTopic;
 
-use super::TopicDecision;
+use super::KafkaTopicDecision;
 use super::conflict;
 use crate::distribution::ShareRecord;
 use crate::distribution::select::SelectedCluster;
 
 /// The assignment for `topic`, given the previous decision's assignment (if any).
-pub fn assignment(topic: &FederatedKafkaTopic, previous: Option<&TopicSpec>) -> TopicSpec {
+pub fn assignment(
+    topic: &FederatedKafkaTopic,
+    previous: Option<&KafkaTopicSpec>,
+) -> KafkaTopicSpec {
     let topic_name = topic.topic_name().to_owned();
     let config = topic.spec.config.clone();
     // Keys set for another topic name say nothing about this one.
@@ -35,7 +38,7 @@ pub fn assignment(topic: &FederatedKafkaTopic, previous: Option<&TopicSpec>) -> 
                 .collect()
         })
         .unwrap_or_default();
-    TopicSpec {
+    KafkaTopicSpec {
         topic_name,
         partitions: topic.spec.partitions,
         replication_factor: topic.spec.replication_factor,
@@ -55,9 +58,9 @@ pub fn unknown_cluster(name: &str) -> String {
 /// `conflicts` (cluster → owner) or with no ManagedCluster.
 pub fn decide(
     selected: &[SelectedCluster],
-    spec: &TopicSpec,
+    spec: &KafkaTopicSpec,
     conflicts: &BTreeMap<String, String>,
-) -> (Vec<ShareRecord>, TopicDecision) {
+) -> (Vec<ShareRecord>, KafkaTopicDecision) {
     let shares = selected
         .iter()
         .map(|c| {
@@ -68,12 +71,14 @@ pub fn decide(
             };
             ShareRecord {
                 cluster: c.name.clone(),
-                assignment: held.is_none().then(|| AssignmentSpec::Topic(spec.clone())),
+                assignment: held
+                    .is_none()
+                    .then(|| AssignmentSpec::KafkaTopic(spec.clone())),
                 held_reason: held,
             }
         })
         .collect();
-    let decision = TopicDecision {
+    let decision = KafkaTopicDecision {
         spec: spec.clone(),
         conflicts: conflicts
             .iter()
@@ -100,7 +105,7 @@ pub fn held(selected: &[SelectedCluster], reason: &str) -> Vec<ShareRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_crds::kafka::FederatedKafkaTopicSpec;
+    use accord_crds::kafka_topic::FederatedKafkaTopicSpec;
 
     fn topic(name: Option<&str>, config: &[(&str, &str)]) -> FederatedKafkaTopic {
         FederatedKafkaTopic::new(
@@ -183,7 +188,7 @@ mod tests {
         );
         assert_eq!(
             shares[0].assignment,
-            Some(AssignmentSpec::Topic(spec.clone()))
+            Some(AssignmentSpec::KafkaTopic(spec.clone()))
         );
         assert_eq!(shares[1].assignment, None);
         assert!(

@@ -9,10 +9,10 @@
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::{FederationSpec, PlacementState, PolicyRef};
-use accord_crds::prometheus::GlobalTierStatus;
+use accord_common::distribution::{PlacementState, PolicyRef, PromfedSpec};
+use accord_crds::promfed::GlobalTierStatus;
 
-use super::lib::{self, GlobalTarget, ReloadStatus, RenderError, Rendered};
+use accord_common::promfed::{self, GlobalTarget, ReloadStatus, RenderError, Rendered};
 
 /// Message while the global Prometheus has not confirmed the current config.
 pub const WAITING_FOR_RELOADER: &str = "waiting for the global Prometheus's reloader to confirm";
@@ -35,7 +35,7 @@ pub struct GlobalPolicy {
     /// The policy.
     pub policy: PolicyRef,
     /// Its assignment (matchers, interval, timeout).
-    pub spec: FederationSpec,
+    pub spec: PromfedSpec,
     /// Its selected clusters that exist.
     pub members: Vec<GlobalMember>,
 }
@@ -82,7 +82,7 @@ pub fn plan(policies: &[GlobalPolicy]) -> GlobalPlan {
                 None => part.without_endpoint.push(m.cluster.clone()),
             }
         }
-        match lib::render_global(&targets) {
+        match promfed::render_global(&targets) {
             Ok(_) => out.targets.extend(targets),
             Err(e) => {
                 part.error = Some(e.to_string());
@@ -101,7 +101,7 @@ pub fn render(plan: &GlobalPlan) -> Result<Option<Rendered>, RenderError> {
     if plan.parts.is_empty() {
         return Ok(None);
     }
-    lib::render_global(&plan.targets).map(Some)
+    promfed::render_global(&plan.targets).map(Some)
 }
 
 /// One policy's `status.global`, from its part, the hash of the config the hub wants
@@ -135,7 +135,7 @@ pub fn tier_status(
     for cluster in &part.federated {
         if let Some(err) = reload
             .scrape_errors
-            .get(&lib::global_job_name(policy, cluster))
+            .get(&promfed::global_job_name(policy, cluster))
         {
             message.push(format!("scraping cluster {cluster} fails: {err}"));
         }
@@ -160,8 +160,8 @@ mod tests {
 
     fn policy(name: &str, members: &[(&str, Option<&str>)]) -> GlobalPolicy {
         GlobalPolicy {
-            policy: PolicyRef::new(super::super::FEDERATION_KIND, "monitoring", name),
-            spec: FederationSpec {
+            policy: PolicyRef::new(super::super::PROMFED_KIND, "monitoring", name),
+            spec: PromfedSpec {
                 matchers: vec!["{job=\"x\"}".into()],
                 scrape_interval: "30s".into(),
                 scrape_timeout: "10s".into(),
@@ -299,7 +299,7 @@ mod tests {
         let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
         let mut r = reload(Some("h"), Some("h"), Some("Synced"), "");
         r.scrape_errors.insert(
-            lib::global_job_name(&p.policy, "east"),
+            promfed::global_job_name(&p.policy, "east"),
             "connection refused".into(),
         );
         let st = tier_status(&p.policy, part, "h", &r);

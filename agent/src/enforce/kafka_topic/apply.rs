@@ -16,7 +16,7 @@ use tracing::{debug, info};
 
 use super::judge::Plan;
 use super::observe::{self, Shared, Target, failure_message};
-use crate::enforce::ApplyError;
+use crate::enforce::{ApplyError, ApplyErrorKind};
 use crate::metrics::Metrics;
 
 /// How long after the latest plan the applier waits for another to join its requests
@@ -37,13 +37,39 @@ pub struct Request {
     pub reply: oneshot::Sender<Result<(), ApplyError>>,
 }
 
-/// Metric label of a failure of the whole request (Kafka not usable).
-const UNAVAILABLE: &str = "kafka_unavailable";
-/// Metric label of a topic's own error inside an answered request.
-const TOPIC_ERROR: &str = "kafka_topic";
+/// The kind of a failed Kafka request: the whole request failing (`Broker`, with a Kafka
+/// error code) or one topic's error inside an answer (`Item`, its code).
+///
+/// A Kafka that cannot be reached, does not answer, cannot be spoken to (TLS, protocol) or
+/// refuses the agent's credentials is `Unavailable`: nothing can be applied there until
+/// that changes. Error codes are classified by [`code_kind`].
+pub fn error_kind(error: &KafkaError) -> ApplyErrorKind {
+    match error {
+        KafkaError::Unreachable { .. }
+        | KafkaError::Timeout { .. }
+        | KafkaError::Tls { .. }
+        | KafkaError::Protocol { .. }
+        | KafkaError::Authentication { .. } => ApplyErrorKind::Unavailable,
+        KafkaError::Broker { code, .. } => code_kind(*code),
+    }
+}
 
-fn failure(kind: &'static str, message: String) -> ApplyError {
-    ApplyError::External { kind, message }
+/// The kind of a Kafka error code (of a whole request or of one topic in an answer).
+pub fn code_kind(code: i16) -> ApplyErrorKind {
+    match code {
+        // UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID
+        3 | 100 => ApplyErrorKind::NotFound,
+        // TOPIC_, GROUP_, CLUSTER_AUTHORIZATION_FAILED
+        29..=31 => ApplyErrorKind::Forbidden,
+        // UNSUPPORTED_VERSION, TOPIC_DELETION_DISABLED
+        35 | 73 => ApplyErrorKind::NotSupported,
+        // TOPIC_ALREADY_EXISTS
+        36 => ApplyErrorKind::Conflict,
+        // INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
+        // INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION
+        17 | 37..=40 | 42 | 44 => ApplyErrorKind::Invalid,
+        _ => ApplyErrorKind::Transient,
+    }
 }
 
 /// Applies the plans arriving on `requests` through the target's admin until the enforcer
@@ -70,9 +96,10 @@ pub async fn run(
             Some(admin) => execute(&admin, batch, &shared, &metrics).await,
             None => {
                 for request in batch {
-                    let _ = request
-                        .reply
-                        .send(Err(failure(UNAVAILABLE, "no Kafka connection".to_owned())));
+                    let _ = request.reply.send(Err(ApplyError::new(
+                        ApplyErrorKind::Unavailable,
+                        "no Kafka connection",
+                    )));
                 }
             }
         }
@@ -80,12 +107,12 @@ pub async fn run(
     }
 }
 
-/// The per-topic outcome of one request: the request failed as a whole (message), or
-/// each topic's result.
-type Outcome = Result<BTreeMap<String, Result<(), ItemError>>, String>;
+/// The per-topic outcome of one request: the request failed as a whole, or each topic's
+/// result.
+type Outcome = Result<BTreeMap<String, Result<(), ItemError>>, ApplyError>;
 
 fn outcome(result: Result<BTreeMap<String, Result<(), ItemError>>, KafkaError>) -> Outcome {
-    result.map_err(|e| failure_message(&e))
+    result.map_err(|e| ApplyError::new(error_kind(&e), failure_message(&e)))
 }
 
 /// Sends one request of each kind the batch needs, concurrently, and answers every plan
@@ -172,7 +199,7 @@ async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &
             }
         };
         if let Err(e) = &result {
-            metrics.error(e.kind());
+            metrics.error(e.kind.as_str());
         }
         answers.push((request, result));
     }
@@ -198,13 +225,16 @@ fn topic_result(
     fine: impl Fn(&ItemError) -> bool,
 ) -> Result<(), ApplyError> {
     match outcome {
-        Err(message) => Err(failure(UNAVAILABLE, message.clone())),
+        Err(e) => Err(e.clone()),
         Ok(results) => match results.get(topic) {
             Some(Ok(())) => Ok(()),
             Some(Err(e)) if fine(e) => Ok(()),
-            Some(Err(e)) => Err(failure(TOPIC_ERROR, format!("{doing} topic {topic}: {e}"))),
-            None => Err(failure(
-                TOPIC_ERROR,
+            Some(Err(e)) => Err(ApplyError::new(
+                code_kind(e.code),
+                format!("{doing} topic {topic}: {e}"),
+            )),
+            None => Err(ApplyError::new(
+                ApplyErrorKind::Transient,
                 format!("{doing} topic {topic}: Kafka's answer did not mention the topic"),
             )),
         },
@@ -229,22 +259,59 @@ mod tests {
         assert!(topic_result(&outcome, "a", "creating", |_| false).is_ok());
         assert!(topic_result(&outcome, "b", "creating", ItemError::is_already_exists).is_ok());
         let e = topic_result(&outcome, "c", "creating", ItemError::is_already_exists).unwrap_err();
-        assert_eq!(e.kind(), TOPIC_ERROR);
-        let m = e.status_message();
+        assert_eq!(e.kind, ApplyErrorKind::Invalid);
+        let m = e.message;
         assert!(m.starts_with("creating topic c: "), "{m}");
         assert!(m.contains("detail"), "{m}");
         let e = topic_result(&outcome, "d", "creating", |_| false).unwrap_err();
-        assert!(e.status_message().contains("did not mention"), "{e}");
+        assert!(e.message.contains("did not mention"), "{e}");
     }
 
     #[test]
     fn a_failed_request_fails_every_topic_with_its_reason() {
-        let outcome: Outcome = Err("Kafka unreachable: Kafka at k:9092 is unreachable".into());
+        let outcome = outcome(Err(KafkaError::Unreachable {
+            addr: "k:9092".into(),
+            error: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+        }));
         let e = topic_result(&outcome, "a", "creating", |_| true).unwrap_err();
-        assert_eq!(e.kind(), UNAVAILABLE);
-        assert_eq!(
-            e.status_message(),
-            "Kafka unreachable: Kafka at k:9092 is unreachable"
+        assert_eq!(e.kind, ApplyErrorKind::Unavailable);
+        assert!(
+            e.message
+                .starts_with("Kafka unreachable: Kafka at k:9092 is unreachable"),
+            "{e}"
         );
+    }
+
+    #[test]
+    fn kafka_errors_are_classified_by_what_they_mean_for_the_placement() {
+        let unreachable = KafkaError::Timeout {
+            addr: "k:9092".into(),
+            after: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(error_kind(&unreachable), ApplyErrorKind::Unavailable);
+        let refused = KafkaError::Authentication {
+            message: "bad password".into(),
+        };
+        assert_eq!(error_kind(&refused), ApplyErrorKind::Unavailable);
+        let broker = |code| KafkaError::Broker {
+            code,
+            name: accord_kafka::error_name(code),
+            message: None,
+        };
+        assert_eq!(error_kind(&broker(31)), ApplyErrorKind::Forbidden);
+        assert_eq!(error_kind(&broker(7)), ApplyErrorKind::Transient);
+        for (code, kind) in [
+            (3, ApplyErrorKind::NotFound),
+            (29, ApplyErrorKind::Forbidden),
+            (35, ApplyErrorKind::NotSupported),
+            (36, ApplyErrorKind::Conflict),
+            (37, ApplyErrorKind::Invalid),
+            (38, ApplyErrorKind::Invalid),
+            (40, ApplyErrorKind::Invalid),
+            (41, ApplyErrorKind::Transient),
+            (-1, ApplyErrorKind::Transient),
+        ] {
+            assert_eq!(code_kind(code), kind, "{}", accord_kafka::error_name(code));
+        }
     }
 }

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use accord_common::distribution::PolicyRef;
-use accord_common::distribution::{FederationObserved, FederationSpec, Observed, PlacementState};
-use accord_common::federation::{
+use accord_common::distribution::{Observed, PlacementState, PromfedObserved, PromfedSpec};
+use accord_common::promfed::{
     self, CONFIG_KEY, MemberPolicy, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
     TenantSources,
 };
@@ -20,6 +20,7 @@ use accord_common::runtime::error_chain;
 use accord_crds::OWNED_BY_LABEL;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 
+use crate::enforce::ApplyError;
 use crate::report::Report;
 
 /// `app.kubernetes.io/managed-by` value on the ConfigMaps the agent writes.
@@ -33,7 +34,7 @@ const PREFERRED_PORTS: [&str; 4] = ["web", "http-web", "http", "prometheus"];
 
 /// The tenant namespaces `spec` selects, sorted; `namespaces` is every Namespace of the
 /// cluster (needed only for a label selector).
-pub fn tenants(spec: &FederationSpec, namespaces: &[&Namespace]) -> Result<Vec<String>, String> {
+pub fn tenants(spec: &PromfedSpec, namespaces: &[&Namespace]) -> Result<Vec<String>, String> {
     if !spec.tenant_namespaces.is_empty() {
         let set: BTreeSet<String> = spec.tenant_namespaces.iter().cloned().collect();
         return Ok(set.into_iter().collect());
@@ -120,7 +121,7 @@ pub struct GroupRender {
 /// Renders the whole config of one ConfigMap namespace from `policies`, given the cluster's
 /// Namespaces and federation-source Services. A policy that cannot be rendered is left out.
 pub fn render_group(
-    policies: &BTreeMap<PolicyRef, FederationSpec>,
+    policies: &BTreeMap<PolicyRef, PromfedSpec>,
     namespaces: &[&Namespace],
     services: &[&Service],
 ) -> GroupRender {
@@ -140,8 +141,7 @@ pub fn render_group(
         });
         let part = member.and_then(|member| {
             // The whole chain: the parser's reason is the source of a selector error.
-            federation::render_member(std::slice::from_ref(&member))
-                .map_err(|e| error_chain(&e))?;
+            promfed::render_member(std::slice::from_ref(&member)).map_err(|e| error_chain(&e))?;
             let with_sources: Vec<&TenantSources> = member
                 .tenants
                 .iter()
@@ -151,7 +151,7 @@ pub fn render_group(
                 jobs: with_sources.len(),
                 job_names: with_sources
                     .iter()
-                    .map(|t| federation::member_job_name(policy, &t.namespace))
+                    .map(|t| promfed::member_job_name(policy, &t.namespace))
                     .collect(),
                 tenants_without_sources: member
                     .tenants
@@ -165,7 +165,7 @@ pub fn render_group(
         });
         parts.insert(policy.clone(), part);
     }
-    let rendered = match federation::render_member(&good) {
+    let rendered = match promfed::render_member(&good) {
         Ok(rendered) => rendered,
         Err(e) => {
             // Each rendered alone; together they should too. Say so rather than panic.
@@ -184,9 +184,9 @@ pub fn render_group(
 }
 
 fn empty_render() -> Rendered {
-    let yaml = federation::empty_config();
+    let yaml = promfed::empty_config();
     Rendered {
-        hash: federation::config_hash(&yaml),
+        hash: promfed::config_hash(&yaml),
         yaml,
         jobs: 0,
     }
@@ -248,8 +248,7 @@ pub fn verdict(
     if !is_ours(config_map) {
         return Verdict::Foreign;
     }
-    if stored_config(config_map).map(federation::config_hash) != Some(render.rendered.hash.clone())
-    {
+    if stored_config(config_map).map(promfed::config_hash) != Some(render.rendered.hash.clone()) {
         return Verdict::NeedsApply;
     }
     let status = ReloadStatus::of(config_map);
@@ -275,7 +274,7 @@ pub fn report(
     applied_revision: i64,
     verdict: &Verdict,
     config_map: Option<&ConfigMap>,
-    apply_error: Option<&str>,
+    apply_error: Option<&ApplyError>,
 ) -> Report {
     let short = render.rendered.hash.get(..12).unwrap_or_default();
     let part = render.policies.get(policy).and_then(|p| p.as_ref().ok());
@@ -288,11 +287,11 @@ pub fn report(
             PlacementState::Conflict,
             format!(
                 "ConfigMap {namespace}/{} exists and was not written by accord-agent; it is left alone",
-                federation::CONFIG_MAP_NAME
+                promfed::CONFIG_MAP_NAME
             ),
         ),
         Verdict::NeedsApply => match apply_error {
-            Some(error) => (PlacementState::Error, error.to_owned()),
+            Some(error) => (PlacementState::Error, error.message.clone()),
             None => (PlacementState::Pending, format!("writing config {short}")),
         },
         Verdict::Waiting => (
@@ -338,12 +337,13 @@ pub fn report(
             .and_then(|c| c.metadata.resource_version.clone())
             .unwrap_or_default(),
         generation: 0,
-        observed: Observed::FederationConfig(FederationObserved {
+        observed: Observed::Promfed(PromfedObserved {
             config_hash: render.rendered.hash.clone(),
             jobs: i32::try_from(part.jobs).unwrap_or(i32::MAX),
             reloaded: *verdict == Verdict::Loaded,
         }),
         applied_revision,
+        api_server_unavailable: false,
     }
 }
 
@@ -353,13 +353,13 @@ pub fn config_map_patch(namespace: &str, rendered: &Rendered) -> serde_json::Val
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": federation::CONFIG_MAP_NAME,
+            "name": promfed::CONFIG_MAP_NAME,
             "namespace": namespace,
             "labels": {
                 MANAGED_BY_LABEL: MANAGED_BY,
                 OWNED_BY_LABEL: OWNED_BY,
             },
-            "annotations": { federation::ANN_CONFIG_HASH: rendered.hash },
+            "annotations": { promfed::ANN_CONFIG_HASH: rendered.hash },
         },
         "data": { CONFIG_KEY: rendered.yaml },
     })
@@ -391,13 +391,13 @@ mod tests {
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn spec(tenants: &[&str], matchers: &[&str]) -> FederationSpec {
-        FederationSpec {
+    fn spec(tenants: &[&str], matchers: &[&str]) -> PromfedSpec {
+        PromfedSpec {
             tenant_namespaces: tenants.iter().map(|t| (*t).to_owned()).collect(),
             matchers: matchers.iter().map(|m| (*m).to_owned()).collect(),
             scrape_interval: "30s".into(),
             scrape_timeout: "10s".into(),
-            ..FederationSpec::default()
+            ..PromfedSpec::default()
         }
     }
 
@@ -553,12 +553,12 @@ mod tests {
         let loaded = config_map(
             &render,
             &[
-                (federation::ANN_LOADED_HASH, &hash),
+                (promfed::ANN_LOADED_HASH, &hash),
                 (
-                    federation::ANN_SCRAPE_ERRORS,
+                    promfed::ANN_SCRAPE_ERRORS,
                     &format!(
                         "{{\"{}\":\"sample limit exceeded\"}}",
-                        federation::member_job_name(&p, "team-a")
+                        promfed::member_job_name(&p, "team-a")
                     ),
                 ),
             ],
@@ -571,7 +571,7 @@ mod tests {
             "{}",
             synced.message
         );
-        let Observed::FederationConfig(observed) = &synced.observed else {
+        let Observed::Promfed(observed) = &synced.observed else {
             panic!("no federation observation")
         };
         assert_eq!(
@@ -586,13 +586,10 @@ mod tests {
         let refused = config_map(
             &render,
             &[
-                (federation::ANN_LOADED_HASH, "older"),
-                (federation::ANN_RELOAD_HASH, &hash),
-                (federation::ANN_RELOAD_STATE, "Error"),
-                (
-                    federation::ANN_RELOAD_MESSAGE,
-                    "not a valid duration string",
-                ),
+                (promfed::ANN_LOADED_HASH, "older"),
+                (promfed::ANN_RELOAD_HASH, &hash),
+                (promfed::ANN_RELOAD_STATE, "Error"),
+                (promfed::ANN_RELOAD_MESSAGE, "not a valid duration string"),
             ],
         );
         assert_eq!(
@@ -602,8 +599,8 @@ mod tests {
         let about_older = config_map(
             &render,
             &[
-                (federation::ANN_RELOAD_HASH, "older"),
-                (federation::ANN_RELOAD_STATE, "Error"),
+                (promfed::ANN_RELOAD_HASH, "older"),
+                (promfed::ANN_RELOAD_STATE, "Error"),
             ],
         );
         assert_eq!(verdict(&render, &p, Some(&about_older)), Verdict::Waiting);

@@ -21,8 +21,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, FederationSpec, PlacementState, PolicyRef};
-use accord_common::federation::CONFIG_MAP_NAME;
+use accord_common::distribution::{AssignmentSpec, PlacementState, PolicyRef, PromfedSpec};
+use accord_common::promfed::CONFIG_MAP_NAME;
 use accord_common::runtime::{AbortOnDrop, backoff};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
@@ -83,12 +83,12 @@ where
 }
 
 /// Renders and delivers federation configs.
-pub struct FederationEnforcer {
+pub struct PromfedEnforcer {
     client: kube::Client,
     /// Namespace of the ConfigMap when a policy names none: the agent's.
     agent_namespace: String,
     /// Assigned policies by ConfigMap namespace.
-    groups: BTreeMap<String, BTreeMap<PolicyRef, FederationSpec>>,
+    groups: BTreeMap<String, BTreeMap<PolicyRef, PromfedSpec>>,
     services: Option<Watched<Service>>,
     namespaces: Option<Watched<Namespace>>,
     /// ConfigMap `prometheus-federation` by namespace: the agent's own and every group's.
@@ -98,7 +98,7 @@ pub struct FederationEnforcer {
     events: Option<EventSink>,
 }
 
-impl FederationEnforcer {
+impl PromfedEnforcer {
     /// An enforcer acting through `client`; ConfigMaps go to `agent_namespace` unless a
     /// policy names another.
     pub fn new(client: kube::Client, agent_namespace: String) -> Self {
@@ -114,7 +114,7 @@ impl FederationEnforcer {
         }
     }
 
-    fn group_namespace(&self, spec: &FederationSpec) -> String {
+    fn group_namespace(&self, spec: &PromfedSpec) -> String {
         if spec.config_map_namespace.is_empty() {
             self.agent_namespace.clone()
         } else {
@@ -261,20 +261,20 @@ async fn delete_config_map(client: kube::Client, namespace: String) {
     }
 }
 
-impl Enforcer for FederationEnforcer {
+impl Enforcer for PromfedEnforcer {
     fn name(&self) -> &'static str {
-        "federation"
+        "promfed"
     }
 
     fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::Federation(_))
+        matches!(spec, AssignmentSpec::Promfed(_))
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
         self.events = Some(events.clone());
         let before = std::mem::take(&mut self.groups);
         for (policy, a) in assigned {
-            if let AssignmentSpec::Federation(spec) = &a.spec {
+            if let AssignmentSpec::Promfed(spec) = &a.spec {
                 let namespace = self.group_namespace(spec);
                 self.groups
                     .entry(namespace)
@@ -283,7 +283,7 @@ impl Enforcer for FederationEnforcer {
             }
         }
         // A group whose members changed renders differently for every member.
-        let members = |g: &BTreeMap<PolicyRef, FederationSpec>| -> BTreeSet<PolicyRef> {
+        let members = |g: &BTreeMap<PolicyRef, PromfedSpec>| -> BTreeSet<PolicyRef> {
             g.keys().cloned().collect()
         };
         for (namespace, group) in &self.groups {
@@ -319,7 +319,7 @@ impl Enforcer for FederationEnforcer {
         } else if self.services.is_none() {
             debug!("watching federation-source Services");
             let config = watcher::Config::default()
-                .labels(&format!("{}=true", accord_common::federation::SOURCE_LABEL));
+                .labels(&format!("{}=true", accord_common::promfed::SOURCE_LABEL));
             self.services = Some(Watched::start(
                 Api::all(self.client.clone()),
                 config,
@@ -417,9 +417,9 @@ impl Enforcer for FederationEnforcer {
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::Federation(spec) = &assigned.spec else {
+        let AssignmentSpec::Promfed(spec) = &assigned.spec else {
             return None;
         };
         let namespace = self.group_namespace(spec);
@@ -467,7 +467,7 @@ impl Enforcer for FederationEnforcer {
         policy: &PolicyRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::Federation(spec) = &assigned.spec else {
+        let AssignmentSpec::Promfed(spec) = &assigned.spec else {
             // The engine routes only federation assignments here.
             return Box::pin(std::future::ready(Ok(String::new())));
         };

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accord_crds::conditions::reasons as common_reasons;
-use accord_crds::kafka::{FederatedKafkaTopic, KafkaTopicPolicy};
+use accord_crds::kafka_topic::{FederatedKafkaTopic, KafkaTopicPolicy};
 use accord_crds::validate::Validate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;

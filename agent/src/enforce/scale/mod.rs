@@ -64,7 +64,7 @@ impl NamespaceWatch {
 }
 
 /// Scales Deployments.
-pub struct DeploymentEnforcer {
+pub struct ScaleEnforcer {
     client: kube::Client,
     metrics: Metrics,
     /// Assigned policies by target Deployment (namespace, name); the first one owns it.
@@ -72,7 +72,7 @@ pub struct DeploymentEnforcer {
     namespaces: HashMap<String, NamespaceWatch>,
 }
 
-impl DeploymentEnforcer {
+impl ScaleEnforcer {
     /// An enforcer acting through `client`.
     pub fn new(client: kube::Client, metrics: Metrics) -> Self {
         Self {
@@ -97,9 +97,9 @@ fn watched(target: &ScaleSpec) -> bool {
     target.is_deployment() && !target.namespace.is_empty() && !target.name.is_empty()
 }
 
-impl Enforcer for DeploymentEnforcer {
+impl Enforcer for ScaleEnforcer {
     fn name(&self) -> &'static str {
-        "deployment"
+        "scale"
     }
 
     fn enforces(&self, spec: &AssignmentSpec) -> bool {
@@ -176,7 +176,7 @@ impl Enforcer for DeploymentEnforcer {
         &self,
         policy: &PolicyRef,
         assigned: &Assigned,
-        apply_error: Option<&str>,
+        apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let AssignmentSpec::Scale(target) = &assigned.spec else {
             return None;

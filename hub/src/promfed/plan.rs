@@ -1,7 +1,7 @@
-//! What a PrometheusFederation asks of its member clusters: one [`FederationSpec`], the
+//! What a PrometheusFederation asks of its member clusters: one [`PromfedSpec`], the
 //! same for every selected cluster, and the placements record's shares.
 
-use accord_common::distribution::{AssignmentSpec, FederationSpec};
+use accord_common::distribution::{AssignmentSpec, PromfedSpec};
 use accord_crds::PrometheusFederationSpec;
 
 use crate::distribution::ShareRecord;
@@ -22,7 +22,7 @@ pub enum PlanError {
 }
 
 /// The assignment every selected cluster gets.
-pub fn assignment(spec: &PrometheusFederationSpec) -> Result<FederationSpec, PlanError> {
+pub fn assignment(spec: &PrometheusFederationSpec) -> Result<PromfedSpec, PlanError> {
     let tenants = &spec.tenant_selector;
     let tenant_labels = match &tenants.label_selector {
         Some(s) if s.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) => {
@@ -32,7 +32,7 @@ pub fn assignment(spec: &PrometheusFederationSpec) -> Result<FederationSpec, Pla
         None => Default::default(),
     };
     let target = spec.target.clone().unwrap_or_default();
-    Ok(FederationSpec {
+    Ok(PromfedSpec {
         tenant_namespaces: tenants.namespaces.clone().unwrap_or_default(),
         tenant_labels,
         matchers: spec.match_.clone(),
@@ -51,14 +51,12 @@ pub fn unknown_cluster(name: &str) -> String {
 
 /// One share per selected cluster, in selection order: the assignment for every known
 /// cluster, nothing (and why) for a name with no ManagedCluster.
-pub fn shares(selected: &[SelectedCluster], assignment: &FederationSpec) -> Vec<ShareRecord> {
+pub fn shares(selected: &[SelectedCluster], assignment: &PromfedSpec) -> Vec<ShareRecord> {
     selected
         .iter()
         .map(|c| ShareRecord {
             cluster: c.name.clone(),
-            assignment: c
-                .known
-                .then(|| AssignmentSpec::Federation(assignment.clone())),
+            assignment: c.known.then(|| AssignmentSpec::Promfed(assignment.clone())),
             held_reason: (!c.known).then(|| unknown_cluster(&c.name)),
         })
         .collect()
@@ -80,7 +78,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             a,
-            FederationSpec {
+            PromfedSpec {
                 tenant_namespaces: vec!["team-a".into(), "team-b".into()],
                 tenant_labels: Default::default(),
                 matchers: vec!["{job=\"x\"}".into()],
@@ -125,7 +123,7 @@ mod tests {
 
     #[test]
     fn unknown_clusters_get_no_assignment_and_say_why() {
-        let spec = FederationSpec::default();
+        let spec = PromfedSpec::default();
         let s = shares(
             &[
                 SelectedCluster {
@@ -139,7 +137,7 @@ mod tests {
             ],
             &spec,
         );
-        assert_eq!(s[0].assignment, Some(AssignmentSpec::Federation(spec)));
+        assert_eq!(s[0].assignment, Some(AssignmentSpec::Promfed(spec)));
         assert_eq!(s[0].held_reason, None);
         assert_eq!(s[1].assignment, None);
         assert_eq!(s[1].held_reason.as_deref(), Some("no ManagedCluster mars"));
