@@ -99,11 +99,6 @@ impl Status {
             Self::Unknown => "Unknown",
         }
     }
-
-    /// `True` when `b`, else `False`.
-    pub fn from_bool(b: bool) -> Self {
-        if b { Self::True } else { Self::False }
-    }
 }
 
 /// A condition the caller wants to hold, without timestamps.

@@ -65,12 +65,6 @@ impl Store {
         self.put_json(&key, record).await?;
         Ok(())
     }
-
-    /// `cluster`'s last stored health.
-    pub async fn read_health(&self, cluster: &str) -> Result<Option<HealthRecord>, StoreError> {
-        let key = self.health_key(cluster)?;
-        Ok(self.get_json(&key).await?.map(|(r, _)| r))
-    }
 }
 
 #[cfg(test)]

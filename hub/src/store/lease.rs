@@ -90,11 +90,6 @@ impl Lease {
         let _ = lost.wait_for(|lost| *lost).await;
     }
 
-    /// A receiver that turns `true` once the lease is lost.
-    pub fn watch_lost(&self) -> watch::Receiver<bool> {
-        self.lost.clone()
-    }
-
     /// Stops refreshing and revokes the lease, deleting every key attached to it.
     pub async fn revoke(self) -> Result<(), StoreError> {
         self.task.abort();

@@ -21,8 +21,8 @@ pub mod tokens;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KeyValue, PutOptions,
-    Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -336,16 +336,6 @@ impl Store {
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         let response = self.client.kv_client().delete(key, None).await?;
         Ok(response.deleted() > 0)
-    }
-
-    /// Deletes every key under `prefix`; returns how many there were.
-    pub async fn delete_prefix(&self, prefix: &str) -> Result<i64, StoreError> {
-        let response = self
-            .client
-            .kv_client()
-            .delete(prefix, Some(DeleteOptions::new().with_prefix()))
-            .await?;
-        Ok(response.deleted())
     }
 
     /// A transaction that applies `ops` only while `fence` is current: its election key
