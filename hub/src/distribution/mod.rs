@@ -10,4 +10,4 @@ pub mod record;
 pub mod reported;
 
 pub use fanout::Fanout;
-pub use record::{Decision, PlacementRecord, ShareRecord};
+pub use record::{Decision, Hold, PlacementRecord, ShareRecord};
