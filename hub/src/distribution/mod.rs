@@ -11,4 +11,4 @@ pub mod reported;
 pub mod select;
 
 pub use fanout::Fanout;
-pub use record::{PlacementRecord, ShareRecord};
+pub use record::{Hold, PlacementRecord, ShareRecord};

@@ -22,9 +22,58 @@ pub struct ShareRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assignment: Option<AssignmentSpec>,
     /// Why the cluster gets nothing (or less) now — unavailable, unschedulable, returning
-    /// after failover — if that is the case.
+    /// after failover — if that is the case, for humans; [`ShareRecord::hold`] says the
+    /// same for decisions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_reason: Option<String>,
+    /// What holds the cluster's share back, if something does. Records written before it
+    /// existed have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Hold>,
+}
+
+/// What holds a cluster's share back: the state the next decision reads (the share's
+/// `held_reason` says it in words).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum Hold {
+    /// No ManagedCluster of that name: the cluster gets nothing.
+    NotRegistered,
+    /// The cluster is unavailable; its share moved to the others.
+    Unavailable,
+    /// The cluster is unschedulable (drained): it gets nothing.
+    Unschedulable,
+    /// The cluster returned after its share moved away and waits out the return cooldown
+    /// before its share moves back.
+    #[serde(rename_all = "camelCase")]
+    ReturnCooldown {
+        /// When the cooldown ends, seconds since the Unix epoch.
+        until_unix: i64,
+    },
+    /// No cluster was available, so the cluster kept the count it was last told: its
+    /// share never moved away.
+    KeptLastCount,
+    /// Another policy owns what this one would write there (e.g. an older topic of the
+    /// same name).
+    Conflict,
+    /// A policy of the hub does not allow sending it (e.g. a Deny KafkaTopicPolicy).
+    Refused,
+}
+
+impl ShareRecord {
+    /// Whether the cluster had its share in this decision: nothing held it back, or it
+    /// kept its last count because no cluster was available.
+    pub fn had_share(&self) -> bool {
+        match self.hold {
+            None => self.held_reason.is_none(),
+            Some(hold) => hold == Hold::KeptLastCount,
+        }
+    }
+
+    /// Whether this decision held the cluster for its return cooldown.
+    pub fn in_return_cooldown(&self) -> bool {
+        matches!(self.hold, Some(Hold::ReturnCooldown { .. }))
+    }
 }
 
 /// A policy's decision, as stored in etcd; `D` is the kind's own decision data (opaque
@@ -118,6 +167,7 @@ mod tests {
                         "prod", "frontend", *r, "01ABC",
                     ))),
                     held_reason: None,
+                    hold: None,
                 })
                 .collect(),
             decision: Made {
@@ -173,5 +223,25 @@ mod tests {
         let typed = stored.typed::<Made>("scale").unwrap();
         assert_eq!(typed.decision.request_id, "01X");
         assert_eq!(typed.shares[0].held_reason.as_deref(), Some("unavailable"));
+    }
+
+    #[test]
+    fn a_share_without_a_hold_keeps_its_stored_form_and_a_hold_round_trips() {
+        let old = r#"{"cluster":"c","heldReason":"the cluster returned; ..."}"#;
+        let share: ShareRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(share.hold, None);
+        assert!(!share.had_share());
+        assert_eq!(serde_json::to_string(&share).unwrap(), old);
+        let held = ShareRecord {
+            hold: Some(Hold::ReturnCooldown { until_unix: 230 }),
+            ..share
+        };
+        let json = serde_json::to_string(&held).unwrap();
+        assert!(
+            json.contains(r#""hold":{"returnCooldown":{"untilUnix":230}}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<ShareRecord>(&json).unwrap(), held);
+        assert!(held.in_return_cooldown() && !held.had_share());
     }
 }

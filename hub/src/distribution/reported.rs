@@ -69,6 +69,7 @@ mod tests {
             cluster: "a".into(),
             assignment: Some(AssignmentSpec::KafkaTopic(KafkaTopicSpec::default())),
             held_reason: None,
+            hold: None,
         }
     }
 

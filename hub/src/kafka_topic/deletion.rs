@@ -164,16 +164,19 @@ mod tests {
                     cluster: "a".into(),
                     assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
+                    hold: None,
                 },
                 ShareRecord {
                     cluster: "b".into(),
                     assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
+                    hold: None,
                 },
                 ShareRecord {
                     cluster: "c".into(),
                     assignment: None,
                     held_reason: Some("Conflict: owned by ns/older".into()),
+                    hold: Some(crate::distribution::Hold::Conflict),
                 },
             ],
             decision: KafkaTopicDecision {

@@ -14,8 +14,8 @@ use accord_crds::kafka_topic::FederatedKafkaTopic;
 
 use super::KafkaTopicDecision;
 use super::conflict;
-use crate::distribution::ShareRecord;
 use crate::distribution::select::SelectedCluster;
+use crate::distribution::{Hold, ShareRecord};
 
 /// The assignment for `topic`, given the previous decision's assignment (if any).
 pub fn assignment(
@@ -65,8 +65,8 @@ pub fn decide(
         .iter()
         .map(|c| {
             let held = match conflicts.get(&c.name) {
-                Some(owner) => Some(conflict::message(&spec.topic_name, owner)),
-                None if !c.known => Some(unknown_cluster(&c.name)),
+                Some(owner) => Some((Hold::Conflict, conflict::message(&spec.topic_name, owner))),
+                None if !c.known => Some((Hold::NotRegistered, unknown_cluster(&c.name))),
                 None => None,
             };
             ShareRecord {
@@ -74,7 +74,8 @@ pub fn decide(
                 assignment: held
                     .is_none()
                     .then(|| AssignmentSpec::KafkaTopic(spec.clone())),
-                held_reason: held,
+                hold: held.as_ref().map(|(hold, _)| *hold),
+                held_reason: held.map(|(_, reason)| reason),
             }
         })
         .collect();
@@ -98,6 +99,7 @@ pub fn held(selected: &[SelectedCluster], reason: &str) -> Vec<ShareRecord> {
             cluster: c.name.clone(),
             assignment: None,
             held_reason: Some(reason.to_owned()),
+            hold: Some(Hold::Refused),
         })
         .collect()
 }

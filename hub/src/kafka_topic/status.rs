@@ -329,6 +329,7 @@ mod tests {
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::KafkaTopic(spec())),
             held_reason: None,
+            hold: None,
         }
     }
 
@@ -337,6 +338,7 @@ mod tests {
             cluster: cluster.into(),
             assignment: None,
             held_reason: Some(reason.into()),
+            hold: Some(crate::distribution::Hold::Refused),
         }
     }
 

@@ -4,8 +4,8 @@
 use accord_common::distribution::{AssignmentSpec, PromfedSpec};
 use accord_crds::PrometheusFederationSpec;
 
-use crate::distribution::ShareRecord;
 use crate::distribution::select::SelectedCluster;
+use crate::distribution::{Hold, ShareRecord};
 
 /// A spec the hub cannot turn into an assignment.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -58,6 +58,7 @@ pub fn shares(selected: &[SelectedCluster], assignment: &PromfedSpec) -> Vec<Sha
             cluster: c.name.clone(),
             assignment: c.known.then(|| AssignmentSpec::Promfed(assignment.clone())),
             held_reason: (!c.known).then(|| unknown_cluster(&c.name)),
+            hold: (!c.known).then_some(Hold::NotRegistered),
         })
         .collect()
 }

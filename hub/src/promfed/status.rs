@@ -224,6 +224,7 @@ mod tests {
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::Promfed(PromfedSpec::default())),
             held_reason: None,
+            hold: None,
         }
     }
 
@@ -232,6 +233,7 @@ mod tests {
             cluster: cluster.into(),
             assignment: None,
             held_reason: Some(format!("no ManagedCluster {cluster}")),
+            hold: Some(crate::distribution::Hold::NotRegistered),
         }
     }
 

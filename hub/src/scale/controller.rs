@@ -401,6 +401,7 @@ mod tests {
                     "prod", "frontend", replicas, id,
                 ))),
                 held_reason: None,
+                hold: None,
             }],
             decision: ScaleDecision {
                 desired_replicas: replicas,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::ScaleDecision;
 use super::division::{Candidate, Division, divide};
 use crate::distribution::select::Clusters;
-use crate::distribution::{PlacementRecord, ShareRecord};
+use crate::distribution::{Hold, PlacementRecord, ShareRecord};
 use crate::store::StatusRecord;
 
 /// The outcome of planning one policy.
@@ -30,18 +30,16 @@ pub struct Plan {
     pub recheck_after: Option<Duration>,
 }
 
-/// How the reason of a cluster held for its return cooldown begins.
-const RETURN_COOLDOWN_REASON: &str = "the cluster returned;";
-/// How the reason of a cluster that kept its count while no cluster was available ends.
+/// What the reason of a cluster that kept its count while no cluster was available adds.
 const KEPT_LAST_COUNT_REASON: &str = "no cluster is available, so it keeps its last count";
 
-/// Why a listed cluster takes no part in the division.
+/// Why a listed cluster takes no part in the division, and the reason in words.
 enum Out {
     /// It gets 0 (not registered, or drained: no placements there is what was asked).
-    Held(String),
+    Held(Hold, String),
     /// Its share is with the others, but it keeps what it runs (see
     /// [`ScaleDecision::moved_away`]).
-    MovedAway(String),
+    MovedAway(Hold, String),
 }
 
 /// Divides `spec.desiredReplicas` over the eligible clusters of `spec.distribution`.
@@ -69,7 +67,7 @@ pub fn plan(
     let mut candidates = Vec::new();
     // Candidates and clusters whose share moved away: the division if everyone came back.
     let mut home = Vec::new();
-    let mut held: HashMap<&str, String> = HashMap::new();
+    let mut held: HashMap<&str, (Hold, String)> = HashMap::new();
     let mut moved_away = Vec::new();
     let mut recheck_after: Option<i64> = None;
     for d in &spec.distribution {
@@ -79,22 +77,23 @@ pub fn plan(
         } else {
             match view {
                 None => Some(Out::Held(
+                    Hold::NotRegistered,
                     "the cluster is not registered with the hub".to_owned(),
                 )),
                 Some(v) if !v.available => Some(Out::MovedAway(
+                    Hold::Unavailable,
                     "the cluster is unavailable; its share moved to the others".to_owned(),
                 )),
                 Some(v) if v.unschedulable => Some(Out::Held(
+                    Hold::Unschedulable,
                     "the cluster is unschedulable (drained)".to_owned(),
                 )),
                 Some(v) => {
                     // A count kept while no cluster was available never moved away: its
                     // cluster has nothing to wait for.
-                    let had_share = previous.and_then(|p| p.share(&d.cluster)).is_some_and(|s| {
-                        s.held_reason
-                            .as_deref()
-                            .is_none_or(|r| r.contains(KEPT_LAST_COUNT_REASON))
-                    });
+                    let had_share = previous
+                        .and_then(|p| p.share(&d.cluster))
+                        .is_some_and(ShareRecord::had_share);
                     let ready_at = v.available_since_unix + cooldown;
                     // Only a cluster that came back after its share was moved away waits;
                     // one that was already available when the previous decision was made
@@ -107,8 +106,7 @@ pub fn plan(
                     // a stale view.
                     let held_for_cooldown = previous
                         .and_then(|p| p.share(&d.cluster))
-                        .and_then(|s| s.held_reason.as_deref())
-                        .is_some_and(|r| r.starts_with(RETURN_COOLDOWN_REASON));
+                        .is_some_and(ShareRecord::in_return_cooldown);
                     let returned_since_decision = held_for_cooldown
                         || previous.is_some_and(|p| {
                             v.available_since_unix
@@ -119,9 +117,14 @@ pub fn plan(
                     if returned_since_decision && !had_share && now_unix < ready_at {
                         let wait = ready_at - now_unix;
                         recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
-                        Some(Out::MovedAway(format!(
-                            "{RETURN_COOLDOWN_REASON} its share moves back after {cooldown}s of availability ({wait}s left)"
-                        )))
+                        Some(Out::MovedAway(
+                            Hold::ReturnCooldown {
+                                until_unix: ready_at,
+                            },
+                            format!(
+                                "the cluster returned; its share moves back after {cooldown}s of availability ({wait}s left)"
+                            ),
+                        ))
                     } else {
                         None
                     }
@@ -138,11 +141,11 @@ pub fn plan(
             max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
         };
         match out {
-            Some(Out::Held(r)) => {
-                held.insert(d.cluster.as_str(), r);
+            Some(Out::Held(hold, r)) => {
+                held.insert(d.cluster.as_str(), (hold, r));
             }
-            Some(Out::MovedAway(r)) => {
-                held.insert(d.cluster.as_str(), r);
+            Some(Out::MovedAway(hold, r)) => {
+                held.insert(d.cluster.as_str(), (hold, r));
                 moved_away.push(d.cluster.clone());
                 home.push(candidate);
             }
@@ -167,8 +170,9 @@ pub fn plan(
     if hold_previous {
         moved_away.clear();
         if previous.is_some() {
-            for (cluster, reason) in held.iter_mut() {
+            for (cluster, (hold, reason)) in held.iter_mut() {
                 let kept = previous_count(cluster);
+                *hold = Hold::KeptLastCount;
                 *reason = format!("{reason}; {KEPT_LAST_COUNT_REASON} ({kept})");
             }
         }
@@ -230,12 +234,13 @@ pub fn plan(
                 // Named once the decision is known to be new (see the controller).
                 scale_request_id: String::new(),
             })),
-            held_reason: held.get(d.cluster.as_str()).map(|reason| {
+            held_reason: held.get(d.cluster.as_str()).map(|(_, reason)| {
                 match kept(&d.cluster).filter(|n| !hold_previous && *n > 0) {
                     Some(n) => format!("{reason}; it keeps running {n} meanwhile"),
                     None => reason.clone(),
                 }
             }),
+            hold: held.get(d.cluster.as_str()).map(|(hold, _)| *hold),
         })
         .collect();
     Plan {
@@ -769,6 +774,39 @@ mod tests {
         )
     }
 
+    #[test]
+    fn the_return_cooldown_is_read_from_the_hold_not_from_the_message() {
+        let s = three_clusters(); // default cooldown 30 s
+        let all = views(&[("a", up(0)), ("b", up(0)), ("c", up(0))]);
+        let before = plan(&s, "default", &all, None, 100);
+        let down = views(&[
+            ("a", up(0)),
+            ("b", up(0)),
+            (
+                "c",
+                ClusterInfo {
+                    available_since_unix: 105,
+                    ..ClusterInfo::default()
+                },
+            ),
+        ]);
+        let away = plan(&s, "default", &down, Some(&decided_at(&before, 100)), 110);
+        let back = views(&[("a", up(0)), ("b", up(0)), ("c", up(200))]);
+        let during = plan(&s, "default", &back, Some(&decided_at(&away, 110)), 201);
+        // The previous decision, seen after c's return (a stale view would let c take part
+        // at once), held c for its cooldown: c stays held whatever its message says.
+        let mut reworded = decided_at(&during, 205);
+        reworded.shares[2].held_reason = Some("reworded for humans".into());
+        let next = plan(&s, "default", &back, Some(&reworded), 210);
+        assert_eq!(next.moved_away, vec!["c".to_owned()]);
+        // A share kept while no cluster was available had its share: no cooldown for it.
+        let mut kept = decided_at(&during, 205);
+        kept.shares[2].hold = Some(Hold::KeptLastCount);
+        let next = plan(&s, "default", &back, Some(&kept), 210);
+        assert!(next.moved_away.is_empty(), "{next:?}");
+        assert_eq!(replicas(&next), vec![3, 3, 3]);
+    }
+
     /// `p` as the previous decision, made at `at` seconds.
     fn decided_at(p: &Plan, at: i64) -> PlacementRecord<ScaleDecision> {
         let mut r = record_of(p);
@@ -801,12 +839,16 @@ mod tests {
         let during = plan(&s, "default", &back, Some(&decided_at(&away, 110)), 201);
         assert_eq!(replicas(&during), vec![5, 4, 3]);
         assert_eq!(during.moved_away, vec!["c".to_owned()]);
+        assert_eq!(
+            during.shares[2].hold,
+            Some(Hold::ReturnCooldown { until_unix: 230 })
+        );
         assert!(
             during.shares[2]
                 .held_reason
                 .as_deref()
                 .unwrap()
-                .starts_with(RETURN_COOLDOWN_REASON)
+                .starts_with("the cluster returned;")
         );
         let later = plan(&s, "default", &back, Some(&decided_at(&during, 201)), 215);
         assert_eq!(replicas(&later), vec![5, 4, 3]);
@@ -886,7 +928,7 @@ mod tests {
             c.message
                 .as_deref()
                 .unwrap()
-                .starts_with(RETURN_COOLDOWN_REASON)
+                .starts_with("the cluster returned;")
         );
         assert_eq!(st.ready_replicas, Some(9));
         assert!(conditions::is_true(&st.conditions, "Ready"));
