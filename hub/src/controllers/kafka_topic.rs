@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::PolicyRef;
+use accord_common::distribution::{PolicyKind, PolicyRef};
 use accord_crds::conditions::{self, reasons as common_reasons, types};
 use accord_crds::kafka_topic::{
     DeletionPolicy, FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy,
@@ -56,7 +56,7 @@ use crate::distribution::{Decision, PlacementRecord};
 use crate::kafka_topic::conflict::{self, Claim};
 use crate::kafka_topic::deletion::{self, Progress};
 use crate::kafka_topic::status::{StatusInputs, aggregate, new_warnings, policy_status};
-use crate::kafka_topic::{FINALIZER, KAFKA_TOPIC_KIND, plan, policy, reasons, status};
+use crate::kafka_topic::{FINALIZER, plan, policy, reasons, status};
 use crate::promfed::select::{ClusterInfo, SelectedCluster, select_clusters};
 use crate::store::{StatusRecord, StoreError};
 
@@ -113,7 +113,7 @@ fn object_name(o: &impl ResourceExt) -> String {
 
 fn topic_ref(topic: &impl ResourceExt) -> PolicyRef {
     PolicyRef::new(
-        KAFKA_TOPIC_KIND,
+        PolicyKind::FederatedKafkaTopic,
         &topic.namespace().unwrap_or_default(),
         &topic.name_any(),
     )
@@ -369,11 +369,12 @@ impl Kafka {
             .shares
             .iter()
             .filter_map(|s| {
-                let key = self
-                    .ctx
-                    .store
-                    .keys()
-                    .status(&s.cluster, &p.kind, &p.namespace, &p.name);
+                let key = self.ctx.store.keys().status(
+                    &s.cluster,
+                    p.kind.as_str(),
+                    &p.namespace,
+                    &p.name,
+                );
                 self.ctx
                     .statuses
                     .get(&key)
@@ -386,7 +387,10 @@ impl Kafka {
     async fn write_record(&self, record: &PlacementRecord) -> Result<i64, ReconcileError> {
         let ctx = &self.ctx;
         let p = &record.policy;
-        let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+        let key = ctx
+            .store
+            .keys()
+            .placements(p.kind.as_str(), &p.namespace, &p.name);
         let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
         let value = serde_json::to_vec(record).map_err(StoreError::Encode)?;
         let revision = ctx.store.fenced_put(&fence, &key, value).await?;
@@ -417,7 +421,10 @@ impl Kafka {
         );
         let denied = !policy::denying(&violations).is_empty();
 
-        let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+        let key = ctx
+            .store
+            .keys()
+            .placements(p.kind.as_str(), &p.namespace, &p.name);
         let previous = ctx.placements.get(&key);
         let shown: Option<(PlacementRecord, i64)> = if denied {
             // Nothing new is sent: the members keep what they were last sent.
@@ -523,10 +530,13 @@ impl Kafka {
     async fn release(&self, topic: &WatchedTopic, p: &PolicyRef) -> Result<(), ReconcileError> {
         let ctx = &self.ctx;
         let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
-        let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+        let key = ctx
+            .store
+            .keys()
+            .placements(p.kind.as_str(), &p.namespace, &p.name);
         ctx.store.fenced_delete(&fence, &key).await?;
         ctx.store
-            .delete_policy_status(&p.kind, &p.namespace, &p.name)
+            .delete_policy_status(p.kind.as_str(), &p.namespace, &p.name)
             .await?;
         self.remove_finalizer(topic).await
     }
@@ -536,7 +546,10 @@ impl Kafka {
     async fn cleanup(&self, topic: &WatchedTopic) -> Result<Action, ReconcileError> {
         let ctx = &self.ctx;
         let p = topic_ref(topic);
-        let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+        let key = ctx
+            .store
+            .keys()
+            .placements(p.kind.as_str(), &p.namespace, &p.name);
         let policy = topic
             .pointer("/spec/deletionPolicy")
             .and_then(|v| serde_json::from_value::<DeletionPolicy>(v.clone()).ok())
@@ -942,7 +955,9 @@ pub async fn run(
         ctx.store.keys().status_prefix(),
         topic_trigger,
         |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
-            [_cluster, kind, ns, name] if *kind == KAFKA_TOPIC_KIND => Some((ns, name)),
+            [_cluster, kind, ns, name] if *kind == PolicyKind::FederatedKafkaTopic.as_str() => {
+                Some((ns, name))
+            }
             _ => None,
         },
     );

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{PlacementState, PolicyRef};
+use accord_common::distribution::{PlacementState, PolicyKind, PolicyRef};
 use accord_crds::conditions::{self, reasons, types};
 use accord_crds::promfed::GlobalTierStatus;
 use accord_crds::validate::Validate;
@@ -47,11 +47,11 @@ use super::{
     trace_result, trigger_on_changes,
 };
 use crate::distribution::{Decision, PlacementRecord};
+use crate::promfed::PromfedDecision;
 use crate::promfed::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
 use crate::promfed::plan::{self, PlanError};
 use crate::promfed::select::{ClusterInfo, select_clusters};
 use crate::promfed::status::{StatusInputs, aggregate, new_errors, status_changed};
-use crate::promfed::{PROMFED_KIND, PromfedDecision};
 use crate::store::{StatusRecord, StoreError};
 use accord_common::promfed::{self, ReloadStatus};
 
@@ -121,7 +121,7 @@ fn object_name(policy: &WatchedPolicy) -> String {
 
 fn policy_ref(policy: &impl ResourceExt) -> PolicyRef {
     PolicyRef::new(
-        PROMFED_KIND,
+        PolicyKind::PrometheusFederation,
         &policy.namespace().unwrap_or_default(),
         &policy.name_any(),
     )
@@ -250,7 +250,10 @@ impl Federation {
             Err(e) => return self.invalid_spec(policy, e.to_string()).await,
         };
 
-        let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+        let key = ctx
+            .store
+            .keys()
+            .placements(p.kind.as_str(), &p.namespace, &p.name);
         let record = PlacementRecord {
             policy: p.clone(),
             generation: policy.metadata.generation.unwrap_or_default(),
@@ -277,10 +280,10 @@ impl Federation {
             .shares
             .iter()
             .filter_map(|s| {
-                let key = ctx
-                    .store
-                    .keys()
-                    .status(&s.cluster, &p.kind, &p.namespace, &p.name);
+                let key =
+                    ctx.store
+                        .keys()
+                        .status(&s.cluster, p.kind.as_str(), &p.namespace, &p.name);
                 ctx.statuses.get(&key).map(|(r, _)| (s.cluster.clone(), r))
             })
             .collect();
@@ -332,10 +335,13 @@ impl Federation {
         let ctx = &self.ctx;
         let p = policy_ref(policy);
         let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
-        let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+        let key = ctx
+            .store
+            .keys()
+            .placements(p.kind.as_str(), &p.namespace, &p.name);
         ctx.store.fenced_delete(&fence, &key).await?;
         ctx.store
-            .delete_policy_status(&p.kind, &p.namespace, &p.name)
+            .delete_policy_status(p.kind.as_str(), &p.namespace, &p.name)
             .await?;
         // The policy is being deleted, so this rendering leaves its jobs out.
         self.sync_global().await?;
@@ -565,7 +571,9 @@ pub async fn run(
         ctx.store.keys().status_prefix(),
         trigger.clone(),
         |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
-            [_cluster, kind, ns, name] if *kind == PROMFED_KIND => Some((ns, name)),
+            [_cluster, kind, ns, name] if *kind == PolicyKind::PrometheusFederation.as_str() => {
+                Some((ns, name))
+            }
             _ => None,
         },
     );
@@ -659,7 +667,10 @@ mod tests {
         }));
         assert!(global_enabled(&good));
         let g = global_policy(&good, &clusters).unwrap();
-        assert_eq!(g.policy, PolicyRef::new(PROMFED_KIND, "monitoring", "p"));
+        assert_eq!(
+            g.policy,
+            PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", "p")
+        );
         assert_eq!(
             g.members,
             vec![

@@ -12,7 +12,7 @@
 //! is handled like any other's — cleanup needs only the name — so deleting it completes
 //! and removes whatever placements an earlier, valid version of it left.
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_common::distribution::{AssignmentSpec, PolicyKind, PolicyRef};
 use accord_common::runtime::time_from_millis;
 use accord_crds::CrossClusterScalePolicy;
 use accord_crds::conditions::{self, reasons, types};
@@ -42,8 +42,8 @@ use super::{
 };
 use crate::autoscale::engine::Config;
 use crate::distribution::{Decision, PlacementRecord};
+use crate::scale::ScaleDecision;
 use crate::scale::plan::{AggregateInputs, ClusterView, aggregate, plan, status_changed};
-use crate::scale::{SCALE_KIND, ScaleDecision};
 use crate::store::{StatusRecord, StoreError};
 
 /// Finalizer that removes a policy's placements before the policy goes.
@@ -200,7 +200,10 @@ async fn apply(
     {
         spec.desired_replicas = count.clamp(cfg.min, cfg.max);
     }
-    let key = ctx.store.keys().placements(SCALE_KIND, &ns, &name);
+    let key = ctx
+        .store
+        .keys()
+        .placements(PolicyKind::CrossClusterScalePolicy.as_str(), &ns, &name);
     let previous = ctx.placements.get(&key);
     let views = cluster_views(ctx);
     let planned = plan(
@@ -211,7 +214,7 @@ async fn apply(
         now_unix(),
     );
     let mut record = PlacementRecord {
-        policy: PolicyRef::new(SCALE_KIND, &ns, &name),
+        policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, &ns, &name),
         generation: generation.unwrap_or_default(),
         decided_unix_millis: Timestamp::now().as_millisecond(),
         shares: planned.shares,
@@ -241,7 +244,12 @@ async fn apply(
         .shares
         .iter()
         .filter_map(|s| {
-            let key = ctx.store.keys().status(&s.cluster, SCALE_KIND, &ns, &name);
+            let key = ctx.store.keys().status(
+                &s.cluster,
+                PolicyKind::CrossClusterScalePolicy.as_str(),
+                &ns,
+                &name,
+            );
             ctx.statuses.get(&key).map(|(r, _)| (s.cluster.clone(), r))
         })
         .collect();
@@ -343,7 +351,7 @@ async fn write_placement(
     let lock = tokio::time::timeout(
         LOCK_WAIT,
         ctx.store
-            .lock_policy(&p.kind, &p.namespace, &p.name, LOCK_TTL),
+            .lock_policy(p.kind.as_str(), &p.namespace, &p.name, LOCK_TTL),
     )
     .await
     .map_err(|_| ReconcileError::LockTimeout(format!("{}/{}", p.namespace, p.name)))??;
@@ -388,13 +396,16 @@ async fn cleanup(
     let ns = policy.namespace().unwrap_or_default();
     let name = policy.name_any();
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
-    let key = ctx.store.keys().placements(SCALE_KIND, &ns, &name);
+    let key = ctx
+        .store
+        .keys()
+        .placements(PolicyKind::CrossClusterScalePolicy.as_str(), &ns, &name);
     ctx.store.fenced_delete(&fence, &key).await?;
     ctx.store
         .fenced_delete(&fence, &ctx.store.keys().autoscale(&ns, &name))
         .await?;
     ctx.store
-        .delete_policy_status(SCALE_KIND, &ns, &name)
+        .delete_policy_status(PolicyKind::CrossClusterScalePolicy.as_str(), &ns, &name)
         .await?;
     info!(policy = %format!("{ns}/{name}"), "policy deleted; member workloads keep their replicas and are no longer managed");
     Ok(Action::await_change())
@@ -436,7 +447,9 @@ pub async fn run(
         ctx.store.keys().status_prefix(),
         trigger.clone(),
         |rest| match rest.split('/').collect::<Vec<_>>().as_slice() {
-            [_cluster, kind, ns, name] if *kind == SCALE_KIND => Some((ns, name)),
+            [_cluster, kind, ns, name] if *kind == PolicyKind::CrossClusterScalePolicy.as_str() => {
+                Some((ns, name))
+            }
             _ => None,
         },
     );

@@ -185,12 +185,12 @@ impl PlacementRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scale::SCALE_KIND;
+    use accord_common::distribution::PolicyKind;
     use accord_proto::v1::assignment;
 
     fn record(shares: &[(&str, i32)]) -> PlacementRecord {
         PlacementRecord {
-            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
+            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: shares

@@ -523,8 +523,7 @@ pub fn status_changed(
 mod tests {
     use super::*;
     use crate::distribution::Decision;
-    use crate::scale::SCALE_KIND;
-    use accord_common::distribution::{Observed, PolicyRef, ScaleObserved};
+    use accord_common::distribution::{Observed, PolicyKind, PolicyRef, ScaleObserved};
     use k8s_openapi::jiff::Timestamp;
 
     fn spec(yaml: &str) -> CrossClusterScalePolicySpec {
@@ -568,7 +567,7 @@ mod tests {
 
     fn record_of(p: &Plan) -> PlacementRecord {
         PlacementRecord {
-            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
+            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: p.shares.clone(),
