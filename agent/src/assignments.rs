@@ -202,10 +202,11 @@ impl AssignmentBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_common::distribution::PolicyKind;
     use accord_common::distribution::{KafkaTopicSpec, ScaleSpec};
 
     fn key(name: &str) -> PolicyRef {
-        PolicyRef::new("CrossClusterScalePolicy", "default", name)
+        PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", name)
     }
 
     fn scale(name: &str, replicas: i32) -> AssignmentSpec {
@@ -338,7 +339,7 @@ mod tests {
     #[test]
     fn assignments_of_every_kind_are_held_alike() {
         let mut book = AssignmentBook::default();
-        let topic = PolicyRef::new("FederatedKafkaTopic", "default", "t");
+        let topic = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", "t");
         let applied = book.apply(full(
             4,
             vec![Incoming {

@@ -9,7 +9,10 @@ use crate::assignments::{Incoming, Removed, Update};
 use crate::report::Report;
 
 /// An Assignments message as an [`Update`], and how many items were dropped because they
-/// name no policy or carry no spec (the hub never sends such items).
+/// name no policy, a policy of a kind this agent does not know, or carry no spec (the hub
+/// never sends such items to an agent of its own version; a kind added later arrives with a
+/// spec this agent cannot decode either). Removals of unknown kinds are dropped too: nothing
+/// of theirs is held.
 pub fn update(message: Assignments) -> (Update, usize) {
     let total = message.items.len();
     let items: Vec<Incoming> = message
@@ -17,7 +20,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
         .into_iter()
         .filter_map(|item| {
             Some(Incoming {
-                policy: PolicyRef::from_proto(item.policy.as_ref()?),
+                policy: PolicyRef::from_proto(item.policy.as_ref()?).ok()?,
                 revision: item.revision,
                 spec: AssignmentSpec::from_proto(item.spec?),
             })
@@ -33,7 +36,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
             .iter()
             .filter_map(|r| {
                 Some(Removed {
-                    policy: PolicyRef::from_proto(r.policy.as_ref()?),
+                    policy: PolicyRef::from_proto(r.policy.as_ref()?).ok()?,
                     revision: r.revision,
                 })
             })
@@ -67,6 +70,7 @@ pub fn status_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_common::distribution::PolicyKind;
     use accord_common::distribution::{Observed, PlacementState, ScaleObserved, ScaleSpec};
     use accord_proto::v1::{
         Assignment, KafkaTopicAssignment, ObjectRef, ScaleStatus, assignment, status_report,
@@ -125,7 +129,7 @@ mod tests {
         assert_eq!(
             u.removed,
             vec![Removed {
-                policy: PolicyRef::from_proto(&policy),
+                policy: PolicyRef::from_proto(&policy).unwrap(),
                 revision: 10,
             }]
         );
@@ -133,8 +137,33 @@ mod tests {
     }
 
     #[test]
+    fn items_and_removals_of_a_kind_this_agent_does_not_know_are_dropped_not_held() {
+        let unknown = ObjectRef {
+            kind: "FederatedKafkaUser".into(),
+            namespace: "default".into(),
+            name: "app".into(),
+        };
+        let message = Assignments {
+            revision: 3,
+            items: vec![Assignment {
+                policy: Some(unknown.clone()),
+                revision: 3,
+                spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
+            }],
+            removed: vec![accord_proto::v1::Removal {
+                policy: Some(unknown),
+                revision: 2,
+            }],
+            ..Assignments::default()
+        };
+        let (u, malformed) = update(message);
+        assert!(u.items.is_empty() && u.removed.is_empty());
+        assert_eq!(malformed, 1);
+    }
+
+    #[test]
     fn a_report_carries_every_observed_field() {
-        let key = PolicyRef::new("CrossClusterScalePolicy", "default", "web");
+        let key = PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web");
         let report = Report {
             state: PlacementState::Synced,
             message: String::new(),

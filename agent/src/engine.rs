@@ -536,7 +536,7 @@ impl Engine {
         if malformed > 0 {
             warn!(
                 revision,
-                malformed, "ignoring assignments without a policy or a spec"
+                malformed, "ignoring assignments without a policy of a known kind or a spec"
             );
         }
         let full = update.full;
@@ -879,8 +879,12 @@ impl Engine {
     }
 
     fn status_ack(&mut self, ack: StatusAck) {
-        let Some(policy) = ack.policy.as_ref().map(PolicyRef::from_proto) else {
-            debug!("StatusAck without a policy");
+        let Some(policy) = ack
+            .policy
+            .as_ref()
+            .and_then(|p| PolicyRef::from_proto(p).ok())
+        else {
+            debug!("StatusAck without a policy of a known kind");
             return;
         };
         match ack.result {

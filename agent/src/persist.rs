@@ -341,9 +341,10 @@ mod tests {
     use super::*;
     use crate::assignments::{Incoming, Update};
     use accord_common::distribution::KafkaTopicSpec;
+    use accord_common::distribution::PolicyKind;
 
     fn web() -> PolicyRef {
-        PolicyRef::new("CrossClusterScalePolicy", "default", "web")
+        PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web")
     }
 
     fn frontend() -> ScaleSpec {
@@ -363,7 +364,7 @@ mod tests {
                     spec: AssignmentSpec::Scale(frontend()),
                 },
                 Incoming {
-                    policy: PolicyRef::new("FederatedKafkaTopic", "default", "events"),
+                    policy: PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", "events"),
                     revision: 9,
                     spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                         topic_name: "events".into(),
@@ -431,6 +432,8 @@ mod tests {
             r#"{"version":"two"}"#,
             r#"{"version":2,"policies":"nope"}"#,
             r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"K","namespace":"","name":"n"},"revision":1,"spec":{"crystalBall":{}}}]}"#,
+            // A kind this agent does not know (written by a newer one).
+            r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"FederatedKafkaUser","namespace":"","name":"n"},"revision":1,"spec":{"scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"d","name":"n","replicas":1,"scaleRequestId":""}}}]}"#,
             "not json",
             "[]",
             "",
@@ -438,6 +441,9 @@ mod tests {
             let error = SavedState::decode(document).unwrap_err();
             assert!(error.is_unreadable(), "{document}: {error}");
         }
+        // The same document with a known kind reads.
+        let known = r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"CrossClusterScalePolicy","namespace":"","name":"n"},"revision":1,"spec":{"scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"d","name":"n","replicas":1,"scaleRequestId":""}}}]}"#;
+        assert_eq!(SavedState::decode(known).unwrap().state.policies.len(), 1);
         assert!(
             SavedState::decode(r#"{"version":3}"#)
                 .unwrap_err()

@@ -14,7 +14,8 @@ use accord_agent::metrics::Metrics;
 use accord_agent::persist::{PersistError, SavedState, StateStore};
 use accord_agent::report::Report;
 use accord_common::distribution::{
-    AssignmentSpec, KafkaTopicSpec, Observed, PlacementState, PolicyRef, ScaleObserved, ScaleSpec,
+    AssignmentSpec, KafkaTopicSpec, Observed, PlacementState, PolicyKind, PolicyRef, ScaleObserved,
+    ScaleSpec,
 };
 use accord_proto::v1::{
     self as pb, AgentMessage, Assignment, Assignments, HubMessage, StatusAck, StatusReport,
@@ -367,7 +368,7 @@ impl Hub {
 }
 
 fn policy(name: &str) -> PolicyRef {
-    PolicyRef::new("CrossClusterScalePolicy", "default", name)
+    PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", name)
 }
 
 fn scale(name: &str, revision: i64, replicas: i32) -> Assignment {
@@ -625,7 +626,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
     let store = Arc::new(MemoryStore::default());
     let (world, _applied) = world(&[]);
     let mut hub = Hub::connect(start(store.clone(), &world)).await;
-    let topic = PolicyRef::new("FederatedKafkaTopic", "default", "events");
+    let topic = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", "events");
     hub.assign(
         6,
         vec![Assignment {

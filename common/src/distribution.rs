@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::str::FromStr;
 
 use accord_proto::v1 as pb;
 use serde::{Deserialize, Serialize};
@@ -15,11 +16,66 @@ use serde::{Deserialize, Serialize};
 /// Placement state, as the CRD status, the hub's records and the protocol spell it.
 pub use accord_crds::PlacementState;
 
+/// The kinds of policy the hub distributes. Serialises (and reads) as the kind's name, as
+/// in etcd keys (`placements/<kind>/…`), stored records and the protocol's `ObjectRef.kind`.
+///
+/// A name that is none of these is an [`UnknownPolicyKind`] error where it is read: the
+/// protocol's edges refuse or skip it, and a stored document holding one is unreadable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PolicyKind {
+    /// `CrossClusterScalePolicy`.
+    CrossClusterScalePolicy,
+    /// `FederatedKafkaTopic`.
+    FederatedKafkaTopic,
+    /// `PrometheusFederation`.
+    PrometheusFederation,
+}
+
+impl PolicyKind {
+    /// Every kind.
+    pub const ALL: [PolicyKind; 3] = [
+        Self::CrossClusterScalePolicy,
+        Self::FederatedKafkaTopic,
+        Self::PrometheusFederation,
+    ];
+
+    /// The kind's name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::CrossClusterScalePolicy => "CrossClusterScalePolicy",
+            Self::FederatedKafkaTopic => "FederatedKafkaTopic",
+            Self::PrometheusFederation => "PrometheusFederation",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A policy kind name that is none of [`PolicyKind`]'s.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy kind {0:?}")]
+pub struct UnknownPolicyKind(pub String);
+
+impl FromStr for PolicyKind {
+    type Err = UnknownPolicyKind;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.as_str() == name)
+            .ok_or_else(|| UnknownPolicyKind(name.to_owned()))
+    }
+}
+
 /// Identifies a policy on the hub (and hence its placements key and status records).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PolicyRef {
-    /// Kind, e.g. `CrossClusterScalePolicy`.
-    pub kind: String,
+    /// Kind.
+    pub kind: PolicyKind,
     /// Namespace on the hub (empty for cluster-scoped kinds).
     pub namespace: String,
     /// Name on the hub.
@@ -28,9 +84,9 @@ pub struct PolicyRef {
 
 impl PolicyRef {
     /// A reference from its parts.
-    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
+    pub fn new(kind: PolicyKind, namespace: &str, name: &str) -> Self {
         Self {
-            kind: kind.to_owned(),
+            kind,
             namespace: namespace.to_owned(),
             name: name.to_owned(),
         }
@@ -39,15 +95,15 @@ impl PolicyRef {
     /// As a protocol object reference.
     pub fn to_proto(&self) -> pb::ObjectRef {
         pb::ObjectRef {
-            kind: self.kind.clone(),
+            kind: self.kind.as_str().to_owned(),
             namespace: self.namespace.clone(),
             name: self.name.clone(),
         }
     }
 
-    /// From a protocol object reference.
-    pub fn from_proto(r: &pb::ObjectRef) -> Self {
-        Self::new(&r.kind, &r.namespace, &r.name)
+    /// From a protocol object reference; an error when its kind is not one of ours.
+    pub fn from_proto(r: &pb::ObjectRef) -> Result<Self, UnknownPolicyKind> {
+        Ok(Self::new(r.kind.parse()?, &r.namespace, &r.name))
     }
 }
 
@@ -389,6 +445,39 @@ pub fn state_from_proto(state: i32) -> Option<PlacementState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_kinds_read_and_write_the_names_keys_and_records_use() {
+        for kind in PolicyKind::ALL {
+            assert_eq!(kind.as_str().parse::<PolicyKind>(), Ok(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::String(kind.as_str().to_owned())
+            );
+        }
+        let r = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "events");
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"kind":"FederatedKafkaTopic","namespace":"ns","name":"events"}"#
+        );
+        assert_eq!(PolicyRef::from_proto(&r.to_proto()), Ok(r));
+    }
+
+    #[test]
+    fn an_unknown_policy_kind_is_an_error_from_the_wire_and_from_storage() {
+        assert_eq!(
+            "FederatedKafkaUser".parse::<PolicyKind>(),
+            Err(UnknownPolicyKind("FederatedKafkaUser".into()))
+        );
+        let wire = pb::ObjectRef {
+            kind: "FederatedKafkaUser".into(),
+            namespace: "ns".into(),
+            name: "app".into(),
+        };
+        assert!(PolicyRef::from_proto(&wire).is_err());
+        let stored = r#"{"kind":"FederatedKafkaUser","namespace":"ns","name":"app"}"#;
+        assert!(serde_json::from_str::<PolicyRef>(stored).is_err());
+    }
 
     #[test]
     fn every_assignment_spec_survives_the_wire() {

@@ -10,6 +10,7 @@ mod store_support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use accord_common::distribution::PolicyKind;
 use accord_common::distribution::{Observed, PlacementState, ScaleObserved};
 use accord_hub::connections::Connections;
 use accord_hub::controllers::placement::{PlacementKind, Placements, Watched};
@@ -20,8 +21,8 @@ use accord_hub::distribution::PlacementRecord;
 use accord_hub::http::{Readiness, ReadinessGates};
 use accord_hub::kafka_topic::controller::KafkaTopics;
 use accord_hub::metrics::Metrics;
+use accord_hub::scale::ScaleDecision;
 use accord_hub::scale::controller::Scale;
-use accord_hub::scale::{SCALE_KIND, ScaleDecision};
 use accord_hub::store::{LeaderElection, PrefixCache, StatusRecord, Store, WriteOutcome};
 use fake_api::FakeApi;
 use http::Method;
@@ -145,7 +146,11 @@ impl Harness {
     }
 
     fn scale_record(&self, name: &str) -> Option<(PlacementRecord<ScaleDecision>, i64)> {
-        let key = self.store.keys().placements(SCALE_KIND, "default", name);
+        let key = self.store.keys().placements(
+            PolicyKind::CrossClusterScalePolicy.as_str(),
+            "default",
+            name,
+        );
         let (record, revision) = self.ctx.placements.get(&key)?;
         record.typed(Scale::DECISION_TAG).map(|r| (r, revision))
     }
@@ -168,10 +173,12 @@ impl Harness {
                 scale_request_id: String::new(),
             }),
         };
-        let key = self
-            .store
-            .keys()
-            .status(cluster, SCALE_KIND, "default", name);
+        let key = self.store.keys().status(
+            cluster,
+            PolicyKind::CrossClusterScalePolicy.as_str(),
+            "default",
+            name,
+        );
         let expected = self
             .ctx
             .statuses
@@ -179,7 +186,14 @@ impl Harness {
             .map_or(0, |(_, version)| version);
         let outcome = self
             .store
-            .write_status(cluster, SCALE_KIND, "default", name, &record, expected)
+            .write_status(
+                cluster,
+                PolicyKind::CrossClusterScalePolicy.as_str(),
+                "default",
+                name,
+                &record,
+                expected,
+            )
             .await
             .expect("writing a report");
         let WriteOutcome::Accepted { version } = outcome else {
@@ -394,7 +408,11 @@ async fn a_deleted_object_holding_an_old_finalizer_loses_its_records_then_the_fi
         .placements
         .wait_for_revision(h.ctx.placements.revision())
         .await;
-    let key = h.store.keys().placements(SCALE_KIND, "default", "web");
+    let key = h.store.keys().placements(
+        PolicyKind::CrossClusterScalePolicy.as_str(),
+        "default",
+        "web",
+    );
     assert!(
         h.store
             .get_json::<Value>(&key)
@@ -423,7 +441,13 @@ async fn records_of_objects_that_are_gone_are_swept() {
     let gone = h.watched::<Scale>(&format!("{POLICIES}/gone"));
     objects.apply_watcher_event(&watcher::Event::Delete((*gone).clone()));
     controller.sweep().await;
-    let key = |name| h.store.keys().placements(SCALE_KIND, "default", name);
+    let key = |name| {
+        h.store.keys().placements(
+            PolicyKind::CrossClusterScalePolicy.as_str(),
+            "default",
+            name,
+        )
+    };
     assert!(
         h.store
             .get_json::<Value>(&key("gone"))

@@ -411,10 +411,11 @@ fn parse_url(url: &str) -> Result<Endpoint, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::PolicyKind;
     use crate::promfed::validate::validate;
 
     fn policy(name: &str) -> PolicyRef {
-        PolicyRef::new("PrometheusFederation", "team", name)
+        PolicyRef::new(PolicyKind::PrometheusFederation, "team", name)
     }
 
     fn spec(matchers: &[&str]) -> PromfedSpec {

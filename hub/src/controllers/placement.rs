@@ -22,6 +22,7 @@
 //! records of the kind, and whatever the kind adds ([`Started::tasks`] send to its
 //! [`Trigger`]).
 
+use accord_common::distribution::PolicyKind;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
@@ -212,7 +213,7 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// The controller's name, for logs and supervision.
     const CONTROLLER: &'static str;
     /// Kind name in keys and policy references.
-    const KIND: &'static str;
+    const KIND: PolicyKind;
     /// Key of the decision data in the stored record.
     const DECISION_TAG: &'static str;
     /// Finalizers earlier hub versions put on every object of the kind, released when such
@@ -349,7 +350,7 @@ pub fn stored_record<K: PlacementKind>(
     let key = ctx
         .store
         .keys()
-        .placements(&policy.kind, &policy.namespace, &policy.name);
+        .placements(policy.kind.as_str(), &policy.namespace, &policy.name);
     let (record, revision) = ctx.placements.get(&key)?;
     record.typed(K::DECISION_TAG).map(|typed| (typed, revision))
 }
@@ -362,11 +363,14 @@ pub async fn write_record<K: PlacementKind>(
 ) -> Result<i64, ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
     let p = &record.policy;
-    let key = ctx.store.keys().placements(&p.kind, &p.namespace, &p.name);
+    let key = ctx
+        .store
+        .keys()
+        .placements(p.kind.as_str(), &p.namespace, &p.name);
     let lock = tokio::time::timeout(
         LOCK_WAIT,
         ctx.store
-            .lock_policy(&p.kind, &p.namespace, &p.name, LOCK_TTL),
+            .lock_policy(p.kind.as_str(), &p.namespace, &p.name, LOCK_TTL),
     )
     .await
     .map_err(|_| ReconcileError::LockTimeout(format!("{}/{}", p.namespace, p.name)))??;
@@ -411,7 +415,7 @@ fn reports_of(
             let key = ctx
                 .store
                 .keys()
-                .status(&s.cluster, &p.kind, &p.namespace, &p.name);
+                .status(&s.cluster, p.kind.as_str(), &p.namespace, &p.name);
             ctx.statuses.get(&key).map(|(r, _)| (s.cluster.clone(), r))
         })
         .collect()
@@ -426,10 +430,10 @@ pub async fn remove_records(
     let key = ctx
         .store
         .keys()
-        .placements(&policy.kind, &policy.namespace, &policy.name);
+        .placements(policy.kind.as_str(), &policy.namespace, &policy.name);
     ctx.store.fenced_delete(&fence, &key).await?;
     ctx.store
-        .delete_policy_status(&policy.kind, &policy.namespace, &policy.name)
+        .delete_policy_status(policy.kind.as_str(), &policy.namespace, &policy.name)
         .await?;
     Ok(())
 }
@@ -655,7 +659,7 @@ impl<K: PlacementKind> Placements<K> {
             .ctx
             .store
             .keys()
-            .placements(K::KIND, "", "")
+            .placements(K::KIND.as_str(), "", "")
             .trim_end_matches('/')
             .to_owned();
         let prefix = format!("{prefix}/");
@@ -926,7 +930,7 @@ async fn report_triggers<K: PlacementKind>(ctx: Arc<ControllerContext>, trigger:
         match events.recv().await {
             Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
                 if let Some(policy) = StatusKey::parse(key.trim_start_matches(&prefix))
-                    && policy.kind == K::KIND
+                    && policy.kind == K::KIND.as_str()
                 {
                     let _ = trigger.send(ObjectRef::new(policy.name).within(policy.namespace));
                 }

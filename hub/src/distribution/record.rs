@@ -143,7 +143,7 @@ impl<D: Serialize> PlacementRecord<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::ScaleSpec;
+    use accord_common::distribution::{PolicyKind, ScaleSpec};
     use accord_proto::v1::assignment;
 
     /// A kind's decision data, as any kind defines its own.
@@ -156,7 +156,7 @@ mod tests {
 
     fn record(shares: &[(&str, i32)]) -> PlacementRecord<Made> {
         PlacementRecord {
-            policy: PolicyRef::new("CrossClusterScalePolicy", "default", "web"),
+            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: shares

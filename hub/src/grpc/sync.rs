@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use super::AgentFacing;
 use super::renewal::{self, StreamCertificate};
-use accord_common::distribution::{Observed, state_from_proto};
+use accord_common::distribution::{Observed, PolicyKind, state_from_proto};
 use accord_common::runtime::unix_millis;
 
 use crate::connections::Connection;
@@ -385,7 +385,7 @@ impl Session {
 }
 
 /// A report's policy and the status record to store, or `INVALID_ARGUMENT` saying what is
-/// missing: a policy with a kind and a name, and a known placement state.
+/// missing: a policy with a known kind and a name, and a known placement state.
 pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord), Status> {
     let policy = report
         .policy
@@ -394,6 +394,11 @@ pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord
         return Err(Status::invalid_argument(
             "status report policy needs a kind and a name",
         ));
+    }
+    if let Err(e) = policy.kind.parse::<PolicyKind>() {
+        return Err(Status::invalid_argument(format!(
+            "status report about an {e}"
+        )));
     }
     let state = state_from_proto(report.state).ok_or_else(|| {
         Status::invalid_argument(format!(
@@ -486,5 +491,10 @@ mod tests {
             translate_report(nameless).unwrap_err().code(),
             tonic::Code::InvalidArgument
         );
+        let mut unknown = report(state_to_proto(PlacementState::Synced) as i32);
+        unknown.policy.as_mut().unwrap().kind = "FederatedKafkaUser".into();
+        let err = translate_report(unknown).unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("FederatedKafkaUser"), "{err}");
     }
 }

@@ -18,6 +18,7 @@
 //! the topics there. The KafkaTopicPolicy status writer ([`super::policy_status`]) shares
 //! this kind's reflectors.
 
+use accord_common::distribution::PolicyKind;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,9 +43,7 @@ use super::conflict::{self, Claim};
 use super::deletion::{self, Progress};
 use super::policy::{self, Violation};
 use super::status::{StatusInputs, aggregate, new_warnings};
-use super::{
-    FINALIZER, KAFKA_TOPIC_KIND, KafkaTopicDecision, plan, policy_status, reasons, status,
-};
+use super::{FINALIZER, KafkaTopicDecision, plan, policy_status, reasons, status};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
     Trigger, Watched, changed, object_name, trigger_all,
@@ -234,7 +233,7 @@ impl PlacementKind for KafkaTopics {
     type Options = KafkaTopicOptions;
 
     const CONTROLLER: &'static str = "FederatedKafkaTopic controller";
-    const KIND: &'static str = KAFKA_TOPIC_KIND;
+    const KIND: PolicyKind = PolicyKind::FederatedKafkaTopic;
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "topic";

@@ -143,7 +143,7 @@ pub fn incomplete_message(topic_name: &str, left: &[String], timeout: Duration) 
 mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
-    use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PolicyRef};
+    use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PolicyKind, PolicyRef};
 
     fn spec() -> KafkaTopicSpec {
         KafkaTopicSpec {
@@ -156,7 +156,7 @@ mod tests {
 
     fn record() -> PlacementRecord<KafkaTopicDecision> {
         PlacementRecord {
-            policy: PolicyRef::new(super::super::KAFKA_TOPIC_KIND, "ns", "events"),
+            policy: PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "events"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![

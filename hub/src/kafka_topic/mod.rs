@@ -21,9 +21,6 @@ use std::collections::BTreeMap;
 use accord_common::distribution::KafkaTopicSpec;
 use serde::{Deserialize, Serialize};
 
-/// Kind name of federated topics in keys and object references.
-pub const KAFKA_TOPIC_KIND: &str = "FederatedKafkaTopic";
-
 /// Finalizer that removes a topic's placements (and, with `deletionPolicy: Delete`, the
 /// topics in every member's Kafka) before the object goes.
 pub const FINALIZER: &str = "accord.io/kafka-topic";

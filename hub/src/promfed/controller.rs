@@ -13,6 +13,7 @@
 //! Triggers beyond the generic ones: any change of the global ConfigMap (every
 //! global-enabled policy).
 
+use accord_common::distribution::PolicyKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -30,10 +31,10 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tracing::{debug, info};
 
+use super::PromfedDecision;
 use super::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
 use super::plan::{self, PlanError};
 use super::status::{StatusInputs, aggregate, new_errors, status_changed};
-use super::{PROMFED_KIND, PromfedDecision};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
@@ -91,7 +92,7 @@ impl PlacementKind for Promfed {
     type Options = PromfedOptions;
 
     const CONTROLLER: &'static str = "PrometheusFederation controller";
-    const KIND: &'static str = PROMFED_KIND;
+    const KIND: PolicyKind = PolicyKind::PrometheusFederation;
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "federation";
@@ -423,7 +424,10 @@ mod tests {
         }));
         assert!(global_enabled(&good));
         let g = global_policy(&good, &clusters).unwrap();
-        assert_eq!(g.policy, PolicyRef::new(PROMFED_KIND, "monitoring", "p"));
+        assert_eq!(
+            g.policy,
+            PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", "p")
+        );
         assert_eq!(
             g.members,
             vec![

@@ -157,10 +157,11 @@ pub fn tier_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_common::distribution::PolicyKind;
 
     fn policy(name: &str, members: &[(&str, Option<&str>)]) -> GlobalPolicy {
         GlobalPolicy {
-            policy: PolicyRef::new(super::super::PROMFED_KIND, "monitoring", name),
+            policy: PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", name),
             spec: PromfedSpec {
                 matchers: vec!["{job=\"x\"}".into()],
                 scrape_interval: "30s".into(),

@@ -15,9 +15,6 @@ pub mod status;
 
 use serde::{Deserialize, Serialize};
 
-/// Kind name of federation policies in keys and object references.
-pub const PROMFED_KIND: &str = "PrometheusFederation";
-
 /// A federation policy's decision data (the variant [`Decision::Promfed`] of its
 /// placements record). Every selected cluster gets the same assignment, so the shares say
 /// everything; this is where data about the decision as a whole would go.

@@ -9,6 +9,7 @@
 //! A deleted policy's autoscaling state goes with its records; the member workloads keep
 //! their replicas and are no longer managed.
 
+use accord_common::distribution::PolicyKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,9 +23,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 use tracing::info;
 
+use super::ScaleDecision;
 use super::autoscale::engine::{Config, State};
 use super::plan::{AggregateInputs, aggregate, plan, scale_spec, status_changed};
-use super::{SCALE_KIND, ScaleDecision};
 use crate::controllers::placement::{
     DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger, Watched,
 };
@@ -71,7 +72,7 @@ impl PlacementKind for Scale {
     type Options = ScaleOptions;
 
     const CONTROLLER: &'static str = "CrossClusterScalePolicy controller";
-    const KIND: &'static str = SCALE_KIND;
+    const KIND: PolicyKind = PolicyKind::CrossClusterScalePolicy;
     const DECISION_TAG: &'static str = "scale";
     const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
 
@@ -392,7 +393,7 @@ mod tests {
         use crate::distribution::ShareRecord;
         use accord_common::distribution::{PolicyRef, ScaleSpec};
         let record = |replicas: i32, id: &str| PlacementRecord {
-            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
+            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![ShareRecord {

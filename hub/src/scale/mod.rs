@@ -10,9 +10,6 @@ pub mod plan;
 
 use serde::{Deserialize, Serialize};
 
-/// Kind name of scale policies in keys and object references.
-pub const SCALE_KIND: &str = "CrossClusterScalePolicy";
-
 /// A scale policy's decision data (the variant [`Decision::Scale`] of its placements
 /// record).
 ///

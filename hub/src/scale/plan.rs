@@ -513,8 +513,7 @@ pub fn status_changed(
 mod tests {
     use super::*;
     use crate::distribution::select::ClusterInfo;
-    use crate::scale::SCALE_KIND;
-    use accord_common::distribution::{Observed, PolicyRef, ScaleObserved};
+    use accord_common::distribution::{Observed, PolicyKind, PolicyRef, ScaleObserved};
     use k8s_openapi::jiff::Timestamp;
 
     fn spec(yaml: &str) -> CrossClusterScalePolicySpec {
@@ -554,7 +553,7 @@ mod tests {
 
     fn record_of(p: &Plan) -> PlacementRecord<ScaleDecision> {
         PlacementRecord {
-            policy: PolicyRef::new(SCALE_KIND, "default", "web"),
+            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: p.shares.clone(),

@@ -388,6 +388,7 @@ pub fn slim_config_map(config_map: &mut ConfigMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_common::distribution::PolicyKind;
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -443,7 +444,7 @@ mod tests {
     }
 
     fn policy(name: &str) -> PolicyRef {
-        PolicyRef::new("PrometheusFederation", "monitoring", name)
+        PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", name)
     }
 
     fn config_map(render: &GroupRender, annotations: &[(&str, &str)]) -> ConfigMap {
