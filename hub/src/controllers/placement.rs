@@ -33,7 +33,7 @@ use accord_common::distribution::PolicyRef;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -52,6 +52,7 @@ use super::{
     ClusterEvents, ControllerContext, ControllerError, Decoded, Lenient, Listed, ReconcileError,
     decode_or_invalid, error_policy, trace_result,
 };
+use crate::distribution::reported::Placed;
 use crate::distribution::select::{ClusterInfo, Clusters};
 use crate::distribution::{PlacementRecord, ShareRecord};
 use crate::store::{StatusRecord, StoreError};
@@ -158,6 +159,18 @@ pub struct StatusInput<'a, K: PlacementKind> {
     pub now: &'a Time,
 }
 
+impl<K: PlacementKind> StatusInput<'_, K> {
+    /// The shares with their reports and clusters, as the status shows them.
+    pub fn placed(&self) -> Placed<'_> {
+        Placed {
+            shares: self.shares,
+            revision: self.revision,
+            reports: self.reports,
+            clusters: self.clusters,
+        }
+    }
+}
+
 /// A kind's status and the Events its change calls for.
 pub struct Reported<S> {
     /// The status the object should show.
@@ -202,7 +215,7 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
         + Sync
         + 'static;
     /// Its status.
-    type Status: Clone + Debug + Serialize + Send + Sync + 'static;
+    type Status: Clone + Debug + PartialEq + Serialize + Send + Sync + 'static;
     /// The kind's own decision data in the placements record (opaque to distribution).
     type Decision: Clone + Debug + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static;
     /// What the decision hands the status aggregation beyond the record.
@@ -232,8 +245,14 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// The object's status, as read.
     fn status(object: &Self::Object) -> Option<&Self::Status>;
 
-    /// True when `new` differs from `old` in anything worth a write.
-    fn status_changed(old: Option<&Self::Status>, new: &Self::Status) -> bool;
+    /// The status's conditions.
+    fn conditions(status: &mut Self::Status) -> &mut Vec<Condition>;
+
+    /// True when `new` differs from `old` in anything worth a write: by default in
+    /// anything but the conditions' timestamps.
+    fn status_changed(old: Option<&Self::Status>, new: &Self::Status) -> bool {
+        accord_crds::conditions::status_changed(old, new, Self::conditions)
+    }
 
     /// Whether a change of ManagedCluster `cluster` may concern `object`: by default when
     /// it names the cluster in `spec.clusters` or selects by `spec.clusterSelector`. Read

@@ -3,9 +3,12 @@
 //! report about the current assignment, or why there is nothing to show yet.
 
 use accord_common::distribution::PlacementState;
+use accord_crds::conditions::{Desired, Status, reasons, types};
 
 use super::ShareRecord;
-use crate::distribution::select::ClusterInfo;
+use std::collections::HashMap;
+
+use crate::distribution::select::{ClusterInfo, Clusters};
 use crate::store::StatusRecord;
 
 /// Message of a placement no report has been received for.
@@ -48,6 +51,40 @@ pub fn state(
     }
 }
 
+/// What a kind's placements are shown from: the shares, the revision of the record they
+/// were sent at (a report that applied it or later is current), the agents' reports and
+/// the ManagedClusters.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed<'a> {
+    /// The shares to show (the stored record's, or held ones when nothing was stored).
+    pub shares: &'a [ShareRecord],
+    /// The record's etcd revision.
+    pub revision: i64,
+    /// The agents' last reports, by cluster.
+    pub reports: &'a HashMap<String, StatusRecord>,
+    /// The ManagedClusters, by name.
+    pub clusters: &'a Clusters,
+}
+
+impl Placed<'_> {
+    /// `show` of each share with its cluster's report and ManagedCluster, in share order.
+    pub fn each<T>(
+        &self,
+        show: impl Fn(&ShareRecord, Option<&StatusRecord>, Option<&ClusterInfo>) -> T,
+    ) -> Vec<T> {
+        self.shares
+            .iter()
+            .map(|s| {
+                show(
+                    s,
+                    self.reports.get(&s.cluster),
+                    self.clusters.get(&s.cluster),
+                )
+            })
+            .collect()
+    }
+}
+
 /// States in which something keeps a placement from its intent.
 pub fn is_trouble(state: PlacementState) -> bool {
     matches!(
@@ -57,6 +94,77 @@ pub fn is_trouble(state: PlacementState) -> bool {
             | PlacementState::TargetNotFound
             | PlacementState::Conflict
     )
+}
+
+/// One placement (or a placement-like part, such as a global tier) as the `Ready` and
+/// `Degraded` conditions see it.
+#[derive(Clone, Copy, Debug)]
+pub struct Shown<'a> {
+    /// The cluster, or what the part is called.
+    pub name: &'a str,
+    /// Its state.
+    pub state: PlacementState,
+    /// Its message, if any.
+    pub message: Option<&'a str>,
+}
+
+/// `Ready` (every placement `Synced`: `synced` says what holds; `False` while none is
+/// selected, or naming what is `not_yet` and in which state) and `Degraded` (some placement
+/// in trouble, naming each with its state and message).
+pub fn ready_and_degraded(shown: &[Shown<'_>], synced: String, not_yet: &str) -> [Desired; 2] {
+    let not_synced: Vec<String> = shown
+        .iter()
+        .filter(|p| p.state != PlacementState::Synced)
+        .map(|p| format!("{} ({})", p.name, p.state))
+        .collect();
+    let ready = if shown.is_empty() {
+        Desired::new(
+            types::READY,
+            Status::False,
+            reasons::NOT_ALL_PLACEMENTS_READY,
+            "no member cluster is selected",
+        )
+    } else if not_synced.is_empty() {
+        Desired::new(
+            types::READY,
+            Status::True,
+            reasons::ALL_PLACEMENTS_SYNCED,
+            synced,
+        )
+    } else {
+        Desired::new(
+            types::READY,
+            Status::False,
+            reasons::NOT_ALL_PLACEMENTS_READY,
+            format!("{not_yet}: {}", not_synced.join(", ")),
+        )
+    };
+    let troubled: Vec<String> = shown
+        .iter()
+        .filter(|p| is_trouble(p.state))
+        .map(|p| match p.message {
+            // A message that already names its state is not prefixed with it again.
+            Some(m) if m.starts_with(&format!("{}:", p.state)) => format!("{}: {m}", p.name),
+            Some(m) => format!("{}: {}: {m}", p.name, p.state),
+            None => format!("{}: {}", p.name, p.state),
+        })
+        .collect();
+    let degraded = if troubled.is_empty() {
+        Desired::new(types::DEGRADED, Status::False, reasons::HEALTHY, "")
+    } else {
+        Desired::new(
+            types::DEGRADED,
+            Status::True,
+            reasons::PLACEMENT_PROBLEMS,
+            troubled.join("; "),
+        )
+    };
+    [ready, degraded]
+}
+
+/// `count` cluster(s), for condition messages.
+pub fn clusters(count: usize) -> String {
+    format!("{count} cluster{}", if count == 1 { "" } else { "s" })
 }
 
 #[cfg(test)]

@@ -55,6 +55,21 @@ impl ClusterInfo {
 /// Every ManagedCluster by name.
 pub type Clusters = BTreeMap<String, ClusterInfo>;
 
+/// `names` as available clusters, for tests.
+#[cfg(test)]
+pub fn available(names: &[&str]) -> Clusters {
+    names
+        .iter()
+        .map(|n| {
+            let info = ClusterInfo {
+                available: true,
+                ..ClusterInfo::default()
+            };
+            ((*n).to_owned(), info)
+        })
+        .collect()
+}
+
 /// One cluster a policy selects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectedCluster {

@@ -30,6 +30,7 @@ use accord_crds::kafka_topic::{
 use accord_crds::validate::Validate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
@@ -50,6 +51,7 @@ use crate::controllers::placement::{
 };
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
+use crate::distribution::reported::Placed;
 use crate::distribution::select::{Clusters, select_clusters};
 
 /// Events the KafkaTopicPolicy reflector buffers for its status writer.
@@ -186,12 +188,18 @@ impl KafkaTopics {
         };
         let old = topic.status.as_ref();
         let now = Time(Timestamp::now());
+        let (reports, clusters) = (
+            placement::reports(&self.ctx, tombstone),
+            placement::clusters(&self.ctx),
+        );
         let mut status = aggregate(&StatusInputs {
-            shares: &tombstone.shares,
+            placed: Placed {
+                shares: &tombstone.shares,
+                revision,
+                reports: &reports,
+                clusters: &clusters,
+            },
             decision: Some(&tombstone.decision),
-            revision,
-            reports: &placement::reports(&self.ctx, tombstone),
-            clusters: &placement::clusters(&self.ctx),
             violations: &[],
             generation: topic.metadata.generation,
             old,
@@ -347,11 +355,8 @@ impl PlacementKind for KafkaTopics {
         object.status.as_ref()
     }
 
-    fn status_changed(
-        old: Option<&FederatedKafkaTopicStatus>,
-        new: &FederatedKafkaTopicStatus,
-    ) -> bool {
-        status::status_changed(old, new)
+    fn conditions(status: &mut FederatedKafkaTopicStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
     }
 
     fn decide(
@@ -435,11 +440,8 @@ impl PlacementKind for KafkaTopics {
     ) -> Result<Reported<FederatedKafkaTopicStatus>, ReconcileError> {
         let old = topic.status.as_ref();
         let status = aggregate(&StatusInputs {
-            shares: input.shares,
+            placed: input.placed(),
             decision: input.record.map(|r| &r.decision),
-            revision: input.revision,
-            reports: input.reports,
-            clusters: input.clusters,
             violations: &input.facts.violations,
             generation: topic.metadata.generation,
             old,

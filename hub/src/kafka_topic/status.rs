@@ -3,8 +3,6 @@
 //! replication factor the broker reports), and the `Ready`, `Degraded` and
 //! `PolicyViolation` conditions. Also a KafkaTopicPolicy's status.
 
-use std::collections::{BTreeMap, HashMap};
-
 use accord_common::distribution::{Observed, PlacementState};
 use accord_crds::conditions::{self, Desired, Status, reasons as common, types};
 use accord_crds::kafka_topic::{FederatedKafkaTopicStatus, KafkaTopicPolicyStatus, TopicPlacement};
@@ -13,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::policy::{self, Violation};
 use super::{KafkaTopicDecision, conflict, reasons};
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, is_trouble};
+use crate::distribution::reported::{self, Placed, Shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -25,16 +23,10 @@ pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; the 
 /// Everything a topic's status is computed from.
 #[derive(Debug, Clone, Copy)]
 pub struct StatusInputs<'a> {
-    /// The shares to show (the stored record's, or held ones when nothing was stored).
-    pub shares: &'a [ShareRecord],
+    /// The shares, the reports and the clusters.
+    pub placed: Placed<'a>,
     /// The stored decision, if any.
     pub decision: Option<&'a KafkaTopicDecision>,
-    /// The record's etcd revision: the assignment revision a current report has applied.
-    pub revision: i64,
-    /// The agents' last reports, by cluster.
-    pub reports: &'a HashMap<String, StatusRecord>,
-    /// The ManagedClusters, by name.
-    pub clusters: &'a BTreeMap<String, ClusterInfo>,
     /// Every KafkaTopicPolicy rule the topic breaks now.
     pub violations: &'a [Violation],
     /// `metadata.generation` of the topic.
@@ -47,19 +39,10 @@ pub struct StatusInputs<'a> {
 
 /// The status a topic should show.
 pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
-    let placements: Vec<TopicPlacement> = inputs
-        .shares
-        .iter()
-        .map(|share| {
-            placement(
-                share,
-                inputs.decision,
-                inputs.revision,
-                inputs.reports.get(&share.cluster),
-                inputs.clusters.get(&share.cluster),
-            )
-        })
-        .collect();
+    let revision = inputs.placed.revision;
+    let placements: Vec<TopicPlacement> = inputs.placed.each(|share, report, cluster| {
+        placement(share, inputs.decision, revision, report, cluster)
+    });
     let denied = !policy::denying(inputs.violations).is_empty();
     let mut desired = topic_conditions(&placements, inputs.violations);
     if denied {
@@ -124,56 +107,22 @@ pub fn placement(
 /// and `PolicyViolation` (which rules are broken; reason `PolicyViolated` when a `Deny`
 /// policy is among them, else `AuditOnly`).
 pub fn topic_conditions(placements: &[TopicPlacement], violations: &[Violation]) -> Vec<Desired> {
-    let not_synced: Vec<String> = placements
+    let shown: Vec<Shown<'_>> = placements
         .iter()
-        .filter(|p| p.state != PlacementState::Synced)
-        .map(|p| format!("{} ({})", p.cluster, p.state))
-        .collect();
-    let ready = if placements.is_empty() {
-        Desired::new(
-            types::READY,
-            Status::False,
-            common::NOT_ALL_PLACEMENTS_READY,
-            "no member cluster is selected",
-        )
-    } else if not_synced.is_empty() {
-        Desired::new(
-            types::READY,
-            Status::True,
-            common::ALL_PLACEMENTS_SYNCED,
-            format!(
-                "the topic is as specified in {} cluster{}",
-                placements.len(),
-                if placements.len() == 1 { "" } else { "s" }
-            ),
-        )
-    } else {
-        Desired::new(
-            types::READY,
-            Status::False,
-            common::NOT_ALL_PLACEMENTS_READY,
-            format!("not synced yet: {}", not_synced.join(", ")),
-        )
-    };
-    let troubled: Vec<String> = placements
-        .iter()
-        .filter(|p| is_trouble(p.state))
-        .map(|p| match &p.message {
-            Some(m) if m.starts_with(&format!("{}:", p.state)) => format!("{}: {m}", p.cluster),
-            Some(m) => format!("{}: {}: {m}", p.cluster, p.state),
-            None => format!("{}: {}", p.cluster, p.state),
+        .map(|p| Shown {
+            name: &p.cluster,
+            state: p.state,
+            message: p.message.as_deref(),
         })
         .collect();
-    let degraded = if troubled.is_empty() {
-        Desired::new(types::DEGRADED, Status::False, common::HEALTHY, "")
-    } else {
-        Desired::new(
-            types::DEGRADED,
-            Status::True,
-            common::PLACEMENT_PROBLEMS,
-            troubled.join("; "),
-        )
-    };
+    let [ready, degraded] = reported::ready_and_degraded(
+        &shown,
+        format!(
+            "the topic is as specified in {}",
+            reported::clusters(placements.len())
+        ),
+        "not synced yet",
+    );
     vec![ready, degraded, policy_condition(violations)]
 }
 
@@ -216,14 +165,6 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
             recheck.as_secs().max(1)
         ),
     )
-}
-
-/// Whether `new` differs from `old` in anything but condition timestamps.
-pub fn status_changed(
-    old: Option<&FederatedKafkaTopicStatus>,
-    new: &FederatedKafkaTopicStatus,
-) -> bool {
-    conditions::status_changed(old, new, |s| &mut s.conditions)
 }
 
 /// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
@@ -311,9 +252,11 @@ pub fn policy_status_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::select::available;
     use accord_common::distribution::{AssignmentSpec, KafkaTopicObserved, KafkaTopicSpec};
     use accord_crds::kafka_topic::Enforcement;
     use k8s_openapi::jiff::Timestamp;
+    use std::collections::{BTreeMap, HashMap};
 
     fn spec() -> KafkaTopicSpec {
         KafkaTopicSpec {
@@ -364,21 +307,6 @@ mod tests {
         }
     }
 
-    fn up(names: &[&str]) -> BTreeMap<String, ClusterInfo> {
-        names
-            .iter()
-            .map(|n| {
-                (
-                    (*n).to_owned(),
-                    ClusterInfo {
-                        available: true,
-                        ..Default::default()
-                    },
-                )
-            })
-            .collect()
-    }
-
     fn violation(enforcement: Enforcement) -> Violation {
         Violation {
             policy: "min-12".into(),
@@ -405,11 +333,13 @@ mod tests {
             .collect();
         let now = Time(Timestamp::from_second(1_000).unwrap());
         aggregate(&StatusInputs {
-            shares: case.shares,
+            placed: Placed {
+                shares: case.shares,
+                revision: 10,
+                reports: &reports,
+                clusters: &case.clusters,
+            },
             decision: case.decision,
-            revision: 10,
-            reports: &reports,
-            clusters: &case.clusters,
             violations: case.violations,
             generation: Some(4),
             old: case.old,
@@ -437,7 +367,7 @@ mod tests {
                 ("a", report(PlacementState::Synced, 10, 12, "")),
                 ("b", report(PlacementState::Synced, 12, 12, "")),
             ],
-            clusters: up(&["a", "b"]),
+            clusters: available(&["a", "b"]),
             violations: &[],
             old: None,
         });
@@ -466,7 +396,7 @@ mod tests {
             ],
             decision: Some(&d),
             reports: &[("a", report(PlacementState::Synced, 9, 6, ""))],
-            clusters: up(&["a", "b"]),
+            clusters: available(&["a", "b"]),
             violations: &[],
             old: None,
         });
@@ -498,7 +428,7 @@ mod tests {
                 ("a", report(PlacementState::Synced, 10, 12, "")),
                 ("b", report(PlacementState::Synced, 10, 24, "")),
             ],
-            clusters: up(&["a", "b"]),
+            clusters: available(&["a", "b"]),
             violations: &[],
             old: None,
         });
@@ -526,7 +456,7 @@ mod tests {
     #[test]
     fn errors_and_disconnected_clusters_degrade_the_topic() {
         let d = decision(&[]);
-        let mut clusters = up(&["a"]);
+        let mut clusters = available(&["a"]);
         clusters.insert("b".into(), ClusterInfo::default());
         let st = status(Case {
             shares: &[share("a"), share("b")],
@@ -578,7 +508,7 @@ mod tests {
             shares: &[share("a")],
             decision: Some(&d),
             reports: &reports,
-            clusters: up(&["a"]),
+            clusters: available(&["a"]),
             violations: &deny,
             old: None,
         });
@@ -615,7 +545,7 @@ mod tests {
             shares: &[share("a")],
             decision: Some(&d),
             reports: &reports,
-            clusters: up(&["a"]),
+            clusters: available(&["a"]),
             violations: &audit,
             old: None,
         });
@@ -640,7 +570,7 @@ mod tests {
                 shares: &shares,
                 decision: Some(&d),
                 reports,
-                clusters: up(&["a"]),
+                clusters: available(&["a"]),
                 violations: &[],
                 old,
             })
@@ -648,14 +578,16 @@ mod tests {
         let synced = [("a", report(PlacementState::Synced, 10, 12, ""))];
         let first = with(&synced, None);
         let again = with(&synced, Some(&first));
-        assert!(!status_changed(Some(&first), &again));
+        assert!(!conditions::status_changed(Some(&first), &again, |s| {
+            &mut s.conditions
+        }));
         let down = [(
             "a",
             report(PlacementState::Unavailable, 10, 12, "Kafka unreachable: x"),
         )];
         let later = with(&down, Some(&first));
-        assert!(status_changed(Some(&first), &later));
-        assert!(status_changed(None, &first));
+        assert!(conditions::status_changed(Some(&first), &later, |s| &mut s.conditions));
+        assert!(conditions::status_changed(None, &first, |s| &mut s.conditions));
     }
 
     #[test]

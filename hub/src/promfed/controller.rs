@@ -23,6 +23,7 @@ use accord_crds::validate::Validate;
 use accord_crds::{HUB_FIELD_MANAGER, PrometheusFederation, PrometheusFederationStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
@@ -34,7 +35,7 @@ use tracing::{debug, info};
 use super::PromfedDecision;
 use super::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
 use super::plan::{self, PlanError};
-use super::status::{StatusInputs, aggregate, new_errors, status_changed};
+use super::status::{StatusInputs, aggregate, new_errors};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
@@ -151,11 +152,8 @@ impl PlacementKind for Promfed {
         object.status.as_ref()
     }
 
-    fn status_changed(
-        old: Option<&PrometheusFederationStatus>,
-        new: &PrometheusFederationStatus,
-    ) -> bool {
-        status_changed(old, new)
+    fn conditions(status: &mut PrometheusFederationStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
     }
 
     fn decide(
@@ -219,10 +217,7 @@ impl PlacementKind for Promfed {
         });
         let old = policy.status.as_ref();
         let status = aggregate(&StatusInputs {
-            shares: input.shares,
-            revision: input.revision,
-            reports: input.reports,
-            clusters: input.clusters,
+            placed: input.placed(),
             global: global_status.as_ref(),
             generation: policy.metadata.generation,
             old,

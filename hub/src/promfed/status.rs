@@ -2,16 +2,14 @@
 //! global tier: one placement per selected cluster, and the `Ready` and `Degraded`
 //! conditions.
 
-use std::collections::{BTreeMap, HashMap};
-
 use accord_common::distribution::{Observed, PlacementState};
 use accord_crds::PrometheusFederationStatus;
-use accord_crds::conditions::{self, Desired, Status, reasons, types};
+use accord_crds::conditions::{self, Desired};
 use accord_crds::promfed::{FederationPlacement, GlobalTierStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, is_trouble};
+use crate::distribution::reported::{self, Placed, Shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -23,14 +21,8 @@ pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; its 
 /// Everything the status of a policy is computed from.
 #[derive(Debug, Clone, Copy)]
 pub struct StatusInputs<'a> {
-    /// The stored record's shares.
-    pub shares: &'a [ShareRecord],
-    /// The record's etcd revision: the assignment revision a current report has applied.
-    pub revision: i64,
-    /// The agents' last reports, by cluster.
-    pub reports: &'a HashMap<String, StatusRecord>,
-    /// The ManagedClusters, by name.
-    pub clusters: &'a BTreeMap<String, ClusterInfo>,
+    /// The shares, the reports and the clusters.
+    pub placed: Placed<'a>,
     /// The global tier's status, when the policy enables it.
     pub global: Option<&'a GlobalTierStatus>,
     /// `metadata.generation` of the policy.
@@ -43,18 +35,10 @@ pub struct StatusInputs<'a> {
 
 /// The status a policy should show.
 pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
+    let revision = inputs.placed.revision;
     let placements: Vec<FederationPlacement> = inputs
-        .shares
-        .iter()
-        .map(|share| {
-            placement(
-                share,
-                inputs.revision,
-                inputs.reports.get(&share.cluster),
-                inputs.clusters.get(&share.cluster),
-            )
-        })
-        .collect();
+        .placed
+        .each(|share, report, cluster| placement(share, revision, report, cluster));
     let desired = federation_conditions(&placements, inputs.global);
     let old_conditions = inputs
         .old
@@ -98,79 +82,39 @@ pub fn federation_conditions(
     placements: &[FederationPlacement],
     global: Option<&GlobalTierStatus>,
 ) -> Vec<Desired> {
-    let mut not_synced: Vec<String> = placements
+    let mut shown: Vec<Shown<'_>> = placements
         .iter()
-        .filter(|p| p.state != PlacementState::Synced)
-        .map(|p| format!("{} ({})", p.cluster, p.state))
+        .map(|p| Shown {
+            name: &p.cluster,
+            state: p.state,
+            message: p.message.as_deref(),
+        })
         .collect();
-    if let Some(g) = global.filter(|g| g.state != PlacementState::Synced) {
-        not_synced.push(format!("global tier ({})", g.state));
+    if let Some(g) = global {
+        shown.push(Shown {
+            name: "global tier",
+            state: g.state,
+            message: g.message.as_deref(),
+        });
     }
+    let synced = format!(
+        "the federation config is loaded in {}{}",
+        reported::clusters(placements.len()),
+        if global.is_some() {
+            " and the global tier"
+        } else {
+            ""
+        }
+    );
+    let [ready, degraded] = reported::ready_and_degraded(&shown, synced, "not loaded yet");
+    // Only clusters count as selected: a global tier alone is not Ready.
     let ready = if placements.is_empty() {
-        Desired::new(
-            types::READY,
-            Status::False,
-            reasons::NOT_ALL_PLACEMENTS_READY,
-            "no member cluster is selected",
-        )
-    } else if not_synced.is_empty() {
-        Desired::new(
-            types::READY,
-            Status::True,
-            reasons::ALL_PLACEMENTS_SYNCED,
-            format!(
-                "the federation config is loaded in {} cluster{}{}",
-                placements.len(),
-                if placements.len() == 1 { "" } else { "s" },
-                if global.is_some() {
-                    " and the global tier"
-                } else {
-                    ""
-                }
-            ),
-        )
+        let [none_selected, _] = reported::ready_and_degraded(&[], String::new(), "");
+        none_selected
     } else {
-        Desired::new(
-            types::READY,
-            Status::False,
-            reasons::NOT_ALL_PLACEMENTS_READY,
-            format!("not loaded yet: {}", not_synced.join(", ")),
-        )
-    };
-    let detail = |state: PlacementState, message: Option<&String>| match message {
-        Some(m) => format!("{state}: {m}"),
-        None => state.to_string(),
-    };
-    let mut troubled: Vec<String> = placements
-        .iter()
-        .filter(|p| is_trouble(p.state))
-        .map(|p| format!("{}: {}", p.cluster, detail(p.state, p.message.as_ref())))
-        .collect();
-    if let Some(g) = global.filter(|g| is_trouble(g.state)) {
-        troubled.push(format!(
-            "global tier: {}",
-            detail(g.state, g.message.as_ref())
-        ));
-    }
-    let degraded = if troubled.is_empty() {
-        Desired::new(types::DEGRADED, Status::False, reasons::HEALTHY, "")
-    } else {
-        Desired::new(
-            types::DEGRADED,
-            Status::True,
-            reasons::PLACEMENT_PROBLEMS,
-            troubled.join("; "),
-        )
+        ready
     };
     vec![ready, degraded]
-}
-
-/// Whether `new` differs from `old` in anything but condition timestamps.
-pub fn status_changed(
-    old: Option<&PrometheusFederationStatus>,
-    new: &PrometheusFederationStatus,
-) -> bool {
-    conditions::status_changed(old, new, |s| &mut s.conditions)
 }
 
 /// What newly went to `Error` between `old` and `new` ("cluster east: …", "global tier:
@@ -216,8 +160,11 @@ pub fn new_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::select::available;
     use accord_common::distribution::{AssignmentSpec, PromfedObserved, PromfedSpec};
+    use accord_crds::conditions::{reasons, types};
     use k8s_openapi::jiff::Timestamp;
+    use std::collections::{BTreeMap, HashMap};
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
@@ -254,21 +201,6 @@ mod tests {
         }
     }
 
-    fn up(names: &[&str]) -> BTreeMap<String, ClusterInfo> {
-        names
-            .iter()
-            .map(|n| {
-                (
-                    (*n).to_owned(),
-                    ClusterInfo {
-                        available: true,
-                        ..Default::default()
-                    },
-                )
-            })
-            .collect()
-    }
-
     fn now() -> Time {
         Time(Timestamp::from_second(1_000).unwrap())
     }
@@ -286,10 +218,12 @@ mod tests {
             .collect();
         let now = now();
         aggregate(&StatusInputs {
-            shares,
-            revision: 10,
-            reports: &reports,
-            clusters,
+            placed: Placed {
+                shares,
+                revision: 10,
+                reports: &reports,
+                clusters,
+            },
             global,
             generation: Some(3),
             old,
@@ -308,7 +242,7 @@ mod tests {
 
     #[test]
     fn every_placement_synced_and_the_global_tier_loaded_make_the_policy_ready() {
-        let clusters = up(&["a", "b"]);
+        let clusters = available(&["a", "b"]);
         let reports = [
             ("a", report(PlacementState::Synced, 10, "h1", "")),
             ("b", report(PlacementState::Synced, 11, "h2", "")),
@@ -333,7 +267,7 @@ mod tests {
 
     #[test]
     fn a_global_tier_not_yet_confirmed_keeps_the_policy_not_ready() {
-        let clusters = up(&["a"]);
+        let clusters = available(&["a"]);
         let reports = [("a", report(PlacementState::Synced, 10, "h1", ""))];
         let global = GlobalTierStatus {
             state: PlacementState::Pending,
@@ -352,7 +286,7 @@ mod tests {
 
     #[test]
     fn a_report_about_an_earlier_assignment_leaves_the_placement_pending() {
-        let clusters = up(&["a", "b"]);
+        let clusters = available(&["a", "b"]);
         let reports = [("a", report(PlacementState::Synced, 9, "old", ""))];
         let st = status(&[share("a"), share("b")], &reports, &clusters, None, None);
         assert_eq!(st.placements[0].state, PlacementState::Pending);
@@ -372,7 +306,7 @@ mod tests {
 
     #[test]
     fn errors_and_disconnected_clusters_degrade_the_policy_and_are_named() {
-        let mut clusters = up(&["a", "b"]);
+        let mut clusters = available(&["a", "b"]);
         clusters.insert("c".into(), ClusterInfo::default());
         let reports = [
             (
@@ -422,7 +356,7 @@ mod tests {
 
     #[test]
     fn an_unknown_cluster_is_pending_with_the_reason() {
-        let st = status(&[unknown("mars")], &[], &up(&[]), None, None);
+        let st = status(&[unknown("mars")], &[], &available(&[]), None, None);
         assert_eq!(st.placements[0].state, PlacementState::Pending);
         assert_eq!(
             st.placements[0].message.as_deref(),
@@ -433,7 +367,7 @@ mod tests {
 
     #[test]
     fn no_selected_cluster_is_not_ready() {
-        let st = status(&[], &[], &up(&[]), None, None);
+        let st = status(&[], &[], &available(&[]), None, None);
         let ready = conditions::find(&st.conditions, types::READY).unwrap();
         assert_eq!(ready.status, "False");
         assert_eq!(ready.message, "no member cluster is selected");
@@ -441,20 +375,22 @@ mod tests {
 
     #[test]
     fn an_unchanged_status_is_not_rewritten_and_a_state_change_is() {
-        let clusters = up(&["a"]);
+        let clusters = available(&["a"]);
         let reports = [("a", report(PlacementState::Synced, 10, "h", ""))];
         let first = status(&[share("a")], &reports, &clusters, None, None);
         let again = status(&[share("a")], &reports, &clusters, None, Some(&first));
-        assert!(!status_changed(Some(&first), &again));
+        assert!(!conditions::status_changed(Some(&first), &again, |s| {
+            &mut s.conditions
+        }));
         let reports = [("a", report(PlacementState::Unavailable, 10, "h", "down"))];
         let later = status(&[share("a")], &reports, &clusters, None, Some(&first));
-        assert!(status_changed(Some(&first), &later));
-        assert!(status_changed(None, &first));
+        assert!(conditions::status_changed(Some(&first), &later, |s| &mut s.conditions));
+        assert!(conditions::status_changed(None, &first, |s| &mut s.conditions));
     }
 
     #[test]
     fn only_a_new_error_is_announced() {
-        let clusters = up(&["a", "b"]);
+        let clusters = available(&["a", "b"]);
         let bad = [
             ("a", report(PlacementState::Error, 10, "h", "refused")),
             ("b", report(PlacementState::Synced, 10, "h", "")),

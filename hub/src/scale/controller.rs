@@ -19,6 +19,7 @@ use accord_crds::scale::{
     AutoscalingStatus, CrossClusterScalePolicy, CrossClusterScalePolicyStatus,
 };
 use accord_crds::validate::Validate;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 use tracing::info;
@@ -94,6 +95,10 @@ impl PlacementKind for Scale {
 
     fn status(object: &CrossClusterScalePolicy) -> Option<&CrossClusterScalePolicyStatus> {
         object.status.as_ref()
+    }
+
+    fn conditions(status: &mut CrossClusterScalePolicyStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
     }
 
     fn status_changed(
