@@ -160,9 +160,10 @@ pub struct ServeArgs {
     /// clusters report within it.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     status_coalesce_window: Duration,
-    /// The longest `status.autoscaling` of a CrossClusterScalePolicy goes unwritten while
-    /// only its live figures (value, samples, EWMA) change; decisions, the recommended
-    /// count, the breaker and conditions are written at once. The live value is on /metrics.
+    /// How often, at most, `status.autoscaling` of a CrossClusterScalePolicy is rewritten
+    /// when only its live figures (value, EWMA, deviation, threshold) moved; decisions, the
+    /// recommended count, the breaker and conditions are written at once, and poll
+    /// bookkeeping alone (samples) never. The live value is on /metrics.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     autoscaling_status_interval: Duration,
 }

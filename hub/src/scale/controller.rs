@@ -2,8 +2,9 @@
 //! autoscaler holds) divided over `spec.distribution` by [`plan`], with failover and the
 //! return cooldown; every decision named by a scale request id and announced in its own
 //! Event; the status aggregated from the agents' reports, with `status.autoscaling`
-//! written when a decision, the recommendation band, the breaker or a condition changes and
-//! otherwise at most every [`ScaleOptions::autoscaling_status_interval`].
+//! written at once when a decision, the recommendation band, the breaker or a condition
+//! changes, when only its live figures move at most every
+//! [`ScaleOptions::autoscaling_status_interval`], and for poll bookkeeping alone never.
 //!
 //! Triggers beyond the generic ones: the autoscaler's stored state (`autoscale/<ns>/<name>`).
 //! A deleted policy's autoscaling state goes with its records; the member workloads keep
@@ -39,9 +40,9 @@ pub const DEFAULT_AUTOSCALING_STATUS_INTERVAL: Duration = Duration::from_secs(30
 /// The CrossClusterScalePolicy settings of `serve`.
 #[derive(Clone, Debug)]
 pub struct ScaleOptions {
-    /// `--autoscaling-status-interval`: the longest `status.autoscaling` goes unwritten
-    /// while only the live figures (value, samples, EWMA) change; the live value is on
-    /// `/metrics` meanwhile.
+    /// `--autoscaling-status-interval`: how often, at most, `status.autoscaling` is
+    /// rewritten when only its live figures (value, EWMA, deviation, threshold) moved; the
+    /// live value is on `/metrics` meanwhile.
     pub autoscaling_status_interval: Duration,
 }
 
@@ -294,9 +295,15 @@ fn significant(s: &AutoscalingStatus) -> impl PartialEq + '_ {
     )
 }
 
-/// `status.autoscaling` to write: `rendered` when something significant changed or
-/// `interval` has passed since the shown sample, else what is shown (only live figures
-/// changed; they are on `/metrics`).
+/// The live figures: written when they moved, at most once per interval.
+fn live(s: &AutoscalingStatus) -> impl PartialEq + '_ {
+    (s.current_metric_value, s.ewma, s.stddev, s.threshold)
+}
+
+/// `status.autoscaling` to write: `rendered` when something significant changed, or when
+/// the live figures moved and `interval` has passed since the shown sample; else what is
+/// shown. Poll bookkeeping alone (samples, sample and decision times) is never a reason to
+/// write: a steady load costs no write at all, and the live value is on `/metrics`.
 fn throttled(
     shown: Option<&AutoscalingStatus>,
     rendered: Option<AutoscalingStatus>,
@@ -305,17 +312,20 @@ fn throttled(
     let (Some(shown), Some(new)) = (shown, &rendered) else {
         return rendered;
     };
+    if significant(shown) != significant(new) {
+        return rendered;
+    }
     let sample_ms =
         |s: &AutoscalingStatus| s.last_sample_time.as_ref().map(|t| t.0.as_millisecond());
-    let fresh = match (sample_ms(shown), sample_ms(new)) {
-        (Some(then), Some(now)) => now.saturating_sub(then) < interval.as_millis() as i64,
-        (None, None) => true,
+    let due = match (sample_ms(shown), sample_ms(new)) {
+        (Some(then), Some(now)) => now.saturating_sub(then) >= interval.as_millis() as i64,
+        (None, Some(_)) => true,
         _ => false,
     };
-    if fresh && significant(shown) == significant(new) {
-        Some(shown.clone())
-    } else {
+    if due && live(shown) != live(new) {
         rendered
+    } else {
+        Some(shown.clone())
     }
 }
 
@@ -367,7 +377,29 @@ mod tests {
             "15 s later: nothing new to write"
         );
         let after = throttled(Some(&shown), Some(at(30_000, 3, "Held")), interval);
-        assert_eq!(after.unwrap().samples, Some(3), "30 s later: written");
+        assert_eq!(
+            after.unwrap().samples,
+            Some(3),
+            "30 s later, a new value: written"
+        );
+    }
+
+    #[test]
+    fn a_steady_load_is_never_written_again() {
+        let interval = Duration::from_secs(30);
+        let steady = |ms: i64, samples: i64| AutoscalingStatus {
+            current_metric_value: Some(200.0),
+            ..at(ms, samples, "Held")
+        };
+        let shown = steady(0, 1);
+        for later in [15_000, 30_000, 600_000] {
+            let next = throttled(Some(&shown), Some(steady(later, later / 1000)), interval);
+            assert_eq!(
+                next.as_ref(),
+                Some(&shown),
+                "{later} ms: only bookkeeping moved"
+            );
+        }
     }
 
     #[test]
