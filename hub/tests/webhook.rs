@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use accord_hub::kafka_topic::admission_cache::{Caches, PolicyObject, TopicObject};
 use accord_hub::pki::HubCa;
-use accord_hub::webhook::cache::{Caches, PolicyObject, TopicObject};
 use accord_hub::webhook::{FEDERATION_PATH, PATH, server};
 use accord_hub::writes::{EventRecorder, Reporter};
 use anyhow::{Context as _, Result};

@@ -8,6 +8,8 @@
 //! Like federation, topics have no failover: every selected cluster gets the same
 //! assignment, and a disconnected cluster keeps it.
 
+pub mod admission;
+pub mod admission_cache;
 pub mod conflict;
 pub mod controller;
 pub mod deletion;

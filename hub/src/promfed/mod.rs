@@ -8,6 +8,7 @@
 //! Unlike scaling, federation has no failover: every selected cluster gets the same
 //! assignment, and a disconnected cluster keeps it.
 
+pub mod admission;
 pub mod controller;
 pub mod global;
 pub mod plan;

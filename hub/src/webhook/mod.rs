@@ -4,7 +4,7 @@
 //! Every hub replica serves them over HTTPS with its serving certificate from the hub CA,
 //! each a pipeline of [`review::decode`] → a pure decision → [`review::response_body`]:
 //!
-//! - FederatedKafkaTopics on [`PATH`], decided by [`decide::decide`] over a snapshot of the
+//! - FederatedKafkaTopics on [`PATH`], decided by [`decide`](crate::kafka_topic::admission::decide) over a snapshot of the
 //!   webhook's own reflectors (so no API call is on the request path). It refuses topics
 //!   that break a `Deny` KafkaTopicPolicy (reason [`DENY_REASON`]) and topics whose Kafka
 //!   name an older FederatedKafkaTopic already has in one of their clusters (reason
@@ -12,7 +12,7 @@
 //!   admits topics that break an `Audit` policy with a warning per rule, an audit
 //!   annotation and a Warning Event `PolicyViolation`.
 //! - PrometheusFederations on [`FEDERATION_PATH`], decided by
-//!   [`federation::decide_federation`] from the object alone: a `match[]` entry the agent's
+//!   [`decide_federation`](crate::promfed::admission::decide_federation) from the object alone: a `match[]` entry the agent's
 //!   selector parser refuses is refused with the parser's message (reason
 //!   [`INVALID_MATCH_REASON`]).
 //!
@@ -24,9 +24,6 @@
 //! of both equal to the hub CA.
 
 pub mod ca_bundle;
-pub mod cache;
-pub mod decide;
-pub mod promfed;
 pub mod review;
 pub mod server;
 
@@ -34,8 +31,8 @@ use std::net::SocketAddr;
 
 use crate::writes::{EventRecorder, Reporter};
 
-pub use decide::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
-pub use promfed::INVALID_MATCH_REASON;
+pub use crate::kafka_topic::admission::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
+pub use crate::promfed::admission::INVALID_MATCH_REASON;
 
 use crate::pki::KeyPairPem;
 
@@ -65,7 +62,7 @@ pub enum WebhookError {
     Serve(#[source] std::io::Error),
     /// One of the webhook's reflectors stopped.
     #[error(transparent)]
-    Cache(#[from] cache::CacheStopped),
+    Cache(#[from] crate::kafka_topic::admission_cache::CacheStopped),
     /// The `caBundle` keeper stopped.
     #[error("the webhook's caBundle keeper stopped")]
     CaBundle,
@@ -93,7 +90,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 /// server. Returns only when one of them ends.
 pub async fn run(deps: WebhookDeps, listener: tokio::net::TcpListener) -> Result<(), WebhookError> {
     let tls = server::tls_config(&deps.ca_pem, &deps.serving)?;
-    let (caches, reflectors) = cache::Caches::new(deps.kube.clone());
+    let (caches, reflectors) = crate::kafka_topic::admission_cache::Caches::new(deps.kube.clone());
     let recorder = EventRecorder::new(
         deps.kube.clone(),
         Reporter {

@@ -32,12 +32,12 @@ use tracing::{debug, warn};
 use accord_crds::PrometheusFederation;
 use accord_crds::kafka_topic::FederatedKafkaTopic;
 
-use super::cache::Caches;
-use super::decide::decide;
-use super::promfed::decide_federation;
 use super::review::{self, Operation};
 use super::{FEDERATION_PATH, PATH, WebhookError};
+use crate::kafka_topic::admission::decide;
+use crate::kafka_topic::admission_cache::Caches;
 use crate::pki::KeyPairPem;
+use crate::promfed::admission::decide_federation;
 
 /// How long a TLS handshake may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -20,7 +20,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use tokio::sync::watch;
 
-use super::decide::Snapshot;
+use super::admission::Snapshot;
 use crate::controllers::Lenient;
 
 /// Stored topics, as the reflector keeps them.

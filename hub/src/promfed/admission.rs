@@ -1,3 +1,5 @@
+//! PrometheusFederation admission (served by [`crate::webhook`]).
+//!
 //! The webhook's decision on a PrometheusFederation, pure: a [`FederationReview`] in, a
 //! [`Verdict`] out.
 //!
@@ -11,7 +13,7 @@
 
 use accord_common::promfed::check_selector;
 
-use super::review::{FederationReview, Operation, Refusal, Verdict};
+use crate::webhook::review::{FederationReview, Operation, Refusal, Verdict};
 
 /// `status.reason` of a refusal for a `match[]` entry that is not a series selector.
 pub const INVALID_MATCH_REASON: &str = "INVALID_MATCH_SELECTOR";

@@ -1,3 +1,5 @@
+//! FederatedKafkaTopic admission (served by [`crate::webhook`]).
+//!
 //! The webhook's decision, pure: a [`TopicReview`] and a [`Snapshot`] of what the caches
 //! hold in, a [`Verdict`] out. No I/O, so every rule is tested without a cluster.
 //!
@@ -22,9 +24,9 @@ use accord_crds::kafka_topic::{
 };
 use kube::ResourceExt as _;
 
-use super::review::{Operation, Refusal, TopicReview, Verdict};
 use crate::distribution::select::matches;
 use crate::kafka_topic::policy::{self, Violation};
+use crate::webhook::review::{Operation, Refusal, TopicReview, Verdict};
 
 /// `status.reason` of a refusal for breaking a `Deny` KafkaTopicPolicy (also when the
 /// name is taken as well).
