@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use accord_common::runtime::AbortOnDrop;
 use accord_crds::{FederatedKafkaTopic, PlacementState};
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
@@ -44,6 +45,8 @@ use accord_e2e::testbed::rss_bytes;
 use anyhow::{Context as _, Result, bail};
 use futures::StreamExt as _;
 use kube::Api;
+use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
 
 struct Args {
@@ -256,11 +259,19 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     };
 
     // Poll Kafka and the status until every member has every topic and every placement is
-    // Synced.
+    // Synced. The status is followed by a watch: listing a thousand topics every poll would
+    // load the API server whose throughput is being measured.
     let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), NS);
-    let (clusters_ref, probes_ref, api_ref) = (&clusters, &probes, &api);
+    let (topics, topics_writer) = reflector::store::<FederatedKafkaTopic>();
+    let _watch = AbortOnDrop(tokio::spawn(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(topics_writer)
+            .for_each(|_| futures::future::ready(())),
+    ));
+    let (clusters_ref, probes_ref, topics_ref) = (&clusters, &probes, &topics);
     let poll = |t0: Instant| async move {
-        let (clusters, probes, api) = (clusters_ref, probes_ref, api_ref);
+        let (clusters, probes, topics) = (clusters_ref, probes_ref, topics_ref);
         let mut first_in_kafka: Vec<Option<Duration>> = vec![None; clusters.len()];
         let mut in_kafka: Vec<Option<Duration>> = vec![None; clusters.len()];
         let mut synced: Vec<Option<Duration>> = vec![None; clusters.len()];
@@ -285,9 +296,9 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                 }
             }
             if synced.iter().any(Option::is_none) {
-                let list = api.list(&Default::default()).await?;
-                let mut per_cluster: BTreeMap<&str, usize> = BTreeMap::new();
-                for topic in list.items.iter().filter(|t| {
+                let list = topics.state();
+                let mut per_cluster: BTreeMap<String, usize> = BTreeMap::new();
+                for topic in list.iter().filter(|t| {
                     t.metadata
                         .name
                         .as_deref()
@@ -302,7 +313,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                     }
                     for p in &status.placements {
                         if p.state == PlacementState::Synced {
-                            *per_cluster.entry(p.cluster.as_str()).or_default() += 1;
+                            *per_cluster.entry(p.cluster.clone()).or_default() += 1;
                         }
                     }
                 }
@@ -326,7 +337,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                     "not every topic Synced within 900 s: in Kafka {in_kafka:?}, Synced {synced:?}"
                 );
             }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
         anyhow::Ok((first_in_kafka, in_kafka, synced))
     };

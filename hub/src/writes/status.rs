@@ -15,6 +15,9 @@
 //!   exponential backoff, each attempt with the newest status; it is never dropped. A 404
 //!   (object gone) drops the object's pending status; any other refusal is logged once and
 //!   the status waits for the next submit.
+//! - At most [`MAX_IN_FLIGHT`] writes are under way at once across objects; an object whose
+//!   window closed waits for its turn and writes its newest status then, so a slow API
+//!   server gets fewer, fuller writes rather than a queue of stale ones.
 //! - An object's entry is removed once its status is written and no submit came for
 //!   [`IDLE_LINGER`], so memory follows the objects being written, not every object seen.
 //!
@@ -85,7 +88,15 @@ struct Inner {
     busy: watch::Sender<usize>,
     /// Successful writes.
     written: AtomicU64,
+    /// Writes under way, at most [`MAX_IN_FLIGHT`]: an object whose window closed waits
+    /// for a turn, and what it is asked to write meanwhile joins its write.
+    in_flight: tokio::sync::Semaphore,
 }
+
+/// Status writes under way at once, across objects. When the API server slows down, each
+/// object waits longer for its turn and carries more of its changes in one write, so the
+/// write rate follows what the API server sustains instead of piling requests onto it.
+pub const MAX_IN_FLIGHT: usize = 8;
 
 /// An object: its resource, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -180,6 +191,7 @@ impl StatusWriter {
                 objects: Mutex::default(),
                 busy: watch::Sender::new(0),
                 written: AtomicU64::new(0),
+                in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
             }),
         }
     }
@@ -307,6 +319,12 @@ impl Inner {
     async fn write_latest(&self, key: &ObjectKey) -> Outcome {
         let mut retry: Option<Retry> = None;
         loop {
+            // The job is taken once it is this object's turn, so it is the newest status.
+            let turn = self
+                .in_flight
+                .acquire()
+                .await
+                .expect("the semaphore is never closed");
             let job = {
                 let mut objects = self.lock();
                 let Some(entry) = objects.get_mut(key) else {
@@ -320,7 +338,9 @@ impl Inner {
                     }
                 }
             };
-            let error = match self.write(key, &job).await {
+            let written = self.write(key, &job).await;
+            drop(turn);
+            let error = match written {
                 Ok(()) => {
                     self.written.fetch_add(1, Ordering::Relaxed);
                     if let Some(entry) = self.lock().get_mut(key) {
