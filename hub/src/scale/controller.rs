@@ -295,9 +295,17 @@ fn significant(s: &AutoscalingStatus) -> impl PartialEq + '_ {
     )
 }
 
-/// The live figures: written when they moved, at most once per interval.
-fn live(s: &AutoscalingStatus) -> impl PartialEq + '_ {
-    (s.current_metric_value, s.ewma, s.stddev, s.threshold)
+/// Whether the live figures moved (beyond floating-point noise: the EWMA of a constant
+/// drifts in its last digits): written then, at most once per interval.
+fn live_moved(a: &AutoscalingStatus, b: &AutoscalingStatus) -> bool {
+    let moved = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => (x - y).abs() > 1e-9 * x.abs().max(y.abs()).max(1.0),
+        (x, y) => x.is_some() != y.is_some(),
+    };
+    moved(a.current_metric_value, b.current_metric_value)
+        || moved(a.ewma, b.ewma)
+        || moved(a.stddev, b.stddev)
+        || moved(a.threshold, b.threshold)
 }
 
 /// `status.autoscaling` to write: `rendered` when something significant changed, or when
@@ -322,7 +330,7 @@ fn throttled(
         (None, Some(_)) => true,
         _ => false,
     };
-    if due && live(shown) != live(new) {
+    if due && live_moved(shown, new) {
         rendered
     } else {
         Some(shown.clone())
@@ -381,6 +389,25 @@ mod tests {
             after.unwrap().samples,
             Some(3),
             "30 s later, a new value: written"
+        );
+    }
+
+    #[test]
+    fn floating_point_noise_is_not_a_move() {
+        let interval = Duration::from_secs(30);
+        let shown = AutoscalingStatus {
+            current_metric_value: Some(200.0),
+            ewma: Some(200.0),
+            ..at(0, 1, "Held")
+        };
+        let noisy = AutoscalingStatus {
+            current_metric_value: Some(200.0),
+            ewma: Some(200.000_000_000_000_03),
+            ..at(60_000, 5, "Held")
+        };
+        assert_eq!(
+            throttled(Some(&shown), Some(noisy), interval).as_ref(),
+            Some(&shown)
         );
     }
 
