@@ -323,9 +323,10 @@ async fn cost(testbed: &Testbed, args: &Args) -> Result<()> {
         "all polling {:.1?} after the first was created",
         created.elapsed()
     );
-    // Three more polls each, so every policy's window holds a threshold and the figures
-    // are those of a steady load, not of each policy's first polls.
-    tokio::time::sleep(Duration::from_secs(45)).await;
+    // Two more minutes, so every policy's window holds a threshold and its first cooldown
+    // is over: the figures are those of a steady load, not of each policy's first polls
+    // (whose one-time transitions are each a status write).
+    tokio::time::sleep(Duration::from_secs(120)).await;
 
     let hub_pid = testbed.process_info(s.hub().id).pid;
     let prometheus_pid = s
