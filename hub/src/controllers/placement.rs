@@ -892,7 +892,16 @@ pub async fn run<K: PlacementKind>(
     };
 
     // Agents' reports → the object they are about.
-    let report_changes = report_triggers::<K>(ctx.clone(), trigger.clone());
+    let report_changes = trigger_on_changes(
+        ctx.statuses.subscribe(),
+        ctx.store.keys().status_prefix(),
+        trigger.clone(),
+        |rest| {
+            StatusKey::parse(rest)
+                .filter(|key| key.kind == K::KIND.as_str())
+                .map(|key| (key.namespace, key.name))
+        },
+    );
 
     let report_listed = {
         let objects = objects.clone();
@@ -938,20 +947,21 @@ pub async fn run<K: PlacementKind>(
     Err(ControllerError::Ended(K::CONTROLLER))
 }
 
-/// Reconciles the object of kind `K` each changed status record is about, until the cache
-/// ends. Status keys are `status/<cluster>/<kind>/<namespace>/<name>`.
-async fn report_triggers<K: PlacementKind>(ctx: Arc<ControllerContext>, trigger: Trigger<K>) {
+/// Reconciles the object each changed key of an etcd cache names (`object_of` reads
+/// `(namespace, name)` from the key after `prefix`), until the cache ends.
+pub async fn trigger_on_changes<T: Clone, O: Resource<DynamicType = ()>>(
+    mut events: tokio::sync::broadcast::Receiver<crate::store::CacheEvent<T>>,
+    prefix: String,
+    trigger: mpsc::UnboundedSender<ObjectRef<O>>,
+    object_of: impl Fn(&str) -> Option<(&str, &str)>,
+) {
     use crate::store::CacheEvent;
     use tokio::sync::broadcast::error::RecvError;
-    let prefix = ctx.store.keys().status_prefix();
-    let mut events = ctx.statuses.subscribe();
     loop {
         match events.recv().await {
             Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                if let Some(policy) = StatusKey::parse(key.trim_start_matches(&prefix))
-                    && policy.kind == K::KIND.as_str()
-                {
-                    let _ = trigger.send(ObjectRef::new(policy.name).within(policy.namespace));
+                if let Some((ns, name)) = object_of(key.trim_start_matches(&prefix)) {
+                    let _ = trigger.send(ObjectRef::new(name).within(ns));
                 }
             }
             // Missed changes are caught by the periodic resync.

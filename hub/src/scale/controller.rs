@@ -22,7 +22,7 @@ use accord_crds::scale::{
 use accord_crds::validate::Validate;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store as Reflector};
+use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
 
 use super::ScaleDecision;
@@ -30,6 +30,7 @@ use super::autoscale::engine::{Config, State};
 use super::plan::{AggregateInputs, aggregate, plan, scale_spec, status_changed};
 use crate::controllers::placement::{
     DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger, Watched,
+    trigger_on_changes,
 };
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::PlacementRecord;
@@ -89,7 +90,13 @@ impl PlacementKind for Scale {
                 ctx: ctx.clone(),
                 options: options.clone(),
             },
-            tasks: vec![Box::pin(autoscale_triggers(ctx.clone(), trigger))],
+            // The autoscaler's stored state → the policy it is about.
+            tasks: vec![Box::pin(trigger_on_changes(
+                ctx.autoscale.subscribe(),
+                ctx.store.keys().autoscale_prefix(),
+                trigger,
+                |rest| rest.split_once('/'),
+            ))],
             listed: Box::pin(async { true }),
         }
     }
@@ -334,26 +341,6 @@ fn throttled(
         rendered
     } else {
         Some(shown.clone())
-    }
-}
-
-/// Reconciles the policy whose autoscaling state changed, until the cache ends.
-async fn autoscale_triggers(ctx: Arc<ControllerContext>, trigger: Trigger<Scale>) {
-    use crate::store::CacheEvent;
-    use tokio::sync::broadcast::error::RecvError;
-    let prefix = ctx.store.keys().autoscale_prefix();
-    let mut events = ctx.autoscale.subscribe();
-    loop {
-        match events.recv().await {
-            Ok(CacheEvent::Put { key, .. } | CacheEvent::Delete { key }) => {
-                if let Some((ns, name)) = key.trim_start_matches(&prefix).split_once('/') {
-                    let _ = trigger.send(ObjectRef::new(name).within(ns));
-                }
-            }
-            // Missed changes are caught by the periodic resync.
-            Err(RecvError::Lagged(_)) => {}
-            Err(RecvError::Closed) => return,
-        }
     }
 }
 
