@@ -545,10 +545,8 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
             .map(|n| topic_item(n, 20, 1, &[("retention.ms", "400000")], &[]))
             .collect();
         hub.assign(20, true, items, vec![]).await;
-        for name in &names {
-            hub.report_until(name, "Synced", |r| synced_with(r, 1))
-                .await?;
-        }
+        hub.reports_until_each(&names, "Synced", |r| synced_with(r, 1))
+            .await?;
         for name in [&names[0], &names[39]] {
             until_partitions(bootstrap, name, Some(1)).await?;
         }
@@ -578,12 +576,12 @@ fn many_topics_are_created_and_deleted_in_a_few_batched_requests() {
             })
             .collect();
         hub.assign(21, true, items, vec![]).await;
-        for name in &names {
-            let r = hub
-                .report_until(name, "deleted", |r| {
-                    r.state() == PlacementState::Synced && r.applied_revision == 21
-                })
-                .await?;
+        let reports = hub
+            .reports_until_each(&names, "Synced at revision 21", |r| {
+                r.state() == PlacementState::Synced && r.applied_revision == 21
+            })
+            .await?;
+        for r in reports {
             ensure!(r.message == "deleted", "{r:?}");
             ensure!(observed(&r).is_some_and(|o| !o.2), "{r:?}");
         }

@@ -191,6 +191,41 @@ impl ScriptedHub {
         }
     }
 
+    /// Waits until every policy in `policy_names` has had a report satisfying `matches`,
+    /// in whatever order they come (a report about one policy that arrives while another
+    /// is awaited counts); returns them in the order of `policy_names`.
+    pub async fn reports_until_each(
+        &mut self,
+        policy_names: &[String],
+        what: &str,
+        matches: impl Fn(&StatusReport) -> bool,
+    ) -> Result<Vec<StatusReport>> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let mut found: std::collections::HashMap<String, StatusReport> = Default::default();
+        while found.len() < policy_names.len() {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let message = self.next(left).await.with_context(|| {
+                let missing: Vec<_> = policy_names
+                    .iter()
+                    .filter(|n| !found.contains_key(*n))
+                    .collect();
+                format!("waiting for reports with {what}; none yet on {missing:?}")
+            })?;
+            if let Some(agent_message::Body::StatusReport(report)) = message.body
+                && let Some(name) = report.policy.as_ref().map(|p| p.name.clone())
+                && policy_names.contains(&name)
+                && !found.contains_key(&name)
+                && matches(&report)
+            {
+                found.insert(name, report);
+            }
+        }
+        Ok(policy_names
+            .iter()
+            .filter_map(|n| found.remove(n))
+            .collect())
+    }
+
     /// Waits for an Ack of `revision` (or a later one).
     pub async fn ack_until(&mut self, revision: i64) -> Result<()> {
         let deadline = tokio::time::Instant::now() + WAIT;
