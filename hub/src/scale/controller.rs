@@ -302,11 +302,22 @@ fn significant(s: &AutoscalingStatus) -> impl PartialEq + '_ {
     )
 }
 
-/// Whether the live figures moved (beyond floating-point noise: the EWMA of a constant
-/// drifts in its last digits): written then, at most once per interval.
+/// How far a live figure must move, relative to the metric's magnitude, to be worth a
+/// status write: status is read by people (the exact figures are on `/metrics`), and the
+/// standard deviation of a constant series is not exactly zero in floating point (its
+/// noise is absolute, around 1e-6 for values in the hundreds), so the tolerance is scaled
+/// by the value and the EWMA rather than by each figure.
+const LIVE_TOLERANCE: f64 = 1e-3;
+
+/// Whether the live figures moved beyond [`LIVE_TOLERANCE`]: written then, at most once
+/// per interval.
 fn live_moved(a: &AutoscalingStatus, b: &AutoscalingStatus) -> bool {
+    let scale = [a.current_metric_value, b.current_metric_value, a.ewma, b.ewma]
+        .into_iter()
+        .flatten()
+        .fold(1.0_f64, |m, x| m.max(x.abs()));
     let moved = |x: Option<f64>, y: Option<f64>| match (x, y) {
-        (Some(x), Some(y)) => (x - y).abs() > 1e-9 * x.abs().max(y.abs()).max(1.0),
+        (Some(x), Some(y)) => (x - y).abs() > LIVE_TOLERANCE * scale,
         (x, y) => x.is_some() != y.is_some(),
     };
     moved(a.current_metric_value, b.current_metric_value)
@@ -385,11 +396,13 @@ mod tests {
         let shown = AutoscalingStatus {
             current_metric_value: Some(200.0),
             ewma: Some(200.0),
+            stddev: Some(0.0),
             ..at(0, 1, "Held")
         };
         let noisy = AutoscalingStatus {
             current_metric_value: Some(200.0),
             ewma: Some(200.000_000_000_000_03),
+            stddev: Some(2.3e-6),
             ..at(60_000, 5, "Held")
         };
         assert_eq!(
