@@ -160,6 +160,11 @@ pub struct ServeArgs {
     /// clusters report within it.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     status_coalesce_window: Duration,
+    /// A status that only shows progress (some member clusters have not reported on the
+    /// current decision yet) is written at most once per this interval; a new decision and
+    /// an outcome (every member reported) are written within the coalescing window.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    status_progress_interval: Duration,
     /// How often, at most, `status.autoscaling` of a CrossClusterScalePolicy is rewritten
     /// when only its live figures (value, EWMA, deviation, threshold) moved; decisions, the
     /// recommended count, the breaker and conditions are written at once, and poll
@@ -282,6 +287,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 presence_ttl: a.heartbeat_timeout.max(Duration::from_secs(2)),
                 controllers: ControllerOptions {
                     status_window: a.status_coalesce_window,
+                    status_progress_interval: a.status_progress_interval,
                     kinds: KindOptions {
                         scale: ScaleOptions {
                             autoscaling_status_interval: a.autoscaling_status_interval,

@@ -44,6 +44,10 @@ struct Harness {
 }
 
 async fn harness(test: &str) -> Harness {
+    harness_with(test, ControllerOptions::default()).await
+}
+
+async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
     let store = store(test).await;
     let election = Arc::new(
         LeaderElection::start(store.clone(), "hub-a".into(), TTL)
@@ -67,7 +71,7 @@ async fn harness(test: &str) -> Harness {
         namespace: "accord-system".into(),
     };
     let (reader, clusters) = reflector::store::<ClusterObject>();
-    let ctx = ControllerContext::start(&deps, &ControllerOptions::default(), reader)
+    let ctx = ControllerContext::start(&deps, &options, reader)
         .await
         .expect("the controllers' context");
     let mut h = Harness {
@@ -362,6 +366,51 @@ async fn many_reports_within_the_window_make_one_status_write() {
         stored["status"]["readyReplicas"], 12,
         "the last reports are what is written"
     );
+}
+
+#[tokio::test]
+async fn progress_waits_for_the_outcome_and_both_cost_one_write() {
+    // A progress interval no test run reaches: only the outcome can end the wait.
+    let options = ControllerOptions {
+        status_progress_interval: Duration::from_secs(600),
+        ..ControllerOptions::default()
+    };
+    let h = harness_with("pc-progress", options).await;
+    let (controller, _) = h.controller::<Scale>();
+    let path = put_policy(&h, "web", json!(12));
+    let status = format!("{path}/status");
+    controller
+        .reconcile(h.watched::<Scale>(&path))
+        .await
+        .expect("reconciling");
+    h.flush().await;
+    assert_eq!(h.patches(&status).len(), 1, "the decision, at once");
+    let (_, revision) = h.scale_record("web").expect("a record");
+
+    // One member reports; the other has not: progress, held.
+    h.report("a", "web", revision, 7).await;
+    controller
+        .reconcile(h.watched::<Scale>(&path))
+        .await
+        .expect("reconciling on a report");
+    let held = tokio::time::timeout(Duration::from_secs(1), h.ctx.writes.status.flush()).await;
+    assert!(held.is_err(), "progress is not written within the window");
+    assert_eq!(h.patches(&status).len(), 1);
+
+    // The last member reports: the outcome is written, once, with both.
+    h.report("b", "web", revision, 5).await;
+    controller
+        .reconcile(h.watched::<Scale>(&path))
+        .await
+        .expect("reconciling on a report");
+    h.flush().await;
+    assert_eq!(
+        h.patches(&status).len(),
+        2,
+        "one write for progress and outcome"
+    );
+    let stored = h.fake.get(&path).expect("the policy");
+    assert_eq!(stored["status"]["readyReplicas"], 12);
 }
 
 #[tokio::test]

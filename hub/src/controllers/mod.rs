@@ -43,7 +43,7 @@ use crate::scale::controller::Scale;
 use crate::store::election::LeaderElection;
 use crate::store::{PrefixCache, StatusRecord, Store, error_chain};
 use crate::supervisor::{Supervisor, SupervisorError};
-use crate::writes::Writes;
+use crate::writes::{Pace, Writes};
 pub use lenient::{Decoded, Lenient, decode_or_invalid};
 
 /// ManagedClusters as every controller sees them: metadata typed, the rest as stored, so
@@ -196,6 +196,7 @@ impl ControllerContext {
             &deps.metrics,
             crate::writes::events::DEFAULT_REPEAT_INTERVAL,
             options.status_window,
+            options.status_progress_interval,
         );
         let statuses = PrefixCache::<StatusRecord>::start(
             deps.store.clone(),
@@ -253,20 +254,23 @@ impl ControllerContext {
     }
 
     /// Writes `object`'s status from `current` (as the API server holds it) to `desired`,
-    /// coalesced: at most one write per object per window, nothing when they are equal.
+    /// coalesced: at most one write per object per window (per progress interval for
+    /// [`Pace::Progress`]), nothing when they are equal.
     pub fn submit_status<K>(
         &self,
         object: &Lenient<K>,
         current: serde_json::Value,
         desired: serde_json::Value,
+        pace: Pace,
     ) where
         K: kube::Resource<DynamicType = ()>,
     {
-        self.writes.status.submit::<K>(
+        self.writes.status.submit_paced::<K>(
             object.metadata.namespace.as_deref(),
             &kube::ResourceExt::name_any(object),
             current,
             desired,
+            pace,
         );
     }
 }
@@ -394,6 +398,10 @@ pub struct ControllerOptions {
     /// `--status-coalesce-window`: an object's status is written at most once per window,
     /// however many members report within it.
     pub status_window: Duration,
+    /// `--status-progress-interval`: a status that only shows progress (members that have
+    /// not reported on the current decision yet) is written at most once per interval; an
+    /// outcome or a new decision is written within the window.
+    pub status_progress_interval: Duration,
     /// Each kind's own settings.
     pub kinds: KindOptions,
 }
@@ -402,6 +410,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         Self {
             status_window: DEFAULT_STATUS_WINDOW,
+            status_progress_interval: crate::writes::status::DEFAULT_PROGRESS_INTERVAL,
             kinds: KindOptions::default(),
         }
     }

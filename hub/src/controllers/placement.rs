@@ -56,6 +56,7 @@ use crate::distribution::reported::Placed;
 use crate::distribution::select::{ClusterInfo, Clusters};
 use crate::distribution::{PlacementRecord, ShareRecord};
 use crate::store::{StatusRecord, StoreError};
+use crate::writes::Pace;
 
 /// Re-check every object this often even without events.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -463,6 +464,9 @@ pub struct Placements<K: PlacementKind> {
     ctx: Arc<ControllerContext>,
     kind: K,
     objects: Reflector<Watched<K>>,
+    /// The record revision each object's last submitted status showed: a status for a
+    /// different one shows a new decision, written promptly.
+    shown: dashmap::DashMap<(String, String), i64>,
 }
 
 /// The status as the API server holds it (from the watch), as JSON.
@@ -477,7 +481,12 @@ fn current_status<K>(object: &Lenient<K>) -> serde_json::Value {
 impl<K: PlacementKind> Placements<K> {
     /// The controller of `kind` over `objects` (the reflector the kind was started with).
     pub fn new(ctx: Arc<ControllerContext>, kind: K, objects: Reflector<Watched<K>>) -> Self {
-        Self { ctx, kind, objects }
+        Self {
+            ctx,
+            kind,
+            objects,
+            shown: dashmap::DashMap::new(),
+        }
     }
 
     /// Reconciles one object: its deletion, or its decision, record and status.
@@ -573,6 +582,13 @@ impl<K: PlacementKind> Placements<K> {
             Err(held) => (None, 0, held.as_slice()),
         };
         let reports = reports_of(ctx, &p, shares);
+        let settled = Placed {
+            shares,
+            revision,
+            reports: &reports,
+            clusters: &clusters,
+        }
+        .settled();
         let decided_at = record
             .and_then(|r| accord_common::runtime::time_from_millis(r.decided_unix_millis))
             .unwrap_or_else(|| now.clone());
@@ -601,7 +617,16 @@ impl<K: PlacementKind> Placements<K> {
         }
         if K::status_changed(K::status(object), &status) {
             let desired = serde_json::to_value(&status).map_err(StoreError::Encode)?;
-            ctx.submit_status::<K::Object>(watched, current_status(watched), desired);
+            // A new decision and an outcome are shown within the window; progress towards
+            // an outcome (members still working) at most once per progress interval.
+            let key = (p.namespace.clone(), p.name.clone());
+            let new_decision = self.shown.insert(key, revision) != Some(revision);
+            let pace = if settled || new_decision || record.is_none() {
+                Pace::Prompt
+            } else {
+                Pace::Progress
+            };
+            ctx.submit_status::<K::Object>(watched, current_status(watched), desired, pace);
         }
         if let Some(e) = retry {
             return Err(e);
@@ -624,7 +649,7 @@ impl<K: PlacementKind> Placements<K> {
                 d.extend(p.clone());
             }
             self.ctx
-                .submit_status::<K::Object>(watched, current, desired);
+                .submit_status::<K::Object>(watched, current, desired, Pace::Prompt);
             self.ctx.metrics.error("invalid_spec");
             self.ctx
                 .note(
@@ -649,6 +674,7 @@ impl<K: PlacementKind> Placements<K> {
         }
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(&p.namespace, &p.name).await?;
+        self.shown.remove(&(p.namespace.clone(), p.name.clone()));
         for f in holds {
             self.remove_finalizer(watched, f).await?;
         }
@@ -665,6 +691,7 @@ impl<K: PlacementKind> Placements<K> {
         if back {
             return Ok(());
         }
+        self.shown.remove(&(namespace.to_owned(), name.to_owned()));
         let p = PolicyRef::new(K::KIND, namespace, name);
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(namespace, name).await?;

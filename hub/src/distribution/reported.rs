@@ -83,6 +83,17 @@ impl Placed<'_> {
             })
             .collect()
     }
+
+    /// Whether every placement has an outcome: none is `Pending` (waiting for its agent,
+    /// for a report on this revision, or held), so the status shows where things ended up
+    /// rather than how far they got.
+    pub fn settled(&self) -> bool {
+        self.each(|share, report, cluster| {
+            state(share, self.revision, report, cluster, "").0 != PlacementState::Pending
+        })
+        .into_iter()
+        .all(|settled| settled)
+    }
 }
 
 /// States in which something keeps a placement from its intent.
@@ -233,5 +244,62 @@ mod tests {
         let r = report(7, PlacementState::Unavailable, down);
         let (_, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
         assert_eq!(message.as_deref(), Some(WAITING_FOR_CHANGE));
+    }
+
+    #[test]
+    fn placements_are_settled_once_none_is_pending_on_the_current_revision() {
+        let shares = [
+            share(),
+            ShareRecord {
+                cluster: "b".into(),
+                ..share()
+            },
+        ];
+        let clusters: Clusters = [("a".to_owned(), available()), ("b".to_owned(), available())]
+            .into_iter()
+            .collect();
+        let settled = |reports: &[(&str, StatusRecord)]| {
+            let reports: HashMap<String, StatusRecord> = reports
+                .iter()
+                .map(|(c, r)| ((*c).to_owned(), r.clone()))
+                .collect();
+            Placed {
+                shares: &shares,
+                revision: 9,
+                reports: &reports,
+                clusters: &clusters,
+            }
+            .settled()
+        };
+        let synced = report(9, PlacementState::Synced, "");
+        assert!(!settled(&[]), "nobody reported");
+        assert!(!settled(&[("a", synced.clone())]), "b has not reported");
+        assert!(
+            !settled(&[
+                ("a", synced.clone()),
+                ("b", report(9, PlacementState::Pending, "creating"))
+            ]),
+            "b is still working"
+        );
+        assert!(
+            !settled(&[
+                ("a", synced.clone()),
+                ("b", report(8, PlacementState::Synced, ""))
+            ]),
+            "b reported on an earlier revision"
+        );
+        assert!(settled(&[
+            ("a", synced.clone()),
+            ("b", report(9, PlacementState::Error, "refused"))
+        ]));
+        let gone: Clusters = [("a".to_owned(), available())].into_iter().collect();
+        let none = HashMap::from([("a".to_owned(), synced)]);
+        let placed = Placed {
+            shares: &shares,
+            revision: 9,
+            reports: &none,
+            clusters: &gone,
+        };
+        assert!(placed.settled(), "an unavailable cluster is an outcome");
     }
 }

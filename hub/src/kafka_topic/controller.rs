@@ -53,6 +53,7 @@ use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
 use crate::distribution::reported::Placed;
 use crate::distribution::select::{Clusters, select_clusters};
+use crate::writes::Pace;
 
 /// Events the KafkaTopicPolicy reflector buffers for its status writer.
 const EVENT_BUFFER: usize = 1024;
@@ -228,7 +229,8 @@ impl KafkaTopics {
         }
         let desired = serde_json::to_value(&status).map_err(crate::store::StoreError::Encode)?;
         let current = watched.data.get("status").cloned().unwrap_or_default();
-        self.ctx.submit_status(watched, current, desired);
+        self.ctx
+            .submit_status(watched, current, desired, Pace::Prompt);
         Ok(())
     }
 }

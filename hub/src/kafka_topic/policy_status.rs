@@ -31,6 +31,7 @@ use crate::controllers::{
     trace_result,
 };
 use crate::store::StoreError;
+use crate::writes::Pace;
 
 /// Policies are recounted at most this often while topics keep changing.
 const POLICY_DEBOUNCE: Duration = Duration::from_secs(1);
@@ -82,7 +83,8 @@ impl PolicyStatus {
                     } else {
                         desired = patch["status"].clone();
                     }
-                    self.ctx.submit_status(watched, current, desired);
+                    self.ctx
+                        .submit_status(watched, current, desired, Pace::Prompt);
                     self.ctx.metrics.error("invalid_spec");
                     self.ctx
                         .note(
@@ -111,7 +113,8 @@ impl PolicyStatus {
         let new = policy_status(old, decoded.metadata.generation, violating, problem, &now);
         if policy_status_changed(old, &new) {
             let desired = serde_json::to_value(&new).map_err(StoreError::Encode)?;
-            self.ctx.submit_status(watched, current, desired);
+            self.ctx
+                .submit_status(watched, current, desired, Pace::Prompt);
         }
         Ok(Action::requeue(RESYNC))
     }

@@ -312,10 +312,15 @@ const LIVE_TOLERANCE: f64 = 1e-3;
 /// Whether the live figures moved beyond [`LIVE_TOLERANCE`]: written then, at most once
 /// per interval.
 fn live_moved(a: &AutoscalingStatus, b: &AutoscalingStatus) -> bool {
-    let scale = [a.current_metric_value, b.current_metric_value, a.ewma, b.ewma]
-        .into_iter()
-        .flatten()
-        .fold(1.0_f64, |m, x| m.max(x.abs()));
+    let scale = [
+        a.current_metric_value,
+        b.current_metric_value,
+        a.ewma,
+        b.ewma,
+    ]
+    .into_iter()
+    .flatten()
+    .fold(1.0_f64, |m, x| m.max(x.abs()));
     let moved = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) => (x - y).abs() > LIVE_TOLERANCE * scale,
         (x, y) => x.is_some() != y.is_some(),

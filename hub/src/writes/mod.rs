@@ -14,7 +14,7 @@ use std::time::Duration;
 
 pub use counter::{CountWritesLayer, KubeWrite, counted_client};
 pub use events::{EventRecorder, EventType, Reporter};
-pub use status::{StatusWriter, merge_patch};
+pub use status::{Pace, StatusWriter, merge_patch};
 
 use crate::metrics::Metrics;
 
@@ -30,7 +30,8 @@ pub struct Writes {
 impl Writes {
     /// Both writers on `client`, with their default intervals (repeats of an Event at most
     /// once per [`events::DEFAULT_REPEAT_INTERVAL`] per object; status at most once per
-    /// [`status::DEFAULT_WINDOW`] per object). Must be called within a Tokio runtime.
+    /// [`status::DEFAULT_WINDOW`] per object, progress once per
+    /// [`status::DEFAULT_PROGRESS_INTERVAL`]). Must be called within a Tokio runtime.
     pub fn new(client: kube::Client, reporter: Reporter, metrics: &Metrics) -> Self {
         Self::with_intervals(
             client,
@@ -38,22 +39,29 @@ impl Writes {
             metrics,
             events::DEFAULT_REPEAT_INTERVAL,
             status::DEFAULT_WINDOW,
+            status::DEFAULT_PROGRESS_INTERVAL,
         )
     }
 
-    /// Both writers on `client`, with the given repeat interval for Events and coalescing
-    /// window for status.
+    /// Both writers on `client`, with the given repeat interval for Events, and coalescing
+    /// window and progress interval for status.
     pub fn with_intervals(
         client: kube::Client,
         reporter: Reporter,
         metrics: &Metrics,
         repeat_interval: Duration,
         status_window: Duration,
+        status_progress_interval: Duration,
     ) -> Self {
         Self {
             events: EventRecorder::new(client.clone(), reporter)
                 .with_repeat_interval(repeat_interval),
-            status: StatusWriter::new(client, status_window, metrics.clone()),
+            status: StatusWriter::new(
+                client,
+                status_window,
+                status_progress_interval,
+                metrics.clone(),
+            ),
         }
     }
 }

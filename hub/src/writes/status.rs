@@ -8,6 +8,12 @@
 //! - The first submit for an idle object opens a window; the write happens when the window
 //!   closes (trailing edge), with the latest status. A write is always followed by a quiet
 //!   window, so writes are at least a window apart.
+//! - Progress waits longer: while the latest status is submitted as [`Pace::Progress`] (some
+//!   members have not reported on the current decision yet), the write waits until the
+//!   progress interval has passed since the window opened, or until a [`Pace::Prompt`]
+//!   status (an outcome, a new decision) is submitted, whichever comes first. Members that
+//!   finish seconds apart then cost one write for their progress, not one each, and the
+//!   outcome is never held back.
 //! - Nothing is written when the status equals what the API server holds: the latest
 //!   `current` a caller passed (from its cache), or what this writer last wrote while the
 //!   cache has not caught up with it yet.
@@ -39,6 +45,19 @@ use crate::metrics::Metrics;
 
 /// Default coalescing window.
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(200);
+/// Default interval between writes of a status that only shows progress.
+pub const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How soon a submitted status should be written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pace {
+    /// An outcome or a new decision: written when the window closes.
+    #[default]
+    Prompt,
+    /// Progress towards an outcome (members still working): written at most once per
+    /// progress interval, unless a prompt status comes first.
+    Progress,
+}
 /// How long an object's entry is kept after its last write, to tell a stale cache from a
 /// status someone else changed.
 pub const IDLE_LINGER: Duration = Duration::from_secs(30);
@@ -82,6 +101,7 @@ pub struct StatusWriter {
 struct Inner {
     client: kube::Client,
     window: Duration,
+    progress_interval: Duration,
     metrics: Metrics,
     objects: Mutex<HashMap<ObjectKey, Entry>>,
     /// Objects with a status still to write (their window open, or a write under way).
@@ -118,6 +138,8 @@ struct Entry {
     written: Option<Written>,
     /// True from the submit that opens a window until nothing is left to write.
     busy: bool,
+    /// How soon `desired` should be written.
+    pace: Pace,
     /// Wakes the object's idle task.
     wake: Arc<Notify>,
 }
@@ -180,13 +202,20 @@ impl Entry {
 
 impl StatusWriter {
     /// A writer through `client` writing each object's status at most once per `window`
-    /// (see [`DEFAULT_WINDOW`]). Failed writes count in `metrics`' errors. Must be used
-    /// within a Tokio runtime.
-    pub fn new(client: kube::Client, window: Duration, metrics: Metrics) -> Self {
+    /// (see [`DEFAULT_WINDOW`]), and a status that shows progress at most once per
+    /// `progress_interval`. Failed writes count in `metrics`' errors. Must be used within a
+    /// Tokio runtime.
+    pub fn new(
+        client: kube::Client,
+        window: Duration,
+        progress_interval: Duration,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
                 window,
+                progress_interval: progress_interval.max(window),
                 metrics,
                 objects: Mutex::default(),
                 busy: watch::Sender::new(0),
@@ -203,6 +232,20 @@ impl StatusWriter {
     where
         K: kube::Resource<DynamicType = ()>,
     {
+        self.submit_paced::<K>(namespace, name, current, desired, Pace::Prompt);
+    }
+
+    /// [`StatusWriter::submit`] at `pace`.
+    pub fn submit_paced<K>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        current: Value,
+        desired: Value,
+        pace: Pace,
+    ) where
+        K: kube::Resource<DynamicType = ()>,
+    {
         let resource = ApiResource::erase::<K>(&());
         let key = ObjectKey {
             group: resource.group.clone(),
@@ -217,9 +260,14 @@ impl StatusWriter {
             Some(entry) => {
                 entry.current = current;
                 entry.desired = desired;
+                let hurried = entry.pace == Pace::Progress && pace == Pace::Prompt;
+                entry.pace = pace;
                 if !entry.busy && *entry.held() != entry.desired {
                     entry.busy = true;
                     inner.busy.send_modify(|n| *n += 1);
+                    entry.wake.notify_one();
+                } else if entry.busy && hurried {
+                    // Cut short a progress wait.
                     entry.wake.notify_one();
                 }
             }
@@ -234,6 +282,7 @@ impl StatusWriter {
                         desired,
                         written: None,
                         busy: true,
+                        pace,
                         wake: wake.clone(),
                     },
                 );
@@ -285,7 +334,10 @@ impl Inner {
     /// until the next submit or [`IDLE_LINGER`].
     async fn run(this: Arc<Inner>, key: ObjectKey, wake: Arc<Notify>) {
         loop {
+            let opened = tokio::time::Instant::now();
             tokio::time::sleep(this.window).await;
+            this.hold_progress(&key, &wake, opened + this.progress_interval)
+                .await;
             match this.write_latest(&key).await {
                 Outcome::Gone => {
                     this.forget(&key);
@@ -310,6 +362,24 @@ impl Inner {
                         None => return,
                     }
                 }
+            }
+        }
+    }
+
+    /// Waits while the object's latest status only shows progress, until `until` or until
+    /// a prompt status is submitted.
+    async fn hold_progress(&self, key: &ObjectKey, wake: &Notify, until: tokio::time::Instant) {
+        loop {
+            let progress = self
+                .lock()
+                .get(key)
+                .is_some_and(|entry| entry.pace == Pace::Progress);
+            if !progress {
+                return;
+            }
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep_until(until) => return,
             }
         }
     }
@@ -427,9 +497,10 @@ mod tests {
     use serde_json::json;
 
     const WINDOW: Duration = DEFAULT_WINDOW;
+    const PROGRESS: Duration = DEFAULT_PROGRESS_INTERVAL;
 
     fn writer(api: &FakeApi) -> StatusWriter {
-        StatusWriter::new(api.client(), WINDOW, Metrics::new())
+        StatusWriter::new(api.client(), WINDOW, PROGRESS, Metrics::new())
     }
 
     /// The fake's path of `name`, and the object stored there with `status`.
@@ -474,6 +545,46 @@ mod tests {
         );
         assert_eq!(api.get(&path).unwrap()["status"]["seen"], 9);
         assert_eq!(writer.written(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_is_written_once_per_progress_interval_and_an_outcome_at_once() {
+        let api = FakeApi::default();
+        let path = seed(&api, "eu-1", json!({}));
+        let writer = writer(&api);
+        let progress = |n: i32| {
+            writer.submit_paced::<ManagedCluster>(
+                None,
+                "eu-1",
+                json!({}),
+                json!({"synced": n}),
+                Pace::Progress,
+            );
+        };
+        let start = tokio::time::Instant::now();
+        // Members finishing one by one, a second apart: one write for all of them.
+        for n in 1..=3 {
+            progress(n);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        assert!(api.requests(Method::PATCH).is_empty(), "progress waits");
+        writer.flush().await;
+        let patches = api.requests(Method::PATCH);
+        assert_eq!(patches.len(), 1);
+        assert_eq!(patches[0].body, json!({"status": {"synced": 3}}));
+        assert!(start.elapsed() >= PROGRESS);
+
+        // More progress, then the outcome before the interval is over: written within a
+        // window of the outcome, once.
+        progress(4);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let outcome_at = tokio::time::Instant::now();
+        submit(&writer, "eu-1", &json!({}), json!({"synced": 5}));
+        writer.flush().await;
+        assert!(outcome_at.elapsed() <= WINDOW, "{:?}", outcome_at.elapsed());
+        let patches = api.requests(Method::PATCH);
+        assert_eq!(patches.len(), 2);
+        assert_eq!(api.get(&path).unwrap()["status"], json!({"synced": 5}));
     }
 
     #[tokio::test(start_paused = true)]
@@ -593,7 +704,7 @@ mod tests {
         let api = FakeApi::default();
         let path = seed(&api, "eu-1", json!({}));
         let metrics = Metrics::new();
-        let writer = StatusWriter::new(api.client(), WINDOW, metrics.clone());
+        let writer = StatusWriter::new(api.client(), WINDOW, PROGRESS, metrics.clone());
         api.fail_next(&[422]);
         submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
         writer.flush().await;
