@@ -922,6 +922,7 @@ pub async fn run<K: PlacementKind>(
     let report_changes = trigger_on_changes(
         ctx.statuses.subscribe(),
         ctx.store.keys().status_prefix(),
+        objects.clone(),
         trigger.clone(),
         |rest| {
             StatusKey::parse(rest)
@@ -975,13 +976,18 @@ pub async fn run<K: PlacementKind>(
 }
 
 /// Reconciles the object each changed key of an etcd cache names (`object_of` reads
-/// `(namespace, name)` from the key after `prefix`), until the cache ends.
-pub async fn trigger_on_changes<T: Clone, O: Resource<DynamicType = ()>>(
+/// `(namespace, name)` from the key after `prefix`), until the cache ends. Changes missed
+/// because this fell behind the cache reconcile every object of `objects` (a burst of
+/// reports must not leave statuses stale until the next resync).
+pub async fn trigger_on_changes<T: Clone, O>(
     mut events: tokio::sync::broadcast::Receiver<crate::store::CacheEvent<T>>,
     prefix: String,
+    objects: Reflector<O>,
     trigger: mpsc::UnboundedSender<ObjectRef<O>>,
     object_of: impl Fn(&str) -> Option<(&str, &str)>,
-) {
+) where
+    O: Resource<DynamicType = ()> + Clone + 'static,
+{
     use crate::store::CacheEvent;
     use tokio::sync::broadcast::error::RecvError;
     loop {
@@ -991,8 +997,10 @@ pub async fn trigger_on_changes<T: Clone, O: Resource<DynamicType = ()>>(
                     let _ = trigger.send(ObjectRef::new(name).within(ns));
                 }
             }
-            // Missed changes are caught by the periodic resync.
-            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Lagged(missed)) => {
+                debug!(missed, "fell behind the cache; reconciling every object");
+                trigger_all(&objects, &trigger);
+            }
             Err(RecvError::Closed) => return,
         }
     }

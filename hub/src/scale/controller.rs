@@ -81,7 +81,7 @@ impl PlacementKind for Scale {
 
     fn start(
         ctx: &Arc<ControllerContext>,
-        _objects: Reflector<Watched<Self>>,
+        objects: Reflector<Watched<Self>>,
         trigger: Trigger<Self>,
         options: &ScaleOptions,
     ) -> Started<Self> {
@@ -94,6 +94,7 @@ impl PlacementKind for Scale {
             tasks: vec![Box::pin(trigger_on_changes(
                 ctx.autoscale.subscribe(),
                 ctx.store.keys().autoscale_prefix(),
+                objects,
                 trigger,
                 |rest| rest.split_once('/'),
             ))],
