@@ -14,6 +14,7 @@ use accord_proto::v1::{
     hub_message, status_ack,
 };
 use futures::Stream;
+use futures::stream::FuturesUnordered;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -34,6 +35,9 @@ use crate::pki::peer_identity;
 use crate::store::health::HealthRecord;
 use crate::store::presence::{ConnectedRecord, RECONNECT_GRACE};
 use crate::store::status::{StatusRecord, WriteOutcome};
+
+/// Status reports of one stream stored at once.
+const MAX_REPORTS_IN_FLIGHT: usize = 64;
 
 /// Outgoing messages buffered per stream before the hub waits on a slow agent.
 const OUTBOX_CAPACITY: usize = 64;
@@ -249,7 +253,21 @@ impl Session {
         renewed: &mut bool,
     ) -> Result<(), Status> {
         let s = &self.shared;
-        while let Some(msg) = inbound.next().await {
+        // Reports are stored concurrently: an agent has at most one report per policy in
+        // flight, so reports about different policies are independent, and storing them
+        // one after another would bound a member's reports by etcd's round trip.
+        let mut stored = FuturesUnordered::new();
+        loop {
+            let msg = tokio::select! {
+                Some(ack) = stored.next(), if !stored.is_empty() => {
+                    if self.tx.send(Ok(ack?)).await.is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                msg = inbound.next(), if stored.len() < MAX_REPORTS_IN_FLIGHT => msg,
+            };
+            let Some(msg) = msg else { break };
             let msg = match msg {
                 Ok(m) => m,
                 Err(e) => {
@@ -267,10 +285,7 @@ impl Session {
                     s.metrics.heartbeats.inc();
                 }
                 Some(agent_message::Body::StatusReport(report)) => {
-                    let ack = self.store_report(report).await?;
-                    if self.tx.send(Ok(ack)).await.is_err() {
-                        return Ok(());
-                    }
+                    stored.push(self.store_report(report));
                 }
                 Some(agent_message::Body::Ack(ack)) => {
                     conn.acked_revision
@@ -291,6 +306,12 @@ impl Session {
                     self.record_health(health, Some(&reported)).await;
                 }
                 None => return Err(Status::invalid_argument("empty message")),
+            }
+        }
+        // The stream ended: answer what is being stored, if anyone still listens.
+        while let Some(ack) = stored.next().await {
+            if self.tx.send(Ok(ack?)).await.is_err() {
+                break;
             }
         }
         Ok(())
