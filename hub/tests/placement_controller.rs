@@ -43,8 +43,14 @@ struct Harness {
     clusters: Writer<ClusterObject>,
 }
 
+/// A harness whose progress (members still working) is written after a second, so tests
+/// that flush do not wait the default interval.
 async fn harness(test: &str) -> Harness {
-    harness_with(test, ControllerOptions::default()).await
+    let options = ControllerOptions {
+        status_progress_interval: Duration::from_secs(1),
+        ..ControllerOptions::default()
+    };
+    harness_with(test, options).await
 }
 
 async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
@@ -369,8 +375,9 @@ async fn many_reports_within_the_window_make_one_status_write() {
 }
 
 #[tokio::test]
-async fn progress_waits_for_the_outcome_and_both_cost_one_write() {
-    // A progress interval no test run reaches: only the outcome can end the wait.
+async fn progress_waits_for_the_outcome_and_a_replaced_decision_does_not() {
+    // A progress interval no test run reaches: only an outcome or a replaced decision can
+    // end the wait.
     let options = ControllerOptions {
         status_progress_interval: Duration::from_secs(600),
         ..ControllerOptions::default()
@@ -379,38 +386,45 @@ async fn progress_waits_for_the_outcome_and_both_cost_one_write() {
     let (controller, _) = h.controller::<Scale>();
     let path = put_policy(&h, "web", json!(12));
     let status = format!("{path}/status");
-    controller
-        .reconcile(h.watched::<Scale>(&path))
-        .await
-        .expect("reconciling");
-    h.flush().await;
-    assert_eq!(h.patches(&status).len(), 1, "the decision, at once");
+    let reconcile = || async {
+        controller
+            .reconcile(h.watched::<Scale>(&path))
+            .await
+            .expect("reconciling")
+    };
+    let held = || async {
+        tokio::time::timeout(Duration::from_secs(1), h.ctx.writes.status.flush())
+            .await
+            .is_err()
+    };
+    // The first decision, then one member's report: members still working, held.
+    reconcile().await;
     let (_, revision) = h.scale_record("web").expect("a record");
-
-    // One member reports; the other has not: progress, held.
+    assert!(held().await, "the first decision waits for its members");
     h.report("a", "web", revision, 7).await;
-    controller
-        .reconcile(h.watched::<Scale>(&path))
-        .await
-        .expect("reconciling on a report");
-    let held = tokio::time::timeout(Duration::from_secs(1), h.ctx.writes.status.flush()).await;
-    assert!(held.is_err(), "progress is not written within the window");
-    assert_eq!(h.patches(&status).len(), 1);
+    reconcile().await;
+    assert!(held().await, "progress is not written within the window");
+    assert!(h.patches(&status).is_empty());
 
-    // The last member reports: the outcome is written, once, with both.
+    // The last member reports: the outcome is written at once, in one write.
     h.report("b", "web", revision, 5).await;
-    controller
-        .reconcile(h.watched::<Scale>(&path))
-        .await
-        .expect("reconciling on a report");
+    reconcile().await;
     h.flush().await;
     assert_eq!(
         h.patches(&status).len(),
-        2,
-        "one write for progress and outcome"
+        1,
+        "one write for the whole rollout"
     );
     let stored = h.fake.get(&path).expect("the policy");
     assert_eq!(stored["status"]["readyReplicas"], 12);
+
+    // A new decision replaces the one shown: written at once, though nobody reported yet.
+    put_policy(&h, "web", json!(20));
+    reconcile().await;
+    h.flush().await;
+    assert_eq!(h.patches(&status).len(), 2);
+    let stored = h.fake.get(&path).expect("the policy");
+    assert_eq!(stored["status"]["desiredReplicas"], 20);
 }
 
 #[tokio::test]

@@ -617,11 +617,16 @@ impl<K: PlacementKind> Placements<K> {
         }
         if K::status_changed(K::status(object), &status) {
             let desired = serde_json::to_value(&status).map_err(StoreError::Encode)?;
-            // A new decision and an outcome are shown within the window; progress towards
-            // an outcome (members still working) at most once per progress interval.
+            // An outcome, and a decision that replaces one the status showed, are shown
+            // within the window; progress towards an outcome (members still working) at
+            // most once per progress interval. The first decision of an object is progress
+            // too: members that finish within the interval cost one write, not two.
             let key = (p.namespace.clone(), p.name.clone());
-            let new_decision = self.shown.insert(key, revision) != Some(revision);
-            let pace = if settled || new_decision || record.is_none() {
+            let replaced = self
+                .shown
+                .insert(key, revision)
+                .is_some_and(|shown| shown != revision);
+            let pace = if settled || replaced || record.is_none() {
                 Pace::Prompt
             } else {
                 Pace::Progress
