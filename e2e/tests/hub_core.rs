@@ -610,6 +610,76 @@ fn availability_follows_the_agent_stream_and_heartbeats() {
     });
 }
 
+#[test]
+fn an_agent_that_stops_reading_and_heartbeating_is_ended_not_left_half_open() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-half-open/";
+        let hub = HubProcess::start(
+            testbed,
+            &opts("hub-half-open", prefix, &["--heartbeat-timeout", "2s"]),
+        )
+        .await?;
+        let id = join(testbed, &hub, prefix, "half-open").await?;
+        let stream =
+            AgentStream::open(agent_sim::connect(&hub.grpc, &id).await?, "half-open").await?;
+        let (tx, mut rx) = stream.split();
+        // Reports the agent never reads the answers to: the answers fill the stream and the
+        // hub's queue for it, the hub stops reading, and the agent (which also stops
+        // heartbeating) falls silent. The sender stays open, as a stuck agent's would.
+        let sending = {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                // Long names make long answers, and many of them: past what HTTP/2 buffers
+                // for the stream (a few hundred KiB on each side).
+                let padding = "x".repeat(200);
+                for i in 0..20000 {
+                    let name = format!("p-{i}-{padding}");
+                    let report = StatusReport {
+                        policy: Some(policy("CrossClusterScalePolicy", "default", &name)),
+                        state: accord_proto::v1::PlacementState::Synced as i32,
+                        applied_revision: 1,
+                        ..Default::default()
+                    };
+                    let message = accord_proto::v1::AgentMessage {
+                        cluster: "half-open".into(),
+                        body: Some(agent_message::Body::StatusReport(report)),
+                    };
+                    if tx.send(message).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        wait_condition(
+            testbed,
+            "half-open",
+            "Available",
+            "False",
+            Duration::from_secs(60),
+        )
+        .await?;
+        // Once the agent reads again, the stream ends with the reason: it is not left
+        // serving a cluster the hub counts as gone.
+        let code = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                match rx.message().await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return None,
+                    Err(status) => return Some(status.code()),
+                }
+            }
+        })
+        .await
+        .context("the stream stayed open after the hub counted the agent as gone")?;
+        ensure!(code == Some(tonic::Code::DeadlineExceeded), "{code:?}");
+        sending.abort();
+        drop(tx);
+        Ok(())
+    });
+}
+
 /// Waits for the next scale assignment for `policy` on a simulated agent's stream.
 async fn next_scale(stream: &mut AgentStream) -> Result<(i64, accord_proto::v1::ScaleAssignment)> {
     loop {

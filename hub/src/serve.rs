@@ -291,13 +291,15 @@ async fn close_silent_streams(shared: AgentFacing) {
     loop {
         tick.tick().await;
         for (cluster, id) in shared.connections.silent(shared.settings.heartbeat_timeout) {
+            // Ended through the session (which stops reading and sends the status when the
+            // agent reads again), not by a message into its outbox: a full outbox (an agent
+            // that stopped reading) would drop that message and leave the session serving
+            // a stream the hub no longer counts as connected.
             if let Some(conn) = shared.connections.get(&cluster) {
-                let _ = conn
-                    .outbox
-                    .try_send(Err(tonic::Status::deadline_exceeded(format!(
-                        "no heartbeat for {:?}",
-                        shared.settings.heartbeat_timeout
-                    ))));
+                conn.end(tonic::Status::deadline_exceeded(format!(
+                    "no heartbeat for {:?}",
+                    shared.settings.heartbeat_timeout
+                )));
             }
             if shared.connections.close(&cluster, id) {
                 warn!(

@@ -159,9 +159,7 @@ impl Session {
                 .open(&self.cluster, &self.spki_sha256, self.tx.clone());
         conn.touch();
         if let Some(old) = replaced {
-            let _ = old
-                .outbox
-                .try_send(Err(Status::aborted("replaced by a newer stream")));
+            old.end(Status::aborted("replaced by a newer stream"));
         }
         let record = ConnectedRecord {
             replica: s.settings.replica.clone(),
