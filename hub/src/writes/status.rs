@@ -458,6 +458,10 @@ impl Inner {
     }
 
     async fn write(&self, key: &ObjectKey, job: &Job) -> Result<(), kube::Error> {
+        tracing::debug!(
+            object = %key.name, resource = %key.plural, patch = %job.patch,
+            "writing status"
+        );
         let api: Api<DynamicObject> = match &key.namespace {
             Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &job.resource),
             None => Api::all_with(self.client.clone(), &job.resource),

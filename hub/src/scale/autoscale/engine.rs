@@ -600,13 +600,15 @@ fn half_open_if_due(state: &mut State, now_ms: i64) {
     }
 }
 
-/// A number as people read it in a message: thousands separated by commas, integers
-/// without decimals, others with two.
+/// A number as people read it in a message: thousands separated by commas, two decimals,
+/// none when both are zero. What rounds to a whole number at two decimals reads as one, so
+/// floating-point noise (200.000004) does not change a message.
 pub fn num(x: f64) -> String {
-    let text = if (x - x.round()).abs() < 1e-9 && x.abs() < 1e15 {
-        format!("{}", x.round() as i64)
-    } else {
-        format!("{x:.2}")
+    let text = format!("{x:.2}");
+    let text = match text.strip_suffix(".00") {
+        Some(whole) if whole != "-0" => whole.to_owned(),
+        Some(_) => "0".to_owned(),
+        None => text,
     };
     let (sign, rest) = text.split_at(usize::from(text.starts_with('-')));
     let (int, frac) = rest.split_at(rest.find('.').unwrap_or(rest.len()));
@@ -939,7 +941,23 @@ mod tests {
     }
 
     #[test]
+    fn a_constant_load_says_the_same_thing_every_poll() {
+        // Every decision's message is shown in a condition: one that changes with floating-
+        // point noise (a deviation of 1e-6 around a whole number) rewrites the status.
+        let polls = vec![Some(200.0); 120];
+        let out = run(&cfg(), 2, &polls, 15_000);
+        let messages: std::collections::BTreeSet<&str> =
+            out[10..].iter().map(|(_, d)| d.message.as_str()).collect();
+        assert_eq!(messages.len(), 1, "{messages:#?}");
+    }
+
+    #[test]
     fn numbers_read_as_people_write_them() {
+        assert_eq!(
+            num(200.000_004),
+            "200",
+            "what rounds to a whole number reads as one"
+        );
         assert_eq!(num(1750.0), "1,750");
         assert_eq!(num(1_234_567.891), "1,234,567.89");
         assert_eq!(num(-1400.0), "-1,400");
