@@ -64,6 +64,22 @@ pub const IDLE_LINGER: Duration = Duration::from_secs(30);
 /// Longest wait between two attempts of a failing write.
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
+/// Whether two JSON values say the same: numbers are compared by value, so the `200` the
+/// API server returns equals the `200.0` a controller renders (serde_json tells them
+/// apart, and every such field would otherwise be rewritten on each status change).
+pub fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed values as they are
 /// now, and `null` for every key `new` no longer has, at any depth. Serialising `new` alone
 /// would leave a field that became empty (skipped when serialised) at its old value.
@@ -73,7 +89,7 @@ pub fn merge_patch(old: &Value, new: &Value) -> Value {
             let mut patch = serde_json::Map::new();
             for (key, value) in new {
                 match old.get(key) {
-                    Some(before) if before == value => {}
+                    Some(before) if same(before, value) => {}
                     Some(before) => {
                         patch.insert(key.clone(), merge_patch(before, value));
                     }
@@ -184,14 +200,14 @@ impl Entry {
     /// unless this writer wrote over that very `current` (the cache has not caught up).
     fn held(&self) -> &Value {
         match &self.written {
-            Some(written) if written.over == self.current => &written.value,
+            Some(written) if same(&written.over, &self.current) => &written.value,
             _ => &self.current,
         }
     }
 
     fn job(&self) -> Option<Job> {
         let held = self.held();
-        (*held != self.desired).then(|| Job {
+        (!same(held, &self.desired)).then(|| Job {
             resource: self.resource.clone(),
             over: self.current.clone(),
             desired: self.desired.clone(),
@@ -262,7 +278,7 @@ impl StatusWriter {
                 entry.desired = desired;
                 let hurried = entry.pace == Pace::Progress && pace == Pace::Prompt;
                 entry.pace = pace;
-                if !entry.busy && *entry.held() != entry.desired {
+                if !entry.busy && !same(entry.held(), &entry.desired) {
                     entry.busy = true;
                     inner.busy.send_modify(|n| *n += 1);
                     entry.wake.notify_one();
@@ -271,7 +287,7 @@ impl StatusWriter {
                     entry.wake.notify_one();
                 }
             }
-            None if current == desired => {}
+            None if same(&current, &desired) => {}
             None => {
                 let wake = Arc::new(Notify::new());
                 objects.insert(
@@ -772,6 +788,32 @@ mod tests {
             api.requests(Method::PATCH)[0].path,
             format!("{path}/status")
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_number_the_api_server_shows_without_decimals_is_not_rewritten() {
+        let api = FakeApi::default();
+        seed(&api, "eu-1", json!({"value": 200, "ewma": 200.5}));
+        let writer = writer(&api);
+        let held = json!({"value": 200, "ewma": 200.5});
+        submit(
+            &writer,
+            "eu-1",
+            &held,
+            json!({"value": 200.0, "ewma": 200.5}),
+        );
+        writer.flush().await;
+        assert!(api.requests(Method::PATCH).is_empty());
+        submit(
+            &writer,
+            "eu-1",
+            &held,
+            json!({"value": 201.0, "ewma": 200.5}),
+        );
+        writer.flush().await;
+        let patches = api.requests(Method::PATCH);
+        assert_eq!(patches.len(), 1);
+        assert_eq!(patches[0].body, json!({"status": {"value": 201.0}}));
     }
 
     #[test]
