@@ -582,13 +582,6 @@ impl<K: PlacementKind> Placements<K> {
             Err(held) => (None, 0, held.as_slice()),
         };
         let reports = reports_of(ctx, &p, shares);
-        let settled = Placed {
-            shares,
-            revision,
-            reports: &reports,
-            clusters: &clusters,
-        }
-        .settled();
         let decided_at = record
             .and_then(|r| accord_common::runtime::time_from_millis(r.decided_unix_millis))
             .unwrap_or_else(|| now.clone());
@@ -626,7 +619,16 @@ impl<K: PlacementKind> Placements<K> {
                 .shown
                 .insert(key, revision)
                 .is_some_and(|shown| shown != revision);
-            let pace = if settled || replaced || record.is_none() {
+            let settled = || {
+                Placed {
+                    shares,
+                    revision,
+                    reports: &reports,
+                    clusters: &clusters,
+                }
+                .settled()
+            };
+            let pace = if replaced || record.is_none() || settled() {
                 Pace::Prompt
             } else {
                 Pace::Progress

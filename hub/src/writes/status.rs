@@ -67,7 +67,7 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 /// Whether two JSON values say the same: numbers are compared by value, so the `200` the
 /// API server returns equals the `200.0` a controller renders (serde_json tells them
 /// apart, and every such field would otherwise be rewritten on each status change).
-pub fn same(a: &Value, b: &Value) -> bool {
+fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => {
