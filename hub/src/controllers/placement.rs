@@ -469,6 +469,29 @@ pub struct Placements<K: PlacementKind> {
     shown: dashmap::DashMap<(String, String), i64>,
 }
 
+/// Whether a placement the status shows with an outcome (any state but `Pending`) is
+/// `Pending` in `desired`: news to write promptly, not progress (a stale `Synced` must not
+/// linger while a member repairs drift).
+fn fell_back<K>(watched: &Lenient<K>, desired: &serde_json::Value) -> bool {
+    let states = |status: &serde_json::Value| -> HashMap<String, String> {
+        status["placements"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some((
+                    p["cluster"].as_str()?.to_owned(),
+                    p["state"].as_str()?.to_owned(),
+                ))
+            })
+            .collect()
+    };
+    let shown = states(&current_status(watched));
+    states(desired)
+        .iter()
+        .any(|(c, st)| st == "Pending" && shown.get(c).is_some_and(|was| was != "Pending"))
+}
+
 /// The status as the API server holds it (from the watch), as JSON.
 fn current_status<K>(object: &Lenient<K>) -> serde_json::Value {
     object
@@ -628,7 +651,8 @@ impl<K: PlacementKind> Placements<K> {
                 }
                 .settled()
             };
-            let pace = if replaced || record.is_none() || settled() {
+            let pace = if replaced || record.is_none() || fell_back(watched, &desired) || settled()
+            {
                 Pace::Prompt
             } else {
                 Pace::Progress
