@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource};
+use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 
 use crate::fleet::{AGENT_NAMESPACE, Fleet, ensure_namespace};
@@ -869,6 +869,40 @@ impl KafkaProbe {
             .delete_topics(&[name], &AdminOptions::new())
             .await?;
         for r in results {
+            r.map_err(|(topic, e)| anyhow::anyhow!("deleting {topic}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Creates every topic in `names` in one CreateTopics request (as the agent batches
+    /// them), each with `partitions` partitions, replication factor 1 and `configs`.
+    pub async fn create_all(
+        &self,
+        names: &[String],
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> Result<()> {
+        let topics: Vec<NewTopic<'_>> = names
+            .iter()
+            .map(|name| {
+                configs.iter().fold(
+                    NewTopic::new(name, partitions, TopicReplication::Fixed(1)),
+                    |topic, (key, value)| topic.set(key, value),
+                )
+            })
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
+        for r in self.admin.create_topics(&topics, &options).await? {
+            r.map_err(|(topic, e)| anyhow::anyhow!("creating {topic}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every topic in `names` in one DeleteTopics request.
+    pub async fn delete_all(&self, names: &[String]) -> Result<()> {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
+        for r in self.admin.delete_topics(&names, &options).await? {
             r.map_err(|(topic, e)| anyhow::anyhow!("deleting {topic}: {e}"))?;
         }
         Ok(())

@@ -35,6 +35,7 @@ async fn start_bed() -> Result<Bed> {
     let options = KafkaOptions {
         brokers: 3,
         sasl_ssl: true,
+        ..KafkaOptions::default()
     };
     SupervisedKafka::start(&dir, Some(&dir), "kafka-client", options).await
 }
@@ -642,6 +643,7 @@ fn a_kept_connection_to_a_restarted_lone_broker_is_replaced_without_a_failed_req
             KafkaOptions {
                 brokers: 1,
                 sasl_ssl: false,
+                ..KafkaOptions::default()
             },
         )
         .await?;

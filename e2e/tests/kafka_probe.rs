@@ -64,6 +64,7 @@ fn a_frozen_broker_makes_the_placement_unavailable_within_ten_seconds_and_synced
             KafkaOptions {
                 brokers: 1,
                 sasl_ssl: false,
+                ..KafkaOptions::default()
             },
         )
         .await?;

@@ -48,6 +48,7 @@ async fn kafkas(testbed: &'static Testbed) -> Result<&'static [KafkaCluster]> {
                         KafkaOptions {
                             brokers: 3,
                             sasl_ssl: member == 0,
+                            ..KafkaOptions::default()
                         },
                     )
                     .await?,

@@ -58,6 +58,8 @@ struct Args {
     webhook_seconds: u64,
     webhook: bool,
     backlog: bool,
+    floor: bool,
+    full_jit: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -70,6 +72,8 @@ fn parse_args() -> Result<Args> {
         webhook_seconds: 20,
         webhook: true,
         backlog: false,
+        floor: false,
+        full_jit: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -87,9 +91,12 @@ fn parse_args() -> Result<Args> {
                 a.backlog = true;
                 a.webhook = false;
             }
+            "--floor" => a.floor = true,
+            "--quick-start-jit" => a.full_jit = false,
             other => bail!(
                 "unknown flag {other}; flags: --topics N --partitions N --brokers 1|3 \
-                 --concurrency N --rate REQ_PER_S --webhook-seconds S --without-webhook --backlog"
+                 --concurrency N --rate REQ_PER_S --webhook-seconds S --without-webhook \
+                 --backlog --floor --quick-start-jit"
             ),
         }
     }
@@ -165,6 +172,99 @@ where
     (samples, errors)
 }
 
+const FLOOR_PREFIX: &str = "floor-t";
+
+/// How often the bench asks each member's Kafka for its topics while timing: the figures
+/// "every topic in Kafka" are upper bounds by up to this much.
+const KAFKA_POLL: Duration = Duration::from_millis(500);
+
+/// How many of `probe`'s topics start with `prefix`.
+async fn count_topics(probe: &ks::KafkaProbe, prefix: &str) -> Result<usize> {
+    Ok(probe
+        .topics()
+        .await?
+        .keys()
+        .filter(|t| t.starts_with(prefix))
+        .count())
+}
+
+/// Kafka alone, the way a perfect federation would use it: every member's broker is given
+/// the same topics at once, each in one CreateTopics request (as the agent batches them),
+/// timed until its own Metadata lists every one; then they are deleted again. Accord's end
+/// to end time cannot beat the slowest member here.
+async fn kafka_floor(probes: &[ks::KafkaProbe], args: &Args) -> Result<()> {
+    let names: Vec<String> = (0..args.topics)
+        .map(|i| format!("{FLOOR_PREFIX}-{i:05}"))
+        .collect();
+    let deadline = Duration::from_secs(600);
+    let start = Instant::now();
+    let times = futures::future::try_join_all(probes.iter().map(|probe| {
+        let names = &names;
+        async move {
+            probe
+                .create_all(names, args.partitions, &[("retention.ms", "86400000")])
+                .await?;
+            let answered = start.elapsed();
+            loop {
+                if count_topics(probe, FLOOR_PREFIX).await? >= names.len() {
+                    break;
+                }
+                if start.elapsed() > deadline {
+                    bail!(
+                        "{}: not every floor topic listed within {deadline:?}",
+                        probe.bootstrap
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            anyhow::Ok((answered, start.elapsed()))
+        }
+    }))
+    .await?;
+    println!(
+        "Kafka alone (no Accord; {} topics × {} members created at once, {} partitions, one \
+         CreateTopics per member):",
+        args.topics,
+        probes.len(),
+        args.partitions
+    );
+    for (i, (answered, listed)) in times.iter().enumerate() {
+        println!(
+            "  member {i}: CreateTopics answered after {:.1}s, every topic in Metadata after \
+             {:.1}s ({:.0} topics/s)",
+            answered.as_secs_f64(),
+            listed.as_secs_f64(),
+            args.topics as f64 / listed.as_secs_f64().max(1e-3)
+        );
+    }
+    let slowest = times.iter().map(|t| t.1).max().unwrap_or_default();
+    println!(
+        "  the floor for end to end: {:.1}s ({:.0} topics/s per member)",
+        slowest.as_secs_f64(),
+        args.topics as f64 / slowest.as_secs_f64().max(1e-3)
+    );
+    let start = Instant::now();
+    futures::future::try_join_all(probes.iter().map(|probe| {
+        let names = &names;
+        async move {
+            probe.delete_all(names).await?;
+            while count_topics(probe, FLOOR_PREFIX).await? > 0 {
+                if start.elapsed() > deadline {
+                    bail!(
+                        "{}: floor topics still listed after {deadline:?}",
+                        probe.bootstrap
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            anyhow::Ok(())
+        }
+    }))
+    .await?;
+    eprintln!("floor topics deleted in {:.1?}", start.elapsed());
+    Ok(())
+}
+
 async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let started = Instant::now();
     let mut kafkas = Vec::new();
@@ -176,12 +276,20 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                 KafkaOptions {
                     brokers: args.brokers,
                     sasl_ssl: false,
+                    full_jit: args.full_jit,
                 },
             )
             .await?,
         );
     }
     eprintln!("Kafka clusters up in {:.1?}", started.elapsed());
+    if args.floor {
+        let probes = kafkas
+            .iter()
+            .map(|kafka| ks::KafkaProbe::new(&kafka.bootstrap))
+            .collect::<Result<Vec<_>>>()?;
+        kafka_floor(&probes, args).await?;
+    }
     let mut s = KafkaScenario::start(
         testbed,
         KafkaScenarioOptions {
@@ -277,9 +385,17 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         let mut synced: Vec<Option<Duration>> = vec![None; clusters.len()];
         let mut counts = vec![0; clusters.len()];
         let deadline = Instant::now() + Duration::from_secs(900);
+        let mut kafka_polled: Option<Instant> = None;
         loop {
+            // Kafka is asked at most every KAFKA_POLL: a Metadata request for a thousand
+            // topics costs a broker enough CPU that asking ten times a second slowed the
+            // very topic creations being timed.
+            let poll_kafka = kafka_polled.is_none_or(|at| at.elapsed() >= KAFKA_POLL);
+            if poll_kafka {
+                kafka_polled = Some(Instant::now());
+            }
             for (i, probe) in probes.iter().enumerate() {
-                if in_kafka[i].is_none() {
+                if poll_kafka && in_kafka[i].is_none() {
                     let count = probe
                         .topics()
                         .await?
@@ -418,11 +534,78 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         })
     );
 
-    // Webhook latency at a fixed rate, with every topic above in the hub's reflectors.
-    let Some(webhook) = s.webhook.as_ref() else {
-        ks::delete_policy(testbed, "bench-kafka").await?;
-        return Ok(());
-    };
+    if let Some(webhook) = s.webhook.as_ref() {
+        webhook_latency(testbed, args, webhook, &clusters).await?;
+    }
+    ks::delete_policy(testbed, "bench-kafka").await?;
+    if args.floor {
+        testbed.stop_process(s.fleet.hub.id);
+        api_floor(testbed, &topics).await?;
+    }
+    Ok(())
+}
+
+/// The management API server alone: every topic's status rewritten once (each condition's
+/// message changed, the rest as the hub wrote it), [`MAX_STATUS_IN_FLIGHT`] at a time as the
+/// hub's status writer does, with the hub stopped. Accord writes each topic's outcome once,
+/// so its end to end time cannot beat this either.
+async fn api_floor(
+    testbed: &Testbed,
+    topics: &reflector::Store<FederatedKafkaTopic>,
+) -> Result<()> {
+    let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), NS);
+    let statuses: Vec<(String, serde_json::Value)> = topics
+        .state()
+        .iter()
+        .filter_map(|t| {
+            let name = t.metadata.name.clone()?;
+            let mut status = serde_json::to_value(t.status.as_ref()?).ok()?;
+            for condition in status["conditions"].as_array_mut()? {
+                let message = condition["message"].as_str().unwrap_or_default();
+                condition["message"] = json!(format!("{message} (floor)"));
+            }
+            name.starts_with(PREFIX).then_some((name, status))
+        })
+        .collect();
+    let start = Instant::now();
+    let written = futures::stream::iter(statuses)
+        .map(|(name, status)| {
+            let api = api.clone();
+            async move {
+                api.patch_status(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"status": status})),
+                )
+                .await
+                .with_context(|| format!("patching the status of {name}"))
+            }
+        })
+        .buffer_unordered(MAX_STATUS_IN_FLIGHT)
+        .collect::<Vec<_>>()
+        .await;
+    let took = start.elapsed();
+    let count = written.into_iter().collect::<Result<Vec<_>>>()?.len();
+    println!(
+        "The management API server alone (hub stopped): {count} status PATCHes, \
+         {MAX_STATUS_IN_FLIGHT} at a time, in {:.1}s ({:.0} writes/s)",
+        took.as_secs_f64(),
+        count as f64 / took.as_secs_f64().max(1e-3)
+    );
+    Ok(())
+}
+
+/// As many status writes as the hub's writer has under way at once.
+const MAX_STATUS_IN_FLIGHT: usize = 8;
+
+/// Webhook latency at a fixed rate, with every topic in the hub's reflectors.
+async fn webhook_latency(
+    testbed: &Testbed,
+    args: &Args,
+    webhook: &ks::Webhook,
+    clusters: &[String],
+) -> Result<()> {
+    let clusters = clusters.to_vec();
     let url = format!("https://{}{WEBHOOK_PATH}", webhook.addr);
     let ca = ks::hub_ca_pem(testbed).await?;
     let http = reqwest::Client::builder()
@@ -486,7 +669,6 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         through,
         through_errors,
     );
-    ks::delete_policy(testbed, "bench-kafka").await?;
     Ok(())
 }
 

@@ -19,7 +19,7 @@
 //! this kind's reflectors.
 
 use accord_common::distribution::PolicyKind;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,8 +92,55 @@ pub struct KafkaTopics {
     namespaces: Reflector<Namespace>,
     trigger: Trigger<Self>,
     policy_trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
-    /// Each topic's claimed name and generation as last seen.
-    seen: Mutex<HashMap<String, (String, Option<i64>)>>,
+    /// Each topic's claimed name and generation as last seen, and the objects claiming each
+    /// name.
+    seen: Mutex<Claimed>,
+}
+
+/// The topic names objects claim, as last seen: a decision or a change looks up the
+/// objects of one name instead of reading every object's spec (with a thousand topics,
+/// that scan per decision was most of the hub's CPU).
+#[derive(Default)]
+struct Claimed {
+    /// Each object (`namespace/name`): its claimed topic name and generation.
+    by_object: HashMap<String, (String, Option<i64>)>,
+    /// Each claimed topic name: the objects claiming it.
+    by_name: HashMap<String, HashSet<ObjectRef<Watched<KafkaTopics>>>>,
+}
+
+impl Claimed {
+    /// Records `object`'s claim (`None`: it is gone); returns the claim it replaces.
+    fn update(
+        &mut self,
+        object: ObjectRef<Watched<KafkaTopics>>,
+        key: &str,
+        now: Option<(String, Option<i64>)>,
+    ) -> Option<(String, Option<i64>)> {
+        let before = match &now {
+            Some(now) => self.by_object.insert(key.to_owned(), now.clone()),
+            None => self.by_object.remove(key),
+        };
+        if let Some((name, _)) = &before {
+            if let Some(objects) = self.by_name.get_mut(name) {
+                objects.remove(&object);
+                if objects.is_empty() {
+                    self.by_name.remove(name);
+                }
+            }
+        }
+        if let Some((name, _)) = now {
+            self.by_name.entry(name).or_default().insert(object);
+        }
+        before
+    }
+
+    /// The objects claiming topic `name`.
+    fn claiming(&self, name: &str) -> Vec<ObjectRef<Watched<KafkaTopics>>> {
+        self.by_name
+            .get(name)
+            .map(|objects| objects.iter().cloned().collect())
+            .unwrap_or_default()
+    }
 }
 
 /// What the status needs beyond the record: the policy rules the topic breaks.
@@ -160,9 +207,14 @@ impl KafkaTopics {
     /// The claims of every topic that names `topic_name`, except those whose deletion has
     /// already released them.
     fn claims(&self, topic_name: &str, clusters: &Clusters) -> Vec<Claim> {
-        self.topics
-            .state()
+        let claiming = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .claiming(topic_name);
+        claiming
             .iter()
+            .filter_map(|object| self.topics.get(object))
             .filter(|t| watched_topic_name(t) == topic_name)
             .filter(|t| {
                 t.metadata.deletion_timestamp.is_none()
@@ -547,27 +599,23 @@ impl PlacementKind for KafkaTopics {
     /// of its old and new name and recounts the policies.
     fn on_object(&self, topic: &Watched<Self>, gone: bool) {
         let key = object_name(topic);
+        let object = ObjectRef::from_obj(topic);
         let now = (watched_topic_name(topic), topic.metadata.generation);
-        let before = {
-            let mut seen = self
-                .seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if gone {
-                seen.remove(&key)
-            } else {
-                seen.insert(key.clone(), now.clone())
-            }
-        };
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let before = seen.update(object.clone(), &key, (!gone).then(|| now.clone()));
         let releasing = topic.metadata.deletion_timestamp.is_some()
             && !topic.finalizers().iter().any(|f| f == FINALIZER);
         if gone || releasing || before.as_ref() != Some(&now) {
-            let names = [Some(&now.0), before.as_ref().map(|b| &b.0)];
-            for other in self.topics.state() {
-                let name = watched_topic_name(&other);
-                if object_name(&*other) != key && names.contains(&Some(&name)) {
-                    let _ = self.trigger.send(ObjectRef::from_obj(&*other));
-                }
+            let mut others = seen.claiming(&now.0);
+            if let Some((name, _)) = before.as_ref().filter(|b| b.0 != now.0) {
+                others.extend(seen.claiming(name));
+            }
+            drop(seen);
+            for other in others.into_iter().filter(|o| *o != object) {
+                let _ = self.trigger.send(other);
             }
             trigger_all(&self.policies, &self.policy_trigger);
         }
@@ -577,6 +625,32 @@ impl PlacementKind for KafkaTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_are_looked_up_by_topic_name_and_follow_renames_and_deletions() {
+        let object = |name: &str| ObjectRef::<Watched<KafkaTopics>>::new(name).within("ns");
+        let mut claimed = Claimed::default();
+        assert_eq!(
+            claimed.update(object("a"), "ns/a", Some(("orders".into(), Some(1)))),
+            None
+        );
+        claimed.update(object("b"), "ns/b", Some(("orders".into(), Some(1))));
+        claimed.update(object("c"), "ns/c", Some(("payments".into(), Some(1))));
+        let mut orders = claimed.claiming("orders");
+        orders.sort_by_key(|o| o.name.clone());
+        assert_eq!(orders, vec![object("a"), object("b")]);
+        // "b" renames its topic: it leaves the old name's claimants.
+        assert_eq!(
+            claimed.update(object("b"), "ns/b", Some(("payments".into(), Some(2)))),
+            Some(("orders".into(), Some(1)))
+        );
+        assert_eq!(claimed.claiming("orders"), vec![object("a")]);
+        assert_eq!(claimed.claiming("payments").len(), 2);
+        // "a" is gone: nobody claims "orders" any more.
+        claimed.update(object("a"), "ns/a", None);
+        assert!(claimed.claiming("orders").is_empty());
+        assert!(!claimed.by_name.contains_key("orders"));
+    }
 
     fn watched(value: serde_json::Value) -> Watched<KafkaTopics> {
         Watched::<KafkaTopics>::from_value(value).unwrap()

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accord_common::runtime::{Retry, backoff};
 use accord_kafka::{Admin, KafkaConfig, KafkaError};
@@ -69,6 +69,9 @@ pub struct Observations {
     looked: bool,
     /// What the last probe through the current connection said.
     probe: Probe,
+    /// Set when Kafka answers its probe again after failing it: what was seen before may
+    /// be stale, so the next look is a full one.
+    stale: bool,
     epoch: u64,
     next_version: u64,
     /// Topics applied to since the last look began, with what was applied and how many
@@ -77,6 +80,18 @@ pub struct Observations {
     /// result); until then the topic keeps its version, so the engine does not apply the
     /// same plan again, and the observer looks again soon.
     applied: BTreeMap<String, (Plan, u32)>,
+}
+
+/// Which topics a look covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Look {
+    /// Every assigned topic (at the resync interval, when the topics or the connection
+    /// change, after a failure).
+    Every,
+    /// Only the topics waiting for an apply to show: the looks that follow applies, so
+    /// that a thousand topics created while a thousand others settle do not make Kafka
+    /// describe every topic's configs several times a second.
+    Applied,
 }
 
 /// [`Observations`] shared between the observer, the applier and the enforcer.
@@ -120,6 +135,9 @@ impl Observations {
             (Probe::NotYet | Probe::Answered, Probe::NotYet | Probe::Answered) => false,
             (before, after) => before != after,
         };
+        if matches!(self.probe, Probe::Failed(_)) && next == Probe::Answered {
+            self.stale = true;
+        }
         self.probe = next;
         changes
     }
@@ -130,6 +148,7 @@ impl Observations {
         self.error = None;
         self.looked = false;
         self.probe = Probe::NotYet;
+        self.stale = false;
         self.epoch = epoch;
         self.applied.clear();
     }
@@ -149,17 +168,47 @@ impl Observations {
         !self.applied.is_empty()
     }
 
+    /// Whether the next look must cover every topic rather than only those applied to: no
+    /// look succeeded yet through this connection, the last one failed, or Kafka answers
+    /// its probe again after failing it (taken: asked once per look).
+    pub fn wants_every_topic(&mut self) -> bool {
+        !self.looked || self.error.is_some() || std::mem::take(&mut self.stale)
+    }
+
     fn bump(&mut self) -> u64 {
         self.next_version += 1;
         self.next_version
     }
 
-    /// Records a look at `topics` through connection `epoch`, begun with `applied` (from
-    /// [`Self::begin`]); answers what to tell the engine.
+    /// Records a look at every topic in `topics` (all assigned) through connection `epoch`,
+    /// begun with `applied` (from [`Self::begin`]); answers what to tell the engine.
     pub fn record(
         &mut self,
         epoch: u64,
         topics: &[String],
+        outcome: Result<BTreeMap<String, TopicSeen>, String>,
+        applied: BTreeMap<String, (Plan, u32)>,
+    ) -> Vec<WatchEvent> {
+        self.record_look(epoch, topics, Look::Every, outcome, applied)
+    }
+
+    /// Records a look at only the topics in `applied` (those waiting for an apply to show)
+    /// among the assigned `topics`; every other topic keeps what the last full look saw.
+    pub fn record_applied(
+        &mut self,
+        epoch: u64,
+        topics: &[String],
+        outcome: Result<BTreeMap<String, TopicSeen>, String>,
+        applied: BTreeMap<String, (Plan, u32)>,
+    ) -> Vec<WatchEvent> {
+        self.record_look(epoch, topics, Look::Applied, outcome, applied)
+    }
+
+    fn record_look(
+        &mut self,
+        epoch: u64,
+        topics: &[String],
+        look: Look,
         outcome: Result<BTreeMap<String, TopicSeen>, String>,
         mut applied: BTreeMap<String, (Plan, u32)>,
     ) -> Vec<WatchEvent> {
@@ -185,13 +234,19 @@ impl Observations {
             }
             Ok(seen) => seen,
         };
-        let recovered = self.error.take().is_some() || !self.looked;
-        self.looked = true;
         let wanted: BTreeSet<&String> = topics.iter().collect();
-        self.topics.retain(|name, _| wanted.contains(name));
         applied.retain(|name, _| wanted.contains(name));
+        let (recovered, looked) = match look {
+            Look::Every => {
+                let recovered = self.error.take().is_some() || !self.looked;
+                self.looked = true;
+                self.topics.retain(|name, _| wanted.contains(name));
+                (recovered, topics.to_vec())
+            }
+            Look::Applied => (false, applied.keys().cloned().collect()),
+        };
         let mut changed = Vec::new();
-        for name in topics {
+        for name in &looked {
             let now = seen.remove(name).unwrap_or(TopicSeen::Absent);
             if self.applied.contains_key(name) {
                 // Applied to while this look ran: it may not show that yet; the next look
@@ -300,22 +355,49 @@ pub async fn run(
     metrics: Metrics,
 ) {
     let mut retry: Option<Retry> = None;
+    // When every topic was last looked at. A look covers every topic once per resync
+    // interval, when the target changed and when the observations ask for it; the looks
+    // in between (after applies, while they settle) cover only the topics applied to.
+    let mut every_looked: Option<Instant> = None;
+    let mut target_changed = true;
     loop {
         let t = target.borrow_and_update().clone();
         let mut delay = resync;
         if let Some(admin) = t.admin.as_ref().filter(|_| !t.topics.is_empty()) {
-            let applied = lock(&shared).begin();
-            let outcome = look(admin, &t.topics, &metrics)
-                .await
-                .map_err(|e| failure_message(&e));
+            let (every, applied) = {
+                let mut observations = lock(&shared);
+                let resync_due = every_looked.is_none_or(|at| at.elapsed() >= resync);
+                let every = observations.wants_every_topic() || resync_due || target_changed;
+                (every, observations.begin())
+            };
+            let looked: Vec<String> = if every {
+                t.topics.to_vec()
+            } else {
+                applied.keys().cloned().collect()
+            };
+            let outcome = if looked.is_empty() {
+                Ok(BTreeMap::new())
+            } else {
+                look(admin, &looked, &metrics)
+                    .await
+                    .map_err(|e| failure_message(&e))
+            };
+            if every && outcome.is_ok() {
+                every_looked = Some(Instant::now());
+            }
             match &outcome {
                 Ok(seen) => {
                     retry = None;
                     debug!(
-                        topics = t.topics.len(),
+                        topics = looked.len(),
                         present = seen.len(),
+                        every,
                         "looked at the Kafka topics"
                     );
+                    // The next full look is one resync interval after the last.
+                    if let Some(at) = every_looked {
+                        delay = resync.saturating_sub(at.elapsed());
+                    }
                 }
                 Err(_) => {
                     metrics.error("kafka_unavailable");
@@ -327,7 +409,11 @@ pub async fn run(
             }
             let (out, settling) = {
                 let mut observations = lock(&shared);
-                let out = observations.record(t.epoch, &t.topics, outcome, applied);
+                let out = if every {
+                    observations.record(t.epoch, &t.topics, outcome, applied)
+                } else {
+                    observations.record_applied(t.epoch, &t.topics, outcome, applied)
+                };
                 (out, observations.settling())
             };
             if settling {
@@ -339,8 +425,14 @@ pub async fn run(
                 }
             }
         }
+        target_changed = false;
         tokio::select! {
-            changed = target.changed() => if changed.is_err() { return },
+            changed = target.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                target_changed = true;
+            }
             () = nudge.notified() => {}
             () = tokio::time::sleep(delay) => {}
         }
@@ -452,6 +544,59 @@ mod tests {
         let applied = o.begin();
         assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
         assert_ne!(o.topic("a").unwrap().version, before);
+    }
+
+    #[test]
+    fn a_look_at_the_applied_topics_reports_them_and_leaves_every_other_topic_as_it_was() {
+        let mut o = Observations::default();
+        let topics = names(&["a", "b", "c"]);
+        let seen = BTreeMap::from([("b".to_owned(), present(1)), ("c".to_owned(), present(1))]);
+        o.record(0, &topics, Ok(seen), BTreeMap::new());
+        assert!(!o.wants_every_topic(), "a look succeeded");
+        let (vb, vc) = (o.topic("b").unwrap().version, o.topic("c").unwrap().version);
+        o.applied("a".into(), create());
+        // The look covered only "a": "b" and "c", missing from its answer, are not absent.
+        let applied = o.begin();
+        let only_a = BTreeMap::from([("a".to_owned(), present(3))]);
+        let events = o.record_applied(0, &topics, Ok(only_a), applied);
+        assert_eq!(changed(&events), vec!["a"]);
+        assert_eq!(o.topic("a").unwrap().seen, present(3));
+        assert_eq!(o.topic("b").unwrap().seen, present(1));
+        assert_eq!(
+            (o.topic("b").unwrap().version, o.topic("c").unwrap().version),
+            (vb, vc)
+        );
+        // Not showing yet: it keeps settling, like after a full look.
+        o.applied("a".into(), create());
+        let applied = o.begin();
+        let events = o.record_applied(0, &topics, Ok(BTreeMap::new()), applied);
+        assert!(events.is_empty(), "{events:?}");
+        assert!(o.settling());
+    }
+
+    #[test]
+    fn a_failed_look_or_kafka_answering_again_asks_for_a_look_at_every_topic() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        assert!(o.wants_every_topic(), "nothing looked at yet");
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        assert!(!o.wants_every_topic());
+        o.record(
+            0,
+            &topics,
+            Err("Kafka unreachable: x".into()),
+            BTreeMap::new(),
+        );
+        assert!(o.wants_every_topic(), "the last look failed");
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        o.probed(0, Err("Kafka unreachable: x".into()));
+        assert!(!o.wants_every_topic(), "still failing: nothing new to see");
+        o.probed(0, Ok(()));
+        assert!(
+            o.wants_every_topic(),
+            "answers again: what was seen may be stale"
+        );
+        assert!(!o.wants_every_topic(), "asked once");
     }
 
     #[test]
