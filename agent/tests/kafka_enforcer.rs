@@ -51,6 +51,7 @@ async fn start_kafka(testbed: &Testbed) -> Result<Bed> {
     let options = kafka::KafkaOptions {
         brokers: 1,
         sasl_ssl: true,
+        ..kafka::KafkaOptions::default()
     };
     kafka::SupervisedKafka::start(&dir, None, "enforcer", options).await
 }

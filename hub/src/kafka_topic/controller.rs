@@ -120,12 +120,12 @@ impl Claimed {
             Some(now) => self.by_object.insert(key.to_owned(), now.clone()),
             None => self.by_object.remove(key),
         };
-        if let Some((name, _)) = &before {
-            if let Some(objects) = self.by_name.get_mut(name) {
-                objects.remove(&object);
-                if objects.is_empty() {
-                    self.by_name.remove(name);
-                }
+        if let Some((name, _)) = &before
+            && let Some(objects) = self.by_name.get_mut(name)
+        {
+            objects.remove(&object);
+            if objects.is_empty() {
+                self.by_name.remove(name);
             }
         }
         if let Some((name, _)) = now {
