@@ -5,6 +5,7 @@
 use accord_crds::ManagedCluster;
 use accord_crds::conditions;
 use accord_e2e::agent_sim::{self, AgentStream, policy};
+use accord_e2e::faultproxy::{FaultProxy, Mode};
 use accord_e2e::hub::{HubOptions, HubProcess, create_token};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -735,6 +736,117 @@ fn the_leader_divides_a_policy_and_streams_each_share_to_its_cluster() {
         ensure!(share_b.replicas == 5 && share_b.namespace == "prod-eu", "{share_b:?}");
         ensure!(share_a.scale_request_id == share_b.scale_request_id && !share_a.scale_request_id.is_empty());
         api.delete("assign-web", &Default::default()).await?;
+        Ok(())
+    });
+}
+
+/// Agents of the connect-storm test.
+const STORM_AGENTS: usize = 40;
+
+#[test]
+fn every_stream_of_a_connect_storm_through_a_slow_store_is_counted_and_served() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let prefix = "/t-storm/";
+        let hub_etcd = &testbed.hub_etcd().endpoint;
+        let (scheme, etcd) = hub_etcd
+            .split_once("://")
+            .context("the hub's etcd endpoint has a scheme")?;
+        let proxy = FaultProxy::start(etcd.parse().context("the hub's etcd address")?).await?;
+        let endpoint = format!("{scheme}://{}", proxy.addr());
+        let hub = HubProcess::start(
+            testbed,
+            &opts(
+                "hub-storm",
+                prefix,
+                &["--heartbeat-timeout", "2s", "--etcd-endpoints", &endpoint],
+            ),
+        )
+        .await?;
+        let mut identities = Vec::new();
+        for i in 0..STORM_AGENTS {
+            identities.push(join(testbed, &hub, prefix, &format!("storm-{i:02}")).await?);
+        }
+        // Every etcd request of the hub now takes about 100 ms (50 each way), and every
+        // agent connects at once, heartbeating every 500 ms from the moment it is open.
+        // Each stream's set-up waits on etcd; one that waited for the others' in turn
+        // looked silent past the heartbeat timeout and was closed while being set up.
+        proxy.set_mode(Mode::Delay(Duration::from_millis(50)));
+        let streams = futures::future::try_join_all(identities.iter().map(|id| {
+            let grpc = hub.grpc.clone();
+            async move {
+                let stream =
+                    AgentStream::open(agent_sim::connect(&grpc, id).await?, &id.cluster).await?;
+                anyhow::Ok(stream.split())
+            }
+        }))
+        .await?;
+        let http = testbed.http().clone();
+        let mut served = Vec::new();
+        for (i, (tx, mut rx)) in streams.into_iter().enumerate() {
+            served.push(tokio::spawn(async move {
+                let heartbeat = accord_proto::v1::AgentMessage {
+                    cluster: String::new(),
+                    body: Some(agent_message::Body::Heartbeat(Default::default())),
+                };
+                let mut tick = tokio::time::interval(Duration::from_millis(500));
+                let mut reported = false;
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {
+                            if tx.send(heartbeat.clone()).await.is_err() {
+                                bail!("storm-{i:02}: the stream closed");
+                            }
+                        }
+                        message = rx.message() => match message {
+                            Ok(Some(m)) => {
+                                if !reported {
+                                    // Served: one report, answered with an ack.
+                                    reported = true;
+                                    let report = StatusReport {
+                                        policy: Some(policy("CrossClusterScalePolicy", "default", "storm")),
+                                        state: accord_proto::v1::PlacementState::Synced as i32,
+                                        applied_revision: 1,
+                                        ..Default::default()
+                                    };
+                                    let message = accord_proto::v1::AgentMessage {
+                                        cluster: String::new(),
+                                        body: Some(agent_message::Body::StatusReport(report)),
+                                    };
+                                    if tx.send(message).await.is_err() {
+                                        bail!("storm-{i:02}: the stream closed");
+                                    }
+                                }
+                                if matches!(m.body, Some(hub_message::Body::StatusAck(_))) {
+                                    return Ok(tx);
+                                }
+                            }
+                            Ok(None) => bail!("storm-{i:02}: the hub ended the stream"),
+                            Err(status) => bail!("storm-{i:02}: the hub ended the stream: {status}"),
+                        }
+                    }
+                }
+            }));
+        }
+        let mut kept = Vec::new();
+        for task in served {
+            kept.push(tokio::time::timeout(Duration::from_secs(60), task).await???);
+        }
+        let n = until("every stream counted", Duration::from_secs(30), || async {
+            let n = hub
+                .metric(&http, "accord_hub_connected_agents")
+                .await?
+                .unwrap_or(0.0) as usize;
+            Ok(if n >= STORM_AGENTS {
+                Check::Ready(n)
+            } else {
+                Check::NotYet(format!("{n} of {STORM_AGENTS} counted"))
+            })
+        })
+        .await?;
+        ensure!(n == STORM_AGENTS, "{n} streams counted for {STORM_AGENTS} agents");
+        drop(kept);
         Ok(())
     });
 }

@@ -37,15 +37,22 @@ pub struct Connection {
     ending: watch::Sender<Option<Status>>,
 }
 
+/// `last_seen_ms` of a stream being set up: it cannot be silent yet.
+const SETTING_UP: u64 = u64::MAX;
+
 impl Connection {
-    /// Records that the agent is alive.
+    /// Records that the agent is alive (the first call also ends the stream's set-up).
     pub fn touch(&self) {
         let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.last_seen_ms.store(ms, Ordering::Relaxed);
     }
 
-    /// Time since the agent was last heard from.
+    /// Time since the agent was last heard from; zero while the stream is being set up
+    /// (the hub is recording it, not yet reading what the agent sends).
     pub fn silence(&self, now: Instant) -> Duration {
+        if self.last_seen_ms.load(Ordering::Relaxed) == SETTING_UP {
+            return Duration::ZERO;
+        }
         let last = self.started + Duration::from_millis(self.last_seen_ms.load(Ordering::Relaxed));
         now.saturating_duration_since(last)
     }
@@ -105,7 +112,7 @@ impl Connections {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             outbox,
             started: Instant::now(),
-            last_seen_ms: AtomicU64::new(0),
+            last_seen_ms: AtomicU64::new(SETTING_UP),
             acked_revision: AtomicI64::new(0),
             spki_sha256: spki_sha256.to_owned(),
             ending: watch::Sender::new(None),
@@ -183,6 +190,24 @@ mod tests {
         c.touch();
         assert!(conns.silent(Duration::from_secs(3)).is_empty());
         assert_eq!(conns.silent(Duration::ZERO).len(), 1);
+    }
+
+    #[test]
+    fn a_stream_being_set_up_is_never_silent_and_counts_from_its_first_touch() {
+        let conns = Connections::default();
+        let (tx, _rx) = mpsc::channel(1);
+        let (c, _) = conns.open("a", "k", tx);
+        assert!(
+            conns.silent(Duration::ZERO).is_empty(),
+            "still being set up"
+        );
+        assert_eq!(
+            c.silence(Instant::now() + Duration::from_secs(60)),
+            Duration::ZERO
+        );
+        c.touch();
+        assert_eq!(conns.silent(Duration::ZERO).len(), 1);
+        assert!(c.silence(Instant::now() + Duration::from_secs(60)) >= Duration::from_secs(60));
     }
 
     #[test]

@@ -65,14 +65,25 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
 
 /// One simulated agent: a heartbeat every second and a status report every
 /// `report_every` heartbeats, timing each report until its ack.
+/// Streams that ended on the agents' side, with why (cluster, reason).
+type Ended = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
 async fn run_agent(
     s: AgentStream,
+    ended: Ended,
     offset: Duration,
     report_every: u64,
     latencies: Arc<Mutex<Vec<u64>>>,
     acks: Arc<AtomicU64>,
     measuring: Arc<std::sync::atomic::AtomicBool>,
 ) {
+    let cluster = s.cluster.clone();
+    let end = |reason: String| {
+        ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((cluster.clone(), reason));
+    };
     let (tx, mut rx) = s.split();
     tokio::time::sleep(offset).await;
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -87,7 +98,7 @@ async fn run_agent(
             body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
         };
         if tx.send(hb).await.is_err() {
-            return;
+            return end("the stream closed (heartbeat)".into());
         }
         if !n.is_multiple_of(report_every) {
             continue;
@@ -107,7 +118,7 @@ async fn run_agent(
         };
         let sent = Instant::now();
         if tx.send(report).await.is_err() {
-            return;
+            return end("the stream closed (report)".into());
         }
         // Read until the ack (the first message may be the full assignments).
         loop {
@@ -130,10 +141,76 @@ async fn run_agent(
                         break;
                     }
                 }
-                _ => return,
+                Ok(None) => return end("the hub ended the stream".into()),
+                Err(status) => return end(format!("the hub ended the stream: {status}")),
             }
         }
     }
+}
+
+/// Says which agents the hub does not count as connected (no `connected/` key in its
+/// store) and why: the hub ended their stream (with the status it gave), or their stream
+/// is open on the agents' side and the hub does not know it.
+async fn explain_missing(store: &Store, agents: usize, ended: &Ended) -> Result<()> {
+    let prefix = store.keys().connected_prefix();
+    let response = store
+        .client()
+        .kv_client()
+        .get(
+            prefix.as_str(),
+            Some(
+                etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only(),
+            ),
+        )
+        .await?;
+    let connected: std::collections::BTreeSet<String> = response
+        .kvs()
+        .iter()
+        .filter_map(|kv| {
+            kv.key_str()
+                .ok()?
+                .strip_prefix(prefix.as_str())
+                .map(str::to_owned)
+        })
+        .collect();
+    let ended: std::collections::BTreeMap<String, String> = ended
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .cloned()
+        .collect();
+    let mut by_reason: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for cluster in (0..agents).map(|i| format!("bench-{i:05}")) {
+        if connected.contains(&cluster) {
+            continue;
+        }
+        let reason = ended.get(&cluster).map_or(
+            "open on the agent's side, unknown to the hub",
+            String::as_str,
+        );
+        by_reason.entry(reason).or_default().push(cluster);
+    }
+    let missing: usize = by_reason.values().map(Vec::len).sum();
+    eprintln!(
+        "{missing} of {agents} agents are not connected for the hub ({} connected/ keys):",
+        connected.len()
+    );
+    for (reason, clusters) in &by_reason {
+        eprintln!(
+            "  {} — {reason}: {}{}",
+            clusters.len(),
+            clusters
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if clusters.len() > 10 { ", …" } else { "" }
+        );
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -196,6 +273,7 @@ async fn main() -> Result<()> {
     let latencies = Arc::new(Mutex::new(Vec::<u64>::new()));
     let acks = Arc::new(AtomicU64::new(0));
     let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ended = Ended::default();
     // Each agent starts heartbeating as soon as its stream is open: the hub closes a stream
     // that stays silent past the heartbeat timeout.
     let tasks: Vec<tokio::task::JoinHandle<()>> = stream::iter(identities.into_iter().enumerate())
@@ -204,6 +282,7 @@ async fn main() -> Result<()> {
             let latencies = latencies.clone();
             let acks = acks.clone();
             let measuring = measuring.clone();
+            let ended = ended.clone();
             let report_every = args.report_every;
             async move {
                 let channel = agent_sim::connect(&grpc, &id).await?;
@@ -211,6 +290,7 @@ async fn main() -> Result<()> {
                 let offset = Duration::from_millis((i as u64 * 997) % 1000);
                 Ok::<_, anyhow::Error>(tokio::spawn(run_agent(
                     s,
+                    ended,
                     offset,
                     report_every,
                     latencies,
@@ -228,7 +308,7 @@ async fn main() -> Result<()> {
     eprintln!("opened {} streams in {connect_secs:.1}s", args.agents);
 
     let http = testbed.http().clone();
-    until(
+    let counted = until(
         "every agent connected",
         Duration::from_secs(300),
         || async {
@@ -243,7 +323,11 @@ async fn main() -> Result<()> {
             })
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = counted {
+        explain_missing(&store, args.agents, &ended).await?;
+        return Err(e);
+    }
     // Measure the steady state: wait until the leader has written every cluster's
     // Available status (the connect storm) and the writes have stopped.
     let mut last = -1.0;

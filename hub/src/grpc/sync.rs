@@ -157,7 +157,6 @@ impl Session {
         let (conn, replaced) =
             s.connections
                 .open(&self.cluster, &self.spki_sha256, self.tx.clone());
-        conn.touch();
         if let Some(old) = replaced {
             old.end(Status::aborted("replaced by a newer stream"));
         }
@@ -205,6 +204,11 @@ impl Session {
                 body: Some(hub_message::Body::Assignments(full)),
             }))
             .await;
+
+        // The agent's silence is counted from here: until now the session was recording
+        // the connection in etcd, not reading the heartbeats the agent sent meanwhile, and
+        // a store slow under a connect storm must not make its streams look silent.
+        conn.touch();
 
         // A revoked or replaced identity (crate::revocation) stops being read at once.
         // Set once a renewed certificate went out on this stream: its agent then reconnects
