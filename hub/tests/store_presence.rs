@@ -116,3 +116,29 @@ async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_n
     presence.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await, None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cluster_of_several_re_announce_batches_is_written_again_on_the_new_lease() {
+    // More clusters than one re-announcing transaction holds.
+    let names: Vec<String> = (0..250).map(|i| format!("c-{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (store, presence) = replica_holding("presence-regrant-many", &refs).await;
+    let old_lease = presence.lease_id();
+    store.client().lease_revoke(old_lease).await.unwrap();
+    let prefix = store.keys().connected_prefix();
+    wait_until("every key written again", PROMPTLY, || async {
+        let response = store
+            .client()
+            .get(
+                prefix.as_str(),
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            )
+            .await
+            .unwrap();
+        let kvs = response.kvs();
+        (kvs.len() == names.len() && kvs.iter().all(|kv| kv.lease() == presence.lease_id()))
+            .then_some(())
+    })
+    .await;
+    assert_ne!(presence.lease_id(), old_lease);
+}

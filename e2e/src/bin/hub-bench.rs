@@ -325,6 +325,9 @@ async fn main() -> Result<()> {
     )
     .await;
     if let Err(e) = counted {
+        eprintln!("{e:#}");
+        // A fresh client: the first one's etcd auth token may have expired meanwhile.
+        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
         explain_missing(&store, args.agents, &ended).await?;
         return Err(e);
     }

@@ -21,6 +21,7 @@ use std::time::Duration;
 use accord_common::runtime::backoff;
 use dashmap::DashMap;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
 use tokio::task::JoinHandle;
@@ -30,8 +31,12 @@ use super::{Store, StoreError, check_segment, log_error, ttl_seconds};
 
 /// Longest pause between two attempts at re-granting a lost lease.
 const MAX_REGRANT_DELAY: Duration = Duration::from_secs(2);
-/// Attempts at re-writing one cluster's key on a new lease.
+/// Attempts at re-writing a batch of clusters' keys on a new lease.
 const REANNOUNCE_ATTEMPTS: usize = 3;
+/// Keys re-written per transaction (etcd's default `--max-txn-ops` is 128).
+const REANNOUNCE_BATCH: usize = 100;
+/// Transactions of re-written keys under way at once.
+const REANNOUNCE_CONCURRENCY: usize = 4;
 /// How long a stopping replica's clusters (or a cluster whose agent reconnects with a
 /// renewed certificate) stay connected for their agents to reconnect to another replica: covers the agent's first reconnect attempts (100 ms, then a backoff
 /// with jitter), one that lands on the stopping replica before it leaves its Service, and
@@ -318,23 +323,48 @@ async fn keep_present(shared: Arc<PresenceState>, mut lease: Lease, ttl: Duratio
             .iter()
             .map(|c| (c.key().clone(), c.value().clone()))
             .collect();
-        for (cluster, value) in clusters {
-            let key = shared.store.keys().connected(&cluster);
-            for attempt in 1..=REANNOUNCE_ATTEMPTS {
-                match shared
-                    .store
-                    .put_with_lease(&key, value.clone(), lease.id())
-                    .await
-                {
-                    Ok(_) => break,
-                    Err(e) if attempt == REANNOUNCE_ATTEMPTS => {
-                        log_error("re-announcing a connected cluster failed", &e);
-                    }
-                    Err(_) => {
-                        tokio::time::sleep(delays.next_delay()).await;
+        // In transactions of REANNOUNCE_BATCH puts, several at once: one put after another
+        // held every connect and disconnect behind this gate for minutes with thousands of
+        // clusters on a loaded etcd.
+        let lease_id = lease.id();
+        let shared_ref = &shared;
+        futures::stream::iter(clusters.chunks(REANNOUNCE_BATCH))
+            .for_each_concurrent(REANNOUNCE_CONCURRENCY, |batch| async move {
+                let mut delays = backoff(Duration::from_millis(50), MAX_REGRANT_DELAY);
+                for attempt in 1..=REANNOUNCE_ATTEMPTS {
+                    match reannounce(&shared_ref.store, batch, lease_id).await {
+                        Ok(()) => break,
+                        Err(e) if attempt == REANNOUNCE_ATTEMPTS => {
+                            log_error("re-announcing connected clusters failed", &e);
+                        }
+                        Err(_) => tokio::time::sleep(delays.next_delay()).await,
                     }
                 }
-            }
-        }
+            })
+            .await;
     }
+}
+
+/// Puts every `connected/<cluster>` key of `batch` on `lease`, in one transaction.
+async fn reannounce(
+    store: &Store,
+    batch: &[(String, Vec<u8>)],
+    lease: i64,
+) -> Result<(), StoreError> {
+    let puts = batch
+        .iter()
+        .map(|(cluster, value)| {
+            TxnOp::put(
+                store.keys().connected(cluster),
+                value.clone(),
+                Some(PutOptions::new().with_lease(lease)),
+            )
+        })
+        .collect::<Vec<_>>();
+    store
+        .client()
+        .kv_client()
+        .txn(Txn::new().and_then(puts))
+        .await?;
+    Ok(())
 }
