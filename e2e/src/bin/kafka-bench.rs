@@ -20,13 +20,10 @@
 //! cargo run --release -p accord-e2e --bin kafka-bench -- --topics 1000 --rate 50
 //! ```
 //!
-//! Recorded on a shared two-core machine (release build, 1,000 topics × 3 members, one broker
-//! each, 3 partitions): every placement Synced 130 s after the first apply (≈8 topics/s per
-//! member; Kafka follows the applies within seconds, the applies themselves being slow
-//! while the hub works: one server-side apply p50 1.3 s); with `--backlog` 112 s
-//! (≈10 topics/s per member, the hub's controller being the limit); agent RSS ≈32 MiB at
-//! 1,000 topics; webhook straight to the hub p50 1.8 ms, p99 4.5 ms at 50 requests/s; a
-//! dry-run create through the kube-apiserver p50 6.1 ms, p99 17 ms.
+//! With `--floor` it also measures what a perfect federation could not beat: the same topics
+//! created directly in every member's broker at once, and every status rewritten with the
+//! hub stopped. Brokers run with the JVM's full JIT (`--quick-start-jit` for the tests'
+//! first-tier JIT). Figures: docs/benchmarks.md.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -84,7 +84,7 @@ pub struct Observations {
 
 /// Which topics a look covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Look {
+pub enum Look {
     /// Every assigned topic (at the resync interval, when the topics or the connection
     /// change, after a failure).
     Every,
@@ -192,19 +192,9 @@ impl Observations {
         self.record_look(epoch, topics, Look::Every, outcome, applied)
     }
 
-    /// Records a look at only the topics in `applied` (those waiting for an apply to show)
-    /// among the assigned `topics`; every other topic keeps what the last full look saw.
-    pub fn record_applied(
-        &mut self,
-        epoch: u64,
-        topics: &[String],
-        outcome: Result<BTreeMap<String, TopicSeen>, String>,
-        applied: BTreeMap<String, (Plan, u32)>,
-    ) -> Vec<WatchEvent> {
-        self.record_look(epoch, topics, Look::Applied, outcome, applied)
-    }
-
-    fn record_look(
+    /// Records a look that covered `look` of the assigned `topics` (with [`Look::Applied`],
+    /// only the topics in `applied`; every other topic keeps what the last full look saw).
+    pub fn record_look(
         &mut self,
         epoch: u64,
         topics: &[String],
@@ -409,11 +399,8 @@ pub async fn run(
             }
             let (out, settling) = {
                 let mut observations = lock(&shared);
-                let out = if every {
-                    observations.record(t.epoch, &t.topics, outcome, applied)
-                } else {
-                    observations.record_applied(t.epoch, &t.topics, outcome, applied)
-                };
+                let look = if every { Look::Every } else { Look::Applied };
+                let out = observations.record_look(t.epoch, &t.topics, look, outcome, applied);
                 (out, observations.settling())
             };
             if settling {
@@ -558,7 +545,7 @@ mod tests {
         // The look covered only "a": "b" and "c", missing from its answer, are not absent.
         let applied = o.begin();
         let only_a = BTreeMap::from([("a".to_owned(), present(3))]);
-        let events = o.record_applied(0, &topics, Ok(only_a), applied);
+        let events = o.record_look(0, &topics, Look::Applied, Ok(only_a), applied);
         assert_eq!(changed(&events), vec!["a"]);
         assert_eq!(o.topic("a").unwrap().seen, present(3));
         assert_eq!(o.topic("b").unwrap().seen, present(1));
@@ -569,7 +556,7 @@ mod tests {
         // Not showing yet: it keeps settling, like after a full look.
         o.applied("a".into(), create());
         let applied = o.begin();
-        let events = o.record_applied(0, &topics, Ok(BTreeMap::new()), applied);
+        let events = o.record_look(0, &topics, Look::Applied, Ok(BTreeMap::new()), applied);
         assert!(events.is_empty(), "{events:?}");
         assert!(o.settling());
     }
