@@ -318,6 +318,23 @@ async fn record_exists(store: &Store, ns: &str, name: &str) -> Result<bool> {
         .is_empty())
 }
 
+/// Waits until the placement record of `ns/name` is gone: the hub forgets an object when
+/// its watch sees the deletion, which may be a moment after the API server says it is gone.
+async fn wait_record_gone(store: &Store, ns: &str, name: &str) -> Result<()> {
+    until(
+        &format!("the record of {ns}/{name} removed"),
+        STEP,
+        || async {
+            Ok(if record_exists(store, ns, name).await? {
+                Check::NotYet("record left".into())
+            } else {
+                Check::Ready(())
+            })
+        },
+    )
+    .await
+}
+
 #[test]
 fn every_selected_cluster_gets_the_topic_and_an_older_topic_keeps_a_duplicate_name() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -452,7 +469,7 @@ fn every_selected_cluster_gets_the_topic_and_an_older_topic_keeps_a_duplicate_na
         // The owner goes (Retain: released at once); the newer topic takes the name over.
         api.delete("events", &DeleteParams::default()).await?;
         wait_gone(&api, "events").await?;
-        ensure!(!record_exists(&store, ns, "events").await?, "record left");
+        wait_record_gone(&store, ns, "events").await?;
         wait_status(
             &other,
             "dup",
@@ -687,7 +704,7 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
                 agent.cluster
             );
         }
-        ensure!(!record_exists(&store, ns, "drop").await?, "record left");
+        wait_record_gone(&store, ns, "drop").await?;
         let note = wait_event(testbed, ns, "drop", "Deleted").await?;
         ensure!(note.contains("deleted in every member"), "{note}");
 
@@ -737,7 +754,7 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
         );
         let note = wait_event(testbed, ns, "stuck", "DeletionIncomplete").await?;
         ensure!(note.contains("kt-e") && !note.contains("kt-d"), "{note}");
-        ensure!(!record_exists(&store, ns, "stuck").await?, "record left");
+        wait_record_gone(&store, ns, "stuck").await?;
 
         // Retain: released at once; the member is told to stop managing it, never to
         // delete it.
