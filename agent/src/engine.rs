@@ -421,7 +421,7 @@ impl Engine {
             let next = self.timers.peek().map(|Reverse((at, _))| *at);
             tokio::select! {
                 input = self.rx.recv() => match input {
-                    Some(input) => self.handle(input),
+                    Some(input) => self.handle_queued(input),
                     None => return,
                 },
                 () = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {
@@ -499,11 +499,47 @@ impl Engine {
         self.status.loaded.send_replace(true);
     }
 
+    /// Handles `first` and whatever is queued behind it already, taking consecutive
+    /// Assignments messages together: the hub sends one message per changed policy, and a
+    /// thousand policies changed at once would otherwise tell the enforcers, save the state
+    /// and judge the book a thousand times over.
+    fn handle_queued(&mut self, first: Input) {
+        let mut next = Some(first);
+        let mut handled = 0;
+        while let Some(input) = next.take() {
+            handled += 1;
+            let Input::Hub(HubMessage {
+                body: Some(hub_message::Body::Assignments(assignments)),
+            }) = input
+            else {
+                self.handle(input);
+                if handled < INPUT_CAPACITY {
+                    next = self.rx.try_recv().ok();
+                }
+                continue;
+            };
+            let mut batch = vec![assignments];
+            while batch.len() < INPUT_CAPACITY {
+                match self.rx.try_recv() {
+                    Ok(Input::Hub(HubMessage {
+                        body: Some(hub_message::Body::Assignments(more)),
+                    })) => batch.push(more),
+                    Ok(other) => {
+                        next = Some(other);
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.assignments(batch);
+        }
+    }
+
     fn handle(&mut self, input: Input) {
         match input {
             Input::Hub(message) => match message.body {
                 Some(hub_message::Body::Assignments(assignments)) => {
-                    self.assignments(assignments);
+                    self.assignments(vec![assignments]);
                 }
                 Some(hub_message::Body::StatusAck(ack)) => self.status_ack(ack),
                 Some(hub_message::Body::Renewed(_)) => debug!("certificate renewal answer"),
@@ -529,63 +565,82 @@ impl Engine {
 
     // ---- assignments ----------------------------------------------------------------
 
-    fn assignments(&mut self, message: accord_proto::v1::Assignments) {
-        let revision = message.revision;
+    /// Applies Assignments messages received one after another, in order; the enforcers
+    /// are told, the state saved and the upserted policies judged once for all of them.
+    fn assignments(&mut self, messages: Vec<accord_proto::v1::Assignments>) {
         let before = self.book.last_applied_revision();
-        let (update, malformed) = convert::update(message);
-        if malformed > 0 {
-            warn!(
-                revision,
-                malformed, "ignoring assignments without a policy of a known kind or a spec"
-            );
-        }
-        let full = update.full;
-        let epoch_before = self.book.store_epoch();
-        let applied = self.book.apply(update);
-        if applied.epoch_changed && epoch_before == 0 {
+        let mut changed = false;
+        let mut last_revision = i64::MIN;
+        let mut upserted = BTreeSet::new();
+        for message in messages {
+            let revision = message.revision;
+            last_revision = last_revision.max(revision);
+            let (update, malformed) = convert::update(message);
+            if malformed > 0 {
+                warn!(
+                    revision,
+                    malformed, "ignoring assignments without a policy of a known kind or a spec"
+                );
+            }
+            let full = update.full;
+            let epoch_before = self.book.store_epoch();
+            let applied = self.book.apply(update);
+            if applied.epoch_changed && epoch_before == 0 {
+                debug!(
+                    store_epoch = self.book.store_epoch(),
+                    "took the hub's store epoch"
+                );
+            } else if applied.epoch_changed {
+                info!(
+                    from = epoch_before,
+                    to = self.book.store_epoch(),
+                    "the hub's store epoch changed (its store was restored); revisions held \
+                     before no longer compare, the new epoch's assignments replace them"
+                );
+            }
+            self.metrics.assignments_applied.inc();
             debug!(
-                store_epoch = self.book.store_epoch(),
-                "took the hub's store epoch"
+                revision,
+                full,
+                upserted = applied.upserted.len(),
+                removed = applied.removed.len(),
+                stale = applied.stale,
+                "applied assignments"
             );
-        } else if applied.epoch_changed {
-            info!(
-                from = epoch_before,
-                to = self.book.store_epoch(),
-                "the hub's store epoch changed (its store was restored); revisions held \
-                 before no longer compare, the new epoch's assignments replace them"
-            );
+            for key in &applied.removed {
+                upserted.remove(key);
+                if let Some(rt) = self.policies.remove(key)
+                    && rt.pending
+                {
+                    self.pending_reports -= 1;
+                }
+            }
+            for key in &applied.upserted {
+                let rt = self.policies.entry(key.clone()).or_default();
+                // A new assignment starts over: no old error or backoff applies to it.
+                rt.settled();
+            }
+            changed |= applied.changed();
+            upserted.extend(applied.upserted);
         }
-        self.metrics.assignments_applied.inc();
+        if last_revision == i64::MIN {
+            return;
+        }
         info!(
-            revision,
-            full,
-            upserted = applied.upserted.len(),
-            removed = applied.removed.len(),
-            stale = applied.stale,
+            revision = last_revision,
+            upserted = upserted.len(),
+            policies = self.book.policies().len(),
             "applied assignments"
         );
-        for key in &applied.removed {
-            if let Some(rt) = self.policies.remove(key)
-                && rt.pending
-            {
-                self.pending_reports -= 1;
-            }
-        }
-        for key in &applied.upserted {
-            let rt = self.policies.entry(key.clone()).or_default();
-            // A new assignment starts over: no old error or backoff applies to it.
-            rt.settled();
-        }
-        let changed = applied.changed() || self.book.last_applied_revision() != before;
-        if changed {
+        if changed || self.book.last_applied_revision() != before {
             self.book_changed();
             let seq = self.save();
-            self.unacked.push((seq, revision));
+            self.unacked.push((seq, last_revision));
         } else {
-            self.ack(revision);
+            self.ack(last_revision);
         }
-        for key in applied.upserted {
-            self.reconcile(&key);
+        for key in &upserted {
+            self.reconcile(key);
         }
         self.metrics.reports_pending.set(self.pending_reports);
     }

@@ -3,7 +3,7 @@
 //! test plays the hub. Time is tokio's paused clock, so debounces and backoffs take no
 //! real time and waits for something that must not happen are exact.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +48,8 @@ struct World {
     objects: HashMap<String, Object>,
     sink: Option<EventSink>,
     applied: Option<mpsc::UnboundedSender<(String, i32)>>,
+    /// How many times the engine told the enforcer what it enforces.
+    assigns: usize,
 }
 
 type SharedWorld = Arc<Mutex<World>>;
@@ -70,6 +72,7 @@ fn world(objects: &[(&str, i32)]) -> (SharedWorld, mpsc::UnboundedReceiver<(Stri
             .collect(),
         sink: None,
         applied: Some(tx),
+        assigns: 0,
     };
     (Arc::new(Mutex::new(world)), rx)
 }
@@ -119,7 +122,9 @@ impl Enforcer for FakeEnforcer {
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
-        self.world.lock().unwrap().sink = Some(events.clone());
+        let mut world = self.world.lock().unwrap();
+        world.sink = Some(events.clone());
+        world.assigns += 1;
         self.assigned = assigned.clone();
     }
 
@@ -447,6 +452,58 @@ async fn an_ack_goes_out_only_after_the_save_completed_and_waits_through_failed_
     verdict.send(true).unwrap();
     hub.ack(5).await;
     assert_eq!(replicas_in(&store.state(), "web"), Some((5, 3)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn deltas_queued_together_are_taken_together_and_acked_once_saved() {
+    let (saved, mut saves) = mpsc::unbounded_channel();
+    let store = Arc::new(MemoryStore {
+        saved: Some(saved),
+        ..MemoryStore::default()
+    });
+    let names: Vec<String> = (0..50).map(|i| format!("web-{i}")).collect();
+    let objects: Vec<(&str, i32)> = names.iter().map(|n| (n.as_str(), 1)).collect();
+    let (world, _applied) = world(&objects);
+    let mut hub = Hub::connect(start(store.clone(), &world)).await;
+    let assigns_before = world.lock().unwrap().assigns;
+
+    // Fifty deltas, one policy each, queued before the engine runs again (as a hub sends
+    // a thousand placements written at once).
+    for (i, name) in names.iter().enumerate() {
+        let revision = 10 + i64::try_from(i).unwrap();
+        hub.send(hub_message::Body::Assignments(Assignments {
+            revision,
+            full: false,
+            items: vec![scale(name, revision, 2)],
+            ..Default::default()
+        }))
+        .await;
+    }
+    hub.ack(59).await;
+    assert_eq!(
+        world.lock().unwrap().assigns - assigns_before,
+        1,
+        "the enforcer was told once for the fifty deltas"
+    );
+    let document = timeout(WAIT, saves.recv()).await.unwrap().unwrap();
+    assert!(
+        document.contains("\"lastAppliedRevision\":59"),
+        "{document}"
+    );
+    assert!(saves.try_recv().is_err(), "saved more than once");
+    let state = store.state();
+    for (i, name) in names.iter().enumerate() {
+        let revision = 10 + i64::try_from(i).unwrap();
+        assert_eq!(replicas_in(&state, name), Some((revision, 2)), "{name}");
+    }
+    // Every policy is judged and reported.
+    let mut unreported: BTreeSet<String> = names.iter().cloned().collect();
+    while !unreported.is_empty() {
+        let report = hub.report("a report of each policy", |_| true).await;
+        if let Some(p) = &report.policy {
+            unreported.remove(&p.name);
+        }
+    }
 }
 
 #[tokio::test(start_paused = true)]

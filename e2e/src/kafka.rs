@@ -33,14 +33,18 @@ const FORMAT_TIMEOUT: Duration = Duration::from_secs(120);
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 /// The SCRAM-SHA-512 user created at format time on clusters with a SASL_SSL listener.
 pub const SCRAM_USERNAME: &str = "accord";
-/// JVM options: a small heap (up to nine brokers share the machine with everything else),
-/// and start-up speed over peak throughput.
-const JVM_OPTIONS: &[&str] = &[
-    "-Xms64m",
-    "-Xmx384m",
-    "-XX:+UseSerialGC",
-    "-Djava.awt.headless=true",
-];
+/// JVM options besides the heap: start-up speed over peak throughput.
+const JVM_OPTIONS: &[&str] = &["-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true"];
+
+/// The heap of a test's broker: small, since up to nine brokers share the machine with
+/// everything else and a test creates a few topics.
+pub const TEST_HEAP_MIB: u32 = 384;
+
+/// The heap `kafka-server-start.sh` gives a broker unless told otherwise (1 GiB), which the
+/// benchmarks use: a broker holding thousands of partitions in the tests' heap spends its
+/// time in full collections (old generation 92–100 % full, one stop-the-world collection
+/// after another, in a `kafka-bench --topics 1000` run).
+pub const KAFKA_DEFAULT_HEAP_MIB: u32 = 1024;
 
 /// Stops the JIT at its first tier: a broker starts and answers a test's few requests
 /// sooner, but works several times slower under sustained load.
@@ -79,6 +83,8 @@ pub struct KafkaOptions {
     pub sasl_ssl: bool,
     /// The JVM's full JIT, as in production (benchmarks); tests start quicker without it.
     pub full_jit: bool,
+    /// Each broker's maximum heap, in MiB.
+    pub heap_mib: u32,
 }
 
 impl Default for KafkaOptions {
@@ -87,6 +93,7 @@ impl Default for KafkaOptions {
             brokers: 1,
             sasl_ssl: false,
             full_jit: false,
+            heap_mib: TEST_HEAP_MIB,
         }
     }
 }
@@ -142,6 +149,7 @@ impl std::fmt::Debug for KafkaCluster {
 struct Launcher {
     java: PathBuf,
     full_jit: bool,
+    heap_mib: u32,
     kafka_lib: PathBuf,
     log4j: PathBuf,
     logs_dir: PathBuf,
@@ -150,7 +158,9 @@ struct Launcher {
 impl Launcher {
     fn command(&self, main_class: &str) -> Command {
         let mut command = Command::new(&self.java);
-        command.args(JVM_OPTIONS);
+        command
+            .args(JVM_OPTIONS)
+            .arg(format!("-Xmx{}m", self.heap_mib));
         if !self.full_jit {
             command.arg(QUICK_START_JIT);
         }
@@ -322,6 +332,7 @@ pub async fn start_cluster(
     let launcher = Arc::new(Launcher {
         java: binaries.java.clone(),
         full_jit: options.full_jit,
+        heap_mib: options.heap_mib,
         kafka_lib: binaries.kafka_lib.clone(),
         log4j,
         logs_dir: dir.join("logs"),

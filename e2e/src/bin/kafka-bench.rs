@@ -23,7 +23,9 @@
 //! With `--floor` it also measures what a perfect federation could not beat: the same topics
 //! created directly in every member's broker at once, and every status rewritten with the
 //! hub stopped. Brokers run with the JVM's full JIT (`--quick-start-jit` for the tests'
-//! first-tier JIT). Figures: docs/benchmarks.md.
+//! first-tier JIT) and Kafka's default 1 GiB heap (`--broker-heap-mib` to change it; the
+//! tests' 384 MiB leaves a broker with thousands of partitions collecting garbage most of
+//! the time). Figures: docs/benchmarks.md.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,7 +35,7 @@ use accord_common::runtime::AbortOnDrop;
 use accord_crds::{FederatedKafkaTopic, PlacementState};
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
-use accord_e2e::kafka::KafkaOptions;
+use accord_e2e::kafka::{KAFKA_DEFAULT_HEAP_MIB, KafkaOptions};
 use accord_e2e::kafka_topic_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, WEBHOOK_PATH,
 };
@@ -57,6 +59,7 @@ struct Args {
     backlog: bool,
     floor: bool,
     full_jit: bool,
+    heap_mib: u32,
 }
 
 fn parse_args() -> Result<Args> {
@@ -71,6 +74,7 @@ fn parse_args() -> Result<Args> {
         backlog: false,
         floor: false,
         full_jit: true,
+        heap_mib: KAFKA_DEFAULT_HEAP_MIB,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -90,15 +94,18 @@ fn parse_args() -> Result<Args> {
             }
             "--floor" => a.floor = true,
             "--quick-start-jit" => a.full_jit = false,
+            "--broker-heap-mib" => a.heap_mib = value()?.parse()?,
             other => bail!(
                 "unknown flag {other}; flags: --topics N --partitions N --brokers 1|3 \
                  --concurrency N --rate REQ_PER_S --webhook-seconds S --without-webhook \
-                 --backlog --floor --quick-start-jit"
+                 --backlog --floor --quick-start-jit --broker-heap-mib MIB"
             ),
         }
     }
-    if a.topics == 0 || a.rate == 0 || a.concurrency == 0 {
-        bail!("--topics, --rate and --concurrency must be positive");
+    if a.topics == 0 || a.rate == 0 || a.concurrency == 0 || a.heap_mib < 128 {
+        bail!(
+            "--topics, --rate and --concurrency must be positive, --broker-heap-mib at least 128"
+        );
     }
     Ok(a)
 }
@@ -274,6 +281,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                     brokers: args.brokers,
                     sasl_ssl: false,
                     full_jit: args.full_jit,
+                    heap_mib: args.heap_mib,
                 },
             )
             .await?,
@@ -470,11 +478,12 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
 
     println!(
         "FederatedKafkaTopics: {} topics × {} members ({} partitions, RF 1, {} broker(s) per \
-         member, {} concurrent applies; applying took {:.1}s)",
+         member with a {} MiB heap, {} concurrent applies; applying took {:.1}s)",
         args.topics,
         clusters.len(),
         args.partitions,
         args.brokers,
+        args.heap_mib,
         args.concurrency,
         apply_time.as_secs_f64()
     );

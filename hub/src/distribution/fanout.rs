@@ -9,8 +9,9 @@
 //! store was restored), every stream this replica holds gets its full set again, so the
 //! agents forget the revisions of the old epoch.
 
-use accord_proto::v1::{Assignments, HubMessage, ObjectRef, Removal, hub_message};
+use accord_proto::v1::{Assignment, Assignments, HubMessage, ObjectRef, Removal, hub_message};
 use std::collections::{HashMap, HashSet};
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
 use tracing::debug;
 
@@ -111,13 +112,83 @@ fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PolicyRef,
         .collect()
 }
 
+/// Changes taken together from the cache: the fan-out drains every event already queued
+/// before it sends, so a thousand placements written at once reach each agent as a few
+/// messages instead of a thousand (an agent judges and saves once per message).
+const MAX_BATCH: usize = 1024;
+
+/// The deltas for each cluster gathered from one batch of cache events, the latest per
+/// policy.
+#[derive(Default)]
+struct Deltas {
+    by_cluster: HashMap<String, HashMap<String, Delta>>,
+}
+
+/// One policy's change for one cluster.
+enum Delta {
+    Upsert(Assignment),
+    Removed(Removal),
+}
+
+impl Deltas {
+    fn upsert(&mut self, cluster: &str, key: &str, item: Assignment) {
+        self.entry(cluster)
+            .insert(key.to_owned(), Delta::Upsert(item));
+    }
+
+    fn remove(&mut self, cluster: &str, key: &str, removal: Removal) {
+        self.entry(cluster)
+            .insert(key.to_owned(), Delta::Removed(removal));
+    }
+
+    fn entry(&mut self, cluster: &str) -> &mut HashMap<String, Delta> {
+        self.by_cluster.entry(cluster.to_owned()).or_default()
+    }
+
+    /// Sends each cluster its [message](Self::messages).
+    fn send(self, connections: &Connections, store_epoch: u64) {
+        for (cluster, message) in self.messages(store_epoch) {
+            send(connections, &cluster, message);
+        }
+    }
+
+    /// One Assignments message per cluster with its deltas, at the newest revision among
+    /// them (every item and removal keeps its own).
+    fn messages(self, store_epoch: u64) -> Vec<(String, Assignments)> {
+        let mut messages = Vec::with_capacity(self.by_cluster.len());
+        for (cluster, deltas) in self.by_cluster {
+            let mut message = Assignments {
+                full: false,
+                store_epoch,
+                ..Default::default()
+            };
+            for delta in deltas.into_values() {
+                match delta {
+                    Delta::Upsert(item) => {
+                        message.revision = message.revision.max(item.revision);
+                        message.items.push(item);
+                    }
+                    Delta::Removed(removal) => {
+                        message.revision = message.revision.max(removal.revision);
+                        message.removed.push(removal);
+                    }
+                }
+            }
+            message.items.sort_by_key(|item| item.revision);
+            message.removed.sort_by_key(|removal| removal.revision);
+            messages.push((cluster, message));
+        }
+        messages
+    }
+}
+
 async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections: Connections) {
     let mut events = cache.subscribe();
     let mut epochs = epoch.subscribe();
     // Which policy each key holds and which clusters it named, to send removals.
     let mut known = known_of(&cache);
     loop {
-        let event = tokio::select! {
+        let first = tokio::select! {
             event = events.recv() => event,
             changed = epochs.changed() => {
                 if changed.is_err() {
@@ -132,72 +203,130 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
             }
         };
         let store_epoch = epoch.current();
-        match event {
-            Ok(CacheEvent::Put {
-                key,
-                value,
-                mod_revision,
-            }) => {
-                let now: HashSet<String> = clusters_of(&value);
-                let before = known.get(&key).map(|(_, c)| c.clone()).unwrap_or_default();
-                for cluster in now.union(&before) {
-                    let delta = match value.assignment_for(cluster, mod_revision) {
-                        Some(item) => Assignments {
-                            revision: mod_revision,
-                            full: false,
-                            items: vec![item],
-                            store_epoch,
-                            ..Default::default()
-                        },
-                        None => Assignments {
-                            revision: mod_revision,
-                            full: false,
-                            items: vec![],
-                            removed: vec![Removal {
-                                policy: Some(value.policy.to_proto()),
-                                revision: mod_revision,
-                            }],
-                            store_epoch,
-                        },
-                    };
-                    send(&connections, cluster, delta);
+        let mut deltas = Deltas::default();
+        let mut next = Some(first);
+        let mut taken = 0;
+        while let Some(event) = next.take() {
+            taken += 1;
+            match event {
+                Ok(CacheEvent::Put {
+                    key,
+                    value,
+                    mod_revision,
+                }) => {
+                    let now: HashSet<String> = clusters_of(&value);
+                    let before = known.get(&key).map(|(_, c)| c.clone()).unwrap_or_default();
+                    for cluster in now.union(&before) {
+                        match value.assignment_for(cluster, mod_revision) {
+                            Some(item) => deltas.upsert(cluster, &key, item),
+                            None => deltas.remove(
+                                cluster,
+                                &key,
+                                Removal {
+                                    policy: Some(value.policy.to_proto()),
+                                    revision: mod_revision,
+                                },
+                            ),
+                        }
+                    }
+                    known.insert(key, (value.policy.clone(), now));
                 }
-                known.insert(key, (value.policy.clone(), now));
-            }
-            Ok(CacheEvent::Delete { key }) => {
-                if let Some((policy, clusters)) = known.remove(&key) {
-                    let revision = cache.revision();
-                    let removed: ObjectRef = policy.to_proto();
-                    for cluster in clusters {
+                Ok(CacheEvent::Delete { key }) => {
+                    if let Some((policy, clusters)) = known.remove(&key) {
+                        let revision = cache.revision();
+                        let removed: ObjectRef = policy.to_proto();
+                        for cluster in clusters {
+                            deltas.remove(
+                                &cluster,
+                                &key,
+                                Removal {
+                                    policy: Some(removed.clone()),
+                                    revision,
+                                },
+                            );
+                        }
+                    }
+                }
+                Err(RecvError::Lagged(n)) => {
+                    debug!(missed = n, "placements fan-out lagged; resending full sets");
+                    // The full sets replace whatever was gathered.
+                    deltas = Deltas::default();
+                    known = known_of(&cache);
+                    for (cluster, _) in connections.all() {
                         send(
                             &connections,
                             &cluster,
-                            Assignments {
-                                revision,
-                                full: false,
-                                items: vec![],
-                                removed: vec![Removal {
-                                    policy: Some(removed.clone()),
-                                    revision,
-                                }],
-                                store_epoch,
-                            },
+                            full_assignments(&cache, store_epoch, &cluster),
                         );
                     }
                 }
-            }
-            Err(RecvError::Lagged(n)) => {
-                debug!(missed = n, "placements fan-out lagged; resending full sets");
-                known = known_of(&cache);
-                for (cluster, _) in connections.all() {
-                    send(
-                        &connections,
-                        &cluster,
-                        full_assignments(&cache, store_epoch, &cluster),
-                    );
+                Err(RecvError::Closed) => {
+                    deltas.send(&connections, store_epoch);
+                    return;
                 }
             }
-            Err(RecvError::Closed) => return,
+            if taken < MAX_BATCH {
+                next = match events.try_recv() {
+                    Ok(event) => Some(Ok(event)),
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        Some(Err(RecvError::Lagged(n)))
+                    }
+                    Err(broadcast::error::TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                    Err(broadcast::error::TryRecvError::Empty) => None,
+                };
+            }
         }
+        deltas.send(&connections, store_epoch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::PolicyKind;
+
+    fn policy(name: &str) -> PolicyRef {
+        PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", name)
+    }
+
+    fn item(name: &str, revision: i64) -> Assignment {
+        Assignment {
+            policy: Some(policy(name).to_proto()),
+            revision,
+            spec: None,
+        }
+    }
+
+    fn removal(name: &str, revision: i64) -> Removal {
+        Removal {
+            policy: Some(policy(name).to_proto()),
+            revision,
+        }
+    }
+
+    #[test]
+    fn a_batch_sends_each_cluster_one_message_with_the_latest_change_of_each_policy() {
+        let mut deltas = Deltas::default();
+        deltas.upsert("east", "k/a", item("a", 5));
+        deltas.upsert("west", "k/a", item("a", 5));
+        deltas.upsert("east", "k/b", item("b", 6));
+        // a leaves east at 7; b changes again at 8.
+        deltas.remove("east", "k/a", removal("a", 7));
+        deltas.upsert("east", "k/b", item("b", 8));
+        let mut messages = deltas.messages(3);
+        messages.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(messages.len(), 2);
+        let (cluster, east) = &messages[0];
+        assert_eq!(cluster, "east");
+        assert_eq!(east.revision, 8);
+        assert!(!east.full);
+        assert_eq!(east.store_epoch, 3);
+        assert_eq!(east.items, vec![item("b", 8)]);
+        assert_eq!(east.removed, vec![removal("a", 7)]);
+        let (cluster, west) = &messages[1];
+        assert_eq!(cluster, "west");
+        assert_eq!(west.revision, 5);
+        assert_eq!(west.items, vec![item("a", 5)]);
+        assert!(west.removed.is_empty());
     }
 }

@@ -299,6 +299,8 @@ impl PlacementKind for KafkaTopics {
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "topic";
+    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
+    const DECISION_LOCK: bool = false;
     const LEGACY_FINALIZERS: &'static [&'static str] = &[FINALIZER];
 
     fn start(

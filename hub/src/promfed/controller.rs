@@ -97,6 +97,8 @@ impl PlacementKind for Promfed {
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "federation";
+    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
+    const DECISION_LOCK: bool = false;
     const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
 
     fn start(

@@ -110,6 +110,8 @@ pub struct KafkaTopicEnforcer {
     metrics: Metrics,
     /// Assigned policies by topic name; the first one owns the topic.
     topics: BTreeMap<String, BTreeSet<PolicyRef>>,
+    /// The config keys the specs name for each assigned topic (set or removed), sorted.
+    keys: Arc<BTreeMap<String, Vec<String>>>,
     link: Link,
     epoch: u64,
     shared: Shared,
@@ -131,6 +133,7 @@ impl KafkaTopicEnforcer {
             options,
             metrics,
             topics: BTreeMap::new(),
+            keys: Arc::default(),
             link: Link::Waiting,
             epoch: 0,
             shared: Arc::new(Mutex::new(observe::Observations::default())),
@@ -152,6 +155,7 @@ impl KafkaTopicEnforcer {
             admin,
             config,
             topics: Arc::new(self.topics.keys().cloned().collect()),
+            keys: self.keys.clone(),
             epoch: self.epoch,
         }
     }
@@ -291,6 +295,7 @@ impl Enforcer for KafkaTopicEnforcer {
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
         let before: Vec<String> = self.topics.keys().cloned().collect();
         self.topics.clear();
+        let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (policy, a) in assigned {
             if let AssignmentSpec::KafkaTopic(spec) = &a.spec
                 && !spec.topic_name.is_empty()
@@ -299,8 +304,25 @@ impl Enforcer for KafkaTopicEnforcer {
                     .entry(spec.topic_name.clone())
                     .or_default()
                     .insert(policy.clone());
+                keys.entry(spec.topic_name.clone())
+                    .or_default()
+                    .extend(spec.config.keys().chain(&spec.removed_config).cloned());
             }
         }
+        let keys: BTreeMap<String, Vec<String>> = keys
+            .into_iter()
+            .map(|(topic, keys)| (topic, keys.into_iter().collect()))
+            .collect();
+        let keys_changed = keys != *self.keys;
+        if keys_changed {
+            let mut observations = observe::lock(&self.shared);
+            for (topic, now) in &keys {
+                if self.keys.get(topic).is_some_and(|was| was != now) {
+                    observations.forget(topic);
+                }
+            }
+        }
+        self.keys = Arc::new(keys);
         if self.topics.is_empty() {
             if self.running.take().is_some() {
                 info!("no Kafka topics assigned; closing the Kafka connection");
@@ -316,7 +338,7 @@ impl Enforcer for KafkaTopicEnforcer {
                 "Kafka topics assigned; watching the Kafka connection Secret"
             );
             self.running = Some(self.start(events));
-        } else if self.topics.keys().ne(before.iter()) {
+        } else if keys_changed || self.topics.keys().ne(before.iter()) {
             self.publish();
         }
     }

@@ -44,6 +44,9 @@ pub struct Target {
     pub config: Option<Arc<KafkaConfig>>,
     /// Every assigned topic name, sorted.
     pub topics: Arc<Vec<String>>,
+    /// For each assigned topic, the config keys its spec names (set or removed), sorted:
+    /// the only keys a look asks Kafka for.
+    pub keys: Arc<BTreeMap<String, Vec<String>>>,
     /// Bumped when the connection changes: looks made through an older one are dropped.
     pub epoch: u64,
 }
@@ -83,15 +86,34 @@ pub struct Observations {
 }
 
 /// Which topics a look covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Look {
-    /// Every assigned topic (at the resync interval, when the topics or the connection
-    /// change, after a failure).
+    /// Every assigned topic (at the resync interval, when the connection changes, after a
+    /// failure).
     Every,
     /// Only the topics waiting for an apply to show: the looks that follow applies, so
     /// that a thousand topics created while a thousand others settle do not make Kafka
     /// describe every topic's configs several times a second.
     Applied,
+    /// The topics waiting for an apply to show and these, newly assigned since the last
+    /// look: assignments that arrive a few at a time are looked at a few at a time, not
+    /// by describing every assigned topic again each time.
+    Added(Vec<String>),
+}
+
+impl Look {
+    /// The topics this look covers, of the assigned `topics` and those `applied` to.
+    pub fn covers<T>(&self, topics: &[String], applied: &BTreeMap<String, T>) -> Vec<String> {
+        match self {
+            Look::Every => topics.to_vec(),
+            Look::Applied => applied.keys().cloned().collect(),
+            Look::Added(added) => {
+                let mut names: BTreeSet<String> = applied.keys().cloned().collect();
+                names.extend(added.iter().cloned());
+                names.into_iter().collect()
+            }
+        }
+    }
 }
 
 /// [`Observations`] shared between the observer, the applier and the enforcer.
@@ -153,6 +175,12 @@ impl Observations {
         self.applied.clear();
     }
 
+    /// Forgets what was seen of `topic`: its spec now names other config keys than the
+    /// last look asked for, so it is judged only once a look has asked for these.
+    pub fn forget(&mut self, topic: &str) {
+        self.topics.remove(topic);
+    }
+
     /// Notes that `plan` was applied to `topic`.
     pub fn applied(&mut self, topic: String, plan: Plan) {
         self.applied.insert(topic, (plan, 0));
@@ -193,7 +221,8 @@ impl Observations {
     }
 
     /// Records a look that covered `look` of the assigned `topics` (with [`Look::Applied`],
-    /// only the topics in `applied`; every other topic keeps what the last full look saw).
+    /// only the topics in `applied`, with [`Look::Added`] those and the added ones; every
+    /// other topic keeps what the last full look saw).
     pub fn record_look(
         &mut self,
         epoch: u64,
@@ -226,15 +255,21 @@ impl Observations {
         };
         let wanted: BTreeSet<&String> = topics.iter().collect();
         applied.retain(|name, _| wanted.contains(name));
-        let (recovered, looked) = match look {
+        let looked = look.covers(topics, &applied);
+        let recovered = match look {
             Look::Every => {
                 let recovered = self.error.take().is_some() || !self.looked;
                 self.looked = true;
-                self.topics.retain(|name, _| wanted.contains(name));
-                (recovered, topics.to_vec())
+                recovered
             }
-            Look::Applied => (false, applied.keys().cloned().collect()),
+            Look::Applied | Look::Added(_) => false,
         };
+        // Topics no longer assigned are forgotten, so one assigned again is looked at anew.
+        self.topics.retain(|name, _| wanted.contains(name));
+        let looked: Vec<String> = looked
+            .into_iter()
+            .filter(|name| wanted.contains(name))
+            .collect();
         let mut changed = Vec::new();
         for name in &looked {
             let now = seen.remove(name).unwrap_or(TopicSeen::Absent);
@@ -299,21 +334,38 @@ pub fn failure_message(error: &KafkaError) -> String {
     }
 }
 
-/// Describes `topics`: one Metadata request, then one DescribeConfigs for those that exist.
+/// Describes `topics`: one Metadata request, then one DescribeConfigs for those that exist,
+/// asking only for the config keys in `keys` (a topic without keys is not asked about).
 pub async fn look(
     admin: &Admin,
     topics: &[String],
+    keys: &BTreeMap<String, Vec<String>>,
     metrics: &Metrics,
 ) -> Result<BTreeMap<String, TopicSeen>, KafkaError> {
     metrics.kafka_request("metadata");
+    let started = Instant::now();
     let described = admin.describe_topics(topics).await?;
-    let present: Vec<String> = described.keys().cloned().collect();
-    let mut configs = if present.is_empty() {
-        BTreeMap::new()
+    let metadata = started.elapsed();
+    let present: BTreeMap<String, Vec<String>> = described
+        .keys()
+        .map(|name| (name.clone(), keys.get(name).cloned().unwrap_or_default()))
+        .collect();
+    let mut configs = if present.values().all(Vec::is_empty) {
+        present
+            .keys()
+            .map(|n| (n.clone(), Ok(BTreeMap::new())))
+            .collect()
     } else {
         metrics.kafka_request("describe_configs");
-        admin.describe_configs(&present).await?
+        admin.describe_config_keys(&present).await?
     };
+    debug!(
+        topics = topics.len(),
+        present = present.len(),
+        metadata_ms = metadata.as_millis(),
+        configs_ms = (started.elapsed() - metadata).as_millis(),
+        "described the Kafka topics"
+    );
     Ok(described
         .into_iter()
         .filter_map(|(name, d)| {
@@ -346,29 +398,44 @@ pub async fn run(
 ) {
     let mut retry: Option<Retry> = None;
     // When every topic was last looked at. A look covers every topic once per resync
-    // interval, when the target changed and when the observations ask for it; the looks
-    // in between (after applies, while they settle) cover only the topics applied to.
+    // interval, when the connection changed and when the observations ask for it; the
+    // looks in between cover the topics applied to (while they settle) and those assigned
+    // since the look before.
     let mut every_looked: Option<Instant> = None;
-    let mut target_changed = true;
+    // The connection epoch and the topics (with their keys) of the target the last look
+    // was made for.
+    let mut known: Option<(u64, Arc<BTreeMap<String, Vec<String>>>)> = None;
     loop {
         let t = target.borrow_and_update().clone();
         let mut delay = resync;
         if let Some(admin) = t.admin.as_ref().filter(|_| !t.topics.is_empty()) {
-            let (every, applied) = {
+            let (which, applied) = {
                 let mut observations = lock(&shared);
                 let resync_due = every_looked.is_none_or(|at| at.elapsed() >= resync);
-                let every = observations.wants_every_topic() || resync_due || target_changed;
-                (every, observations.begin())
+                let before = known.as_ref().filter(|(epoch, _)| *epoch == t.epoch);
+                let which = match before {
+                    _ if observations.wants_every_topic() || resync_due => Look::Every,
+                    None => Look::Every,
+                    // Compared whether or not a change was signalled: the target read
+                    // above may hold a change that arrived while the last look ran.
+                    // New topics, and topics whose spec names other keys now.
+                    Some((_, before)) => Look::Added(
+                        t.topics
+                            .iter()
+                            .filter(|name| before.get(*name) != t.keys.get(*name))
+                            .cloned()
+                            .collect(),
+                    ),
+                };
+                (which, observations.begin())
             };
-            let looked: Vec<String> = if every {
-                t.topics.to_vec()
-            } else {
-                applied.keys().cloned().collect()
-            };
+            known = Some((t.epoch, t.keys.clone()));
+            let every = which == Look::Every;
+            let looked = which.covers(&t.topics, &applied);
             let outcome = if looked.is_empty() {
                 Ok(BTreeMap::new())
             } else {
-                look(admin, &looked, &metrics)
+                look(admin, &looked, &t.keys, &metrics)
                     .await
                     .map_err(|e| failure_message(&e))
             };
@@ -399,8 +466,7 @@ pub async fn run(
             }
             let (out, settling) = {
                 let mut observations = lock(&shared);
-                let look = if every { Look::Every } else { Look::Applied };
-                let out = observations.record_look(t.epoch, &t.topics, look, outcome, applied);
+                let out = observations.record_look(t.epoch, &t.topics, which, outcome, applied);
                 (out, observations.settling())
             };
             if settling {
@@ -412,13 +478,11 @@ pub async fn run(
                 }
             }
         }
-        target_changed = false;
         tokio::select! {
             changed = target.changed() => {
                 if changed.is_err() {
                     return;
                 }
-                target_changed = true;
             }
             () = nudge.notified() => {}
             () = tokio::time::sleep(delay) => {}
@@ -531,6 +595,41 @@ mod tests {
         let applied = o.begin();
         assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
         assert_ne!(o.topic("a").unwrap().version, before);
+    }
+
+    #[test]
+    fn a_look_at_added_topics_reports_them_and_forgets_topics_no_longer_assigned() {
+        let mut o = Observations::default();
+        let topics = names(&["a", "b"]);
+        o.record(
+            0,
+            &topics,
+            Ok(BTreeMap::from([("a".to_owned(), present(1))])),
+            BTreeMap::new(),
+        );
+        let va = o.topic("a").unwrap().version;
+        // "c" is assigned and "b" is not any more: the look covers only "c".
+        let topics = names(&["a", "c"]);
+        let look = Look::Added(names(&["c"]));
+        assert_eq!(
+            look.covers(&topics, &BTreeMap::<String, ()>::new()),
+            names(&["c"])
+        );
+        let events = o.record_look(0, &topics, look, Ok(BTreeMap::new()), BTreeMap::new());
+        assert_eq!(changed(&events), vec!["c"]);
+        assert_eq!(o.topic("c").unwrap().seen, TopicSeen::Absent);
+        assert_eq!(o.topic("a").unwrap().version, va, "a was not looked at");
+        assert!(o.topic("b").is_none(), "b is no longer assigned");
+        // A topic forgotten (its spec names other keys now) waits for the next look.
+        o.forget("a");
+        assert!(o.topic("a").is_none());
+        // Added topics and applied ones are looked at together, each once.
+        o.applied("c".into(), create());
+        let applied = o.begin();
+        assert_eq!(
+            Look::Added(names(&["a", "c"])).covers(&topics, &applied),
+            names(&["a", "c"])
+        );
     }
 
     #[test]
