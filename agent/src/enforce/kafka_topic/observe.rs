@@ -46,10 +46,13 @@ pub struct Target {
     pub topics: Arc<Vec<String>>,
     /// For each assigned topic, the config keys its spec names (set or removed), sorted:
     /// the only keys a look asks Kafka for.
-    pub keys: Arc<BTreeMap<String, Vec<String>>>,
+    pub keys: Keys,
     /// Bumped when the connection changes: looks made through an older one are dropped.
     pub epoch: u64,
 }
+
+/// For each assigned topic, the config keys its spec names.
+pub type Keys = Arc<BTreeMap<String, Vec<String>>>;
 
 /// One topic as last seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -404,7 +407,7 @@ pub async fn run(
     let mut every_looked: Option<Instant> = None;
     // The connection epoch and the topics (with their keys) of the target the last look
     // was made for.
-    let mut known: Option<(u64, Arc<BTreeMap<String, Vec<String>>>)> = None;
+    let mut known: Option<(u64, Keys)> = None;
     loop {
         let t = target.borrow_and_update().clone();
         let mut delay = resync;
