@@ -504,33 +504,29 @@ impl Engine {
     /// thousand policies changed at once would otherwise tell the enforcers, save the state
     /// and judge the book a thousand times over.
     fn handle_queued(&mut self, first: Input) {
+        let mut batch = Vec::new();
         let mut next = Some(first);
-        let mut handled = 0;
-        while let Some(input) = next.take() {
-            handled += 1;
-            let Input::Hub(HubMessage {
-                body: Some(hub_message::Body::Assignments(assignments)),
-            }) = input
-            else {
-                self.handle(input);
-                if handled < INPUT_CAPACITY {
-                    next = self.rx.try_recv().ok();
-                }
-                continue;
-            };
-            let mut batch = vec![assignments];
-            while batch.len() < INPUT_CAPACITY {
-                match self.rx.try_recv() {
-                    Ok(Input::Hub(HubMessage {
-                        body: Some(hub_message::Body::Assignments(more)),
-                    })) => batch.push(more),
-                    Ok(other) => {
-                        next = Some(other);
-                        break;
+        let mut taken = 0;
+        while let Some(input) = next {
+            taken += 1;
+            match input {
+                Input::Hub(HubMessage {
+                    body: Some(hub_message::Body::Assignments(assignments)),
+                }) => batch.push(assignments),
+                other => {
+                    if !batch.is_empty() {
+                        self.assignments(std::mem::take(&mut batch));
                     }
-                    Err(_) => break,
+                    self.handle(other);
                 }
             }
+            next = if taken < INPUT_CAPACITY {
+                self.rx.try_recv().ok()
+            } else {
+                None
+            };
+        }
+        if !batch.is_empty() {
             self.assignments(batch);
         }
     }
@@ -568,13 +564,14 @@ impl Engine {
     /// Applies Assignments messages received one after another, in order; the enforcers
     /// are told, the state saved and the upserted policies judged once for all of them.
     fn assignments(&mut self, messages: Vec<accord_proto::v1::Assignments>) {
+        let Some(last_revision) = messages.iter().map(|m| m.revision).max() else {
+            return;
+        };
         let before = self.book.last_applied_revision();
         let mut changed = false;
-        let mut last_revision = i64::MIN;
         let mut upserted = BTreeSet::new();
         for message in messages {
             let revision = message.revision;
-            last_revision = last_revision.max(revision);
             let (update, malformed) = convert::update(message);
             if malformed > 0 {
                 warn!(
@@ -622,9 +619,6 @@ impl Engine {
             }
             changed |= applied.changed();
             upserted.extend(applied.upserted);
-        }
-        if last_revision == i64::MIN {
-            return;
         }
         info!(
             revision = last_revision,

@@ -293,7 +293,6 @@ impl Enforcer for KafkaTopicEnforcer {
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
-        let before: Vec<String> = self.topics.keys().cloned().collect();
         self.topics.clear();
         let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (policy, a) in assigned {
@@ -313,6 +312,7 @@ impl Enforcer for KafkaTopicEnforcer {
             .into_iter()
             .map(|(topic, keys)| (topic, keys.into_iter().collect()))
             .collect();
+        // One entry per assigned topic: a topic added or gone changes the keys too.
         let keys_changed = keys != *self.keys;
         if keys_changed {
             let mut observations = observe::lock(&self.shared);
@@ -338,7 +338,7 @@ impl Enforcer for KafkaTopicEnforcer {
                 "Kafka topics assigned; watching the Kafka connection Secret"
             );
             self.running = Some(self.start(events));
-        } else if keys_changed || self.topics.keys().ne(before.iter()) {
+        } else if keys_changed {
             self.publish();
         }
     }

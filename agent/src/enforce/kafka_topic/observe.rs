@@ -353,15 +353,10 @@ pub async fn look(
         .keys()
         .map(|name| (name.clone(), keys.get(name).cloned().unwrap_or_default()))
         .collect();
-    let mut configs = if present.values().all(Vec::is_empty) {
-        present
-            .keys()
-            .map(|n| (n.clone(), Ok(BTreeMap::new())))
-            .collect()
-    } else {
+    if present.values().any(|keys| !keys.is_empty()) {
         metrics.kafka_request("describe_configs");
-        admin.describe_config_keys(&present).await?
-    };
+    }
+    let mut configs = admin.describe_config_keys(&present).await?;
     debug!(
         topics = topics.len(),
         present = present.len(),
