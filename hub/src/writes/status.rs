@@ -24,6 +24,11 @@
 //! - At most [`MAX_IN_FLIGHT`] writes are under way at once across objects; an object whose
 //!   window closed waits for its turn and writes its newest status then, so a slow API
 //!   server gets fewer, fuller writes rather than a queue of stale ones.
+//! - Progress yields to outcomes: at most [`MAX_PROGRESS_IN_FLIGHT`] of those writes show
+//!   progress. After a burst of new decisions (a thousand objects applied at once), their
+//!   progress statuses queue for these few turns while the outcomes that arrive meanwhile
+//!   take the others; an object whose outcome arrives while it waits writes once, the
+//!   outcome, instead of progress and then the outcome.
 //! - An object's entry is removed once its status is written and no submit came for
 //!   [`IDLE_LINGER`], so memory follows the objects being written, not every object seen.
 //!
@@ -127,12 +132,16 @@ struct Inner {
     /// Writes under way, at most [`MAX_IN_FLIGHT`]: an object whose window closed waits
     /// for a turn, and what it is asked to write meanwhile joins its write.
     in_flight: tokio::sync::Semaphore,
+    /// Turns of writes that show only progress, at most [`MAX_PROGRESS_IN_FLIGHT`].
+    progress_in_flight: tokio::sync::Semaphore,
 }
 
 /// Status writes under way at once, across objects. When the API server slows down, each
 /// object waits longer for its turn and carries more of its changes in one write, so the
 /// write rate follows what the API server sustains instead of piling requests onto it.
 pub const MAX_IN_FLIGHT: usize = 8;
+/// Of the writes under way, those that show only progress (see [`Pace::Progress`]).
+pub const MAX_PROGRESS_IN_FLIGHT: usize = 2;
 
 /// An object: its resource, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -237,6 +246,7 @@ impl StatusWriter {
                 busy: watch::Sender::new(0),
                 written: AtomicU64::new(0),
                 in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+                progress_in_flight: tokio::sync::Semaphore::new(MAX_PROGRESS_IN_FLIGHT),
             }),
         }
     }
@@ -354,7 +364,7 @@ impl Inner {
             tokio::time::sleep(this.window).await;
             this.hold_progress(&key, &wake, opened + this.progress_interval)
                 .await;
-            match this.write_latest(&key).await {
+            match this.write_latest(&key, &wake).await {
                 Outcome::Gone => {
                     this.forget(&key);
                     return;
@@ -382,17 +392,17 @@ impl Inner {
         }
     }
 
+    /// Whether the object's latest status only shows progress.
+    fn shows_progress(&self, key: &ObjectKey) -> bool {
+        self.lock()
+            .get(key)
+            .is_some_and(|entry| entry.pace == Pace::Progress)
+    }
+
     /// Waits while the object's latest status only shows progress, until `until` or until
     /// a prompt status is submitted.
     async fn hold_progress(&self, key: &ObjectKey, wake: &Notify, until: tokio::time::Instant) {
-        loop {
-            let progress = self
-                .lock()
-                .get(key)
-                .is_some_and(|entry| entry.pace == Pace::Progress);
-            if !progress {
-                return;
-            }
+        while self.shows_progress(key) {
             tokio::select! {
                 () = wake.notified() => {}
                 () = tokio::time::sleep_until(until) => return,
@@ -400,11 +410,30 @@ impl Inner {
         }
     }
 
+    /// A progress turn while the object's latest status only shows progress (held for the
+    /// write); none once a prompt status is submitted, even while waiting for the turn.
+    async fn progress_turn(
+        &self,
+        key: &ObjectKey,
+        wake: &Notify,
+    ) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        while self.shows_progress(key) {
+            tokio::select! {
+                turn = self.progress_in_flight.acquire() => {
+                    return Some(turn.expect("the semaphore is never closed"));
+                }
+                () = wake.notified() => {}
+            }
+        }
+        None
+    }
+
     /// Writes the object's latest status, retrying transient failures with the newest
     /// status each time. A settled object is marked as such.
-    async fn write_latest(&self, key: &ObjectKey) -> Outcome {
+    async fn write_latest(&self, key: &ObjectKey, wake: &Notify) -> Outcome {
         let mut retry: Option<Retry> = None;
         loop {
+            let progress_turn = self.progress_turn(key, wake).await;
             // The job is taken once it is this object's turn, so it is the newest status.
             let turn = self
                 .in_flight
@@ -426,6 +455,7 @@ impl Inner {
             };
             let written = self.write(key, &job).await;
             drop(turn);
+            drop(progress_turn);
             let error = match written {
                 Ok(()) => {
                     self.written.fetch_add(1, Ordering::Relaxed);
@@ -605,6 +635,42 @@ mod tests {
         let patches = api.requests(Method::PATCH);
         assert_eq!(patches.len(), 2);
         assert_eq!(api.get(&path).unwrap()["status"], json!({"synced": 5}));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_yields_to_outcomes_on_a_slow_api_server() {
+        let api = FakeApi::default();
+        api.set_latency(Duration::from_secs(1));
+        let writer = writer(&api);
+        let names: Vec<String> = (0..20).map(|i| format!("member-{i}")).collect();
+        for name in &names {
+            seed(&api, name, json!({}));
+            writer.submit_paced::<ManagedCluster>(
+                None,
+                name,
+                json!({}),
+                json!({"phase": "Applying"}),
+                Pace::Progress,
+            );
+        }
+        // The progress statuses come due together; their outcomes arrive while the
+        // first of them are being written.
+        tokio::time::sleep(PROGRESS + Duration::from_millis(500)).await;
+        for name in &names {
+            submit(&writer, name, &json!({}), json!({"phase": "Ready"}));
+        }
+        writer.flush().await;
+        // Only the progress writes under way when the outcomes came are written twice.
+        let patches = api.requests(Method::PATCH);
+        assert!(
+            patches.len() <= names.len() + MAX_PROGRESS_IN_FLIGHT,
+            "{} writes",
+            patches.len()
+        );
+        for name in &names {
+            let path = format!("/apis/accord.io/v1alpha1/managedclusters/{name}");
+            assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
+        }
     }
 
     #[tokio::test(start_paused = true)]

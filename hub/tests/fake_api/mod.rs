@@ -23,6 +23,7 @@ struct State {
     objects: HashMap<String, Value>,
     requests: Vec<Recorded>,
     failures: VecDeque<u16>,
+    latency: std::time::Duration,
 }
 
 /// The fake; clones share their state.
@@ -73,6 +74,12 @@ impl FakeApi {
         self.state.lock().unwrap().failures.extend(codes);
     }
 
+    /// Answers every later request only after `latency` (of tokio's clock, so a paused
+    /// clock makes a slow API server without slowing the test).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.state.lock().unwrap().latency = latency;
+    }
+
     /// The requests received with `method`.
     pub fn requests(&self, method: Method) -> Vec<Recorded> {
         let state = self.state.lock().unwrap();
@@ -89,6 +96,10 @@ impl FakeApi {
         let bytes = body.collect_bytes().await.unwrap_or_default();
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         let path = parts.uri.path().to_owned();
+        let latency = self.state.lock().unwrap().latency;
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
         let mut state = self.state.lock().unwrap();
         state.requests.push(Recorded {
             method: parts.method.clone(),
