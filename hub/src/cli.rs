@@ -141,6 +141,14 @@ pub struct ServeArgs {
     /// Silence after which an agent counts as unavailable.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     heartbeat_timeout: Duration,
+    /// TTL of this replica's presence lease, on which the `connected/` keys of its agents
+    /// hang: when the replica dies, its clusters whose agents do not reconnect elsewhere
+    /// count as disconnected once it runs out. Independent of --heartbeat-timeout (a live
+    /// replica removes a silent agent's key itself): a TTL as short as the heartbeat
+    /// timeout was lost under load whenever etcd answered a refresh late, and with it every
+    /// connected cluster at once.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    presence_ttl: Duration,
     /// Leader election lease TTL: a crashed leader is replaced within it.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     election_ttl: Duration,
@@ -284,7 +292,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     cert_validity: a.agent_cert_validity,
                 },
                 election_ttl: a.election_ttl,
-                presence_ttl: a.heartbeat_timeout.max(Duration::from_secs(2)),
+                presence_ttl: a.presence_ttl.max(Duration::from_secs(2)),
                 controllers: ControllerOptions {
                     status_window: a.status_coalesce_window,
                     status_progress_interval: a.status_progress_interval,

@@ -203,6 +203,7 @@ impl Harness {
                 name,
                 &record,
                 expected,
+                None,
             )
             .await
             .expect("writing a report");

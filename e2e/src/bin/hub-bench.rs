@@ -30,6 +30,9 @@ struct Args {
     duration: u64,
     report_every: u64,
     concurrency: usize,
+    /// Keep the hub's state in the API servers' plain etcd instead of the hub's own
+    /// (TLS, client certificates, authentication).
+    plain_etcd: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -38,6 +41,7 @@ fn parse_args() -> Result<Args> {
         duration: 30,
         report_every: 5,
         concurrency: 32,
+        plain_etcd: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -47,8 +51,9 @@ fn parse_args() -> Result<Args> {
             "--duration" => a.duration = value()?.parse()?,
             "--report-every" => a.report_every = value()?.parse()?,
             "--concurrency" => a.concurrency = value()?.parse()?,
+            "--plain-etcd" => a.plain_etcd = true,
             other => anyhow::bail!(
-                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N"
+                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N --plain-etcd"
             ),
         }
     }
@@ -228,7 +233,11 @@ async fn main() -> Result<()> {
         &HubOptions {
             replica: "hub-bench".into(),
             etcd_prefix: prefix.into(),
-            extra_args: vec![],
+            extra_args: if args.plain_etcd {
+                vec![format!("--etcd-endpoints={}", testbed.etcd_endpoint())]
+            } else {
+                vec![]
+            },
         },
     )
     .await?;
@@ -240,7 +249,14 @@ async fn main() -> Result<()> {
         .pid;
     let rss_idle = rss_bytes(hub_pid);
 
-    let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
+    let etcd_client = || async {
+        if args.plain_etcd {
+            Ok(etcd_client::Client::connect([testbed.etcd_endpoint()], None).await?)
+        } else {
+            testbed.hub_etcd_client().await
+        }
+    };
+    let store = Store::from_client(etcd_client().await?, Keyspace::new(prefix));
     let ca = accord_hub::token::read_ca(testbed.mgmt().client(), HUB_NAMESPACE).await?;
     let hash = ca.ca_cert_hash();
 
@@ -327,7 +343,7 @@ async fn main() -> Result<()> {
     if let Err(e) = counted {
         eprintln!("{e:#}");
         // A fresh client: the first one's etcd auth token may have expired meanwhile.
-        let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
+        let store = Store::from_client(etcd_client().await?, Keyspace::new(prefix));
         explain_missing(&store, args.agents, &ended).await?;
         return Err(e);
     }

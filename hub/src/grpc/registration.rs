@@ -23,6 +23,7 @@ use tracing::{info, warn};
 use super::AgentFacing;
 use crate::controllers::ClusterObject;
 use crate::controllers::cluster_status::REGISTRATION_FINALIZER;
+use crate::store::error_chain;
 use crate::store::registry::ClusterRecord;
 use crate::store::tokens::TokenError;
 
@@ -221,7 +222,10 @@ impl RegistrationService {
         let existing = s.store.get_cluster(cluster).await.map_err(|e| {
             s.metrics.error(e.kind());
             (
-                Status::unavailable(format!("the hub could not read its cluster registry: {e}")),
+                Status::unavailable(format!(
+                    "the hub could not read its cluster registry: {}",
+                    error_chain(&e)
+                )),
                 "unavailable",
             )
         })?;
@@ -274,7 +278,10 @@ impl RegistrationService {
         s.store.put_cluster(&record).await.map_err(|e| {
             s.metrics.error(e.kind());
             (
-                Status::unavailable(format!("the hub could not record the cluster: {e}")),
+                Status::unavailable(format!(
+                    "the hub could not record the cluster: {}",
+                    error_chain(&e)
+                )),
                 "unavailable",
             )
         })?;

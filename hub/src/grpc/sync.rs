@@ -15,6 +15,7 @@ use accord_proto::v1::{
 };
 use futures::Stream;
 use futures::stream::FuturesUnordered;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,13 +29,13 @@ use tracing::{debug, info, warn};
 use super::AgentFacing;
 use super::renewal::{self, StreamCertificate};
 use accord_common::distribution::{Observed, PolicyKind, state_from_proto};
-use accord_common::runtime::unix_millis;
+use accord_common::runtime::{error_chain, unix_millis};
 
 use crate::connections::Connection;
 use crate::pki::peer_identity;
 use crate::store::health::HealthRecord;
 use crate::store::presence::{ConnectedRecord, RECONNECT_GRACE};
-use crate::store::status::{StatusRecord, WriteOutcome};
+use crate::store::status::{ReportOrder, StatusRecord, WriteOutcome};
 
 /// Status reports of one stream stored at once.
 const MAX_REPORTS_IN_FLIGHT: usize = 64;
@@ -68,7 +69,7 @@ async fn authenticate<T>(
         .await
         .map_err(|e| {
             shared.metrics.error(e.kind());
-            Status::unavailable(format!("cluster registry unavailable: {e}"))
+            Status::unavailable(format!("cluster registry unavailable: {}", error_chain(&e)))
         })?;
     match record {
         Some(r) if r.accepts(&identity.spki_sha256, unix_millis() / 1000) => {
@@ -105,6 +106,7 @@ impl Federation for SyncService {
                 spki_sha256,
                 certificate,
                 tx,
+                written: Default::default(),
             };
             session.run(inbound).await;
         });
@@ -121,6 +123,10 @@ struct Session {
     /// The client certificate the stream was opened with (the key a renewal replaces).
     certificate: StreamCertificate,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
+    /// Per policy (`kind/namespace/name`), the version and order of the record this stream
+    /// wrote last: the agent's next report names that version, and is then stored in one
+    /// etcd transaction without reading the record back.
+    written: std::sync::Mutex<HashMap<String, (i64, ReportOrder)>>,
 }
 
 impl Session {
@@ -168,10 +174,13 @@ impl Session {
         };
         if let Err(e) = s.presence.mark_connected(&self.cluster, &record).await {
             s.metrics.error(e.kind());
-            warn!(cluster = %self.cluster, error = %e, "could not record the connection");
+            warn!(cluster = %self.cluster, error = %error_chain(&e), "could not record the connection");
             let _ = self
                 .tx
-                .send(Err(Status::unavailable(format!("hub store: {e}"))))
+                .send(Err(Status::unavailable(format!(
+                    "hub store: {}",
+                    error_chain(&e)
+                ))))
                 .await;
             s.connections.close(&self.cluster, conn.id);
             return;
@@ -191,7 +200,7 @@ impl Session {
             .await
         {
             s.metrics.error(e.kind());
-            warn!(cluster = %self.cluster, error = %e, "could not check the store epoch");
+            warn!(cluster = %self.cluster, error = %error_chain(&e), "could not check the store epoch");
         }
 
         // Assignments start with the full set; deltas follow as placements change. The
@@ -232,7 +241,7 @@ impl Session {
             };
             if let Err(e) = cleared {
                 s.metrics.error(e.kind());
-                warn!(cluster = %self.cluster, error = %e, "could not clear the connection");
+                warn!(cluster = %self.cluster, error = %error_chain(&e), "could not clear the connection");
             }
             if renewed {
                 info!(
@@ -345,7 +354,7 @@ impl Session {
             }
             Err(e) => {
                 s.metrics.error(e.kind());
-                warn!(cluster = %self.cluster, error = %e, "could not store the member's health");
+                warn!(cluster = %self.cluster, error = %error_chain(&e), "could not store the member's health");
             }
         }
     }
@@ -367,6 +376,14 @@ impl Session {
         let s = &self.shared;
         let expected_version = report.expected_version;
         let (policy, record) = translate_report(report)?;
+        let written_key = format!("{}/{}/{}", policy.kind, policy.namespace, policy.name);
+        let known = self
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&written_key)
+            .filter(|(version, _)| *version == expected_version)
+            .map(|(_, order)| order.clone());
         let started = Instant::now();
         let outcome = s
             .store
@@ -377,6 +394,7 @@ impl Session {
                 &policy.name,
                 &record,
                 expected_version,
+                known.as_ref(),
             )
             .await;
         s.metrics
@@ -385,6 +403,10 @@ impl Session {
         let (result, reason) = match outcome {
             Ok(WriteOutcome::Accepted { version }) => {
                 s.metrics.report("accepted");
+                self.written
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(written_key, (version, record.order()));
                 (status_ack::Result::Accepted(version), None)
             }
             Ok(WriteOutcome::Conflict { current, reason }) => {
@@ -394,7 +416,10 @@ impl Session {
             }
             Err(e) => {
                 s.metrics.error(e.kind());
-                return Err(Status::unavailable(format!("hub store: {e}")));
+                return Err(Status::unavailable(format!(
+                    "hub store: {}",
+                    error_chain(&e)
+                )));
             }
         };
         Ok(HubMessage {

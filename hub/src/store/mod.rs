@@ -37,7 +37,7 @@ pub use lease::Lease;
 pub use lock::PolicyLock;
 pub use presence::ReplicaPresence;
 pub use registry::ClusterRecord;
-pub use status::{Refusal, StatusRecord, WriteOutcome};
+pub use status::{Refusal, ReportOrder, StatusRecord, WriteOutcome};
 pub use tokens::{BootstrapToken, TokenError, TokenRecord};
 
 /// How long establishing a connection to an etcd endpoint may take.

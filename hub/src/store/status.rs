@@ -84,6 +84,41 @@ impl Refusal {
     }
 }
 
+/// What orders two reports of the same object ([`report_order`]). A stream keeps it for
+/// each record it wrote, so that the next report about the object is judged without
+/// reading the record back (see [`Store::write_status`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportOrder {
+    applied_revision: i64,
+    generation: i64,
+    resource_version: String,
+    observed_unix_millis: i64,
+}
+
+impl ReportOrder {
+    /// Orders by applied assignment revision, then generation, then numeric resource
+    /// version, then observation time.
+    fn cmp_to(&self, other: &Self) -> Ordering {
+        self.applied_revision
+            .cmp(&other.applied_revision)
+            .then(self.generation.cmp(&other.generation))
+            .then_with(|| resource_version_order(&self.resource_version, &other.resource_version))
+            .then(self.observed_unix_millis.cmp(&other.observed_unix_millis))
+    }
+}
+
+impl StatusRecord {
+    /// The fields that order this report among others of the same object.
+    pub fn order(&self) -> ReportOrder {
+        ReportOrder {
+            applied_revision: self.applied_revision,
+            generation: self.generation,
+            resource_version: self.resource_version.clone(),
+            observed_unix_millis: self.observed_unix_millis,
+        }
+    }
+}
+
 /// Orders two reports of the same object by how recent they are: by applied assignment
 /// revision, then generation, then numeric resource version, then observation time.
 ///
@@ -91,11 +126,7 @@ impl Refusal {
 /// treated as equal (Kubernetes calls them opaque; an empty one means "no object"), so the
 /// observation time decides.
 pub fn report_order(a: &StatusRecord, b: &StatusRecord) -> Ordering {
-    a.applied_revision
-        .cmp(&b.applied_revision)
-        .then(a.generation.cmp(&b.generation))
-        .then_with(|| resource_version_order(&a.resource_version, &b.resource_version))
-        .then(a.observed_unix_millis.cmp(&b.observed_unix_millis))
+    a.order().cmp_to(&b.order())
 }
 
 /// Whether `report` may replace `stored`: it is not older.
@@ -115,6 +146,11 @@ impl Store {
     /// (0: there must be no record yet) and the report is not older than the stored one
     /// (see [`report_order`]). Otherwise nothing is written and the answer is
     /// [`WriteOutcome::Conflict`] with the stored version.
+    ///
+    /// `known` is the order of the record stored at `expected_version` when the caller
+    /// knows it (it wrote that version itself): the write is then one transaction instead
+    /// of a read and a transaction. The transaction still applies only if the record is
+    /// that version, so a wrong guess is refused like any stale one.
     pub async fn write_status(
         &self,
         cluster: &str,
@@ -123,13 +159,23 @@ impl Store {
         name: &str,
         record: &StatusRecord,
         expected_version: i64,
+        known: Option<&ReportOrder>,
     ) -> Result<WriteOutcome, StoreError> {
         let key = self.status_key(cluster, kind, ns, name)?;
         let value = encode(record)?;
-        if expected_version != 0 {
+        let older = Ok(WriteOutcome::Conflict {
+            current: expected_version,
+            reason: Refusal::OlderReport,
+        });
+        match known {
+            Some(stored) if expected_version != 0 => {
+                if record.order().cmp_to(stored) == Ordering::Less {
+                    return older;
+                }
+            }
             // The stored record is needed to refuse an older report. Reading it first is
             // safe: the transaction below only applies if the record is still this one.
-            match self.get_json::<StatusRecord>(&key).await {
+            _ if expected_version != 0 => match self.get_json::<StatusRecord>(&key).await {
                 Ok(Some((stored, version))) => {
                     if version != expected_version {
                         return Ok(WriteOutcome::Conflict {
@@ -138,10 +184,7 @@ impl Store {
                         });
                     }
                     if !supersedes(record, &stored) {
-                        return Ok(WriteOutcome::Conflict {
-                            current: version,
-                            reason: Refusal::OlderReport,
-                        });
+                        return older;
                     }
                 }
                 Ok(None) => {
@@ -153,7 +196,8 @@ impl Store {
                 // An undecodable record is replaced by any well-formed report.
                 Err(StoreError::Decode { .. }) => {}
                 Err(e) => return Err(e),
-            }
+            },
+            _ => {}
         }
         let txn = Txn::new()
             .when(vec![Compare::mod_revision(
