@@ -207,9 +207,10 @@ async fn term(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<TermEnd, StoreError> {
     let client = store.client();
+    let leases = store.lease_connection();
     let lease = tokio::select! {
         () = stopped(shutdown) => return Ok(TermEnd::Shutdown),
-        lease = Lease::grant(&client, ttl) => lease?,
+        lease = Lease::grant(&leases, ttl) => lease?,
     };
     let name = store.keys().election();
     let mut elections = client.election_client();

@@ -33,7 +33,7 @@ impl Store {
         check_segment("kind", kind)?;
         check_segment("namespace", ns)?;
         check_segment("name", name)?;
-        let lease = Lease::grant(&self.client(), ttl).await?;
+        let lease = Lease::grant(&self.lease_connection(), ttl).await?;
         // Revokes the lease if this future is dropped while waiting in the queue.
         let mut pending = PolicyLock {
             key: Vec::new(),

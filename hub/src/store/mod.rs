@@ -181,6 +181,8 @@ pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
 #[derive(Clone)]
 pub struct Store {
     client: Client,
+    /// A second connection for lease keepalives only (see [`Store::lease_connection`]).
+    leases: Client,
     keys: Keyspace,
 }
 
@@ -218,14 +220,19 @@ impl Store {
             .with_connect_timeout(CONNECT_TIMEOUT)
             .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
             .with_keep_alive_while_idle(true);
-        let options = connection.options(base);
+        // A request whose auth token expired (etcd's `--auth-token-ttl`, or a JWT's
+        // lifetime) is retried once with a fresh token instead of failing until a restart.
+        let options = connection.options(base).with_auto_token_refresh(true);
         let failed = |source: etcd_client::Error| StoreError::Connect {
             endpoints: connection.endpoints_text(),
             failure: ConnectFailure::classify(&source),
             source,
         };
         // With credentials, connecting authenticates at once (and fails here).
-        let client = Client::connect(&connection.endpoints, Some(options))
+        let client = Client::connect(&connection.endpoints, Some(options.clone()))
+            .await
+            .map_err(failed)?;
+        let leases = Client::connect(&connection.endpoints, Some(options))
             .await
             .map_err(failed)?;
         if connection.is_secured() {
@@ -236,12 +243,20 @@ impl Store {
                 .await
                 .map_err(failed)?;
         }
-        Ok(Self::from_client(client, keys))
+        Ok(Self {
+            client,
+            leases,
+            keys,
+        })
     }
 
-    /// Wraps an existing client.
+    /// Wraps an existing client (leases share its connection).
     pub fn from_client(client: Client, keys: Keyspace) -> Self {
-        Self { client, keys }
+        Self {
+            leases: client.clone(),
+            client,
+            keys,
+        }
     }
 
     /// The keyspace this store works in.
@@ -252,6 +267,15 @@ impl Store {
     /// A clone of the etcd client (clones share one connection).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// The client for granting and refreshing leases: its own connection, so that the
+    /// keepalives of the election, presence and lock leases never queue behind the
+    /// thousands of reads and transactions of a connect or report storm on the main one
+    /// (a refresh that comes back late loses the lease, and with it leadership or every
+    /// connected cluster).
+    pub fn lease_connection(&self) -> Client {
+        self.leases.clone()
     }
 
     /// Asks etcd for its status: `Ok` when the cluster answers (for `/readyz`).

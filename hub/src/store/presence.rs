@@ -86,7 +86,7 @@ struct PresenceState {
 impl ReplicaPresence {
     /// Grants this replica's lease (`ttl`) and keeps it alive.
     pub async fn start(store: Store, replica: String, ttl: Duration) -> Result<Self, StoreError> {
-        let lease = Lease::grant(&store.client(), ttl).await?;
+        let lease = Lease::grant(&store.lease_connection(), ttl).await?;
         let shared = Arc::new(PresenceState {
             store,
             replica,
@@ -308,7 +308,7 @@ async fn keep_present(shared: Arc<PresenceState>, mut lease: Lease, ttl: Duratio
         );
         let mut delays = backoff(Duration::from_millis(50), MAX_REGRANT_DELAY);
         lease = loop {
-            match Lease::grant(&shared.store.client(), ttl).await {
+            match Lease::grant(&shared.store.lease_connection(), ttl).await {
                 Ok(lease) => break lease,
                 Err(e) => {
                     log_error("re-granting the presence lease failed", &e);

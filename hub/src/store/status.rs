@@ -151,6 +151,10 @@ impl Store {
     /// knows it (it wrote that version itself): the write is then one transaction instead
     /// of a read and a transaction. The transaction still applies only if the record is
     /// that version, so a wrong guess is refused like any stale one.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the record's key parts, the report, its precondition and what the writer knows of it"
+    )]
     pub async fn write_status(
         &self,
         cluster: &str,
@@ -168,11 +172,12 @@ impl Store {
             reason: Refusal::OlderReport,
         });
         match known {
-            Some(stored) if expected_version != 0 => {
-                if record.order().cmp_to(stored) == Ordering::Less {
-                    return older;
-                }
+            Some(stored)
+                if expected_version != 0 && record.order().cmp_to(stored) == Ordering::Less =>
+            {
+                return older;
             }
+            Some(_) if expected_version != 0 => {}
             // The stored record is needed to refuse an older report. Reading it first is
             // safe: the transaction below only applies if the record is still this one.
             _ if expected_version != 0 => match self.get_json::<StatusRecord>(&key).await {
