@@ -95,15 +95,18 @@ pub struct ReportOrder {
     observed_unix_millis: i64,
 }
 
+/// The fields of a report that order it, borrowed: [`report_order`] and a stream's kept
+/// [`ReportOrder`] compare through it.
+type OrderKey<'a> = (i64, i64, &'a str, i64);
+
 impl ReportOrder {
-    /// Orders by applied assignment revision, then generation, then numeric resource
-    /// version, then observation time.
-    fn cmp_to(&self, other: &Self) -> Ordering {
-        self.applied_revision
-            .cmp(&other.applied_revision)
-            .then(self.generation.cmp(&other.generation))
-            .then_with(|| resource_version_order(&self.resource_version, &other.resource_version))
-            .then(self.observed_unix_millis.cmp(&other.observed_unix_millis))
+    fn key(&self) -> OrderKey<'_> {
+        (
+            self.applied_revision,
+            self.generation,
+            &self.resource_version,
+            self.observed_unix_millis,
+        )
     }
 }
 
@@ -117,6 +120,24 @@ impl StatusRecord {
             observed_unix_millis: self.observed_unix_millis,
         }
     }
+
+    fn order_key(&self) -> OrderKey<'_> {
+        (
+            self.applied_revision,
+            self.generation,
+            &self.resource_version,
+            self.observed_unix_millis,
+        )
+    }
+}
+
+/// Orders by applied assignment revision, then generation, then numeric resource version,
+/// then observation time.
+fn compare_keys(a: OrderKey<'_>, b: OrderKey<'_>) -> Ordering {
+    a.0.cmp(&b.0)
+        .then(a.1.cmp(&b.1))
+        .then_with(|| resource_version_order(a.2, b.2))
+        .then(a.3.cmp(&b.3))
 }
 
 /// Orders two reports of the same object by how recent they are: by applied assignment
@@ -126,7 +147,7 @@ impl StatusRecord {
 /// treated as equal (Kubernetes calls them opaque; an empty one means "no object"), so the
 /// observation time decides.
 pub fn report_order(a: &StatusRecord, b: &StatusRecord) -> Ordering {
-    a.order().cmp_to(&b.order())
+    compare_keys(a.order_key(), b.order_key())
 }
 
 /// Whether `report` may replace `stored`: it is not older.
@@ -167,42 +188,36 @@ impl Store {
     ) -> Result<WriteOutcome, StoreError> {
         let key = self.status_key(cluster, kind, ns, name)?;
         let value = encode(record)?;
-        let older = Ok(WriteOutcome::Conflict {
-            current: expected_version,
-            reason: Refusal::OlderReport,
-        });
-        match known {
-            Some(stored)
-                if expected_version != 0 && record.order().cmp_to(stored) == Ordering::Less =>
-            {
-                return older;
-            }
-            Some(_) if expected_version != 0 => {}
-            // The stored record is needed to refuse an older report. Reading it first is
-            // safe: the transaction below only applies if the record is still this one.
-            _ if expected_version != 0 => match self.get_json::<StatusRecord>(&key).await {
-                Ok(Some((stored, version))) => {
-                    if version != expected_version {
+        if expected_version != 0 {
+            let newer = match known {
+                Some(stored) => compare_keys(record.order_key(), stored.key()) != Ordering::Less,
+                // The stored record is needed to refuse an older report. Reading it first is
+                // safe: the transaction below only applies if the record is still this one.
+                None => match self.get_json::<StatusRecord>(&key).await {
+                    Ok(Some((_, version))) if version != expected_version => {
                         return Ok(WriteOutcome::Conflict {
                             current: version,
                             reason: Refusal::StaleVersion,
                         });
                     }
-                    if !supersedes(record, &stored) {
-                        return older;
+                    Ok(Some((stored, _))) => supersedes(record, &stored),
+                    Ok(None) => {
+                        return Ok(WriteOutcome::Conflict {
+                            current: 0,
+                            reason: Refusal::StaleVersion,
+                        });
                     }
-                }
-                Ok(None) => {
-                    return Ok(WriteOutcome::Conflict {
-                        current: 0,
-                        reason: Refusal::StaleVersion,
-                    });
-                }
-                // An undecodable record is replaced by any well-formed report.
-                Err(StoreError::Decode { .. }) => {}
-                Err(e) => return Err(e),
-            },
-            _ => {}
+                    // An undecodable record is replaced by any well-formed report.
+                    Err(StoreError::Decode { .. }) => true,
+                    Err(e) => return Err(e),
+                },
+            };
+            if !newer {
+                return Ok(WriteOutcome::Conflict {
+                    current: expected_version,
+                    reason: Refusal::OlderReport,
+                });
+            }
         }
         let txn = Txn::new()
             .when(vec![Compare::mod_revision(
