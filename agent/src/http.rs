@@ -19,6 +19,7 @@ pub async fn serve(
         move || metrics.encode(),
         ready,
         "loading assignments",
+        accord_common::http::Router::new(),
     )
     .await
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::Router;
+pub use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
@@ -35,12 +35,14 @@ struct AppState {
 }
 
 /// Serves the endpoint on `listener` until the task is dropped: `/metrics` answers with
-/// what `encode_metrics` returns, `/readyz` with 503 and `not_ready` until `ready` is set.
+/// what `encode_metrics` returns, `/readyz` with 503 and `not_ready` until `ready` is set,
+/// and `routes` answer what they serve besides.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     encode_metrics: impl Fn() -> String + Send + Sync + 'static,
     ready: Readiness,
     not_ready: &'static str,
+    routes: Router,
 ) -> std::io::Result<()> {
     let app = Router::new()
         .route("/metrics", get(metrics))
@@ -50,7 +52,8 @@ pub async fn serve(
             encode: Arc::new(encode_metrics),
             ready,
             not_ready,
-        });
+        })
+        .merge(routes);
     axum::serve(listener, app).await
 }
 

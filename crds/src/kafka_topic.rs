@@ -138,6 +138,11 @@ pub struct FederatedKafkaTopicStatus {
     /// The topic in each selected cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<TopicPlacement>,
+    /// Every placement counted by state, when there are more than the hub lists in full
+    /// (`--status-placements-threshold`, default 100): `placements` then shows only those
+    /// not `Synced`, up to `--status-placements-listed`; `accord-hub placements` shows all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<crate::PlacementSummary>,
     /// `Ready`, `Degraded`, `PolicyViolation`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "bounds::conditions")]

@@ -22,6 +22,7 @@ pub mod messages;
 pub mod promfed;
 pub mod reference;
 pub mod scale;
+pub mod summary;
 pub mod validate;
 
 pub use kafka_topic::{
@@ -36,6 +37,7 @@ pub use scale::{
     CrossClusterScalePolicy, CrossClusterScalePolicySpec, CrossClusterScalePolicyStatus, Placement,
     PlacementState,
 };
+pub use summary::{PlacementSummary, StatusLimits};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

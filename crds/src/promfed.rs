@@ -155,6 +155,11 @@ pub struct PrometheusFederationStatus {
     /// The rendered config in each selected cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<FederationPlacement>,
+    /// Every placement counted by state, when there are more than the hub lists in full
+    /// (`--status-placements-threshold`, default 100): `placements` then shows only those
+    /// not `Synced`, up to `--status-placements-listed`; `accord-hub placements` shows all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<crate::PlacementSummary>,
     /// The global tier on the hub, when `spec.global.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalTierStatus>,

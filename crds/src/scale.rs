@@ -435,6 +435,11 @@ pub struct CrossClusterScalePolicyStatus {
     /// Each cluster's share and what its agent last reported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<Placement>,
+    /// Every placement counted by state, when there are more than the hub lists in full
+    /// (`--status-placements-threshold`, default 100): `placements` then shows only those
+    /// not `Synced`, up to `--status-placements-listed`; `accord-hub placements` shows all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<crate::PlacementSummary>,
     /// Autoscaling state, when autoscaling is configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<AutoscalingStatus>,

@@ -44,15 +44,25 @@ const DELETION_BOUND: Duration = Duration::from_secs(8);
 const KIND: &str = "FederatedKafkaTopic";
 
 async fn start_hub<'t>(testbed: &'t Testbed, name: &str) -> Result<HubProcess<'t>> {
+    start_hub_with(testbed, name, &[]).await
+}
+
+async fn start_hub_with<'t>(
+    testbed: &'t Testbed,
+    name: &str,
+    extra: &[&str],
+) -> Result<HubProcess<'t>> {
+    let mut extra_args = vec![
+        "--topic-deletion-timeout".into(),
+        format!("{}s", DELETION_BOUND.as_secs()),
+    ];
+    extra_args.extend(extra.iter().map(|a| (*a).to_owned()));
     HubProcess::start(
         testbed,
         &HubOptions {
             replica: name.into(),
             etcd_prefix: format!("/t-{name}/"),
-            extra_args: vec![
-                "--topic-deletion-timeout".into(),
-                format!("{}s", DELETION_BOUND.as_secs()),
-            ],
+            extra_args,
         },
     )
     .await
@@ -788,6 +798,126 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
             "Retain asked for a deletion"
         );
         drop((d, e, hub));
+        Ok(())
+    });
+}
+
+/// Above `--status-placements-threshold` the status counts placements by state and lists
+/// only those not Synced (at most `--status-placements-listed`); `accord-hub placements`
+/// prints every one from the leader's view.
+#[test]
+fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let hub = start_hub_with(
+            testbed,
+            "kafka-summary",
+            &[
+                "--status-placements-threshold",
+                "2",
+                "--status-placements-listed",
+                "1",
+            ],
+        )
+        .await?;
+        let label = [("kafka-e2e", "summary")];
+        let a = TopicAgent::join(testbed, &hub, "ks-a", &label).await?;
+        let _b = TopicAgent::join(testbed, &hub, "ks-b", &label).await?;
+        let _c = TopicAgent::join(testbed, &hub, "ks-c", &label).await?;
+        let ns = "kt-summary";
+        ensure_namespace(testbed.mgmt(), ns).await?;
+        let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
+        api.create(
+            &PostParams::default(),
+            &topic(
+                "wide",
+                ns,
+                json!({
+                    "partitions": 3, "replicationFactor": 1,
+                    "clusterSelector": {"matchLabels": {"kafka-e2e": "summary"}},
+                }),
+            )?,
+        )
+        .await?;
+        // Three placements, all Synced: counted, none listed, and Ready.
+        let states = |t: &FederatedKafkaTopic| {
+            t.status
+                .as_ref()
+                .and_then(|s| s.summary.as_ref())
+                .map(|s| (s.total, s.listed, s.states.clone()))
+        };
+        wait_status(&api, "wide", "3 Synced counted, none listed", |t| {
+            let synced = accord_crds::summary::StateCounts {
+                synced: Some(3),
+                ..Default::default()
+            };
+            (states(t) == Some((3, 0, synced))
+                && t.status.as_ref()?.placements.is_empty()
+                && condition(t, "Ready")?.0 == "True")
+                .then_some(())
+        })
+        .await?;
+
+        // One agent goes: its placement (Unavailable) is the one listed.
+        a.stop();
+        let listed = wait_status(&api, "wide", "ks-a listed as Unavailable", |t| {
+            let counts = accord_crds::summary::StateCounts {
+                synced: Some(2),
+                unavailable: Some(1),
+                ..Default::default()
+            };
+            let status = t.status.as_ref()?;
+            (states(t) == Some((3, 1, counts))).then(|| status.placements.clone())
+        })
+        .await?;
+        ensure!(
+            listed.len() == 1
+                && listed[0].cluster == "ks-a"
+                && listed[0].state == accord_crds::PlacementState::Unavailable,
+            "{listed:?}"
+        );
+
+        // The hub's view has all three, as the CLI prints them.
+        let out = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?)
+            .args([
+                "placements",
+                &format!("fkt/{ns}/wide"),
+                "--hub-http",
+                &hub.http,
+            ])
+            .output()
+            .await?;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success(),
+            "accord-hub placements failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ensure!(
+            printed.starts_with("3 placements: Synced 2, Unavailable 1"),
+            "{printed}"
+        );
+        for cluster in ["ks-a", "ks-b", "ks-c"] {
+            ensure!(
+                printed.lines().any(|l| l.starts_with(cluster)),
+                "{cluster} missing: {printed}"
+            );
+        }
+        // An object the hub does not place is a clear error, not an empty table.
+        let out = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?)
+            .args([
+                "placements",
+                &format!("fkt/{ns}/absent"),
+                "--hub-http",
+                &hub.http,
+            ])
+            .output()
+            .await?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !out.status.success() && said.contains("404") && said.contains("not placed"),
+            "{said}"
+        );
         Ok(())
     });
 }

@@ -47,6 +47,21 @@ pub enum Command {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// Print every placement of one object, as the leading hub sees it: the full
+    /// per-cluster view, which the object's status cuts down above
+    /// --status-placements-threshold.
+    Placements {
+        /// The object: KIND/NAMESPACE/NAME; KIND as in `kubectl get` (e.g.
+        /// FederatedKafkaTopic, fkt, ccsp, pfed).
+        object: String,
+        /// The leading hub replica's HTTP endpoint (its --http-addr), e.g. reached through
+        /// `kubectl -n accord-system port-forward POD 8080`.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        hub_http: String,
+        /// Print the view as JSON (the status as it would read with every placement).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Where the hub's state lives.
@@ -149,8 +164,11 @@ pub struct ServeArgs {
     /// connected cluster at once.
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     presence_ttl: Duration,
-    /// Leader election lease TTL: a crashed leader is replaced within it.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    /// Leader election lease TTL: a crashed leader is replaced within it (a leader that
+    /// stops hands over at once). As Kubernetes' own controllers' 15 s lease: a TTL of a few
+    /// seconds was lost whenever etcd answered a refresh late, and every loss restarts the
+    /// controllers, which re-list everything they watch.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
     election_ttl: Duration,
     /// Validity of agent client certificates (agents renew before expiry).
     #[arg(long, default_value = "2160h", value_parser = parse_duration)]
@@ -179,6 +197,16 @@ pub struct ServeArgs {
     /// bookkeeping alone (samples) never. The live value is on /metrics.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     autoscaling_status_interval: Duration,
+    /// Most placements an object's status lists one by one. Above it, `status.placements`
+    /// lists only those not Synced (up to --status-placements-listed) and `status.summary`
+    /// counts every placement by state, so the object stays small at any fleet size; the
+    /// full view is `accord-hub placements KIND/NAMESPACE/NAME`.
+    #[arg(long, default_value_t = 100)]
+    status_placements_threshold: usize,
+    /// Most placements a status lists above --status-placements-threshold (those not
+    /// Synced, in placement order).
+    #[arg(long, default_value_t = 20)]
+    status_placements_listed: usize,
 }
 
 /// Token operations.
@@ -296,6 +324,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 controllers: ControllerOptions {
                     status_window: a.status_coalesce_window,
                     status_progress_interval: a.status_progress_interval,
+                    status_limits: accord_crds::StatusLimits {
+                        threshold: a.status_placements_threshold,
+                        listed: a.status_placements_listed,
+                    },
                     kinds: KindOptions {
                         scale: ScaleOptions {
                             autoscaling_status_interval: a.autoscaling_status_interval,
@@ -319,6 +351,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     .await?;
             println!("{line}");
         }
+        Command::Placements {
+            object,
+            hub_http,
+            json,
+        } => crate::placements::print(&hub_http, &object, json).await?,
         Command::Cluster {
             command: ClusterCommand::Revoke(a),
         } => {

@@ -1,4 +1,5 @@
-//! The hub's HTTP endpoint: `/metrics`, `/healthz`, `/readyz` — ready while etcd answers
+//! The hub's HTTP endpoint: `/metrics`, `/healthz`, `/readyz`, `/placements/...` (the
+//! leader's full per-cluster views, [`crate::placements`]) — `/readyz` is ready while etcd answers
 //! and, on the leader, once every controller has listed what it watches; not ready again
 //! from SIGTERM (or a failed task) on.
 
@@ -10,13 +11,22 @@ pub use accord_common::http::Readiness;
 
 use crate::metrics::Metrics;
 
-/// Serves the HTTP endpoint on `listener` until the task is dropped.
+/// Serves the HTTP endpoint on `listener` until the task is dropped, with the leader's
+/// placements views at `/placements/<kind>/<namespace>/<name>`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Metrics,
     ready: Readiness,
+    views: crate::placements::Views,
 ) -> std::io::Result<()> {
-    accord_common::http::serve(listener, move || metrics.encode(), ready, "not ready").await
+    accord_common::http::serve(
+        listener,
+        move || metrics.encode(),
+        ready,
+        "not ready",
+        views.router(),
+    )
+    .await
 }
 
 /// Binds the HTTP address, so that a port conflict fails start-up with a clear error.

@@ -14,6 +14,7 @@ pub mod http;
 pub mod install;
 pub mod kafka_topic;
 pub mod metrics;
+pub mod placements;
 pub mod promfed;
 pub mod revocation;
 pub mod scale;

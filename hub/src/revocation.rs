@@ -26,8 +26,8 @@ use tracing::{debug, info, warn};
 use crate::connections::Connection;
 use crate::grpc::AgentFacing;
 use crate::store::cache::{CacheEvent, PrefixCache};
+use crate::store::error_chain;
 use crate::store::registry::ClusterRecord;
-use crate::store::{StoreError, error_chain};
 
 /// How often every stream is compared with the registry, besides the watch events.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -102,11 +102,10 @@ pub struct Revoker {
 }
 
 impl Revoker {
-    /// Loads the registry and starts following it.
-    pub async fn start(shared: AgentFacing) -> Result<Self, StoreError> {
-        let prefix = shared.store.keys().clusters_prefix();
-        let registry = PrefixCache::start(shared.store.clone(), prefix).await?;
-        Ok(Self { shared, registry })
+    /// Follows the registry the agent-facing services watch.
+    pub fn new(shared: AgentFacing) -> Self {
+        let registry = shared.registry.clone();
+        Self { shared, registry }
     }
 
     /// Runs until the process ends.

@@ -23,6 +23,7 @@ use crate::grpc::{AgentFacing, AgentSettings};
 use crate::http::{self, Readiness, ReadinessGates};
 use crate::metrics::Metrics;
 use crate::pki::{self, DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME, HubCa, install_crypto_provider};
+use crate::store::cache::PrefixCache;
 use crate::store::election::LeaderElection;
 use crate::store::presence::{RECONNECT_GRACE, ReplicaPresence};
 use crate::store::{Keyspace, Store};
@@ -95,7 +96,11 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         LeaderElection::start(store.clone(), cfg.replica.clone(), cfg.election_ttl).await?,
     );
     let connections = Connections::default();
+    let views = crate::placements::Views::default();
     let fanout = Fanout::start(store.clone()).await?;
+    let registry = PrefixCache::start(store.clone(), store.keys().clusters_prefix())
+        .await
+        .context("following the cluster registry")?;
     let agents = AgentFacing {
         store: store.clone(),
         ca: ca.clone(),
@@ -105,6 +110,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         settings: cfg.agents.clone(),
         fanout: fanout.clone(),
+        registry,
     };
 
     let http_listener = http::bind(cfg.http_addr)
@@ -129,9 +135,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         fanout.clone().run(connections.clone()),
     );
     tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));
-    let revoker = crate::revocation::Revoker::start(agents.clone())
-        .await
-        .context("following the cluster registry")?;
+    let revoker = crate::revocation::Revoker::new(agents.clone());
     tasks.spawn_forever("revocation", revoker.run());
     tasks.spawn(
         "controllers",
@@ -146,13 +150,14 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 replica: cfg.replica.clone(),
                 gates: gates.clone(),
                 namespace: cfg.namespace.clone(),
+                views: views.clone(),
             },
             cfg.controllers.clone(),
         ),
     );
     tasks.spawn(
         "HTTP endpoint",
-        http::serve(http_listener, metrics.clone(), ready.clone()),
+        http::serve(http_listener, metrics.clone(), ready.clone(), views.clone()),
     );
     tasks.spawn(
         "admission webhook",

@@ -51,6 +51,7 @@ async fn replica(store: Store, name: &str) -> Replica {
         replica: name.to_owned(),
         gates,
         namespace: "accord-system".into(),
+        views: Default::default(),
     }));
     Replica {
         ready,

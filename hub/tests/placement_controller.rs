@@ -75,6 +75,7 @@ async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
         replica: "hub-a".into(),
         gates: ReadinessGates::new(Readiness::default()),
         namespace: "accord-system".into(),
+        views: Default::default(),
     };
     let (reader, clusters) = reflector::store::<ClusterObject>();
     let ctx = ControllerContext::start(&deps, &options, reader)

@@ -1,4 +1,5 @@
-//! Replica presence (`connected/` keys on one lease per replica) against a real etcd.
+//! Replica presence (`connected/` keys on a lease per shard of a replica's clusters) against
+//! a real etcd.
 
 mod store_support;
 
@@ -28,14 +29,20 @@ async fn the_connected_key_appears_on_connect_and_disappears_on_disconnect() {
         .unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
     let kv = connected_key(&store, "eu").await.unwrap();
-    assert_eq!(kv.lease(), presence.lease_id(), "not on the replica lease");
+    assert_eq!(
+        kv.lease(),
+        presence.lease_of("eu"),
+        "not on its shard's lease"
+    );
     presence.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_cluster_of_a_replica_shares_its_one_lease() {
-    let (store, presence) = replica_holding("presence-one-lease", &["a", "b", "c"]).await;
+async fn every_cluster_of_a_replica_hangs_on_one_of_its_few_leases() {
+    let names: Vec<String> = (0..200).map(|i| format!("c-{i:03}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (store, presence) = replica_holding("presence-shard-leases", &refs).await;
     let listed = store
         .client()
         .get(
@@ -44,13 +51,17 @@ async fn every_cluster_of_a_replica_shares_its_one_lease() {
         )
         .await
         .unwrap();
-    assert_eq!(listed.kvs().len(), 3);
-    assert!(
-        listed
-            .kvs()
-            .iter()
-            .all(|kv| kv.lease() == presence.lease_id())
-    );
+    assert_eq!(listed.kvs().len(), names.len());
+    let leases = presence.leases();
+    assert_eq!(leases.len(), accord_hub::store::presence::SHARDS);
+    let mut used = std::collections::BTreeSet::new();
+    for (kv, name) in listed.kvs().iter().zip(&names) {
+        assert_eq!(kv.lease(), presence.lease_of(name), "{name}");
+        assert!(leases.contains(&kv.lease()));
+        used.insert(kv.lease());
+    }
+    // Spread over the shards, so that no lease holds most of the keys.
+    assert!(used.len() > leases.len() / 2, "{} leases used", used.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,7 +113,7 @@ async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_new_lease() {
     let (store, presence) = replica_holding("presence-regrant", &["eu"]).await;
-    let old_lease = presence.lease_id();
+    let old_lease = presence.lease_of("eu");
     store.client().lease_revoke(old_lease).await.unwrap();
     assert_eq!(holder(&store, "eu").await, None, "revoking left the key");
     let kv = wait_until("the key to be written again", PROMPTLY, || {
@@ -112,19 +123,20 @@ async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_n
     let value: ConnectedRecord = serde_json::from_slice(kv.value()).unwrap();
     assert_eq!(value.replica, "hub-0");
     assert_ne!(kv.lease(), old_lease);
-    assert_eq!(kv.lease(), presence.lease_id());
+    assert_eq!(kv.lease(), presence.lease_of("eu"));
     presence.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_cluster_of_several_re_announce_batches_is_written_again_on_the_new_lease() {
-    // More clusters than one re-announcing transaction holds.
+async fn every_cluster_is_written_again_on_its_shards_new_lease_when_every_lease_was_lost() {
     let names: Vec<String> = (0..250).map(|i| format!("c-{i:03}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let (store, presence) = replica_holding("presence-regrant-many", &refs).await;
-    let old_lease = presence.lease_id();
-    store.client().lease_revoke(old_lease).await.unwrap();
+    let old_leases = presence.leases();
+    for lease in &old_leases {
+        store.client().lease_revoke(*lease).await.unwrap();
+    }
     let prefix = store.keys().connected_prefix();
     wait_until("every key written again", PROMPTLY, || async {
         let response = store
@@ -136,9 +148,11 @@ async fn every_cluster_of_several_re_announce_batches_is_written_again_on_the_ne
             .await
             .unwrap();
         let kvs = response.kvs();
-        (kvs.len() == names.len() && kvs.iter().all(|kv| kv.lease() == presence.lease_id()))
-            .then_some(())
+        (kvs.len() == names.len()
+            && kvs.iter().zip(&names).all(|(kv, name)| {
+                kv.lease() == presence.lease_of(name) && !old_leases.contains(&kv.lease())
+            }))
+        .then_some(())
     })
     .await;
-    assert_ne!(presence.lease_id(), old_lease);
 }

@@ -25,7 +25,7 @@ async fn a_handed_over_cluster_stays_connected_through_its_stream_ending_until_t
     presence.mark_disconnected("eu").await.unwrap();
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
     let kv = connected_key(&store, "eu").await.unwrap();
-    assert_ne!(kv.lease(), presence.lease_id());
+    assert!(!presence.leases().contains(&kv.lease()));
     // The replica dies; its own lease expiring takes nothing with it.
     drop(presence);
     wait_until("the handed-over key to expire", GRACE + MARGIN, || async {
@@ -80,7 +80,7 @@ async fn a_key_another_replica_took_over_before_the_handover_is_left_alone() {
     new.mark_connected("eu", &rec("hub-1", 2)).await.unwrap();
     assert_eq!(old.hand_over(GRACE).await.unwrap(), 0);
     let kv = wait_until("the key", PROMPTLY, || connected_key(&store, "eu")).await;
-    assert_eq!(kv.lease(), new.lease_id(), "still on hub-1's lease");
+    assert_eq!(kv.lease(), new.lease_of("eu"), "still on hub-1's lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -92,7 +92,10 @@ async fn a_stream_ended_to_reconnect_with_a_renewed_certificate_keeps_its_cluste
     assert_eq!(holder(&store, "eu").await.as_deref(), Some("hub-0"));
     assert_eq!(holder(&store, "us").await.as_deref(), Some("hub-0"));
     let kv = connected_key(&store, "us").await.unwrap();
-    assert_ne!(kv.lease(), presence.lease_id(), "off the replica's lease");
+    assert!(
+        !presence.leases().contains(&kv.lease()),
+        "off the replica's leases"
+    );
     presence
         .mark_connected("eu", &rec("hub-0", 2))
         .await
@@ -103,7 +106,7 @@ async fn a_stream_ended_to_reconnect_with_a_renewed_certificate_keeps_its_cluste
     .await;
     // The reconnected cluster is back on the replica's lease and outlives the grace.
     let kv = connected_key(&store, "eu").await.unwrap();
-    assert_eq!(kv.lease(), presence.lease_id());
+    assert_eq!(kv.lease(), presence.lease_of("eu"));
     // A stream that ends for good still clears its key at once, and a second end of a
     // cluster no longer held is a no-op.
     presence.mark_disconnected("eu").await.unwrap();

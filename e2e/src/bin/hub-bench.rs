@@ -95,60 +95,67 @@ async fn run_agent(
     let mut expected = 0i64;
     let mut applied = 0i64;
     let mut n = 0u64;
+    // When the report awaiting its ack was sent: one at a time, as a real agent has one
+    // report per policy in flight. Heartbeats go on meanwhile, as a real agent's do (its
+    // ticker is apart from its reports): a hub slow to store a report must not make the
+    // agent look silent.
+    let mut in_flight: Option<Instant> = None;
     loop {
-        tick.tick().await;
-        n += 1;
-        let hb = AgentMessage {
-            cluster: String::new(),
-            body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
-        };
-        if tx.send(hb).await.is_err() {
-            return end("the stream closed (heartbeat)".into());
-        }
-        if !n.is_multiple_of(report_every) {
-            continue;
-        }
-        applied += 1;
-        let report = AgentMessage {
-            cluster: String::new(),
-            body: Some(agent_message::Body::StatusReport(StatusReport {
-                policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
-                resource_version: applied.to_string(),
-                generation: 1,
-                expected_version: expected,
-                state: accord_proto::v1::PlacementState::Synced as i32,
-                applied_revision: applied,
-                ..Default::default()
-            })),
-        };
-        let sent = Instant::now();
-        if tx.send(report).await.is_err() {
-            return end("the stream closed (report)".into());
-        }
-        // Read until the ack (the first message may be the full assignments).
-        loop {
-            match rx.message().await {
+        tokio::select! {
+            _ = tick.tick() => {
+                n += 1;
+                let hb = AgentMessage {
+                    cluster: String::new(),
+                    body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
+                };
+                if tx.send(hb).await.is_err() {
+                    return end("the stream closed (heartbeat)".into());
+                }
+                if !n.is_multiple_of(report_every) || in_flight.is_some() {
+                    continue;
+                }
+                applied += 1;
+                let report = AgentMessage {
+                    cluster: String::new(),
+                    body: Some(agent_message::Body::StatusReport(StatusReport {
+                        policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
+                        resource_version: applied.to_string(),
+                        generation: 1,
+                        expected_version: expected,
+                        state: accord_proto::v1::PlacementState::Synced as i32,
+                        applied_revision: applied,
+                        ..Default::default()
+                    })),
+                };
+                in_flight = Some(Instant::now());
+                if tx.send(report).await.is_err() {
+                    return end("the stream closed (report)".into());
+                }
+            }
+            // Cancel-safe: the stream keeps what it has read of a message.
+            message = rx.message() => match message {
                 Ok(Some(m)) => {
-                    if let Some(hub_message::Body::StatusAck(a)) = m.body {
-                        if let Some(
-                            status_ack::Result::Accepted(v) | status_ack::Result::Conflict(v),
-                        ) = a.result
-                        {
-                            expected = v;
-                        }
-                        if measuring.load(Ordering::Relaxed) {
-                            latencies
-                                .lock()
-                                .await
-                                .push(sent.elapsed().as_micros() as u64);
-                            acks.fetch_add(1, Ordering::Relaxed);
-                        }
-                        break;
+                    let Some(hub_message::Body::StatusAck(a)) = m.body else {
+                        continue;
+                    };
+                    if let Some(status_ack::Result::Accepted(v) | status_ack::Result::Conflict(v)) =
+                        a.result
+                    {
+                        expected = v;
+                    }
+                    if let Some(sent) = in_flight.take()
+                        && measuring.load(Ordering::Relaxed)
+                    {
+                        latencies
+                            .lock()
+                            .await
+                            .push(sent.elapsed().as_micros() as u64);
+                        acks.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 Ok(None) => return end("the hub ended the stream".into()),
                 Err(status) => return end(format!("the hub ended the stream: {status}")),
-            }
+            },
         }
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use accord_common::runtime::{Retry, backoff};
-use accord_crds::ManagedCluster;
+use accord_crds::{ManagedCluster, StatusLimits};
 use dashmap::DashMap;
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -174,6 +174,10 @@ pub struct ControllerContext {
     pub clusters: Reflector<ClusterObject>,
     /// The hub's own namespace.
     pub namespace: String,
+    /// How many placements a status lists.
+    pub status_limits: StatusLimits,
+    /// Every placed object's full status (what the status would list without the limits).
+    pub views: crate::placements::Views,
     /// Backoff state of objects whose last reconcile failed transiently.
     retries: DashMap<String, Retry>,
 }
@@ -222,6 +226,8 @@ impl ControllerContext {
             autoscale,
             clusters,
             namespace: deps.namespace.clone(),
+            status_limits: options.status_limits,
+            views: deps.views.clone(),
             retries: DashMap::new(),
         })
     }
@@ -402,6 +408,9 @@ pub struct ControllerOptions {
     /// not reported on the current decision yet) is written at most once per interval; an
     /// outcome or a new decision is written within the window.
     pub status_progress_interval: Duration,
+    /// `--status-placements-threshold` and `--status-placements-listed`: how many
+    /// placements an object's status lists.
+    pub status_limits: StatusLimits,
     /// Each kind's own settings.
     pub kinds: KindOptions,
 }
@@ -411,6 +420,7 @@ impl Default for ControllerOptions {
         Self {
             status_window: DEFAULT_STATUS_WINDOW,
             status_progress_interval: crate::writes::status::DEFAULT_PROGRESS_INTERVAL,
+            status_limits: StatusLimits::default(),
             kinds: KindOptions::default(),
         }
     }
@@ -437,6 +447,8 @@ pub struct ControllerDeps {
     pub gates: ReadinessGates,
     /// The hub's own namespace.
     pub namespace: String,
+    /// Every placed object's full status, served by the HTTP endpoint.
+    pub views: crate::placements::Views,
 }
 
 /// Runs every controller while this replica leads. Returns an error — and so stops the
@@ -475,7 +487,10 @@ pub async fn run_with(
         };
         tokio::select! {
             result = lead(&deps, &options) => return result,
-            () = deposed => info!("no longer leading: controllers stopped"),
+            () = deposed => {
+                deps.views.clear();
+                info!("no longer leading: controllers stopped");
+            }
         }
     }
 }

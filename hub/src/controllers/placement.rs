@@ -23,6 +23,7 @@
 //! [`Trigger`]).
 
 use accord_common::distribution::PolicyKind;
+use accord_crds::StatusLimits;
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
@@ -256,6 +257,10 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// The status's conditions.
     fn conditions(status: &mut Self::Status) -> &mut Vec<Condition>;
 
+    /// Cuts the status's placements down to what `limits` lets it list, setting its summary
+    /// ([`StatusLimits::apply`]); the full status stays available as the object's view.
+    fn summarize(status: &mut Self::Status, limits: &StatusLimits);
+
     /// True when `new` differs from `old` in anything worth a write: by default in
     /// anything but the conditions' timestamps.
     fn status_changed(old: Option<&Self::Status>, new: &Self::Status) -> bool {
@@ -467,6 +472,7 @@ pub async fn remove_records(
     ctx.store
         .delete_policy_status(policy.kind.as_str(), &policy.namespace, &policy.name)
         .await?;
+    ctx.views.remove(policy);
     Ok(())
 }
 
@@ -621,7 +627,7 @@ impl<K: PlacementKind> Placements<K> {
             .and_then(|r| accord_common::runtime::time_from_millis(r.decided_unix_millis))
             .unwrap_or_else(|| now.clone());
         let Reported {
-            status,
+            mut status,
             notes,
             retry,
         } = self
@@ -643,6 +649,8 @@ impl<K: PlacementKind> Placements<K> {
         for note in notes {
             ctx.note(&object.object_ref(&()), note).await;
         }
+        ctx.views.set(&p, &status);
+        K::summarize(&mut status, &ctx.status_limits);
         if K::status_changed(K::status(object), &status) {
             let desired = serde_json::to_value(&status).map_err(StoreError::Encode)?;
             // An outcome, and a decision that replaces one the status showed, are shown
@@ -685,6 +693,8 @@ impl<K: PlacementKind> Placements<K> {
         message: String,
         status_patch: Option<serde_json::Value>,
     ) -> Result<Action, ReconcileError> {
+        // Nothing is placed for it any more: no view to serve.
+        self.ctx.views.remove(&policy_ref::<K>(watched));
         if let Some(patch) = status_patch {
             let current = current_status(watched);
             let mut desired = current.clone();

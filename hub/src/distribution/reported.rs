@@ -147,7 +147,7 @@ pub fn ready_and_degraded(shown: &[Shown<'_>], synced: String, not_yet: &str) ->
             types::READY,
             Status::False,
             reasons::NOT_ALL_PLACEMENTS_READY,
-            format!("{not_yet}: {}", not_synced.join(", ")),
+            format!("{not_yet}: {}", named(&not_synced, ", ")),
         )
     };
     let troubled: Vec<String> = shown
@@ -167,10 +167,29 @@ pub fn ready_and_degraded(shown: &[Shown<'_>], synced: String, not_yet: &str) ->
             types::DEGRADED,
             Status::True,
             reasons::PLACEMENT_PROBLEMS,
-            troubled.join("; "),
+            named(&troubled, "; "),
         )
     };
     [ready, degraded]
+}
+
+/// Most clusters a condition message names; the rest are counted.
+pub const NAMED_IN_MESSAGES: usize = 20;
+
+/// `items` joined by `separator`, the first [`NAMED_IN_MESSAGES`] of them and a count of
+/// the rest: a condition's message stays readable (and under the API server's limit) at
+/// any fleet size.
+pub fn named(items: &[impl AsRef<str>], separator: &str) -> String {
+    let first: Vec<&str> = items
+        .iter()
+        .take(NAMED_IN_MESSAGES)
+        .map(AsRef::as_ref)
+        .collect();
+    let joined = first.join(separator);
+    match items.len().checked_sub(NAMED_IN_MESSAGES) {
+        Some(rest) if rest > 0 => format!("{joined}{separator}and {rest} more"),
+        _ => joined,
+    }
 }
 
 /// `count` cluster(s), for condition messages.
@@ -217,6 +236,22 @@ mod tests {
             available: true,
             ..ClusterInfo::default()
         }
+    }
+
+    #[test]
+    fn messages_name_the_first_clusters_and_count_the_rest() {
+        let few: Vec<String> = (0..NAMED_IN_MESSAGES).map(|i| format!("c{i}")).collect();
+        assert_eq!(named(&few, ", "), few.join(", "));
+        let many: Vec<String> = (0..NAMED_IN_MESSAGES + 7)
+            .map(|i| format!("c{i}"))
+            .collect();
+        let m = named(&many, "; ");
+        assert!(m.starts_with("c0; c1; "), "{m}");
+        assert!(
+            m.ends_with(&format!("c{}; and 7 more", NAMED_IN_MESSAGES - 1)),
+            "{m}"
+        );
+        assert!(!m.contains(&format!("c{NAMED_IN_MESSAGES};")), "{m}");
     }
 
     #[test]

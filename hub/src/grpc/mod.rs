@@ -13,7 +13,9 @@ use crate::distribution::Fanout;
 use crate::metrics::Metrics;
 use crate::pki::HubCa;
 use crate::store::Store;
+use crate::store::cache::PrefixCache;
 use crate::store::presence::ReplicaPresence;
+use crate::store::registry::ClusterRecord;
 
 /// Reads the verified client certificate of a request (TLS has checked it against the hub
 /// CA already) with `read`; no certificate, or one `read` refuses, is `UNAUTHENTICATED`.
@@ -64,4 +66,7 @@ pub struct AgentFacing {
     pub settings: AgentSettings,
     /// Placements and their fan-out to streams.
     pub fanout: Fanout,
+    /// The cluster registry as watched: a stream whose certificate it accepts opens without
+    /// a read from etcd (one that it does not accept is decided by etcd).
+    pub registry: PrefixCache<ClusterRecord>,
 }

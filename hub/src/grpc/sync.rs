@@ -57,12 +57,22 @@ impl SyncService {
 
 type HubStream = Pin<Box<dyn Stream<Item = Result<HubMessage, Status>> + Send>>;
 
-/// The verified cluster behind a request, and its certificate's key.
+/// The verified cluster behind a request, and its certificate's key: accepted by the
+/// watched registry without a read (the revoker's sweep ends a stream opened in the
+/// moment a revocation takes to reach the watch), else by etcd's record, which a fresh
+/// registration may be in before the watch delivers it.
 async fn authenticate<T>(
     shared: &AgentFacing,
     request: &Request<T>,
 ) -> Result<(String, String), Status> {
     let identity = super::read_client_certificate(request, peer_identity)?;
+    let now = unix_millis() / 1000;
+    let cached = shared
+        .registry
+        .get(&shared.store.keys().cluster(&identity.cluster));
+    if cached.is_some_and(|(r, _)| r.accepts(&identity.spki_sha256, now)) {
+        return Ok((identity.cluster, identity.spki_sha256));
+    }
     let record = shared
         .store
         .get_cluster(&identity.cluster)
@@ -72,7 +82,7 @@ async fn authenticate<T>(
             Status::unavailable(format!("cluster registry unavailable: {}", error_chain(&e)))
         })?;
     match record {
-        Some(r) if r.accepts(&identity.spki_sha256, unix_millis() / 1000) => {
+        Some(r) if r.accepts(&identity.spki_sha256, now) => {
             Ok((identity.cluster, identity.spki_sha256))
         }
         Some(_) => Err(Status::permission_denied(format!(

@@ -239,7 +239,7 @@ fn taken_message(topic_name: &str, taken: &[Taken]) -> String {
             };
             format!(
                 "FederatedKafkaTopic {owner} in {noun} {}",
-                clusters.join(", ")
+                crate::distribution::reported::named(&clusters, ", ")
             )
         })
         .collect();

@@ -415,6 +415,10 @@ impl PlacementKind for KafkaTopics {
         &mut status.conditions
     }
 
+    fn summarize(status: &mut FederatedKafkaTopicStatus, limits: &accord_crds::StatusLimits) {
+        status.summary = limits.apply(&mut status.placements);
+    }
+
     fn decide(
         &self,
         topic: &FederatedKafkaTopic,
@@ -483,7 +487,7 @@ impl PlacementKind for KafkaTopics {
                     spec.topic_name,
                     spec.partitions,
                     spec.replication_factor,
-                    sent.join(", ")
+                    crate::distribution::reported::named(&sent, ", ")
                 ),
             )
         })

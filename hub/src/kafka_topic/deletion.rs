@@ -135,7 +135,7 @@ pub fn incomplete_message(topic_name: &str, left: &[String], timeout: Duration) 
          FederatedKafkaTopic is released and the topic may remain there",
         timeout.as_secs(),
         if left.len() == 1 { "" } else { "s" },
-        left.join(", ")
+        crate::distribution::reported::named(left, ", ")
     )
 }
 

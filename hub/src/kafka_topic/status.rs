@@ -64,6 +64,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
         observed_generation: inputs.generation,
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,
+        summary: None,
     }
 }
 
@@ -161,7 +162,7 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
         reasons::DELETING,
         format!(
             "deleting the topic in every member; waiting for {} (released anyway within {}s)",
-            left.join(", "),
+            crate::distribution::reported::named(left, ", "),
             recheck.as_secs().max(1)
         ),
     )

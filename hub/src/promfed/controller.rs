@@ -158,6 +158,10 @@ impl PlacementKind for Promfed {
         &mut status.conditions
     }
 
+    fn summarize(status: &mut PrometheusFederationStatus, limits: &accord_crds::StatusLimits) {
+        status.summary = limits.apply(&mut status.placements);
+    }
+
     fn decide(
         &self,
         policy: &PrometheusFederation,

@@ -143,7 +143,7 @@ pub fn tier_status(
     if !part.without_endpoint.is_empty() {
         message.push(format!(
             "not in the global tier (no spec.federationEndpoint on the ManagedCluster): {}",
-            part.without_endpoint.join(", ")
+            crate::distribution::reported::named(&part.without_endpoint, ", ")
         ));
     }
     GlobalTierStatus {

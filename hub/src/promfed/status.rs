@@ -48,6 +48,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
         observed_generation: inputs.generation,
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,
+        summary: None,
         global: inputs.global.cloned(),
     }
 }

@@ -110,6 +110,10 @@ impl PlacementKind for Scale {
         &mut status.conditions
     }
 
+    fn summarize(status: &mut CrossClusterScalePolicyStatus, limits: &accord_crds::StatusLimits) {
+        status.summary = limits.apply(&mut status.placements);
+    }
+
     fn status_changed(
         old: Option<&CrossClusterScalePolicyStatus>,
         new: &CrossClusterScalePolicyStatus,
@@ -210,8 +214,8 @@ impl PlacementKind for Scale {
         let shares = counts
             .iter()
             .map(|(c, r)| format!("{c}={r}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect::<Vec<_>>();
+        let shares = crate::distribution::reported::named(&shares, ", ");
         let message = format!(
             "{} replicas: {shares} (scale request {})",
             decision.desired_replicas, decision.scale_request_id

@@ -295,6 +295,7 @@ pub fn aggregate(inputs: &AggregateInputs<'_>) -> CrossClusterScalePolicyStatus 
         scale_request_id: Some(inputs.decision.scale_request_id.clone()),
         last_scale_time: Some(inputs.decided_at.clone()),
         placements,
+        summary: None,
         autoscaling: old.and_then(|o| o.autoscaling.clone()),
         conditions: conditions::merge(
             old_conditions,
@@ -480,7 +481,7 @@ pub fn scale_conditions(placements: &[Placement], decision: &ScaleDecision) -> V
             types::DEGRADED,
             Status::True,
             reasons::PLACEMENT_PROBLEMS,
-            troubled.join("; "),
+            crate::distribution::reported::named(&troubled, "; "),
         ),
         (None, true) => Desired::new(
             types::DEGRADED,

@@ -5,6 +5,7 @@
 //! Every value is JSON. Every key lives under the [`Keyspace`] prefix, so several hubs (or
 //! a hub and its tests) can share one etcd.
 
+mod batch;
 pub mod cache;
 pub mod connection;
 pub mod election;
@@ -167,6 +168,16 @@ pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreE
 }
 
 /// The revision in a response header (0 when etcd sent none).
+/// Which batcher a batched write goes through: reports and leased writes never share a
+/// transaction (a lost lease fails every write of its transaction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// The agents' status reports.
+    Reports = 0,
+    /// Writes hung on a lease (`connected/` keys).
+    Leased = 1,
+}
+
 pub(crate) fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> i64 {
     header.map(|h| h.revision()).unwrap_or_default()
 }
@@ -184,6 +195,9 @@ pub struct Store {
     /// A second connection for lease keepalives only (see [`Store::lease_connection`]).
     leases: Client,
     keys: Keyspace,
+    /// Gather the agents' status writes and their streams' `connected/` writes into shared
+    /// transactions, one batcher per [`Lane`]; each started on first use (see [`batch`]).
+    batchers: std::sync::Arc<[std::sync::OnceLock<batch::Batcher>; 2]>,
 }
 
 impl std::fmt::Debug for Store {
@@ -247,6 +261,7 @@ impl Store {
             client,
             leases,
             keys,
+            batchers: Default::default(),
         })
     }
 
@@ -256,6 +271,7 @@ impl Store {
             leases: client.clone(),
             client,
             keys,
+            batchers: Default::default(),
         }
     }
 
@@ -267,6 +283,21 @@ impl Store {
     /// A clone of the etcd client (clones share one connection).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Applies `txn` (which writes `key` only) batched with other callers' transactions of
+    /// `lane` and `group`: its response and the revision it was applied at.
+    pub(crate) async fn batched_txn(
+        &self,
+        lane: Lane,
+        group: i64,
+        key: String,
+        txn: Txn,
+    ) -> Result<(etcd_client::TxnResponse, i64), StoreError> {
+        self.batchers[lane as usize]
+            .get_or_init(|| batch::Batcher::start(&self.client))
+            .txn(key, group, txn)
+            .await
     }
 
     /// The client for granting and refreshing leases: its own connection, so that the
@@ -444,12 +475,17 @@ impl Store {
         value: impl Into<Vec<u8>>,
         lease: i64,
     ) -> Result<i64, StoreError> {
-        let response = self
-            .client
-            .kv_client()
-            .put(key, value, Some(PutOptions::new().with_lease(lease)))
+        // A connect storm's writes share transactions (those on one lease only).
+        let put = TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)));
+        let (_, revision) = self
+            .batched_txn(
+                Lane::Leased,
+                lease,
+                key.to_owned(),
+                Txn::new().and_then(vec![put]),
+            )
             .await?;
-        Ok(header_revision(response.header()))
+        Ok(revision)
     }
 
     /// Deletes `key` only when its value equals `value`; returns whether it did.

@@ -1,10 +1,16 @@
 //! Which hub replica holds which cluster's stream, at no etcd cost per heartbeat.
 //!
-//! Each replica keeps ONE lease alive; `connected/<cluster>` keys name the replica and hang
-//! on that lease. A replica writes only when a stream opens or closes. When a replica dies
-//! its lease expires and all of its clusters' keys vanish together — one event per cluster
-//! for the other replicas' watches. When a live replica's lease is lost (a long pause, a
-//! partition) it takes a new one and writes its clusters' keys again.
+//! Each replica keeps a few leases alive, one per shard of its clusters ([`SHARDS`], by a
+//! hash of the cluster's name); `connected/<cluster>` keys name the replica and hang on
+//! their shard's lease. A replica writes only when a stream opens or closes. When a replica
+//! dies its leases expire and all of its clusters' keys vanish together — one event per
+//! cluster for the other replicas' watches. When a live replica's lease is lost (a long
+//! pause, a partition) it takes a new one and writes that shard's keys again.
+//!
+//! Why shards and not one lease: with authentication on, etcd checks a non-root user's
+//! right to every key already on a lease before it attaches another one, so each connect
+//! cost a check per connected cluster — at 10,000 clusters on one lease a connect storm
+//! took etcd minutes of applies and lost every lease (docs/benchmarks.md).
 //!
 //! A replica that stops on purpose (a rolling restart) hands its clusters over instead of
 //! deleting their keys: [`ReplicaPresence::hand_over`] moves each key onto a short lease of
@@ -29,6 +35,8 @@ use tokio::task::JoinHandle;
 use super::lease::Lease;
 use super::{Store, StoreError, check_segment, log_error, ttl_seconds};
 
+/// Leases per replica; a shard's lease holds about 1/SHARDS of the replica's clusters.
+pub const SHARDS: usize = 64;
 /// Longest pause between two attempts at re-granting a lost lease.
 const MAX_REGRANT_DELAY: Duration = Duration::from_secs(2);
 /// Attempts at re-writing a batch of clusters' keys on a new lease.
@@ -58,48 +66,73 @@ pub struct ConnectedRecord {
     pub connected_unix_millis: i64,
 }
 
-/// This replica's presence: its lease and the clusters whose streams it holds.
+/// This replica's presence: its leases and the clusters whose streams it holds.
 ///
-/// Dropping it stops refreshing the lease without revoking it (as a crash would): the keys
-/// vanish when the TTL runs out. [`ReplicaPresence::revoke`] removes them at once.
+/// Dropping it stops refreshing the leases without revoking them (as a crash would): the
+/// keys vanish when the TTL runs out. [`ReplicaPresence::revoke`] removes them at once.
 #[derive(Debug)]
 pub struct ReplicaPresence {
     shared: Arc<PresenceState>,
-    task: Option<JoinHandle<()>>,
+    /// One keepalive task per shard.
+    tasks: Vec<JoinHandle<()>>,
 }
 
 #[derive(Debug)]
 struct PresenceState {
     store: Store,
     replica: String,
-    lease_id: AtomicI64,
+    shards: Vec<Shard>,
     /// Connected clusters and the exact value written for each.
     clusters: DashMap<String, Vec<u8>>,
-    /// Held for reading by single marks, for writing while all keys are re-written on a
-    /// new lease, so a disconnect cannot be undone by a concurrent re-write.
-    rewrite: RwLock<()>,
-    /// Set by [`ReplicaPresence::hand_over`]: the keys now hang on the handover lease and
+    /// Set by [`ReplicaPresence::hand_over`]: the keys now hang on the handover leases and
     /// a stream ending must not delete them.
     handed_over: AtomicBool,
 }
 
+/// One shard of a replica's clusters: the lease their keys hang on.
+#[derive(Debug)]
+struct Shard {
+    lease_id: AtomicI64,
+    /// Held for reading by single marks, for writing while the shard's keys are re-written
+    /// on a new lease, so a disconnect cannot be undone by a concurrent re-write.
+    rewrite: RwLock<()>,
+}
+
+/// The shard of `cluster` (a stable hash of its name).
+fn shard_of(cluster: &str) -> usize {
+    // FNV-1a: stable across processes and versions, unlike std's hasher.
+    let hash = cluster.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    usize::try_from(hash % SHARDS as u64).unwrap_or_default()
+}
+
 impl ReplicaPresence {
-    /// Grants this replica's lease (`ttl`) and keeps it alive.
+    /// Grants this replica's leases (`ttl`) and keeps them alive.
     pub async fn start(store: Store, replica: String, ttl: Duration) -> Result<Self, StoreError> {
-        let lease = Lease::grant(&store.lease_connection(), ttl).await?;
+        let connection = store.lease_connection();
+        let leases: Vec<Lease> =
+            futures::future::try_join_all((0..SHARDS).map(|_| Lease::grant(&connection, ttl)))
+                .await?;
         let shared = Arc::new(PresenceState {
             store,
             replica,
-            lease_id: AtomicI64::new(lease.id()),
+            shards: leases
+                .iter()
+                .map(|l| Shard {
+                    lease_id: AtomicI64::new(l.id()),
+                    rewrite: RwLock::new(()),
+                })
+                .collect(),
             clusters: DashMap::new(),
-            rewrite: RwLock::new(()),
             handed_over: AtomicBool::new(false),
         });
-        let task = tokio::spawn(keep_present(shared.clone(), lease, ttl));
-        Ok(Self {
-            shared,
-            task: Some(task),
-        })
+        let tasks = leases
+            .into_iter()
+            .enumerate()
+            .map(|(shard, lease)| tokio::spawn(keep_present(shared.clone(), shard, lease, ttl)))
+            .collect();
+        Ok(Self { shared, tasks })
     }
 
     /// This replica's name (the value of its `connected/` keys).
@@ -107,13 +140,24 @@ impl ReplicaPresence {
         &self.shared.replica
     }
 
-    /// The id of the lease the keys currently hang on.
-    pub fn lease_id(&self) -> i64 {
-        self.shared.lease_id.load(Ordering::Acquire)
+    /// The id of the lease `cluster`'s key hangs on (its shard's).
+    pub fn lease_of(&self, cluster: &str) -> i64 {
+        self.shared.shards[shard_of(cluster)]
+            .lease_id
+            .load(Ordering::Acquire)
+    }
+
+    /// The ids of every lease of this replica, one per shard.
+    pub fn leases(&self) -> Vec<i64> {
+        self.shared
+            .shards
+            .iter()
+            .map(|s| s.lease_id.load(Ordering::Acquire))
+            .collect()
     }
 
     /// Records that this replica holds `cluster`'s stream: `connected/<cluster>` =
-    /// `record` (JSON), on the replica's lease.
+    /// `record` (JSON), on its shard's lease.
     ///
     /// The cluster is remembered even when the write fails, and written again whenever the
     /// lease is re-granted; a failed call may simply be retried.
@@ -127,13 +171,13 @@ impl ReplicaPresence {
         self.shared
             .clusters
             .insert(cluster.to_owned(), value.clone());
-        let _gate = self.shared.rewrite.read().await;
+        let _gate = self.shared.shards[shard_of(cluster)].rewrite.read().await;
         self.shared
             .store
             .put_with_lease(
                 &self.shared.store.keys().connected(cluster),
                 value,
-                self.lease_id(),
+                self.lease_of(cluster),
             )
             .await?;
         Ok(())
@@ -151,7 +195,7 @@ impl ReplicaPresence {
             // The key waits on the handover lease for the agent to reconnect elsewhere.
             return Ok(());
         }
-        let _gate = self.shared.rewrite.read().await;
+        let _gate = self.shared.shards[shard_of(cluster)].rewrite.read().await;
         self.shared
             .store
             .delete_if_value(&self.shared.store.keys().connected(cluster), &value)
@@ -178,7 +222,8 @@ impl ReplicaPresence {
     }
 
     /// Hands this replica's clusters over before it stops on purpose: every `connected/`
-    /// key it wrote moves onto a new lease of `grace` that nobody refreshes, and from now
+    /// key it wrote moves onto a new lease of `grace` that nobody refreshes (one per shard,
+    /// for the reason shards exist), and from now
     /// on a stream that ends leaves its key alone. Each agent then has `grace` to reconnect
     /// to another replica (whose connect overwrites the key) before its cluster counts as
     /// disconnected. A key another replica has taken over meanwhile is left as it is.
@@ -186,22 +231,22 @@ impl ReplicaPresence {
     /// Returns how many keys were handed over. On error (etcd unreachable) the keys stay
     /// on the replica's own lease and vanish when it expires, as after a crash.
     pub async fn hand_over(&self, grace: Duration) -> Result<usize, StoreError> {
-        let _gate = self.shared.rewrite.write().await;
-        self.shared.handed_over.store(true, Ordering::Release);
-        let clusters: Vec<(String, Vec<u8>)> = self
-            .shared
-            .clusters
-            .iter()
-            .map(|c| (c.key().clone(), c.value().clone()))
-            .collect();
-        if clusters.is_empty() {
-            return Ok(0);
+        let mut gates = Vec::with_capacity(SHARDS);
+        for shard in &self.shared.shards {
+            gates.push(shard.rewrite.write().await);
         }
-        let grace_lease = self.grant_grace(grace).await?;
+        self.shared.handed_over.store(true, Ordering::Release);
+        let mut by_shard: Vec<Vec<(String, Vec<u8>)>> = vec![Vec::new(); SHARDS];
+        for c in self.shared.clusters.iter() {
+            by_shard[shard_of(c.key())].push((c.key().clone(), c.value().clone()));
+        }
         let mut handed = 0;
-        for (cluster, value) in clusters {
-            if self.move_to_lease(&cluster, value, grace_lease).await? {
-                handed += 1;
+        for clusters in by_shard.into_iter().filter(|c| !c.is_empty()) {
+            let grace_lease = self.grant_grace(grace).await?;
+            for (cluster, value) in clusters {
+                if self.move_to_lease(&cluster, value, grace_lease).await? {
+                    handed += 1;
+                }
             }
         }
         Ok(handed)
@@ -227,7 +272,7 @@ impl ReplicaPresence {
         if self.shared.handed_over.load(Ordering::Acquire) {
             return Ok(false);
         }
-        let _gate = self.shared.rewrite.read().await;
+        let _gate = self.shared.shards[shard_of(cluster)].rewrite.read().await;
         let grace_lease = self.grant_grace(grace).await?;
         self.move_to_lease(cluster, value, grace_lease).await
     }
@@ -268,32 +313,35 @@ impl ReplicaPresence {
         Ok(response.succeeded())
     }
 
-    /// Stops and revokes the lease: every `connected/` key of this replica vanishes now.
+    /// Stops and revokes the leases: every `connected/` key of this replica vanishes now.
     pub async fn revoke(mut self) -> Result<(), StoreError> {
-        let Some(task) = self.task.take() else {
-            return Ok(());
-        };
-        task.abort();
-        let id = self.lease_id();
-        // The task owned the lease; revoke it by id.
-        match self.shared.store.client().lease_client().revoke(id).await {
-            Ok(_) => Ok(()),
-            Err(e) if super::lease::is_lease_not_found(&e) => Ok(()),
-            Err(e) => Err(e.into()),
+        for task in self.tasks.drain(..) {
+            task.abort();
         }
+        // The tasks owned the leases; revoke them by id.
+        let mut leases = self.shared.store.client().lease_client();
+        for id in self.leases() {
+            match leases.revoke(id).await {
+                Ok(_) => {}
+                Err(e) if super::lease::is_lease_not_found(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 }
 
 impl Drop for ReplicaPresence {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
+        for task in self.tasks.drain(..) {
             task.abort();
         }
     }
 }
 
-/// Waits for the lease to be lost, then takes a new one and re-writes every key.
-async fn keep_present(shared: Arc<PresenceState>, mut lease: Lease, ttl: Duration) {
+/// Waits for shard `shard`'s lease to be lost, then takes a new one and re-writes the
+/// shard's keys.
+async fn keep_present(shared: Arc<PresenceState>, shard: usize, mut lease: Lease, ttl: Duration) {
     loop {
         lease.lost().await;
         if shared.handed_over.load(Ordering::Acquire) {
@@ -316,11 +364,14 @@ async fn keep_present(shared: Arc<PresenceState>, mut lease: Lease, ttl: Duratio
                 }
             }
         };
-        let _gate = shared.rewrite.write().await;
-        shared.lease_id.store(lease.id(), Ordering::Release);
+        let _gate = shared.shards[shard].rewrite.write().await;
+        shared.shards[shard]
+            .lease_id
+            .store(lease.id(), Ordering::Release);
         let clusters: Vec<(String, Vec<u8>)> = shared
             .clusters
             .iter()
+            .filter(|c| shard_of(c.key()) == shard)
             .map(|c| (c.key().clone(), c.value().clone()))
             .collect();
         // In transactions of REANNOUNCE_BATCH puts, several at once: one put after another

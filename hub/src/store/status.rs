@@ -227,11 +227,12 @@ impl Store {
             )])
             .and_then(vec![TxnOp::put(key.as_str(), value, None)])
             .or_else(vec![TxnOp::get(key.as_str(), None)]);
-        let response = self.client().kv_client().txn(txn).await?;
+        // Reports from every stream share transactions: one etcd request and apply for many.
+        let (response, revision) = self
+            .batched_txn(super::Lane::Reports, 0, key.clone(), txn)
+            .await?;
         if response.succeeded() {
-            return Ok(WriteOutcome::Accepted {
-                version: header_revision(response.header()),
-            });
+            return Ok(WriteOutcome::Accepted { version: revision });
         }
         let current = response
             .op_responses()

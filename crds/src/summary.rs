@@ -1,0 +1,243 @@
+//! A status that stays small at any fleet size: above the hub's threshold a kind's
+//! `status.placements` lists only the placements that are not `Synced` (at most the hub's
+//! bound, in placement order) and `status.summary` counts every placement by state. The
+//! full per-cluster view is served by the hub (`accord-hub placements`).
+
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::PlacementState;
+use crate::bounds;
+
+/// Every placement of an object counted by state, shown when there are more placements than
+/// the status lists.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSummary {
+    /// Placements in all (one per selected cluster).
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub total: i32,
+    /// Placements per state; states no placement is in are left out.
+    #[serde(default)]
+    pub states: StateCounts,
+    /// Placements `status.placements` shows: those not `Synced`, in placement order, up to
+    /// the hub's bound (`--status-placements-listed`).
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub listed: i32,
+}
+
+/// Placements per state.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StateCounts {
+    /// Placements `Synced`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub synced: Option<i32>,
+    /// Placements `Pending`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub pending: Option<i32>,
+    /// Placements `TargetNotFound`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub target_not_found: Option<i32>,
+    /// Placements `Conflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub conflict: Option<i32>,
+    /// Placements `Unavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub unavailable: Option<i32>,
+    /// Placements `Error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub error: Option<i32>,
+}
+
+impl StateCounts {
+    /// Counts one more placement in `state`.
+    pub fn add(&mut self, state: PlacementState) {
+        let count = match state {
+            PlacementState::Synced => &mut self.synced,
+            PlacementState::Pending => &mut self.pending,
+            PlacementState::TargetNotFound => &mut self.target_not_found,
+            PlacementState::Conflict => &mut self.conflict,
+            PlacementState::Unavailable => &mut self.unavailable,
+            PlacementState::Error => &mut self.error,
+        };
+        *count = Some(count.unwrap_or(0).saturating_add(1));
+    }
+}
+
+/// A per-cluster placement as a status lists it.
+pub trait HasState {
+    /// Its state.
+    fn state(&self) -> PlacementState;
+}
+
+impl HasState for crate::Placement {
+    fn state(&self) -> PlacementState {
+        self.state
+    }
+}
+
+impl HasState for crate::TopicPlacement {
+    fn state(&self) -> PlacementState {
+        self.state
+    }
+}
+
+impl HasState for crate::FederationPlacement {
+    fn state(&self) -> PlacementState {
+        self.state
+    }
+}
+
+/// How many placements a status lists: all of them up to `threshold`; above it, only those
+/// not `Synced`, at most `listed`, with a [`PlacementSummary`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusLimits {
+    /// Most placements listed in full.
+    pub threshold: usize,
+    /// Most placements listed above the threshold.
+    pub listed: usize,
+}
+
+impl Default for StatusLimits {
+    fn default() -> Self {
+        Self {
+            threshold: 100,
+            listed: 20,
+        }
+    }
+}
+
+impl StatusLimits {
+    /// Cuts `placements` down to what the status lists; the summary when it was cut (None,
+    /// and the list unchanged, at or below the threshold).
+    pub fn apply<P: HasState>(&self, placements: &mut Vec<P>) -> Option<PlacementSummary> {
+        if placements.len() <= self.threshold {
+            return None;
+        }
+        let mut states = StateCounts::default();
+        for p in placements.iter() {
+            states.add(p.state());
+        }
+        let total = count(placements.len());
+        let mut kept = 0;
+        placements.retain(|p| {
+            let keep = p.state() != PlacementState::Synced && kept < self.listed;
+            kept += usize::from(keep);
+            keep
+        });
+        Some(PlacementSummary {
+            total,
+            states,
+            listed: count(placements.len()),
+        })
+    }
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TopicPlacement;
+
+    fn placement(i: usize, state: PlacementState) -> TopicPlacement {
+        TopicPlacement {
+            cluster: format!("c{i}"),
+            state,
+            partitions: None,
+            replication_factor: None,
+            message: None,
+        }
+    }
+
+    fn fleet(n: usize, not_synced_every: usize) -> Vec<TopicPlacement> {
+        (0..n)
+            .map(|i| {
+                let state = if i % not_synced_every == 0 {
+                    PlacementState::Pending
+                } else {
+                    PlacementState::Synced
+                };
+                placement(i, state)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_fleet_at_the_threshold_is_listed_in_full_without_a_summary() {
+        let limits = StatusLimits {
+            threshold: 10,
+            listed: 2,
+        };
+        let mut placements = fleet(10, 3);
+        let before = placements.clone();
+        assert_eq!(limits.apply(&mut placements), None);
+        assert_eq!(placements, before);
+    }
+
+    #[test]
+    fn above_the_threshold_only_the_first_unsynced_placements_are_listed_and_all_are_counted() {
+        let limits = StatusLimits {
+            threshold: 10,
+            listed: 3,
+        };
+        let mut placements = fleet(11, 2);
+        placements[3].state = PlacementState::Error;
+        let summary = limits
+            .apply(&mut placements)
+            .expect("a summary above the threshold");
+        let listed: Vec<(&str, PlacementState)> = placements
+            .iter()
+            .map(|p| (p.cluster.as_str(), p.state))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("c0", PlacementState::Pending),
+                ("c2", PlacementState::Pending),
+                ("c3", PlacementState::Error),
+            ]
+        );
+        assert_eq!(summary.total, 11);
+        assert_eq!(summary.listed, 3);
+        assert_eq!(
+            summary.states,
+            StateCounts {
+                error: Some(1),
+                pending: Some(6),
+                synced: Some(4),
+                ..StateCounts::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_fleet_all_synced_above_the_threshold_lists_none() {
+        let limits = StatusLimits {
+            threshold: 1,
+            listed: 5,
+        };
+        let mut placements: Vec<_> = (0..4)
+            .map(|i| placement(i, PlacementState::Synced))
+            .collect();
+        let summary = limits.apply(&mut placements).unwrap();
+        assert!(placements.is_empty());
+        assert_eq!(summary.listed, 0);
+        assert_eq!(
+            summary.states,
+            StateCounts {
+                synced: Some(4),
+                ..StateCounts::default()
+            }
+        );
+    }
+}

@@ -1,0 +1,273 @@
+//! The full per-cluster view of every object the leader places — its status as it would
+//! read without the bound on listed placements (`--status-placements-threshold`) — served at
+//! `/placements/<kind>/<namespace>/<name>` on the HTTP endpoint and printed by
+//! `accord-hub placements KIND/NAMESPACE/NAME`.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use accord_common::distribution::{PolicyKind, PolicyRef};
+use anyhow::{Context, bail};
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use dashmap::DashMap;
+use serde::Serialize;
+
+/// Every placed object's full status, by `kind/namespace/name`; kept by the leader's
+/// controllers and emptied when the term ends (a follower serves none).
+#[derive(Clone, Default)]
+pub struct Views(Arc<DashMap<String, Arc<str>>>);
+
+fn key(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
+}
+
+impl Views {
+    /// Keeps `status` (the whole of it) as `policy`'s view.
+    pub fn set(&self, policy: &PolicyRef, status: &impl Serialize) {
+        match serde_json::to_string(status) {
+            Ok(json) => {
+                self.0.insert(
+                    key(policy.kind.as_str(), &policy.namespace, &policy.name),
+                    json.into(),
+                );
+            }
+            Err(e) => tracing::debug!(policy = %policy, error = %e, "status view not kept"),
+        }
+    }
+
+    /// Forgets `policy`'s view.
+    pub fn remove(&self, policy: &PolicyRef) {
+        self.0
+            .remove(&key(policy.kind.as_str(), &policy.namespace, &policy.name));
+    }
+
+    /// Forgets every view (the term ended).
+    pub fn clear(&self) {
+        self.0.clear();
+    }
+
+    /// The view of `kind/namespace/name`, as JSON.
+    pub fn get(&self, kind: PolicyKind, namespace: &str, name: &str) -> Option<Arc<str>> {
+        self.0
+            .get(&key(kind.as_str(), namespace, name))
+            .map(|v| v.clone())
+    }
+
+    /// The HTTP route serving the views.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/placements/{kind}/{namespace}/{name}", get(serve_view))
+            .with_state(self.clone())
+    }
+}
+
+async fn serve_view(
+    State(views): State<Views>,
+    Path((kind, namespace, name)): Path<(String, String, String)>,
+) -> Response {
+    let kind = match parse_kind(&kind) {
+        Ok(kind) => kind,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e:#}\n")).into_response(),
+    };
+    match views.get(kind, &namespace, &name) {
+        Some(json) => (
+            [("content-type", "application/json")],
+            json.as_ref().to_owned(),
+        )
+            .into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "{kind} {namespace}/{name} is not placed by this replica: it does not exist, or \
+                 this replica does not lead (only the leader, accord_hub_is_leader 1, \
+                 computes placements)\n"
+            ),
+        )
+            .into_response(),
+    }
+}
+
+/// A kind as users name it: the kind (any case), its plural or its short name.
+pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
+    if let Ok(kind) = PolicyKind::from_str(s) {
+        return Ok(kind);
+    }
+    let lower = s.to_ascii_lowercase();
+    for kind in PolicyKind::ALL {
+        let (short, name) = match kind {
+            PolicyKind::CrossClusterScalePolicy => ("ccsp", kind.as_str()),
+            PolicyKind::FederatedKafkaTopic => ("fkt", kind.as_str()),
+            PolicyKind::PrometheusFederation => ("pfed", kind.as_str()),
+        };
+        let name = name.to_ascii_lowercase();
+        if lower == short || lower == name || lower == format!("{name}s") {
+            return Ok(kind);
+        }
+    }
+    let known: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+    bail!(
+        "unknown kind {s:?}: one of {} (or their short names ccsp, fkt, pfed)",
+        known.join(", ")
+    )
+}
+
+/// `KIND/NAMESPACE/NAME` as `accord-hub placements` takes it.
+pub fn parse_object(s: &str) -> anyhow::Result<(PolicyKind, String, String)> {
+    let parts: Vec<&str> = s.split('/').collect();
+    let [kind, namespace, name] = parts[..] else {
+        bail!("expected KIND/NAMESPACE/NAME, e.g. FederatedKafkaTopic/default/orders; got {s:?}")
+    };
+    if namespace.is_empty() || name.is_empty() {
+        bail!("expected KIND/NAMESPACE/NAME with a namespace and a name; got {s:?}");
+    }
+    Ok((parse_kind(kind)?, namespace.to_owned(), name.to_owned()))
+}
+
+/// `accord-hub placements`: fetches the view from the hub at `hub` (its HTTP endpoint) and
+/// prints it as a table (or as JSON).
+pub async fn print(hub: &str, object: &str, json: bool) -> anyhow::Result<()> {
+    let (kind, namespace, name) = parse_object(object)?;
+    let url = format!(
+        "{}/placements/{kind}/{namespace}/{name}",
+        hub.trim_end_matches('/')
+    );
+    let response = reqwest::get(&url)
+        .await
+        .with_context(|| format!("asking the hub at {url}"))?;
+    let code = response.status();
+    let body = response
+        .text()
+        .await
+        .with_context(|| format!("reading the answer of {url}"))?;
+    if !code.is_success() {
+        bail!("{url}: {code}: {}", body.trim());
+    }
+    if json {
+        println!("{body}");
+        return Ok(());
+    }
+    let status: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))?;
+    print!("{}", table(&status));
+    Ok(())
+}
+
+/// The placements of a status as a table: cluster, state, message; a count per state first.
+fn table(status: &serde_json::Value) -> String {
+    let placements = status["placements"].as_array().cloned().unwrap_or_default();
+    let field = |p: &serde_json::Value, f: &str| p[f].as_str().unwrap_or("").to_owned();
+    let mut states = std::collections::BTreeMap::<String, usize>::new();
+    for p in &placements {
+        *states.entry(field(p, "state")).or_default() += 1;
+    }
+    let counts: Vec<String> = states.iter().map(|(s, n)| format!("{s} {n}")).collect();
+    let mut out = format!("{} placements: {}\n", placements.len(), counts.join(", "));
+    let width = placements
+        .iter()
+        .map(|p| field(p, "cluster").len())
+        .max()
+        .unwrap_or(0)
+        .max("CLUSTER".len());
+    out.push_str(&format!("{:width$}  {:14}  MESSAGE\n", "CLUSTER", "STATE"));
+    for p in &placements {
+        out.push_str(&format!(
+            "{:width$}  {:14}  {}\n",
+            field(p, "cluster"),
+            field(p, "state"),
+            field(p, "message")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_known_by_name_plural_and_short_name_and_others_are_refused() {
+        for s in ["FederatedKafkaTopic", "federatedkafkatopics", "fkt", "FKT"] {
+            assert_eq!(
+                parse_kind(s).unwrap(),
+                PolicyKind::FederatedKafkaTopic,
+                "{s}"
+            );
+        }
+        assert_eq!(
+            parse_kind("ccsp").unwrap(),
+            PolicyKind::CrossClusterScalePolicy
+        );
+        assert_eq!(
+            parse_kind("pfed").unwrap(),
+            PolicyKind::PrometheusFederation
+        );
+        let e = parse_kind("Deployment").unwrap_err().to_string();
+        assert!(e.contains("unknown kind") && e.contains("fkt"), "{e}");
+    }
+
+    #[test]
+    fn an_object_needs_a_kind_a_namespace_and_a_name() {
+        let (kind, ns, name) = parse_object("fkt/default/orders").unwrap();
+        assert_eq!(
+            (kind, ns.as_str(), name.as_str()),
+            (PolicyKind::FederatedKafkaTopic, "default", "orders")
+        );
+        for bad in ["fkt/orders", "fkt//orders", "fkt/default/orders/x", ""] {
+            let e = parse_object(bad).unwrap_err().to_string();
+            assert!(e.contains("KIND/NAMESPACE/NAME"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_view_is_kept_per_object_until_removed_or_the_term_ends() {
+        let views = Views::default();
+        let a = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "a");
+        let b = PolicyRef::new(PolicyKind::PrometheusFederation, "ns", "a");
+        views.set(&a, &serde_json::json!({"placements": [{"cluster": "c1"}]}));
+        views.set(&b, &serde_json::json!({}));
+        assert!(
+            views
+                .get(PolicyKind::FederatedKafkaTopic, "ns", "a")
+                .unwrap()
+                .contains("c1")
+        );
+        views.remove(&a);
+        assert!(
+            views
+                .get(PolicyKind::FederatedKafkaTopic, "ns", "a")
+                .is_none()
+        );
+        assert!(
+            views
+                .get(PolicyKind::PrometheusFederation, "ns", "a")
+                .is_some()
+        );
+        views.clear();
+        assert!(
+            views
+                .get(PolicyKind::PrometheusFederation, "ns", "a")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_table_counts_states_and_lists_every_placement() {
+        let status = serde_json::json!({"placements": [
+            {"cluster": "member-1", "state": "Synced"},
+            {"cluster": "m2", "state": "Error", "message": "refused"},
+        ]});
+        let t = table(&status);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "2 placements: Error 1, Synced 1");
+        assert!(lines[1].starts_with("CLUSTER "), "{t}");
+        assert!(lines[2].starts_with("member-1  Synced"), "{t}");
+        assert!(
+            lines[3].starts_with("m2        Error") && lines[3].ends_with("refused"),
+            "{t}"
+        );
+    }
+}
