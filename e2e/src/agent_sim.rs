@@ -47,6 +47,18 @@ pub async fn register(
     cluster: &str,
     force: bool,
 ) -> std::result::Result<AgentIdentity, tonic::Status> {
+    register_labelled(hub, token, ca_cert_hash, cluster, force, Default::default()).await
+}
+
+/// [`register`] with the ManagedCluster's `labels`.
+pub async fn register_labelled(
+    hub: &str,
+    token: &str,
+    ca_cert_hash: &str,
+    cluster: &str,
+    force: bool,
+    labels: std::collections::HashMap<String, String>,
+) -> std::result::Result<AgentIdentity, tonic::Status> {
     let url = format!("https://{hub}");
     let registered = register::register(&register::Registration {
         hub_url: &url,
@@ -54,7 +66,7 @@ pub async fn register(
         ca_cert_hash,
         token,
         cluster,
-        labels: Default::default(),
+        labels,
         agent_version: "sim",
         kubernetes_version: "v1.34.4",
         force,

@@ -5,10 +5,17 @@
 //! status report every `--report-every`; the benchmark prints hub RSS, hub CPU seconds,
 //! heartbeats/s, status reports/s and report-to-ack latency percentiles.
 //!
+//! With `--fanout`, one FederatedKafkaTopic then selects every agent by label (they are
+//! registered with `bench=fanout`), is edited once, and for each of the two changes the
+//! benchmark prints when every agent received its assignment and when every agent's report
+//! was stored (p50/p99/max over agents, from the API server accepting the change), when the
+//! object's status said `Ready`, and the status's size.
+//!
 //! ```text
-//! cargo run --release -p accord-e2e --bin hub-bench -- --agents 1000 --duration 30
+//! cargo run --release -p accord-e2e --bin hub-bench -- --agents 1000 --duration 30 [--fanout]
 //! ```
 
+use accord_crds::FederatedKafkaTopic;
 use accord_e2e::Testbed;
 use accord_e2e::agent_sim::{self, AgentStream, policy};
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
@@ -16,10 +23,14 @@ use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use accord_e2e::wait::{Check, until};
 use accord_hub::store::{Keyspace, Store};
 use accord_proto::v1::{
-    AgentMessage, Heartbeat, StatusReport, agent_message, hub_message, status_ack,
+    AgentMessage, Heartbeat, KafkaTopicStatus, StatusReport, agent_message, assignment,
+    hub_message, status_ack, status_report,
 };
 use anyhow::{Context as _, Result};
 use futures::{StreamExt, stream};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -33,6 +44,101 @@ struct Args {
     /// Keep the hub's state in the API servers' plain etcd instead of the hub's own
     /// (TLS, client certificates, authentication).
     plain_etcd: bool,
+    /// After the steady state, place one FederatedKafkaTopic in every agent and time it.
+    fanout: bool,
+}
+
+/// Name (and namespace) of the fan-out topic object.
+const FANOUT_TOPIC: &str = "fanout";
+const BENCH_NAMESPACE: &str = "bench";
+
+/// The fan-out topic as each agent saw it: the revision of the last assignment received
+/// and of the last report the hub stored, with when.
+#[derive(Default)]
+struct Seen {
+    by_agent: std::sync::Mutex<HashMap<String, AgentSeen>>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct AgentSeen {
+    received: Option<(i64, Instant)>,
+    stored: Option<(i64, Instant)>,
+}
+
+/// One agent's reports on the fan-out topic: one in flight at a time, as a real agent has
+/// per policy.
+#[derive(Default)]
+struct TopicReports {
+    /// The version the hub stored last.
+    version: i64,
+    /// Revision of the report awaiting its ack.
+    in_flight: Option<i64>,
+    /// The last report sent (sent again on a conflict).
+    last: Option<StatusReport>,
+    /// A report waiting for the one in flight.
+    next: Option<StatusReport>,
+}
+
+impl TopicReports {
+    /// The message to send `report` in now, or None when it waits for the ack in flight.
+    fn offer(&mut self, report: StatusReport) -> Option<AgentMessage> {
+        if self.in_flight.is_some() {
+            self.next = Some(report);
+            return None;
+        }
+        Some(self.send(report))
+    }
+
+    fn send(&mut self, report: StatusReport) -> AgentMessage {
+        let report = StatusReport {
+            expected_version: self.version,
+            ..report
+        };
+        self.in_flight = Some(report.applied_revision);
+        self.last = Some(report.clone());
+        AgentMessage {
+            cluster: String::new(),
+            body: Some(agent_message::Body::StatusReport(report)),
+        }
+    }
+
+    /// The hub's answer: the revision it stored (when accepted) and what to send next (the
+    /// waiting report, or after a conflict the same one on the stored version).
+    fn answered(
+        &mut self,
+        result: Option<status_ack::Result>,
+    ) -> (Option<i64>, Option<AgentMessage>) {
+        let accepted = matches!(result, Some(status_ack::Result::Accepted(_)));
+        if let Some(status_ack::Result::Accepted(v) | status_ack::Result::Conflict(v)) = result {
+            self.version = v;
+        }
+        let Some(revision) = self.in_flight.take() else {
+            return (None, None);
+        };
+        let again = if accepted {
+            self.next.take()
+        } else {
+            self.last.clone()
+        };
+        (accepted.then_some(revision), again.map(|r| self.send(r)))
+    }
+}
+
+impl Seen {
+    fn update(&self, cluster: &str, f: impl FnOnce(&mut AgentSeen)) {
+        let mut map = self
+            .by_agent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(map.entry(cluster.to_owned()).or_default());
+    }
+
+    fn snapshot(&self) -> HashMap<String, AgentSeen> {
+        self.by_agent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 fn parse_args() -> Result<Args> {
@@ -42,6 +148,7 @@ fn parse_args() -> Result<Args> {
         report_every: 5,
         concurrency: 32,
         plain_etcd: false,
+        fanout: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -52,8 +159,9 @@ fn parse_args() -> Result<Args> {
             "--report-every" => a.report_every = value()?.parse()?,
             "--concurrency" => a.concurrency = value()?.parse()?,
             "--plain-etcd" => a.plain_etcd = true,
+            "--fanout" => a.fanout = true,
             other => anyhow::bail!(
-                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N --plain-etcd"
+                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N --plain-etcd --fanout"
             ),
         }
     }
@@ -70,6 +178,16 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
 
 /// One simulated agent: a heartbeat every second and a status report every
 /// `report_every` heartbeats, timing each report until its ack.
+/// What the agents record for the measurements: report→ack latencies and acks while
+/// `measuring`, and what each saw of the fan-out topic.
+#[derive(Clone, Default)]
+struct Probes {
+    latencies: Arc<Mutex<Vec<u64>>>,
+    acks: Arc<AtomicU64>,
+    measuring: Arc<std::sync::atomic::AtomicBool>,
+    seen: Arc<Seen>,
+}
+
 /// Streams that ended on the agents' side, with why (cluster, reason).
 type Ended = Arc<std::sync::Mutex<Vec<(String, String)>>>;
 
@@ -78,10 +196,14 @@ async fn run_agent(
     ended: Ended,
     offset: Duration,
     report_every: u64,
-    latencies: Arc<Mutex<Vec<u64>>>,
-    acks: Arc<AtomicU64>,
-    measuring: Arc<std::sync::atomic::AtomicBool>,
+    probes: Probes,
 ) {
+    let Probes {
+        latencies,
+        acks,
+        measuring,
+        seen,
+    } = probes;
     let cluster = s.cluster.clone();
     let end = |reason: String| {
         ended
@@ -100,6 +222,7 @@ async fn run_agent(
     // ticker is apart from its reports): a hub slow to store a report must not make the
     // agent look silent.
     let mut in_flight: Option<Instant> = None;
+    let mut reports = TopicReports::default();
     loop {
         tokio::select! {
             _ = tick.tick() => {
@@ -135,9 +258,57 @@ async fn run_agent(
             // Cancel-safe: the stream keeps what it has read of a message.
             message = rx.message() => match message {
                 Ok(Some(m)) => {
-                    let Some(hub_message::Body::StatusAck(a)) = m.body else {
-                        continue;
+                    let a = match m.body {
+                        Some(hub_message::Body::StatusAck(a)) => a,
+                        Some(hub_message::Body::Assignments(assignments)) => {
+                            // Apply instantly: report the topic as asked.
+                            for item in assignments.items {
+                                let (Some(p), Some(assignment::Spec::KafkaTopic(topic))) =
+                                    (item.policy, item.spec)
+                                else {
+                                    continue;
+                                };
+                                if p.name != FANOUT_TOPIC {
+                                    continue;
+                                }
+                                let now = Instant::now();
+                                seen.update(&cluster, |s| s.received = Some((item.revision, now)));
+                                let report = StatusReport {
+                                    policy: Some(p),
+                                    state: accord_proto::v1::PlacementState::Synced as i32,
+                                    applied_revision: item.revision,
+                                    observed: Some(status_report::Observed::KafkaTopic(
+                                        KafkaTopicStatus {
+                                            partitions: topic.partitions,
+                                            replication_factor: topic.replication_factor,
+                                            exists: true,
+                                        },
+                                    )),
+                                    ..Default::default()
+                                };
+                                if let Some(message) = reports.offer(report)
+                                    && tx.send(message).await.is_err()
+                                {
+                                    return end("the stream closed (report)".into());
+                                }
+                            }
+                            continue;
+                        }
+                        _ => continue,
                     };
+                    if a.policy.as_ref().is_some_and(|p| p.name == FANOUT_TOPIC) {
+                        let (stored, next) = reports.answered(a.result);
+                        if let Some(revision) = stored {
+                            let now = Instant::now();
+                            seen.update(&cluster, |s| s.stored = Some((revision, now)));
+                        }
+                        if let Some(message) = next
+                            && tx.send(message).await.is_err()
+                        {
+                            return end("the stream closed (report)".into());
+                        }
+                        continue;
+                    }
                     if let Some(status_ack::Result::Accepted(v) | status_ack::Result::Conflict(v)) =
                         a.result
                     {
@@ -279,9 +450,17 @@ async fn main() -> Result<()> {
                     .create_token(Duration::from_secs(600), "bench")
                     .await?;
                 let cluster = format!("bench-{i:05}");
-                agent_sim::register(&grpc, &token.to_string(), &hash, &cluster, true)
-                    .await
-                    .map_err(|s| anyhow::anyhow!("register {cluster}: {s}"))
+                let labels = HashMap::from([("bench".to_owned(), FANOUT_TOPIC.to_owned())]);
+                agent_sim::register_labelled(
+                    &grpc,
+                    &token.to_string(),
+                    &hash,
+                    &cluster,
+                    true,
+                    labels,
+                )
+                .await
+                .map_err(|s| anyhow::anyhow!("register {cluster}: {s}"))
             }
         })
         .buffer_unordered(args.concurrency)
@@ -293,18 +472,14 @@ async fn main() -> Result<()> {
     eprintln!("joined {} agents in {join_secs:.1}s", args.agents);
 
     // Open every stream; heartbeat each second, report every report_every seconds.
-    let latencies = Arc::new(Mutex::new(Vec::<u64>::new()));
-    let acks = Arc::new(AtomicU64::new(0));
-    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probes = Probes::default();
     let ended = Ended::default();
     // Each agent starts heartbeating as soon as its stream is open: the hub closes a stream
     // that stays silent past the heartbeat timeout.
     let tasks: Vec<tokio::task::JoinHandle<()>> = stream::iter(identities.into_iter().enumerate())
         .map(|(i, id)| {
             let grpc = hub.grpc.clone();
-            let latencies = latencies.clone();
-            let acks = acks.clone();
-            let measuring = measuring.clone();
+            let probes = probes.clone();
             let ended = ended.clone();
             let report_every = args.report_every;
             async move {
@@ -316,9 +491,7 @@ async fn main() -> Result<()> {
                     ended,
                     offset,
                     report_every,
-                    latencies,
-                    acks,
-                    measuring,
+                    probes,
                 )))
             }
         })
@@ -380,10 +553,10 @@ async fn main() -> Result<()> {
         .await?
         .unwrap_or(0.0);
     let cpu0 = cpu_seconds(hub_pid);
-    measuring.store(true, Ordering::Relaxed);
+    probes.measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
-    measuring.store(false, Ordering::Relaxed);
+    probes.measuring.store(false, Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
     let cpu = cpu_seconds(hub_pid) - cpu0;
     let bench_cpu = cpu_seconds(std::process::id()) - bench_cpu0;
@@ -398,11 +571,8 @@ async fn main() -> Result<()> {
         .unwrap_or(0.0)
         - rep0;
     let rss = rss_bytes(hub_pid);
-    let mut lat = latencies.lock().await.clone();
+    let mut lat = probes.latencies.lock().await.clone();
     lat.sort_unstable();
-    for t in tasks {
-        t.abort();
-    }
 
     println!("agents                    {}", args.agents);
     println!(
@@ -437,5 +607,100 @@ async fn main() -> Result<()> {
         percentile(&lat, 1.0),
         lat.len()
     );
+    if args.fanout {
+        fanout(&testbed, hub_pid, args.agents, &probes.seen).await?;
+    }
+    for t in tasks {
+        t.abort();
+    }
+    Ok(())
+}
+
+/// Places one FederatedKafkaTopic in every agent, then edits it, timing each change.
+async fn fanout(testbed: &Testbed, hub_pid: u32, agents: usize, seen: &Seen) -> Result<()> {
+    accord_e2e::fleet::ensure_namespace(testbed.mgmt(), BENCH_NAMESPACE).await?;
+    let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), BENCH_NAMESPACE);
+    let topic: FederatedKafkaTopic = serde_json::from_value(serde_json::json!({
+        "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+        "metadata": {"name": FANOUT_TOPIC, "namespace": BENCH_NAMESPACE},
+        "spec": {
+            "partitions": 1, "replicationFactor": 1,
+            "clusterSelector": {"matchLabels": {"bench": FANOUT_TOPIC}},
+        },
+    }))?;
+    for change in ["create", "edit"] {
+        let before = seen.snapshot();
+        let cpu0 = cpu_seconds(hub_pid);
+        let generation = if change == "create" {
+            api.create(&PostParams::default(), &topic).await?
+        } else {
+            api.patch(
+                FANOUT_TOPIC,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"partitions": 2}})),
+            )
+            .await?
+        }
+        .metadata
+        .generation;
+        let accepted = Instant::now();
+        let newer = |now: &HashMap<String, AgentSeen>, stored: bool| -> Vec<Duration> {
+            now.iter()
+                .filter_map(|(cluster, s)| {
+                    let pick = |s: &AgentSeen| if stored { s.stored } else { s.received };
+                    let (revision, at) = pick(s)?;
+                    let old = before.get(cluster).and_then(pick).map_or(0, |(r, _)| r);
+                    (revision > old).then(|| at.saturating_duration_since(accepted))
+                })
+                .collect()
+        };
+        let every = |stored: bool, what: &'static str| {
+            let newer = &newer;
+            until(what, Duration::from_secs(300), move || async move {
+                let got = newer(&seen.snapshot(), stored);
+                Ok(if got.len() >= agents {
+                    Check::Ready(got)
+                } else {
+                    Check::NotYet(format!("{} of {agents}", got.len()))
+                })
+            })
+        };
+        let received = every(false, "every agent received the change").await?;
+        let stored = every(true, "every agent's report stored").await?;
+        let ready = until("the status Ready", Duration::from_secs(300), || async {
+            let t = api.get(FANOUT_TOPIC).await?;
+            let status = t.status.clone().unwrap_or_default();
+            let ready = status.observed_generation == generation
+                && accord_crds::conditions::is_true(&status.conditions, "Ready");
+            Ok(if ready {
+                Check::Ready((accepted.elapsed(), serde_json::to_vec(&status)?.len()))
+            } else {
+                Check::NotYet(format!("{:?}", status.summary))
+            })
+        })
+        .await?;
+        let cpu = cpu_seconds(hub_pid) - cpu0;
+        let spread = |mut d: Vec<Duration>| {
+            d.sort_unstable();
+            let micros: Vec<u64> = d.iter().map(|d| d.as_micros() as u64).collect();
+            format!(
+                "p50 {:?}  p99 {:?}  max {:?}",
+                percentile(&micros, 0.50),
+                percentile(&micros, 0.99),
+                percentile(&micros, 1.0)
+            )
+        };
+        println!(
+            "fan-out {change}: assignment received  {}",
+            spread(received)
+        );
+        println!("fan-out {change}: report stored        {}", spread(stored));
+        println!(
+            "fan-out {change}: status Ready after   {:?} ({} bytes of status), hub CPU {cpu:.1} s, hub RSS {:.1} MiB",
+            ready.0,
+            ready.1,
+            rss_bytes(hub_pid) as f64 / 1048576.0
+        );
+    }
     Ok(())
 }

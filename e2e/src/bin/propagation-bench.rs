@@ -5,6 +5,10 @@
 //!   member's Deployment has its new `spec.replicas`, seen through watches on the members;
 //!   and the writes the management kube-apiserver served meanwhile (its own `/metrics`),
 //!   per change;
+//! - the floor, measured in the same run (each Accord change is followed by one): the same
+//!   change applied straight to a Deployment of every member, in parallel, as a perfect
+//!   federation would, until the same watches see it; Accord's figures are printed beside
+//!   it with their ratio;
 //! - failover: time from `kill -9` of one agent until its share is on the other clusters.
 //!
 //! ```text
@@ -29,6 +33,8 @@ use tokio::sync::{Mutex, watch};
 
 const NS: &str = "bench";
 const FM: &str = "accord-bench";
+/// The members' Deployment the floor is measured on.
+const FLOOR: &str = "floor";
 
 fn flag(name: &str, default: usize) -> Result<usize> {
     let args: Vec<String> = std::env::args().collect();
@@ -38,15 +44,16 @@ fn flag(name: &str, default: usize) -> Result<usize> {
     })
 }
 
-/// Latest `spec.replicas` per member, fed by a watch on each member's Deployment.
-async fn watch_members(testbed: &Testbed) -> watch::Receiver<HashMap<usize, i32>> {
+/// Latest `spec.replicas` per member, fed by a watch on each member's Deployment `name`.
+async fn watch_members(testbed: &Testbed, name: &str) -> watch::Receiver<HashMap<usize, i32>> {
     let (tx, rx) = watch::channel(HashMap::new());
     let tx = Arc::new(Mutex::new(tx));
     for (i, member) in testbed.members().iter().enumerate() {
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
         let tx = tx.clone();
+        let selector = format!("metadata.name={name}");
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default().fields("metadata.name=web"))
+            let mut events = watcher(api, watcher::Config::default().fields(&selector))
                 .applied_objects()
                 .boxed();
             while let Some(Ok(d)) = events.next().await {
@@ -95,10 +102,19 @@ async fn main() -> Result<()> {
     for member in testbed.members() {
         ensure_namespace(member, NS).await?;
         let api: Api<Deployment> = Api::namespaced(member.client(), NS);
-        let d = accord_e2e::fleet::pause_deployment("web", 1);
-        api.patch("web", &PatchParams::apply(FM), &Patch::Apply(&d))
-            .await?;
+        // `web` is Accord's to scale; `floor` is the bench's own, changed directly.
+        for name in ["web", FLOOR] {
+            let d = accord_e2e::fleet::pause_deployment(name, 1);
+            api.patch(name, &PatchParams::apply(FM), &Patch::Apply(&d))
+                .await?;
+        }
     }
+    let mut floor_members = watch_members(&testbed, FLOOR).await;
+    let floor_apis: Vec<Api<Deployment>> = testbed
+        .members()
+        .iter()
+        .map(|m| Api::namespaced(m.client(), NS))
+        .collect();
     ensure_namespace(testbed.mgmt(), NS).await?;
     let policies: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), NS);
     let policy = |desired: i32| {
@@ -108,7 +124,7 @@ async fn main() -> Result<()> {
                  "distribution": [{"cluster": "m1", "weight": 1}, {"cluster": "m2", "weight": 1}, {"cluster": "m3", "weight": 1}],
                  "failover": {"enabled": true, "returnCooldownSeconds": 2}}})
     };
-    let mut members = watch_members(&testbed).await;
+    let mut members = watch_members(&testbed, "web").await;
     policies
         .patch(
             "web",
@@ -118,8 +134,10 @@ async fn main() -> Result<()> {
         .await?;
     wait_for(&mut members, &[(0, 1), (1, 1), (2, 1)]).await?;
 
-    // Propagation: desiredReplicas 6, 9, 6, 9, ... (2 or 3 per cluster).
+    // Propagation: desiredReplicas 6, 9, 6, 9, ... (2 or 3 per cluster); after each, the
+    // same change straight to every member's `floor`.
     let mut samples = Vec::new();
+    let mut floor = Vec::new();
     let meter = Meter::start(
         testbed.mgmt().client(),
         testbed.http(),
@@ -140,9 +158,18 @@ async fn main() -> Result<()> {
             .await?;
         wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
         samples.push(started.elapsed());
+
+        let started = Instant::now();
+        let d = Patch::Apply(accord_e2e::fleet::pause_deployment(FLOOR, each));
+        let params = PatchParams::apply(FM);
+        futures::future::try_join_all(floor_apis.iter().map(|api| api.patch(FLOOR, &params, &d)))
+            .await?;
+        wait_for(&mut floor_members, &[(0, each), (1, each), (2, each)]).await?;
+        floor.push(started.elapsed());
     }
     let seconds = measured.elapsed().as_secs_f64();
     let writes = meter.finish().await?;
+    floor.sort();
     samples.sort();
     println!(
         "propagation (CR change → all 3 member Deployments updated), n = {}",
@@ -154,6 +181,24 @@ async fn main() -> Result<()> {
         pct(&samples, 0.9),
         pct(&samples, 0.99),
         pct(&samples, 1.0)
+    );
+    println!(
+        "floor (the same change applied straight to all 3 member Deployments in parallel), n = {}",
+        floor.len()
+    );
+    println!(
+        "  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
+        pct(&floor, 0.5),
+        pct(&floor, 0.9),
+        pct(&floor, 0.99),
+        pct(&floor, 1.0)
+    );
+    let ratio = |q: f64| pct(&samples, q).as_secs_f64() / pct(&floor, q).as_secs_f64().max(1e-6);
+    println!(
+        "Accord / floor: p50 {:.2}×  p99 {:.2}×  (Accord beyond the floor at p99: {:?})",
+        ratio(0.5),
+        ratio(0.99),
+        pct(&samples, 0.99).saturating_sub(pct(&floor, 0.99))
     );
     print!(
         "{}",
