@@ -85,6 +85,18 @@ async fn wait_for(
     .with_context(|| format!("members never reached {want:?}: {:?}", rx.borrow()))
 }
 
+/// `title`, then the p50/p90/p99/max of `sorted`.
+fn print_spread(title: &str, sorted: &[Duration]) {
+    println!("{title}, n = {}", sorted.len());
+    println!(
+        "  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
+        pct(sorted, 0.5),
+        pct(sorted, 0.9),
+        pct(sorted, 0.99),
+        pct(sorted, 1.0)
+    );
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let changes = flag("--changes", 100)?;
@@ -171,27 +183,13 @@ async fn main() -> Result<()> {
     let writes = meter.finish().await?;
     floor.sort();
     samples.sort();
-    println!(
-        "propagation (CR change → all 3 member Deployments updated), n = {}",
-        samples.len()
+    print_spread(
+        "propagation (CR change → all 3 member Deployments updated)",
+        &samples,
     );
-    println!(
-        "  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
-        pct(&samples, 0.5),
-        pct(&samples, 0.9),
-        pct(&samples, 0.99),
-        pct(&samples, 1.0)
-    );
-    println!(
-        "floor (the same change applied straight to all 3 member Deployments in parallel), n = {}",
-        floor.len()
-    );
-    println!(
-        "  p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
-        pct(&floor, 0.5),
-        pct(&floor, 0.9),
-        pct(&floor, 0.99),
-        pct(&floor, 1.0)
+    print_spread(
+        "floor (the same change applied straight to all 3 member Deployments in parallel)",
+        &floor,
     );
     let ratio = |q: f64| pct(&samples, q).as_secs_f64() / pct(&floor, q).as_secs_f64().max(1e-6);
     println!(
