@@ -25,7 +25,7 @@ use tracing::{debug, info, warn};
 
 use crate::connections::Connection;
 use crate::grpc::AgentFacing;
-use crate::store::cache::{CacheEvent, PrefixCache};
+use crate::store::cache::CacheEvent;
 use crate::store::error_chain;
 use crate::store::registry::ClusterRecord;
 
@@ -98,19 +98,17 @@ pub fn verdict(
 /// The task that ends streams the registry no longer accepts; one per replica.
 pub struct Revoker {
     shared: AgentFacing,
-    registry: PrefixCache<ClusterRecord>,
 }
 
 impl Revoker {
-    /// Follows the registry the agent-facing services watch.
+    /// Follows the registry the agent-facing services watch (`shared.registry`).
     pub fn new(shared: AgentFacing) -> Self {
-        let registry = shared.registry.clone();
-        Self { shared, registry }
+        Self { shared }
     }
 
     /// Runs until the process ends.
     pub async fn run(self) {
-        let mut events = self.registry.subscribe();
+        let mut events = self.shared.registry.subscribe();
         let mut sweep = tokio::time::interval(SWEEP_INTERVAL);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -131,7 +129,7 @@ impl Revoker {
     }
 
     fn cluster_of(&self, key: &str) -> Option<String> {
-        key.strip_prefix(self.registry.prefix())
+        key.strip_prefix(self.shared.registry.prefix())
             .filter(|name| !name.is_empty())
             .map(str::to_owned)
     }
@@ -153,7 +151,7 @@ impl Revoker {
             return;
         }
         let key = self.shared.store.keys().cluster(cluster);
-        let cached = self.registry.get(&key).map(|(record, _)| record);
+        let cached = self.shared.registry.get(&key).map(|(record, _)| record);
         if verdict(cached.as_ref(), &conn.spki_sha256, now_unix()).is_none() {
             return;
         }

@@ -167,7 +167,6 @@ pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreE
     serde_json::to_vec(value).map_err(StoreError::Encode)
 }
 
-/// The revision in a response header (0 when etcd sent none).
 /// Which batcher a batched write goes through: reports and leased writes never share a
 /// transaction (a lost lease fails every write of its transaction).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,6 +177,7 @@ pub(crate) enum Lane {
     Leased = 1,
 }
 
+/// The revision in a response header (0 when etcd sent none).
 pub(crate) fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> i64 {
     header.map(|h| h.revision()).unwrap_or_default()
 }
