@@ -8,6 +8,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        // Small first buffers for long-lived streams (see src/codec.rs).
+        .codec_path("crate::codec::Codec")
         .compile_protos(&protos, &["."])?;
     Ok(())
 }

@@ -43,24 +43,31 @@ pub fn command(
     client_port: u16,
     peer_port: u16,
 ) -> Command {
+    let peer = peer_url(peer_port);
     command_at(
         binaries,
         name,
         data_dir,
         &format!("http://127.0.0.1:{client_port}"),
-        peer_port,
+        &peer,
+        &format!("{name}={peer}"),
     )
 }
 
-/// Like [`command`], with the client URL `endpoint` (`https://…` for TLS).
+fn peer_url(port: u16) -> String {
+    format!("http://127.0.0.1:{port}")
+}
+
+/// Like [`command`], with the client URL `endpoint` (`https://…` for TLS), the peer URL
+/// `peer` and the whole cluster's `name=peer` list `initial_cluster`.
 fn command_at(
     binaries: &Binaries,
     name: &str,
     data_dir: &Path,
     endpoint: &str,
-    peer_port: u16,
+    peer: &str,
+    initial_cluster: &str,
 ) -> Command {
-    let peer = format!("http://127.0.0.1:{peer_port}");
     let mut command = Command::new(&binaries.etcd);
     command
         .arg(format!("--name={name}"))
@@ -69,7 +76,7 @@ fn command_at(
         .arg(format!("--advertise-client-urls={endpoint}"))
         .arg(format!("--listen-peer-urls={peer}"))
         .arg(format!("--initial-advertise-peer-urls={peer}"))
-        .arg(format!("--initial-cluster={name}={peer}"))
+        .arg(format!("--initial-cluster={initial_cluster}"))
         .arg("--unsafe-no-fsync")
         .arg("--log-level=warn");
     command
@@ -123,10 +130,13 @@ pub const HUB_ROLE_PREFIX: &str = "/";
 /// client TLS with a server certificate for `127.0.0.1` and `localhost` from a testbed CA,
 /// `--client-cert-auth`, and authentication enabled (user `root` and user [`HUB_USER`]
 /// with read-write on [`HUB_ROLE_PREFIX`]).
+///
+/// It runs one member, or several ([`crate::TestbedBuilder::etcd_members`]) forming one
+/// cluster, as production runs it for a hub whose store must survive losing a member.
 #[derive(Clone)]
 pub struct HubEtcd {
-    /// Client URL, `https://127.0.0.1:<port>`.
-    pub endpoint: String,
+    /// Its members (one unless the testbed asked for several).
+    pub members: Vec<HubEtcdMember>,
     /// CA certificate (PEM file) that signed etcd's serving certificate and the client
     /// certificates it accepts.
     pub ca: PathBuf,
@@ -140,15 +150,24 @@ pub struct HubEtcd {
     pub password_file: PathBuf,
     /// The hub user's password.
     pub password: String,
+    root_password: String,
+}
+
+/// One member of the hub's etcd.
+#[derive(Debug, Clone)]
+pub struct HubEtcdMember {
+    /// Member name (`hub`, or `hub-1` … `hub-N` when there are several).
+    pub name: String,
+    /// Client URL, `https://127.0.0.1:<port>`.
+    pub endpoint: String,
     /// The supervised process.
     pub process: ProcessId,
-    root_password: String,
 }
 
 impl std::fmt::Debug for HubEtcd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HubEtcd")
-            .field("endpoint", &self.endpoint)
+            .field("members", &self.members)
             .field("ca", &self.ca)
             .field("cert", &self.cert)
             .field("key", &self.key)
@@ -159,6 +178,51 @@ impl std::fmt::Debug for HubEtcd {
 }
 
 impl HubEtcd {
+    /// Client URL of the first member (the only one unless the testbed runs several).
+    pub fn endpoint(&self) -> &str {
+        &self.members[0].endpoint
+    }
+
+    /// Every member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.endpoint.clone()).collect()
+    }
+
+    /// The value of `--etcd-endpoints`: every member's client URL, comma-separated.
+    pub fn endpoints_arg(&self) -> String {
+        self.endpoints().join(",")
+    }
+
+    /// Index in [`HubEtcd::members`] of the member that leads the etcd cluster now, asked
+    /// of each member in turn (a stopped member is skipped).
+    pub async fn leader(&self) -> Result<usize> {
+        let mut errors = Vec::new();
+        for member in &self.members {
+            let asked = async {
+                let client = self
+                    .client_of(&member.endpoint, "root", &self.root_password)
+                    .await?;
+                let leader = client.maintenance_client().status().await?.leader();
+                let list = client.cluster_client().member_list().await?;
+                let name = list
+                    .members()
+                    .iter()
+                    .find(|m| m.id() == leader)
+                    .map(|m| m.name().to_owned())
+                    .with_context(|| format!("leader {leader:x} is not a member"))?;
+                self.members
+                    .iter()
+                    .position(|m| m.name == name)
+                    .with_context(|| format!("leader {name} is not one of the testbed's"))
+            };
+            match asked.await {
+                Ok(i) => return Ok(i),
+                Err(e) => errors.push(format!("{}: {e:#}", member.name)),
+            }
+        }
+        anyhow::bail!("no member of the hub's etcd answers: {}", errors.join("; "))
+    }
+
     /// The `accord-hub` flags that reach this etcd (TLS files and credentials), without
     /// `--etcd-endpoints`.
     pub fn tls_and_auth_args(&self) -> Vec<String> {
@@ -178,7 +242,7 @@ impl HubEtcd {
 
     /// Every flag the hub needs for this etcd, `--etcd-endpoints` included.
     pub fn hub_args(&self) -> Vec<String> {
-        let mut args = vec!["--etcd-endpoints".into(), self.endpoint.clone()];
+        let mut args = vec!["--etcd-endpoints".into(), self.endpoints_arg()];
         args.extend(self.tls_and_auth_args());
         args
     }
@@ -203,8 +267,7 @@ impl HubEtcd {
             username: Some(self.username.clone()),
             password_file: Some(self.password_file.clone()),
         };
-        let connection =
-            accord_hub::store::EtcdConnection::from_files(vec![self.endpoint.clone()], &files)?;
+        let connection = accord_hub::store::EtcdConnection::from_files(self.endpoints(), &files)?;
         Ok(accord_hub::store::Store::connect_with(
             &connection,
             accord_hub::store::Keyspace::new(prefix),
@@ -223,30 +286,39 @@ impl HubEtcd {
     }
 
     async fn client_as(&self, user: &str, password: &str) -> Result<etcd_client::Client> {
+        self.client_of(&self.endpoints_arg(), user, password).await
+    }
+
+    /// A client of the members in `endpoints` (comma-separated) logged in as `user`.
+    async fn client_of(
+        &self,
+        endpoints: &str,
+        user: &str,
+        password: &str,
+    ) -> Result<etcd_client::Client> {
         let options = etcd_client::ConnectOptions::new()
             .with_tls(self.tls_options()?)
             .with_user(user, password)
-            .with_connect_timeout(Duration::from_secs(5));
-        etcd_client::Client::connect([self.endpoint.as_str()], Some(options))
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(5));
+        let list: Vec<&str> = endpoints.split(',').collect();
+        etcd_client::Client::connect(list, Some(options))
             .await
-            .with_context(|| {
-                format!(
-                    "connecting to the hub's etcd at {} as {user}",
-                    self.endpoint
-                )
-            })
+            .with_context(|| format!("connecting to the hub's etcd at {endpoints} as {user}"))
     }
 }
 
-/// Starts the hub's etcd (see [`HubEtcd`]) with its data and certificates in `dir`, its
-/// certificates signed by `ca`. Returns once it is running; [`setup_hub_auth`] then
-/// creates the users and enables authentication.
+/// Starts the hub's etcd (see [`HubEtcd`]) with `members` members, its data and
+/// certificates in `dir`, its certificates signed by `ca`. Returns once they are running;
+/// [`setup_hub_auth`] then creates the users and enables authentication.
 pub fn spawn_hub(
     supervisor: &Supervisor,
     binaries: &Binaries,
     dir: &Path,
     ca: &CertificateAuthority,
+    members: usize,
 ) -> Result<HubEtcd> {
+    anyhow::ensure!(members >= 1, "the hub's etcd needs at least one member");
     std::fs::create_dir_all(dir)?;
     let write = |name: &str, text: &str| -> Result<PathBuf> {
         let path = dir.join(name);
@@ -265,24 +337,61 @@ pub fn spawn_hub(
     let password = random_password();
     let password_file = write("password", &format!("{password}\n"))?;
 
-    let client_port = free_port()?;
-    let endpoint = format!("https://127.0.0.1:{client_port}");
-    let mut command = command_at(binaries, "hub", &dir.join("data"), &endpoint, free_port()?);
-    command
-        .arg(format!("--cert-file={}", server_cert.display()))
-        .arg(format!("--key-file={}", server_key.display()))
-        .arg(format!("--trusted-ca-file={}", ca_path.display()))
-        .arg("--client-cert-auth");
-    let process = supervisor.spawn("etcd-hub", command)?;
+    // One member keeps the names a single etcd always had (`hub`, `data/`, `etcd-hub`).
+    let named = |base: &str, i: usize| {
+        if members == 1 {
+            base.to_owned()
+        } else {
+            format!("{base}-{}", i + 1)
+        }
+    };
+    let planned: Vec<(String, String, String)> = (0..members)
+        .map(|i| {
+            Ok((
+                named("hub", i),
+                format!("https://127.0.0.1:{}", free_port()?),
+                peer_url(free_port()?),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let initial_cluster = planned
+        .iter()
+        .map(|(name, _, peer)| format!("{name}={peer}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut started = Vec::new();
+    for (i, (name, endpoint, peer)) in planned.into_iter().enumerate() {
+        let mut command = command_at(
+            binaries,
+            &name,
+            &dir.join(named("data", i)),
+            &endpoint,
+            &peer,
+            &initial_cluster,
+        );
+        command
+            .arg(format!("--cert-file={}", server_cert.display()))
+            .arg(format!("--key-file={}", server_key.display()))
+            .arg(format!("--trusted-ca-file={}", ca_path.display()))
+            .arg("--client-cert-auth");
+        if members > 1 {
+            command.arg("--initial-cluster-token=accord-testbed-hub-etcd");
+        }
+        let process = supervisor.spawn(&named("etcd-hub", i), command)?;
+        started.push(HubEtcdMember {
+            name,
+            endpoint,
+            process,
+        });
+    }
     Ok(HubEtcd {
-        endpoint,
+        members: started,
         ca: ca_path,
         cert,
         key,
         username: HUB_USER.into(),
         password_file,
         password,
-        process,
         root_password: random_password(),
     })
 }
@@ -297,13 +406,15 @@ pub async fn setup_hub_auth(supervisor: &Supervisor, etcd: &HubEtcd) -> Result<(
     let client = wait::until("hub etcd answers over TLS", READY_TIMEOUT, || {
         let options = options.clone();
         async move {
-            supervisor.ensure_running(etcd.process)?;
-            let client =
-                match etcd_client::Client::connect([etcd.endpoint.as_str()], Some(options)).await {
-                    Ok(client) => client,
-                    Err(e) => return Ok(Check::NotYet(e.to_string())),
-                };
-            Ok(match client.maintenance_client().status().await {
+            for member in &etcd.members {
+                supervisor.ensure_running(member.process)?;
+            }
+            let client = match etcd_client::Client::connect(etcd.endpoints(), Some(options)).await {
+                Ok(client) => client,
+                Err(e) => return Ok(Check::NotYet(e.to_string())),
+            };
+            // A linearizable read: answered only once the members have elected a leader.
+            Ok(match client.kv_client().get("/", None).await {
                 Ok(_) => Check::Ready(client),
                 Err(e) => Check::NotYet(e.to_string()),
             })

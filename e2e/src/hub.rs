@@ -181,7 +181,7 @@ pub fn hub_etcd_args(testbed: &Testbed, extra_args: &[String]) -> Vec<String> {
     }
     let mut args = Vec::new();
     if !endpoint_given {
-        args.extend(["--etcd-endpoints".to_owned(), hub_etcd.endpoint.clone()]);
+        args.extend(["--etcd-endpoints".to_owned(), hub_etcd.endpoints_arg()]);
     }
     if !plain {
         args.extend(hub_etcd.tls_and_auth_args());

@@ -25,6 +25,9 @@ pub const FAKE_NODE: &str = "kwok-node-1";
 /// Environment variable that, when set to anything but `0`, keeps the testbed's directory
 /// (logs, data, kubeconfigs) after it stops.
 pub const KEEP_DIR_ENV: &str = "ACCORD_TESTBED_KEEP";
+/// Environment variable naming how many members the hub's etcd has (default 1): `3` runs
+/// any test on a three-member etcd cluster.
+pub const ETCD_MEMBERS_ENV: &str = "ACCORD_TESTBED_ETCD_MEMBERS";
 
 /// Configures and starts a [`Testbed`].
 #[derive(Debug, Clone)]
@@ -36,6 +39,7 @@ pub struct TestbedBuilder {
     crds_dir: Option<PathBuf>,
     keep_dir: bool,
     binaries: Option<Binaries>,
+    etcd_members: usize,
 }
 
 impl Default for TestbedBuilder {
@@ -48,6 +52,7 @@ impl Default for TestbedBuilder {
             crds_dir: Some(crate::crds::default_dir()),
             keep_dir: std::env::var_os(KEEP_DIR_ENV).is_some_and(|v| v != "0"),
             binaries: None,
+            etcd_members: 1,
         }
     }
 }
@@ -66,6 +71,12 @@ impl TestbedBuilder {
         S: Into<String>,
     {
         self.member_names = names.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// `n` members in the hub's etcd (default: one, or [`ETCD_MEMBERS_ENV`]).
+    pub fn etcd_members(mut self, n: usize) -> Self {
+        self.etcd_members = n;
         self
     }
 
@@ -116,8 +127,17 @@ impl TestbedBuilder {
     /// `/readyz`, CRDs are Established, controller managers and schedulers are healthy,
     /// every member's fake node is Ready, brokers answer metadata requests and Prometheus
     /// servers report ready. On failure everything started is stopped again.
-    pub async fn start(self) -> Result<Testbed> {
+    pub async fn start(mut self) -> Result<Testbed> {
         let started = Instant::now();
+        if let Some(n) = std::env::var(ETCD_MEMBERS_ENV)
+            .ok()
+            .filter(|v| !v.is_empty())
+        {
+            let n: usize = n
+                .parse()
+                .with_context(|| format!("{ETCD_MEMBERS_ENV}={n} is not a number"))?;
+            self.etcd_members = self.etcd_members.max(n);
+        }
         if self.member_names.iter().any(|n| n == MGMT) {
             bail!("a member cannot be named {MGMT}");
         }
@@ -222,6 +242,7 @@ impl Parts<'_> {
             self.binaries,
             &self.dir.join("etcd-hub"),
             &hub_etcd_ca,
+            self.builder.etcd_members,
         )?;
         let hub_etcd_auth = etcd::setup_hub_auth(self.supervisor, &hub_etcd);
 

@@ -131,8 +131,7 @@ fn the_hub_serves_and_leads_on_an_etcd_with_tls_and_authentication() {
         let anonymous =
             etcd_client::ConnectOptions::new().with_tls(testbed.hub_etcd().tls_options()?);
         let mut anonymous =
-            etcd_client::Client::connect([testbed.hub_etcd().endpoint.as_str()], Some(anonymous))
-                .await?;
+            etcd_client::Client::connect([testbed.hub_etcd().endpoint()], Some(anonymous)).await?;
         ensure!(
             anonymous.get(prefix, None).await.is_err(),
             "the hub's etcd answered a client without credentials"
@@ -157,9 +156,9 @@ fn a_wrong_password_ends_serve_with_one_line_naming_the_endpoint_and_authenticat
         ensure!(!ok, "serve succeeded with a wrong password:\n{stderr}");
         let errors = error_lines(&stderr);
         ensure!(errors.len() == 1, "expected one error line:\n{stderr}");
-        let endpoint = &testbed.hub_etcd().endpoint;
+        let endpoint = testbed.hub_etcd().endpoint();
         ensure!(
-            errors[0].contains(endpoint.as_str()) && errors[0].contains("authentication failed"),
+            errors[0].contains(endpoint) && errors[0].contains("authentication failed"),
             "the error names neither {endpoint} nor the cause:\n{stderr}"
         );
         ensure!(
@@ -186,9 +185,9 @@ fn a_wrong_ca_ends_serve_with_one_line_naming_the_endpoint_and_tls() {
         ensure!(!ok, "serve succeeded with a wrong CA:\n{stderr}");
         let errors = error_lines(&stderr);
         ensure!(errors.len() == 1, "expected one error line:\n{stderr}");
-        let endpoint = &testbed.hub_etcd().endpoint;
+        let endpoint = testbed.hub_etcd().endpoint();
         ensure!(
-            errors[0].contains(endpoint.as_str()) && errors[0].contains("TLS"),
+            errors[0].contains(endpoint) && errors[0].contains("TLS"),
             "the error names neither {endpoint} nor TLS:\n{stderr}"
         );
         Ok(())
@@ -202,7 +201,7 @@ fn without_a_client_certificate_serve_ends_naming_tls() {
         let etcd = testbed.hub_etcd();
         let args: Vec<String> = vec![
             "--etcd-endpoints".into(),
-            etcd.endpoint.clone(),
+            etcd.endpoint().to_owned(),
             "--etcd-ca".into(),
             etcd.ca.display().to_string(),
             "--etcd-username".into(),
@@ -218,7 +217,7 @@ fn without_a_client_certificate_serve_ends_naming_tls() {
         let errors = error_lines(&stderr);
         ensure!(errors.len() == 1, "expected one error line:\n{stderr}");
         ensure!(
-            errors[0].contains(etcd.endpoint.as_str()) && errors[0].contains("TLS"),
+            errors[0].contains(etcd.endpoint()) && errors[0].contains("TLS"),
             "the error names neither the endpoint nor TLS:\n{stderr}"
         );
         Ok(())

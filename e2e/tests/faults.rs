@@ -328,10 +328,10 @@ fn with_etcd_unreachable_for_thirty_seconds_the_hub_stays_up_and_what_happened_m
         let case = "etcd unreachable";
         let prefix = "/f-etcd-down/";
         let policy = "etcd-down-web";
-        let hub_etcd = &testbed.hub_etcd().endpoint;
+        let hub_etcd = testbed.hub_etcd().endpoint();
         let etcd: std::net::SocketAddr = hub_etcd
             .split_once("://")
-            .map_or(hub_etcd.as_str(), |(_, a)| a)
+            .map_or(hub_etcd, |(_, a)| a)
             .parse()
             .context("the hub's etcd endpoint")?;
         let proxy = FaultProxy::start(etcd).await?;

@@ -749,7 +749,7 @@ fn every_stream_of_a_connect_storm_through_a_slow_store_is_counted_and_served() 
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
         let prefix = "/t-storm/";
-        let hub_etcd = &testbed.hub_etcd().endpoint;
+        let hub_etcd = testbed.hub_etcd().endpoint();
         let (scheme, etcd) = hub_etcd
             .split_once("://")
             .context("the hub's etcd endpoint has a scheme")?;

@@ -12,7 +12,7 @@
 use accord_proto::v1::HubMessage;
 use dashmap::DashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tonic::Status;
@@ -35,6 +35,9 @@ pub struct Connection {
     pub spki_sha256: String,
     /// Set once when the hub ends the stream (see [`Connection::end`]).
     ending: watch::Sender<Option<Status>>,
+    /// The agent fell behind: its outbox was full when an assignment change came, and
+    /// the changes since are not queued; the full set follows once it has room.
+    pub behind: AtomicBool,
 }
 
 /// `last_seen_ms` of a stream being set up: it cannot be silent yet.
@@ -116,6 +119,7 @@ impl Connections {
             acked_revision: AtomicI64::new(0),
             spki_sha256: spki_sha256.to_owned(),
             ending: watch::Sender::new(None),
+            behind: AtomicBool::new(false),
         });
         let old = self.by_cluster.insert(cluster.to_owned(), conn.clone());
         (conn, old)
@@ -126,6 +130,11 @@ impl Connections {
         self.by_cluster
             .remove_if(cluster, |_, c| c.id == id)
             .is_some()
+    }
+
+    /// Whether this replica holds a stream of `cluster`.
+    pub fn holds(&self, cluster: &str) -> bool {
+        self.by_cluster.contains_key(cluster)
     }
 
     /// The stream of `cluster`, if connected here.

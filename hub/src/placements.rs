@@ -17,9 +17,24 @@ use dashmap::DashMap;
 use serde::Serialize;
 
 /// Every placed object's full status, by `kind/namespace/name`; kept by the leader's
-/// controllers and emptied when the term ends (a follower serves none).
+/// controllers and emptied when the term ends (a follower serves none). A view is kept as
+/// the status value and rendered as JSON only when asked for: an object placed in 10,000
+/// clusters is reconciled many times a second during a fan-out, and rendering its whole
+/// status each time cost more than the reconcile.
 #[derive(Clone, Default)]
-pub struct Views(Arc<DashMap<String, Arc<str>>>);
+pub struct Views(Arc<DashMap<String, Arc<dyn View>>>);
+
+/// A status kept as a view.
+pub trait View: Send + Sync {
+    /// The status as JSON.
+    fn json(&self) -> serde_json::Result<String>;
+}
+
+impl<T: Serialize + Send + Sync> View for T {
+    fn json(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+}
 
 fn key(kind: &str, namespace: &str, name: &str) -> String {
     format!("{kind}/{namespace}/{name}")
@@ -27,16 +42,11 @@ fn key(kind: &str, namespace: &str, name: &str) -> String {
 
 impl Views {
     /// Keeps `status` (the whole of it) as `policy`'s view.
-    pub fn set(&self, policy: &PolicyRef, status: &impl Serialize) {
-        match serde_json::to_string(status) {
-            Ok(json) => {
-                self.0.insert(
-                    key(policy.kind.as_str(), &policy.namespace, &policy.name),
-                    json.into(),
-                );
-            }
-            Err(e) => tracing::debug!(policy = %policy, error = %e, "status view not kept"),
-        }
+    pub fn set(&self, policy: &PolicyRef, status: impl View + 'static) {
+        self.0.insert(
+            key(policy.kind.as_str(), &policy.namespace, &policy.name),
+            Arc::new(status),
+        );
     }
 
     /// Forgets `policy`'s view.
@@ -50,8 +60,8 @@ impl Views {
         self.0.clear();
     }
 
-    /// The view of `kind/namespace/name`, as JSON.
-    pub fn get(&self, kind: PolicyKind, namespace: &str, name: &str) -> Option<Arc<str>> {
+    /// The view of `kind/namespace/name`.
+    pub fn get(&self, kind: PolicyKind, namespace: &str, name: &str) -> Option<Arc<dyn View>> {
         self.0
             .get(&key(kind.as_str(), namespace, name))
             .map(|v| v.clone())
@@ -73,10 +83,11 @@ async fn serve_view(
         Ok(kind) => kind,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e:#}\n")).into_response(),
     };
-    match views.get(kind, &namespace, &name) {
-        Some(json) => (
-            [("content-type", "application/json")],
-            json.as_ref().to_owned(),
+    match views.get(kind, &namespace, &name).map(|view| view.json()) {
+        Some(Ok(json)) => ([("content-type", "application/json")], json).into_response(),
+        Some(Err(e)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{kind} {namespace}/{name}: its status does not render as JSON: {e}\n"),
         )
             .into_response(),
         None => (
@@ -227,11 +238,13 @@ mod tests {
         let views = Views::default();
         let a = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "a");
         let b = PolicyRef::new(PolicyKind::PrometheusFederation, "ns", "a");
-        views.set(&a, &serde_json::json!({"placements": [{"cluster": "c1"}]}));
-        views.set(&b, &serde_json::json!({}));
+        views.set(&a, serde_json::json!({"placements": [{"cluster": "c1"}]}));
+        views.set(&b, serde_json::json!({}));
         assert!(
             views
                 .get(PolicyKind::FederatedKafkaTopic, "ns", "a")
+                .unwrap()
+                .json()
                 .unwrap()
                 .contains("c1")
         );

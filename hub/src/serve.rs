@@ -175,6 +175,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         "etcd readiness probe",
         follow_store(store.clone(), gates.clone()),
     );
+    tasks.spawn_forever("etcd member probe", store.clone().follow_members());
     let server = {
         let mut stopping = stopping.clone();
         tonic::transport::Server::builder()

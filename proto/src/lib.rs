@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod codec;
+
 /// Package `accord.v1`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod v1 {

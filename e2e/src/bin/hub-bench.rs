@@ -9,13 +9,24 @@
 //! registered with `bench=fanout`), is edited once, and for each of the two changes the
 //! benchmark prints when every agent received its assignment and when every agent's report
 //! was stored (p50/p99/max over agents, from the API server accepting the change), when the
-//! object's status said `Ready`, and the status's size.
+//! object's status said `Ready`, and the status's size. With `--kill-etcd-leader` (and
+//! `--etcd-members 3`) the hub's etcd leader is SIGKILLed just after the edit is accepted,
+//! and every agent must still end with the edit.
+//!
+//! With `--replicas 2` the agents are spread over two hub replicas (agent i on replica
+//! i mod 2, as a Service would spread them), and RSS is printed per replica. With
+//! `--kill-replica leader` (or `follower`) that replica is then SIGKILLed: its agents
+//! reconnect to the others (after a jittered delay, as a real agent does), and the
+//! benchmark prints how long until every one was counted there, how many ManagedClusters
+//! stopped being `Available` meanwhile (the goal is none), and whether every agent got the
+//! fan-out topic's last assignment on its new stream.
 //!
 //! ```text
 //! cargo run --release -p accord-e2e --bin hub-bench -- --agents 1000 --duration 30 [--fanout]
+//!     [--replicas 2 [--kill-replica leader|follower]] [--etcd-members 3 [--kill-etcd-leader]]
 //! ```
 
-use accord_crds::FederatedKafkaTopic;
+use accord_crds::{FederatedKafkaTopic, ManagedCluster};
 use accord_e2e::Testbed;
 use accord_e2e::agent_sim::{self, AgentStream, policy};
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
@@ -30,6 +41,7 @@ use anyhow::{Context as _, Result};
 use futures::{StreamExt, stream};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -46,6 +58,22 @@ struct Args {
     plain_etcd: bool,
     /// After the steady state, place one FederatedKafkaTopic in every agent and time it.
     fanout: bool,
+    /// Hub replicas the agents are spread over.
+    replicas: usize,
+    /// SIGKILL a replica at the end (the leader, or the last follower) and watch its agents
+    /// move.
+    kill_replica: Option<Victim>,
+    /// Members of the hub's etcd.
+    etcd_members: usize,
+    /// SIGKILL the hub's etcd leader just after the fan-out edit is accepted.
+    kill_etcd_leader: bool,
+}
+
+/// Which replica `--kill-replica` kills.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Victim {
+    Leader,
+    Follower,
 }
 
 /// Name (and namespace) of the fan-out topic object.
@@ -63,6 +91,11 @@ struct Seen {
 struct AgentSeen {
     received: Option<(i64, Instant)>,
     stored: Option<(i64, Instant)>,
+    /// Streams this agent has opened.
+    streams: u32,
+    /// The stream (by [`AgentSeen::streams`]) and revision of the last fan-out assignment
+    /// received, however often.
+    latest: Option<(u32, i64)>,
 }
 
 /// One agent's reports on the fan-out topic: one in flight at a time, as a real agent has
@@ -102,6 +135,13 @@ impl TopicReports {
         }
     }
 
+    /// After a reconnect: the report whose ack the old stream lost, sent again.
+    fn reconnected(&mut self) -> Option<AgentMessage> {
+        self.in_flight.take()?;
+        let last = self.last.take()?;
+        Some(self.send(last))
+    }
+
     /// The hub's answer: the revision it stored (when accepted) and what to send next (the
     /// waiting report, or after a conflict the same one on the stored version).
     fn answered(
@@ -133,6 +173,14 @@ impl Seen {
         f(map.entry(cluster.to_owned()).or_default());
     }
 
+    fn snapshot_of(&self, cluster: &str) -> Option<AgentSeen> {
+        self.by_agent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(cluster)
+            .copied()
+    }
+
     fn snapshot(&self) -> HashMap<String, AgentSeen> {
         self.by_agent
             .lock()
@@ -149,6 +197,10 @@ fn parse_args() -> Result<Args> {
         concurrency: 32,
         plain_etcd: false,
         fanout: false,
+        replicas: 1,
+        kill_replica: None,
+        etcd_members: 1,
+        kill_etcd_leader: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -160,11 +212,34 @@ fn parse_args() -> Result<Args> {
             "--concurrency" => a.concurrency = value()?.parse()?,
             "--plain-etcd" => a.plain_etcd = true,
             "--fanout" => a.fanout = true,
+            "--replicas" => a.replicas = value()?.parse()?,
+            "--kill-replica" => {
+                a.kill_replica = Some(match value()?.as_str() {
+                    "leader" => Victim::Leader,
+                    "follower" => Victim::Follower,
+                    other => anyhow::bail!("--kill-replica takes leader or follower, not {other}"),
+                })
+            }
+            "--etcd-members" => a.etcd_members = value()?.parse()?,
+            "--kill-etcd-leader" => a.kill_etcd_leader = true,
             other => anyhow::bail!(
-                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N --plain-etcd --fanout"
+                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N --plain-etcd --fanout --replicas N --kill-replica leader|follower --etcd-members N --kill-etcd-leader"
             ),
         }
     }
+    anyhow::ensure!(a.replicas >= 1, "--replicas must be at least 1");
+    anyhow::ensure!(
+        a.kill_replica.is_none() || a.replicas >= 2,
+        "--kill-replica needs --replicas 2 or more (its agents need somewhere to go)"
+    );
+    anyhow::ensure!(
+        !a.kill_etcd_leader || (a.fanout && a.etcd_members >= 3),
+        "--kill-etcd-leader needs --fanout and --etcd-members 3 or more (a quorum must survive)"
+    );
+    anyhow::ensure!(
+        !(a.plain_etcd && a.etcd_members > 1),
+        "--plain-etcd uses the API servers' single etcd; it excludes --etcd-members"
+    );
     Ok(a)
 }
 
@@ -176,83 +251,150 @@ fn percentile(sorted: &[u64], p: f64) -> Duration {
     Duration::from_micros(sorted[i])
 }
 
-/// One simulated agent: a heartbeat every second and a status report every
-/// `report_every` heartbeats, timing each report until its ack.
 /// What the agents record for the measurements: report→ack latencies and acks while
-/// `measuring`, and what each saw of the fan-out topic.
+/// `measuring`, what each saw of the fan-out topic, and their reconnects.
 #[derive(Clone, Default)]
 struct Probes {
     latencies: Arc<Mutex<Vec<u64>>>,
     acks: Arc<AtomicU64>,
     measuring: Arc<std::sync::atomic::AtomicBool>,
     seen: Arc<Seen>,
+    reconnects: Arc<AtomicU64>,
+    /// Streams down on the agents' side now, with why (cluster → reason).
+    down: Down,
 }
 
-/// Streams that ended on the agents' side, with why (cluster, reason).
-type Ended = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+/// Streams down on the agents' side, with why (cluster → reason).
+type Down = Arc<std::sync::Mutex<HashMap<String, String>>>;
 
+/// An agent's state across its streams, as a real agent keeps it across reconnects.
+#[derive(Default)]
+struct AgentState {
+    /// Heartbeats sent.
+    ticks: u64,
+    /// The version of the bench report the hub stored last.
+    expected: i64,
+    /// Revision of the last bench report.
+    applied: i64,
+    /// When the bench report awaiting its ack was sent: one at a time, as a real agent
+    /// has one report per policy in flight.
+    in_flight: Option<Instant>,
+    reports: TopicReports,
+}
+
+/// One simulated agent: a heartbeat every second and a status report every `report_every`
+/// heartbeats, timing each report until its ack; the fan-out topic applied at once and
+/// reported. When its stream ends it reconnects after 100 ms plus up to a second of
+/// jitter, to the next replica in `replicas` (as a Service would send it to a live one),
+/// backing off to 5 s between failed attempts, and carries on with the same state.
 async fn run_agent(
-    s: AgentStream,
-    ended: Ended,
+    id: agent_sim::AgentIdentity,
+    first: AgentStream,
+    replicas: Arc<Vec<String>>,
+    mut replica: usize,
     offset: Duration,
     report_every: u64,
     probes: Probes,
 ) {
-    let Probes {
-        latencies,
-        acks,
-        measuring,
-        seen,
-    } = probes;
-    let cluster = s.cluster.clone();
-    let end = |reason: String| {
-        ended
+    let cluster = id.cluster.clone();
+    let mut state = AgentState::default();
+    let mut stream = Some(first);
+    tokio::time::sleep(offset).await;
+    loop {
+        let s = match stream.take() {
+            Some(s) => s,
+            None => {
+                let mut delay = Duration::from_millis(100 + rand::random_range(0..1000));
+                loop {
+                    tokio::time::sleep(delay).await;
+                    replica = (replica + 1) % replicas.len();
+                    let opened = async {
+                        let channel = agent_sim::connect(&replicas[replica], &id).await?;
+                        Ok::<_, anyhow::Error>(AgentStream::open(channel, &cluster).await?)
+                    };
+                    match opened.await {
+                        Ok(s) => break s,
+                        Err(e) => {
+                            probes.set_down(&cluster, format!("reconnecting: {e:#}"));
+                            delay = (delay * 2).min(Duration::from_secs(5));
+                        }
+                    }
+                }
+            }
+        };
+        probes.seen.update(&cluster, |s| s.streams += 1);
+        let why = session(&cluster, s, &mut state, report_every, &probes).await;
+        probes.reconnects.fetch_add(1, Ordering::Relaxed);
+        probes.set_down(&cluster, why);
+    }
+}
+
+impl Probes {
+    fn set_down(&self, cluster: &str, why: String) {
+        self.down
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((cluster.clone(), reason));
-    };
+            .insert(cluster.to_owned(), why);
+    }
+}
+
+/// One stream of an agent, until it ends (returns why).
+async fn session(
+    cluster: &str,
+    s: AgentStream,
+    state: &mut AgentState,
+    report_every: u64,
+    probes: &Probes,
+) -> String {
+    probes
+        .down
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(cluster);
     let (tx, mut rx) = s.split();
-    tokio::time::sleep(offset).await;
+    let stream_no = probes.seen.snapshot_of(cluster).map_or(0, |s| s.streams);
+    // The bench report awaiting its ack on the old stream is lost with it; the topic's
+    // report in flight is sent again.
+    state.in_flight = None;
+    if let Some(message) = state.reports.reconnected()
+        && tx.send(message).await.is_err()
+    {
+        return "the stream closed (report)".into();
+    }
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut expected = 0i64;
-    let mut applied = 0i64;
-    let mut n = 0u64;
-    // When the report awaiting its ack was sent: one at a time, as a real agent has one
-    // report per policy in flight. Heartbeats go on meanwhile, as a real agent's do (its
-    // ticker is apart from its reports): a hub slow to store a report must not make the
-    // agent look silent.
-    let mut in_flight: Option<Instant> = None;
-    let mut reports = TopicReports::default();
+    // Heartbeats go on while a report awaits its ack, as a real agent's do (its ticker is
+    // apart from its reports): a hub slow to store a report must not make the agent look
+    // silent.
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                n += 1;
+                state.ticks += 1;
                 let hb = AgentMessage {
                     cluster: String::new(),
                     body: Some(agent_message::Body::Heartbeat(Heartbeat::default())),
                 };
                 if tx.send(hb).await.is_err() {
-                    return end("the stream closed (heartbeat)".into());
+                    return "the stream closed (heartbeat)".into();
                 }
-                if !n.is_multiple_of(report_every) || in_flight.is_some() {
+                if !state.ticks.is_multiple_of(report_every) || state.in_flight.is_some() {
                     continue;
                 }
-                applied += 1;
+                state.applied += 1;
                 let report = AgentMessage {
                     cluster: String::new(),
                     body: Some(agent_message::Body::StatusReport(StatusReport {
                         policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
-                        resource_version: applied.to_string(),
+                        resource_version: state.applied.to_string(),
                         generation: 1,
-                        expected_version: expected,
+                        expected_version: state.expected,
                         state: accord_proto::v1::PlacementState::Synced as i32,
-                        applied_revision: applied,
+                        applied_revision: state.applied,
                         ..Default::default()
                     })),
                 };
-                in_flight = Some(Instant::now());
+                state.in_flight = Some(Instant::now());
                 if tx.send(report).await.is_err() {
-                    return end("the stream closed (report)".into());
+                    return "the stream closed (report)".into();
                 }
             }
             // Cancel-safe: the stream keeps what it has read of a message.
@@ -272,7 +414,12 @@ async fn run_agent(
                                     continue;
                                 }
                                 let now = Instant::now();
-                                seen.update(&cluster, |s| s.received = Some((item.revision, now)));
+                                probes.seen.update(cluster, |s| {
+                                    if s.received.is_none_or(|(r, _)| item.revision > r) {
+                                        s.received = Some((item.revision, now));
+                                    }
+                                    s.latest = Some((stream_no, item.revision));
+                                });
                                 let report = StatusReport {
                                     policy: Some(p),
                                     state: accord_proto::v1::PlacementState::Synced as i32,
@@ -286,10 +433,10 @@ async fn run_agent(
                                     )),
                                     ..Default::default()
                                 };
-                                if let Some(message) = reports.offer(report)
+                                if let Some(message) = state.reports.offer(report)
                                     && tx.send(message).await.is_err()
                                 {
-                                    return end("the stream closed (report)".into());
+                                    return "the stream closed (report)".into();
                                 }
                             }
                             continue;
@@ -297,35 +444,36 @@ async fn run_agent(
                         _ => continue,
                     };
                     if a.policy.as_ref().is_some_and(|p| p.name == FANOUT_TOPIC) {
-                        let (stored, next) = reports.answered(a.result);
+                        let (stored, next) = state.reports.answered(a.result);
                         if let Some(revision) = stored {
                             let now = Instant::now();
-                            seen.update(&cluster, |s| s.stored = Some((revision, now)));
+                            probes.seen.update(cluster, |s| s.stored = Some((revision, now)));
                         }
                         if let Some(message) = next
                             && tx.send(message).await.is_err()
                         {
-                            return end("the stream closed (report)".into());
+                            return "the stream closed (report)".into();
                         }
                         continue;
                     }
                     if let Some(status_ack::Result::Accepted(v) | status_ack::Result::Conflict(v)) =
                         a.result
                     {
-                        expected = v;
+                        state.expected = v;
                     }
-                    if let Some(sent) = in_flight.take()
-                        && measuring.load(Ordering::Relaxed)
+                    if let Some(sent) = state.in_flight.take()
+                        && probes.measuring.load(Ordering::Relaxed)
                     {
-                        latencies
+                        probes
+                            .latencies
                             .lock()
                             .await
                             .push(sent.elapsed().as_micros() as u64);
-                        acks.fetch_add(1, Ordering::Relaxed);
+                        probes.acks.fetch_add(1, Ordering::Relaxed);
                     }
                 }
-                Ok(None) => return end("the hub ended the stream".into()),
-                Err(status) => return end(format!("the hub ended the stream: {status}")),
+                Ok(None) => return "the hub ended the stream".into(),
+                Err(status) => return format!("the hub ended the stream: {status}"),
             },
         }
     }
@@ -334,7 +482,7 @@ async fn run_agent(
 /// Says which agents the hub does not count as connected (no `connected/` key in its
 /// store) and why: the hub ended their stream (with the status it gave), or their stream
 /// is open on the agents' side and the hub does not know it.
-async fn explain_missing(store: &Store, agents: usize, ended: &Ended) -> Result<()> {
+async fn explain_missing(store: &Store, agents: usize, down: &Down) -> Result<()> {
     let prefix = store.keys().connected_prefix();
     let response = store
         .client()
@@ -358,12 +506,10 @@ async fn explain_missing(store: &Store, agents: usize, ended: &Ended) -> Result<
                 .map(str::to_owned)
         })
         .collect();
-    let ended: std::collections::BTreeMap<String, String> = ended
+    let ended = down
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .cloned()
-        .collect();
+        .clone();
     let mut by_reason: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
     for cluster in (0..agents).map(|i| format!("bench-{i:05}")) {
         if connected.contains(&cluster) {
@@ -396,6 +542,42 @@ async fn explain_missing(store: &Store, agents: usize, ended: &Ended) -> Result<
     Ok(())
 }
 
+/// The hub replicas under test, with their processes.
+struct Hubs<'t> {
+    hubs: Vec<HubProcess<'t>>,
+    pids: Vec<u32>,
+    http: reqwest::Client,
+}
+
+impl Hubs<'_> {
+    /// The sum of metric `name` over the replicas in `which`.
+    async fn sum(&self, which: &[usize], name: &str) -> Result<f64> {
+        let mut total = 0.0;
+        for &i in which {
+            total += self.hubs[i].metric(&self.http, name).await?.unwrap_or(0.0);
+        }
+        Ok(total)
+    }
+
+    fn all(&self) -> Vec<usize> {
+        (0..self.hubs.len()).collect()
+    }
+
+    /// The replica leading now.
+    async fn leader(&self) -> Result<usize> {
+        for i in self.all() {
+            if self.sum(&[i], "accord_hub_is_leader").await? == 1.0 {
+                return Ok(i);
+            }
+        }
+        anyhow::bail!("no replica leads")
+    }
+
+    fn cpu(&self) -> f64 {
+        self.pids.iter().map(|&p| cpu_seconds(p)).sum()
+    }
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
@@ -403,29 +585,45 @@ async fn main() -> Result<()> {
     let testbed = Testbed::builder()
         .members(0)
         .without_mgmt_controller_manager()
+        .etcd_members(args.etcd_members)
         .start()
         .await?;
     let prefix = "/bench/";
-    let hub = HubProcess::start(
-        &testbed,
-        &HubOptions {
-            replica: "hub-bench".into(),
-            etcd_prefix: prefix.into(),
-            extra_args: if args.plain_etcd {
-                vec![format!("--etcd-endpoints={}", testbed.etcd_endpoint())]
-            } else {
-                vec![]
-            },
-        },
-    )
-    .await?;
-    let hub_pid = testbed
-        .processes()
-        .into_iter()
-        .find(|p| p.name == "hub/hub-bench")
-        .context("hub process")?
-        .pid;
-    let rss_idle = rss_bytes(hub_pid);
+    // Started one after the other, so the first leads.
+    let mut hubs = Vec::new();
+    for r in 0..args.replicas {
+        let replica = if args.replicas == 1 {
+            "hub-bench".to_owned()
+        } else {
+            format!("hub-bench-{r}")
+        };
+        hubs.push(
+            HubProcess::start(
+                &testbed,
+                &HubOptions {
+                    replica,
+                    etcd_prefix: prefix.into(),
+                    extra_args: if args.plain_etcd {
+                        vec![format!("--etcd-endpoints={}", testbed.etcd_endpoint())]
+                    } else {
+                        vec![]
+                    },
+                },
+            )
+            .await?,
+        );
+    }
+    let pids: Vec<u32> = hubs
+        .iter()
+        .map(|h| testbed.process_info(h.id).pid)
+        .collect();
+    let rss_idle: Vec<u64> = pids.iter().map(|&p| rss_bytes(p)).collect();
+    let hubs = Hubs {
+        hubs,
+        pids,
+        http: testbed.http().clone(),
+    };
+    let replicas: Arc<Vec<String>> = Arc::new(hubs.hubs.iter().map(|h| h.grpc.clone()).collect());
 
     let etcd_client = || async {
         if args.plain_etcd {
@@ -438,13 +636,13 @@ async fn main() -> Result<()> {
     let ca = accord_hub::token::read_ca(testbed.mgmt().client(), HUB_NAMESPACE).await?;
     let hash = ca.ca_cert_hash();
 
-    // Join every agent through the real token flow.
+    // Join every agent through the real token flow, spread over the replicas.
     let joined_at = Instant::now();
     let identities: Vec<_> = stream::iter(0..args.agents)
         .map(|i| {
             let store = store.clone();
             let hash = hash.clone();
-            let grpc = hub.grpc.clone();
+            let grpc = replicas[i % replicas.len()].clone();
             async move {
                 let token = store
                     .create_token(Duration::from_secs(600), "bench")
@@ -473,22 +671,23 @@ async fn main() -> Result<()> {
 
     // Open every stream; heartbeat each second, report every report_every seconds.
     let probes = Probes::default();
-    let ended = Ended::default();
     // Each agent starts heartbeating as soon as its stream is open: the hub closes a stream
     // that stays silent past the heartbeat timeout.
     let tasks: Vec<tokio::task::JoinHandle<()>> = stream::iter(identities.into_iter().enumerate())
         .map(|(i, id)| {
-            let grpc = hub.grpc.clone();
+            let replicas = replicas.clone();
             let probes = probes.clone();
-            let ended = ended.clone();
             let report_every = args.report_every;
             async move {
-                let channel = agent_sim::connect(&grpc, &id).await?;
+                let replica = i % replicas.len();
+                let channel = agent_sim::connect(&replicas[replica], &id).await?;
                 let s = AgentStream::open(channel, &id.cluster).await?;
                 let offset = Duration::from_millis((i as u64 * 997) % 1000);
                 Ok::<_, anyhow::Error>(tokio::spawn(run_agent(
+                    id,
                     s,
-                    ended,
+                    replicas,
+                    replica,
                     offset,
                     report_every,
                     probes,
@@ -503,28 +702,29 @@ async fn main() -> Result<()> {
     let connect_secs = joined_at.elapsed().as_secs_f64() - join_secs;
     eprintln!("opened {} streams in {connect_secs:.1}s", args.agents);
 
-    let http = testbed.http().clone();
-    let counted = until(
-        "every agent connected",
-        Duration::from_secs(300),
-        || async {
-            let n = hub
-                .metric(&http, "accord_hub_connected_agents")
-                .await?
-                .unwrap_or(0.0) as usize;
-            Ok(if n >= args.agents {
-                Check::Ready(())
-            } else {
-                Check::NotYet(format!("{n} connected"))
-            })
-        },
-    )
-    .await;
-    if let Err(e) = counted {
+    let every_counted = |which: Vec<usize>| {
+        let hubs = &hubs;
+        until(
+            "every agent connected",
+            Duration::from_secs(300),
+            move || {
+                let which = which.clone();
+                async move {
+                    let n = hubs.sum(&which, "accord_hub_connected_agents").await? as usize;
+                    Ok(if n >= args.agents {
+                        Check::Ready(())
+                    } else {
+                        Check::NotYet(format!("{n} connected"))
+                    })
+                }
+            },
+        )
+    };
+    if let Err(e) = every_counted(hubs.all()).await {
         eprintln!("{e:#}");
         // A fresh client: the first one's etcd auth token may have expired meanwhile.
         let store = Store::from_client(etcd_client().await?, Keyspace::new(prefix));
-        explain_missing(&store, args.agents, &ended).await?;
+        explain_missing(&store, args.agents, &probes.down).await?;
         return Err(e);
     }
     // Measure the steady state: wait until the leader has written every cluster's
@@ -532,10 +732,9 @@ async fn main() -> Result<()> {
     let mut last = -1.0;
     loop {
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let writes = hub
-            .metric(&http, "accord_hub_managedcluster_status_writes_total")
-            .await?
-            .unwrap_or(0.0);
+        let writes = hubs
+            .sum(&hubs.all(), "accord_hub_managedcluster_status_writes_total")
+            .await?;
         if writes == last {
             break;
         }
@@ -544,50 +743,47 @@ async fn main() -> Result<()> {
     let settle_secs = joined_at.elapsed().as_secs_f64() - join_secs - connect_secs;
     let bench_cpu0 = cpu_seconds(std::process::id());
 
-    let hb0 = hub
-        .metric(&http, "accord_hub_heartbeats_total")
-        .await?
-        .unwrap_or(0.0);
-    let rep0 = hub
-        .metric(&http, "accord_hub_status_reports_total")
-        .await?
-        .unwrap_or(0.0);
-    let cpu0 = cpu_seconds(hub_pid);
+    let hb0 = hubs.sum(&hubs.all(), "accord_hub_heartbeats_total").await?;
+    let rep0 = hubs
+        .sum(&hubs.all(), "accord_hub_status_reports_total")
+        .await?;
+    let cpu0 = hubs.cpu();
     probes.measuring.store(true, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(args.duration)).await;
     probes.measuring.store(false, Ordering::Relaxed);
     let secs = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(hub_pid) - cpu0;
+    let cpu = hubs.cpu() - cpu0;
     let bench_cpu = cpu_seconds(std::process::id()) - bench_cpu0;
-    let hb = hub
-        .metric(&http, "accord_hub_heartbeats_total")
+    let hb = hubs.sum(&hubs.all(), "accord_hub_heartbeats_total").await? - hb0;
+    let rep = hubs
+        .sum(&hubs.all(), "accord_hub_status_reports_total")
         .await?
-        .unwrap_or(0.0)
-        - hb0;
-    let rep = hub
-        .metric(&http, "accord_hub_status_reports_total")
-        .await?
-        .unwrap_or(0.0)
         - rep0;
-    let rss = rss_bytes(hub_pid);
     let mut lat = probes.latencies.lock().await.clone();
     lat.sort_unstable();
 
     println!("agents                    {}", args.agents);
+    println!("hub replicas              {}", args.replicas);
+    println!("hub etcd members          {}", args.etcd_members);
     println!(
         "join (token+CSR+register) {:.1} s ({:.0}/s)",
         join_secs,
         args.agents as f64 / join_secs
     );
+    for (i, hub) in hubs.hubs.iter().enumerate() {
+        let rss = rss_bytes(hubs.pids[i]);
+        let held = hubs.sum(&[i], "accord_hub_connected_agents").await? as usize;
+        println!(
+            "hub RSS {:<17} {:.1} MiB (idle {:.1} MiB, {:.1} KiB per agent over {held} agents)",
+            hub.replica,
+            rss as f64 / 1048576.0,
+            rss_idle[i] as f64 / 1048576.0,
+            (rss.saturating_sub(rss_idle[i])) as f64 / 1024.0 / held.max(1) as f64
+        );
+    }
     println!(
-        "hub RSS                   {:.1} MiB (idle {:.1} MiB, {:.1} KiB per agent)",
-        rss as f64 / 1048576.0,
-        rss_idle as f64 / 1048576.0,
-        (rss.saturating_sub(rss_idle)) as f64 / 1024.0 / args.agents as f64
-    );
-    println!(
-        "hub CPU                   {:.1} s over {:.0} s ({:.0}% of one core)",
+        "hub CPU                   {:.1} s over {:.0} s ({:.0}% of one core, all replicas)",
         cpu,
         secs,
         100.0 * cpu / secs
@@ -608,7 +804,25 @@ async fn main() -> Result<()> {
         lat.len()
     );
     if args.fanout {
-        fanout(&testbed, hub_pid, args.agents, &probes.seen).await?;
+        fanout(
+            &testbed,
+            &hubs,
+            args.agents,
+            &probes.seen,
+            args.kill_etcd_leader,
+        )
+        .await?;
+    }
+    if let Some(victim) = args.kill_replica {
+        kill_replica(
+            &testbed,
+            &hubs,
+            victim,
+            args.agents,
+            &probes,
+            &every_counted,
+        )
+        .await?;
     }
     for t in tasks {
         t.abort();
@@ -616,8 +830,186 @@ async fn main() -> Result<()> {
     Ok(())
 }
 
-/// Places one FederatedKafkaTopic in every agent, then edits it, timing each change.
-async fn fanout(testbed: &Testbed, hub_pid: u32, agents: usize, seen: &Seen) -> Result<()> {
+/// SIGKILLs the leader or the last follower and follows its agents to the others: how
+/// long until every agent was counted again, how many ManagedClusters stopped being
+/// `Available` meanwhile, and whether each moved agent got the fan-out topic's last
+/// assignment on its new stream.
+async fn kill_replica<F, Fut>(
+    testbed: &Testbed,
+    hubs: &Hubs<'_>,
+    which: Victim,
+    agents: usize,
+    probes: &Probes,
+    every_counted: &F,
+) -> Result<()>
+where
+    F: Fn(Vec<usize>) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let leader = hubs.leader().await?;
+    let victim = match which {
+        Victim::Leader => leader,
+        Victim::Follower => (0..hubs.hubs.len())
+            .rev()
+            .find(|&i| i != leader)
+            .context("no follower")?,
+    };
+    let survivors: Vec<usize> = (0..hubs.hubs.len()).filter(|&i| i != victim).collect();
+    let held = hubs.sum(&[victim], "accord_hub_connected_agents").await? as usize;
+    let before = probes.seen.snapshot();
+    let reconnects0 = probes.reconnects.load(Ordering::Relaxed);
+
+    // Every ManagedCluster that is not Available from the kill on.
+    let clusters: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    let unavailable = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let watch = {
+        let unavailable = unavailable.clone();
+        let mut events = watcher(clusters, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        tokio::spawn(async move {
+            while let Some(event) = events.next().await {
+                let Ok(mc) = event else { continue };
+                let available = mc
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| accord_crds::conditions::is_true(&s.conditions, "Available"));
+                if !available {
+                    unavailable
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(mc.metadata.name.unwrap_or_default());
+                }
+            }
+        })
+    };
+    // Let the watch list every object first: what is unavailable before the kill counts too.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let killed = Instant::now();
+    accord_e2e::fleet::kill9(testbed, hubs.hubs[victim].id)?;
+    every_counted(survivors.clone()).await?;
+    let moved_secs = killed.elapsed().as_secs_f64();
+    // The dead replica's presence leases must run out (15 s), a killed leader must have
+    // been replaced (its election lease, 15 s) and the new leader must have looked at every
+    // cluster; then any cluster counted as lost would show.
+    let presence_ttl = Duration::from_secs(15);
+    tokio::time::sleep((presence_ttl + Duration::from_secs(10)).saturating_sub(killed.elapsed()))
+        .await;
+    let new_leader = until("a leader", Duration::from_secs(60), || async {
+        for &i in &survivors {
+            if hubs.sum(&[i], "accord_hub_is_leader").await? == 1.0 {
+                return Ok(Check::Ready(i));
+            }
+        }
+        Ok(Check::NotYet("no survivor leads".into()))
+    })
+    .await?;
+    if victim == leader {
+        // The new leader writes every ManagedCluster whose status names the dead replica;
+        // wait until those writes stop.
+        let mut last = -1.0;
+        loop {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let writes = hubs
+                .sum(
+                    &[new_leader],
+                    "accord_hub_managedcluster_status_writes_total",
+                )
+                .await?;
+            if writes == last {
+                break;
+            }
+            last = writes;
+        }
+    }
+    let now = probes.seen.snapshot();
+    let last_revision = now
+        .values()
+        .filter_map(|s| s.latest.map(|(_, r)| r))
+        .max()
+        .unwrap_or(0);
+    let moved: Vec<&String> = now
+        .iter()
+        .filter(|(c, s)| before.get(*c).is_some_and(|b| s.streams > b.streams))
+        .map(|(c, _)| c)
+        .collect();
+    let resynced = moved
+        .iter()
+        .filter(|c| {
+            now[**c]
+                .latest
+                .is_some_and(|(stream, r)| stream == now[**c].streams && r == last_revision)
+        })
+        .count();
+    watch.abort();
+    let unavailable = unavailable
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    println!(
+        "replica killed             {} (SIGKILL; {} led, {} leads now), holding {held} agents",
+        hubs.hubs[victim].replica, hubs.hubs[leader].replica, hubs.hubs[new_leader].replica
+    );
+    println!(
+        "every agent counted again  after {moved_secs:.1} s ({} reconnects, {} agents moved)",
+        probes.reconnects.load(Ordering::Relaxed) - reconnects0,
+        moved.len()
+    );
+    println!(
+        "clusters not Available     {} of {agents}{}",
+        unavailable.len(),
+        if unavailable.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (e.g. {})",
+                unavailable
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    );
+    if last_revision > 0 {
+        println!(
+            "moved agents resynced      {resynced} of {} got the fan-out topic's last assignment (revision {last_revision}) on their new stream",
+            moved.len()
+        );
+    }
+    for i in survivors {
+        let rss = rss_bytes(hubs.pids[i]);
+        let held = hubs.sum(&[i], "accord_hub_connected_agents").await? as usize;
+        println!(
+            "hub RSS {:<17} {:.1} MiB with {held} agents ({:.1} KiB per agent)",
+            hubs.hubs[i].replica,
+            rss as f64 / 1048576.0,
+            rss as f64 / 1024.0 / held.max(1) as f64
+        );
+    }
+    anyhow::ensure!(
+        unavailable.is_empty(),
+        "{} clusters stopped being Available when a replica died",
+        unavailable.len()
+    );
+    anyhow::ensure!(
+        last_revision == 0 || resynced == moved.len(),
+        "{} moved agents did not get the last assignment",
+        moved.len() - resynced
+    );
+    Ok(())
+}
+
+/// Places one FederatedKafkaTopic in every agent, then edits it, timing each change. With
+/// `kill_etcd_leader`, the hub's etcd leader is SIGKILLed as soon as the edit is accepted.
+async fn fanout(
+    testbed: &Testbed,
+    hubs: &Hubs<'_>,
+    agents: usize,
+    seen: &Seen,
+    kill_etcd_leader: bool,
+) -> Result<()> {
     accord_e2e::fleet::ensure_namespace(testbed.mgmt(), BENCH_NAMESPACE).await?;
     let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), BENCH_NAMESPACE);
     let topic: FederatedKafkaTopic = serde_json::from_value(serde_json::json!({
@@ -630,7 +1022,7 @@ async fn fanout(testbed: &Testbed, hub_pid: u32, agents: usize, seen: &Seen) -> 
     }))?;
     for change in ["create", "edit"] {
         let before = seen.snapshot();
-        let cpu0 = cpu_seconds(hub_pid);
+        let cpu0 = hubs.cpu();
         let generation = if change == "create" {
             api.create(&PostParams::default(), &topic).await?
         } else {
@@ -644,6 +1036,16 @@ async fn fanout(testbed: &Testbed, hub_pid: u32, agents: usize, seen: &Seen) -> 
         .metadata
         .generation;
         let accepted = Instant::now();
+        if kill_etcd_leader && change == "edit" {
+            let etcd = testbed.hub_etcd();
+            let leader = etcd.leader().await?;
+            accord_e2e::fleet::kill9(testbed, etcd.members[leader].process)?;
+            println!(
+                "fan-out {change}: etcd leader {} SIGKILLed {:?} after the edit was accepted",
+                etcd.members[leader].name,
+                accepted.elapsed()
+            );
+        }
         let newer = |now: &HashMap<String, AgentSeen>, stored: bool| -> Vec<Duration> {
             now.iter()
                 .filter_map(|(cluster, s)| {
@@ -679,7 +1081,7 @@ async fn fanout(testbed: &Testbed, hub_pid: u32, agents: usize, seen: &Seen) -> 
             })
         })
         .await?;
-        let cpu = cpu_seconds(hub_pid) - cpu0;
+        let cpu = hubs.cpu() - cpu0;
         let spread = |mut d: Vec<Duration>| {
             d.sort_unstable();
             let micros: Vec<u64> = d.iter().map(|d| d.as_micros() as u64).collect();
@@ -699,7 +1101,7 @@ async fn fanout(testbed: &Testbed, hub_pid: u32, agents: usize, seen: &Seen) -> 
             "fan-out {change}: status Ready after   {:?} ({} bytes of status), hub CPU {cpu:.1} s, hub RSS {:.1} MiB",
             ready.0,
             ready.1,
-            rss_bytes(hub_pid) as f64 / 1048576.0
+            hubs.pids.iter().map(|&p| rss_bytes(p)).sum::<u64>() as f64 / 1048576.0
         );
     }
     Ok(())

@@ -400,7 +400,7 @@ pub async fn write_record<K: PlacementKind>(
         .store
         .keys()
         .placements(p.kind.as_str(), &p.namespace, &p.name);
-    let value = serde_json::to_vec(&record.stored(K::DECISION_TAG)).map_err(StoreError::Encode)?;
+    let value = crate::store::encode_large(&record.stored(K::DECISION_TAG))?;
     let put = vec![etcd_client::TxnOp::put(key, value, None)];
     let (response, revision) = if K::DECISION_LOCK {
         let lock = tokio::time::timeout(
@@ -649,7 +649,7 @@ impl<K: PlacementKind> Placements<K> {
         for note in notes {
             ctx.note(&object.object_ref(&()), note).await;
         }
-        ctx.views.set(&p, &status);
+        ctx.views.set(&p, status.clone());
         K::summarize(&mut status, &ctx.status_limits);
         if K::status_changed(K::status(object), &status) {
             let desired = serde_json::to_value(&status).map_err(StoreError::Encode)?;

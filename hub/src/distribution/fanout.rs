@@ -11,8 +11,9 @@
 
 use accord_proto::v1::{Assignment, Assignments, HubMessage, ObjectRef, Removal, hub_message};
 use std::collections::{HashMap, HashSet};
-use tokio::sync::broadcast;
+use std::sync::atomic::Ordering;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc};
 use tracing::debug;
 
 use accord_common::distribution::PolicyRef;
@@ -67,11 +68,11 @@ fn full_assignments(
     cluster: &str,
 ) -> Assignments {
     let revision = cache.revision();
-    let items = cache
-        .snapshot()
-        .into_iter()
-        .filter_map(|(_, record, rev)| record.assignment_for(cluster, rev))
-        .collect();
+    // Visited, not copied: a record names every cluster it places, and every connect
+    // reads them all.
+    let mut items = Vec::new();
+    cache.visit(|_, record, rev| items.extend(record.assignment_for(cluster, rev)));
+    items.sort_by_key(|a: &Assignment| a.revision);
     Assignments {
         revision,
         full: true,
@@ -81,20 +82,53 @@ fn full_assignments(
     }
 }
 
-fn send(connections: &Connections, cluster: &str, assignments: Assignments) {
-    let Some(conn) = connections.get(cluster) else {
-        return;
-    };
-    let msg = HubMessage {
-        body: Some(hub_message::Body::Assignments(assignments)),
-    };
-    if let Err(tokio::sync::mpsc::error::TrySendError::Full(msg)) = conn.outbox.try_send(Ok(msg)) {
-        // A slow agent: deliver without holding up the other clusters. Agents apply only
-        // newer revisions, so a late delivery cannot undo a newer assignment.
-        let outbox = conn.outbox.clone();
-        tokio::spawn(async move {
-            let _ = outbox.send(msg).await;
-        });
+/// Where assignments go: this replica's streams, with what a resync reads.
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    connections: &'a Connections,
+    cache: &'a PrefixCache<PlacementRecord>,
+    epoch: &'a StoreEpoch,
+}
+
+impl Out<'_> {
+    /// Queues `assignments` on `cluster`'s stream without waiting. A slow agent never
+    /// holds up the others, and its queue never grows past the outbox's capacity: when the
+    /// outbox is full the agent is marked behind, changes for it are dropped while it is,
+    /// and once the outbox has room it gets its full set as the cache holds it then (which
+    /// covers every dropped change, as the cache took each before its event came).
+    fn send(self, cluster: &str, assignments: Assignments) {
+        let Some(conn) = self.connections.get(cluster) else {
+            return;
+        };
+        if conn.behind.load(Ordering::Acquire) {
+            return;
+        }
+        let msg = HubMessage {
+            body: Some(hub_message::Body::Assignments(assignments)),
+        };
+        if let Err(mpsc::error::TrySendError::Full(_)) = conn.outbox.try_send(Ok(msg))
+            && !conn.behind.swap(true, Ordering::AcqRel)
+        {
+            debug!(
+                cluster,
+                "agent behind; its full set follows when it has room"
+            );
+            let cache = self.cache.clone();
+            let epoch = self.epoch.clone();
+            let cluster = cluster.to_owned();
+            tokio::spawn(async move {
+                let Ok(permit) = conn.outbox.reserve().await else {
+                    return;
+                };
+                // Cleared before the full set is read: a change that sees the flag set is
+                // already in the cache the full set is read from.
+                conn.behind.store(false, Ordering::Release);
+                let full = full_assignments(&cache, epoch.current(), &cluster);
+                permit.send(Ok(HubMessage {
+                    body: Some(hub_message::Body::Assignments(full)),
+                }));
+            });
+        }
     }
 }
 
@@ -105,11 +139,11 @@ fn clusters_of(record: &PlacementRecord) -> HashSet<String> {
 
 /// Which policy each key holds and which clusters it names, as the cache has them now.
 fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PolicyRef, HashSet<String>)> {
-    cache
-        .snapshot()
-        .into_iter()
-        .map(|(k, r, _)| (k, (r.policy.clone(), clusters_of(&r))))
-        .collect()
+    let mut known = HashMap::new();
+    cache.visit(|k, r, _| {
+        known.insert(k.to_owned(), (r.policy.clone(), clusters_of(r)));
+    });
+    known
 }
 
 /// Changes taken together from the cache: the fan-out drains every event already queued
@@ -146,9 +180,9 @@ impl Deltas {
     }
 
     /// Sends each cluster its [message](Self::messages).
-    fn send(self, connections: &Connections, store_epoch: u64) {
+    fn send(self, out: Out<'_>, store_epoch: u64) {
         for (cluster, message) in self.messages(store_epoch) {
-            send(connections, &cluster, message);
+            out.send(&cluster, message);
         }
     }
 
@@ -187,6 +221,11 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
     let mut epochs = epoch.subscribe();
     // Which policy each key holds and which clusters it named, to send removals.
     let mut known = known_of(&cache);
+    let out = Out {
+        connections: &connections,
+        cache: &cache,
+        epoch: &epoch,
+    };
     loop {
         let first = tokio::select! {
             event = events.recv() => event,
@@ -197,7 +236,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                 let store_epoch = *epochs.borrow_and_update();
                 debug!(store_epoch, "store epoch changed; resending full sets");
                 for (cluster, _) in connections.all() {
-                    send(&connections, &cluster, full_assignments(&cache, store_epoch, &cluster));
+                    out.send(&cluster, full_assignments(&cache, store_epoch, &cluster));
                 }
                 continue;
             }
@@ -214,19 +253,27 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                     value,
                     mod_revision,
                 }) => {
+                    // One pass over the shares (a record may name a whole fleet), for the
+                    // clusters this replica holds; a cluster that connects later gets its
+                    // full set from the cache.
                     let now: HashSet<String> = clusters_of(&value);
-                    let before = known.get(&key).map(|(_, c)| c.clone()).unwrap_or_default();
-                    for cluster in now.union(&before) {
-                        match value.assignment_for(cluster, mod_revision) {
-                            Some(item) => deltas.upsert(cluster, &key, item),
-                            None => deltas.remove(
-                                cluster,
-                                &key,
-                                Removal {
-                                    policy: Some(value.policy.to_proto()),
-                                    revision: mod_revision,
-                                },
-                            ),
+                    let before = known.remove(&key).map(|(_, c)| c).unwrap_or_default();
+                    let removal = || Removal {
+                        policy: Some(value.policy.to_proto()),
+                        revision: mod_revision,
+                    };
+                    for share in &value.shares {
+                        if !connections.holds(&share.cluster) {
+                            continue;
+                        }
+                        match value.assignment_of(share, mod_revision) {
+                            Some(item) => deltas.upsert(&share.cluster, &key, item),
+                            None => deltas.remove(&share.cluster, &key, removal()),
+                        }
+                    }
+                    for cluster in before.difference(&now) {
+                        if connections.holds(cluster) {
+                            deltas.remove(cluster, &key, removal());
                         }
                     }
                     known.insert(key, (value.policy.clone(), now));
@@ -253,15 +300,11 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                     deltas = Deltas::default();
                     known = known_of(&cache);
                     for (cluster, _) in connections.all() {
-                        send(
-                            &connections,
-                            &cluster,
-                            full_assignments(&cache, store_epoch, &cluster),
-                        );
+                        out.send(&cluster, full_assignments(&cache, store_epoch, &cluster));
                     }
                 }
                 Err(RecvError::Closed) => {
-                    deltas.send(&connections, store_epoch);
+                    deltas.send(out, store_epoch);
                     return;
                 }
             }
@@ -276,7 +319,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                 };
             }
         }
-        deltas.send(&connections, store_epoch);
+        deltas.send(out, store_epoch);
     }
 }
 

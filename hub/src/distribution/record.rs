@@ -101,7 +101,12 @@ impl<D> PlacementRecord<D> {
 
     /// The assignment `cluster` gets from this record (stored at `revision`), if any.
     pub fn assignment_for(&self, cluster: &str, revision: i64) -> Option<Assignment> {
-        let spec = self.share(cluster)?.assignment.as_ref()?;
+        self.assignment_of(self.share(cluster)?, revision)
+    }
+
+    /// The assignment `share` (one of this record's) carries, at `revision`, if any.
+    pub fn assignment_of(&self, share: &ShareRecord, revision: i64) -> Option<Assignment> {
+        let spec = share.assignment.as_ref()?;
         Some(Assignment {
             policy: Some(self.policy.to_proto()),
             revision,

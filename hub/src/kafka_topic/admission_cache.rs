@@ -92,6 +92,7 @@ impl Caches {
             config(),
         )
         .default_backoff()
+        .modify(crate::controllers::without_managed_fields)
         .reflect(clusters_writer)
         .for_each(|event| {
             log_watch_error("ManagedCluster", event.err());

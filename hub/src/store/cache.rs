@@ -107,6 +107,16 @@ where
         self.shared.entries.get(key).map(|entry| entry.clone())
     }
 
+    /// Calls `f` with every entry (`key`, value, `mod_revision`) in no particular order,
+    /// without copying a value: for large values read often (a placement record naming
+    /// every cluster of a fleet, read at every connect).
+    pub fn visit(&self, mut f: impl FnMut(&str, &T, i64)) {
+        for entry in self.shared.entries.iter() {
+            let (value, revision) = entry.value();
+            f(entry.key(), value, *revision);
+        }
+    }
+
     /// Every entry as `(key, value, mod_revision)`, sorted by key.
     pub fn snapshot(&self) -> Vec<(String, T, i64)> {
         let mut entries: Vec<(String, T, i64)> = self

@@ -14,6 +14,7 @@ pub mod health;
 pub mod keys;
 pub mod lease;
 pub mod lock;
+pub mod members;
 pub mod presence;
 pub mod registry;
 pub mod status;
@@ -154,17 +155,61 @@ pub(crate) fn check_segment(what: &'static str, value: &str) -> Result<(), Store
     Ok(())
 }
 
-/// Decodes the JSON value of `kv`.
+/// Decodes the JSON value of `kv`, compressed or not (see [`encode_large`]).
 pub(crate) fn decode<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, StoreError> {
-    serde_json::from_slice(kv.value()).map_err(|source| StoreError::Decode {
-        key: String::from_utf8_lossy(kv.key()).into_owned(),
-        source,
-    })
+    decode_value(kv.key(), kv.value())
+}
+
+/// Decodes `value` (stored at `key`) as [`decode`] does.
+fn decode_value<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
+    let key = || String::from_utf8_lossy(key).into_owned();
+    if !value.starts_with(&GZIP_MAGIC) {
+        return serde_json::from_slice(value)
+            .map_err(|source| StoreError::Decode { key: key(), source });
+    }
+    use std::io::Read as _;
+    let mut json = Vec::new();
+    flate2::read::GzDecoder::new(value)
+        .take(MAX_DECOMPRESSED_BYTES)
+        .read_to_end(&mut json)
+        .map_err(|e| StoreError::Decode {
+            key: key(),
+            source: serde::de::Error::custom(format!("a compressed value does not inflate: {e}")),
+        })?;
+    serde_json::from_slice(&json).map_err(|source| StoreError::Decode { key: key(), source })
 }
 
 /// Encodes `value` as JSON.
 pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreError> {
     serde_json::to_vec(value).map_err(StoreError::Encode)
+}
+
+/// Values longer than this are stored compressed by [`encode_large`].
+pub const COMPRESS_ABOVE_BYTES: usize = 64 * 1024;
+/// The start of a gzip stream; no JSON value starts with it.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+/// The most a compressed value may inflate to (a guard against a corrupt or hostile one).
+const MAX_DECOMPRESSED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Encodes `value` as JSON, gzip-compressed when longer than [`COMPRESS_ABOVE_BYTES`].
+///
+/// For the one record a placement keeps per object: with every cluster of a fleet in it,
+/// its JSON passes etcd's request limit (1.5 MiB by default) at about 12,000 clusters, and
+/// shares that differ only in the cluster's name compress to a few bytes each. One key
+/// keeps the decision all-or-nothing for every reader. [`decode`] reads both forms.
+pub fn encode_large<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreError> {
+    let json = encode(value)?;
+    if json.len() <= COMPRESS_ABOVE_BYTES {
+        return Ok(json);
+    }
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(
+        Vec::with_capacity(json.len() / 8),
+        flate2::Compression::fast(),
+    );
+    gz.write_all(&json)
+        .and_then(|()| gz.finish())
+        .map_err(|e| StoreError::Encode(serde::ser::Error::custom(e)))
 }
 
 /// Which batcher a batched write goes through: reports and leased writes never share a
@@ -195,6 +240,8 @@ pub struct Store {
     /// A second connection for lease keepalives only (see [`Store::lease_connection`]).
     leases: Client,
     keys: Keyspace,
+    /// The endpoints connected to, as given (see [`members`]); empty for a wrapped client.
+    endpoints: std::sync::Arc<[String]>,
     /// Gather the agents' status writes and their streams' `connected/` writes into shared
     /// transactions, one batcher per [`Lane`]; each started on first use (see [`batch`]).
     batchers: std::sync::Arc<[std::sync::OnceLock<batch::Batcher>; 2]>,
@@ -261,6 +308,16 @@ impl Store {
             client,
             leases,
             keys,
+            // As the client names them (it adds a scheme where there is none).
+            endpoints: connection
+                .endpoints
+                .iter()
+                .map(|e| match (e.contains("://"), &connection.tls) {
+                    (true, _) => e.clone(),
+                    (false, Some(_)) => format!("https://{e}"),
+                    (false, None) => format!("http://{e}"),
+                })
+                .collect(),
             batchers: Default::default(),
         })
     }
@@ -271,6 +328,7 @@ impl Store {
             leases: client.clone(),
             client,
             keys,
+            endpoints: std::sync::Arc::new([]),
             batchers: Default::default(),
         }
     }
@@ -544,5 +602,51 @@ mod tests {
         assert_eq!(err.kind(), "decode");
         assert!(!err.is_transient());
         assert!(StoreError::LeaseLost { lease: 1 }.is_transient());
+    }
+
+    #[test]
+    fn a_large_value_is_stored_compressed_and_read_back_as_a_small_one_is() {
+        #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Share {
+            cluster: String,
+            partitions: u32,
+        }
+        let large: Vec<Share> = (0..20_000)
+            .map(|i| Share {
+                cluster: format!("cluster-{i:05}"),
+                partitions: 3,
+            })
+            .collect();
+        let stored = encode_large(&large).unwrap();
+        let json = encode(&large).unwrap();
+        assert!(json.len() > 1_500_000, "{} bytes of JSON", json.len());
+        assert!(stored.starts_with(&GZIP_MAGIC));
+        assert!(
+            stored.len() * 10 < json.len(),
+            "{} bytes stored",
+            stored.len()
+        );
+        let back: Vec<Share> = decode_value(b"/k", &stored).unwrap();
+        assert_eq!(back, large);
+
+        let small = vec![Share {
+            cluster: "a".into(),
+            partitions: 1,
+        }];
+        let stored = encode_large(&small).unwrap();
+        assert_eq!(
+            stored,
+            encode(&small).unwrap(),
+            "a small value stays plain JSON"
+        );
+        assert_eq!(decode_value::<Vec<Share>>(b"/k", &stored).unwrap(), small);
+
+        let corrupt = [&GZIP_MAGIC[..], b"not gzip"].concat();
+        let err = decode_value::<Vec<Share>>(b"/k", &corrupt).unwrap_err();
+        assert!(
+            error_chain(&err).contains("does not inflate"),
+            "{}",
+            error_chain(&err)
+        );
     }
 }
