@@ -145,9 +145,9 @@ struct Session {
 
 impl Session {
     /// Every etcd write and other rare step is awaited boxed: a session spends its life
-    /// waiting for the agent's next message, and each inline future would make its resting
-    /// state as large as the largest step (about 50 KiB of every stream, measured with a
-    /// heap profiler at 2,000 agents, before they were boxed).
+    /// waiting for the agent's next message, and an inline step makes that resting state
+    /// as large as the step's future (6 KiB of every stream, measured with a heap profiler
+    /// at 2,000 agents, before they were boxed; docs/benchmarks.md "Memory per stream").
     async fn run(self, mut inbound: Streaming<AgentMessage>) {
         let s = &self.shared;
         // The first message must be Hello.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use accord_common::runtime::{AbortOnDrop, Retry, backoff};
 use dashmap::DashMap;
-use etcd_client::{EventType, GetOptions, KeyValue, WatchOptions};
+use etcd_client::{EventType, KeyValue, WatchOptions};
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 
@@ -217,18 +217,10 @@ async fn relist<T: DeserializeOwned + Clone>(
     store: &Store,
     shared: &CacheState<T>,
 ) -> Result<i64, StoreError> {
-    let response = store
-        .client()
-        .kv_client()
-        .get(
-            shared.prefix.as_str(),
-            Some(GetOptions::new().with_prefix()),
-        )
-        .await?;
-    let revision = header_revision(response.header());
-    let mut listed = std::collections::HashSet::with_capacity(response.kvs().len());
+    let (kvs, revision) = store.list_prefix(&shared.prefix, false).await?;
+    let mut listed = std::collections::HashSet::with_capacity(kvs.len());
     let mut announced = Vec::new();
-    for kv in response.kvs() {
+    for kv in &kvs {
         let key = String::from_utf8_lossy(kv.key()).into_owned();
         let unchanged = shared
             .entries

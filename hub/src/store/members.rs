@@ -9,7 +9,8 @@
 //! --kill-etcd-leader`, docs/benchmarks.md). Here each endpoint is probed every
 //! [`PROBE_INTERVAL`] (a TCP connect) and one that does not answer leaves the rotation of
 //! both of the store's connections until it answers again. When none answers, all stay: no
-//! choice is better than another then.
+//! choice is better than another then. A store connects only to the members that answer
+//! when it starts ([`answering`]); the others join the rotation once they answer.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -31,7 +32,7 @@ impl Store {
         if self.endpoints.len() < 2 {
             return std::future::pending().await;
         }
-        let mut out = BTreeSet::new();
+        let mut out: BTreeSet<String> = self.unreached.iter().cloned().collect();
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         loop {
             tick.tick().await;
@@ -60,6 +61,27 @@ impl Store {
                 }
             }
         }
+    }
+}
+
+/// The endpoints of `endpoints` that answer now, or all of them when none does (a client
+/// connects to those: one given a dead member fails a share of its first requests, which
+/// for a one-shot command such as `accord-hub token create` is the whole command).
+pub(crate) async fn answering(endpoints: &[String]) -> Vec<String> {
+    if endpoints.len() < 2 {
+        return endpoints.to_vec();
+    }
+    let answers = futures::future::join_all(endpoints.iter().map(|e| answers(e))).await;
+    let live: Vec<String> = endpoints
+        .iter()
+        .zip(answers)
+        .filter(|(_, answered)| *answered)
+        .map(|(e, _)| e.clone())
+        .collect();
+    if live.is_empty() {
+        endpoints.to_vec()
+    } else {
+        live
     }
 }
 

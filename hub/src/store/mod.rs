@@ -227,6 +227,22 @@ pub(crate) fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> i
     header.map(|h| h.revision()).unwrap_or_default()
 }
 
+/// Keys a listing asks etcd for at once (see [`Store::list_prefix`]).
+pub const LIST_PAGE_KEYS: i64 = 1000;
+
+/// The first key after every key that starts with `prefix` (etcd's range end for it).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Every byte was 0xff: the range runs to the end of the keyspace.
+    vec![0]
+}
+
 /// Seconds of a TTL as etcd leases take them: rounded up, at least one.
 pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
     let millis = ttl.as_millis().max(1);
@@ -242,6 +258,9 @@ pub struct Store {
     keys: Keyspace,
     /// The endpoints connected to, as given (see [`members`]); empty for a wrapped client.
     endpoints: std::sync::Arc<[String]>,
+    /// Those of them that did not answer when the store connected (left out of its
+    /// connections until they answer).
+    unreached: std::sync::Arc<[String]>,
     /// Gather the agents' status writes and their streams' `connected/` writes into shared
     /// transactions, one batcher per [`Lane`]; each started on first use (see [`batch`]).
     batchers: std::sync::Arc<[std::sync::OnceLock<batch::Batcher>; 2]>,
@@ -290,10 +309,16 @@ impl Store {
             source,
         };
         // With credentials, connecting authenticates at once (and fails here).
-        let client = Client::connect(&connection.endpoints, Some(options.clone()))
+        let live = members::answering(&connection.endpoints).await;
+        let named = |e: &str| match (e.contains("://"), &connection.tls) {
+            (true, _) => e.to_owned(),
+            (false, Some(_)) => format!("https://{e}"),
+            (false, None) => format!("http://{e}"),
+        };
+        let client = Client::connect(&live, Some(options.clone()))
             .await
             .map_err(failed)?;
-        let leases = Client::connect(&connection.endpoints, Some(options))
+        let leases = Client::connect(&live, Some(options))
             .await
             .map_err(failed)?;
         if connection.is_secured() {
@@ -309,14 +334,12 @@ impl Store {
             leases,
             keys,
             // As the client names them (it adds a scheme where there is none).
-            endpoints: connection
+            endpoints: connection.endpoints.iter().map(|e| named(e)).collect(),
+            unreached: connection
                 .endpoints
                 .iter()
-                .map(|e| match (e.contains("://"), &connection.tls) {
-                    (true, _) => e.clone(),
-                    (false, Some(_)) => format!("https://{e}"),
-                    (false, None) => format!("http://{e}"),
-                })
+                .filter(|e| !live.contains(e))
+                .map(|e| named(e))
                 .collect(),
             batchers: Default::default(),
         })
@@ -329,6 +352,7 @@ impl Store {
             client,
             keys,
             endpoints: std::sync::Arc::new([]),
+            unreached: std::sync::Arc::new([]),
             batchers: Default::default(),
         }
     }
@@ -399,6 +423,46 @@ impl Store {
         }
     }
 
+    /// Every key under `prefix` (with its value unless `keys_only`), sorted by key, and the
+    /// revision the listing was taken at. Read in pages of [`LIST_PAGE_KEYS`] at that one
+    /// revision, as Kubernetes pages a LIST: one response for a fleet's worth of keys
+    /// passed the client's 4 MiB message limit (20,000 status records were 4.8 MB) and the
+    /// new leader that listed them stopped.
+    pub async fn list_prefix(
+        &self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<(Vec<etcd_client::KeyValue>, i64), StoreError> {
+        let end = prefix_end(prefix.as_bytes());
+        let mut from = prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut kvs = Vec::new();
+        loop {
+            let mut options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(LIST_PAGE_KEYS)
+                .with_revision(revision);
+            if keys_only {
+                options = options.with_keys_only();
+            }
+            let mut page = self.client.kv_client().get(from, Some(options)).await?;
+            if revision == 0 {
+                revision = header_revision(page.header());
+            }
+            let more = page.more();
+            let taken = page.take_kvs();
+            let Some(last) = taken.last() else {
+                break;
+            };
+            from = [last.key(), &[0]].concat();
+            kvs.extend(taken);
+            if !more {
+                break;
+            }
+        }
+        Ok((kvs, revision))
+    }
+
     /// Reads and decodes every value under `prefix`, sorted by key, each with its
     /// `mod_revision`, plus the revision the listing was taken at. A value that fails to
     /// decode is logged and skipped: one malformed record must not hide all the others.
@@ -406,14 +470,8 @@ impl Store {
         &self,
         prefix: &str,
     ) -> Result<(Vec<(String, T, i64)>, i64), StoreError> {
-        let response = self
-            .client
-            .kv_client()
-            .get(prefix, Some(GetOptions::new().with_prefix()))
-            .await?;
-        let revision = header_revision(response.header());
-        let items = response
-            .kvs()
+        let (kvs, revision) = self.list_prefix(prefix, false).await?;
+        let items = kvs
             .iter()
             .filter_map(|kv| match decode(kv) {
                 Ok(value) => Some((
@@ -605,13 +663,20 @@ mod tests {
     }
 
     #[test]
+    fn a_prefix_ends_at_the_next_key_after_all_it_covers() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
+
+    #[test]
     fn a_large_value_is_stored_compressed_and_read_back_as_a_small_one_is() {
         #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
         struct Share {
             cluster: String,
             partitions: u32,
         }
-        let large: Vec<Share> = (0..20_000)
+        let large: Vec<Share> = (0..40_000)
             .map(|i| Share {
                 cluster: format!("cluster-{i:05}"),
                 partitions: 3,

@@ -8,7 +8,7 @@ use accord_common::distribution::{Observed, PlacementState};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, check_segment, encode, header_revision};
+use super::{Store, StoreError, check_segment, encode};
 
 /// The last status a cluster reported for one policy.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -300,24 +300,12 @@ impl Store {
 
     /// The keys under `prefix` (values not fetched), with the listing's revision.
     async fn list_keys(&self, prefix: &str) -> Result<(Vec<String>, i64), StoreError> {
-        let response = self
-            .client()
-            .kv_client()
-            .get(
-                prefix,
-                Some(
-                    etcd_client::GetOptions::new()
-                        .with_prefix()
-                        .with_keys_only(),
-                ),
-            )
-            .await?;
-        let keys = response
-            .kvs()
+        let (kvs, revision) = self.list_prefix(prefix, true).await?;
+        let keys = kvs
             .iter()
             .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
             .collect();
-        Ok((keys, header_revision(response.header())))
+        Ok((keys, revision))
     }
 }
 
