@@ -573,6 +573,22 @@ impl Hubs<'_> {
         anyhow::bail!("no replica leads")
     }
 
+    /// Waits until the replicas in `which` have written no ManagedCluster status for 3 s
+    /// (a connect storm, or a new leader's round over the fleet, has settled).
+    async fn until_status_writes_stop(&self, which: &[usize]) -> Result<()> {
+        let mut last = -1.0;
+        loop {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let writes = self
+                .sum(which, "accord_hub_managedcluster_status_writes_total")
+                .await?;
+            if writes == last {
+                return Ok(());
+            }
+            last = writes;
+        }
+    }
+
     fn cpu(&self) -> f64 {
         self.pids.iter().map(|&p| cpu_seconds(p)).sum()
     }
@@ -733,17 +749,7 @@ async fn main() -> Result<()> {
     }
     // Measure the steady state: wait until the leader has written every cluster's
     // Available status (the connect storm) and the writes have stopped.
-    let mut last = -1.0;
-    loop {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let writes = hubs
-            .sum(&hubs.all(), "accord_hub_managedcluster_status_writes_total")
-            .await?;
-        if writes == last {
-            break;
-        }
-        last = writes;
-    }
+    hubs.until_status_writes_stop(&hubs.all()).await?;
     let settle_secs = joined_at.elapsed().as_secs_f64() - join_secs - connect_secs;
     let bench_cpu0 = cpu_seconds(std::process::id());
 
@@ -911,20 +917,7 @@ where
     if victim == leader {
         // The new leader writes every ManagedCluster whose status names the dead replica;
         // wait until those writes stop.
-        let mut last = -1.0;
-        loop {
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let writes = hubs
-                .sum(
-                    &[new_leader],
-                    "accord_hub_managedcluster_status_writes_total",
-                )
-                .await?;
-            if writes == last {
-                break;
-            }
-            last = writes;
-        }
+        hubs.until_status_writes_stop(&[new_leader]).await?;
     }
     let now = probes.seen.snapshot();
     let last_revision = now

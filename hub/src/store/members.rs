@@ -36,11 +36,9 @@ impl Store {
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         loop {
             tick.tick().await;
-            let answers =
-                futures::future::join_all(self.endpoints.iter().map(|e| answers(e))).await;
-            let any = answers.iter().any(|a| *a);
-            for (endpoint, answered) in self.endpoints.iter().zip(answers) {
-                let leave = any && !answered;
+            let live = answering(&self.endpoints).await;
+            for endpoint in self.endpoints.iter() {
+                let leave = !live.contains(endpoint);
                 if leave && out.insert(endpoint.clone()) {
                     warn!(
                         endpoint,
