@@ -23,8 +23,8 @@ use std::time::Duration;
 use accord_common::runtime::{Retry, backoff};
 use accord_crds::{ManagedCluster, StatusLimits};
 use dashmap::DashMap;
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
 use kube::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
@@ -35,6 +35,7 @@ use tracing::{info, warn};
 
 use crate::connections::Connections;
 use crate::distribution::PlacementRecord;
+use crate::distribution::select::ClusterIndex;
 use crate::http::ReadinessGates;
 use crate::kafka_topic::controller::KafkaTopics;
 use crate::metrics::Metrics;
@@ -172,6 +173,8 @@ pub struct ControllerContext {
     pub autoscale: PrefixCache<crate::scale::autoscale::engine::State>,
     /// The shared ManagedCluster reflector's store.
     pub clusters: Reflector<ClusterObject>,
+    /// The same ManagedClusters as the controllers read them, kept from the same watch.
+    pub cluster_index: ClusterIndex,
     /// The hub's own namespace.
     pub namespace: String,
     /// How many placements a status lists.
@@ -190,6 +193,7 @@ impl ControllerContext {
         deps: &ControllerDeps,
         options: &ControllerOptions,
         clusters: Reflector<ClusterObject>,
+        cluster_index: ClusterIndex,
     ) -> Result<Self, ControllerError> {
         let writes = Writes::with_intervals(
             deps.kube.clone(),
@@ -225,6 +229,7 @@ impl ControllerContext {
             statuses,
             autoscale,
             clusters,
+            cluster_index,
             namespace: deps.namespace.clone(),
             status_limits: options.status_limits,
             views: deps.views.clone(),
@@ -515,7 +520,10 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
                 .expect("a shared store can be subscribed")
         })
         .collect();
-    let ctx = Arc::new(ControllerContext::start(deps, options, clusters.clone()).await?);
+    let cluster_index = ClusterIndex::default();
+    let mut index_writer = cluster_index.writer();
+    let ctx =
+        Arc::new(ControllerContext::start(deps, options, clusters.clone(), cluster_index).await?);
     let mut term = Supervisor::new();
     let api: Api<ClusterObject> = Api::all(deps.kube.clone());
     term.spawn_forever(
@@ -523,6 +531,9 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
         watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(without_managed_fields)
+            // The index before the reflector: a reconcile that a reflector event triggers
+            // reads the change already.
+            .inspect_ok(move |event| index_writer.apply(event))
             .reflect_shared(writer)
             .for_each(|_| futures::future::ready(())),
     );

@@ -367,11 +367,7 @@ pub fn policy_ref<K: PlacementKind>(o: &impl ResourceExt) -> PolicyRef {
 
 /// Every ManagedCluster as the controllers see it.
 pub fn clusters(ctx: &ControllerContext) -> Clusters {
-    ctx.clusters
-        .state()
-        .iter()
-        .map(|mc| (mc.name_any(), ClusterInfo::of(mc)))
-        .collect()
+    ctx.cluster_index.snapshot()
 }
 
 /// The stored record of `policy`, read as kind `K`'s, with its revision.

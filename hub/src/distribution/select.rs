@@ -5,6 +5,7 @@
 //! `spec.clusters` or `spec.clusterSelector` selects this way.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
 
 use accord_crds::conditions::{self, types};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -52,8 +53,77 @@ impl ClusterInfo {
     }
 }
 
-/// Every ManagedCluster by name.
-pub type Clusters = BTreeMap<String, ClusterInfo>;
+/// Every ManagedCluster by name: a persistent map, so a snapshot of the fleet is a pointer
+/// copy and a change copies only the path to one entry.
+pub type Clusters = imbl::OrdMap<String, ClusterInfo>;
+
+/// Every ManagedCluster as the controllers see it, kept from the watch events as they
+/// arrive: a reconcile takes the fleet in O(1) ([`ClusterIndex::snapshot`]) instead of
+/// reading every ManagedCluster again (at 10,000 clusters that read was most of a
+/// reconcile's CPU, and a fan-out reconciles once per batch of reports).
+#[derive(Clone, Default)]
+pub struct ClusterIndex {
+    shown: Arc<RwLock<Clusters>>,
+}
+
+impl ClusterIndex {
+    /// The fleet now.
+    pub fn snapshot(&self) -> Clusters {
+        self.shown
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The writer that keeps this index from one watch stream of ManagedClusters.
+    pub fn writer(&self) -> ClusterIndexWriter {
+        ClusterIndexWriter {
+            index: self.clone(),
+            relisted: None,
+        }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Clusters)) {
+        change(
+            &mut self
+                .shown
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    }
+}
+
+/// Applies a watch stream's events to a [`ClusterIndex`]. Put it before the reflector so
+/// that whatever a reflector event triggers already sees the change here.
+pub struct ClusterIndexWriter {
+    index: ClusterIndex,
+    /// A relist in progress: the clusters listed so far, shown once the list is complete
+    /// (and then without those deleted meanwhile).
+    relisted: Option<Clusters>,
+}
+
+impl ClusterIndexWriter {
+    /// Takes one watch event in.
+    pub fn apply(&mut self, event: &kube::runtime::watcher::Event<ClusterObject>) {
+        use kube::runtime::watcher::Event;
+        match event {
+            Event::Apply(mc) => self
+                .index
+                .update(|c| drop(c.insert(mc.name_any(), ClusterInfo::of(mc)))),
+            Event::Delete(mc) => self.index.update(|c| drop(c.remove(&mc.name_any()))),
+            Event::Init => self.relisted = Some(Clusters::new()),
+            Event::InitApply(mc) => {
+                self.relisted
+                    .get_or_insert_with(Clusters::new)
+                    .insert(mc.name_any(), ClusterInfo::of(mc));
+            }
+            Event::InitDone => {
+                let listed = self.relisted.take().unwrap_or_default();
+                self.index.update(|c| *c = listed);
+            }
+        }
+    }
+}
 
 /// `names` as available clusters, for tests.
 #[cfg(test)]
@@ -94,7 +164,7 @@ pub struct SelectorError {
 pub fn select_clusters(
     names: Option<&[String]>,
     selector: Option<&LabelSelector>,
-    clusters: &BTreeMap<String, ClusterInfo>,
+    clusters: &Clusters,
 ) -> Result<Vec<SelectedCluster>, SelectorError> {
     if let Some(names) = names {
         let mut seen = BTreeSet::new();
@@ -190,7 +260,7 @@ mod tests {
 
     fn select(
         spec: &Selection,
-        clusters: &BTreeMap<String, ClusterInfo>,
+        clusters: &Clusters,
     ) -> Result<Vec<SelectedCluster>, SelectorError> {
         select_clusters(
             spec.clusters.as_deref(),
@@ -199,7 +269,7 @@ mod tests {
         )
     }
 
-    fn clusters(list: &[(&str, &[(&str, &str)])]) -> BTreeMap<String, ClusterInfo> {
+    fn clusters(list: &[(&str, &[(&str, &str)])]) -> Clusters {
         list.iter()
             .map(|(name, labels)| {
                 (
@@ -239,6 +309,39 @@ mod tests {
         assert_eq!(info.labels["tier"], "prod");
         assert_eq!(info.spec_str("federationEndpoint"), Some("http://a:9090"));
         assert_eq!(ClusterInfo::default().available_since_unix, 0);
+    }
+
+    fn managed(name: &str, tier: &str) -> ClusterObject {
+        ClusterObject::from_value(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "metadata": {"name": name, "labels": {"tier": tier}},
+            "spec": {},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_index_follows_changes_and_a_relist_drops_what_was_deleted_meanwhile() {
+        use kube::runtime::watcher::Event;
+        let index = ClusterIndex::default();
+        let mut writer = index.writer();
+        writer.apply(&Event::Apply(managed("a", "prod")));
+        writer.apply(&Event::Apply(managed("b", "prod")));
+        let before = index.snapshot();
+        writer.apply(&Event::Apply(managed("a", "dev")));
+        writer.apply(&Event::Delete(managed("b", "prod")));
+        let now = index.snapshot();
+        assert_eq!(now.keys().collect::<Vec<_>>(), ["a"]);
+        assert_eq!(now["a"].labels["tier"], "dev");
+        assert_eq!(before.len(), 2, "a snapshot taken earlier does not change");
+        assert_eq!(before["a"].labels["tier"], "prod");
+
+        // A relist shows the old fleet until it is complete, then exactly what it listed.
+        writer.apply(&Event::Init);
+        writer.apply(&Event::InitApply(managed("c", "prod")));
+        assert_eq!(index.snapshot().keys().collect::<Vec<_>>(), ["a"]);
+        writer.apply(&Event::InitDone);
+        assert_eq!(index.snapshot().keys().collect::<Vec<_>>(), ["c"]);
     }
 
     fn names(selected: &[SelectedCluster]) -> Vec<(&str, bool)> {

@@ -698,7 +698,7 @@ mod tests {
             "spec": {"partitions": 3, "replicationFactor": 1, "clusters": ["a", "mars"]},
         }))
         .unwrap();
-        let c = claim(&topic, &BTreeMap::new()).unwrap();
+        let c = claim(&topic, &Clusters::new()).unwrap();
         assert_eq!(c.object, "team/events");
         assert_eq!(c.topic_name, "events");
         assert_eq!(c.clusters, ["a", "mars"], "unknown names still claim");

@@ -253,11 +253,12 @@ pub fn policy_status_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::select::Clusters;
     use crate::distribution::select::available;
     use accord_common::distribution::{AssignmentSpec, KafkaTopicObserved, KafkaTopicSpec};
     use accord_crds::kafka_topic::Enforcement;
     use k8s_openapi::jiff::Timestamp;
-    use std::collections::{BTreeMap, HashMap};
+    use std::collections::HashMap;
 
     fn spec() -> KafkaTopicSpec {
         KafkaTopicSpec {
@@ -321,7 +322,7 @@ mod tests {
         shares: &'a [ShareRecord],
         decision: Option<&'a KafkaTopicDecision>,
         reports: &'a [(&'a str, StatusRecord)],
-        clusters: BTreeMap<String, ClusterInfo>,
+        clusters: Clusters,
         violations: &'a [Violation],
         old: Option<&'a FederatedKafkaTopicStatus>,
     }

@@ -408,7 +408,8 @@ mod tests {
             ),
             ("west".to_owned(), ClusterInfo::default()),
         ]
-        .into();
+        .into_iter()
+        .collect();
         let object = |spec: serde_json::Value| {
             Watched::<Promfed>::from_value(serde_json::json!({
                 "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",

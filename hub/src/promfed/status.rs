@@ -161,11 +161,12 @@ pub fn new_errors(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::select::Clusters;
     use crate::distribution::select::available;
     use accord_common::distribution::{AssignmentSpec, PromfedObserved, PromfedSpec};
     use accord_crds::conditions::{reasons, types};
     use k8s_openapi::jiff::Timestamp;
-    use std::collections::{BTreeMap, HashMap};
+    use std::collections::HashMap;
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
@@ -209,7 +210,7 @@ mod tests {
     fn status(
         shares: &[ShareRecord],
         reports: &[(&str, StatusRecord)],
-        clusters: &BTreeMap<String, ClusterInfo>,
+        clusters: &Clusters,
         global: Option<&GlobalTierStatus>,
         old: Option<&PrometheusFederationStatus>,
     ) -> PrometheusFederationStatus {
