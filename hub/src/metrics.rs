@@ -75,6 +75,8 @@ pub struct Metrics {
     pub errors: Family<KindLabel, Counter>,
     /// ManagedCluster status writes.
     pub status_writes: Counter,
+    /// Reconciles run, by kind.
+    pub reconciles: Family<KindLabel, Counter>,
     /// Autoscaling decisions by action and reason.
     pub autoscale_decisions: Family<DecisionLabel, Counter>,
     /// Last metric value read, by policy.
@@ -112,6 +114,7 @@ impl Metrics {
         let etcd_txn_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
         let errors = Family::<KindLabel, Counter>::default();
         let status_writes = Counter::default();
+        let reconciles = Family::<KindLabel, Counter>::default();
         registry.register(
             "connected_agents",
             "Agents with an open, heartbeating stream to this replica",
@@ -144,6 +147,7 @@ impl Metrics {
             "ManagedCluster status patches written",
             status_writes.clone(),
         );
+        registry.register("reconciles", "Reconciles run, by kind", reconciles.clone());
         let autoscale_decisions = Family::<DecisionLabel, Counter>::default();
         let autoscale_value = Family::<PolicyLabel, FloatGauge>::default();
         let autoscale_threshold = Family::<PolicyLabel, FloatGauge>::default();
@@ -210,6 +214,7 @@ impl Metrics {
             etcd_txn_seconds,
             errors,
             status_writes,
+            reconciles,
         }
     }
 

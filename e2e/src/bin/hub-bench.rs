@@ -1018,7 +1018,14 @@ async fn fanout(
         },
     }))?;
     for change in ["create", "edit"] {
+        // The steady state's own CPU rate (heartbeats, periodic reports), so that what the
+        // change costs can be told apart from what the fleet costs meanwhile.
+        let steady = Duration::from_secs(3);
+        let (idle0, idle_at) = (hubs.cpu(), Instant::now());
+        tokio::time::sleep(steady).await;
+        let steady_rate = (hubs.cpu() - idle0) / idle_at.elapsed().as_secs_f64();
         let before = seen.snapshot();
+        let reconciles0 = hubs.sum(&hubs.all(), "accord_hub_reconciles_total").await?;
         let cpu0 = hubs.cpu();
         let generation = if change == "create" {
             api.create(&PostParams::default(), &topic).await?
@@ -1078,7 +1085,9 @@ async fn fanout(
             })
         })
         .await?;
-        let cpu = hubs.cpu() - cpu0;
+        let (cpu, window) = (hubs.cpu() - cpu0, accepted.elapsed());
+        let beyond = cpu - steady_rate * window.as_secs_f64();
+        let reconciles = hubs.sum(&hubs.all(), "accord_hub_reconciles_total").await? - reconciles0;
         let spread = |mut d: Vec<Duration>| {
             d.sort_unstable();
             let micros: Vec<u64> = d.iter().map(|d| d.as_micros() as u64).collect();
@@ -1095,9 +1104,10 @@ async fn fanout(
         );
         println!("fan-out {change}: report stored        {}", spread(stored));
         println!(
-            "fan-out {change}: status Ready after   {:?} ({} bytes of status), hub CPU {cpu:.1} s, hub RSS {:.1} MiB",
+            "fan-out {change}: status Ready after   {:?} ({} bytes of status), hub CPU {cpu:.2} s ({beyond:.2} s beyond the steady state's {:.0} % of a core), {reconciles} reconciles, hub RSS {:.1} MiB",
             ready.0,
             ready.1,
+            steady_rate * 100.0,
             hubs.pids.iter().map(|&p| rss_bytes(p)).sum::<u64>() as f64 / 1048576.0
         );
     }

@@ -16,6 +16,7 @@
 pub mod cluster_status;
 pub mod lenient;
 pub mod placement;
+pub mod reconcile_pace;
 
 use std::sync::Arc;
 use std::time::Duration;

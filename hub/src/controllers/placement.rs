@@ -49,6 +49,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, info};
 
 use super::lenient::invalid_status;
+use super::reconcile_pace::ReconcilePace;
 use super::{
     ClusterEvents, ControllerContext, ControllerError, Decoded, Lenient, Listed, ReconcileError,
     decode_or_invalid, error_policy, trace_result,
@@ -58,6 +59,7 @@ use crate::distribution::select::{ClusterInfo, Clusters};
 use crate::distribution::{PlacementRecord, ShareRecord};
 use crate::store::{StatusRecord, StoreError};
 use crate::writes::Pace;
+use accord_common::metrics::KindLabel;
 
 /// Re-check every object this often even without events.
 pub const RESYNC: Duration = Duration::from_secs(300);
@@ -481,6 +483,8 @@ pub struct Placements<K: PlacementKind> {
     /// The record revision each object's last submitted status showed: a status for a
     /// different one shows a new decision, written promptly.
     shown: dashmap::DashMap<(String, String), i64>,
+    /// Each object's last reconcile, which paces the ones reports and clusters ask for.
+    pace: Arc<ReconcilePace<ObjectRef<Watched<K>>>>,
 }
 
 /// Whether a placement the status shows with an outcome (any state but `Pending`) is
@@ -523,6 +527,7 @@ impl<K: PlacementKind> Placements<K> {
             kind,
             objects,
             shown: dashmap::DashMap::new(),
+            pace: Arc::default(),
         }
     }
 
@@ -892,6 +897,13 @@ pub async fn run<K: PlacementKind>(
         listed: kind_listed,
     } = K::start(&ctx, objects.clone(), trigger.clone(), &options);
     let placements = Arc::new(Placements::new(ctx.clone(), kind, objects.clone()));
+    // Reports and ManagedCluster changes ask for reconciles through the pace (see
+    // controllers::reconcile_pace); the objects' own events and the kind's triggers do not.
+    let (paced, paced_triggers) = mpsc::unbounded_channel::<ObjectRef<Watched<K>>>();
+    let pacing = placements
+        .pace
+        .clone()
+        .forward(paced_triggers, trigger.clone());
 
     // The objects' own events: the kind sees each, and one that is gone is forgotten.
     let (cleanup, mut cleanups) = mpsc::unbounded_channel::<Cleanup>();
@@ -908,6 +920,7 @@ pub async fn run<K: PlacementKind>(
             if let Some((o, gone)) = changed(&event) {
                 placements.kind.on_object(o, gone);
                 if gone {
+                    placements.pace.forget(&ObjectRef::from_obj(o));
                     let _ = cleanup.send(Cleanup::Gone(
                         o.namespace().unwrap_or_default(),
                         o.name_any(),
@@ -950,7 +963,7 @@ pub async fn run<K: PlacementKind>(
     // ManagedCluster changes that matter → every object that may select the cluster.
     let cluster_changes = {
         let objects = objects.clone();
-        let t = trigger.clone();
+        let t = paced.clone();
         let mut seen: HashMap<String, ClusterInfo> = HashMap::new();
         clusters.for_each(move |mc| {
             let name = mc.name_any();
@@ -972,7 +985,7 @@ pub async fn run<K: PlacementKind>(
         ctx.statuses.subscribe(),
         ctx.store.keys().status_prefix(),
         objects.clone(),
-        trigger.clone(),
+        paced,
         |rest| {
             StatusKey::parse(rest)
                 .filter(|key| key.kind == K::KIND.as_str())
@@ -994,6 +1007,12 @@ pub async fn run<K: PlacementKind>(
         .run(
             |object, p: Arc<Placements<K>>| async move {
                 let name = object_name(&*object);
+                let _running = p.pace.running(ObjectRef::from_obj(&*object));
+                p.ctx
+                    .metrics
+                    .reconciles
+                    .get_or_create(&KindLabel::of(K::KIND.as_str()))
+                    .inc();
                 let action = p.reconcile(object).await?;
                 p.ctx.succeeded(&name);
                 Ok(action)
@@ -1019,6 +1038,7 @@ pub async fn run<K: PlacementKind>(
         () = cluster_changes => {}
         () = report_changes => {}
         () = report_listed => {}
+        () = pacing => {}
         _ = kind_tasks => {}
     }
     Err(ControllerError::Ended(K::CONTROLLER))
