@@ -18,6 +18,7 @@ use accord_hub::controllers::{
     ClusterObject, ControllerContext, ControllerDeps, ControllerOptions, ReconcileError,
 };
 use accord_hub::distribution::PlacementRecord;
+use accord_hub::distribution::select::{ClusterIndex, ClusterIndexWriter};
 use accord_hub::http::{Readiness, ReadinessGates};
 use accord_hub::kafka_topic::controller::KafkaTopics;
 use accord_hub::metrics::Metrics;
@@ -41,6 +42,7 @@ struct Harness {
     election: Arc<LeaderElection>,
     ctx: Arc<ControllerContext>,
     clusters: Writer<ClusterObject>,
+    index: ClusterIndexWriter,
 }
 
 /// A harness whose progress (members still working) is written after a second, so tests
@@ -78,7 +80,9 @@ async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
         views: Default::default(),
     };
     let (reader, clusters) = reflector::store::<ClusterObject>();
-    let ctx = ControllerContext::start(&deps, &options, reader)
+    let cluster_index = ClusterIndex::default();
+    let index = cluster_index.writer();
+    let ctx = ControllerContext::start(&deps, &options, reader, cluster_index)
         .await
         .expect("the controllers' context");
     let mut h = Harness {
@@ -87,6 +91,7 @@ async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
         election,
         ctx: Arc::new(ctx),
         clusters,
+        index,
     };
     h.cluster("a", true);
     h.cluster("b", true);
@@ -106,8 +111,10 @@ impl Harness {
             }]}
         }))
         .expect("a ManagedCluster");
-        self.clusters
-            .apply_watcher_event(&watcher::Event::Apply(mc));
+        // As the hub's watch does: the index first, then the reflector.
+        let event = watcher::Event::Apply(mc);
+        self.index.apply(&event);
+        self.clusters.apply_watcher_event(&event);
     }
 
     /// The controller of kind `K` and its objects' reflector writer.
