@@ -15,6 +15,9 @@ use anyhow::{Context as _, Result};
 
 /// The API server's request counter.
 pub const APISERVER_REQUESTS: &str = "apiserver_request_total";
+/// The API server's time spent on requests (the sum of its duration histogram), by the
+/// same labels as [`APISERVER_REQUESTS`].
+pub const APISERVER_REQUEST_SECONDS: &str = "apiserver_request_duration_seconds_sum";
 /// The hub's counter of its own Kubernetes writes.
 pub const HUB_WRITES: &str = "accord_hub_kube_writes_total";
 /// The verbs `apiserver_request_total` gives writes.
@@ -127,8 +130,13 @@ pub struct Writes(pub BTreeMap<WriteKind, f64>);
 impl Writes {
     /// The writes in an API server's `/metrics` text.
     pub fn parse(text: &str) -> Self {
+        Self::parse_metric(text, APISERVER_REQUESTS)
+    }
+
+    /// Metric `name` (labelled as [`APISERVER_REQUESTS`] is) summed by write kind.
+    fn parse_metric(text: &str, name: &str) -> Self {
         let mut writes = BTreeMap::new();
-        for (labels, value) in series(text, APISERVER_REQUESTS) {
+        for (labels, value) in series(text, name) {
             let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
             let verb = label("verb");
             if !WRITE_VERBS.contains(&verb) {
@@ -144,8 +152,8 @@ impl Writes {
     }
 
     /// Scrapes the API server `client` talks to (its `/metrics`; the admin's credentials
-    /// may read it).
-    pub async fn scrape(client: &kube::Client) -> Result<Self> {
+    /// may read it): the writes it served, and the seconds it spent on them.
+    pub async fn scrape(client: &kube::Client) -> Result<(Self, Self)> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .context("building the /metrics request")?;
@@ -153,7 +161,10 @@ impl Writes {
             .request_text(request)
             .await
             .context("scraping the kube-apiserver's /metrics")?;
-        Ok(Self::parse(&text))
+        Ok((
+            Self::parse(&text),
+            Self::parse_metric(&text, APISERVER_REQUEST_SECONDS),
+        ))
     }
 
     /// The writes made since `before` (kinds that did not change are left out).
@@ -203,6 +214,7 @@ pub struct Meter {
     hub_metrics_url: Option<String>,
     http: reqwest::Client,
     before: Writes,
+    seconds_before: Writes,
     hub_before: Option<BTreeMap<(String, String, String), f64>>,
 }
 
@@ -211,6 +223,8 @@ pub struct Meter {
 pub struct Measured {
     /// The API server's writes over the phase.
     pub apiserver: Writes,
+    /// The seconds the API server spent on them, by the same kinds.
+    pub apiserver_seconds: Writes,
     /// The hub's own count over the phase, when it exports one.
     pub hub: Option<BTreeMap<(String, String, String), f64>>,
 }
@@ -223,7 +237,7 @@ impl Meter {
         http: &reqwest::Client,
         hub_metrics_url: Option<String>,
     ) -> Result<Self> {
-        let before = Writes::scrape(&client).await?;
+        let (before, seconds_before) = Writes::scrape(&client).await?;
         let hub_before = match &hub_metrics_url {
             Some(url) => scrape_hub(http, url).await?,
             None => None,
@@ -233,6 +247,7 @@ impl Meter {
             hub_metrics_url,
             http: http.clone(),
             before,
+            seconds_before,
             hub_before,
         })
     }
@@ -246,7 +261,9 @@ impl Meter {
 
     /// Scrapes again; the differences.
     pub async fn finish(&self) -> Result<Measured> {
-        let apiserver = Writes::scrape(&self.client).await?.since(&self.before);
+        let (writes, seconds) = Writes::scrape(&self.client).await?;
+        let apiserver = writes.since(&self.before);
+        let apiserver_seconds = seconds.since(&self.seconds_before);
         let hub = match &self.hub_metrics_url {
             Some(url) => scrape_hub(&self.http, url).await?.map(|after| {
                 let before = self.hub_before.clone().unwrap_or_default();
@@ -261,7 +278,11 @@ impl Meter {
             }),
             None => None,
         };
-        Ok(Measured { apiserver, hub })
+        Ok(Measured {
+            apiserver,
+            apiserver_seconds,
+            hub,
+        })
     }
 }
 
@@ -321,9 +342,17 @@ impl Measured {
                 .unwrap_or_default()
         );
         for (kind, v) in &self.apiserver.0 {
+            // The API server's own time per write: what a write costs it, apart from the
+            // time a client waits for a turn.
+            let served = self
+                .apiserver_seconds
+                .0
+                .get(kind)
+                .map(|s| format!(", {:.1} ms each in the API server", s * 1000.0 / v.max(1.0)))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  {:<44} {:<7} {:>8.0}  {:.2}/{}{}",
+                "  {:<44} {:<7} {:>8.0}  {:.2}/{}{}{served}",
                 kind.resource,
                 kind.verb,
                 v,
@@ -477,6 +506,11 @@ apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"
     fn the_report_names_the_benchmarks_own_writes_and_what_came_beyond() {
         let measured = Measured {
             apiserver: Writes::parse(SAMPLE),
+            apiserver_seconds: Writes::parse_metric(
+                "apiserver_request_duration_seconds_sum{resource=\"federatedkafkatopics\",\
+                 subresource=\"status\",verb=\"PATCH\"} 12.5\n",
+                APISERVER_REQUEST_SECONDS,
+            ),
             hub: None,
         };
         let text = measured.render(&Report {
@@ -487,6 +521,10 @@ apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"
             user: &[(WriteKind::new("federatedkafkatopics", "APPLY"), 1000.0)],
         });
         assert!(text.contains("the benchmark's own: 1000"), "{text}");
+        assert!(
+            text.contains("12.5 ms each in the API server"),
+            "the API server's time per status PATCH: {text}"
+        );
         assert!(
             text.contains("federatedkafkatopics/status PATCH 1.00/topic"),
             "{text}"

@@ -137,11 +137,14 @@ impl Harness {
         Arc::new(Watched::<K>::from_value(value).expect("a watched object"))
     }
 
-    /// Waits for every pending status write.
+    /// Waits for every pending status write and Event.
     async fn flush(&self) {
-        tokio::time::timeout(Duration::from_secs(10), self.ctx.writes.status.flush())
-            .await
-            .expect("status writes done within 10 s");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            self.ctx.writes.status.flush().await;
+            self.ctx.writes.events.flush().await;
+        })
+        .await
+        .expect("status writes and Events done within 10 s");
     }
 
     fn patches(&self, path: &str) -> Vec<Value> {
@@ -153,8 +156,9 @@ impl Harness {
             .collect()
     }
 
-    /// The notes of every Event created.
-    fn event_notes(&self) -> Vec<String> {
+    /// The notes of the Events created so far, once the ones published are written.
+    async fn event_notes(&self) -> Vec<String> {
+        self.ctx.writes.events.flush().await;
         self.fake
             .requests(Method::POST)
             .into_iter()
@@ -266,7 +270,7 @@ async fn an_object_that_does_not_decode_says_so_once_in_its_status_and_one_event
         (&ready["type"], &ready["reason"]),
         (&json!("Ready"), &json!("InvalidSpec"))
     );
-    assert_eq!(h.event_notes().len(), 1, "one Event");
+    assert_eq!(h.event_notes().await.len(), 1, "one Event");
     assert!(h.scale_record("broken").is_none(), "nothing placed");
 
     // Seen again with the status it now has: nothing more to write or say.
@@ -280,7 +284,7 @@ async fn an_object_that_does_not_decode_says_so_once_in_its_status_and_one_event
         1,
         "no second write"
     );
-    assert_eq!(h.event_notes().len(), 1, "no second Event");
+    assert_eq!(h.event_notes().await.len(), 1, "no second Event");
 }
 
 #[tokio::test]
@@ -296,7 +300,7 @@ async fn a_decision_is_written_once_announced_once_and_an_unchanged_status_costs
     let (record, revision) = h.scale_record("web").expect("a record");
     assert_eq!(replicas(&record), [7, 5]);
     assert_eq!(h.patches(&format!("{path}/status")).len(), 1);
-    let notes = h.event_notes();
+    let notes = h.event_notes().await;
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert!(
         notes[0].contains(&record.decision.scale_request_id),
@@ -319,7 +323,7 @@ async fn a_decision_is_written_once_announced_once_and_an_unchanged_status_costs
         1,
         "status untouched"
     );
-    assert_eq!(h.event_notes().len(), 1, "no new Event");
+    assert_eq!(h.event_notes().await.len(), 1, "no new Event");
 }
 
 #[tokio::test]
@@ -343,7 +347,7 @@ async fn a_selection_change_is_a_new_decision_with_an_event_of_its_own() {
         first.decision.scale_request_id,
         second.decision.scale_request_id
     );
-    let notes = h.event_notes();
+    let notes = h.event_notes().await;
     assert_eq!(notes.len(), 2, "{notes:?}");
     assert!(notes[0].contains(&first.decision.scale_request_id));
     assert!(
@@ -451,7 +455,7 @@ async fn a_replica_that_no_longer_leads_writes_no_record() {
         "{result:?}"
     );
     assert!(h.scale_record("web").is_none(), "nothing written");
-    assert!(h.event_notes().is_empty(), "nothing announced");
+    assert!(h.event_notes().await.is_empty(), "nothing announced");
 }
 
 #[tokio::test]
@@ -567,7 +571,12 @@ async fn only_a_topic_whose_deletion_deletes_in_the_members_gets_a_finalizer() {
         json!(["accord.io/kafka-topic"])
     );
     // One Applied Event per topic, one status write each.
-    assert_eq!(h.event_notes().len(), 2, "{:?}", h.event_notes());
+    assert_eq!(
+        h.event_notes().await.len(),
+        2,
+        "{:?}",
+        h.event_notes().await
+    );
     for name in ["kept", "deleted"] {
         assert_eq!(
             h.patches(&format!("{TOPICS}/{name}/status")).len(),

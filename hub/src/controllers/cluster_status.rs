@@ -505,8 +505,7 @@ async fn reconcile(
                 reasons::INVALID_SPEC,
                 format!("the hub cannot read this ManagedCluster's spec: {error}"),
             ),
-        )
-        .await;
+        );
     }
     Ok(())
 }

@@ -253,16 +253,20 @@ impl ControllerContext {
     }
 
     /// Publishes `note` as an Event about `object` (a repeat of the same note is counted
-    /// on the Event already there); a failure to publish is only logged.
-    pub async fn note(
+    /// on the Event already there), written in the background so that it never holds up
+    /// a reconcile; a failure to publish is only logged.
+    pub fn note(
         &self,
         object: &k8s_openapi::api::core::v1::ObjectReference,
         note: placement::Note,
     ) {
-        self.writes
-            .events
-            .publish(object, note.type_, &note.reason, "Reconcile", note.message)
-            .await;
+        self.writes.events.publish_later(
+            object,
+            note.type_,
+            &note.reason,
+            "Reconcile",
+            note.message,
+        );
     }
 
     /// Writes `object`'s status from `current` (as the API server holds it) to `desired`,

@@ -611,7 +611,7 @@ impl<K: PlacementKind> Placements<K> {
                         let revision = write_record::<K>(ctx, &record).await?;
                         debug!(policy = %p, revision, "placements written");
                         if let Some(note) = self.kind.announce(object, &record, revision) {
-                            ctx.note(&object.object_ref(&()), note).await;
+                            ctx.note(&object.object_ref(&()), note);
                         }
                         (record, revision)
                     }
@@ -648,7 +648,7 @@ impl<K: PlacementKind> Placements<K> {
             )
             .await?;
         for note in notes {
-            ctx.note(&object.object_ref(&()), note).await;
+            ctx.note(&object.object_ref(&()), note);
         }
         ctx.views.set(&p, status.clone());
         K::summarize(&mut status, &ctx.status_limits);
@@ -705,12 +705,10 @@ impl<K: PlacementKind> Placements<K> {
             self.ctx
                 .submit_status::<K::Object>(watched, current, desired, Pace::Prompt);
             self.ctx.metrics.error("invalid_spec");
-            self.ctx
-                .note(
-                    &watched.object_ref(&()),
-                    Note::warning(accord_crds::conditions::reasons::INVALID_SPEC, message),
-                )
-                .await;
+            self.ctx.note(
+                &watched.object_ref(&()),
+                Note::warning(accord_crds::conditions::reasons::INVALID_SPEC, message),
+            );
         }
         self.kind.invalid(watched).await?;
         Ok(Action::await_change())

@@ -550,8 +550,7 @@ impl PlacementKind for KafkaTopics {
             ctx.note(
                 &reference,
                 Note::normal(reasons::DELETED, "the topic was not sent to any member"),
-            )
-            .await;
+            );
             return Ok(Finalized::Done);
         };
         let clusters = placement::clusters(ctx);
@@ -578,8 +577,7 @@ impl PlacementKind for KafkaTopics {
                         reasons::DELETED,
                         format!("topic {topic_name} deleted in every member"),
                     ),
-                )
-                .await;
+                );
                 Ok(Finalized::Done)
             }
             Progress::Waiting { left, recheck } => {
@@ -595,8 +593,7 @@ impl PlacementKind for KafkaTopics {
                 ctx.note(
                     &reference,
                     Note::warning(reasons::DELETION_INCOMPLETE, note),
-                )
-                .await;
+                );
                 Ok(Finalized::Done)
             }
         }

@@ -86,12 +86,10 @@ impl PolicyStatus {
                     self.ctx
                         .submit_status(watched, current, desired, Pace::Prompt);
                     self.ctx.metrics.error("invalid_spec");
-                    self.ctx
-                        .note(
-                            &kube::Resource::object_ref(watched, &()),
-                            Note::warning(common_reasons::INVALID_SPEC, message),
-                        )
-                        .await;
+                    self.ctx.note(
+                        &kube::Resource::object_ref(watched, &()),
+                        Note::warning(common_reasons::INVALID_SPEC, message),
+                    );
                 }
                 return Ok(Action::await_change());
             }

@@ -341,8 +341,7 @@ async fn record(
         ctx.note(
             &reference,
             Note::normal(&decision.action, decision.message.clone()),
-        )
-        .await;
+        );
     }
     // Opened now: from closed, or again after a failed probe (a new `since`).
     let opened = matches!(after.breaker, Breaker::Open { since_ms, .. }
@@ -353,15 +352,13 @@ async fn record(
         ctx.note(
             &reference,
             Note::warning("BreakerOpened", decision.message.clone()),
-        )
-        .await;
+        );
     } else if closed {
         let note = format!(
             "the probe answered {}; breaker closed, scaling resumes",
             after.value.map_or_else(String::new, engine::num)
         );
         info!(policy = object, "{note}");
-        ctx.note(&reference, Note::normal("BreakerClosed", note))
-            .await;
+        ctx.note(&reference, Note::normal("BreakerClosed", note));
     }
 }

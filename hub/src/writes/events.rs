@@ -15,6 +15,12 @@
 //! - Memory is bounded: identities not seen for [`FORGET_AFTER`] are forgotten, and at most
 //!   [`MAX_EVENTS`] are kept (the least recently seen goes first).
 //! - Publishing never fails the caller: a failed write is logged at debug.
+//! - At most [`MAX_IN_FLIGHT`] Event writes are under way at once. A controller publishes
+//!   with [`EventRecorder::publish_later`], which decides what to write at once (so an
+//!   object's Events keep their order) and writes in the background: an Event never holds
+//!   up a reconcile, and a thousand new decisions do not send a thousand Event creates at
+//!   the API server at once, ahead of the status writes that show them (its priority and
+//!   fairness queues serve one client's requests in turn).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +42,8 @@ pub const DEFAULT_REPEAT_INTERVAL: Duration = Duration::from_secs(10);
 /// How long an identity not seen again is remembered (the API server keeps Events for an
 /// hour by default; a repeat after this creates a new Event).
 pub const FORGET_AFTER: Duration = Duration::from_secs(30 * 60);
+/// Most Event writes under way at once.
+pub const MAX_IN_FLIGHT: usize = 4;
 /// Most identities one recorder remembers.
 pub const MAX_EVENTS: usize = 4096;
 /// How often forgotten identities are swept out.
@@ -61,6 +69,10 @@ struct Inner {
     state: Mutex<State>,
     /// The last unique suffix handed out (nanoseconds of the wall clock, kept increasing).
     last_suffix: AtomicU64,
+    /// Turns for writes, at most [`MAX_IN_FLIGHT`].
+    turns: Arc<tokio::sync::Semaphore>,
+    /// Writes handed to the background by [`EventRecorder::publish_later`] and not done.
+    later: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 /// The object an Event is about.
@@ -145,6 +157,8 @@ impl EventRecorder {
                 capacity: MAX_EVENTS,
                 state: Mutex::default(),
                 last_suffix: AtomicU64::new(0),
+                turns: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+                later: Arc::new(tokio::sync::watch::Sender::new(0)),
             }),
         }
     }
@@ -196,6 +210,57 @@ impl EventRecorder {
         action: &str,
         note: String,
     ) {
+        let (object, key, step) = self.step(regarding, type_, reason, action, note);
+        self.write(&object, &key, step).await;
+    }
+
+    /// Like [`publish`](Self::publish), but returns as soon as it is decided what to write
+    /// (the order of an object's Events is the order of the calls); the write happens in
+    /// the background, in its turn. [`flush`](Self::flush) waits for it.
+    pub fn publish_later(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let (object, key, step) = self.step(regarding, type_, reason, action, note);
+        if matches!(step, Step::Nothing) {
+            return;
+        }
+        self.inner.later.send_modify(|n| *n += 1);
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.write(&object, &key, step).await;
+            this.inner.later.send_modify(|n| *n -= 1);
+        });
+    }
+
+    /// Waits until every write [`publish_later`](Self::publish_later) handed to the
+    /// background is done (repeats the interval holds back are written by their timer).
+    pub async fn flush(&self) {
+        let mut later = self.inner.later.subscribe();
+        let _ = later.wait_for(|n| *n == 0).await;
+    }
+
+    async fn write(&self, object: &ObjectKey, key: &EventKey, step: Step) {
+        match step {
+            Step::Create(event) => self.create(object, key, *event).await,
+            Step::Repeat(write) => self.inner.write_series(object, key, write).await,
+            Step::Nothing => {}
+        }
+    }
+
+    /// Counts a publish in memory and says what it writes.
+    fn step(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> (ObjectKey, EventKey, Step) {
         let inner = &self.inner;
         let now = Instant::now();
         let observed = Timestamp::now();
@@ -277,19 +342,18 @@ impl EventRecorder {
             }
             step
         };
-        match step {
-            Step::Create(event) => self.create(&object, &key, *event).await,
-            Step::Repeat(write) => self.inner.write_series(&object, &key, write).await,
-            Step::Nothing => {}
-        }
+        (object, key, step)
     }
 
     async fn create(&self, object: &ObjectKey, key: &EventKey, event: Event) {
         let inner = &self.inner;
         let namespace = event.metadata.namespace.clone().unwrap_or_default();
-        let result = Api::<Event>::namespaced(inner.client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
-            .await;
+        let result = {
+            let _turn = inner.turn().await;
+            Api::<Event>::namespaced(inner.client.clone(), &namespace)
+                .create(&PostParams::default(), &event)
+                .await
+        };
         let mut state = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some(events) = state.objects.get_mut(object) else {
             return;
@@ -329,7 +393,17 @@ impl Inner {
             capacity: self.capacity,
             state: Mutex::default(),
             last_suffix: AtomicU64::new(0),
+            turns: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            later: Arc::new(tokio::sync::watch::Sender::new(0)),
         }
+    }
+
+    /// A turn to write, at most [`MAX_IN_FLIGHT`] at once.
+    async fn turn(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.turns
+            .acquire()
+            .await
+            .expect("the semaphore is never closed")
     }
 
     /// `<object-name>.<hex>`, unique within this recorder.
@@ -446,9 +520,12 @@ impl Inner {
                 "lastObservedTime": MicroTime(write.last_observed),
             }
         });
-        let result = Api::<Event>::namespaced(self.client.clone(), &write.namespace)
-            .patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
+        let result = {
+            let _turn = self.turn().await;
+            Api::<Event>::namespaced(self.client.clone(), &write.namespace)
+                .patch(&write.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        };
         if let Err(error) = result {
             tracing::debug!(
                 object = %object.name, event = %write.name, %error,
@@ -728,6 +805,43 @@ mod tests {
             1,
             "identities unseen for a minute are gone"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn published_later_events_are_written_in_the_background_a_few_at_a_time() {
+        let api = FakeApi::default();
+        api.set_latency(Duration::from_millis(100));
+        let recorder = recorder(&api);
+        for i in 0..10 {
+            recorder.publish_later(
+                &topic(&format!("t{i}")),
+                EventType::Normal,
+                "Placed",
+                "Reconcile",
+                "placed on 3 clusters".to_owned(),
+            );
+        }
+        // Returned at once; the first turns are under way.
+        assert!(api.requests(Method::POST).is_empty());
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(
+            api.requests(Method::POST).len(),
+            MAX_IN_FLIGHT,
+            "at most {MAX_IN_FLIGHT} writes at once"
+        );
+        recorder.flush().await;
+        assert_eq!(api.objects_under(EVENTS).len(), 10);
+        // A repeat published later is counted on the Event that is there.
+        recorder.publish_later(
+            &topic("t0"),
+            EventType::Normal,
+            "Placed",
+            "Reconcile",
+            "placed on 3 clusters".to_owned(),
+        );
+        recorder.flush().await;
+        assert_eq!(api.requests(Method::POST).len(), 10);
+        assert_eq!(api.requests(Method::PATCH).len(), 1);
     }
 
     #[test]
