@@ -260,13 +260,9 @@ impl ControllerContext {
         object: &k8s_openapi::api::core::v1::ObjectReference,
         note: placement::Note,
     ) {
-        self.writes.events.publish_later(
-            object,
-            note.type_,
-            &note.reason,
-            "Reconcile",
-            note.message,
-        );
+        self.writes
+            .events
+            .publish(object, note.type_, &note.reason, "Reconcile", note.message);
     }
 
     /// Writes `object`'s status from `current` (as the API server holds it) to `desired`,

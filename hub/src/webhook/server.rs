@@ -238,13 +238,11 @@ async fn record_violation(
         return;
     };
     let reference = kube::Resource::object_ref(stored.as_ref(), &());
-    recorder
-        .publish(
-            &reference,
-            EventType::Warning,
-            super::EVENT_REASON,
-            "Admit",
-            note,
-        )
-        .await;
+    recorder.publish(
+        &reference,
+        EventType::Warning,
+        super::EVENT_REASON,
+        "Admit",
+        note,
+    );
 }

@@ -15,10 +15,9 @@
 //! - Memory is bounded: identities not seen for [`FORGET_AFTER`] are forgotten, and at most
 //!   [`MAX_EVENTS`] are kept (the least recently seen goes first).
 //! - Publishing never fails the caller: a failed write is logged at debug.
-//! - At most [`MAX_IN_FLIGHT`] Event writes are under way at once. A controller publishes
-//!   with [`EventRecorder::publish_later`], which decides what to write at once (so an
-//!   object's Events keep their order) and writes in the background: an Event never holds
-//!   up a reconcile, and a thousand new decisions do not send a thousand Event creates at
+//! - At most [`MAX_IN_FLIGHT`] Event writes are under way at once. [`EventRecorder::publish`]
+//!   decides what to write at once (so an object's Events keep their order) and writes in
+//!   the background: an Event never holds up a reconcile, and a thousand new decisions do not send a thousand Event creates at
 //!   the API server at once, ahead of the status writes that show them (its priority and
 //!   fairness queues serve one client's requests in turn).
 
@@ -71,7 +70,7 @@ struct Inner {
     last_suffix: AtomicU64,
     /// Turns for writes, at most [`MAX_IN_FLIGHT`].
     turns: Arc<tokio::sync::Semaphore>,
-    /// Writes handed to the background by [`EventRecorder::publish_later`] and not done.
+    /// Writes handed to the background by [`EventRecorder::publish`] and not done.
     later: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
@@ -201,23 +200,10 @@ impl EventRecorder {
     /// Records that `reason` (a CamelCase word) happened to `regarding`, with `action` (what
     /// was done or tried) and a human-readable `note`. Creates an Event for a new
     /// (object, type, reason, note), or counts a repeat; never fails (a failed write is
-    /// logged at debug).
-    pub async fn publish(
-        &self,
-        regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        let (object, key, step) = self.step(regarding, type_, reason, action, note);
-        self.write(&object, &key, step).await;
-    }
-
-    /// Like [`publish`](Self::publish), but returns as soon as it is decided what to write
-    /// (the order of an object's Events is the order of the calls); the write happens in
-    /// the background, in its turn. [`flush`](Self::flush) waits for it.
-    pub fn publish_later(
+    /// logged at debug). Returns as soon as it is decided what to write, so the order of
+    /// an object's Events is the order of the calls; the write happens in the background,
+    /// in its turn, and [`flush`](Self::flush) waits for it.
+    pub fn publish(
         &self,
         regarding: &ObjectReference,
         type_: EventType,
@@ -237,8 +223,8 @@ impl EventRecorder {
         });
     }
 
-    /// Waits until every write [`publish_later`](Self::publish_later) handed to the
-    /// background is done (repeats the interval holds back are written by their timer).
+    /// Waits until every write [`publish`](Self::publish) handed to the background is
+    /// done (repeats the interval holds back are written by their timer).
     pub async fn flush(&self) {
         let mut later = self.inner.later.subscribe();
         let _ = later.wait_for(|n| *n == 0).await;
@@ -646,16 +632,16 @@ mod tests {
         )
     }
 
+    /// Publishes and waits for the write.
     async fn publish(recorder: &EventRecorder, object: &ObjectReference, note: &str) {
-        recorder
-            .publish(
-                object,
-                EventType::Normal,
-                "Placed",
-                "Reconcile",
-                note.to_owned(),
-            )
-            .await;
+        recorder.publish(
+            object,
+            EventType::Normal,
+            "Placed",
+            "Reconcile",
+            note.to_owned(),
+        );
+        recorder.flush().await;
     }
 
     fn count_of(event: &serde_json::Value) -> i64 {
@@ -808,12 +794,12 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn published_later_events_are_written_in_the_background_a_few_at_a_time() {
+    async fn events_are_written_in_the_background_a_few_at_a_time() {
         let api = FakeApi::default();
         api.set_latency(Duration::from_millis(100));
         let recorder = recorder(&api);
         for i in 0..10 {
-            recorder.publish_later(
+            recorder.publish(
                 &topic(&format!("t{i}")),
                 EventType::Normal,
                 "Placed",
@@ -832,7 +818,7 @@ mod tests {
         recorder.flush().await;
         assert_eq!(api.objects_under(EVENTS).len(), 10);
         // A repeat published later is counted on the Event that is there.
-        recorder.publish_later(
+        recorder.publish(
             &topic("t0"),
             EventType::Normal,
             "Placed",
