@@ -17,9 +17,10 @@
 //! - Publishing never fails the caller: a failed write is logged at debug.
 //! - At most [`MAX_IN_FLIGHT`] Event writes are under way at once. [`EventRecorder::publish`]
 //!   decides what to write at once (so an object's Events keep their order) and writes in
-//!   the background: an Event never holds up a reconcile, and a thousand new decisions do not send a thousand Event creates at
-//!   the API server at once, ahead of the status writes that show them (its priority and
-//!   fairness queues serve one client's requests in turn).
+//!   the background: an Event never holds up a reconcile, and a thousand new decisions do
+//!   not send a thousand Event creates at the API server at once, ahead of the status
+//!   writes that show them (its priority and fairness queues serve one client's requests
+//!   in turn).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,9 +70,9 @@ struct Inner {
     /// The last unique suffix handed out (nanoseconds of the wall clock, kept increasing).
     last_suffix: AtomicU64,
     /// Turns for writes, at most [`MAX_IN_FLIGHT`].
-    turns: Arc<tokio::sync::Semaphore>,
+    turns: tokio::sync::Semaphore,
     /// Writes handed to the background by [`EventRecorder::publish`] and not done.
-    later: Arc<tokio::sync::watch::Sender<usize>>,
+    later: tokio::sync::watch::Sender<usize>,
 }
 
 /// The object an Event is about.
@@ -156,8 +157,8 @@ impl EventRecorder {
                 capacity: MAX_EVENTS,
                 state: Mutex::default(),
                 last_suffix: AtomicU64::new(0),
-                turns: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
-                later: Arc::new(tokio::sync::watch::Sender::new(0)),
+                turns: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+                later: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
@@ -379,8 +380,8 @@ impl Inner {
             capacity: self.capacity,
             state: Mutex::default(),
             last_suffix: AtomicU64::new(0),
-            turns: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
-            later: Arc::new(tokio::sync::watch::Sender::new(0)),
+            turns: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            later: tokio::sync::watch::Sender::new(0),
         }
     }
 
