@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
@@ -257,6 +258,32 @@ impl Meter {
     pub fn hub_restarted(&mut self, hub_metrics_url: String) {
         self.hub_metrics_url = Some(hub_metrics_url);
         self.hub_before = Some(BTreeMap::new());
+    }
+
+    /// Waits until the hub's own write count has not changed for `quiet` (at most
+    /// `bound`), so that writes trailing the measured outcome (an Event or status written
+    /// after the bench saw the last one) are counted too; how long that took. Without a hub count, returns at once.
+    pub async fn settle(&self, quiet: Duration, bound: Duration) -> Result<Duration> {
+        let Some(url) = &self.hub_metrics_url else {
+            return Ok(Duration::ZERO);
+        };
+        let started = Instant::now();
+        let total = |writes: Option<BTreeMap<(String, String, String), f64>>| {
+            writes.map_or(0.0, |w| w.values().sum::<f64>())
+        };
+        let mut last = total(scrape_hub(&self.http, url).await?);
+        let mut changed = started;
+        while started.elapsed() < bound {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = total(scrape_hub(&self.http, url).await?);
+            if now != last {
+                last = now;
+                changed = Instant::now();
+            } else if changed.elapsed() >= quiet {
+                break;
+            }
+        }
+        Ok(changed.duration_since(started))
     }
 
     /// Scrapes again; the differences.
