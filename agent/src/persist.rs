@@ -12,7 +12,11 @@
 //! warning: the hub resends the assignments when the agent connects.
 //!
 //! Where the document lives is a [`StateStore`]: the ConfigMap in a cluster
-//! ([`ConfigMapStore`]), anything else in tests.
+//! ([`ConfigMapStore`]), anything else in tests. In the ConfigMap a document up to
+//! [`COMPRESS_ABOVE_BYTES`] is kept readable under `data` ([`DATA_KEY`]); a longer one is
+//! kept gzip-compressed under `binaryData` ([`COMPRESSED_KEY`]), and only one of the two is
+//! there at a time. An agent older than the compressed form finds no document in it, as
+//! after a first start: it gets its assignments from the hub when it connects.
 
 use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
 use accord_crds::AGENT_FIELD_MANAGER;
@@ -26,8 +30,16 @@ use crate::assignments::{Assigned, AssignmentBook};
 
 /// Name of the ConfigMap.
 pub const CONFIGMAP_NAME: &str = "accord-agent-assignments";
-/// Key of the ConfigMap holding the JSON document.
+/// Key of the ConfigMap holding the JSON document, when it is small.
 pub const DATA_KEY: &str = "assignments.json";
+/// Key of the ConfigMap's `binaryData` holding the document gzip-compressed, when it is
+/// larger than [`COMPRESS_ABOVE_BYTES`].
+pub const COMPRESSED_KEY: &str = "assignments.json.gz";
+/// Documents longer than this are saved compressed. A thousand topics make about 120 KB
+/// of JSON, which an agent rewrote on every change while assignments streamed in (16 MB
+/// written to its member's API server for one burst of a thousand topics), and a
+/// ConfigMap holds at most 1 MiB (about 8,500 topics uncompressed).
+pub const COMPRESS_ABOVE_BYTES: usize = 16 * 1024;
 /// Version of the document this agent writes.
 pub const FORMAT_VERSION: u64 = 2;
 
@@ -259,9 +271,11 @@ pub trait StateStore: Send + Sync + 'static {
     fn save(&self, document: String) -> BoxFuture<'_, Result<(), PersistError>>;
 }
 
-/// The server-side apply body of the ConfigMap holding `document`.
-pub fn configmap_patch(namespace: &str, document: &str) -> serde_json::Value {
-    serde_json::json!({
+/// The server-side apply body of the ConfigMap holding `document`: in `data` when it is
+/// short, gzip-compressed in `binaryData` when it is longer than [`COMPRESS_ABOVE_BYTES`]
+/// (the other key is left out of the apply, so the API server removes it).
+pub fn configmap_patch(namespace: &str, document: &str) -> Result<serde_json::Value, PersistError> {
+    let mut body = serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
@@ -269,8 +283,37 @@ pub fn configmap_patch(namespace: &str, document: &str) -> serde_json::Value {
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": AGENT_FIELD_MANAGER},
         },
-        "data": { DATA_KEY: document },
-    })
+    });
+    if document.len() > COMPRESS_ABOVE_BYTES {
+        let compressed = accord_common::compress::gzip(document.as_bytes())
+            .map_err(|e| PersistError::Encode(serde::ser::Error::custom(e)))?;
+        body["binaryData"] = serde_json::json!({
+            COMPRESSED_KEY: k8s_openapi::ByteString(compressed),
+        });
+    } else {
+        body["data"] = serde_json::json!({ DATA_KEY: document });
+    }
+    Ok(body)
+}
+
+/// The document a ConfigMap holds: compressed in `binaryData` or plain in `data`.
+pub fn configmap_document(configmap: ConfigMap) -> Result<Option<String>, PersistError> {
+    if let Some(compressed) = configmap
+        .binary_data
+        .and_then(|mut data| data.remove(COMPRESSED_KEY))
+    {
+        let json = accord_common::compress::gunzip(&compressed.0).map_err(|e| {
+            PersistError::Decode(serde::de::Error::custom(format!(
+                "{COMPRESSED_KEY} does not inflate: {e}"
+            )))
+        })?;
+        return String::from_utf8(json).map(Some).map_err(|e| {
+            PersistError::Decode(serde::de::Error::custom(format!(
+                "{COMPRESSED_KEY} is not UTF-8: {e}"
+            )))
+        });
+    }
+    Ok(configmap.data.and_then(|mut data| data.remove(DATA_KEY)))
 }
 
 /// The saved document in ConfigMap [`CONFIGMAP_NAME`] of the agent's namespace.
@@ -303,14 +346,15 @@ impl ConfigMapStore {
                     namespace: self.namespace.clone(),
                     source,
                 })?;
-        Ok(configmap
-            .and_then(|cm| cm.data)
-            .and_then(|mut data| data.remove(DATA_KEY)))
+        match configmap {
+            Some(configmap) => configmap_document(configmap),
+            None => Ok(None),
+        }
     }
 
     /// Writes `document`, creating the ConfigMap if needed.
     pub async fn save_document(&self, document: String) -> Result<(), PersistError> {
-        let body = configmap_patch(&self.namespace, &document);
+        let body = configmap_patch(&self.namespace, &document)?;
         self.api
             .patch(
                 CONFIGMAP_NAME,
@@ -380,7 +424,11 @@ mod tests {
         });
         let state = SavedState::of("member-1", &book);
         let encoded = state.encode().unwrap();
-        let patch = configmap_patch("accord-system", &encoded);
+        let patch = configmap_patch("accord-system", &encoded).unwrap();
+        assert!(
+            patch.get("binaryData").is_none(),
+            "a short document stays readable"
+        );
         assert_eq!(patch["metadata"]["name"], CONFIGMAP_NAME);
         assert_eq!(patch["metadata"]["namespace"], "accord-system");
         let document = patch["data"][DATA_KEY].as_str().unwrap();
@@ -396,6 +444,71 @@ mod tests {
         assert!(!back.migrated);
         assert_eq!(back.state, state);
         assert_eq!(back.state.into_book(), book);
+    }
+
+    #[test]
+    fn a_long_document_is_saved_compressed_and_read_back() {
+        let mut book = AssignmentBook::default();
+        book.apply(Update {
+            revision: 1000,
+            full: true,
+            items: (0..1000)
+                .map(|i| Incoming {
+                    policy: PolicyRef::new(
+                        PolicyKind::FederatedKafkaTopic,
+                        "team",
+                        &format!("topic-{i:04}"),
+                    ),
+                    revision: i + 1,
+                    spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec {
+                        topic_name: format!("topic-{i:04}"),
+                        partitions: 3,
+                        replication_factor: 1,
+                        ..Default::default()
+                    }),
+                })
+                .collect(),
+            removed: vec![],
+            store_epoch: 0,
+        });
+        let document = SavedState::of("member-1", &book).encode().unwrap();
+        assert!(document.len() > COMPRESS_ABOVE_BYTES);
+        let patch = configmap_patch("accord-system", &document).unwrap();
+        assert!(
+            patch.get("data").is_none(),
+            "applied without it: the API server drops it"
+        );
+        let configmap: ConfigMap = serde_json::from_value(patch).unwrap();
+        let stored = &configmap.binary_data.as_ref().unwrap()[COMPRESSED_KEY].0;
+        assert!(
+            stored.len() * 5 < document.len(),
+            "{} bytes for {} of JSON",
+            stored.len(),
+            document.len()
+        );
+        let read = configmap_document(configmap).unwrap().unwrap();
+        assert_eq!(read, document);
+        assert_eq!(SavedState::decode(&read).unwrap().state.into_book(), book);
+    }
+
+    #[test]
+    fn a_compressed_document_that_does_not_inflate_is_an_unreadable_document() {
+        let configmap = ConfigMap {
+            binary_data: Some(
+                [(
+                    COMPRESSED_KEY.to_owned(),
+                    k8s_openapi::ByteString(b"not gzip".to_vec()),
+                )]
+                .into(),
+            ),
+            ..ConfigMap::default()
+        };
+        let err = configmap_document(configmap).unwrap_err();
+        assert!(err.to_string().contains(COMPRESSED_KEY), "{err}");
+        assert!(
+            err.is_unreadable(),
+            "ignored with a warning, as any unreadable document"
+        );
     }
 
     #[test]

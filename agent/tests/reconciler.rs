@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use accord_agent::engine::{self, EngineConfig, EngineTask};
 use accord_agent::metrics::Metrics;
-use accord_agent::persist::{CONFIGMAP_NAME, DATA_KEY, SavedState};
+use accord_agent::persist::{
+    COMPRESSED_KEY, CONFIGMAP_NAME, ConfigMapStore, DATA_KEY, SavedState, StateStore as _,
+};
 use accord_common::distribution::AssignmentSpec;
 use accord_crds::AGENT_FIELD_MANAGER;
 use accord_e2e::hub::parse_metric;
@@ -45,6 +47,49 @@ async fn engine(testbed: &Testbed, agent_ns: &str) -> Result<(EngineTask, Metric
         .await
         .context("the engine did not load its saved state")?;
     Ok((task, metrics))
+}
+
+#[test]
+fn a_long_saved_state_is_stored_compressed_and_a_short_one_replaces_it() {
+    TESTBED.run(|testbed| async move {
+        let client = testbed.members()[0].client();
+        let ns = "t-compressed-agent";
+        namespace(&client, ns).await?;
+        let store = ConfigMapStore::new(client.clone(), ns);
+        let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        // A thousand topics' worth of assignments: past the 1 MiB a ConfigMap may hold
+        // when repeated ten times, so only the compressed form fits.
+        let long = format!(
+            "{{\"version\":2,\"policies\":[{}]}}",
+            (0..10_000)
+                .map(|i| format!(
+                    "{{\"policy\":\"FederatedKafkaTopic/team/topic-{i:05}\",\"revision\":{i},\
+                     \"spec\":{{\"kafkaTopic\":{{\"topicName\":\"topic-{i:05}\",\"partitions\":3}}}}}}"
+                ))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        ensure!(long.len() > 1024 * 1024, "{} bytes", long.len());
+        store.save(long.clone()).await?;
+        let cm = cms.get(CONFIGMAP_NAME).await?;
+        ensure!(cm.data.is_none(), "{:?}", cm.data);
+        let stored = cm.binary_data.as_ref().and_then(|d| d.get(COMPRESSED_KEY));
+        ensure!(
+            stored.is_some_and(|b| b.0.len() * 10 < long.len()),
+            "stored {:?} bytes",
+            stored.map(|b| b.0.len())
+        );
+        ensure!(store.load().await?.as_deref() == Some(long.as_str()));
+
+        // A short document replaces it in `data`, and the compressed one is gone.
+        let short = r#"{"version":2,"policies":[]}"#.to_owned();
+        store.save(short.clone()).await?;
+        let cm = cms.get(CONFIGMAP_NAME).await?;
+        ensure!(cm.binary_data.is_none(), "{:?}", cm.binary_data.map(|d| d.len()));
+        ensure!(cm.data.as_ref().and_then(|d| d.get(DATA_KEY)) == Some(&short));
+        ensure!(store.load().await?.as_deref() == Some(short.as_str()));
+        Ok(())
+    });
 }
 
 #[test]

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod apply;
+pub mod compress;
 pub mod distribution;
 pub mod http;
 pub mod manifest;

@@ -163,19 +163,14 @@ pub(crate) fn decode<T: DeserializeOwned>(kv: &KeyValue) -> Result<T, StoreError
 /// Decodes `value` (stored at `key`) as [`decode`] does.
 fn decode_value<T: DeserializeOwned>(key: &[u8], value: &[u8]) -> Result<T, StoreError> {
     let key = || String::from_utf8_lossy(key).into_owned();
-    if !value.starts_with(&GZIP_MAGIC) {
+    if !accord_common::compress::is_gzip(value) {
         return serde_json::from_slice(value)
             .map_err(|source| StoreError::Decode { key: key(), source });
     }
-    use std::io::Read as _;
-    let mut json = Vec::new();
-    flate2::read::GzDecoder::new(value)
-        .take(MAX_DECOMPRESSED_BYTES)
-        .read_to_end(&mut json)
-        .map_err(|e| StoreError::Decode {
-            key: key(),
-            source: serde::de::Error::custom(format!("a compressed value does not inflate: {e}")),
-        })?;
+    let json = accord_common::compress::gunzip(value).map_err(|e| StoreError::Decode {
+        key: key(),
+        source: serde::de::Error::custom(format!("a compressed value does not inflate: {e}")),
+    })?;
     serde_json::from_slice(&json).map_err(|source| StoreError::Decode { key: key(), source })
 }
 
@@ -186,10 +181,6 @@ pub(crate) fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreE
 
 /// Values longer than this are stored compressed by [`encode_large`].
 pub const COMPRESS_ABOVE_BYTES: usize = 64 * 1024;
-/// The start of a gzip stream; no JSON value starts with it.
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-/// The most a compressed value may inflate to (a guard against a corrupt or hostile one).
-const MAX_DECOMPRESSED_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Encodes `value` as JSON, gzip-compressed when longer than [`COMPRESS_ABOVE_BYTES`].
 ///
@@ -202,13 +193,7 @@ pub fn encode_large<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, StoreEr
     if json.len() <= COMPRESS_ABOVE_BYTES {
         return Ok(json);
     }
-    use std::io::Write as _;
-    let mut gz = flate2::write::GzEncoder::new(
-        Vec::with_capacity(json.len() / 8),
-        flate2::Compression::fast(),
-    );
-    gz.write_all(&json)
-        .and_then(|()| gz.finish())
+    accord_common::compress::gzip(&json)
         .map_err(|e| StoreError::Encode(serde::ser::Error::custom(e)))
 }
 
@@ -685,7 +670,7 @@ mod tests {
         let stored = encode_large(&large).unwrap();
         let json = encode(&large).unwrap();
         assert!(json.len() > 1_500_000, "{} bytes of JSON", json.len());
-        assert!(stored.starts_with(&GZIP_MAGIC));
+        assert!(accord_common::compress::is_gzip(&stored));
         assert!(
             stored.len() * 10 < json.len(),
             "{} bytes stored",
@@ -706,7 +691,7 @@ mod tests {
         );
         assert_eq!(decode_value::<Vec<Share>>(b"/k", &stored).unwrap(), small);
 
-        let corrupt = [&GZIP_MAGIC[..], b"not gzip"].concat();
+        let corrupt = [&accord_common::compress::GZIP_MAGIC[..], b"not gzip"].concat();
         let err = decode_value::<Vec<Share>>(b"/k", &corrupt).unwrap_err();
         assert!(
             error_chain(&err).contains("does not inflate"),
