@@ -19,6 +19,9 @@ pub const APISERVER_REQUESTS: &str = "apiserver_request_total";
 /// The API server's time spent on requests (the sum of its duration histogram), by the
 /// same labels as [`APISERVER_REQUESTS`].
 pub const APISERVER_REQUEST_SECONDS: &str = "apiserver_request_duration_seconds_sum";
+/// The API server's requests to its etcd: count and seconds (histogram `_count`, `_sum`),
+/// by `resource` and `operation`.
+pub const ETCD_REQUEST_SECONDS: &str = "etcd_request_duration_seconds";
 /// The hub's counter of its own Kubernetes writes.
 pub const HUB_WRITES: &str = "accord_hub_kube_writes_total";
 /// The verbs `apiserver_request_total` gives writes.
@@ -153,8 +156,9 @@ impl Writes {
     }
 
     /// Scrapes the API server `client` talks to (its `/metrics`; the admin's credentials
-    /// may read it): the writes it served, and the seconds it spent on them.
-    pub async fn scrape(client: &kube::Client) -> Result<(Self, Self)> {
+    /// may read it): the writes it served, the seconds it spent on them, and its requests
+    /// to etcd.
+    pub async fn scrape(client: &kube::Client) -> Result<(Self, Self, EtcdRequests)> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
             .context("building the /metrics request")?;
@@ -165,6 +169,7 @@ impl Writes {
         Ok((
             Self::parse(&text),
             Self::parse_metric(&text, APISERVER_REQUEST_SECONDS),
+            EtcdRequests::parse(&text),
         ))
     }
 
@@ -193,6 +198,47 @@ impl Writes {
     }
 }
 
+/// The API server's requests to its etcd by (resource, operation): how many, and the
+/// seconds they took as the API server saw them. What a write costs beyond the API
+/// server's own work: a status PATCH reads the object from etcd and then writes it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EtcdRequests(pub BTreeMap<(String, String), (f64, f64)>);
+
+impl EtcdRequests {
+    /// The etcd requests in an API server's `/metrics` text.
+    pub fn parse(text: &str) -> Self {
+        let mut out: BTreeMap<(String, String), (f64, f64)> = BTreeMap::new();
+        for (suffix, seconds) in [("_count", false), ("_sum", true)] {
+            for (labels, value) in series(text, &format!("{ETCD_REQUEST_SECONDS}{suffix}")) {
+                let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+                let entry = out
+                    .entry((label("resource"), label("operation")))
+                    .or_default();
+                if seconds {
+                    entry.1 += value;
+                } else {
+                    entry.0 += value;
+                }
+            }
+        }
+        Self(out)
+    }
+
+    /// The requests made since `before` (those that did not change are left out).
+    pub fn since(&self, before: &Self) -> Self {
+        Self(
+            self.0
+                .iter()
+                .map(|(k, (n, s))| {
+                    let (n0, s0) = before.0.get(k).copied().unwrap_or_default();
+                    (k.clone(), (increase(Some(n0), *n), increase(Some(s0), *s)))
+                })
+                .filter(|(_, (n, _))| *n != 0.0)
+                .collect(),
+        )
+    }
+}
+
 /// The hub's own count of its writes, by (resource, verb, reason); `None` when the hub
 /// does not export [`HUB_WRITES`].
 pub fn hub_writes(text: &str) -> Option<BTreeMap<(String, String, String), f64>> {
@@ -216,6 +262,7 @@ pub struct Meter {
     http: reqwest::Client,
     before: Writes,
     seconds_before: Writes,
+    etcd_before: EtcdRequests,
     hub_before: Option<BTreeMap<(String, String, String), f64>>,
 }
 
@@ -226,6 +273,8 @@ pub struct Measured {
     pub apiserver: Writes,
     /// The seconds the API server spent on them, by the same kinds.
     pub apiserver_seconds: Writes,
+    /// The API server's requests to its etcd over the phase.
+    pub etcd: EtcdRequests,
     /// The hub's own count over the phase, when it exports one.
     pub hub: Option<BTreeMap<(String, String, String), f64>>,
 }
@@ -238,7 +287,7 @@ impl Meter {
         http: &reqwest::Client,
         hub_metrics_url: Option<String>,
     ) -> Result<Self> {
-        let (before, seconds_before) = Writes::scrape(&client).await?;
+        let (before, seconds_before, etcd_before) = Writes::scrape(&client).await?;
         let hub_before = match &hub_metrics_url {
             Some(url) => scrape_hub(http, url).await?,
             None => None,
@@ -249,6 +298,7 @@ impl Meter {
             http: http.clone(),
             before,
             seconds_before,
+            etcd_before,
             hub_before,
         })
     }
@@ -288,7 +338,7 @@ impl Meter {
 
     /// Scrapes again; the differences.
     pub async fn finish(&self) -> Result<Measured> {
-        let (writes, seconds) = Writes::scrape(&self.client).await?;
+        let (writes, seconds, etcd) = Writes::scrape(&self.client).await?;
         let apiserver = writes.since(&self.before);
         let apiserver_seconds = seconds.since(&self.seconds_before);
         let hub = match &self.hub_metrics_url {
@@ -308,6 +358,7 @@ impl Meter {
         Ok(Measured {
             apiserver,
             apiserver_seconds,
+            etcd: etcd.since(&self.etcd_before),
             hub,
         })
     }
@@ -398,6 +449,32 @@ impl Measured {
             report.unit,
             rate(total)
         );
+        // The etcd requests behind the writes: the resources written, and Events.
+        let written: std::collections::BTreeSet<&str> = self
+            .apiserver
+            .0
+            .keys()
+            .map(|k| k.resource.split('/').next().unwrap_or_default())
+            .collect();
+        let etcd: Vec<String> = self
+            .etcd
+            .0
+            .iter()
+            .filter(|((resource, _), (n, _))| written.contains(resource.as_str()) && *n >= 1.0)
+            .map(|((resource, operation), (n, s))| {
+                format!(
+                    "{operation} {resource} {n:.0} × {:.1} ms",
+                    s * 1000.0 / n.max(1.0)
+                )
+            })
+            .collect();
+        if !etcd.is_empty() {
+            let _ = writeln!(
+                out,
+                "  the API server's etcd requests for them: {}",
+                etcd.join(", ")
+            );
+        }
         if !report.user.is_empty() {
             let user: f64 = report.user.iter().map(|(_, v)| v).sum();
             let named: Vec<String> = report
@@ -538,6 +615,11 @@ apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"
                  subresource=\"status\",verb=\"PATCH\"} 12.5\n",
                 APISERVER_REQUEST_SECONDS,
             ),
+            etcd: EtcdRequests::parse(
+                "etcd_request_duration_seconds_count{operation=\"get\",resource=\"federatedkafkatopics\"} 1000\n\
+                 etcd_request_duration_seconds_sum{operation=\"get\",resource=\"federatedkafkatopics\"} 62\n\
+                 etcd_request_duration_seconds_count{operation=\"get\",resource=\"pods\"} 5\n",
+            ),
             hub: None,
         };
         let text = measured.render(&Report {
@@ -561,5 +643,29 @@ apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"
             "{text}"
         );
         assert!(text.contains("not exported"), "{text}");
+        assert!(
+            text.contains("etcd requests for them: get federatedkafkatopics 1000 × 62.0 ms"),
+            "the etcd time behind the writes: {text}"
+        );
+        assert!(
+            !text.contains("pods"),
+            "resources not written are left out: {text}"
+        );
+    }
+
+    #[test]
+    fn etcd_requests_are_counted_and_timed_by_resource_and_operation() {
+        let before = EtcdRequests::parse(
+            "etcd_request_duration_seconds_count{group=\"\",operation=\"create\",resource=\"events\"} 10\n\
+             etcd_request_duration_seconds_sum{group=\"\",operation=\"create\",resource=\"events\"} 1.5\n\
+             etcd_request_duration_seconds_bucket{group=\"\",operation=\"create\",resource=\"events\",le=\"0.1\"} 9\n",
+        );
+        let after = EtcdRequests::parse(
+            "etcd_request_duration_seconds_count{group=\"\",operation=\"create\",resource=\"events\"} 30\n\
+             etcd_request_duration_seconds_sum{group=\"\",operation=\"create\",resource=\"events\"} 3.5\n",
+        );
+        let key = ("events".to_owned(), "create".to_owned());
+        assert_eq!(before.0[&key], (10.0, 1.5));
+        assert_eq!(after.since(&before).0[&key], (20.0, 2.0));
     }
 }
