@@ -29,6 +29,10 @@
 //!   progress statuses queue for these few turns while the outcomes that arrive meanwhile
 //!   take the others; an object whose outcome arrives while it waits writes once, the
 //!   outcome, instead of progress and then the outcome.
+//! - Progress has a rate, shared by every object: at most [`MAX_PROGRESS_PER_SECOND`]
+//!   progress writes a second. A thousand objects whose members take minutes would
+//!   otherwise rewrite their progress every interval each (200 writes a second at 5 s);
+//!   under the rate each shows its progress less often, and outcomes are never held back.
 //! - An object's entry is removed once its status is written and no submit came for
 //!   [`IDLE_LINGER`], so memory follows the objects being written, not every object seen.
 //!
@@ -134,6 +138,9 @@ struct Inner {
     in_flight: tokio::sync::Semaphore,
     /// Turns of writes that show only progress, at most [`MAX_PROGRESS_IN_FLIGHT`].
     progress_in_flight: tokio::sync::Semaphore,
+    /// The earliest time the next progress write may start (see
+    /// [`MAX_PROGRESS_PER_SECOND`]).
+    next_progress: Mutex<tokio::time::Instant>,
 }
 
 /// Status writes under way at once, across objects. When the API server slows down, each
@@ -142,6 +149,8 @@ struct Inner {
 pub const MAX_IN_FLIGHT: usize = 8;
 /// Of the writes under way, those that show only progress (see [`Pace::Progress`]).
 pub const MAX_PROGRESS_IN_FLIGHT: usize = 2;
+/// Progress writes a second, across objects.
+pub const MAX_PROGRESS_PER_SECOND: u32 = 20;
 
 /// An object: its resource, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -247,6 +256,7 @@ impl StatusWriter {
                 written: AtomicU64::new(0),
                 in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
                 progress_in_flight: tokio::sync::Semaphore::new(MAX_PROGRESS_IN_FLIGHT),
+                next_progress: Mutex::new(tokio::time::Instant::now()),
             }),
         }
     }
@@ -420,12 +430,32 @@ impl Inner {
         while self.shows_progress(key) {
             tokio::select! {
                 turn = self.progress_in_flight.acquire() => {
-                    return Some(turn.expect("the semaphore is never closed"));
+                    let turn = turn.expect("the semaphore is never closed");
+                    // The turn's slot in the progress rate every object shares.
+                    let at = self.progress_slot();
+                    loop {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(at) => return Some(turn),
+                            () = wake.notified() => {
+                                if !self.shows_progress(key) {
+                                    return None;
+                                }
+                            }
+                        }
+                    }
                 }
                 () = wake.notified() => {}
             }
         }
         None
+    }
+
+    /// Reserves the next slot of the progress rate ([`MAX_PROGRESS_PER_SECOND`]).
+    fn progress_slot(&self) -> tokio::time::Instant {
+        let mut next = self.next_progress.lock().unwrap_or_else(|e| e.into_inner());
+        let at = (*next).max(tokio::time::Instant::now());
+        *next = at + Duration::from_secs(1) / MAX_PROGRESS_PER_SECOND;
+        at
     }
 
     /// Writes the object's latest status, retrying transient failures with the newest
@@ -635,6 +665,44 @@ mod tests {
         let patches = api.requests(Method::PATCH);
         assert_eq!(patches.len(), 2);
         assert_eq!(api.get(&path).unwrap()["status"], json!({"synced": 5}));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_across_objects_keeps_to_its_rate_and_outcomes_do_not_wait_for_it() {
+        let api = FakeApi::default();
+        let writer = writer(&api);
+        let objects = 2 * MAX_PROGRESS_PER_SECOND as usize;
+        let names: Vec<String> = (0..objects).map(|i| format!("member-{i}")).collect();
+        for name in &names {
+            seed(&api, name, json!({}));
+            writer.submit_paced::<ManagedCluster>(
+                None,
+                name,
+                json!({}),
+                json!({"phase": "Applying"}),
+                Pace::Progress,
+            );
+        }
+        // Every object's progress interval is over at once; a second later at most a
+        // second's worth of progress is written.
+        tokio::time::sleep(PROGRESS + Duration::from_secs(1)).await;
+        let written = api.requests(Method::PATCH).len();
+        assert!(
+            written <= MAX_PROGRESS_PER_SECOND as usize + 1,
+            "{written} progress writes in a second"
+        );
+        assert!(written > 0, "progress is written at its rate");
+        // An outcome meanwhile is written within its window, ahead of the queued progress.
+        let last = names.last().unwrap();
+        let outcome_at = tokio::time::Instant::now();
+        submit(&writer, last, &json!({}), json!({"phase": "Ready"}));
+        tokio::time::sleep(WINDOW + Duration::from_millis(10)).await;
+        let path = format!("/apis/accord.io/v1alpha1/managedclusters/{last}");
+        assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
+        assert!(outcome_at.elapsed() < Duration::from_secs(1));
+        // The rest follows at the rate, each object written once.
+        writer.flush().await;
+        assert_eq!(api.requests(Method::PATCH).len(), objects);
     }
 
     #[tokio::test(start_paused = true)]
