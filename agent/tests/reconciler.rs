@@ -57,8 +57,8 @@ fn a_long_saved_state_is_stored_compressed_and_a_short_one_replaces_it() {
         namespace(&client, ns).await?;
         let store = ConfigMapStore::new(client.clone(), ns);
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        // A thousand topics' worth of assignments: past the 1 MiB a ConfigMap may hold
-        // when repeated ten times, so only the compressed form fits.
+        // Ten thousand topics' worth of assignments: more than the 1 MiB a ConfigMap may
+        // hold, so only the compressed form fits.
         let long = format!(
             "{{\"version\":2,\"policies\":[{}]}}",
             (0..10_000)

@@ -312,7 +312,8 @@ impl Meter {
 
     /// Waits until the hub's own write count has not changed for `quiet` (at most
     /// `bound`), so that writes trailing the measured outcome (an Event or status written
-    /// after the bench saw the last one) are counted too; how long that took. Without a hub count, returns at once.
+    /// after the bench saw the last one) are counted too; how long that took. Without a
+    /// hub count, returns at once.
     pub async fn settle(&self, quiet: Duration, bound: Duration) -> Result<Duration> {
         let Some(url) = &self.hub_metrics_url else {
             return Ok(Duration::ZERO);
@@ -449,7 +450,7 @@ impl Measured {
             report.unit,
             rate(total)
         );
-        // The etcd requests behind the writes: the resources written, and Events.
+        // The etcd requests behind the writes: those of the resources written.
         let written: std::collections::BTreeSet<&str> = self
             .apiserver
             .0

@@ -432,17 +432,8 @@ impl Inner {
                 turn = self.progress_in_flight.acquire() => {
                     let turn = turn.expect("the semaphore is never closed");
                     // The turn's slot in the progress rate every object shares.
-                    let at = self.progress_slot();
-                    loop {
-                        tokio::select! {
-                            () = tokio::time::sleep_until(at) => return Some(turn),
-                            () = wake.notified() => {
-                                if !self.shows_progress(key) {
-                                    return None;
-                                }
-                            }
-                        }
-                    }
+                    self.hold_progress(key, wake, self.progress_slot()).await;
+                    return self.shows_progress(key).then_some(turn);
                 }
                 () = wake.notified() => {}
             }
@@ -667,14 +658,10 @@ mod tests {
         assert_eq!(api.get(&path).unwrap()["status"], json!({"synced": 5}));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn progress_across_objects_keeps_to_its_rate_and_outcomes_do_not_wait_for_it() {
-        let api = FakeApi::default();
-        let writer = writer(&api);
-        let objects = 2 * MAX_PROGRESS_PER_SECOND as usize;
-        let names: Vec<String> = (0..objects).map(|i| format!("member-{i}")).collect();
-        for name in &names {
-            seed(&api, name, json!({}));
+    /// Seeds each of `names` with an empty status and submits progress for it.
+    fn submit_progress(api: &FakeApi, writer: &StatusWriter, names: &[String]) {
+        for name in names {
+            seed(api, name, json!({}));
             writer.submit_paced::<ManagedCluster>(
                 None,
                 name,
@@ -683,6 +670,15 @@ mod tests {
                 Pace::Progress,
             );
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_across_objects_keeps_to_its_rate_and_outcomes_do_not_wait_for_it() {
+        let api = FakeApi::default();
+        let writer = writer(&api);
+        let objects = 2 * MAX_PROGRESS_PER_SECOND as usize;
+        let names: Vec<String> = (0..objects).map(|i| format!("member-{i}")).collect();
+        submit_progress(&api, &writer, &names);
         // Every object's progress interval is over at once; a second later at most a
         // second's worth of progress is written.
         tokio::time::sleep(PROGRESS + Duration::from_secs(1)).await;
@@ -711,16 +707,7 @@ mod tests {
         api.set_latency(Duration::from_secs(1));
         let writer = writer(&api);
         let names: Vec<String> = (0..20).map(|i| format!("member-{i}")).collect();
-        for name in &names {
-            seed(&api, name, json!({}));
-            writer.submit_paced::<ManagedCluster>(
-                None,
-                name,
-                json!({}),
-                json!({"phase": "Applying"}),
-                Pace::Progress,
-            );
-        }
+        submit_progress(&api, &writer, &names);
         // The progress statuses come due together; their outcomes arrive while the
         // first of them are being written.
         tokio::time::sleep(PROGRESS + Duration::from_millis(500)).await;
