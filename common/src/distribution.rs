@@ -29,14 +29,17 @@ pub enum PolicyKind {
     FederatedKafkaTopic,
     /// `PrometheusFederation`.
     PrometheusFederation,
+    /// `FederatedResource`.
+    FederatedResource,
 }
 
 impl PolicyKind {
     /// Every kind.
-    pub const ALL: [PolicyKind; 3] = [
+    pub const ALL: [PolicyKind; 4] = [
         Self::CrossClusterScalePolicy,
         Self::FederatedKafkaTopic,
         Self::PrometheusFederation,
+        Self::FederatedResource,
     ];
 
     /// The kind's name.
@@ -45,6 +48,7 @@ impl PolicyKind {
             Self::CrossClusterScalePolicy => "CrossClusterScalePolicy",
             Self::FederatedKafkaTopic => "FederatedKafkaTopic",
             Self::PrometheusFederation => "PrometheusFederation",
+            Self::FederatedResource => "FederatedResource",
         }
     }
 }
@@ -203,6 +207,91 @@ pub struct PromfedSpec {
     pub config_map_namespace: String,
 }
 
+/// Identifies one object a FederatedResource delivers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestKey {
+    /// e.g. `apps/v1`.
+    pub api_version: String,
+    /// e.g. `Deployment`.
+    pub kind: String,
+    /// Namespace ("" for a cluster-scoped object).
+    #[serde(default)]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ManifestKey {
+    fn to_proto(&self) -> pb::ManifestKey {
+        pb::ManifestKey {
+            api_version: self.api_version.clone(),
+            kind: self.kind.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    fn from_proto(k: pb::ManifestKey) -> Self {
+        Self {
+            api_version: k.api_version,
+            kind: k.kind,
+            namespace: k.namespace,
+            name: k.name,
+        }
+    }
+}
+
+impl fmt::Display for ManifestKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// A value read back from a delivered object into the FederatedResource's status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FeedbackRule {
+    /// Kind of the delivered object.
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// JSONPath into it, e.g. `.status.readyReplicas`.
+    pub json_path: String,
+    /// The value's name in status.
+    #[serde(rename = "as")]
+    pub as_: String,
+}
+
+/// Deliver objects (FederatedResource): the manifests after this cluster's overrides.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedResourceSpec {
+    /// The objects, in apply order (CustomResourceDefinitions and Namespaces first).
+    pub manifests: Vec<serde_json::Value>,
+    /// Namespace of namespaced manifests that name none: the FederatedResource's.
+    pub namespace: String,
+    /// Take over existing objects Accord did not create (`conflictResolution: Adopt`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopt: bool,
+    /// Leave removed objects running without Accord's marks (`deletionPolicy: Orphan`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub orphan: bool,
+    /// Values read back into status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feedback: Vec<FeedbackRule>,
+    /// Objects an earlier spec delivered and this one does not: removed (or orphaned).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prune: Vec<ManifestKey>,
+    /// Remove everything delivered (the FederatedResource is being deleted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remove: bool,
+}
+
 /// What one policy asks of one member cluster: one variant per kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -217,6 +306,8 @@ pub enum AssignmentSpec {
     // stored name; renaming it would orphan stored records
     #[serde(rename = "federation")]
     Promfed(PromfedSpec),
+    /// FederatedResource.
+    FederatedResource(FederatedResourceSpec),
 }
 
 impl AssignmentSpec {
@@ -226,6 +317,7 @@ impl AssignmentSpec {
             Self::Scale(_) => "scale",
             Self::KafkaTopic(_) => "kafka_topic",
             Self::Promfed(_) => "promfed",
+            Self::FederatedResource(_) => "federated_resource",
         }
     }
 
@@ -258,6 +350,26 @@ impl AssignmentSpec {
                 reload_url: f.reload_url.clone(),
                 config_map_namespace: f.config_map_namespace.clone(),
             }),
+            Self::FederatedResource(r) => {
+                pb::assignment::Spec::FederatedResource(pb::FederatedResourceAssignment {
+                    manifests: r.manifests.iter().map(|m| m.to_string()).collect(),
+                    namespace: r.namespace.clone(),
+                    adopt: r.adopt,
+                    orphan: r.orphan,
+                    feedback: r
+                        .feedback
+                        .iter()
+                        .map(|f| pb::FeedbackRule {
+                            kind: f.kind.clone(),
+                            name: f.name.clone(),
+                            json_path: f.json_path.clone(),
+                            r#as: f.as_.clone(),
+                        })
+                        .collect(),
+                    prune: r.prune.iter().map(ManifestKey::to_proto).collect(),
+                    remove: r.remove,
+                })
+            }
         }
     }
 
@@ -290,6 +402,32 @@ impl AssignmentSpec {
                 reload_url: f.reload_url,
                 config_map_namespace: f.config_map_namespace,
             }),
+            pb::assignment::Spec::FederatedResource(r) => {
+                Self::FederatedResource(FederatedResourceSpec {
+                    // A manifest that is not JSON arrives as a string, which the agent
+                    // reports as an invalid manifest instead of losing it.
+                    manifests: r
+                        .manifests
+                        .into_iter()
+                        .map(|m| serde_json::from_str(&m).unwrap_or(serde_json::Value::String(m)))
+                        .collect(),
+                    namespace: r.namespace,
+                    adopt: r.adopt,
+                    orphan: r.orphan,
+                    feedback: r
+                        .feedback
+                        .into_iter()
+                        .map(|f| FeedbackRule {
+                            kind: f.kind,
+                            name: f.name,
+                            json_path: f.json_path,
+                            as_: f.r#as,
+                        })
+                        .collect(),
+                    prune: r.prune.into_iter().map(ManifestKey::from_proto).collect(),
+                    remove: r.remove,
+                })
+            }
         }
     }
 }
@@ -335,6 +473,51 @@ pub struct PromfedObserved {
     pub reloaded: bool,
 }
 
+/// Health of a delivered object.
+pub mod health {
+    /// Healthy by its kind's rule.
+    pub const HEALTHY: &str = "Healthy";
+    /// There, not healthy yet.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Not in the cluster.
+    pub const MISSING: &str = "Missing";
+}
+
+/// One delivered object as the agent found it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestObserved {
+    /// Which object.
+    pub object: ManifestKey,
+    /// Its state.
+    pub state: PlacementState,
+    /// [`health`]: Healthy, Progressing or Missing.
+    pub health: String,
+    /// Detail for the state.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// What an agent observed of a FederatedResource's objects in its cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FederatedResourceObserved {
+    /// Every manifest of the assignment, in apply order.
+    pub manifests: Vec<ManifestObserved>,
+    /// Feedback values by their `as` name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub feedback: BTreeMap<String, String>,
+    /// Owned fields changed out of band and restored, since the agent started.
+    #[serde(default)]
+    pub drift_repairs: i64,
+    /// When the last drift was repaired, Unix milliseconds (0: never).
+    #[serde(default)]
+    pub last_drift_unix_millis: i64,
+    /// The assignment asked for removal and nothing of it is left.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+}
+
 /// What an agent observed of an assigned object: one variant per kind, or nothing (no
 /// object to look at).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -355,6 +538,8 @@ pub enum Observed {
     // stored name; renaming it would orphan stored records
     #[serde(rename = "federationConfig")]
     Promfed(PromfedObserved),
+    /// The objects of a FederatedResource.
+    FederatedResource(FederatedResourceObserved),
 }
 
 impl Observed {
@@ -379,6 +564,24 @@ impl Observed {
                 jobs: f.jobs,
                 reloaded: f.reloaded,
             }),
+            Self::FederatedResource(r) => {
+                pb::status_report::Observed::FederatedResource(pb::FederatedResourceStatus {
+                    manifests: r
+                        .manifests
+                        .iter()
+                        .map(|m| pb::ManifestStatus {
+                            object: Some(m.object.to_proto()),
+                            state: state_to_proto(m.state) as i32,
+                            health: m.health.clone(),
+                            message: m.message.clone(),
+                        })
+                        .collect(),
+                    feedback: r.feedback.clone().into_iter().collect(),
+                    drift_repairs: r.drift_repairs,
+                    last_drift_unix_millis: r.last_drift_unix_millis,
+                    removed: r.removed,
+                })
+            }
         })
     }
 
@@ -405,6 +608,24 @@ impl Observed {
                 jobs: f.jobs,
                 reloaded: f.reloaded,
             }),
+            Some(pb::status_report::Observed::FederatedResource(r)) => {
+                Self::FederatedResource(FederatedResourceObserved {
+                    manifests: r
+                        .manifests
+                        .into_iter()
+                        .map(|m| ManifestObserved {
+                            object: m.object.map(ManifestKey::from_proto).unwrap_or_default(),
+                            state: state_from_proto(m.state).unwrap_or(PlacementState::Pending),
+                            health: m.health,
+                            message: m.message,
+                        })
+                        .collect(),
+                    feedback: r.feedback.into_iter().collect(),
+                    drift_repairs: r.drift_repairs,
+                    last_drift_unix_millis: r.last_drift_unix_millis,
+                    removed: r.removed,
+                })
+            }
         }
     }
 
@@ -501,6 +722,28 @@ mod tests {
                 reload_url: "http://p:9090/-/reload".into(),
                 config_map_namespace: "monitoring".into(),
             }),
+            AssignmentSpec::FederatedResource(FederatedResourceSpec {
+                manifests: vec![serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "c"}, "data": {"k": "v"}
+                })],
+                namespace: "team".into(),
+                adopt: true,
+                orphan: true,
+                feedback: vec![FeedbackRule {
+                    kind: "StatefulSet".into(),
+                    name: "db".into(),
+                    json_path: ".status.readyReplicas".into(),
+                    as_: "ready".into(),
+                }],
+                prune: vec![ManifestKey {
+                    api_version: "v1".into(),
+                    kind: "Service".into(),
+                    namespace: "team".into(),
+                    name: "old".into(),
+                }],
+                remove: true,
+            }),
         ];
         for spec in specs {
             assert_eq!(AssignmentSpec::from_proto(spec.to_proto()), spec);
@@ -527,6 +770,23 @@ mod tests {
                 config_hash: "ab".into(),
                 jobs: 2,
                 reloaded: true,
+            }),
+            Observed::FederatedResource(FederatedResourceObserved {
+                manifests: vec![ManifestObserved {
+                    object: ManifestKey {
+                        api_version: "apps/v1".into(),
+                        kind: "Deployment".into(),
+                        namespace: "team".into(),
+                        name: "web".into(),
+                    },
+                    state: PlacementState::Conflict,
+                    health: health::PROGRESSING.into(),
+                    message: "exists".into(),
+                }],
+                feedback: [("ready".to_owned(), "3".to_owned())].into(),
+                drift_repairs: 2,
+                last_drift_unix_millis: 17,
+                removed: true,
             }),
         ];
         for o in all {

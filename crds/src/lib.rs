@@ -16,6 +16,7 @@
 pub mod bounds;
 pub mod conditions;
 pub mod duration;
+pub mod federated_resource;
 pub mod kafka_topic;
 pub mod managed_cluster;
 pub mod messages;
@@ -25,6 +26,9 @@ pub mod scale;
 pub mod summary;
 pub mod validate;
 
+pub use federated_resource::{
+    FederatedResource, FederatedResourceSpec, FederatedResourceStatus, ResourcePlacement,
+};
 pub use kafka_topic::{
     FederatedKafkaTopic, FederatedKafkaTopicSpec, FederatedKafkaTopicStatus, KafkaTopicPolicy,
     KafkaTopicPolicySpec, KafkaTopicPolicyStatus, TopicPlacement,
@@ -57,6 +61,16 @@ pub const OWNED_BY_LABEL: &str = "accord.io/owned-by";
 pub const FEDERATION_SOURCE_LABEL: &str = "accord.io/federation-source";
 /// Server-side apply field manager of the agent.
 pub const AGENT_FIELD_MANAGER: &str = "accord-agent";
+/// Value of [`OWNED_BY_LABEL`] on objects a FederatedResource delivered (and namespaces it
+/// created for them).
+pub const DELIVERED_BY_FEDERATED_RESOURCE: &str = "federatedresource";
+/// Annotation on a delivered object naming its FederatedResource: `<namespace>/<name>` on
+/// the management cluster.
+pub const FEDERATED_RESOURCE_ANNOTATION: &str = "accord.io/federated-resource";
+/// Annotation on a delivered object: SHA-256 of the manifest last applied to it.
+pub const MANIFEST_HASH_ANNOTATION: &str = "accord.io/manifest-hash";
+/// Server-side apply field manager of delivered objects (FederatedResource).
+pub const DELIVERY_FIELD_MANAGER: &str = "accord";
 /// Server-side apply field manager of the hub.
 pub const HUB_FIELD_MANAGER: &str = "accord-hub";
 
@@ -68,6 +82,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         FederatedKafkaTopic::crd(),
         KafkaTopicPolicy::crd(),
         PrometheusFederation::crd(),
+        FederatedResource::crd(),
     ]
 }
 

@@ -102,3 +102,28 @@ pub const TOLERANCE_PERCENT_MAX: &str =
     "tolerancePercent must be at most 50; a wider band would hold the count while the load halves";
 /// Autoscaling poll interval above its cap.
 pub const POLL_SECONDS_MAX: &str = "pollSeconds must be at most 3,600 (one hour)";
+/// A FederatedResource manifest of kind Secret.
+pub const SECRET_MANIFEST: &str = "a Secret's data would rest in the hub's etcd in the clear; deliver Secrets with secretRefs (Secrets of this namespace on the management cluster) instead of manifests";
+/// A manifest without a name.
+pub const MANIFEST_NAME: &str = "every manifest needs metadata.name";
+/// A manifest without apiVersion or kind.
+pub const MANIFEST_TYPE: &str = "every manifest needs apiVersion and kind";
+/// Two manifests for the same object.
+pub const MANIFEST_DUPLICATE: &str =
+    "two manifests name the same object (kind, namespace and name); keep one";
+/// Too few or too many manifests.
+pub const MANIFESTS_COUNT: &str = "manifests must list 1 to 100 objects";
+/// An override without operations.
+pub const PATCH_EMPTY: &str = "jsonPatch must list at least one operation";
+/// A JSON patch path that is not a JSON pointer.
+pub const JSON_POINTER: &str =
+    "path must be a JSON pointer: empty or starting with '/', e.g. /spec/replicas";
+/// add/replace/test without a value.
+pub const PATCH_VALUE: &str = "add, replace and test operations need a value";
+/// move/copy without from.
+pub const PATCH_FROM: &str = "move and copy operations need from";
+/// A feedback path that is not JSONPath.
+pub const FEEDBACK_PATH: &str =
+    "jsonPath must be a JSONPath starting with '.' or '$', e.g. .status.readyReplicas";
+/// A FederatedResource spec over its size limit.
+pub const SPEC_TOO_LARGE: &str = "spec must be at most 512 KiB (etcd's request limit is 1.5 MiB); split the manifests over several FederatedResources";

@@ -483,9 +483,12 @@ pub struct Placement {
 }
 
 /// State of one placement.
-#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash,
+)]
 pub enum PlacementState {
     /// Assigned, not yet confirmed by the agent.
+    #[default]
     Pending,
     /// The member object has the assigned replicas.
     Synced,

@@ -89,6 +89,12 @@ impl HasState for crate::TopicPlacement {
     }
 }
 
+impl HasState for crate::ResourcePlacement {
+    fn state(&self) -> PlacementState {
+        self.state
+    }
+}
+
 impl HasState for crate::FederationPlacement {
     fn state(&self) -> PlacementState {
         self.state

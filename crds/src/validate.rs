@@ -48,7 +48,7 @@ impl ValidationErrors {
         self.0.iter().map(|e| e.message).collect()
     }
 
-    fn check(&mut self, ok: bool, field: impl Into<String>, message: &'static str) {
+    pub(crate) fn check(&mut self, ok: bool, field: impl Into<String>, message: &'static str) {
         if !ok {
             self.0.push(FieldError {
                 field: field.into(),
@@ -57,7 +57,7 @@ impl ValidationErrors {
         }
     }
 
-    fn into_result(self) -> Result<(), Self> {
+    pub(crate) fn into_result(self) -> Result<(), Self> {
         if self.0.is_empty() { Ok(()) } else { Err(self) }
     }
 }
@@ -125,7 +125,7 @@ fn check_replication_factor(errs: &mut ValidationErrors, rf: i32) {
     );
 }
 
-fn check_cluster_selection(
+pub(crate) fn check_cluster_selection(
     errs: &mut ValidationErrors,
     clusters: Option<&[String]>,
     has_selector: bool,
