@@ -75,8 +75,8 @@ pub struct FederatedResourceSpec {
     /// The objects to deliver, 1 to 100, each a whole Kubernetes object (`apiVersion`,
     /// `kind`, `metadata.name`; `metadata.namespace` defaults to this object's namespace for
     /// namespaced kinds). Applied in dependency order: CustomResourceDefinitions and
-    /// Namespaces first. Secrets are not accepted here (use secretRefs), nor are two
-    /// manifests for the same object.
+    /// Namespaces first. Secrets are not accepted (their data would rest in the hub's etcd
+    /// in the clear), nor are two manifests for the same object.
     #[schemars(schema_with = "manifests_schema")]
     #[x_kube(
         validation = Rule::new("self.all(m, m.kind != 'Secret')").message(messages::SECRET_MANIFEST),
@@ -187,8 +187,9 @@ pub struct OverrideTarget {
 
 /// One RFC 6902 operation.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+// `value` may be anything, so CEL cannot see it: the hub checks that one
+// (`Validate`, the object's status says `InvalidSpec`).
 #[x_kube(
-    validation = Rule::new("!(self.op in ['add', 'replace', 'test']) || has(self.value)").message(messages::PATCH_VALUE),
     validation = Rule::new("!(self.op in ['move', 'copy']) || has(self.from)").message(messages::PATCH_FROM)
 )]
 #[serde(rename_all = "camelCase")]
@@ -214,9 +215,7 @@ fn any_value(_: &mut SchemaGenerator) -> Schema {
 }
 
 /// An RFC 6902 operation name.
-#[derive(
-    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash,
-)]
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[serde(rename_all = "lowercase")]
 pub enum PatchOp {
     /// Add a value.
@@ -301,13 +300,14 @@ pub struct ResourcePlacement {
     pub manifests: Vec<ManifestStatus>,
     /// Indexes of the overrides (in `spec.overrides`) that apply to this cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100), inner(range(min = 0, max = 99)))]
     pub overrides: Vec<i32>,
     /// Feedback values by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub feedback: BTreeMap<String, String>,
     /// Owned fields changed out of band and restored (since the agent started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = bounds::MAX_GENERATION))]
     pub drift_repairs: Option<i64>,
     /// When the last drift was repaired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -389,9 +389,17 @@ impl Validate for FederatedResourceSpec {
                 messages::MANIFEST_TYPE,
             );
             match manifest_identity(m) {
-                None => errs.check(false, format!("{field}.metadata.name"), messages::MANIFEST_NAME),
+                None => errs.check(
+                    false,
+                    format!("{field}.metadata.name"),
+                    messages::MANIFEST_NAME,
+                ),
                 Some((kind, namespace, name)) => {
-                    errs.check(kind != "Secret", format!("{field}.kind"), messages::SECRET_MANIFEST);
+                    errs.check(
+                        kind != "Secret",
+                        format!("{field}.kind"),
+                        messages::SECRET_MANIFEST,
+                    );
                     errs.check(
                         seen.insert((kind, namespace, name)),
                         field,
@@ -407,7 +415,11 @@ impl Validate for FederatedResourceSpec {
                 field.clone(),
                 messages::CLUSTERS_XOR_SELECTOR,
             );
-            errs.check(!o.json_patch.is_empty(), format!("{field}.jsonPatch"), messages::PATCH_EMPTY);
+            errs.check(
+                !o.json_patch.is_empty(),
+                format!("{field}.jsonPatch"),
+                messages::PATCH_EMPTY,
+            );
             for (j, p) in o.json_patch.iter().enumerate() {
                 let field = format!("{field}.jsonPatch[{j}]");
                 errs.check(
@@ -485,7 +497,7 @@ mod tests {
                 ("spec.manifests[4].apiVersion", messages::MANIFEST_TYPE),
             ]
         );
-        assert!(messages::SECRET_MANIFEST.contains("secretRefs"));
+        assert!(messages::SECRET_MANIFEST.contains("in the clear"));
     }
 
     #[test]

@@ -103,7 +103,8 @@ pub const TOLERANCE_PERCENT_MAX: &str =
 /// Autoscaling poll interval above its cap.
 pub const POLL_SECONDS_MAX: &str = "pollSeconds must be at most 3,600 (one hour)";
 /// A FederatedResource manifest of kind Secret.
-pub const SECRET_MANIFEST: &str = "a Secret's data would rest in the hub's etcd in the clear; deliver Secrets with secretRefs (Secrets of this namespace on the management cluster) instead of manifests";
+pub const SECRET_MANIFEST: &str =
+    "Secrets are not accepted in manifests: their data would rest in the hub's etcd in the clear";
 /// A manifest without a name.
 pub const MANIFEST_NAME: &str = "every manifest needs metadata.name";
 /// A manifest without apiVersion or kind.

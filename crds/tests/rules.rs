@@ -6,8 +6,8 @@
 use accord_crds::testdata::{InvalidCase, examples, invalid_cases};
 use accord_crds::validate::{Validate, ValidationErrors};
 use accord_crds::{
-    CrossClusterScalePolicy, FederatedKafkaTopic, KafkaTopicPolicy, ManagedCluster,
-    PrometheusFederation, render_all_crds_yaml,
+    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedResource, KafkaTopicPolicy,
+    ManagedCluster, PrometheusFederation, render_all_crds_yaml,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray,
@@ -25,6 +25,7 @@ fn validate(obj: &Value) -> Result<(), ValidationErrors> {
         "FederatedKafkaTopic" => typed::<FederatedKafkaTopic>(obj).spec.validate(),
         "KafkaTopicPolicy" => typed::<KafkaTopicPolicy>(obj).spec.validate(),
         "PrometheusFederation" => typed::<PrometheusFederation>(obj).spec.validate(),
+        "FederatedResource" => typed::<FederatedResource>(obj).spec.validate(),
         other => panic!("unknown kind {other}"),
     }
 }
@@ -40,6 +41,7 @@ fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
         "FederatedKafkaTopic" => typed::<FederatedKafkaTopic>(obj),
         "KafkaTopicPolicy" => typed::<KafkaTopicPolicy>(obj),
         "PrometheusFederation" => typed::<PrometheusFederation>(obj),
+        "FederatedResource" => typed::<FederatedResource>(obj),
         other => panic!("unknown kind {other}"),
     }
 }

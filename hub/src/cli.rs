@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::controllers::{ControllerOptions, KindOptions};
+use crate::federated_resource::controller::FederatedResourceOptions;
 use crate::grpc::AgentSettings;
 use crate::kafka_topic::controller::KafkaTopicOptions;
 use crate::promfed::controller::PromfedOptions;
@@ -182,6 +183,11 @@ pub struct ServeArgs {
     /// Event naming the members left behind.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     topic_deletion_timeout: Duration,
+    /// How long deleting a FederatedResource waits for every member to remove (or orphan)
+    /// what it was sent; after it, the object goes anyway with a Warning Event naming the
+    /// members left behind.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    resource_deletion_timeout: Duration,
     /// An object's status is written at most once per this window, however many member
     /// clusters report within it.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
@@ -337,6 +343,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         },
                         promfed: PromfedOptions {
                             namespace: a.federation_namespace,
+                        },
+                        federated_resource: FederatedResourceOptions {
+                            deletion_timeout: a.resource_deletion_timeout,
                         },
                     },
                 },

@@ -9,6 +9,7 @@ pub mod connections;
 pub mod controllers;
 pub mod crdgen;
 pub mod distribution;
+pub mod federated_resource;
 pub mod grpc;
 pub mod http;
 pub mod install;

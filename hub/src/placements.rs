@@ -113,6 +113,7 @@ pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
             PolicyKind::CrossClusterScalePolicy => ("ccsp", kind.as_str()),
             PolicyKind::FederatedKafkaTopic => ("fkt", kind.as_str()),
             PolicyKind::PrometheusFederation => ("pfed", kind.as_str()),
+            PolicyKind::FederatedResource => ("fres", kind.as_str()),
         };
         let name = name.to_ascii_lowercase();
         if lower == short || lower == name || lower == format!("{name}s") {
@@ -121,7 +122,7 @@ pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
     }
     let known: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
     bail!(
-        "unknown kind {s:?}: one of {} (or their short names ccsp, fkt, pfed)",
+        "unknown kind {s:?}: one of {} (or their short names ccsp, fkt, pfed, fres)",
         known.join(", ")
     )
 }
@@ -216,6 +217,7 @@ mod tests {
             parse_kind("pfed").unwrap(),
             PolicyKind::PrometheusFederation
         );
+        assert_eq!(parse_kind("fres").unwrap(), PolicyKind::FederatedResource);
         let e = parse_kind("Deployment").unwrap_err().to_string();
         assert!(e.contains("unknown kind") && e.contains("fkt"), "{e}");
     }

@@ -37,6 +37,7 @@ use tracing::{info, warn};
 use crate::connections::Connections;
 use crate::distribution::PlacementRecord;
 use crate::distribution::select::ClusterIndex;
+use crate::federated_resource::controller::FederatedResources;
 use crate::http::ReadinessGates;
 use crate::kafka_topic::controller::KafkaTopics;
 use crate::metrics::Metrics;
@@ -387,6 +388,17 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
             ))
         },
     ),
+    (
+        "FederatedResource controller",
+        |ctx, clusters, listed, o| {
+            Box::pin(placement::run::<FederatedResources>(
+                ctx,
+                clusters,
+                listed,
+                o.kinds.federated_resource.clone(),
+            ))
+        },
+    ),
 ];
 
 /// Each kind's own settings (its `serve` flags). A kind with settings adds its field here.
@@ -398,6 +410,8 @@ pub struct KindOptions {
     pub kafka_topic: crate::kafka_topic::controller::KafkaTopicOptions,
     /// PrometheusFederation.
     pub promfed: crate::promfed::controller::PromfedOptions,
+    /// FederatedResource.
+    pub federated_resource: crate::federated_resource::controller::FederatedResourceOptions,
 }
 
 /// Default of [`ControllerOptions::status_window`] (`--status-coalesce-window`).

@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 use tracing::info;
 
 use super::conflict::{self, Claim};
-use super::deletion::{self, Progress};
+use super::deletion;
 use super::policy::{self, Violation};
 use super::status::{StatusInputs, aggregate, new_warnings};
 use super::{FINALIZER, KafkaTopicDecision, plan, policy_status, reasons, status};
@@ -51,6 +51,7 @@ use crate::controllers::placement::{
 };
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
+use crate::distribution::deletion::{Progress, progress, remaining};
 use crate::distribution::reported::Placed;
 use crate::distribution::select::{Clusters, select_clusters};
 use crate::writes::Pace;
@@ -554,16 +555,17 @@ impl PlacementKind for KafkaTopics {
             return Ok(Finalized::Done);
         };
         let clusters = placement::clusters(ctx);
-        let left = deletion::remaining(
+        let left = remaining(
             &tombstone,
             revision,
             &placement::reports(ctx, &tombstone),
             |c| clusters.contains_key(c),
+            deletion::is_gone,
         );
         let since = unix_millis(topic.metadata.deletion_timestamp.as_ref())
             .unwrap_or_else(|| Timestamp::now().as_millisecond());
         let topic_name = tombstone.decision.spec.topic_name.clone();
-        match deletion::progress(
+        match progress(
             left,
             since,
             Timestamp::now().as_millisecond(),

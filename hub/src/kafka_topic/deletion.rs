@@ -5,7 +5,6 @@
 //! that is gone or unreachable does not hold the object forever: after the bound the
 //! finalizer goes with what was left behind named.
 
-use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState};
@@ -56,76 +55,10 @@ pub fn is_tombstone(record: &PlacementRecord<KafkaTopicDecision>) -> bool {
     record.decision.spec.delete
 }
 
-/// The clusters of `tombstone` (stored at `revision`) where the topic is not known to be
-/// gone yet: no report for that revision saying `exists=false`, and the ManagedCluster
-/// still exists (`cluster_exists`).
-pub fn remaining(
-    tombstone: &PlacementRecord<KafkaTopicDecision>,
-    revision: i64,
-    reports: &HashMap<String, StatusRecord>,
-    cluster_exists: impl Fn(&str) -> bool,
-) -> Vec<String> {
-    tombstone
-        .shares
-        .iter()
-        .filter(|s| s.assignment.is_some())
-        .map(|s| s.cluster.as_str())
-        .filter(|c| cluster_exists(c))
-        .filter(|c| !reports.get(*c).is_some_and(|r| is_gone(r, revision)))
-        .map(str::to_owned)
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
-}
-
-fn is_gone(report: &StatusRecord, revision: i64) -> bool {
-    report.applied_revision >= revision
-        && report.state == PlacementState::Synced
+/// Whether `report` says the topic is gone (`exists=false`).
+pub fn is_gone(report: &StatusRecord) -> bool {
+    report.state == PlacementState::Synced
         && matches!(&report.observed, Observed::KafkaTopic(t) if !t.exists)
-}
-
-/// Where a deletion stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Progress {
-    /// Every member's topic is gone: release the finalizer.
-    Done,
-    /// Some members still have it; look again after `recheck` at the latest.
-    Waiting {
-        /// The clusters left.
-        left: Vec<String>,
-        /// Time until the bound.
-        recheck: Duration,
-    },
-    /// The bound passed with topics left in these clusters: release the finalizer anyway,
-    /// with a Warning Event naming them.
-    TimedOut {
-        /// The clusters left.
-        left: Vec<String>,
-    },
-}
-
-/// Where a deletion that began at `since_unix_millis` (the object's
-/// `deletionTimestamp`) stands at `now_unix_millis`, with `left` clusters still holding the
-/// topic and a bound of `timeout`.
-pub fn progress(
-    left: Vec<String>,
-    since_unix_millis: i64,
-    now_unix_millis: i64,
-    timeout: Duration,
-) -> Progress {
-    if left.is_empty() {
-        return Progress::Done;
-    }
-    let bound = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-    let elapsed = now_unix_millis.saturating_sub(since_unix_millis).max(0);
-    if elapsed >= bound {
-        Progress::TimedOut { left }
-    } else {
-        Progress::Waiting {
-            left,
-            recheck: Duration::from_millis(u64::try_from(bound - elapsed).unwrap_or(u64::MAX)),
-        }
-    }
 }
 
 /// The Warning Event's note when the bound passed.
@@ -143,7 +76,9 @@ pub fn incomplete_message(topic_name: &str, left: &[String], timeout: Duration) 
 mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
+    use crate::distribution::deletion::remaining;
     use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PolicyKind, PolicyRef};
+    use std::collections::HashMap;
 
     fn spec() -> KafkaTopicSpec {
         KafkaTopicSpec {
@@ -235,41 +170,34 @@ mod tests {
             ("b".to_owned(), report(9, false)),
         ]);
         assert_eq!(
-            remaining(&t, 10, &reports, exists),
+            remaining(&t, 10, &reports, exists, is_gone),
             ["b"],
             "a report about an earlier revision does not count"
         );
         reports.insert("b".into(), report(11, true));
-        assert_eq!(remaining(&t, 10, &reports, exists), ["b"], "still exists");
+        assert_eq!(
+            remaining(&t, 10, &reports, exists, is_gone),
+            ["b"],
+            "still exists"
+        );
         reports.insert("b".into(), report(11, false));
-        assert!(remaining(&t, 10, &reports, exists).is_empty());
+        assert!(remaining(&t, 10, &reports, exists, is_gone).is_empty());
     }
 
     #[test]
     fn a_cluster_that_no_longer_exists_does_not_hold_the_deletion() {
         let t = tombstone(&record()).unwrap();
         let reports = HashMap::from([("a".to_owned(), report(10, false))]);
-        assert!(remaining(&t, 10, &reports, |c| c != "b").is_empty());
+        assert!(remaining(&t, 10, &reports, |c| c != "b", is_gone).is_empty());
     }
 
     #[test]
-    fn the_bound_releases_a_deletion_with_the_clusters_left() {
-        let timeout = Duration::from_secs(300);
-        assert_eq!(progress(vec![], 0, 1, timeout), Progress::Done);
-        assert_eq!(
-            progress(vec!["b".into()], 1_000, 61_000, timeout),
-            Progress::Waiting {
-                left: vec!["b".into()],
-                recheck: Duration::from_secs(240)
-            }
+    fn the_warning_names_the_clusters_left_and_the_bound() {
+        let m = incomplete_message(
+            "events",
+            &["b".into(), "c".into()],
+            Duration::from_secs(300),
         );
-        assert_eq!(
-            progress(vec!["b".into()], 1_000, 301_000, timeout),
-            Progress::TimedOut {
-                left: vec!["b".into()]
-            }
-        );
-        let m = incomplete_message("events", &["b".into(), "c".into()], timeout);
         assert!(m.contains("clusters b, c") && m.contains("300s"), "{m}");
     }
 }

@@ -1,0 +1,361 @@
+//! FederatedResource as a [`PlacementKind`]: validate → select clusters → each cluster's
+//! manifests with its overrides ([`plan`]) → the agents' reports → status. Deletion waits
+//! for the members (finalizer [`FINALIZER`]): the record becomes a tombstone and the object
+//! goes once every member that was sent something reported it removed (or orphaned), or
+//! after `--resource-deletion-timeout` with a Warning Event naming who was left.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
+use accord_crds::validate::Validate;
+use accord_crds::{FederatedResource, FederatedResourceStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource;
+use kube::runtime::reflector::Store as Reflector;
+use tracing::info;
+
+use super::plan::{self, ClusterPlan};
+use super::status::{StatusInputs, aggregate, changes};
+use super::{FINALIZER, FederatedResourceDecision, reasons};
+use crate::controllers::placement::{
+    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
+    Trigger, Watched,
+};
+use crate::controllers::{ControllerContext, ReconcileError};
+use crate::distribution::deletion::{Progress, progress, remaining};
+use crate::distribution::select::select_clusters;
+use crate::distribution::{PlacementRecord, reported};
+use crate::store::StatusRecord;
+
+/// Default of `--resource-deletion-timeout`.
+pub const DEFAULT_RESOURCE_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The FederatedResource settings of `serve`.
+#[derive(Clone, Debug)]
+pub struct FederatedResourceOptions {
+    /// `--resource-deletion-timeout`: how long a deletion waits for the members.
+    pub deletion_timeout: Duration,
+}
+
+impl Default for FederatedResourceOptions {
+    fn default() -> Self {
+        Self {
+            deletion_timeout: DEFAULT_RESOURCE_DELETION_TIMEOUT,
+        }
+    }
+}
+
+/// The FederatedResource plug-in.
+pub struct FederatedResources {
+    ctx: Arc<ControllerContext>,
+    options: FederatedResourceOptions,
+}
+
+impl PlacementKind for FederatedResources {
+    type Object = FederatedResource;
+    type Status = FederatedResourceStatus;
+    type Decision = FederatedResourceDecision;
+    type Facts = BTreeMap<String, ClusterPlan>;
+    type Options = FederatedResourceOptions;
+
+    const CONTROLLER: &'static str = "FederatedResource controller";
+    const KIND: PolicyKind = PolicyKind::FederatedResource;
+    const DECISION_TAG: &'static str = "federatedResource";
+    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
+    const DECISION_LOCK: bool = false;
+
+    fn start(
+        ctx: &Arc<ControllerContext>,
+        _objects: Reflector<Watched<Self>>,
+        _trigger: Trigger<Self>,
+        options: &FederatedResourceOptions,
+    ) -> Started<Self> {
+        Started {
+            kind: Self {
+                ctx: ctx.clone(),
+                options: options.clone(),
+            },
+            tasks: Vec::new(),
+            listed: Box::pin(async { true }),
+        }
+    }
+
+    fn status(object: &FederatedResource) -> Option<&FederatedResourceStatus> {
+        object.status.as_ref()
+    }
+
+    fn conditions(status: &mut FederatedResourceStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+
+    fn summarize(status: &mut FederatedResourceStatus, limits: &accord_crds::StatusLimits) {
+        status.summary = limits.apply(&mut status.placements);
+    }
+
+    /// A cluster's labels also choose the overrides it gets, so an object with an override
+    /// by selector may care about any cluster.
+    fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
+        let names_it = object
+            .pointer("/spec/clusters")
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|c| c.iter().any(|c| c == cluster));
+        let by_labels = object
+            .pointer("/spec/overrides")
+            .and_then(serde_json::Value::as_array)
+            .is_some_and(|o| o.iter().any(|o| o.get("clusterSelector").is_some()));
+        names_it || by_labels || object.pointer("/spec/clusterSelector").is_some()
+    }
+
+    fn decide(
+        &self,
+        object: &FederatedResource,
+        input: &DecideInput<'_, FederatedResourceDecision>,
+    ) -> Decided<Self> {
+        if let Err(errors) = object.spec.validate() {
+            return Decided::Invalid(errors.to_string());
+        }
+        let selected = match select_clusters(
+            object.spec.clusters.as_deref(),
+            object.spec.cluster_selector.as_ref(),
+            input.clusters,
+        ) {
+            Ok(selected) => selected,
+            Err(e) => return Decided::Invalid(e.to_string()),
+        };
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let planned = plan::plan(
+            &object.spec,
+            namespace,
+            &selected,
+            input.clusters,
+            input.previous,
+        );
+        Decided::Record {
+            shares: planned.shares,
+            decision: FederatedResourceDecision::default(),
+            facts: planned.clusters,
+            recheck_after: None,
+        }
+    }
+
+    fn announce(
+        &self,
+        _object: &FederatedResource,
+        record: &PlacementRecord<FederatedResourceDecision>,
+        revision: i64,
+    ) -> Option<Note> {
+        let clusters: Vec<&str> = record.shares.iter().map(|s| s.cluster.as_str()).collect();
+        info!(policy = %record.policy, ?clusters, revision, "resource placements");
+        None
+    }
+
+    async fn status_of(
+        &self,
+        object: &FederatedResource,
+        input: StatusInput<'_, Self>,
+    ) -> Result<Reported<FederatedResourceStatus>, ReconcileError> {
+        let old = object.status.as_ref();
+        let status = aggregate(&StatusInputs {
+            placed: input.placed(),
+            plans: &input.facts,
+            generation: object.metadata.generation,
+            old,
+            now: input.now,
+        });
+        let (errors, drift) = changes(old, &status);
+        let notes = errors
+            .into_iter()
+            .map(|n| Note::warning(reasons::PLACEMENT_ERROR, n))
+            .chain(
+                drift
+                    .into_iter()
+                    .map(|n| Note::normal(reasons::DRIFT_REPAIRED, n)),
+            )
+            .collect();
+        Ok(Reported {
+            status,
+            notes,
+            retry: None,
+        })
+    }
+
+    fn finalizer(_object: &Watched<Self>) -> Option<&'static str> {
+        Some(FINALIZER)
+    }
+
+    /// The tombstone is sent, and the object waits until every member reported what it
+    /// was sent removed (or orphaned), or the bound passed. Reads only metadata and the
+    /// record, so an object that does not decode is deleted too.
+    async fn finalize(
+        &self,
+        object: &Watched<Self>,
+        record: Option<(PlacementRecord<FederatedResourceDecision>, i64)>,
+    ) -> Result<Finalized, ReconcileError> {
+        let ctx = &self.ctx;
+        let p = placement::policy_ref::<Self>(object);
+        let reference = object.object_ref(&());
+        let tombstone = match record {
+            Some((record, revision)) if record.decision.remove => Some((record, revision)),
+            Some((record, _)) => match tombstone(&record) {
+                Some(t) => {
+                    let revision = placement::write_record::<Self>(ctx, &t).await?;
+                    info!(policy = %p, revision, "removing the delivered objects in every member");
+                    Some((t, revision))
+                }
+                None => None,
+            },
+            None => None,
+        };
+        let Some((tombstone, revision)) = tombstone else {
+            return Ok(Finalized::Done);
+        };
+        let clusters = placement::clusters(ctx);
+        let left = remaining(
+            &tombstone,
+            revision,
+            &placement::reports(ctx, &tombstone),
+            |c| clusters.contains_key(c),
+            is_removed,
+        );
+        let since = object.metadata.deletion_timestamp.as_ref().map_or_else(
+            || Timestamp::now().as_millisecond(),
+            |t| t.0.as_millisecond(),
+        );
+        match progress(
+            left,
+            since,
+            Timestamp::now().as_millisecond(),
+            self.options.deletion_timeout,
+        ) {
+            Progress::Done => {
+                info!(policy = %p, "delivered objects removed in every member");
+                ctx.note(
+                    &reference,
+                    Note::normal(
+                        reasons::DELETED,
+                        "the delivered objects are removed (or orphaned) in every member",
+                    ),
+                );
+                Ok(Finalized::Done)
+            }
+            Progress::Waiting { left, recheck } => {
+                tracing::debug!(policy = %p, ?left, "waiting for members to remove the objects");
+                Ok(Finalized::Waiting(recheck))
+            }
+            Progress::TimedOut { left } => {
+                let note = format!(
+                    "the delivered objects were not confirmed removed within {}s in cluster{} \
+                     {}; the FederatedResource is released and the objects may remain there",
+                    self.options.deletion_timeout.as_secs(),
+                    if left.len() == 1 { "" } else { "s" },
+                    reported::named(&left, ", ")
+                );
+                tracing::warn!(policy = %p, ?left, "{note}");
+                ctx.note(
+                    &reference,
+                    Note::warning(reasons::DELETION_INCOMPLETE, note),
+                );
+                Ok(Finalized::Done)
+            }
+        }
+    }
+}
+
+/// Whether `report` says everything the cluster was sent is removed (or orphaned).
+fn is_removed(report: &StatusRecord) -> bool {
+    report.state == PlacementState::Synced
+        && matches!(&report.observed, Observed::FederatedResource(o) if o.removed)
+}
+
+/// The tombstone of `record`: only the clusters that were sent something, each now sent
+/// `remove: true`. `None` when no cluster was sent anything.
+fn tombstone(
+    record: &PlacementRecord<FederatedResourceDecision>,
+) -> Option<PlacementRecord<FederatedResourceDecision>> {
+    let shares: Vec<_> = record
+        .shares
+        .iter()
+        .filter_map(|s| match &s.assignment {
+            Some(AssignmentSpec::FederatedResource(spec)) => {
+                let mut share = s.clone();
+                share.assignment = Some(AssignmentSpec::FederatedResource(
+                    accord_common::distribution::FederatedResourceSpec {
+                        remove: true,
+                        ..spec.clone()
+                    },
+                ));
+                share.held_reason = None;
+                Some(share)
+            }
+            _ => None,
+        })
+        .collect();
+    (!shares.is_empty()).then(|| PlacementRecord {
+        shares,
+        decision: FederatedResourceDecision { remove: true },
+        ..record.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distribution::ShareRecord;
+    use accord_common::distribution::{FederatedResourceObserved, PolicyRef};
+
+    fn share(cluster: &str, sent: bool) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.into(),
+            assignment: sent.then(|| AssignmentSpec::FederatedResource(Default::default())),
+            held_reason: (!sent).then(|| "no ManagedCluster ghost".into()),
+            hold: None,
+        }
+    }
+
+    #[test]
+    fn the_tombstone_removes_only_where_something_was_sent() {
+        let record = PlacementRecord {
+            policy: PolicyRef::new(PolicyKind::FederatedResource, "team", "app"),
+            generation: 1,
+            decided_unix_millis: 0,
+            shares: vec![share("east", true), share("ghost", false)],
+            decision: FederatedResourceDecision::default(),
+        };
+        let t = tombstone(&record).unwrap();
+        assert!(t.decision.remove);
+        assert_eq!(t.shares.len(), 1);
+        assert!(matches!(
+            &t.shares[0].assignment,
+            Some(AssignmentSpec::FederatedResource(a)) if a.remove
+        ));
+        let mut nothing = record.clone();
+        nothing.shares.retain(|s| s.assignment.is_none());
+        assert!(tombstone(&nothing).is_none());
+    }
+
+    #[test]
+    fn only_a_synced_report_of_removal_counts() {
+        let mut r = StatusRecord {
+            resource_version: String::new(),
+            generation: 0,
+            applied_revision: 3,
+            state: PlacementState::Synced,
+            message: String::new(),
+            observed_unix_millis: 0,
+            observed: Observed::FederatedResource(FederatedResourceObserved {
+                removed: true,
+                ..Default::default()
+            }),
+            api_server_unavailable: false,
+        };
+        assert!(is_removed(&r));
+        r.state = PlacementState::Error;
+        assert!(!is_removed(&r));
+        r.state = PlacementState::Synced;
+        r.observed = Observed::FederatedResource(FederatedResourceObserved::default());
+        assert!(!is_removed(&r));
+    }
+}
