@@ -102,28 +102,40 @@ async fn serve_view(
     }
 }
 
-/// A kind as users name it: the kind (any case), its plural or its short name.
+/// A kind as users name it: the kind (any case), its plural or its short names, as its
+/// CRD declares them.
 pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
     if let Ok(kind) = PolicyKind::from_str(s) {
         return Ok(kind);
     }
     let lower = s.to_ascii_lowercase();
-    for kind in PolicyKind::ALL {
-        let (short, name) = match kind {
-            PolicyKind::CrossClusterScalePolicy => ("ccsp", kind.as_str()),
-            PolicyKind::FederatedKafkaTopic => ("fkt", kind.as_str()),
-            PolicyKind::PrometheusFederation => ("pfed", kind.as_str()),
-            PolicyKind::FederatedResource => ("fres", kind.as_str()),
-        };
-        let name = name.to_ascii_lowercase();
-        if lower == short || lower == name || lower == format!("{name}s") {
-            return Ok(kind);
-        }
+    let crds = accord_crds::all_crds();
+    let names_of = |kind: PolicyKind| {
+        crds.iter()
+            .find(|c| c.spec.names.kind == kind.as_str())
+            .map(|c| {
+                let mut names = c.spec.names.short_names.clone().unwrap_or_default();
+                names.push(c.spec.names.plural.clone());
+                names.push(c.spec.names.kind.to_ascii_lowercase());
+                names
+            })
+            .unwrap_or_default()
+    };
+    if let Some(kind) = PolicyKind::ALL
+        .into_iter()
+        .find(|k| names_of(*k).contains(&lower))
+    {
+        return Ok(kind);
     }
     let known: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+    let short: Vec<String> = PolicyKind::ALL
+        .into_iter()
+        .filter_map(|k| names_of(k).into_iter().next())
+        .collect();
     bail!(
-        "unknown kind {s:?}: one of {} (or their short names ccsp, fkt, pfed, fres)",
-        known.join(", ")
+        "unknown kind {s:?}: one of {} (or their short names {})",
+        known.join(", "),
+        short.join(", ")
     )
 }
 

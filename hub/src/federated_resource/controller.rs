@@ -5,19 +5,22 @@
 //! after `--resource-deletion-timeout` with a Warning Event naming who was left.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
 use accord_crds::validate::Validate;
-use accord_crds::{FederatedResource, FederatedResourceStatus};
+use accord_crds::{CrossClusterScalePolicy, FederatedResource, FederatedResourceStatus};
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
-use kube::runtime::reflector::Store as Reflector;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 use tracing::info;
 
-use super::plan::{self, ClusterPlan};
+use super::plan::{self, ClusterPlan, Scaled};
 use super::status::{StatusInputs, aggregate, changes};
 use super::{FINALIZER, FederatedResourceDecision, reasons};
 use crate::controllers::placement::{
@@ -48,10 +51,33 @@ impl Default for FederatedResourceOptions {
     }
 }
 
-/// The FederatedResource plug-in.
+/// The FederatedResource plug-in, with the workloads CrossClusterScalePolicies scale.
 pub struct FederatedResources {
     ctx: Arc<ControllerContext>,
     options: FederatedResourceOptions,
+    scaled: Arc<Mutex<Scaled>>,
+}
+
+/// The workloads `policies` scale, by (cluster, namespace, kind, name).
+fn scaled_by(policies: &[Arc<CrossClusterScalePolicy>]) -> Scaled {
+    let mut scaled = Scaled::new();
+    for p in policies {
+        let namespace = p.namespace().unwrap_or_default();
+        let policy = format!("{namespace}/{}", p.name_any());
+        for share in &p.spec.distribution {
+            let ns = share.namespace.clone().unwrap_or_else(|| namespace.clone());
+            scaled.insert(
+                (
+                    share.cluster.clone(),
+                    ns,
+                    p.spec.target_ref.kind.clone(),
+                    p.spec.target_ref.name.clone(),
+                ),
+                policy.clone(),
+            );
+        }
+    }
+    scaled
 }
 
 impl PlacementKind for FederatedResources {
@@ -67,19 +93,55 @@ impl PlacementKind for FederatedResources {
     // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
     const DECISION_LOCK: bool = false;
 
+    /// Also watches CrossClusterScalePolicies: when the set of workloads they scale
+    /// changes, every FederatedResource is decided again (only those delivering one of
+    /// them get a new decision).
     fn start(
         ctx: &Arc<ControllerContext>,
-        _objects: Reflector<Watched<Self>>,
-        _trigger: Trigger<Self>,
+        objects: Reflector<Watched<Self>>,
+        trigger: Trigger<Self>,
         options: &FederatedResourceOptions,
     ) -> Started<Self> {
+        let scaled = Arc::new(Mutex::new(Scaled::new()));
+        let (policies, writer) = reflector::store::<CrossClusterScalePolicy>();
+        let (listed_tx, listed_rx) = tokio::sync::oneshot::channel();
+        let mut listed_tx = Some(listed_tx);
+        let shared = scaled.clone();
+        let changes = watcher(
+            Api::<CrossClusterScalePolicy>::all(ctx.kube.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                    let now = scaled_by(&policies.state());
+                    let mut held = shared.lock().unwrap_or_else(PoisonError::into_inner);
+                    if *held != now {
+                        *held = now;
+                        drop(held);
+                        for o in objects.state() {
+                            let _ = trigger.send(ObjectRef::from_obj(&*o));
+                        }
+                    }
+                    if let (Ok(watcher::Event::InitDone), Some(tx)) = (&event, listed_tx.take()) {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "watching CrossClusterScalePolicies"),
+            }
+            futures::future::ready(())
+        });
         Started {
             kind: Self {
                 ctx: ctx.clone(),
                 options: options.clone(),
+                scaled,
             },
-            tasks: Vec::new(),
-            listed: Box::pin(async { true }),
+            tasks: vec![Box::pin(changes)],
+            listed: Box::pin(async move { listed_rx.await.is_ok() }),
         }
     }
 
@@ -132,6 +194,7 @@ impl PlacementKind for FederatedResources {
             &selected,
             input.clusters,
             input.previous,
+            &self.scaled.lock().unwrap_or_else(PoisonError::into_inner),
         );
         Decided::Record {
             shares: planned.shares,

@@ -167,6 +167,39 @@ pub struct ClusterPlan {
     pub overrides: Vec<i32>,
     /// The override that failed there (the cluster keeps what it was sent before).
     pub error: Option<String>,
+    /// Workloads whose `spec.replicas` was left out because a CrossClusterScalePolicy sets
+    /// it there, each saying so.
+    pub scaled: Vec<String>,
+}
+
+/// The workloads CrossClusterScalePolicies scale: (cluster, namespace, kind, name) → the
+/// policy (`namespace/name`). Their `spec.replicas` is the policy's, so a delivery of one
+/// leaves it out and the two never fight over it.
+pub type Scaled = BTreeMap<(String, String, String, String), String>;
+
+/// Drops `spec.replicas` of the manifests `scaled` names in `cluster`; answers what it
+/// dropped, as the placement says it.
+fn leave_replicas(
+    manifests: &mut [Value],
+    cluster: &str,
+    namespace: &str,
+    scaled: &Scaled,
+) -> Vec<String> {
+    let mut left = Vec::new();
+    for m in manifests.iter_mut() {
+        let k = key_of(m, namespace);
+        let Some(policy) = scaled.get(&(cluster.to_owned(), k.namespace.clone(), k.kind.clone(), k.name.clone()))
+        else {
+            continue;
+        };
+        if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("replicas");
+        }
+        left.push(format!(
+            "spec.replicas of {k} is left to CrossClusterScalePolicy {policy}"
+        ));
+    }
+    left
 }
 
 /// Every selected cluster's share and plan.
@@ -191,6 +224,7 @@ pub fn plan(
     selected: &[SelectedCluster],
     clusters: &Clusters,
     previous: Option<&PlacementRecord<super::FederatedResourceDecision>>,
+    scaled: &Scaled,
 ) -> Planned {
     let manifests = ordered_manifests(spec);
     let feedback: Vec<FeedbackRule> = spec
@@ -222,7 +256,8 @@ pub fn plan(
                 _ => None,
             });
         match overridden(spec, &manifests, &c.name, clusters.get(&c.name)) {
-            Ok((delivered, overrides)) => {
+            Ok((mut delivered, overrides)) => {
+                let left = leave_replicas(&mut delivered, &c.name, namespace, scaled);
                 let keys: BTreeSet<ManifestKey> =
                     delivered.iter().map(|m| key_of(m, namespace)).collect();
                 let prune = before
@@ -256,6 +291,7 @@ pub fn plan(
                     ClusterPlan {
                         overrides,
                         error: None,
+                        scaled: left,
                     },
                 );
             }
@@ -271,8 +307,8 @@ pub fn plan(
                 plans.insert(
                     c.name.clone(),
                     ClusterPlan {
-                        overrides: Vec::new(),
                         error: Some(e.to_string()),
+                        ..ClusterPlan::default()
                     },
                 );
             }
@@ -343,7 +379,7 @@ mod tests {
         let mut west = clusters.get("west").unwrap().clone();
         west.labels.insert("region".into(), "eu".into());
         clusters.insert("west".into(), west);
-        let planned = plan(&s, "team", &selected(&["east", "west"]), &clusters, None);
+        let planned = plan(&s, "team", &selected(&["east", "west"]), &clusters, None, &Scaled::new());
         let image = |share: &ShareRecord| {
             assignment(share).manifests[2]
                 .pointer("/spec/template/spec/containers/0/image")
@@ -360,7 +396,7 @@ mod tests {
     fn a_failing_override_is_named_and_the_cluster_keeps_what_it_had() {
         let good = spec(BUNDLE);
         let clusters = available(&["east", "west"]);
-        let first = plan(&good, "team", &selected(&["east", "west"]), &clusters, None);
+        let first = plan(&good, "team", &selected(&["east", "west"]), &clusters, None, &Scaled::new());
         let previous = PlacementRecord {
             policy: accord_common::distribution::PolicyRef::new(
                 accord_common::distribution::PolicyKind::FederatedResource,
@@ -382,6 +418,7 @@ mod tests {
             &selected(&["east", "west"]),
             &clusters,
             Some(&previous),
+            &Scaled::new(),
         );
         let error = planned.clusters["west"].error.as_deref().unwrap();
         assert!(
@@ -397,7 +434,7 @@ mod tests {
     fn objects_no_longer_named_are_pruned_until_named_again() {
         let clusters = available(&["east"]);
         let s1 = spec(BUNDLE);
-        let first = plan(&s1, "team", &selected(&["east"]), &clusters, None);
+        let first = plan(&s1, "team", &selected(&["east"]), &clusters, None, &Scaled::new());
         let record = |shares: Vec<ShareRecord>| PlacementRecord {
             policy: accord_common::distribution::PolicyRef::new(
                 accord_common::distribution::PolicyKind::FederatedResource,
@@ -412,13 +449,7 @@ mod tests {
         let s2 = spec(
             "clusters: [east]\nmanifests:\n- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n",
         );
-        let second = plan(
-            &s2,
-            "team",
-            &selected(&["east"]),
-            &clusters,
-            Some(&record(first.shares)),
-        );
+        let second = plan(&s2, "team", &selected(&["east"]), &clusters, Some(&record(first.shares)), &Scaled::new());
         let prune: Vec<String> = assignment(&second.shares[0])
             .prune
             .iter()
@@ -432,22 +463,32 @@ mod tests {
             ]
         );
         // Still pruned a decision later; named again, no longer.
-        let third = plan(
-            &s2,
-            "team",
-            &selected(&["east"]),
-            &clusters,
-            Some(&record(second.shares.clone())),
-        );
+        let third = plan(&s2, "team", &selected(&["east"]), &clusters, Some(&record(second.shares.clone())), &Scaled::new());
         assert_eq!(assignment(&third.shares[0]).prune.len(), 2);
-        let fourth = plan(
-            &s1,
-            "team",
-            &selected(&["east"]),
-            &clusters,
-            Some(&record(third.shares)),
-        );
+        let fourth = plan(&s1, "team", &selected(&["east"]), &clusters, Some(&record(third.shares)), &Scaled::new());
         assert!(assignment(&fourth.shares[0]).prune.is_empty());
+    }
+
+    #[test]
+    fn a_workload_a_scale_policy_divides_is_delivered_without_replicas() {
+        let s = spec(
+            "clusters: [east, west]\nmanifests:\n\
+             - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web}, spec: {replicas: 3}}\n",
+        );
+        let scaled = Scaled::from([(
+            ("east".to_owned(), "team".to_owned(), "Deployment".to_owned(), "web".to_owned()),
+            "team/web-scale".to_owned(),
+        )]);
+        let clusters = available(&["east", "west"]);
+        let planned = plan(&s, "team", &selected(&["east", "west"]), &clusters, None, &scaled);
+        let replicas = |i: usize| assignment(&planned.shares[i]).manifests[0].pointer("/spec/replicas").cloned();
+        assert_eq!(replicas(0), None);
+        assert_eq!(replicas(1), Some(json!(3)));
+        assert_eq!(
+            planned.clusters["east"].scaled,
+            ["spec.replicas of Deployment team/web is left to CrossClusterScalePolicy team/web-scale"]
+        );
+        assert!(planned.clusters["west"].scaled.is_empty());
     }
 
     #[test]
@@ -461,6 +502,7 @@ mod tests {
             }],
             &available(&[]),
             None,
+            &Scaled::new(),
         );
         assert!(planned.shares[0].assignment.is_none());
         assert_eq!(

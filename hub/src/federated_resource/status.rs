@@ -54,6 +54,12 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedResourceStatus {
             message = Some(format!(
                 "{error}; the cluster keeps what it was sent before"
             ));
+        } else if let Some(p) = plan.filter(|p| !p.scaled.is_empty()) {
+            let scaled = p.scaled.join("; ");
+            message = Some(match message {
+                Some(m) => format!("{m}; {scaled}"),
+                None => scaled,
+            });
         }
         let observed = report.and_then(|r| match &r.observed {
             Observed::FederatedResource(o) => Some(o),
@@ -370,8 +376,8 @@ mod tests {
         let plans = BTreeMap::from([(
             "west".to_owned(),
             ClusterPlan {
-                overrides: Vec::new(),
                 error: Some("spec.overrides[0] on Deployment web: bad path".into()),
+                ..ClusterPlan::default()
             },
         )]);
         let s = status(&reports, &plans);
