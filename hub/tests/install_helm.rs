@@ -437,6 +437,9 @@ fn the_agent_manifest_is_the_agent_chart_rendered() {
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "Role",
             "RoleBinding",
             "Deployment"
@@ -520,20 +523,28 @@ fn the_agent_gets_least_privilege_and_a_locked_down_pod() {
                 strings(rules).iter().all(|s| !s.contains('*')),
                 "wildcard in {rules}"
             );
-            // The one delete: the federation ConfigMap the agent wrote, by name (the
-            // namespace Role; the cluster-wide rules have no ConfigMap at all, below).
+            // Deletes: the federation ConfigMap the agent wrote, by name (the namespace
+            // Role), and what a FederatedResource delivers, in the aggregated delivery
+            // defaults only — never Secrets, Roles or bindings.
             for rule in rules.as_array().into_iter().flatten() {
                 if strings(&rule["verbs"]).iter().any(|v| v == "delete") {
-                    assert_eq!(
-                        rule["resources"],
-                        json!(["configmaps"]),
+                    let resources = strings(&rule["resources"]);
+                    assert!(
+                        !resources.iter().any(|r| r == "secrets" || r.contains("role")),
                         "delete granted: {rule}"
                     );
-                    assert_eq!(
-                        rule["resourceNames"],
-                        json!(["prometheus-federation"]),
-                        "delete granted: {rule}"
-                    );
+                    if rule.get("resourceNames").is_some() {
+                        assert_eq!(
+                            (resources, &rule["resourceNames"]),
+                            (vec!["configmaps".to_owned()], &json!(["prometheus-federation"])),
+                            "delete granted: {rule}"
+                        );
+                    } else {
+                        assert_eq!(
+                            object["metadata"]["name"], "accord-agent-delivery-defaults",
+                            "delete granted: {rule}"
+                        );
+                    }
                 }
             }
             for verb in ["deletecollection", "escalate", "bind", "impersonate"] {

@@ -18,6 +18,7 @@
 //! Adding a kind: a module here with a type implementing [`Enforcer`], and one line in
 //! [`enforcers`].
 
+pub mod federated_resource;
 pub mod kafka_topic;
 pub mod promfed;
 pub mod scale;
@@ -69,6 +70,9 @@ pub fn enforcers_with(
             namespace.to_owned(),
             kafka.clone(),
             metrics.clone(),
+        )),
+        Box::new(federated_resource::FederatedResourceEnforcer::new(
+            client.clone(),
         )),
     ]
 }

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use serde_json::{Value, json};
 
 use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
+use crate::enforce::federated_resource::AGGREGATE_TO_AGENT_LABEL;
 use crate::enforce::kafka_topic::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
@@ -26,6 +27,11 @@ use accord_common::promfed::CONFIG_MAP_NAME as FEDERATION_CONFIG_MAP;
 
 /// Name of the agent's ServiceAccount, roles, bindings and Deployment.
 pub const AGENT_NAME: &str = "accord-agent";
+/// Name of the ClusterRole (and its binding) that aggregates what the agent may deliver
+/// for FederatedResources.
+pub const DELIVERY_ROLE_NAME: &str = "accord-agent-delivery";
+/// Name of the ClusterRole with the default set of kinds the agent may deliver.
+pub const DELIVERY_DEFAULTS_ROLE_NAME: &str = "accord-agent-delivery-defaults";
 /// Port of `/metrics`, `/healthz` and `/readyz` in the agent's pod.
 pub const DEFAULT_HTTP_PORT: u16 = 8081;
 
@@ -87,6 +93,86 @@ pub fn agent_cluster_rules() -> Value {
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
         { "apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["get", "list", "watch"] },
     ])
+}
+
+/// Every verb delivering an object takes: read and watch it (the drift watch), create,
+/// server-side apply, delete (removal and pruning).
+const DELIVERY_VERBS: [&str; 7] = [
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+
+/// The ClusterRole the agent delivers FederatedResource manifests with: no rules of its
+/// own, an aggregation of every ClusterRole labelled `accord.io/aggregate-to-agent: "true"`
+/// (the Kubernetes controller manager fills its rules in, so the rendered object names
+/// none: an apply of it must not take them over). Bound to the agent's
+/// ServiceAccount by a ClusterRoleBinding of the same name.
+pub fn delivery_role(labels: &Value) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": metadata(DELIVERY_ROLE_NAME, None, labels.clone()),
+        "aggregationRule": {
+            "clusterRoleSelectors": [{ "matchLabels": { AGGREGATE_TO_AGENT_LABEL: "true" } }],
+        },
+    })
+}
+
+/// What the agent may deliver by default (FederatedResource manifests), aggregated into
+/// [`delivery_role`]: `get`, `list`, `watch`, `create`, `update`, `patch` and `delete` on
+///
+/// - core: ConfigMaps, Services, ServiceAccounts, PersistentVolumeClaims, Namespaces (also
+///   the namespaces it creates for namespaced manifests, and deletes on removal when it
+///   created them and they are empty); Pods read only (`get`, `list`, `watch`: to tell
+///   whether a namespace it created is empty, and to deliver none);
+/// - `apps`: Deployments, StatefulSets, DaemonSets, ReplicaSets;
+/// - `batch`: Jobs, CronJobs;
+/// - `apiextensions.k8s.io`: CustomResourceDefinitions;
+/// - `networking.k8s.io`: Ingresses, NetworkPolicies;
+/// - `policy`: PodDisruptionBudgets;
+/// - `autoscaling`: HorizontalPodAutoscalers.
+///
+/// Not Secrets (FederatedResource does not deliver them) and not Roles or RoleBindings
+/// (granting those needs every permission they grant, by RBAC's escalation rules).
+/// Anything else is granted by a ClusterRole labelled `accord.io/aggregate-to-agent: "true"`:
+/// custom resources of an operator's CRDs (e.g. a MySQLCluster) by the operator's own
+/// ClusterRole with that label, with the same verbs. Discovery, which the agent asks which
+/// resource serves a manifest's kind, needs no permission beyond the defaults every
+/// authenticated user has.
+pub fn delivery_default_rules() -> Value {
+    json!([
+        { "apiGroups": [""], "resources": ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims", "namespaces"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"] },
+        { "apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets", "replicasets"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": DELIVERY_VERBS },
+    ])
+}
+
+/// The ClusterRole of [`delivery_default_rules`], labelled to be aggregated into
+/// [`delivery_role`].
+fn delivery_defaults_role(labels: &Value) -> Value {
+    let mut labels = labels.clone();
+    labels[AGGREGATE_TO_AGENT_LABEL] = json!("true");
+    manifest::role(
+        DELIVERY_DEFAULTS_ROLE_NAME,
+        None,
+        &labels,
+        delivery_default_rules(),
+    )
+}
+
+/// The ClusterRoleBinding of [`delivery_role`] to the agent's ServiceAccount in `namespace`.
+fn delivery_binding(namespace: &str, labels: &Value) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": metadata(DELIVERY_ROLE_NAME, None, labels.clone()),
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DELIVERY_ROLE_NAME },
+        "subjects": [{ "kind": "ServiceAccount", "name": AGENT_NAME, "namespace": namespace }],
+    })
 }
 
 /// The agent's permissions in its own namespace, each limited to the one object it uses
@@ -174,7 +260,8 @@ fn deployment(options: &AgentManifestOptions) -> Value {
 }
 
 /// Every object of the agent's footprint, in the order join applies them: Namespace,
-/// ServiceAccount, RBAC, and the Deployment last so its pod starts with everything in
+/// ServiceAccount, RBAC (the agent's own ClusterRole, the FederatedResource delivery
+/// ClusterRoles, its namespace Role), and the Deployment last so its pod starts with everything in
 /// place. The identity Secret is not among them (see [`identity_secret`]).
 pub fn render(options: &AgentManifestOptions) -> Vec<Value> {
     let ns = options.namespace.as_str();
@@ -184,6 +271,9 @@ pub fn render(options: &AgentManifestOptions) -> Vec<Value> {
         manifest::service_account(AGENT_NAME, ns, &l),
         manifest::role(AGENT_NAME, None, &l, agent_cluster_rules()),
         manifest::role_binding(AGENT_NAME, None, ns, &l),
+        delivery_role(&l),
+        delivery_defaults_role(&l),
+        delivery_binding(ns, &l),
         manifest::role(
             AGENT_NAME,
             Some(ns),
@@ -321,5 +411,97 @@ mod tests {
                 assert_eq!(object["metadata"]["namespace"], "accord", "{object}");
             }
         }
+    }
+
+    #[test]
+    fn the_delivery_role_aggregates_labelled_cluster_roles_and_is_bound_to_the_agent() {
+        let objects = render(&AgentManifestOptions {
+            namespace: "accord".into(),
+            ..AgentManifestOptions::default()
+        });
+        let named = |kind: &str, name: &str| {
+            objects
+                .iter()
+                .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{kind} {name}"))
+                .clone()
+        };
+        let role = named("ClusterRole", DELIVERY_ROLE_NAME);
+        assert_eq!(
+            role["aggregationRule"]["clusterRoleSelectors"],
+            json!([{ "matchLabels": { "accord.io/aggregate-to-agent": "true" } }])
+        );
+        assert!(
+            role.get("rules").is_none(),
+            "the aggregation controller owns its rules: {role}"
+        );
+        let binding = named("ClusterRoleBinding", DELIVERY_ROLE_NAME);
+        assert_eq!(binding["roleRef"]["name"], DELIVERY_ROLE_NAME);
+        assert_eq!(
+            binding["subjects"],
+            json!([{ "kind": "ServiceAccount", "name": AGENT_NAME, "namespace": "accord" }])
+        );
+        let defaults = named("ClusterRole", DELIVERY_DEFAULTS_ROLE_NAME);
+        assert_eq!(
+            defaults["metadata"]["labels"]["accord.io/aggregate-to-agent"],
+            "true"
+        );
+        // The roles come before the Deployment, so the agent starts with them.
+        let position = |kind: &str, name: &str| {
+            objects
+                .iter()
+                .position(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+                .unwrap()
+        };
+        assert!(
+            position("ClusterRoleBinding", DELIVERY_ROLE_NAME) < position("Deployment", AGENT_NAME)
+        );
+    }
+
+    #[test]
+    fn the_default_delivery_set_grants_every_verb_on_common_kinds_and_reads_pods() {
+        let rules = delivery_default_rules();
+        let verbs = |group: &str, resource: &str| -> Vec<String> {
+            rules
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["apiGroups"].as_array().unwrap().contains(&json!(group)))
+                .filter(|r| {
+                    r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .contains(&json!(resource))
+                })
+                .flat_map(|r| r["verbs"].as_array().unwrap().clone())
+                .map(|v| v.as_str().unwrap().to_owned())
+                .collect()
+        };
+        let all = [
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ];
+        for (group, resource) in [
+            ("", "configmaps"),
+            ("", "services"),
+            ("", "serviceaccounts"),
+            ("", "persistentvolumeclaims"),
+            ("", "namespaces"),
+            ("apps", "deployments"),
+            ("apps", "statefulsets"),
+            ("apps", "daemonsets"),
+            ("apps", "replicasets"),
+            ("batch", "jobs"),
+            ("batch", "cronjobs"),
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+            ("networking.k8s.io", "ingresses"),
+            ("networking.k8s.io", "networkpolicies"),
+            ("policy", "poddisruptionbudgets"),
+            ("autoscaling", "horizontalpodautoscalers"),
+        ] {
+            assert_eq!(verbs(group, resource), all, "{resource}.{group}");
+        }
+        assert_eq!(verbs("", "pods"), ["get", "list", "watch"]);
+        assert!(verbs("", "secrets").is_empty());
+        assert!(verbs("rbac.authorization.k8s.io", "roles").is_empty());
     }
 }

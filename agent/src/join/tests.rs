@@ -136,13 +136,40 @@ fn join_needs_to_apply_every_object_and_read_its_identity() {
     }
     let granted = preflight::granted_permissions(&objects);
     assert!(granted.contains(&Permission::new("apps", "deployments", "patch")));
-    // The one delete: the federation ConfigMap it wrote, by name, in its own namespace.
+    // Deletes: the federation ConfigMap it wrote, by name, in its own namespace, and the
+    // default set of kinds FederatedResources deliver (removal and pruning), never Secrets.
+    let delivered = |p: &Permission| {
+        render::delivery_default_rules()
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| {
+                rule["apiGroups"][0] == p.group.as_str()
+                    && rule["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|r| r == p.resource.as_str())
+                    && rule["verbs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|v| v == "delete")
+            })
+    };
     assert!(
         granted.iter().all(|p| p.resource != "*"
             && (p.verb != "delete"
                 || (p.resource == "configmaps"
                     && p.name.as_deref() == Some("prometheus-federation")
-                    && p.namespace.as_deref() == Some("accord-system")))),
+                    && p.namespace.as_deref() == Some("accord-system"))
+                || (p.namespace.is_none() && p.name.is_none() && delivered(p)))),
+        "{granted:?}"
+    );
+    assert!(
+        granted
+            .iter()
+            .all(|p| p.resource != "secrets" || p.name.is_some()),
         "{granted:?}"
     );
 }

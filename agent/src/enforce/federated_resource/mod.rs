@@ -1,0 +1,323 @@
+//! The FederatedResource enforcer: delivers any Kubernetes objects to the member cluster
+//! with server-side apply (field manager `accord`, forced), keeps them as the manifests say
+//! (an owned field another manager changed is restored and counted as drift), reports each
+//! object's state and health and the feedback values read back from them, and removes (or
+//! orphans) what it delivered when asked, when a manifest goes, or when the policy leaves
+//! this cluster.
+//!
+//! The pipeline, with I/O only at the ends:
+//! - [`objects`]: one watch per type the assignments name, of the objects carrying
+//!   Accord's delivery label across all namespaces (types come from [`discovery`], asked
+//!   again on a miss, since CRDs get added);
+//! - [`manifest`] prepares the manifests (order, namespace, marks, hash) and [`judge`]
+//!   decides from the watches' caches and what the last apply recorded ([`health`] and
+//!   [`feedback`] read the objects);
+//! - [`apply`] applies, per manifest, and records each outcome for the judge.
+//!
+//! What Accord owns of an object is what its manifest names: fields another manager adds
+//! (an HPA's replicas when the manifest has none, a sidecar a webhook injects, labels
+//! added with `kubectl label`) are never touched, since server-side apply leaves them be.
+
+pub mod apply;
+pub mod discovery;
+pub mod feedback;
+pub mod health;
+pub mod judge;
+pub mod manifest;
+pub mod objects;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::PoisonError;
+
+use accord_common::distribution::{
+    AssignmentSpec, FederatedResourceSpec, ManifestKey, PolicyKind, PolicyRef,
+};
+use accord_common::runtime::AbortOnDrop;
+use futures::future::BoxFuture;
+use tracing::{debug, info};
+
+use self::apply::{ApplyJob, SharedMemory, remove_in_background};
+use self::discovery::Discovery;
+use self::judge::{Look, View, delivered_by};
+use self::manifest::{CRD_KIND, Gvk, Prepared, prepare_all};
+use self::objects::TypeWatch;
+use super::{ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use crate::assignments::Assigned;
+
+/// The enforcer's name, in logs and watch events.
+pub const NAME: &str = "federated_resource";
+
+/// Label of the ClusterRoles whose rules the agent's delivery ClusterRole aggregates: an
+/// operator's ClusterRole labelled `accord.io/aggregate-to-agent: "true"` lets the agent
+/// deliver that operator's custom resources.
+pub const AGGREGATE_TO_AGENT_LABEL: &str = "accord.io/aggregate-to-agent";
+
+/// Delivers FederatedResource manifests.
+pub struct FederatedResourceEnforcer {
+    client: kube::Client,
+    discovery: Discovery,
+    memory: SharedMemory,
+    /// The assignments held.
+    held: BTreeMap<PolicyRef, FederatedResourceSpec>,
+    /// Policies by the objects they name (delivered or pruned): type, namespace, name.
+    interest: HashMap<(Gvk, String, String), BTreeSet<PolicyRef>>,
+    watches: BTreeMap<Gvk, TypeWatch>,
+    by_resource: HashMap<&'static str, Gvk>,
+    /// Removals of what policies that left delivered.
+    removing: HashMap<PolicyRef, AbortOnDrop>,
+}
+
+impl FederatedResourceEnforcer {
+    /// An enforcer acting through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            discovery: Discovery::default(),
+            memory: SharedMemory::default(),
+            held: BTreeMap::new(),
+            interest: HashMap::new(),
+            watches: BTreeMap::new(),
+            by_resource: HashMap::new(),
+            removing: HashMap::new(),
+        }
+    }
+
+    /// The manifests of `spec` prepared with what discovery says now.
+    fn prepared(&self, policy: &PolicyRef, spec: &FederatedResourceSpec) -> Vec<Prepared> {
+        prepare_all(spec, policy, |gvk| self.discovery.namespaced(gvk))
+    }
+
+    /// What the watches show of `keys`; `None` while a watch of their types has not
+    /// listed yet (an event follows when it has).
+    fn view<'a>(&self, keys: impl IntoIterator<Item = &'a ManifestKey>) -> Option<View> {
+        let mut view = View::default();
+        let mut by_type: BTreeMap<Gvk, Vec<&ManifestKey>> = BTreeMap::new();
+        for key in keys {
+            by_type.entry(Gvk::of(key)).or_default().push(key);
+        }
+        for (gvk, keys) in by_type {
+            let cache = self.watches.get(&gvk)?.cache();
+            if cache.served == Some(false) {
+                view.not_served.insert(gvk);
+                continue;
+            }
+            if !cache.synced {
+                view.failed.insert(gvk, cache.error.clone()?);
+                continue;
+            }
+            for key in keys {
+                if let Some(object) = cache
+                    .objects
+                    .get(&(key.namespace.clone(), key.name.clone()))
+                {
+                    view.objects.insert(key.clone(), object.clone());
+                }
+            }
+        }
+        Some(view)
+    }
+
+    /// The objects `spec` names: its manifests' and those it prunes.
+    fn keys(manifests: &[Prepared], spec: &FederatedResourceSpec) -> Vec<ManifestKey> {
+        manifests
+            .iter()
+            .filter_map(Prepared::valid)
+            .map(|d| d.key.clone())
+            .chain(spec.prune.iter().cloned())
+            .collect()
+    }
+
+    fn policies_using(&self, gvk: &Gvk) -> Vec<PolicyRef> {
+        self.held
+            .iter()
+            .filter(|(_, spec)| types_of(spec).contains(gvk))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    fn job(&self, policy: &PolicyRef, spec: FederatedResourceSpec, view: View) -> ApplyJob {
+        let before = self
+            .memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(policy)
+            .cloned()
+            .unwrap_or_default();
+        ApplyJob {
+            client: self.client.clone(),
+            discovery: self.discovery.clone(),
+            policy: policy.clone(),
+            spec,
+            view,
+            before,
+            memory: Some(self.memory.clone()),
+        }
+    }
+}
+
+/// The types `spec` names: its manifests' and those of the objects it prunes.
+fn types_of(spec: &FederatedResourceSpec) -> BTreeSet<Gvk> {
+    spec.manifests
+        .iter()
+        .filter_map(manifest::gvk_of)
+        .chain(spec.prune.iter().map(Gvk::of))
+        .collect()
+}
+
+/// The FederatedResource a delivered object's annotation names (`<namespace>/<name>`).
+fn policy_of(mark: &str) -> Option<PolicyRef> {
+    let (namespace, name) = mark.split_once('/')?;
+    Some(PolicyRef::new(
+        PolicyKind::FederatedResource,
+        namespace,
+        name,
+    ))
+}
+
+impl Enforcer for FederatedResourceEnforcer {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn enforces(&self, spec: &AssignmentSpec) -> bool {
+        matches!(spec, AssignmentSpec::FederatedResource(_))
+    }
+
+    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+        let held: BTreeMap<PolicyRef, FederatedResourceSpec> = assigned
+            .iter()
+            .filter_map(|(policy, a)| match &a.spec {
+                AssignmentSpec::FederatedResource(spec) => Some((policy.clone(), spec.clone())),
+                _ => None,
+            })
+            .collect();
+        self.removing
+            .retain(|policy, task| !held.contains_key(policy) && !task.0.is_finished());
+        for (policy, spec) in &self.held {
+            if held.contains_key(policy) || self.removing.contains_key(policy) {
+                continue;
+            }
+            info!(%policy, orphan = spec.orphan, "the policy left this cluster; removing what it delivered");
+            let spec = FederatedResourceSpec {
+                remove: true,
+                ..spec.clone()
+            };
+            let job = ApplyJob {
+                memory: None,
+                ..self.job(policy, spec, View::default())
+            };
+            let task = tokio::spawn(remove_in_background(job));
+            self.removing.insert(policy.clone(), AbortOnDrop(task));
+        }
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|policy, _| held.contains_key(policy));
+        self.held = held;
+        self.interest.clear();
+        for (policy, spec) in &self.held {
+            let manifests = self.prepared(policy, spec);
+            for key in Self::keys(&manifests, spec) {
+                self.interest
+                    .entry((Gvk::of(&key), key.namespace, key.name))
+                    .or_default()
+                    .insert(policy.clone());
+            }
+        }
+        let types: BTreeSet<Gvk> = self.held.values().flat_map(types_of).collect();
+        self.watches.retain(|gvk, _| types.contains(gvk));
+        for gvk in types {
+            if !self.watches.contains_key(&gvk) {
+                debug!(%gvk, "watching delivered objects");
+                let watch =
+                    TypeWatch::start(&self.client, &self.discovery, gvk.clone(), events.clone());
+                self.by_resource.insert(watch.resource, gvk.clone());
+                self.watches.insert(gvk, watch);
+            }
+        }
+    }
+
+    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+        match event {
+            WatchEvent::Changed {
+                resource,
+                namespace,
+                name,
+            } => {
+                let Some(gvk) = self.by_resource.get(resource).cloned() else {
+                    return Vec::new();
+                };
+                let mut policies = self
+                    .interest
+                    .get(&(gvk.clone(), namespace.clone(), name.clone()))
+                    .cloned()
+                    .unwrap_or_default();
+                // The object names its policy.
+                if let Some(watch) = self.watches.get(&gvk)
+                    && let Some(object) = watch.cache().objects.get(&(namespace, name))
+                    && let Some(policy) = policy_of(delivered_by(object))
+                    && self.held.contains_key(&policy)
+                {
+                    policies.insert(policy);
+                }
+                if gvk.kind == CRD_KIND {
+                    // A CRD changed: the types waiting for one may be served now.
+                    self.discovery.nudge();
+                    let waiting: BTreeSet<Gvk> = self
+                        .watches
+                        .iter()
+                        .filter(|(_, w)| w.cache().served == Some(false))
+                        .map(|(gvk, _)| gvk.clone())
+                        .collect();
+                    policies.extend(waiting.iter().flat_map(|gvk| self.policies_using(gvk)));
+                }
+                policies.into_iter().collect()
+            }
+            WatchEvent::Synced { resource, .. } | WatchEvent::Failed { resource, .. } => self
+                .by_resource
+                .get(resource)
+                .map(|gvk| self.policies_using(gvk))
+                .unwrap_or_default(),
+        }
+    }
+
+    fn look(
+        &self,
+        policy: &PolicyRef,
+        assigned: &Assigned,
+        apply_error: Option<&ApplyError>,
+    ) -> Option<Judgement> {
+        let AssignmentSpec::FederatedResource(spec) = &assigned.spec else {
+            return None;
+        };
+        let manifests = self.prepared(policy, spec);
+        let keys = Self::keys(&manifests, spec);
+        let view = self.view(&keys)?;
+        let memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
+        Some(judge::judge(&Look {
+            policy,
+            spec,
+            revision: assigned.revision,
+            manifests: &manifests,
+            view: &view,
+            memory: memory.get(policy),
+            apply_error,
+        }))
+    }
+
+    fn apply(
+        &self,
+        policy: &PolicyRef,
+        assigned: &Assigned,
+    ) -> BoxFuture<'static, Result<String, ApplyError>> {
+        let AssignmentSpec::FederatedResource(spec) = &assigned.spec else {
+            // The engine routes only FederatedResource assignments here.
+            return Box::pin(std::future::ready(Ok(String::new())));
+        };
+        let manifests = self.prepared(policy, spec);
+        let view = self.view(&Self::keys(&manifests, spec)).unwrap_or_default();
+        let job = self.job(policy, spec.clone(), view);
+        debug!(%policy, manifests = spec.manifests.len(), remove = spec.remove, "applying");
+        Box::pin(job.run())
+    }
+}

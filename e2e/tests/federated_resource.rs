@@ -1,0 +1,459 @@
+//! FederatedResource end to end: `kubectl apply`-style objects on the management cluster →
+//! real hub → real agents → objects in three real member clusters (pods made Ready by
+//! kwok), checked on the members' API servers as well as through status.
+//!
+//! Each test runs its own hub (own etcd prefix) and agents with cluster names of its own,
+//! against the shared three member clusters, in a namespace of its own.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use accord_crds::{
+    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FederatedResource, ManagedCluster,
+    PlacementState,
+};
+use accord_e2e::fleet::{Fleet, ensure_namespace};
+use accord_e2e::kafka_topic_scenario::wait_event;
+use accord_e2e::wait::{Check, until};
+use accord_e2e::{SharedTestbed, Testbed};
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+
+static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
+/// The scenarios are heavy for two cores; run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+/// Generous for a loaded machine; each step normally takes a second or two.
+const STEP: Duration = Duration::from_secs(60);
+const FM: &str = "accord-e2e-tests";
+
+/// A hub and three agents, clusters `<prefix>-0..2` on members 0..2.
+async fn fleet<'t>(testbed: &'t Testbed, prefix: &str, hub_args: &[&str]) -> Result<Fleet<'t>> {
+    let names: Vec<String> = (0..3).map(|i| format!("{prefix}-{i}")).collect();
+    let agents: Vec<(&str, usize)> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+    Fleet::start(testbed, &format!("hub-{prefix}"), &format!("/t-{prefix}/"), hub_args, &agents).await
+}
+
+async fn apply(testbed: &Testbed, ns: &str, object: &Value) -> Result<()> {
+    ensure_namespace(testbed.mgmt(), ns).await?;
+    let api: Api<FederatedResource> = Api::namespaced(testbed.mgmt().client(), ns);
+    let name = object["metadata"]["name"].as_str().context("name")?;
+    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(object))
+        .await?;
+    Ok(())
+}
+
+fn resources(testbed: &Testbed, ns: &str) -> Api<FederatedResource> {
+    Api::namespaced(testbed.mgmt().client(), ns)
+}
+
+/// Waits until `check` accepts the object's status.
+async fn wait_status<T>(
+    testbed: &Testbed,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&accord_crds::FederatedResourceStatus) -> Option<T>,
+) -> Result<T> {
+    let api = resources(testbed, ns);
+    until(what, STEP, || async {
+        let status = api.get(name).await?.status.unwrap_or_default();
+        Ok(match check(&status) {
+            Some(t) => Check::Ready(t),
+            None => Check::NotYet(serde_json::to_string(&status)?),
+        })
+    })
+    .await
+}
+
+fn condition(status: &accord_crds::FederatedResourceStatus, type_: &str) -> Option<String> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+fn config_maps(testbed: &Testbed, member: usize, ns: &str) -> Api<ConfigMap> {
+    Api::namespaced(testbed.members()[member].client(), ns)
+}
+
+fn widgets(testbed: &Testbed, member: usize, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("example.com", "v1", "Widget");
+    Api::namespaced_with(
+        testbed.members()[member].client(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, "widgets"),
+    )
+}
+
+/// Waits until `get` on every member is `Some` and passes `check`.
+async fn on_every_member<T, F, Fut>(what: &str, get: F) -> Result<Vec<T>>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let mut out = Vec::new();
+    for m in 0..3 {
+        out.push(
+            until(&format!("{what} on member {m}"), STEP, || async {
+                Ok(match get(m).await? {
+                    Some(t) => Check::Ready(t),
+                    None => Check::NotYet("not yet".into()),
+                })
+            })
+            .await?,
+        );
+    }
+    Ok(out)
+}
+
+fn widget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
+}
+
+fn bundle(ns: &str, prefix: &str) -> Value {
+    json!({
+        "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+        "metadata": {"name": "app", "namespace": ns},
+        "spec": {
+            "clusters": [format!("{prefix}-0"), format!("{prefix}-1"), format!("{prefix}-2")],
+            "manifests": [
+                {"apiVersion": "example.com/v1", "kind": "Widget",
+                 "metadata": {"name": "main"}, "spec": {"size": 3}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "app-config"}, "data": {"mode": "fast"}},
+                {"apiVersion": "apps/v1", "kind": "Deployment",
+                 "metadata": {"name": "app"},
+                 "spec": {"replicas": 2,
+                    "selector": {"matchLabels": {"app": "app"}},
+                    "template": {"metadata": {"labels": {"app": "app"}},
+                        "spec": {"containers": [{"name": "app", "image": "app:1"}]}}}},
+                {"apiVersion": "v1", "kind": "Service",
+                 "metadata": {"name": "app"},
+                 "spec": {"selector": {"app": "app"}, "ports": [{"port": 80}]}},
+                widget_crd(),
+            ],
+            "overrides": [{
+                "clusterSelector": {"matchLabels": {"fres-region": "eu"}},
+                "target": {"kind": "Deployment", "name": "app"},
+                "jsonPatch": [{"op": "replace",
+                    "path": "/spec/template/spec/containers/0/image", "value": "eu/app:1"}]
+            }],
+            "feedback": [{"kind": "Deployment", "name": "app",
+                "jsonPath": ".status.readyReplicas", "as": "ready"}]
+        }
+    })
+}
+
+async fn label_cluster(testbed: &Testbed, cluster: &str, labels: Value) -> Result<()> {
+    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    api.patch(
+        cluster,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[test]
+fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_repair() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-a";
+        let ns = "fres-bundle";
+        let fleet = fleet(testbed, prefix, &[]).await?;
+        label_cluster(testbed, &format!("{prefix}-1"), json!({"fres-region": "eu"})).await?;
+        apply(testbed, ns, &bundle(ns, prefix)).await?;
+
+        // Everything applied and healthy everywhere: the CRD was established before the
+        // Widget (which could not be applied otherwise), the Deployment's pods run on kwok.
+        let status = wait_status(testbed, ns, "app", "Available=True", |s| {
+            (condition(s, "Available").as_deref() == Some("True")
+                && condition(s, "Applied").as_deref() == Some("True"))
+            .then(|| s.clone())
+        })
+        .await?;
+        ensure!(status.clusters == Some(3), "{status:?}");
+        for p in &status.placements {
+            ensure!(p.state == PlacementState::Synced, "{p:?}");
+            ensure!((p.applied, p.available) == (Some(5), Some(5)), "{p:?}");
+            ensure!(p.feedback.get("ready").map(String::as_str) == Some("2"), "{p:?}");
+        }
+        let overrides: BTreeMap<&str, &[i32]> = status
+            .placements
+            .iter()
+            .map(|p| (p.cluster.as_str(), p.overrides.as_slice()))
+            .collect();
+        ensure!(overrides[format!("{prefix}-1").as_str()] == [0], "{overrides:?}");
+        ensure!(overrides[format!("{prefix}-0").as_str()].is_empty(), "{overrides:?}");
+
+        // On the members themselves: the Widget, the image (overridden in the EU member only).
+        for m in 0..3 {
+            let w = widgets(testbed, m, ns).get("main").await?;
+            ensure!(w.data["spec"]["size"] == 3, "member {m}: {w:?}");
+            let d: Deployment = Api::namespaced(testbed.members()[m].client(), ns).get("app").await?;
+            let image = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.containers[0].image.clone());
+            let want = if m == 1 { "eu/app:1" } else { "app:1" };
+            ensure!(image.flatten().as_deref() == Some(want), "member {m}: image {d:?}");
+            let annotations = d.metadata.annotations.unwrap_or_default();
+            ensure!(
+                annotations.get(FEDERATED_RESOURCE_ANNOTATION).map(String::as_str) == Some(&format!("{ns}/app")[..]),
+                "member {m}: {annotations:?}"
+            );
+        }
+
+        // A member-side label (another field manager) survives; an owned field changed out
+        // of band (as `kubectl edit` does, an update by another manager) is restored and
+        // counted.
+        let cms = config_maps(testbed, 0, ns);
+        cms.patch(
+            "app-config",
+            &PatchParams::apply("member-team"),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "app-config", "labels": {"team": "shop"}}})),
+        )
+        .await?;
+        let edited = Instant::now();
+        cms.patch(
+            "app-config",
+            &PatchParams {
+                field_manager: Some("kubectl-edit".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"data": {"mode": "slow"}})),
+        )
+        .await?;
+        until("the owned field restored", STEP, || async {
+            let cm = cms.get("app-config").await?;
+            let mode = cm.data.as_ref().and_then(|d| d.get("mode")).cloned();
+            Ok(if mode.as_deref() == Some("fast") {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("mode {mode:?}"))
+            })
+        })
+        .await?;
+        println!("drift restored after {:.1?}", edited.elapsed());
+        let cm = cms.get("app-config").await?;
+        ensure!(
+            cm.metadata.labels.unwrap_or_default().get("team").map(String::as_str) == Some("shop"),
+            "the member's label went"
+        );
+        ensure!(
+            cm.metadata
+                .managed_fields
+                .unwrap_or_default()
+                .iter()
+                .any(|f| f.manager.as_deref() == Some(DELIVERY_FIELD_MANAGER)),
+            "not applied by field manager {DELIVERY_FIELD_MANAGER}"
+        );
+        let repaired = wait_status(testbed, ns, "app", "the drift repair counted", |s| {
+            s.placements
+                .iter()
+                .find(|p| p.cluster == format!("{prefix}-0"))
+                .and_then(|p| p.drift_repairs.filter(|n| *n >= 1).map(|n| (n, p.last_drift_time.clone())))
+        })
+        .await?;
+        ensure!(repaired.1.is_some(), "no lastDriftTime");
+        wait_event(testbed, ns, "app", "Normal", "DriftRepaired", STEP).await?;
+
+        // A manifest removed from the spec goes from every member.
+        let mut smaller = bundle(ns, prefix);
+        smaller["spec"]["manifests"].as_array_mut().unwrap().retain(|m| m["kind"] != "Service");
+        apply(testbed, ns, &smaller).await?;
+        on_every_member("the Service removed", |m| async move {
+            let services: Api<k8s_openapi::api::core::v1::Service> =
+                Api::namespaced(testbed.members()[m].client(), ns);
+            Ok(services.get_opt("app").await?.is_none().then_some(()))
+        })
+        .await?;
+
+        // Deleted with deletionPolicy Delete: everything goes from every member, then the
+        // object.
+        resources(testbed, ns).delete("app", &DeleteParams::default()).await?;
+        until("the FederatedResource gone", STEP, || async {
+            Ok(match resources(testbed, ns).get_opt("app").await? {
+                None => Check::Ready(()),
+                Some(o) => Check::NotYet(format!("{:?}", o.status)),
+            })
+        })
+        .await?;
+        for m in 0..3 {
+            ensure!(config_maps(testbed, m, ns).get_opt("app-config").await?.is_none(), "member {m}: ConfigMap left");
+            ensure!(widgets(testbed, m, ns).get_opt("main").await?.is_none(), "member {m}: Widget left");
+        }
+        drop(fleet);
+        Ok(())
+    });
+}
+
+#[test]
+fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-b";
+        let ns = "fres-conflict";
+        let mut fleet = fleet(testbed, prefix, &["--resource-deletion-timeout", "8s"]).await?;
+        // Member 0 already holds a ConfigMap that Accord did not create.
+        ensure_namespace(&testbed.members()[0], ns).await?;
+        config_maps(testbed, 0, ns)
+            .patch(
+                "shared",
+                &PatchParams::apply(FM).force(),
+                &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "shared"}, "data": {"owner": "someone"}})),
+            )
+            .await?;
+        let object = |resolution: &str, deletion: &str, name: &str| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "clusters": [format!("{prefix}-0"), format!("{prefix}-1"), format!("{prefix}-2")],
+                    "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "shared"}, "data": {"owner": "accord"}}],
+                    "conflictResolution": resolution,
+                    "deletionPolicy": deletion,
+                }
+            })
+        };
+        apply(testbed, ns, &object("Abort", "Orphan", "shared")).await?;
+        let conflict = wait_status(testbed, ns, "shared", "Conflict in member 0", |s| {
+            s.placements
+                .iter()
+                .find(|p| p.cluster == format!("{prefix}-0") && p.state == PlacementState::Conflict)
+                .cloned()
+        })
+        .await?;
+        ensure!(
+            conflict.manifests.iter().any(|m| m.state == PlacementState::Conflict
+                && m.message.as_deref().unwrap_or_default().contains("Adopt")),
+            "{conflict:?}"
+        );
+        let cm = config_maps(testbed, 0, ns).get("shared").await?;
+        ensure!(cm.data.unwrap_or_default()["owner"] == "someone", "an Abort touched it");
+
+        // Adopt: taken over.
+        apply(testbed, ns, &object("Adopt", "Orphan", "shared")).await?;
+        wait_status(testbed, ns, "shared", "Applied everywhere", |s| {
+            (condition(s, "Applied").as_deref() == Some("True")).then_some(())
+        })
+        .await?;
+        let cm = config_maps(testbed, 0, ns).get("shared").await?;
+        ensure!(cm.data.unwrap_or_default()["owner"] == "accord", "not adopted");
+
+        // Orphan: the objects stay, without Accord's marks.
+        resources(testbed, ns).delete("shared", &DeleteParams::default()).await?;
+        until("the orphaning FederatedResource gone", STEP, || async {
+            Ok(resources(testbed, ns).get_opt("shared").await?.map_or(Check::Ready(()), |o| Check::NotYet(format!("{:?}", o.status))))
+        })
+        .await?;
+        for m in 0..3 {
+            let cm = config_maps(testbed, m, ns).get("shared").await?;
+            let annotations = cm.metadata.annotations.unwrap_or_default();
+            ensure!(!annotations.contains_key(FEDERATED_RESOURCE_ANNOTATION), "member {m}: still marked {annotations:?}");
+            ensure!(cm.data.unwrap_or_default()["owner"] == "accord", "member {m}: changed");
+        }
+
+        // One member's agent stopped: deletion completes after the bound, with a Warning
+        // naming the member left behind.
+        apply(testbed, ns, &object("Adopt", "Delete", "bounded")).await?;
+        wait_status(testbed, ns, "bounded", "Applied everywhere", |s| {
+            (condition(s, "Applied").as_deref() == Some("True")).then_some(())
+        })
+        .await?;
+        let stopped = format!("{prefix}-2");
+        fleet.kill_agent(&stopped)?;
+        resources(testbed, ns).delete("bounded", &DeleteParams::default()).await?;
+        until("the bounded FederatedResource gone", STEP, || async {
+            Ok(resources(testbed, ns).get_opt("bounded").await?.map_or(Check::Ready(()), |o| Check::NotYet(format!("{:?}", o.metadata.finalizers))))
+        })
+        .await?;
+        let warning = wait_event(testbed, ns, "bounded", "Warning", "DeletionIncomplete", STEP).await?;
+        ensure!(warning.contains(&stopped), "{warning}");
+        ensure!(config_maps(testbed, 0, ns).get_opt("shared").await?.is_none(), "member 0 kept it");
+        ensure!(config_maps(testbed, 2, ns).get_opt("shared").await?.is_some(), "the stopped member lost it");
+        Ok(())
+    });
+}
+
+#[test]
+fn bad_input_fails_only_where_it_is_and_says_why() {
+    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-c";
+        let ns = "fres-bad";
+        let _fleet = fleet(testbed, prefix, &[]).await?;
+        label_cluster(testbed, &format!("{prefix}-1"), json!({"fres-bad": "yes"})).await?;
+        let object = json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+            "metadata": {"name": "bad", "namespace": ns},
+            "spec": {
+                "clusters": [format!("{prefix}-0"), format!("{prefix}-1")],
+                "manifests": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good"}, "data": {"a": "b"}},
+                    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "refused"},
+                     "spec": {"ports": [{"port": 99999}]}},
+                ],
+                "overrides": [{"clusterSelector": {"matchLabels": {"fres-bad": "yes"}},
+                    "target": {"kind": "ConfigMap"},
+                    "jsonPatch": [{"op": "replace", "path": "/spec/nothing", "value": 1}]}]
+            }
+        });
+        apply(testbed, ns, &object).await?;
+        // Member 0: the ConfigMap applied, the Service refused by the member's API server
+        // with its message. Member 1: the override fails there, named, with its path.
+        let status = wait_status(testbed, ns, "bad", "both placements in Error", |s| {
+            let p0 = s.placements.iter().find(|p| p.cluster == format!("{prefix}-0"))?;
+            let p1 = s.placements.iter().find(|p| p.cluster == format!("{prefix}-1"))?;
+            (p0.state == PlacementState::Error && p1.state == PlacementState::Error).then(|| s.clone())
+        })
+        .await?;
+        let p0 = &status.placements[0];
+        ensure!(p0.applied == Some(1), "{p0:?}");
+        let refused = p0.manifests.iter().find(|m| m.name == "refused").context("no Service entry")?;
+        ensure!(refused.state == PlacementState::Error, "{refused:?}");
+        ensure!(refused.message.as_deref().unwrap_or_default().contains("99999"), "{refused:?}");
+        ensure!(config_maps(testbed, 0, ns).get_opt("good").await?.is_some(), "the good ConfigMap was not applied");
+        let p1 = &status.placements[1];
+        let message = p1.message.as_deref().unwrap_or_default();
+        ensure!(message.contains("spec.overrides[0]") && message.contains("/spec/nothing"), "{message}");
+        wait_event(testbed, ns, "bad", "Warning", "PlacementError", STEP).await?;
+
+        // A spec the API server cannot refuse but the hub can (two manifests for one
+        // object): InvalidSpec, with the rule.
+        let mut duplicate = object.clone();
+        duplicate["metadata"]["name"] = "duplicate".into();
+        duplicate["spec"]["manifests"] = json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "b"}},
+        ]);
+        apply(testbed, ns, &duplicate).await?;
+        let api = resources(testbed, ns);
+        until("InvalidSpec", STEP, || async {
+            let s = api.get("duplicate").await?.status.unwrap_or_default();
+            Ok(match s.conditions.iter().find(|c| c.reason == "InvalidSpec") {
+                Some(c) if c.message.contains("two manifests name the same object") => Check::Ready(()),
+                _ => Check::NotYet(format!("{:?}", s.conditions)),
+            })
+        })
+        .await?;
+        Ok(())
+    });
+}
