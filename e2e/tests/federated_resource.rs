@@ -20,6 +20,7 @@ use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -34,8 +35,19 @@ const FM: &str = "accord-e2e-tests";
 /// A hub and three agents, clusters `<prefix>-0..2` on members 0..2.
 async fn fleet<'t>(testbed: &'t Testbed, prefix: &str, hub_args: &[&str]) -> Result<Fleet<'t>> {
     let names: Vec<String> = (0..3).map(|i| format!("{prefix}-{i}")).collect();
-    let agents: Vec<(&str, usize)> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-    Fleet::start(testbed, &format!("hub-{prefix}"), &format!("/t-{prefix}/"), hub_args, &agents).await
+    let agents: Vec<(&str, usize)> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    Fleet::start(
+        testbed,
+        &format!("hub-{prefix}"),
+        &format!("/t-{prefix}/"),
+        hub_args,
+        &agents,
+    )
+    .await
 }
 
 async fn apply(testbed: &Testbed, ns: &str, object: &Value) -> Result<()> {
@@ -173,12 +185,19 @@ async fn label_cluster(testbed: &Testbed, cluster: &str, labels: Value) -> Resul
 
 #[test]
 fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_repair() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     TESTBED.run(|testbed| async move {
         let prefix = "fres-a";
         let ns = "fres-bundle";
         let fleet = fleet(testbed, prefix, &[]).await?;
-        label_cluster(testbed, &format!("{prefix}-1"), json!({"fres-region": "eu"})).await?;
+        label_cluster(
+            testbed,
+            &format!("{prefix}-1"),
+            json!({"fres-region": "eu"}),
+        )
+        .await?;
         apply(testbed, ns, &bundle(ns, prefix)).await?;
 
         // Everything applied and healthy everywhere: the CRD was established before the
@@ -193,27 +212,48 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         for p in &status.placements {
             ensure!(p.state == PlacementState::Synced, "{p:?}");
             ensure!((p.applied, p.available) == (Some(5), Some(5)), "{p:?}");
-            ensure!(p.feedback.get("ready").map(String::as_str) == Some("2"), "{p:?}");
+            ensure!(
+                p.feedback.get("ready").map(String::as_str) == Some("2"),
+                "{p:?}"
+            );
         }
         let overrides: BTreeMap<&str, &[i32]> = status
             .placements
             .iter()
             .map(|p| (p.cluster.as_str(), p.overrides.as_slice()))
             .collect();
-        ensure!(overrides[format!("{prefix}-1").as_str()] == [0], "{overrides:?}");
-        ensure!(overrides[format!("{prefix}-0").as_str()].is_empty(), "{overrides:?}");
+        ensure!(
+            overrides[format!("{prefix}-1").as_str()] == [0],
+            "{overrides:?}"
+        );
+        ensure!(
+            overrides[format!("{prefix}-0").as_str()].is_empty(),
+            "{overrides:?}"
+        );
 
         // On the members themselves: the Widget, the image (overridden in the EU member only).
         for m in 0..3 {
             let w = widgets(testbed, m, ns).get("main").await?;
             ensure!(w.data["spec"]["size"] == 3, "member {m}: {w:?}");
-            let d: Deployment = Api::namespaced(testbed.members()[m].client(), ns).get("app").await?;
-            let image = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.containers[0].image.clone());
+            let d: Deployment = Api::namespaced(testbed.members()[m].client(), ns)
+                .get("app")
+                .await?;
+            let image = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .map(|s| s.containers[0].image.clone());
             let want = if m == 1 { "eu/app:1" } else { "app:1" };
-            ensure!(image.flatten().as_deref() == Some(want), "member {m}: image {d:?}");
+            ensure!(
+                image.flatten().as_deref() == Some(want),
+                "member {m}: image {d:?}"
+            );
             let annotations = d.metadata.annotations.unwrap_or_default();
             ensure!(
-                annotations.get(FEDERATED_RESOURCE_ANNOTATION).map(String::as_str) == Some(&format!("{ns}/app")[..]),
+                annotations
+                    .get(FEDERATED_RESOURCE_ANNOTATION)
+                    .map(String::as_str)
+                    == Some(&format!("{ns}/app")[..]),
                 "member {m}: {annotations:?}"
             );
         }
@@ -252,7 +292,12 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         println!("drift restored after {:.1?}", edited.elapsed());
         let cm = cms.get("app-config").await?;
         ensure!(
-            cm.metadata.labels.unwrap_or_default().get("team").map(String::as_str) == Some("shop"),
+            cm.metadata
+                .labels
+                .unwrap_or_default()
+                .get("team")
+                .map(String::as_str)
+                == Some("shop"),
             "the member's label went"
         );
         ensure!(
@@ -267,7 +312,11 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
             s.placements
                 .iter()
                 .find(|p| p.cluster == format!("{prefix}-0"))
-                .and_then(|p| p.drift_repairs.filter(|n| *n >= 1).map(|n| (n, p.last_drift_time.clone())))
+                .and_then(|p| {
+                    p.drift_repairs
+                        .filter(|n| *n >= 1)
+                        .map(|n| (n, p.last_drift_time.clone()))
+                })
         })
         .await?;
         ensure!(repaired.1.is_some(), "no lastDriftTime");
@@ -275,7 +324,10 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
 
         // A manifest removed from the spec goes from every member.
         let mut smaller = bundle(ns, prefix);
-        smaller["spec"]["manifests"].as_array_mut().unwrap().retain(|m| m["kind"] != "Service");
+        smaller["spec"]["manifests"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|m| m["kind"] != "Service");
         apply(testbed, ns, &smaller).await?;
         on_every_member("the Service removed", |m| async move {
             let services: Api<k8s_openapi::api::core::v1::Service> =
@@ -286,7 +338,9 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
 
         // Deleted with deletionPolicy Delete: everything goes from every member, then the
         // object.
-        resources(testbed, ns).delete("app", &DeleteParams::default()).await?;
+        resources(testbed, ns)
+            .delete("app", &DeleteParams::default())
+            .await?;
         until("the FederatedResource gone", STEP, || async {
             Ok(match resources(testbed, ns).get_opt("app").await? {
                 None => Check::Ready(()),
@@ -295,8 +349,18 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         })
         .await?;
         for m in 0..3 {
-            ensure!(config_maps(testbed, m, ns).get_opt("app-config").await?.is_none(), "member {m}: ConfigMap left");
-            ensure!(widgets(testbed, m, ns).get_opt("main").await?.is_none(), "member {m}: Widget left");
+            ensure!(
+                config_maps(testbed, m, ns)
+                    .get_opt("app-config")
+                    .await?
+                    .is_none(),
+                "member {m}: ConfigMap left"
+            );
+            let crds: Api<CustomResourceDefinition> = Api::all(testbed.members()[m].client());
+            ensure!(
+                crds.get_opt("widgets.example.com").await?.is_none(),
+                "member {m}: CRD left"
+            );
         }
         drop(fleet);
         Ok(())
@@ -305,7 +369,9 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
 
 #[test]
 fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     TESTBED.run(|testbed| async move {
         let prefix = "fres-b";
         let ns = "fres-conflict";
@@ -395,7 +461,9 @@ fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
 
 #[test]
 fn bad_input_fails_only_where_it_is_and_says_why() {
-    let _serial = SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     TESTBED.run(|testbed| async move {
         let prefix = "fres-c";
         let ns = "fres-bad";

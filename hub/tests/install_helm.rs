@@ -530,13 +530,18 @@ fn the_agent_gets_least_privilege_and_a_locked_down_pod() {
                 if strings(&rule["verbs"]).iter().any(|v| v == "delete") {
                     let resources = strings(&rule["resources"]);
                     assert!(
-                        !resources.iter().any(|r| r == "secrets" || r.contains("role")),
+                        !resources
+                            .iter()
+                            .any(|r| r == "secrets" || r.contains("role")),
                         "delete granted: {rule}"
                     );
                     if rule.get("resourceNames").is_some() {
                         assert_eq!(
                             (resources, &rule["resourceNames"]),
-                            (vec!["configmaps".to_owned()], &json!(["prometheus-federation"])),
+                            (
+                                vec!["configmaps".to_owned()],
+                                &json!(["prometheus-federation"])
+                            ),
                             "delete granted: {rule}"
                         );
                     } else {

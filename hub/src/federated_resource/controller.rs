@@ -115,7 +115,9 @@ impl PlacementKind for FederatedResources {
         .reflect(writer)
         .for_each(move |event| {
             match event {
-                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                Ok(
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
+                ) => {
                     let now = scaled_by(&policies.state());
                     let mut held = shared.lock().unwrap_or_else(PoisonError::into_inner);
                     if *held != now {

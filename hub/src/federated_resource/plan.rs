@@ -188,8 +188,12 @@ fn leave_replicas(
     let mut left = Vec::new();
     for m in manifests.iter_mut() {
         let k = key_of(m, namespace);
-        let Some(policy) = scaled.get(&(cluster.to_owned(), k.namespace.clone(), k.kind.clone(), k.name.clone()))
-        else {
+        let Some(policy) = scaled.get(&(
+            cluster.to_owned(),
+            k.namespace.clone(),
+            k.kind.clone(),
+            k.name.clone(),
+        )) else {
             continue;
         };
         if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
@@ -379,7 +383,14 @@ mod tests {
         let mut west = clusters.get("west").unwrap().clone();
         west.labels.insert("region".into(), "eu".into());
         clusters.insert("west".into(), west);
-        let planned = plan(&s, "team", &selected(&["east", "west"]), &clusters, None, &Scaled::new());
+        let planned = plan(
+            &s,
+            "team",
+            &selected(&["east", "west"]),
+            &clusters,
+            None,
+            &Scaled::new(),
+        );
         let image = |share: &ShareRecord| {
             assignment(share).manifests[2]
                 .pointer("/spec/template/spec/containers/0/image")
@@ -396,7 +407,14 @@ mod tests {
     fn a_failing_override_is_named_and_the_cluster_keeps_what_it_had() {
         let good = spec(BUNDLE);
         let clusters = available(&["east", "west"]);
-        let first = plan(&good, "team", &selected(&["east", "west"]), &clusters, None, &Scaled::new());
+        let first = plan(
+            &good,
+            "team",
+            &selected(&["east", "west"]),
+            &clusters,
+            None,
+            &Scaled::new(),
+        );
         let previous = PlacementRecord {
             policy: accord_common::distribution::PolicyRef::new(
                 accord_common::distribution::PolicyKind::FederatedResource,
@@ -434,7 +452,14 @@ mod tests {
     fn objects_no_longer_named_are_pruned_until_named_again() {
         let clusters = available(&["east"]);
         let s1 = spec(BUNDLE);
-        let first = plan(&s1, "team", &selected(&["east"]), &clusters, None, &Scaled::new());
+        let first = plan(
+            &s1,
+            "team",
+            &selected(&["east"]),
+            &clusters,
+            None,
+            &Scaled::new(),
+        );
         let record = |shares: Vec<ShareRecord>| PlacementRecord {
             policy: accord_common::distribution::PolicyRef::new(
                 accord_common::distribution::PolicyKind::FederatedResource,
@@ -449,7 +474,14 @@ mod tests {
         let s2 = spec(
             "clusters: [east]\nmanifests:\n- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n",
         );
-        let second = plan(&s2, "team", &selected(&["east"]), &clusters, Some(&record(first.shares)), &Scaled::new());
+        let second = plan(
+            &s2,
+            "team",
+            &selected(&["east"]),
+            &clusters,
+            Some(&record(first.shares)),
+            &Scaled::new(),
+        );
         let prune: Vec<String> = assignment(&second.shares[0])
             .prune
             .iter()
@@ -463,9 +495,23 @@ mod tests {
             ]
         );
         // Still pruned a decision later; named again, no longer.
-        let third = plan(&s2, "team", &selected(&["east"]), &clusters, Some(&record(second.shares.clone())), &Scaled::new());
+        let third = plan(
+            &s2,
+            "team",
+            &selected(&["east"]),
+            &clusters,
+            Some(&record(second.shares.clone())),
+            &Scaled::new(),
+        );
         assert_eq!(assignment(&third.shares[0]).prune.len(), 2);
-        let fourth = plan(&s1, "team", &selected(&["east"]), &clusters, Some(&record(third.shares)), &Scaled::new());
+        let fourth = plan(
+            &s1,
+            "team",
+            &selected(&["east"]),
+            &clusters,
+            Some(&record(third.shares)),
+            &Scaled::new(),
+        );
         assert!(assignment(&fourth.shares[0]).prune.is_empty());
     }
 
@@ -476,17 +522,35 @@ mod tests {
              - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web}, spec: {replicas: 3}}\n",
         );
         let scaled = Scaled::from([(
-            ("east".to_owned(), "team".to_owned(), "Deployment".to_owned(), "web".to_owned()),
+            (
+                "east".to_owned(),
+                "team".to_owned(),
+                "Deployment".to_owned(),
+                "web".to_owned(),
+            ),
             "team/web-scale".to_owned(),
         )]);
         let clusters = available(&["east", "west"]);
-        let planned = plan(&s, "team", &selected(&["east", "west"]), &clusters, None, &scaled);
-        let replicas = |i: usize| assignment(&planned.shares[i]).manifests[0].pointer("/spec/replicas").cloned();
+        let planned = plan(
+            &s,
+            "team",
+            &selected(&["east", "west"]),
+            &clusters,
+            None,
+            &scaled,
+        );
+        let replicas = |i: usize| {
+            assignment(&planned.shares[i]).manifests[0]
+                .pointer("/spec/replicas")
+                .cloned()
+        };
         assert_eq!(replicas(0), None);
         assert_eq!(replicas(1), Some(json!(3)));
         assert_eq!(
             planned.clusters["east"].scaled,
-            ["spec.replicas of Deployment team/web is left to CrossClusterScalePolicy team/web-scale"]
+            [
+                "spec.replicas of Deployment team/web is left to CrossClusterScalePolicy team/web-scale"
+            ]
         );
         assert!(planned.clusters["west"].scaled.is_empty());
     }

@@ -466,6 +466,11 @@ impl ApplyJob {
                 versions.insert(key.clone(), None);
                 return;
             }
+            // Its type is no longer served (its CRD went first): nothing of it is left.
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                versions.insert(key.clone(), None);
+                return;
+            }
             Err(e) => {
                 let (kind, message) = refusal(&e, "get", &plural);
                 return fail(kind, message);
