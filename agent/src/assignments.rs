@@ -152,7 +152,15 @@ impl AssignmentBook {
         for item in update.items {
             listed.insert(item.policy.clone());
             match self.policies.get(&item.policy) {
-                Some(held) if held.revision >= item.revision => applied.stale += 1,
+                // The same revision again is news only when it brings data that is never
+                // saved (a delivered Secret's), which a restart from the saved state lacks.
+                Some(held)
+                    if held.revision > item.revision
+                        || (held.revision == item.revision
+                            && !(item.spec.encloses_data() && !held.spec.encloses_data())) =>
+                {
+                    applied.stale += 1
+                }
                 _ => {
                     self.policies.insert(
                         item.policy.clone(),
@@ -286,6 +294,36 @@ mod tests {
         assert_eq!(newer.upserted, vec![key("a")]);
         assert_eq!(replicas(&book, "a"), 9);
         assert_eq!(book.get(&key("a")).unwrap().revision, 8);
+    }
+
+    #[test]
+    fn the_same_revision_is_taken_again_only_for_data_that_is_never_saved() {
+        use accord_common::distribution::{DeliveredSecret, FederatedResourceSpec};
+        let secret = |data: &[u8]| {
+            AssignmentSpec::FederatedResource(FederatedResourceSpec {
+                secrets: vec![DeliveredSecret {
+                    name: "db".into(),
+                    data: [("password".to_owned(), data.to_vec())].into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        };
+        let incoming = |spec| Incoming {
+            policy: key("a"),
+            revision: 5,
+            spec,
+        };
+        let mut book = AssignmentBook::default();
+        // As read back from the saved state: the Secret without its data.
+        let saved: AssignmentSpec =
+            serde_json::from_value(serde_json::to_value(secret(b"x")).unwrap()).unwrap();
+        book.apply(delta(5, vec![incoming(saved)], vec![]));
+        let sent = book.apply(full(5, vec![incoming(secret(b"x"))]));
+        assert_eq!(sent.upserted, vec![key("a")]);
+        assert!(book.get(&key("a")).unwrap().spec.encloses_data());
+        let again = book.apply(full(5, vec![incoming(secret(b"x"))]));
+        assert_eq!(again.stale, 1);
     }
 
     #[test]

@@ -267,6 +267,61 @@ pub struct FeedbackRule {
     pub as_: String,
 }
 
+/// A Secret a FederatedResource delivers (`spec.secretRefs`). Stored (in the hub's
+/// placement record, in the agent's saved assignments) as its name, type and content hash
+/// only: the hub adds the data when it sends the assignment on the agent's stream, and
+/// neither `Debug` nor serde ever shows it.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveredSecret {
+    /// Name (the same on the management cluster and in the member).
+    pub name: String,
+    /// The Secret's `type` (e.g. `Opaque`).
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    /// SHA-256 of the type and data, hex: a change delivers it again.
+    pub hash: String,
+    /// The data; present only on the wire from the hub, never stored.
+    #[serde(skip)]
+    pub data: BTreeMap<String, Vec<u8>>,
+}
+
+impl fmt::Debug for DeliveredSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeliveredSecret")
+            .field("name", &self.name)
+            .field("type", &self.type_)
+            .field("hash", &self.hash)
+            .field(
+                "data",
+                &format_args!("<{} keys, redacted>", self.data.len()),
+            )
+            .finish()
+    }
+}
+
+impl DeliveredSecret {
+    /// SHA-256 (hex) of a Secret's type and data, as [`DeliveredSecret::hash`] holds it.
+    pub fn hash_of(type_: &str, data: &BTreeMap<String, Vec<u8>>) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(type_.as_bytes());
+        for (k, v) in data {
+            h.update([0]);
+            h.update(k.as_bytes());
+            h.update([0]);
+            h.update((v.len() as u64).to_be_bytes());
+            h.update(v);
+        }
+        hex::encode(h.finalize())
+    }
+
+    /// Whether the data the hash names is here (the hub sent it since this agent started).
+    pub fn has_data(&self) -> bool {
+        !self.data.is_empty() || self.hash == Self::hash_of(&self.type_, &self.data)
+    }
+}
+
 /// Deliver objects (FederatedResource): the manifests after this cluster's overrides.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -284,6 +339,9 @@ pub struct FederatedResourceSpec {
     /// Values read back into status.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub feedback: Vec<FeedbackRule>,
+    /// Secrets to deliver (`spec.secretRefs`), with their data only on the wire.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<DeliveredSecret>,
     /// Objects an earlier spec delivered and this one does not: removed (or orphaned).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prune: Vec<ManifestKey>,
@@ -318,6 +376,15 @@ impl AssignmentSpec {
             Self::KafkaTopic(_) => "kafka_topic",
             Self::Promfed(_) => "promfed",
             Self::FederatedResource(_) => "federated_resource",
+        }
+    }
+
+    /// Whether it carries data that is never stored (a delivered Secret's), so the same
+    /// revision read back from storage lacks something this one has.
+    pub fn encloses_data(&self) -> bool {
+        match self {
+            Self::FederatedResource(r) => r.secrets.iter().any(|s| !s.data.is_empty()),
+            _ => false,
         }
     }
 
@@ -368,6 +435,16 @@ impl AssignmentSpec {
                         .collect(),
                     prune: r.prune.iter().map(ManifestKey::to_proto).collect(),
                     remove: r.remove,
+                    secrets: r
+                        .secrets
+                        .iter()
+                        .map(|s| pb::SecretPayload {
+                            name: s.name.clone(),
+                            r#type: s.type_.clone(),
+                            hash: s.hash.clone(),
+                            data: s.data.clone().into_iter().collect(),
+                        })
+                        .collect(),
                 })
             }
         }
@@ -426,6 +503,16 @@ impl AssignmentSpec {
                         .collect(),
                     prune: r.prune.into_iter().map(ManifestKey::from_proto).collect(),
                     remove: r.remove,
+                    secrets: r
+                        .secrets
+                        .into_iter()
+                        .map(|s| DeliveredSecret {
+                            name: s.name,
+                            type_: s.r#type,
+                            hash: s.hash,
+                            data: s.data.into_iter().collect(),
+                        })
+                        .collect(),
                 })
             }
         }
@@ -743,6 +830,12 @@ mod tests {
                     name: "old".into(),
                 }],
                 remove: true,
+                secrets: vec![DeliveredSecret {
+                    name: "db".into(),
+                    type_: "Opaque".into(),
+                    hash: "ab".into(),
+                    data: [("password".to_owned(), b"s3cret".to_vec())].into(),
+                }],
             }),
         ];
         for spec in specs {
@@ -819,6 +912,39 @@ mod tests {
         for (o, name) in observed {
             assert_eq!(key(serde_json::to_value(&o).unwrap()), name);
         }
+    }
+
+    #[test]
+    fn a_delivered_secrets_data_is_never_stored_nor_shown() {
+        let data = BTreeMap::from([("password".to_owned(), b"s3cret-value".to_vec())]);
+        let secret = DeliveredSecret {
+            name: "db".into(),
+            type_: "Opaque".into(),
+            hash: DeliveredSecret::hash_of("Opaque", &data),
+            data,
+        };
+        let spec = AssignmentSpec::FederatedResource(FederatedResourceSpec {
+            secrets: vec![secret.clone()],
+            ..Default::default()
+        });
+        assert!(spec.encloses_data());
+        let stored = serde_json::to_string(&spec).unwrap();
+        assert!(
+            !stored.contains("s3cret") && stored.contains(&secret.hash),
+            "{stored}"
+        );
+        let read: AssignmentSpec = serde_json::from_str(&stored).unwrap();
+        assert!(!read.encloses_data());
+        assert!(!format!("{spec:?}").contains("s3cret"));
+        assert!(secret.has_data());
+        let AssignmentSpec::FederatedResource(r) = read else {
+            unreachable!()
+        };
+        assert!(!r.secrets[0].has_data());
+        assert_ne!(
+            DeliveredSecret::hash_of("Opaque", &secret.data),
+            DeliveredSecret::hash_of("kubernetes.io/basic-auth", &secret.data)
+        );
     }
 
     #[test]

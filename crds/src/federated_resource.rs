@@ -76,13 +76,20 @@ pub struct FederatedResourceSpec {
     /// `kind`, `metadata.name`; `metadata.namespace` defaults to this object's namespace for
     /// namespaced kinds). Applied in dependency order: CustomResourceDefinitions and
     /// Namespaces first. Secrets are not accepted (their data would rest in the hub's etcd
-    /// in the clear), nor are two manifests for the same object.
+    /// in the clear; use secretRefs), nor are two manifests for the same object.
     #[schemars(schema_with = "manifests_schema")]
     #[x_kube(
         validation = Rule::new("self.all(m, m.kind != 'Secret')").message(messages::SECRET_MANIFEST),
         validation = Rule::new("self.all(m, has(m.metadata) && has(m.metadata.name) && size(m.metadata.name) > 0)").message(messages::MANIFEST_NAME)
     )]
     pub manifests: Vec<serde_json::Value>,
+    /// Secrets of this namespace on the management cluster, delivered as Secrets of the
+    /// same name (and type) to this object's namespace in each selected member. Their data
+    /// never rests in the hub's etcd: the placement record holds a hash of it, and the data
+    /// travels only on the agents' mTLS streams. A changed Secret is delivered again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub secret_refs: Vec<SecretRef>,
     /// Member clusters by name. Set this or clusterSelector.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 100), inner(length(max = 63)))]
@@ -126,6 +133,14 @@ fn manifests_schema(_: &mut SchemaGenerator) -> Schema {
             "x-kubernetes-preserve-unknown-fields": true
         }
     })
+}
+
+/// A Secret of the FederatedResource's namespace on the management cluster.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct SecretRef {
+    /// Its name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// How an existing object Accord did not create is treated.
@@ -408,6 +423,20 @@ impl Validate for FederatedResourceSpec {
                 }
             }
         }
+        let mut names = BTreeSet::new();
+        for (i, r) in self.secret_refs.iter().enumerate() {
+            let field = format!("spec.secretRefs[{i}]");
+            errs.check(
+                !r.name.is_empty(),
+                format!("{field}.name"),
+                messages::SECRET_REF_NAME,
+            );
+            errs.check(
+                names.insert(r.name.as_str()),
+                field,
+                messages::SECRET_REF_DUPLICATE,
+            );
+        }
         for (i, o) in self.overrides.iter().enumerate() {
             let field = format!("spec.overrides[{i}]");
             errs.check(
@@ -497,7 +526,7 @@ mod tests {
                 ("spec.manifests[4].apiVersion", messages::MANIFEST_TYPE),
             ]
         );
-        assert!(messages::SECRET_MANIFEST.contains("in the clear"));
+        assert!(messages::SECRET_MANIFEST.contains("secretRefs"));
     }
 
     #[test]
@@ -527,6 +556,17 @@ mod tests {
                 messages::PATCH_VALUE,
                 messages::PATCH_FROM,
             ]
+        );
+    }
+
+    #[test]
+    fn secret_refs_need_a_name_each_once() {
+        let s = spec(&format!(
+            "clusters: [east]\nmanifests: [{CM}]\nsecretRefs: [{{name: db}}, {{name: db}}, {{name: ''}}]\n"
+        ));
+        assert_eq!(
+            s.validate().unwrap_err().messages(),
+            vec![messages::SECRET_REF_DUPLICATE, messages::SECRET_REF_NAME]
         );
     }
 

@@ -103,8 +103,11 @@ pub const TOLERANCE_PERCENT_MAX: &str =
 /// Autoscaling poll interval above its cap.
 pub const POLL_SECONDS_MAX: &str = "pollSeconds must be at most 3,600 (one hour)";
 /// A FederatedResource manifest of kind Secret.
-pub const SECRET_MANIFEST: &str =
-    "Secrets are not accepted in manifests: their data would rest in the hub's etcd in the clear";
+pub const SECRET_MANIFEST: &str = "Secrets are not accepted in manifests: their data would rest in the hub's etcd in the clear; name them in secretRefs (Secrets of this namespace on the management cluster)";
+/// A secretRefs entry without a name.
+pub const SECRET_REF_NAME: &str = "every secretRefs entry needs a name";
+/// The same Secret twice in secretRefs.
+pub const SECRET_REF_DUPLICATE: &str = "secretRefs names the same Secret twice";
 /// A manifest without a name.
 pub const MANIFEST_NAME: &str = "every manifest needs metadata.name";
 /// A manifest without apiVersion or kind.

@@ -42,6 +42,7 @@ pub mod prometheus;
 pub mod promfed;
 pub mod promfed_scenario;
 pub mod reloader_support;
+pub mod resource_scenario;
 pub mod sandbox;
 pub mod shared;
 pub mod stats;

@@ -19,7 +19,7 @@ use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
@@ -167,9 +167,84 @@ fn bundle(ns: &str, prefix: &str) -> Value {
                     "path": "/spec/template/spec/containers/0/image", "value": "eu/app:1"}]
             }],
             "feedback": [{"kind": "Deployment", "name": "app",
-                "jsonPath": ".status.readyReplicas", "as": "ready"}]
+                "jsonPath": ".status.readyReplicas", "as": "ready"}],
+            "secretRefs": [{"name": "app-credentials"}]
         }
     })
+}
+
+/// A password no other test or component uses, to look for.
+const PASSWORD: &str = "fres-e2e-password-5d1c9a7e";
+
+async fn put_secret(testbed: &Testbed, ns: &str, password: &str) -> Result<()> {
+    ensure_namespace(testbed.mgmt(), ns).await?;
+    let api: Api<Secret> = Api::namespaced(testbed.mgmt().client(), ns);
+    api.patch(
+        "app-credentials",
+        &PatchParams::apply(FM).force(),
+        &Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "app-credentials"},
+            "stringData": {"password": password}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Every key and value of a hub's etcd keyspace (`prefix`; compressed records read back),
+/// as text.
+async fn hub_etcd_dump(testbed: &Testbed, prefix: &str) -> Result<Vec<(String, String)>> {
+    let mut client = testbed.hub_etcd_client().await?;
+    let all = client
+        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+        .await?;
+    Ok(all
+        .kvs()
+        .iter()
+        .map(|kv| {
+            let value = kv.value();
+            let value = if accord_common::compress::is_gzip(value) {
+                accord_common::compress::gunzip(value).unwrap_or_default()
+            } else {
+                value.to_vec()
+            };
+            (
+                String::from_utf8_lossy(kv.key()).into_owned(),
+                String::from_utf8_lossy(&value).into_owned(),
+            )
+        })
+        .collect())
+}
+
+/// Every line of every component log of the testbed that contains `needle`.
+fn logged(testbed: &Testbed, needle: &str) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(testbed.dir().join("logs"))? {
+        let path = entry?.path();
+        let text = String::from_utf8_lossy(&std::fs::read(&path)?).into_owned();
+        found.extend(
+            text.lines()
+                .filter(|l| l.contains(needle))
+                .map(|l| format!("{}: {l}", path.display())),
+        );
+    }
+    Ok(found)
+}
+
+/// Waits until the member's copy of the delivered Secret holds `password`.
+async fn member_password(testbed: &Testbed, member: usize, ns: &str, password: &str) -> Result<()> {
+    let api: Api<Secret> = Api::namespaced(testbed.members()[member].client(), ns);
+    until(&format!("the Secret in member {member}"), STEP, || async {
+        let value = api
+            .get_opt("app-credentials")
+            .await?
+            .and_then(|s| s.data)
+            .and_then(|d| d.get("password").cloned());
+        Ok(match value {
+            Some(v) if v.0 == password.as_bytes() => Check::Ready(()),
+            other => Check::NotYet(format!("{} bytes", other.map_or(0, |v| v.0.len()))),
+        })
+    })
+    .await
 }
 
 async fn label_cluster(testbed: &Testbed, cluster: &str, labels: Value) -> Result<()> {
@@ -198,6 +273,7 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
             json!({"fres-region": "eu"}),
         )
         .await?;
+        put_secret(testbed, ns, PASSWORD).await?;
         apply(testbed, ns, &bundle(ns, prefix)).await?;
 
         // Everything applied and healthy everywhere: the CRD was established before the
@@ -211,7 +287,7 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         ensure!(status.clusters == Some(3), "{status:?}");
         for p in &status.placements {
             ensure!(p.state == PlacementState::Synced, "{p:?}");
-            ensure!((p.applied, p.available) == (Some(5), Some(5)), "{p:?}");
+            ensure!((p.applied, p.available) == (Some(6), Some(6)), "{p:?}");
             ensure!(
                 p.feedback.get("ready").map(String::as_str) == Some("2"),
                 "{p:?}"
@@ -256,6 +332,34 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
                     == Some(&format!("{ns}/app")[..]),
                 "member {m}: {annotations:?}"
             );
+        }
+
+        // The Secret named in secretRefs is in every member; its value is in no key of the
+        // hub's etcd and in no component's log.
+        for m in 0..3 {
+            member_password(testbed, m, ns, PASSWORD).await?;
+        }
+        let dump = hub_etcd_dump(testbed, &format!("/t-{prefix}/")).await?;
+        ensure!(
+            dump.iter().any(|(k, _)| k.contains("FederatedResource")),
+            "no record in the dump"
+        );
+        let leaked: Vec<&String> = dump
+            .iter()
+            .filter(|(_, v)| v.contains(PASSWORD))
+            .map(|(k, _)| k)
+            .collect();
+        ensure!(leaked.is_empty(), "the password is stored under {leaked:?}");
+        let logged_lines = logged(testbed, PASSWORD)?;
+        ensure!(
+            logged_lines.is_empty(),
+            "the password is logged: {logged_lines:?}"
+        );
+        // Rotated on the management cluster: delivered again.
+        let rotated = format!("{PASSWORD}-rotated");
+        put_secret(testbed, ns, &rotated).await?;
+        for m in 0..3 {
+            member_password(testbed, m, ns, &rotated).await?;
         }
 
         // A member-side label (another field manager) survives; an owned field changed out

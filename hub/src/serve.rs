@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use crate::connections::Connections;
 use crate::controllers::{ControllerDeps, ControllerOptions};
 use crate::distribution::Fanout;
+use crate::federated_resource::secrets::Secrets;
 use crate::grpc::registration::RegistrationService;
 use crate::grpc::sync::SyncService;
 use crate::grpc::{AgentFacing, AgentSettings};
@@ -97,7 +98,10 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     );
     let connections = Connections::default();
     let views = crate::placements::Views::default();
-    let fanout = Fanout::start(store.clone()).await?;
+    // The Secrets FederatedResources deliver: every replica adds their data to the
+    // assignments it sends; the leader's decisions record only their hashes.
+    let (secrets, follow_secrets) = Secrets::start(kube.clone());
+    let fanout = Fanout::start(store.clone(), secrets.clone()).await?;
     let registry = PrefixCache::start(store.clone(), store.keys().clusters_prefix())
         .await
         .context("following the cluster registry")?;
@@ -134,6 +138,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         "placements fan-out",
         fanout.clone().run(connections.clone()),
     );
+    tasks.spawn_forever("Secrets watch", follow_secrets);
     tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));
     let revoker = crate::revocation::Revoker::new(agents.clone());
     tasks.spawn_forever("revocation", revoker.run());
@@ -151,6 +156,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 gates: gates.clone(),
                 namespace: cfg.namespace.clone(),
                 views: views.clone(),
+                secrets,
             },
             cfg.controllers.clone(),
         ),

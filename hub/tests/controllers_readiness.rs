@@ -52,6 +52,7 @@ async fn replica(store: Store, name: &str) -> Replica {
         gates,
         namespace: "accord-system".into(),
         views: Default::default(),
+        secrets: accord_hub::federated_resource::secrets::Secrets::none(),
     }));
     Replica {
         ready,

@@ -525,7 +525,7 @@ fn the_agent_gets_least_privilege_and_a_locked_down_pod() {
             );
             // Deletes: the federation ConfigMap the agent wrote, by name (the namespace
             // Role), and what a FederatedResource delivers, in the aggregated delivery
-            // defaults only — never Secrets, Roles or bindings.
+            // defaults only — never Roles or bindings.
             for rule in rules.as_array().into_iter().flatten() {
                 if strings(&rule["verbs"]).iter().any(|v| v == "delete") {
                     let resources = strings(&rule["resources"]);

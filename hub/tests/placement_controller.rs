@@ -78,6 +78,7 @@ async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
         gates: ReadinessGates::new(Readiness::default()),
         namespace: "accord-system".into(),
         views: Default::default(),
+        secrets: accord_hub::federated_resource::secrets::Secrets::none(),
     };
     let (reader, clusters) = reflector::store::<ClusterObject>();
     let cluster_index = ClusterIndex::default();

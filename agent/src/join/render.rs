@@ -129,10 +129,14 @@ pub fn delivery_role(labels: &Value) -> Value {
 /// - `apiextensions.k8s.io`: CustomResourceDefinitions;
 /// - `networking.k8s.io`: Ingresses, NetworkPolicies;
 /// - `policy`: PodDisruptionBudgets;
-/// - `autoscaling`: HorizontalPodAutoscalers.
+/// - `autoscaling`: HorizontalPodAutoscalers;
+/// - core Secrets: the ones a FederatedResource names in `secretRefs` (their data comes on
+///   the agent's stream from the management cluster). Delete ClusterRole
+///   `accord-agent-delivery-defaults` and grant a narrower one labelled
+///   `accord.io/aggregate-to-agent: "true"` where members must not hold that.
 ///
-/// Not Secrets (FederatedResource does not deliver them) and not Roles or RoleBindings
-/// (granting those needs every permission they grant, by RBAC's escalation rules).
+/// Not Roles or RoleBindings (granting those needs every permission they grant, by RBAC's
+/// escalation rules).
 /// Anything else is granted by a ClusterRole labelled `accord.io/aggregate-to-agent: "true"`:
 /// custom resources of an operator's CRDs (e.g. a MySQLCluster) by the operator's own
 /// ClusterRole with that label, with the same verbs. Discovery, which the agent asks which
@@ -148,6 +152,7 @@ pub fn delivery_default_rules() -> Value {
         { "apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"], "verbs": DELIVERY_VERBS },
         { "apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": DELIVERY_VERBS },
         { "apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": DELIVERY_VERBS },
+        { "apiGroups": [""], "resources": ["secrets"], "verbs": DELIVERY_VERBS },
     ])
 }
 
@@ -497,11 +502,11 @@ mod tests {
             ("networking.k8s.io", "networkpolicies"),
             ("policy", "poddisruptionbudgets"),
             ("autoscaling", "horizontalpodautoscalers"),
+            ("", "secrets"),
         ] {
             assert_eq!(verbs(group, resource), all, "{resource}.{group}");
         }
         assert_eq!(verbs("", "pods"), ["get", "list", "watch"]);
-        assert!(verbs("", "secrets").is_empty());
         assert!(verbs("rbac.authorization.k8s.io", "roles").is_empty());
     }
 }

@@ -169,7 +169,7 @@ fn join_needs_to_apply_every_object_and_read_its_identity() {
     assert!(
         granted
             .iter()
-            .all(|p| p.resource != "secrets" || p.name.is_some()),
+            .all(|p| p.resource != "secrets" || p.name.is_some() || delivered(p)),
         "{granted:?}"
     );
 }
@@ -192,7 +192,11 @@ fn join_points_the_agent_at_its_kafka_secret_and_may_read_only_that_one() {
     assert!(parse(&["--kafka-secret", "ns/name"]).is_err());
 
     let granted = preflight::granted_permissions(&objects);
-    let secrets: Vec<&Permission> = granted.iter().filter(|p| p.resource == "secrets").collect();
+    // Named Secrets: its own; unnamed ones only in the delivery defaults (secretRefs).
+    let secrets: Vec<&Permission> = granted
+        .iter()
+        .filter(|p| p.resource == "secrets" && p.name.is_some())
+        .collect();
     let mut kafka: Vec<&str> = secrets
         .iter()
         .filter(|p| p.name.as_deref() == Some("kafka-prod"))

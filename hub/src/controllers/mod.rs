@@ -183,6 +183,8 @@ pub struct ControllerContext {
     pub status_limits: StatusLimits,
     /// Every placed object's full status (what the status would list without the limits).
     pub views: crate::placements::Views,
+    /// The management cluster's Secrets (FederatedResource `secretRefs`).
+    pub secrets: crate::federated_resource::secrets::Secrets,
     /// Backoff state of objects whose last reconcile failed transiently.
     retries: DashMap<String, Retry>,
 }
@@ -235,6 +237,7 @@ impl ControllerContext {
             namespace: deps.namespace.clone(),
             status_limits: options.status_limits,
             views: deps.views.clone(),
+            secrets: deps.secrets.clone(),
             retries: DashMap::new(),
         })
     }
@@ -469,6 +472,8 @@ pub struct ControllerDeps {
     pub namespace: String,
     /// Every placed object's full status, served by the HTTP endpoint.
     pub views: crate::placements::Views,
+    /// The management cluster's Secrets (FederatedResource `secretRefs`).
+    pub secrets: crate::federated_resource::secrets::Secrets,
 }
 
 /// Runs every controller while this replica leads. Returns an error — and so stops the

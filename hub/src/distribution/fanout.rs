@@ -20,6 +20,7 @@ use accord_common::distribution::PolicyRef;
 
 use super::record::PlacementRecord;
 use crate::connections::Connections;
+use crate::federated_resource::secrets::Secrets;
 use crate::store::epoch::StoreEpoch;
 use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
 
@@ -28,14 +29,20 @@ use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
 pub struct Fanout {
     cache: PrefixCache<PlacementRecord>,
     epoch: StoreEpoch,
+    secrets: Secrets,
 }
 
 impl Fanout {
-    /// Lists `placements/` and starts following it; [`Fanout::run`] sends the changes.
-    pub async fn start(store: Store) -> Result<Self, StoreError> {
+    /// Lists `placements/` and starts following it; [`Fanout::run`] sends the changes,
+    /// each with the data of the Secrets it delivers added from `secrets`.
+    pub async fn start(store: Store, secrets: Secrets) -> Result<Self, StoreError> {
         let epoch = StoreEpoch::start(store.clone()).await?;
         let cache = PrefixCache::start(store.clone(), store.keys().placements_prefix()).await?;
-        Ok(Self { cache, epoch })
+        Ok(Self {
+            cache,
+            epoch,
+            secrets,
+        })
     }
 
     /// Fans every change out to `connections` (and checks the store epoch); returns only
@@ -43,7 +50,7 @@ impl Fanout {
     pub async fn run(self, connections: Connections) {
         let checks = tokio::spawn(self.epoch.clone().run());
         let _checks = accord_common::runtime::AbortOnDrop(checks);
-        run(self.cache, self.epoch, connections).await;
+        run(self.cache, self.epoch, self.secrets, connections).await;
     }
 
     /// This replica's view of the store epoch.
@@ -58,12 +65,13 @@ impl Fanout {
 
     /// Every assignment of `cluster`, as one full Assignments message.
     pub fn full_for(&self, cluster: &str) -> Assignments {
-        full_assignments(&self.cache, self.epoch.current(), cluster)
+        full_assignments(&self.cache, &self.secrets, self.epoch.current(), cluster)
     }
 }
 
 fn full_assignments(
     cache: &PrefixCache<PlacementRecord>,
+    secrets: &Secrets,
     store_epoch: u64,
     cluster: &str,
 ) -> Assignments {
@@ -72,6 +80,7 @@ fn full_assignments(
     // reads them all.
     let mut items = Vec::new();
     cache.visit(|_, record, rev| items.extend(record.assignment_for(cluster, rev)));
+    items.iter_mut().for_each(|item| secrets.enclose(item));
     items.sort_by_key(|a: &Assignment| a.revision);
     Assignments {
         revision,
@@ -87,6 +96,7 @@ fn full_assignments(
 struct Out<'a> {
     connections: &'a Connections,
     cache: &'a PrefixCache<PlacementRecord>,
+    secrets: &'a Secrets,
     epoch: &'a StoreEpoch,
 }
 
@@ -114,6 +124,7 @@ impl Out<'_> {
                 "agent behind; its full set follows when it has room"
             );
             let cache = self.cache.clone();
+            let secrets = self.secrets.clone();
             let epoch = self.epoch.clone();
             let cluster = cluster.to_owned();
             tokio::spawn(async move {
@@ -123,7 +134,7 @@ impl Out<'_> {
                 // Cleared before the full set is read: a change that sees the flag set is
                 // already in the cache the full set is read from.
                 conn.behind.store(false, Ordering::Release);
-                let full = full_assignments(&cache, epoch.current(), &cluster);
+                let full = full_assignments(&cache, &secrets, epoch.current(), &cluster);
                 permit.send(Ok(HubMessage {
                     body: Some(hub_message::Body::Assignments(full)),
                 }));
@@ -216,7 +227,12 @@ impl Deltas {
     }
 }
 
-async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections: Connections) {
+async fn run(
+    cache: PrefixCache<PlacementRecord>,
+    epoch: StoreEpoch,
+    secrets: Secrets,
+    connections: Connections,
+) {
     let mut events = cache.subscribe();
     let mut epochs = epoch.subscribe();
     // Which policy each key holds and which clusters it named, to send removals.
@@ -224,6 +240,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
     let out = Out {
         connections: &connections,
         cache: &cache,
+        secrets: &secrets,
         epoch: &epoch,
     };
     loop {
@@ -236,7 +253,7 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                 let store_epoch = *epochs.borrow_and_update();
                 debug!(store_epoch, "store epoch changed; resending full sets");
                 for (cluster, _) in connections.all() {
-                    out.send(&cluster, full_assignments(&cache, store_epoch, &cluster));
+                    out.send(&cluster, full_assignments(&cache, &secrets, store_epoch, &cluster));
                 }
                 continue;
             }
@@ -267,7 +284,10 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                             continue;
                         }
                         match value.assignment_of(share, mod_revision) {
-                            Some(item) => deltas.upsert(&share.cluster, &key, item),
+                            Some(mut item) => {
+                                secrets.enclose(&mut item);
+                                deltas.upsert(&share.cluster, &key, item)
+                            }
                             None => deltas.remove(&share.cluster, &key, removal()),
                         }
                     }
@@ -300,7 +320,10 @@ async fn run(cache: PrefixCache<PlacementRecord>, epoch: StoreEpoch, connections
                     deltas = Deltas::default();
                     known = known_of(&cache);
                     for (cluster, _) in connections.all() {
-                        out.send(&cluster, full_assignments(&cache, store_epoch, &cluster));
+                        out.send(
+                            &cluster,
+                            full_assignments(&cache, &secrets, store_epoch, &cluster),
+                        );
                     }
                 }
                 Err(RecvError::Closed) => {

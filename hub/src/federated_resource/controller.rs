@@ -103,6 +103,7 @@ impl PlacementKind for FederatedResources {
         options: &FederatedResourceOptions,
     ) -> Started<Self> {
         let scaled = Arc::new(Mutex::new(Scaled::new()));
+        let (objects_for_secrets, trigger_for_secrets) = (objects.clone(), trigger.clone());
         let (policies, writer) = reflector::store::<CrossClusterScalePolicy>();
         let (listed_tx, listed_rx) = tokio::sync::oneshot::channel();
         let mut listed_tx = Some(listed_tx);
@@ -136,13 +137,14 @@ impl PlacementKind for FederatedResources {
             }
             futures::future::ready(())
         });
+        let secret_changes = secret_triggers(ctx.clone(), objects_for_secrets, trigger_for_secrets);
         Started {
             kind: Self {
                 ctx: ctx.clone(),
                 options: options.clone(),
                 scaled,
             },
-            tasks: vec![Box::pin(changes)],
+            tasks: vec![Box::pin(changes), Box::pin(secret_changes)],
             listed: Box::pin(async move { listed_rx.await.is_ok() }),
         }
     }
@@ -190,6 +192,19 @@ impl PlacementKind for FederatedResources {
             Err(e) => return Decided::Invalid(e.to_string()),
         };
         let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let mut secrets = Vec::with_capacity(object.spec.secret_refs.len());
+        for (i, r) in object.spec.secret_refs.iter().enumerate() {
+            match self.ctx.secrets.reference(namespace, &r.name) {
+                Some(secret) => secrets.push(secret),
+                None => {
+                    return Decided::Invalid(format!(
+                        "spec.secretRefs[{i}]: there is no Secret {namespace}/{} on the \
+                         management cluster",
+                        r.name
+                    ));
+                }
+            }
+        }
         let planned = plan::plan(
             &object.spec,
             namespace,
@@ -197,6 +212,7 @@ impl PlacementKind for FederatedResources {
             input.clusters,
             input.previous,
             &self.scaled.lock().unwrap_or_else(PoisonError::into_inner),
+            &secrets,
         );
         Decided::Record {
             shares: planned.shares,
@@ -324,6 +340,45 @@ impl PlacementKind for FederatedResources {
                     Note::warning(reasons::DELETION_INCOMPLETE, note),
                 );
                 Ok(Finalized::Done)
+            }
+        }
+    }
+}
+
+/// Decides again the objects that name a Secret that changed (all that name any, when the
+/// changes came faster than they were read).
+async fn secret_triggers(
+    ctx: Arc<ControllerContext>,
+    objects: Reflector<Watched<FederatedResources>>,
+    trigger: Trigger<FederatedResources>,
+) {
+    let mut changes = ctx.secrets.subscribe();
+    loop {
+        let changed = match changes.recv().await {
+            Ok(changed) => Some(changed),
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
+                // A hub without Secrets (tests): nothing will ever change.
+                return std::future::pending().await;
+            }
+        };
+        for o in objects.state() {
+            let names = o
+                .pointer("/spec/secretRefs")
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let concerned = match &changed {
+                Some((ns, name)) => {
+                    o.metadata.namespace.as_deref() == Some(ns.as_str())
+                        && names
+                            .iter()
+                            .any(|r| r.get("name").and_then(|n| n.as_str()) == Some(name))
+                }
+                None => !names.is_empty(),
+            };
+            if concerned {
+                let _ = trigger.send(ObjectRef::from_obj(&*o));
             }
         }
     }

@@ -8,6 +8,7 @@
 
 pub mod controller;
 pub mod plan;
+pub mod secrets;
 pub mod status;
 
 use serde::{Deserialize, Serialize};

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use accord_common::distribution::{
-    AssignmentSpec, FederatedResourceSpec as ResourceAssignment, FeedbackRule, ManifestKey,
+    AssignmentSpec, DeliveredSecret, FederatedResourceSpec as ResourceAssignment, FeedbackRule,
+    ManifestKey,
 };
 use accord_crds::FederatedResourceSpec;
 use accord_crds::federated_resource::{
@@ -78,6 +79,16 @@ pub fn key_of(manifest: &Value, namespace: &str) -> ManifestKey {
         kind,
         namespace,
         name: text(meta.and_then(|m| m.get("name"))),
+    }
+}
+
+/// The key a delivered Secret has in a member.
+fn secret_key(name: &str, namespace: &str) -> ManifestKey {
+    ManifestKey {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
     }
 }
 
@@ -229,6 +240,7 @@ pub fn plan(
     clusters: &Clusters,
     previous: Option<&PlacementRecord<super::FederatedResourceDecision>>,
     scaled: &Scaled,
+    secrets: &[DeliveredSecret],
 ) -> Planned {
     let manifests = ordered_manifests(spec);
     let feedback: Vec<FeedbackRule> = spec
@@ -262,13 +274,17 @@ pub fn plan(
         match overridden(spec, &manifests, &c.name, clusters.get(&c.name)) {
             Ok((mut delivered, overrides)) => {
                 let left = leave_replicas(&mut delivered, &c.name, namespace, scaled);
-                let keys: BTreeSet<ManifestKey> =
-                    delivered.iter().map(|m| key_of(m, namespace)).collect();
+                let keys: BTreeSet<ManifestKey> = delivered
+                    .iter()
+                    .map(|m| key_of(m, namespace))
+                    .chain(secrets.iter().map(|s| secret_key(&s.name, namespace)))
+                    .collect();
                 let prune = before
                     .map(|b| {
                         b.manifests
                             .iter()
                             .map(|m| key_of(m, &b.namespace))
+                            .chain(b.secrets.iter().map(|s| secret_key(&s.name, &b.namespace)))
                             .chain(b.prune.iter().cloned())
                             .filter(|k| !keys.contains(k))
                             .collect::<BTreeSet<_>>()
@@ -284,6 +300,7 @@ pub fn plan(
                         adopt: spec.conflict_resolution() == ConflictResolution::Adopt,
                         orphan: spec.deletion_policy() == ResourceDeletionPolicy::Orphan,
                         feedback: feedback.clone(),
+                        secrets: secrets.to_vec(),
                         prune,
                         remove: false,
                     })),
@@ -390,6 +407,7 @@ mod tests {
             &clusters,
             None,
             &Scaled::new(),
+            &[],
         );
         let image = |share: &ShareRecord| {
             assignment(share).manifests[2]
@@ -414,6 +432,7 @@ mod tests {
             &clusters,
             None,
             &Scaled::new(),
+            &[],
         );
         let previous = PlacementRecord {
             policy: accord_common::distribution::PolicyRef::new(
@@ -437,6 +456,7 @@ mod tests {
             &clusters,
             Some(&previous),
             &Scaled::new(),
+            &[],
         );
         let error = planned.clusters["west"].error.as_deref().unwrap();
         assert!(
@@ -459,6 +479,7 @@ mod tests {
             &clusters,
             None,
             &Scaled::new(),
+            &[],
         );
         let record = |shares: Vec<ShareRecord>| PlacementRecord {
             policy: accord_common::distribution::PolicyRef::new(
@@ -481,6 +502,7 @@ mod tests {
             &clusters,
             Some(&record(first.shares)),
             &Scaled::new(),
+            &[],
         );
         let prune: Vec<String> = assignment(&second.shares[0])
             .prune
@@ -502,6 +524,7 @@ mod tests {
             &clusters,
             Some(&record(second.shares.clone())),
             &Scaled::new(),
+            &[],
         );
         assert_eq!(assignment(&third.shares[0]).prune.len(), 2);
         let fourth = plan(
@@ -511,6 +534,7 @@ mod tests {
             &clusters,
             Some(&record(third.shares)),
             &Scaled::new(),
+            &[],
         );
         assert!(assignment(&fourth.shares[0]).prune.is_empty());
     }
@@ -538,6 +562,7 @@ mod tests {
             &clusters,
             None,
             &scaled,
+            &[],
         );
         let replicas = |i: usize| {
             assignment(&planned.shares[i]).manifests[0]
@@ -567,6 +592,7 @@ mod tests {
             &available(&[]),
             None,
             &Scaled::new(),
+            &[],
         );
         assert!(planned.shares[0].assignment.is_none());
         assert_eq!(

@@ -763,9 +763,10 @@ mod rendered_tests {
                 .named(Some("accord-hub"))
             )
         );
-        // 5 kinds × 4 verbs, 1 create, 5 status patches, 2 event verbs, 2 Namespace verbs,
-        // 4 verbs on the webhook configuration, 2 Secret rules, 5 verbs on the global
-        // tier's ConfigMap and 1 ConfigMap create.
-        assert_eq!(granted.len(), 20 + 1 + 5 + 2 + 2 + 4 + 2 + 5 + 1);
+        assert!(granted.contains(&permission("", "secrets", "watch", None)));
+        // 6 kinds × 4 verbs, 1 create, 6 status patches, 2 event verbs, 2 Namespace verbs,
+        // 2 Secret reads cluster-wide, 4 verbs on the webhook configuration, 2 Secret rules
+        // in its namespace, 5 verbs on the global tier's ConfigMap and 1 ConfigMap create.
+        assert_eq!(granted.len(), 24 + 1 + 6 + 2 + 2 + 2 + 4 + 2 + 5 + 1);
     }
 }

@@ -143,7 +143,11 @@ pub fn accord_plurals() -> Vec<String> {
 ///   replicas watch it with a `metadata.name` field selector) and `patch`, to keep its
 ///   `caBundle` at the hub CA. Never `create` or `delete`: installing it is the installer's.
 ///
-/// No Leases (leader election uses etcd), no Secrets cluster-wide (see [`role`]).
+/// - Secrets: `list`/`watch`, read only: every replica follows them to deliver those a
+///   FederatedResource names in `secretRefs` (their data goes only to the agents' streams;
+///   the hub's etcd holds a hash). Never written outside its own namespace (see [`role`]).
+///
+/// No Leases (leader election uses etcd).
 pub fn hub_cluster_rules() -> Value {
     let plurals = accord_plurals();
     let status: Vec<String> = plurals.iter().map(|p| format!("{p}/status")).collect();
@@ -153,6 +157,7 @@ pub fn hub_cluster_rules() -> Value {
         { "apiGroups": [GROUP], "resources": status, "verbs": ["patch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
         { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
+        { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] },
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingwebhookconfigurations"],
@@ -634,7 +639,7 @@ mod tests {
             .iter()
             .map(|c| serde_json::to_value(c).unwrap())
             .collect();
-        assert_eq!(rendered.len(), 5);
+        assert_eq!(rendered.len(), 6);
         assert_eq!(rendered.into_iter().cloned().collect::<Vec<_>>(), expected);
     }
 
@@ -675,14 +680,16 @@ mod tests {
             "crossclusterscalepolicies",
             "federatedkafkatopics",
             "kafkatopicpolicies",
-            "prometheusfederations"
+            "prometheusfederations",
+            "federatedresources"
         ]);
         let status = json!([
             "managedclusters/status",
             "crossclusterscalepolicies/status",
             "federatedkafkatopics/status",
             "kafkatopicpolicies/status",
-            "prometheusfederations/status"
+            "prometheusfederations/status",
+            "federatedresources/status"
         ]);
         assert_eq!(
             *rules,
@@ -692,6 +699,7 @@ mod tests {
                 { "apiGroups": ["accord.io"], "resources": status, "verbs": ["patch"] },
                 { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
                 { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] },
                 {
                     "apiGroups": ["admissionregistration.k8s.io"],
                     "resources": ["validatingwebhookconfigurations"],
@@ -882,7 +890,7 @@ mod tests {
     }
 
     #[test]
-    fn secrets_are_granted_only_in_the_hub_namespace_and_read_only_by_name() {
+    fn secrets_are_written_only_in_the_hub_namespace_and_read_elsewhere_only_to_deliver() {
         let objects = render(&external()).unwrap();
         let role = find(&objects, "Role", "accord-hub");
         assert_eq!(role["metadata"]["namespace"], "accord-system");
@@ -895,8 +903,18 @@ mod tests {
                 { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
             ])
         );
+        // Cluster-wide only list and watch: the Secrets FederatedResources deliver.
         let cluster_role = find(&objects, "ClusterRole", "accord-hub");
-        assert!(!cluster_role.to_string().contains("secrets"));
+        let secrets: Vec<&Value> = cluster_role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r.to_string().contains("secrets"))
+            .collect();
+        assert_eq!(
+            secrets,
+            [&json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] })]
+        );
     }
 
     #[test]

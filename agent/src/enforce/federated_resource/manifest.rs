@@ -2,7 +2,7 @@
 //! object each one is ([`ManifestKey`]), in which order they go, what is stripped, which
 //! namespace they get, Accord's marks and the hash that tells a changed manifest.
 
-use accord_common::distribution::{FederatedResourceSpec, ManifestKey, PolicyRef};
+use accord_common::distribution::{DeliveredSecret, FederatedResourceSpec, ManifestKey, PolicyRef};
 use accord_crds::federated_resource::CLUSTER_SCOPED_KINDS;
 use accord_crds::{
     DELIVERED_BY_FEDERATED_RESOURCE, FEDERATED_RESOURCE_ANNOTATION, MANIFEST_HASH_ANNOTATION,
@@ -150,11 +150,32 @@ pub fn prepare_all(
     policy: &PolicyRef,
     namespaced: impl Fn(&Gvk) -> bool,
 ) -> Vec<Prepared> {
-    let mut prepared: Vec<Prepared> = spec
-        .manifests
-        .iter()
-        .enumerate()
-        .map(|(index, manifest)| {
+    // Delivered Secrets go before the other namespaced objects, which may refer to them.
+    let secrets = spec.secrets.iter().map(|secret| {
+        if secret.has_data() {
+            prepare(
+                usize::MAX,
+                &secret_manifest(secret),
+                &spec.namespace,
+                policy,
+                true,
+            )
+        } else {
+            Prepared::Invalid(Invalid {
+                key: ManifestKey {
+                    api_version: "v1".into(),
+                    kind: "Secret".into(),
+                    namespace: spec.namespace.clone(),
+                    name: secret.name.clone(),
+                },
+                message: "waiting for the Secret's data from the hub (it is never saved; \
+                          the hub sends it on the stream)"
+                    .into(),
+            })
+        }
+    });
+    let mut prepared: Vec<Prepared> = secrets
+        .chain(spec.manifests.iter().enumerate().map(|(index, manifest)| {
             let scope = gvk_of(manifest).map(|gvk| namespaced(&gvk));
             prepare(
                 index,
@@ -163,11 +184,36 @@ pub fn prepare_all(
                 policy,
                 scope.unwrap_or(true),
             )
-        })
+        }))
         .collect();
     // Stable: within a rank the hub's order stands.
     prepared.sort_by_key(|p| rank(&p.key().kind));
     prepared
+}
+
+/// A delivered Secret as the object to apply.
+fn secret_manifest(secret: &DeliveredSecret) -> Value {
+    let object = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(secret.name.clone()),
+            ..Default::default()
+        },
+        type_: Some(secret.type_.clone()).filter(|t| !t.is_empty()),
+        data: Some(
+            secret
+                .data
+                .iter()
+                .map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.clone())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    if let Some(o) = value.as_object_mut() {
+        o.insert("apiVersion".into(), "v1".into());
+        o.insert("kind".into(), "Secret".into());
+    }
+    value
 }
 
 /// Prepares manifest number `index`: strips what the server owns, sets its namespace

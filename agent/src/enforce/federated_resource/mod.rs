@@ -155,11 +155,13 @@ impl FederatedResourceEnforcer {
     }
 }
 
-/// The types `spec` names: its manifests' and those of the objects it prunes.
+/// The types `spec` names: its manifests', Secrets when it delivers some, and those of
+/// the objects it prunes.
 fn types_of(spec: &FederatedResourceSpec) -> BTreeSet<Gvk> {
     spec.manifests
         .iter()
         .filter_map(manifest::gvk_of)
+        .chain((!spec.secrets.is_empty()).then(|| Gvk::new("v1", "Secret")))
         .chain(spec.prune.iter().map(Gvk::of))
         .collect()
 }

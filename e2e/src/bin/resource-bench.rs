@@ -1,0 +1,511 @@
+//! FederatedResources at scale on real parts: N FederatedResources (default 1,000), each a
+//! Deployment of one pause pod, a headless Service and a ConfigMap for every one of three
+//! members, applied to the management kube-apiserver → hub → agents → each member's
+//! kube-apiserver (kwok makes the pods Ready).
+//!
+//! Figures, each as measured (nothing is asserted):
+//! - per member, how long until its API server (watched) holds every object, in objects per
+//!   second from the first apply, and until every placement there is `Synced`;
+//! - how long until every FederatedResource is `Applied=True`, and `Available=True`;
+//! - the writes the management kube-apiserver served meanwhile, per FederatedResource,
+//!   the benchmark's own applies apart; the hub's and agents' memory and CPU;
+//! - one edit (a ConfigMap value, by server-side apply of the FederatedResource) until that
+//!   ConfigMap holds the new value in every member, watched: p50/p99/max over `--edits`;
+//! - the hub stopped and started again with N present, and one new FederatedResource
+//!   applied as it starts: how long from the hub's start until its ConfigMap is in every
+//!   member.
+//!
+//! ```text
+//! cargo build --release --bin accord-hub --bin accord-agent --bin resource-bench
+//! $CARGO_TARGET_DIR/release/resource-bench --objects 1000 --members 3 --edits 50
+//! ```
+//!
+//! Figures: docs/benchmarks.md.
+
+use std::time::{Duration, Instant};
+
+use accord_common::runtime::AbortOnDrop;
+use accord_e2e::Testbed;
+use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
+use accord_e2e::fleet::{Fleet, ensure_namespace};
+use accord_e2e::resource_scenario::{
+    DeliveryWatch, MANIFESTS, Seen, SeenReader, apply_resource, resource_object,
+};
+use accord_e2e::stats::pct;
+use accord_e2e::testbed::{cpu_seconds, rss_bytes};
+use anyhow::{Context as _, Result, bail};
+use futures::StreamExt as _;
+
+struct Args {
+    objects: usize,
+    members: usize,
+    edits: usize,
+    concurrency: usize,
+    timeout: Duration,
+    kill_hub: bool,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        objects: 1000,
+        members: 3,
+        edits: 50,
+        concurrency: 32,
+        timeout: Duration::from_secs(1200),
+        kill_hub: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--objects" => a.objects = value()?.parse()?,
+            "--members" => a.members = value()?.parse()?,
+            "--edits" => a.edits = value()?.parse()?,
+            "--concurrency" => a.concurrency = value()?.parse()?,
+            "--timeout" => a.timeout = Duration::from_secs(value()?.parse()?),
+            // SIGKILL rather than SIGTERM: the new hub waits out the election TTL.
+            "--kill-hub" => a.kill_hub = true,
+            other => bail!(
+                "unknown flag {other}; flags: --objects N --members N --edits N \
+                 --concurrency N --timeout SECONDS --kill-hub"
+            ),
+        }
+    }
+    if a.objects == 0 || a.members == 0 || a.concurrency == 0 {
+        bail!("--objects, --members and --concurrency must be positive");
+    }
+    Ok(a)
+}
+
+const NS: &str = "bench-fres";
+const PREFIX: &str = "app-";
+const PROBE: &str = "probe-restart";
+
+fn name(i: usize) -> String {
+    format!("{PREFIX}{i:05}")
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// `at - t0`, when `at` is known.
+fn since(t0: Instant, at: Option<Instant>) -> Option<Duration> {
+    at.map(|at| at.saturating_duration_since(t0))
+}
+
+fn print_latencies(what: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    if samples.is_empty() {
+        println!("  {what}: no samples");
+        return;
+    }
+    println!(
+        "  {what}: n={} p50={:.1}ms p90={:.1}ms p99={:.1}ms max={:.1}ms",
+        samples.len(),
+        ms(pct(&samples, 0.5)),
+        ms(pct(&samples, 0.9)),
+        ms(pct(&samples, 0.99)),
+        ms(samples[samples.len() - 1]),
+    );
+}
+
+/// The hub's and each agent's name, resident memory and CPU seconds so far.
+fn processes(testbed: &Testbed, fleet: &Fleet<'_>) -> Vec<(String, u64, f64)> {
+    let one = |name: String, id| {
+        let pid = testbed.process_info(id).pid;
+        (name, rss_bytes(pid), cpu_seconds(pid))
+    };
+    let mut out = vec![one("hub".to_owned(), fleet.hub.id)];
+    for (cluster, agent) in &fleet.agents {
+        if let Some(id) = agent.process {
+            out.push(one(format!("agent {cluster}"), id));
+        }
+    }
+    out
+}
+
+/// Each process's RSS now and the CPU seconds it used since `before` (the same processes).
+fn usage(now: &[(String, u64, f64)], before: &[(String, u64, f64)]) -> String {
+    now.iter()
+        .map(|(name, rss, cpu)| {
+            let earlier = before
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map_or(0.0, |b| b.2);
+            format!(
+                "{name} {:.1} MiB RSS, {:.1} CPU s",
+                mib(*rss),
+                (cpu - earlier).max(0.0)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// One progress line: how far the delivery got.
+fn progress_line(seen: &Seen, t0: Instant) -> String {
+    let members: Vec<String> = (0..seen.members.len())
+        .map(|m| seen.present_in(m).to_string())
+        .collect();
+    format!(
+        "{:>6.1}s: objects in members [{}] of {}; Synced {:?}; Applied {}, Available {} of {}",
+        secs(t0.elapsed()),
+        members.join(", "),
+        seen.expected * MANIFESTS,
+        seen.synced.values().collect::<Vec<_>>(),
+        seen.applied,
+        seen.available,
+        seen.expected
+    )
+}
+
+async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
+    let clusters: Vec<String> = (0..args.members).map(|i| format!("rbench-{i}")).collect();
+    let agents: Vec<(&str, usize)> = clusters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.as_str(), i))
+        .collect();
+    let mut fleet = Fleet::start(testbed, "rbench", "/bench-rbench/", &[], &agents).await?;
+    for cluster in std::iter::once(testbed.mgmt()).chain(testbed.members()) {
+        ensure_namespace(cluster, NS).await?;
+    }
+    let members: Vec<_> = testbed.members().iter().collect();
+    let watch = DeliveryWatch::start(
+        testbed.mgmt(),
+        &members,
+        &clusters,
+        NS,
+        PREFIX,
+        args.objects,
+    );
+    // Every watch listed (empty) before the clock starts.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let client = testbed.mgmt().client();
+    let hub_metrics = |fleet: &Fleet<'_>| format!("{}/metrics", fleet.hub.http);
+    let running = |fleet: &Fleet<'_>| -> Result<()> {
+        testbed.ensure_running(fleet.hub.id)?;
+        for agent in fleet.agents.values() {
+            if let Some(id) = agent.process {
+                testbed.ensure_running(id)?;
+            }
+        }
+        Ok(())
+    };
+    println!(
+        "FederatedResource bench: {} FederatedResources × {MANIFESTS} manifests (Deployment of \
+         1 pause pod, headless Service, ConfigMap) × {} members, {} concurrent applies; \
+         release hub and agents; kwok members",
+        args.objects, args.members, args.concurrency
+    );
+
+    // 1. Apply every FederatedResource; follow members and status by watch.
+    let meter = Meter::start(client.clone(), testbed.http(), Some(hub_metrics(&fleet))).await?;
+    let cpu_before = processes(testbed, &fleet);
+    let t0 = Instant::now();
+    let progress = print_progress(watch.reader(), t0);
+    let apply = async {
+        let results = futures::stream::iter(0..args.objects)
+            .map(|i| {
+                let client = client.clone();
+                let object = resource_object(NS, &name(i), &clusters, "v0");
+                async move {
+                    let start = Instant::now();
+                    apply_resource(&client, &object).await?;
+                    anyhow::Ok(start.elapsed())
+                }
+            })
+            .buffer_unordered(args.concurrency)
+            .collect::<Vec<_>>()
+            .await;
+        let latencies = results.into_iter().collect::<Result<Vec<_>>>()?;
+        anyhow::Ok((t0.elapsed(), latencies))
+    };
+    let (applied, ()) = tokio::try_join!(apply, async {
+        watch
+            .wait_for(
+                "every FederatedResource Available and every object in every member",
+                args.timeout,
+                || running(&fleet),
+                |s| {
+                    (s.all_available.is_some()
+                        && s.all_applied.is_some()
+                        && s.all_synced.len() == args.members
+                        && s.members.iter().all(|m| m.all.is_some()))
+                    .then_some(())
+                },
+            )
+            .await
+    })?;
+    drop(progress);
+    let (apply_took, apply_latencies) = applied;
+    let done = watch.read(|s| {
+        [s.all_applied, s.all_available]
+            .into_iter()
+            .chain(s.all_synced.values().copied().map(Some))
+            .chain(s.members.iter().map(|m| m.all))
+            .flatten()
+            .max()
+    });
+    let seconds = secs(since(t0, done).unwrap_or_default());
+    let trailing = meter
+        .settle(Duration::from_secs(2), Duration::from_secs(60))
+        .await?;
+    let writes = meter.finish().await?;
+    let n = args.objects as f64;
+    let objects = n * MANIFESTS as f64;
+
+    println!(
+        "1. Apply {} FederatedResources ({:.0} objects per member): the applies took {:.1}s",
+        args.objects,
+        objects,
+        secs(apply_took)
+    );
+    watch.read(|s| {
+        for (m, cluster) in clusters.iter().enumerate() {
+            let member = &s.members[m];
+            let all = since(t0, member.all).unwrap_or_default();
+            let first = since(t0, member.first).unwrap_or_default();
+            let synced = since(t0, s.all_synced.get(cluster).copied()).unwrap_or_default();
+            println!(
+                "  {cluster}: every object in the member's API server after {:.1}s \
+                 ({:.0} objects/s from the first apply; first object after {:.2}s); every \
+                 placement Synced after {:.1}s ({:.0} objects/s)",
+                secs(all),
+                objects / secs(all).max(1e-3),
+                secs(first),
+                secs(synced),
+                objects / secs(synced).max(1e-3),
+            );
+        }
+        let applied = since(t0, s.all_applied).unwrap_or_default();
+        let available = since(t0, s.all_available).unwrap_or_default();
+        println!(
+            "  every FederatedResource Applied=True after {:.1}s ({:.0} FederatedResources/s, \
+             {:.0} objects/s per member); Available=True after {:.1}s",
+            secs(applied),
+            n / secs(applied).max(1e-3),
+            objects / secs(applied).max(1e-3),
+            secs(available),
+        );
+    });
+    print_latencies(
+        "one apply (server-side apply of a new FederatedResource)",
+        apply_latencies,
+    );
+    println!(
+        "  at the end (CPU over the phase): {}",
+        usage(&processes(testbed, &fleet), &cpu_before)
+    );
+    println!(
+        "  the hub's last write after everything was Available: {:.1}s later (counted below)",
+        secs(trailing)
+    );
+    let user = n;
+    let beyond = writes.apiserver.total() - user;
+    println!(
+        "  management API-server writes beyond the bench's {} applies: {:.0} ({:.2} per \
+         FederatedResource: status PATCH {:.2}, object PATCH {:.2}, Events {:.2})",
+        args.objects,
+        beyond,
+        beyond / n,
+        writes.apiserver.get("federatedresources/status", "PATCH") / n,
+        writes.apiserver.get("federatedresources", "PATCH") / n,
+        (writes.apiserver.get("events", "POST") + writes.apiserver.get("events", "PATCH")) / n,
+    );
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: "applying every FederatedResource until each was Available everywhere, and \
+                    the hub's writes that trailed it",
+            objects: n,
+            unit: "FederatedResource",
+            seconds: Some(seconds),
+            user: &[(WriteKind::new("federatedresources", "APPLY"), user)],
+        })
+    );
+
+    // 2. One edit at a time: a ConfigMap value, until every member holds it.
+    let meter = Meter::start(client.clone(), testbed.http(), Some(hub_metrics(&fleet))).await?;
+    let mut to_members = Vec::new();
+    let mut to_status = Vec::new();
+    let mut apply_calls = Vec::new();
+    for e in 0..args.edits {
+        let target = name(e * args.objects / args.edits.max(1));
+        let value = format!("edit-{e}");
+        let start = Instant::now();
+        let stored =
+            apply_resource(&client, &resource_object(NS, &target, &clusters, &value)).await?;
+        apply_calls.push(start.elapsed());
+        let generation = stored.metadata.generation.unwrap_or(0);
+        let everywhere = watch
+            .wait_for(
+                &format!("{target}'s ConfigMap = {value} in every member"),
+                Duration::from_secs(60),
+                || running(&fleet),
+                |s| s.value_everywhere(&target, &value),
+            )
+            .await?;
+        to_members.push(everywhere.saturating_duration_since(start));
+        let applied = watch
+            .wait_for(
+                &format!("{target} Applied at generation {generation}"),
+                Duration::from_secs(60),
+                || running(&fleet),
+                |s| {
+                    s.resources
+                        .get(&target)?
+                        .applied
+                        .filter(|(g, _)| *g >= generation)
+                        .map(|(_, at)| at)
+                },
+            )
+            .await?;
+        to_status.push(applied.saturating_duration_since(start));
+    }
+    println!(
+        "2. {} edits, one at a time, each a ConfigMap value changed by server-side apply of \
+         its FederatedResource ({} present):",
+        args.edits, args.objects
+    );
+    print_latencies("edit → the new value in every member (watched)", to_members);
+    print_latencies("edit → Applied=True for the new generation", to_status);
+    print_latencies("the apply call itself", apply_calls);
+    meter
+        .settle(Duration::from_secs(2), Duration::from_secs(30))
+        .await?;
+    let writes = meter.finish().await?;
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: "the edits",
+            objects: args.edits as f64,
+            unit: "edit",
+            seconds: None,
+            user: &[(
+                WriteKind::new("federatedresources", "APPLY"),
+                args.edits as f64
+            )],
+        })
+    );
+
+    // 3. The hub stopped and started again with N present; one new FederatedResource
+    // applied as it starts.
+    let mut meter = Meter::start(client.clone(), testbed.http(), Some(hub_metrics(&fleet))).await?;
+    // The new hub's CPU counts from its start; the agents' from here.
+    let mut before_restart = processes(testbed, &fleet);
+    before_restart.retain(|(name, _, _)| name != "hub");
+    let stopping = Instant::now();
+    if args.kill_hub {
+        fleet.kill_hub()?;
+    } else {
+        testbed.stop_process(fleet.hub.id);
+    }
+    let stopped = stopping.elapsed();
+    let started = Instant::now();
+    let probe = async {
+        apply_resource(&client, &resource_object(NS, PROBE, &clusters, "probe")).await?;
+        let created = started.elapsed();
+        let everywhere = watch
+            .wait_for(
+                "the probe's ConfigMap in every member",
+                Duration::from_secs(300),
+                || Ok(()),
+                |s| s.value_everywhere(PROBE, "probe"),
+            )
+            .await?;
+        let applied = watch
+            .wait_for(
+                "the probe Applied",
+                Duration::from_secs(300),
+                || Ok(()),
+                |s| s.resources.get(PROBE)?.applied.map(|(_, at)| at),
+            )
+            .await?;
+        anyhow::Ok((created, everywhere, applied))
+    };
+    let restart = async {
+        fleet.restart_hub().await?;
+        anyhow::Ok(started.elapsed())
+    };
+    let (ready, (created, everywhere, applied)) = tokio::try_join!(restart, probe)?;
+    meter.hub_restarted(hub_metrics(&fleet));
+    println!(
+        "3. Hub {} (took {:.1}s) and started again with {} FederatedResources present:",
+        if args.kill_hub {
+            "killed (SIGKILL)"
+        } else {
+            "stopped (SIGTERM)"
+        },
+        secs(stopped),
+        args.objects
+    );
+    println!(
+        "  hub ready (/readyz) after {:.2}s; the new FederatedResource created after {:.2}s; \
+         its ConfigMap in every member after {:.2}s; it is Applied=True after {:.2}s (all \
+         since the hub's start)",
+        secs(ready),
+        secs(created),
+        secs(everywhere.saturating_duration_since(started)),
+        secs(applied.saturating_duration_since(started)),
+    );
+    let settled = meter
+        .settle(Duration::from_secs(3), Duration::from_secs(120))
+        .await?;
+    let writes = meter.finish().await?;
+    println!(
+        "  the restarted hub's writes settled {:.1}s after the probe was Applied; \
+         processes (CPU since the hub's start): {}",
+        secs(settled),
+        usage(&processes(testbed, &fleet), &before_restart)
+    );
+    print!(
+        "{}",
+        writes.render(&Report {
+            phase: "the hub's restart with every FederatedResource present, and the probe",
+            objects: n,
+            unit: "FederatedResource",
+            seconds: None,
+            user: &[(WriteKind::new("federatedresources", "APPLY"), 1.0)],
+        })
+    );
+    println!(
+        "For comparison: Karmada's ResourceBinding → Work sync, about 200 Works/s in total \
+         (karmada#7062); a Karmada controller restart with many objects took ~20 min to \
+         apply a new one (karmada#5978)."
+    );
+    Ok(())
+}
+
+/// Prints a progress line every 5 s (on stderr) until dropped.
+fn print_progress(seen: SeenReader, t0: Instant) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            eprintln!("{}", seen.read(|s| progress_line(s, t0)));
+        }
+    }))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let testbed = Testbed::builder().members(args.members).start().await?;
+    let result = run(&testbed, &args).await;
+    if result.is_err() {
+        eprintln!("{}", testbed.log_tails(30));
+    }
+    result
+}
