@@ -157,7 +157,7 @@ impl AssignmentBook {
                 Some(held)
                     if held.revision > item.revision
                         || (held.revision == item.revision
-                            && !(item.spec.encloses_data() && !held.spec.encloses_data())) =>
+                            && (held.spec.encloses_data() || !item.spec.encloses_data())) =>
                 {
                     applied.stale += 1
                 }
