@@ -629,3 +629,212 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
         Ok(())
     });
 }
+
+#[test]
+fn the_mysql_example_reaches_every_member_in_order_with_its_override_and_feedback() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-d";
+        let _fleet = fleet(testbed, prefix, &[]).await?;
+        label_cluster(testbed, &format!("{prefix}-1"), json!({"region": "eu"})).await?;
+        let mut mysql = accord_crds::testdata::example("federatedresource-mysql.yaml");
+        let ns = mysql["metadata"]["namespace"]
+            .as_str()
+            .context("namespace")?
+            .to_owned();
+        let ns = ns.as_str();
+        mysql["spec"]["clusters"] =
+            json!((0..3).map(|i| format!("{prefix}-{i}")).collect::<Vec<_>>());
+        let api: Api<Secret> = Api::namespaced(testbed.mgmt().client(), ns);
+        ensure_namespace(testbed.mgmt(), ns).await?;
+        api.patch(
+            "mysql-credentials",
+            &PatchParams::apply(FM).force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "mysql-credentials"}, "stringData": {"password": "x"}})),
+        )
+        .await?;
+        apply(testbed, ns, &mysql).await?;
+
+        let status = wait_status(testbed, ns, "mysql", "Available=True", |s| {
+            (condition(s, "Available").as_deref() == Some("True")).then(|| s.clone())
+        })
+        .await?;
+        for p in &status.placements {
+            ensure!(
+                p.feedback.get("readyReplicas").map(String::as_str) == Some("3"),
+                "{p:?}"
+            );
+            ensure!(
+                p.feedback.get("instances").map(String::as_str) == Some("3"),
+                "{p:?}"
+            );
+            let eu = p.cluster == format!("{prefix}-1");
+            ensure!(p.overrides == if eu { vec![0] } else { vec![] }, "{p:?}");
+        }
+        for m in 0..3 {
+            let sts: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+                Api::namespaced(testbed.members()[m].client(), ns);
+            let s = sts.get("mysql").await?;
+            let image = s
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|p| p.containers[0].image.clone());
+            let want = if m == 1 {
+                "eu.registry.example.com/mysql:8.4"
+            } else {
+                "registry.example.com/mysql:8.4"
+            };
+            ensure!(image.as_deref() == Some(want), "member {m}: {image:?}");
+            ensure!(
+                s.status.and_then(|s| s.ready_replicas) == Some(3),
+                "member {m}: not 3 ready"
+            );
+            // The definition was Established before the custom resource was created.
+            let crds: Api<CustomResourceDefinition> = Api::all(testbed.members()[m].client());
+            let crd = crds.get("mysqlclusters.mysql.example.com").await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Established" && c.status == "True")
+                .and_then(|c| c.last_transition_time)
+                .context("not Established")?;
+            let gvk = GroupVersionKind::gvk("mysql.example.com", "v1", "MySQLCluster");
+            let clusters: Api<DynamicObject> = Api::namespaced_with(
+                testbed.members()[m].client(),
+                ns,
+                &ApiResource::from_gvk_with_plural(&gvk, "mysqlclusters"),
+            );
+            let created = clusters
+                .get("main")
+                .await?
+                .metadata
+                .creation_timestamp
+                .context("no creationTimestamp")?;
+            ensure!(
+                created.0 >= established.0,
+                "member {m}: MySQLCluster created {created:?} before Established {established:?}"
+            );
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn neither_a_member_hpa_nor_a_scale_policy_fights_the_delivery() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-e";
+        let ns = "fres-replicas";
+        let _fleet = fleet(testbed, prefix, &[]).await?;
+        let clusters: Vec<String> = (0..3).map(|i| format!("{prefix}-{i}")).collect();
+        // `web` is divided by a scale policy: its manifest names replicas, which the hub
+        // leaves out. `api` has a member HPA: its manifest names none.
+        let mut web = accord_e2e::fleet::pause_deployment("web", 1);
+        web["metadata"]["namespace"] = json!(ns);
+        let mut api_deployment = accord_e2e::fleet::pause_deployment("api", 1);
+        api_deployment["spec"].as_object_mut().unwrap().remove("replicas");
+        let object = |generation: u32| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "metadata": {"name": "apps", "namespace": ns},
+                "spec": {
+                    "clusters": clusters,
+                    "manifests": [web, api_deployment,
+                        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "resync"},
+                         "data": {"generation": generation.to_string()}}],
+                }
+            })
+        };
+        ensure_namespace(testbed.mgmt(), ns).await?;
+        let policies: Api<accord_crds::CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
+        policies
+            .patch(
+                "web",
+                &PatchParams::apply(FM).force(),
+                &Patch::Apply(json!({
+                    "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+                    "metadata": {"name": "web", "namespace": ns},
+                    "spec": {"targetRef": {"name": "web"}, "desiredReplicas": 6,
+                        "distribution": clusters.iter().map(|c| json!({"cluster": c, "weight": 1})).collect::<Vec<_>>()}
+                })),
+            )
+            .await?;
+        apply(testbed, ns, &object(0)).await?;
+        let status = wait_status(testbed, ns, "apps", "Applied=True", |s| {
+            (condition(s, "Applied").as_deref() == Some("True")).then(|| s.clone())
+        })
+        .await?;
+        for p in &status.placements {
+            let m = p.message.as_deref().unwrap_or_default();
+            ensure!(m.contains(&format!("spec.replicas of Deployment {ns}/web is left to CrossClusterScalePolicy {ns}/web")), "{m}");
+        }
+        // The scale policy's 2 each; a member HPA (another field manager, as the HPA
+        // controller writes through the scale subresource) sets api to 4 in every member.
+        for m in 0..3 {
+            let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
+            until(&format!("web divided in member {m}"), STEP, || async {
+                let r = deployments.get("web").await?.spec.and_then(|s| s.replicas);
+                Ok(if r == Some(2) { Check::Ready(()) } else { Check::NotYet(format!("{r:?}")) })
+            })
+            .await?;
+            let hpas: Api<k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler> =
+                Api::namespaced(testbed.members()[m].client(), ns);
+            hpas.patch(
+                "api",
+                &PatchParams::apply(FM).force(),
+                &Patch::Apply(json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                    "metadata": {"name": "api"},
+                    "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "api"},
+                        "minReplicas": 4, "maxReplicas": 8}})),
+            )
+            .await?;
+            deployments
+                .patch_scale(
+                    "api",
+                    &PatchParams {
+                        field_manager: Some("horizontal-pod-autoscaler".into()),
+                        ..Default::default()
+                    },
+                    &Patch::Merge(json!({"spec": {"replicas": 4}})),
+                )
+                .await?;
+        }
+        let snapshot = || async {
+            let mut out = Vec::new();
+            for m in 0..3 {
+                let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
+                for name in ["web", "api"] {
+                    let d = deployments.get(name).await?;
+                    out.push((m, name, d.metadata.generation, d.spec.and_then(|s| s.replicas)));
+                }
+            }
+            anyhow::Ok(out)
+        };
+        let before = snapshot().await?;
+        // 20 resyncs: each a new decision the agents apply in full.
+        for generation in 1..=20u32 {
+            apply(testbed, ns, &object(generation)).await?;
+            on_every_member(&format!("resync {generation}"), |m| async move {
+                let cm = config_maps(testbed, m, ns).get_opt("resync").await?;
+                let seen = cm.and_then(|c| c.data).and_then(|d| d.get("generation").cloned());
+                Ok((seen == Some(generation.to_string())).then_some(()))
+            })
+            .await?;
+        }
+        let after = snapshot().await?;
+        ensure!(before == after, "replicas or generations changed across 20 resyncs:\nbefore {before:?}\nafter  {after:?}");
+        for (m, name, _, replicas) in &after {
+            let want = if *name == "web" { 2 } else { 4 };
+            ensure!(*replicas == Some(want), "member {m} {name}: {replicas:?}");
+        }
+        Ok(())
+    });
+}

@@ -639,7 +639,7 @@ mod tests {
             .iter()
             .map(|c| serde_json::to_value(c).unwrap())
             .collect();
-        assert_eq!(rendered.len(), 6);
+        assert_eq!(rendered.len(), all_crds().len());
         assert_eq!(rendered.into_iter().cloned().collect::<Vec<_>>(), expected);
     }
 
@@ -675,22 +675,11 @@ mod tests {
     fn the_cluster_role_grants_exactly_what_the_hub_calls() {
         let objects = render(&external()).unwrap();
         let rules = &find(&objects, "ClusterRole", "accord-hub")["rules"];
-        let all = json!([
-            "managedclusters",
-            "crossclusterscalepolicies",
-            "federatedkafkatopics",
-            "kafkatopicpolicies",
-            "prometheusfederations",
-            "federatedresources"
-        ]);
-        let status = json!([
-            "managedclusters/status",
-            "crossclusterscalepolicies/status",
-            "federatedkafkatopics/status",
-            "kafkatopicpolicies/status",
-            "prometheusfederations/status",
-            "federatedresources/status"
-        ]);
+        // Every kind the crds crate defines, in its order.
+        let plurals: Vec<String> = all_crds().iter().map(|c| c.spec.names.plural.clone()).collect();
+        assert!(plurals.len() >= 6 && plurals[0] == "managedclusters", "{plurals:?}");
+        let all = json!(plurals);
+        let status = json!(plurals.iter().map(|p| format!("{p}/status")).collect::<Vec<_>>());
         assert_eq!(
             *rules,
             json!([
