@@ -354,6 +354,19 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     fn on_object(&self, _object: &Watched<Self>, _gone: bool) {}
 }
 
+/// The clusters a spec selects by `names` or else `selector`, once it passes its
+/// validation; otherwise why it cannot be acted on (`Decided::Invalid`'s message).
+pub fn valid_selection(
+    spec: &impl accord_crds::validate::Validate,
+    names: Option<&[String]>,
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    clusters: &Clusters,
+) -> Result<Vec<crate::distribution::select::SelectedCluster>, String> {
+    spec.validate().map_err(|errors| errors.to_string())?;
+    crate::distribution::select::select_clusters(names, selector, clusters)
+        .map_err(|e| e.to_string())
+}
+
 /// `namespace/name` of an object.
 pub fn object_name(o: &impl ResourceExt) -> String {
     match o.namespace() {

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
-use accord_crds::validate::Validate;
 use accord_crds::{CrossClusterScalePolicy, FederatedResource, FederatedResourceStatus};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -29,7 +28,6 @@ use crate::controllers::placement::{
 };
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::deletion::{Progress, progress, remaining};
-use crate::distribution::select::select_clusters;
 use crate::distribution::{PlacementRecord, reported};
 use crate::store::StatusRecord;
 
@@ -180,16 +178,14 @@ impl PlacementKind for FederatedResources {
         object: &FederatedResource,
         input: &DecideInput<'_, FederatedResourceDecision>,
     ) -> Decided<Self> {
-        if let Err(errors) = object.spec.validate() {
-            return Decided::Invalid(errors.to_string());
-        }
-        let selected = match select_clusters(
+        let selected = match placement::valid_selection(
+            &object.spec,
             object.spec.clusters.as_deref(),
             object.spec.cluster_selector.as_ref(),
             input.clusters,
         ) {
             Ok(selected) => selected,
-            Err(e) => return Decided::Invalid(e.to_string()),
+            Err(why) => return Decided::Invalid(why),
         };
         let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
         let mut secrets = Vec::with_capacity(object.spec.secret_refs.len());

@@ -769,6 +769,9 @@ mod rendered_tests {
         // configuration, 2 Secret rules in its namespace, 5 verbs on the global tier's
         // ConfigMap and 1 ConfigMap create.
         let kinds = accord_crds::all_crds().len();
-        assert_eq!(granted.len(), kinds * 4 + 1 + kinds + 2 + 2 + 2 + 4 + 2 + 5 + 1);
+        assert_eq!(
+            granted.len(),
+            kinds * 4 + 1 + kinds + 2 + 2 + 2 + 4 + 2 + 5 + 1
+        );
     }
 }

@@ -676,10 +676,21 @@ mod tests {
         let objects = render(&external()).unwrap();
         let rules = &find(&objects, "ClusterRole", "accord-hub")["rules"];
         // Every kind the crds crate defines, in its order.
-        let plurals: Vec<String> = all_crds().iter().map(|c| c.spec.names.plural.clone()).collect();
-        assert!(plurals.len() >= 6 && plurals[0] == "managedclusters", "{plurals:?}");
+        let plurals: Vec<String> = all_crds()
+            .iter()
+            .map(|c| c.spec.names.plural.clone())
+            .collect();
+        assert!(
+            plurals.len() >= 6 && plurals[0] == "managedclusters",
+            "{plurals:?}"
+        );
         let all = json!(plurals);
-        let status = json!(plurals.iter().map(|p| format!("{p}/status")).collect::<Vec<_>>());
+        let status = json!(
+            plurals
+                .iter()
+                .map(|p| format!("{p}/status"))
+                .collect::<Vec<_>>()
+        );
         assert_eq!(
             *rules,
             json!([

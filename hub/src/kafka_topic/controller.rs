@@ -27,7 +27,6 @@ use accord_crds::conditions::{self, types};
 use accord_crds::kafka_topic::{
     DeletionPolicy, FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy,
 };
-use accord_crds::validate::Validate;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -425,16 +424,14 @@ impl PlacementKind for KafkaTopics {
         topic: &FederatedKafkaTopic,
         input: &DecideInput<'_, KafkaTopicDecision>,
     ) -> Decided<Self> {
-        if let Err(errors) = topic.spec.validate() {
-            return Decided::Invalid(errors.to_string());
-        }
-        let selected = match select_clusters(
+        let selected = match placement::valid_selection(
+            &topic.spec,
             topic.spec.clusters.as_deref(),
             topic.spec.cluster_selector.as_ref(),
             input.clusters,
         ) {
             Ok(s) => s,
-            Err(e) => return Decided::Invalid(e.to_string()),
+            Err(why) => return Decided::Invalid(why),
         };
         let violations = policy::violations(
             topic,
