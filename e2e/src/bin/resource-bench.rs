@@ -22,6 +22,7 @@
 //!
 //! Figures: docs/benchmarks.md.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use accord_common::runtime::AbortOnDrop;
@@ -35,6 +36,7 @@ use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use anyhow::{Context as _, Result, bail};
 use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Event;
 
 struct Args {
     objects: usize,
@@ -175,7 +177,17 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         .enumerate()
         .map(|(i, c)| (c.as_str(), i))
         .collect();
-    let mut fleet = Fleet::start(testbed, "rbench", "/bench-rbench/", &[], &agents).await?;
+    // The agents' default Lease (15 s), not the tests' 2 s: a member API server this busy
+    // answers a renewal late, and an agent that lost its Lease stops writing.
+    let mut fleet = Fleet::start_with_agent_args(
+        testbed,
+        "rbench",
+        "/bench-rbench/",
+        &[],
+        &["--lease-duration", "15s"],
+        &agents,
+    )
+    .await?;
     for cluster in std::iter::once(testbed.mgmt()).chain(testbed.members()) {
         ensure_namespace(cluster, NS).await?;
     }
@@ -204,7 +216,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     println!(
         "FederatedResource bench: {} FederatedResources × {MANIFESTS} manifests (Deployment of \
          1 pause pod, headless Service, ConfigMap) × {} members, {} concurrent applies; \
-         release hub and agents; kwok members",
+         release hub and agents (agent Lease 15 s); kwok members",
         args.objects, args.members, args.concurrency
     );
 
@@ -322,6 +334,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         writes.apiserver.get("federatedresources", "PATCH") / n,
         (writes.apiserver.get("events", "POST") + writes.apiserver.get("events", "PATCH")) / n,
     );
+    println!("  {}", events_by_reason(&client).await?);
     print!(
         "{}",
         writes.render(&Report {
@@ -484,6 +497,37 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
          apply a new one (karmada#5978)."
     );
     Ok(())
+}
+
+/// The Events about FederatedResources in the bench's namespace, by type and reason, with
+/// their counts (an aggregated Event counts each occurrence).
+async fn events_by_reason(client: &kube::Client) -> Result<String> {
+    let api: kube::Api<Event> = kube::Api::namespaced(client.clone(), NS);
+    let mut by: BTreeMap<(String, String), (usize, i64)> = BTreeMap::new();
+    for e in api.list(&Default::default()).await?.items {
+        if e.involved_object.kind.as_deref() != Some("FederatedResource") {
+            continue;
+        }
+        let entry = by
+            .entry((e.type_.unwrap_or_default(), e.reason.unwrap_or_default()))
+            .or_default();
+        entry.0 += 1;
+        entry.1 += i64::from(e.count.unwrap_or(1));
+    }
+    let parts: Vec<String> = by
+        .iter()
+        .map(|((type_, reason), (events, count))| {
+            format!("{type_} {reason}: {events} Events, {count} occurrences")
+        })
+        .collect();
+    Ok(format!(
+        "Events about the FederatedResources: {}",
+        if parts.is_empty() {
+            "none".to_owned()
+        } else {
+            parts.join("; ")
+        }
+    ))
 }
 
 /// Prints a progress line every 5 s (on stderr) until dropped.

@@ -97,9 +97,17 @@ struct Applied {
 }
 
 impl Applied {
+    /// A failed call: the manifest's `Error` when the member refused it, `Pending` when the
+    /// member could not be asked (its API server unreachable or overloaded, this replica
+    /// not holding the agent Lease at the moment): retried with backoff, never reported as
+    /// the manifest's fault.
     fn failed(kind: ApplyErrorKind, message: String) -> Self {
+        let outcome = match kind {
+            ApplyErrorKind::Unavailable | ApplyErrorKind::Transient => Outcome::Pending(message),
+            _ => Outcome::Error(message),
+        };
         Self {
-            outcome: Outcome::Error(message),
+            outcome,
             version: None,
             failure: Some(kind),
         }
@@ -159,7 +167,9 @@ impl ApplyJob {
                     let applied = self.apply_one(desired, &mark, &mut ensured).await;
                     if let Some(kind) = applied.failure {
                         let message = match &applied.outcome {
-                            Outcome::Error(m) | Outcome::Conflict { message: m, .. } => m.clone(),
+                            Outcome::Error(m)
+                            | Outcome::Pending(m)
+                            | Outcome::Conflict { message: m, .. } => m.clone(),
                             _ => String::new(),
                         };
                         failures.push(Failure {
@@ -642,6 +652,27 @@ pub async fn remove_in_background(job: ApplyJob) {
                 warn!(%policy, error = %e, "removing what the policy delivered failed; retrying in {delay:?}");
                 tokio::time::sleep(delay).await;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_that_cannot_be_asked_leaves_the_manifest_pending_not_in_error() {
+        for kind in [ApplyErrorKind::Unavailable, ApplyErrorKind::Transient] {
+            let a = Applied::failed(
+                kind,
+                "refused POST: this agent replica does not hold the agent Lease".into(),
+            );
+            assert!(matches!(a.outcome, Outcome::Pending(_)), "{kind:?}");
+            assert_eq!(a.failure, Some(kind));
+        }
+        for kind in [ApplyErrorKind::Invalid, ApplyErrorKind::Forbidden] {
+            let a = Applied::failed(kind, "refused".into());
+            assert!(matches!(a.outcome, Outcome::Error(_)), "{kind:?}");
         }
     }
 }
