@@ -32,7 +32,7 @@ pub struct Cli {
 pub enum SandboxCommand {
     /// Start a sandbox in the background and return once it is ready.
     Up(UpArgs),
-    /// Report the daemon, the hub, each member and the example policies.
+    /// Report the daemon, the hub, each member and the examples' state in each member.
     Status(StatusArgs),
     /// Stop everything the sandbox started.
     Down(DirArgs),
@@ -491,6 +491,18 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
             "  {} -n {ns} get fkt {name} -o jsonpath='{{.status.placements}}'\n",
             k(&mgmt)
         ));
+    }
+    let resources: Vec<(&str, &str)> = state
+        .examples
+        .iter()
+        .filter_map(|e| e.strip_prefix("FederatedResource "))
+        .map(|e| e.split_once('/').unwrap_or(("default", e)))
+        .collect();
+    if !resources.is_empty() {
+        out.push_str(&format!("  {} get fres -A\n", k(&mgmt)));
+    }
+    for (ns, name) in resources {
+        out.push_str(&format!("  {} -n {ns} describe fres {name}\n", k(&mgmt)));
     }
     if let Some(global) = &state.global_prometheus_url {
         out.push_str(&format!(

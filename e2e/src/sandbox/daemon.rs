@@ -13,18 +13,19 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use accord_crds::{
-    CrossClusterScalePolicy, FederatedKafkaTopic, KafkaTopicPolicy, ManagedCluster, PlacementState,
-    PrometheusFederation, PrometheusFederationStatus, conditions,
+    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedResource, FederatedResourceStatus,
+    KafkaTopicPolicy, ManagedCluster, PlacementState, PrometheusFederation,
+    PrometheusFederationStatus, conditions,
 };
 use anyhow::{Context as _, Result, bail, ensure};
 use futures::future::try_join_all;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 
-use super::examples::{self, FederationExample, Fit, Plan};
+use super::examples::{self, FederationExample, Fit, NeededSecret, Plan, ResourceExample};
 use super::state::{self, MemberState, State};
 use super::status::FEDERATED_QUERY;
 use crate::fleet::{ensure_namespace, pause_deployment};
@@ -44,6 +45,8 @@ pub const PROGRESS: &str = "[sandbox] ";
 pub const FIELD_MANAGER: &str = "accord-sandbox";
 /// How long each start-up step may take before the daemon gives up.
 const STEP_TIMEOUT: Duration = Duration::from_secs(180);
+/// Length of the random value of each key of a Secret the examples refer to.
+const SECRET_VALUE_LEN: usize = 24;
 /// Name of the Service each tenant's Prometheus is published as, in the tenant's namespace.
 pub const TENANT_SERVICE: &str = "prometheus";
 /// The manifest of a member's federation Prometheus. The sandbox runs Prometheus itself and
@@ -364,6 +367,7 @@ async fn set_up(
         .collect();
     wait_policies_synced(testbed, &running, &plan).await?;
     wait_topics_synced(testbed, &running, &plan).await?;
+    wait_resources_available(testbed, &running, &plan).await?;
     if let Some(example) = &plan.federation {
         wait_federation_ready(
             testbed,
@@ -807,6 +811,7 @@ fn example_resource(kind: &str) -> Result<(ApiResource, bool)> {
         "FederatedKafkaTopic" => (ApiResource::erase::<FederatedKafkaTopic>(&()), true),
         "KafkaTopicPolicy" => (ApiResource::erase::<KafkaTopicPolicy>(&()), false),
         "PrometheusFederation" => (ApiResource::erase::<PrometheusFederation>(&()), true),
+        examples::FRES => (ApiResource::erase::<FederatedResource>(&()), true),
         other => bail!("no API resource known for example kind {other:?}"),
     })
 }
@@ -842,10 +847,24 @@ async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
                 .join(", ")
         ));
     }
+    if !plan.delivered_targets.is_empty() {
+        progress(format!(
+            "not creating the Deployments a FederatedResource example delivers: {}",
+            plan.delivered_targets
+                .iter()
+                .map(|(d, by)| format!("{}:{}/{} ({by})", d.cluster, d.namespace, d.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
 
     let mgmt = testbed.mgmt();
+    label_members(testbed, &plan.cluster_labels).await?;
     for ns in &plan.mgmt_namespaces {
         ensure_namespace(mgmt, ns).await?;
+    }
+    for secret in &plan.secrets {
+        create_secret(testbed, secret).await?;
     }
     for object in &plan.objects {
         let kind = object["kind"].as_str().unwrap_or_default();
@@ -866,6 +885,73 @@ async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
             .with_context(|| format!("applying example {kind} {name}"))?;
         progress(format!("applied example {kind} {name}"));
     }
+    Ok(())
+}
+
+/// Adds `labels` to the members' ManagedClusters (a merge patch: what the agent and the
+/// examples set stays), so that the examples' cluster selectors pick them.
+async fn label_members(
+    testbed: &Testbed,
+    labels: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<()> {
+    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    for (cluster, labels) in labels {
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        api.patch(cluster, &params, &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("labelling ManagedCluster {cluster}"))?;
+        progress(format!(
+            "labelled ManagedCluster {cluster} {}, as the examples' cluster selectors expect",
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
+    Ok(())
+}
+
+/// Creates Secret `secret` on the management cluster with a random value for each key.
+/// The values are never printed: `kubectl get secret` shows them to whoever needs them.
+async fn create_secret(testbed: &Testbed, secret: &NeededSecret) -> Result<()> {
+    use rand::Rng as _;
+    let data: BTreeMap<&str, String> = secret
+        .keys
+        .iter()
+        .map(|key| {
+            let value: String = rand::rng()
+                .sample_iter(rand::distr::Alphanumeric)
+                .take(SECRET_VALUE_LEN)
+                .map(char::from)
+                .collect();
+            (key.as_str(), value)
+        })
+        .collect();
+    let api: Api<Secret> = Api::namespaced(testbed.mgmt().client(), &secret.namespace);
+    let object = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": secret.name},
+        "stringData": data,
+    });
+    api.patch(
+        &secret.name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("creating Secret {}/{}", secret.namespace, secret.name))?;
+    progress(format!(
+        "created Secret {}/{} (key {}, a random value) for the examples' secretRefs",
+        secret.namespace,
+        secret.name,
+        secret.keys.join(", ")
+    ));
     Ok(())
 }
 
@@ -1026,6 +1112,101 @@ async fn wait_topics_synced(testbed: &Testbed, running: &[ProcessId], plan: &Pla
         .await?;
         progress(format!(
             "FederatedKafkaTopic {ns}/{name} is Synced in {}",
+            clusters.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// What keeps a FederatedResource from being Available in each of `clusters`: a cluster
+/// without a placement, one not Synced, one with a manifest not healthy; and the
+/// `Available` condition not True. Empty when it is Available everywhere.
+pub fn resource_waiting(status: &FederatedResourceStatus, clusters: &[String]) -> Vec<String> {
+    let mut waiting: Vec<String> = clusters
+        .iter()
+        .filter_map(|cluster| {
+            let placement = status.placements.iter().find(|p| &p.cluster == cluster);
+            match placement {
+                None => Some(format!("{cluster} has no placement")),
+                Some(p) if p.state != PlacementState::Synced => Some(format!(
+                    "{cluster} is {}{}",
+                    p.state,
+                    p.message
+                        .as_deref()
+                        .map(|m| format!(" ({m})"))
+                        .unwrap_or_default()
+                )),
+                Some(p) if p.applied.is_none() || p.available != p.applied => {
+                    let unhealthy: Vec<String> = p
+                        .manifests
+                        .iter()
+                        .filter(|m| m.health != accord_common::distribution::health::HEALTHY)
+                        .map(|m| format!("{} {} {}", m.kind, m.name, m.health))
+                        .collect();
+                    Some(format!(
+                        "{cluster} has {} of {} manifests healthy{}",
+                        p.available.unwrap_or(0),
+                        p.applied.unwrap_or(0),
+                        if unhealthy.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", unhealthy.join(", "))
+                        }
+                    ))
+                }
+                Some(_) => None,
+            }
+        })
+        .collect();
+    if waiting.is_empty()
+        && !conditions::is_true(
+            &status.conditions,
+            accord_hub::federated_resource::status::AVAILABLE,
+        )
+    {
+        waiting.push("the Available condition is not True yet".to_owned());
+    }
+    waiting
+}
+
+/// Waits until every FederatedResource example is Available in every member it delivers
+/// to.
+async fn wait_resources_available(
+    testbed: &Testbed,
+    running: &[ProcessId],
+    plan: &Plan,
+) -> Result<()> {
+    for ResourceExample {
+        namespace,
+        name,
+        clusters,
+    } in &plan.resources
+    {
+        let api: Api<FederatedResource> = Api::namespaced(testbed.mgmt().client(), namespace);
+        until(
+            &format!("FederatedResource {namespace}/{name} to be Available everywhere"),
+            STEP_TIMEOUT,
+            || {
+                let api = api.clone();
+                async move {
+                    ensure_all_running(testbed, running)?;
+                    let status = api
+                        .get_opt(name)
+                        .await?
+                        .and_then(|r| r.status)
+                        .unwrap_or_default();
+                    let waiting = resource_waiting(&status, clusters);
+                    Ok(if waiting.is_empty() {
+                        Check::Ready(())
+                    } else {
+                        Check::NotYet(waiting.join(", "))
+                    })
+                }
+            },
+        )
+        .await?;
+        progress(format!(
+            "FederatedResource {namespace}/{name} is Available in {}",
             clusters.join(", ")
         ));
     }
@@ -1240,5 +1421,55 @@ mod tests {
                 "verbs": ["get", "list", "watch", "patch"],
             }])
         );
+    }
+
+    #[test]
+    fn a_federated_resource_is_ready_once_every_member_is_synced_and_healthy_and_available() {
+        let members = vec!["member-1".to_owned(), "member-2".to_owned()];
+        let status = |placements: serde_json::Value, available: &str| -> FederatedResourceStatus {
+            serde_json::from_value(serde_json::json!({
+                "placements": placements,
+                "conditions": [{"type": "Available", "status": available, "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            }))
+            .unwrap()
+        };
+        let synced = |cluster: &str, available: i32| {
+            serde_json::json!({"cluster": cluster, "state": "Synced", "applied": 6,
+                "available": available})
+        };
+        let waiting = status(
+            serde_json::json!([
+                synced("member-1", 5),
+                {"cluster": "member-2", "state": "Conflict", "message": "exists"},
+            ]),
+            "False",
+        );
+        assert_eq!(
+            resource_waiting(&waiting, &members),
+            [
+                "member-1 has 5 of 6 manifests healthy",
+                "member-2 is Conflict (exists)"
+            ]
+        );
+        let mut progressing = status(serde_json::json!([synced("member-1", 5)]), "False");
+        progressing.placements[0].manifests = serde_json::from_value(serde_json::json!([
+            {"kind": "StatefulSet", "name": "mysql", "state": "Synced", "health": "Progressing"},
+            {"kind": "Service", "name": "mysql", "state": "Synced", "health": "Healthy"},
+        ]))
+        .unwrap();
+        assert_eq!(
+            resource_waiting(&progressing, &members),
+            [
+                "member-1 has 5 of 6 manifests healthy (StatefulSet mysql Progressing)",
+                "member-2 has no placement"
+            ]
+        );
+        let healthy = serde_json::json!([synced("member-1", 6), synced("member-2", 6)]);
+        assert_eq!(
+            resource_waiting(&status(healthy.clone(), "False"), &members),
+            ["the Available condition is not True yet"]
+        );
+        assert!(resource_waiting(&status(healthy, "True"), &members).is_empty());
     }
 }

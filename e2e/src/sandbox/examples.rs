@@ -1,12 +1,17 @@
 //! The example CRs of `deploy/examples/`, fitted to a sandbox: their cluster names
 //! (`us-central1`, `eu-west1`) become the sandbox's members, Kafka and Prometheus examples
 //! are kept only when the sandbox runs Kafka or Prometheus, the Deployments the scale
-//! policies target are listed so they can be created in the members, and the
-//! PrometheusFederation is fitted to the sandbox's Prometheus servers and described so that
-//! they can be started for it. Pure: no I/O.
+//! policies target are listed so they can be created in the members (unless a
+//! FederatedResource example delivers them), the members are given the labels the
+//! examples' selectors expect, the Secrets the FederatedResource examples refer to are
+//! listed, and the PrometheusFederation is fitted to the sandbox's Prometheus servers and
+//! described so that they can be started for it. Pure: no I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use accord_crds::FederatedResourceSpec;
+use accord_hub::distribution::select::ClusterInfo;
+use accord_hub::federated_resource::plan::{key_of, ordered_manifests, overridden};
 use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
 
@@ -28,6 +33,14 @@ pub const EXAMPLE_FILES: &[(&str, &str)] = &[
         include_str!("../../../deploy/examples/federatedkafkatopic.yaml"),
     ),
     (
+        "federatedresource-mysql.yaml",
+        include_str!("../../../deploy/examples/federatedresource-mysql.yaml"),
+    ),
+    (
+        "federatedresource.yaml",
+        include_str!("../../../deploy/examples/federatedresource.yaml"),
+    ),
+    (
         "kafkatopicpolicy.yaml",
         include_str!("../../../deploy/examples/kafkatopicpolicy.yaml"),
     ),
@@ -43,6 +56,17 @@ pub const EXAMPLE_FILES: &[(&str, &str)] = &[
 
 /// Kind of the scale policy.
 pub const CCSP: &str = "CrossClusterScalePolicy";
+/// Kind of the delivery of Kubernetes objects.
+pub const FRES: &str = "FederatedResource";
+
+/// Labels the examples take their clusters to have that no ManagedCluster example gives
+/// them: `eu-west1` is the EU cluster, whose image the FederatedResource examples'
+/// overrides (`clusterSelector: {matchLabels: {region: eu}}`) change. `us-central1`'s
+/// labels come with its ManagedCluster example.
+const EXAMPLE_CLUSTER_LABELS: &[(&str, &[(&str, &str)])] = &[("eu-west1", &[("region", "eu")])];
+
+/// The key of a generated Secret when no manifest names one (`secretKeyRef.key`).
+pub const DEFAULT_SECRET_KEY: &str = "password";
 
 /// The query the sandbox gives autoscaled examples: every target its Prometheus scrapes
 /// and finds up counts for 250 requests/s.
@@ -80,6 +104,30 @@ pub struct TargetDeployment {
     pub name: String,
 }
 
+/// A Secret the examples refer to (a FederatedResource's `secretRefs`), which the sandbox
+/// creates on the management cluster with a random value per key before applying them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeededSecret {
+    /// Namespace on the management cluster (the FederatedResource's).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Its keys: those the delivered manifests read (`secretKeyRef.key`), else
+    /// [`DEFAULT_SECRET_KEY`].
+    pub keys: Vec<String>,
+}
+
+/// A FederatedResource example the sandbox waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceExample {
+    /// Namespace on the management cluster.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The members it delivers to (its fitted `spec.clusters`).
+    pub clusters: Vec<String>,
+}
+
 /// The examples fitted to a sandbox.
 #[derive(Debug, Clone, Default)]
 pub struct Plan {
@@ -87,8 +135,22 @@ pub struct Plan {
     pub objects: Vec<Value>,
     /// Namespaces those objects need on the management cluster.
     pub mgmt_namespaces: Vec<String>,
-    /// Deployments to create in the members.
+    /// Deployments to create in the members: the scale policies' targets that no
+    /// FederatedResource example delivers.
     pub deployments: Vec<TargetDeployment>,
+    /// Scale policy targets a FederatedResource example delivers (`namespace/name` of the
+    /// FederatedResource): not created by the sandbox, or the delivery would find an object
+    /// Accord did not create and report `Conflict`.
+    pub delivered_targets: Vec<(TargetDeployment, String)>,
+    /// Labels to add to members' ManagedClusters so that the examples' cluster selectors
+    /// pick the member standing in for the cluster they mean (the member in `eu-west1`'s
+    /// place is `region: eu`).
+    pub cluster_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// Secrets to create on the management cluster before the examples that refer to them.
+    pub secrets: Vec<NeededSecret>,
+    /// FederatedResources that must be `Available` in every member they deliver to before
+    /// the sandbox counts as ready.
+    pub resources: Vec<ResourceExample>,
     /// Scale policies (`namespace`, `name`) whose placements must all be Synced before the
     /// sandbox counts as ready (the plain ones; metric-driven ones are reported only).
     pub wait_for: Vec<(String, String)>,
@@ -173,6 +235,25 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
                 }
                 fit.kafka
             }
+            FRES => {
+                let (example, secrets) = fit_resource(&mut object, fit, &rename)?;
+                plan.resources.push(example);
+                for secret in secrets {
+                    match plan
+                        .secrets
+                        .iter_mut()
+                        .find(|s| s.namespace == secret.namespace && s.name == secret.name)
+                    {
+                        Some(known) => {
+                            known.keys.extend(secret.keys);
+                            known.keys.sort();
+                            known.keys.dedup();
+                        }
+                        None => plan.secrets.push(secret),
+                    }
+                }
+                true
+            }
             "KafkaTopicPolicy" => fit.kafka,
             "PrometheusFederation" => {
                 if fit.prometheus_url.is_some() {
@@ -226,7 +307,112 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
         }
         plan.objects.push(object);
     }
+    plan.cluster_labels = member_labels(&renames, fit.members);
+    drop_delivered_targets(&mut plan)?;
     Ok(plan)
+}
+
+/// Labels for each member from [`EXAMPLE_CLUSTER_LABELS`]: those of the example cluster
+/// it stands in for; members beyond the examples' clusters get those of the last one, as
+/// they get its share in the scale policies.
+fn member_labels(
+    renames: &[String],
+    members: &[String],
+) -> BTreeMap<String, BTreeMap<String, String>> {
+    let labels_of = |cluster: &str| -> BTreeMap<String, String> {
+        EXAMPLE_CLUSTER_LABELS
+            .iter()
+            .filter(|(c, _)| *c == cluster)
+            .flat_map(|(_, labels)| labels.iter())
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    members
+        .iter()
+        .enumerate()
+        .filter_map(|(i, member)| {
+            let example = renames.get(i).or(renames.last())?;
+            let labels = labels_of(example);
+            (!labels.is_empty()).then(|| (member.clone(), labels))
+        })
+        .collect()
+}
+
+/// Each member's labels once the sandbox is up: its ManagedCluster example's, those
+/// [`member_labels`] adds, and the federation's.
+fn labels_once_up(plan: &Plan, cluster: &str) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::new();
+    for object in &plan.objects {
+        if object["kind"] == "ManagedCluster" && object["metadata"]["name"] == cluster {
+            for (k, v) in object["metadata"]["labels"]
+                .as_object()
+                .into_iter()
+                .flatten()
+            {
+                labels.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    labels.extend(
+        plan.cluster_labels
+            .get(cluster)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    if let Some(federation) = &plan.federation {
+        labels.extend(federation.cluster_labels.clone());
+    }
+    labels
+}
+
+/// Moves the scale policies' targets that a FederatedResource example delivers (as the
+/// hub plans its delivery: the same overrides, the members' labels once up) from
+/// `deployments` to `delivered_targets`.
+fn drop_delivered_targets(plan: &mut Plan) -> Result<()> {
+    let mut delivered: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    for object in plan.objects.iter().filter(|o| o["kind"] == FRES) {
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default");
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let spec: FederatedResourceSpec = serde_json::from_value(object["spec"].clone())
+            .with_context(|| format!("FederatedResource example {namespace}/{name}"))?;
+        let manifests = ordered_manifests(&spec);
+        for cluster in spec.clusters.iter().flatten() {
+            let info = ClusterInfo {
+                labels: labels_once_up(plan, cluster),
+                ..ClusterInfo::default()
+            };
+            let (out, _) =
+                overridden(&spec, &manifests, cluster, Some(&info)).with_context(|| {
+                    format!("FederatedResource example {namespace}/{name} in {cluster}")
+                })?;
+            for m in &out {
+                let key = key_of(m, namespace);
+                if key.kind == "Deployment" {
+                    delivered.insert(
+                        (cluster.clone(), key.namespace, key.name),
+                        format!("{namespace}/{name}"),
+                    );
+                }
+            }
+        }
+    }
+    let (kept, dropped): (Vec<_>, Vec<_>) = std::mem::take(&mut plan.deployments)
+        .into_iter()
+        .map(|d| {
+            let by = delivered
+                .get(&(d.cluster.clone(), d.namespace.clone(), d.name.clone()))
+                .cloned();
+            (d, by)
+        })
+        .partition(|(_, by)| by.is_none());
+    plan.deployments = kept.into_iter().map(|(d, _)| d).collect();
+    plan.delivered_targets = dropped
+        .into_iter()
+        .filter_map(|(d, by)| Some((d, by?)))
+        .collect();
+    Ok(())
 }
 
 /// Distinct cluster names the examples use, in order of first mention.
@@ -252,6 +438,15 @@ fn cluster_names(objects: &[Value]) -> Vec<String> {
             }
             Some("FederatedKafkaTopic") => {
                 for cluster in object["spec"]["clusters"].as_array().into_iter().flatten() {
+                    add(cluster.as_str());
+                }
+            }
+            Some(FRES) => {
+                let spec = &object["spec"];
+                let overrides = spec["overrides"].as_array().into_iter().flatten();
+                let lists =
+                    std::iter::once(&spec["clusters"]).chain(overrides.map(|o| &o["clusters"]));
+                for cluster in lists.filter_map(Value::as_array).flatten() {
                     add(cluster.as_str());
                 }
             }
@@ -297,12 +492,161 @@ fn fit_scale_policy(
     for member in fit.members.iter().skip(fitted.len()) {
         let mut entry = json!({"cluster": member, "weight": template["weight"].clone()});
         if template["namespace"].is_string() {
-            entry["namespace"] = json!(format!("prod-{member}"));
+            entry["namespace"] = json!(extra_namespace(member));
         }
         fitted.push(entry);
     }
     object["spec"]["distribution"] = json!(fitted);
     Ok(true)
+}
+
+/// The namespace a member beyond the examples' clusters gets where the examples give each
+/// cluster one of its own (`prod-us`, `prod-eu`): in scale policies and in the
+/// FederatedResource overrides that set it, so that both name the same one.
+pub fn extra_namespace(member: &str) -> String {
+    format!("prod-{member}")
+}
+
+/// The JSON pointer of a manifest's namespace, which per-cluster overrides set.
+const NAMESPACE_POINTER: &str = "/metadata/namespace";
+
+/// Fits a FederatedResource to the sandbox: its clusters and every override's clusters
+/// renamed (an override left without a cluster is dropped); members beyond the example's
+/// clusters are delivered to as the last one is: added to the overrides that name it, or,
+/// where such an override sets the namespace, given one of their own that sets
+/// [`extra_namespace`]. Returns what to wait for and the Secrets it refers to.
+fn fit_resource(
+    object: &mut Value,
+    fit: &Fit<'_>,
+    rename: &impl Fn(&str) -> Option<String>,
+) -> Result<(ResourceExample, Vec<NeededSecret>)> {
+    let namespace = object["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("default")
+        .to_owned();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .context("a FederatedResource example without a name")?
+        .to_owned();
+    let spec = &mut object["spec"];
+    ensure!(
+        spec["clusters"].is_array(),
+        "FederatedResource example {namespace}/{name}: the sandbox fits examples that name \
+         their clusters (spec.clusters), not a clusterSelector"
+    );
+    let last = spec["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .rfind(|c| rename(c).is_some())
+        .map(str::to_owned);
+    let clusters = fit_cluster_list(&spec["clusters"], fit, rename);
+    let extras: Vec<&String> = fit
+        .members
+        .iter()
+        .filter(|m| {
+            !spec["clusters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.as_str().and_then(rename))
+                .any(|c| &c == *m)
+        })
+        .collect();
+    spec["clusters"] = json!(clusters);
+
+    let mut overrides = Vec::new();
+    for o in spec["overrides"].as_array().into_iter().flatten() {
+        let Some(names) = o["clusters"].as_array() else {
+            overrides.push(o.clone());
+            continue;
+        };
+        let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+        let mut renamed: Vec<String> = names.iter().filter_map(|c| rename(c)).collect();
+        let like_last = last.as_deref().is_some_and(|l| names.contains(&l));
+        let sets_namespace = o["jsonPatch"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|op| op["path"] == NAMESPACE_POINTER);
+        let mut own = Vec::new();
+        if like_last {
+            if sets_namespace {
+                for member in &extras {
+                    let mut copy = o.clone();
+                    copy["clusters"] = json!([member]);
+                    for op in copy["jsonPatch"].as_array_mut().into_iter().flatten() {
+                        if op["path"] == NAMESPACE_POINTER && op.get("value").is_some() {
+                            op["value"] = json!(extra_namespace(member));
+                        }
+                    }
+                    own.push(copy);
+                }
+            } else {
+                renamed.extend(extras.iter().map(|m| (*m).clone()));
+            }
+        }
+        if !renamed.is_empty() {
+            let mut o = o.clone();
+            o["clusters"] = json!(renamed);
+            overrides.push(o);
+        }
+        overrides.extend(own);
+    }
+    if spec.get("overrides").is_some() {
+        spec["overrides"] = json!(overrides);
+    }
+
+    let secrets = spec["secretRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["name"].as_str())
+        .map(|secret| {
+            let mut keys = BTreeSet::new();
+            secret_keys(&spec["manifests"], secret, &mut keys);
+            if keys.is_empty() {
+                keys.insert(DEFAULT_SECRET_KEY.to_owned());
+            }
+            NeededSecret {
+                namespace: namespace.clone(),
+                name: secret.to_owned(),
+                keys: keys.into_iter().collect(),
+            }
+        })
+        .collect();
+    Ok((
+        ResourceExample {
+            namespace,
+            name,
+            clusters,
+        },
+        secrets,
+    ))
+}
+
+/// The keys of Secret `name` that `value` reads through `secretKeyRef`s.
+fn secret_keys(value: &Value, name: &str, keys: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            if let Some(r) = map.get("secretKeyRef")
+                && r["name"] == name
+                && let Some(key) = r["key"].as_str()
+            {
+                keys.insert(key.to_owned());
+            }
+            for v in map.values() {
+                secret_keys(v, name, keys);
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                secret_keys(v, name, keys);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Fits a PrometheusFederation to the sandbox: a short scrape interval, and matchers that
@@ -394,6 +738,37 @@ mod tests {
         names.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    fn target(cluster: &str, namespace: &str, name: &str) -> TargetDeployment {
+        TargetDeployment {
+            cluster: cluster.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    fn example<'p>(plan: &'p Plan, kind: &str, name: &str) -> &'p Value {
+        plan.objects
+            .iter()
+            .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {:?}", kinds(plan)))
+    }
+
+    /// The manifests the hub delivers of FederatedResource `name` to `cluster`, the
+    /// members labelled as the sandbox labels them, and the overrides that applied.
+    fn delivered(plan: &Plan, name: &str, cluster: &str) -> (Vec<Value>, Vec<i32>) {
+        let spec: FederatedResourceSpec =
+            serde_json::from_value(example(plan, FRES, name)["spec"].clone()).unwrap();
+        let info = ClusterInfo {
+            labels: labels_once_up(plan, cluster),
+            ..ClusterInfo::default()
+        };
+        overridden(&spec, &ordered_manifests(&spec), cluster, Some(&info)).unwrap()
+    }
+
+    fn manifest<'m>(manifests: &'m [Value], kind: &str) -> &'m Value {
+        manifests.iter().find(|m| m["kind"] == kind).unwrap()
+    }
+
     fn kinds(plan: &Plan) -> Vec<String> {
         plan.objects
             .iter()
@@ -426,6 +801,8 @@ mod tests {
             kinds(&plan),
             [
                 "CrossClusterScalePolicy \"webapp-global-scale\"",
+                "FederatedResource \"mysql\"",
+                "FederatedResource \"frontend\"",
                 "ManagedCluster \"member-1\""
             ]
         );
@@ -437,26 +814,29 @@ mod tests {
                 {"cluster": "member-2", "namespace": "prod-eu", "weight": 40, "minReplicas": 1},
             ])
         );
+        assert!(
+            plan.deployments.is_empty(),
+            "the FederatedResource example delivers the policy's frontend: {:?}",
+            plan.deployments
+        );
         assert_eq!(
-            plan.deployments,
+            plan.delivered_targets,
             [
-                TargetDeployment {
-                    cluster: "member-1".into(),
-                    namespace: "prod-us".into(),
-                    name: "frontend".into()
-                },
-                TargetDeployment {
-                    cluster: "member-2".into(),
-                    namespace: "prod-eu".into(),
-                    name: "frontend".into()
-                },
+                (
+                    target("member-1", "prod-us", "frontend"),
+                    "default/frontend".into()
+                ),
+                (
+                    target("member-2", "prod-eu", "frontend"),
+                    "default/frontend".into()
+                ),
             ]
         );
         assert_eq!(
             plan.wait_for,
             [("default".to_owned(), "webapp-global-scale".to_owned())]
         );
-        assert!(plan.mgmt_namespaces.is_empty());
+        assert_eq!(plan.mgmt_namespaces, ["databases"]);
         assert_eq!(plan.federation, None, "no Prometheus, no federation");
         assert!(plan.topics.is_empty(), "no Kafka, no topic to wait for");
     }
@@ -484,7 +864,8 @@ mod tests {
             plan3.objects[0]["spec"]["distribution"][2],
             json!({"cluster": "c", "namespace": "prod-c", "weight": 40})
         );
-        assert_eq!(plan3.deployments.len(), 3);
+        assert!(plan3.deployments.is_empty(), "{:?}", plan3.deployments);
+        assert_eq!(plan3.delivered_targets.len(), 3);
     }
 
     #[test]
@@ -534,7 +915,7 @@ mod tests {
             )],
             "the sandbox waits for the example topic in every member"
         );
-        assert_eq!(plan.mgmt_namespaces, ["monitoring"]);
+        assert_eq!(plan.mgmt_namespaces, ["databases", "monitoring"]);
         // Only the plain policy gates readiness; the metric-driven one is reported.
         assert_eq!(plan.wait_for.len(), 1);
         assert!(
@@ -640,5 +1021,286 @@ mod tests {
             plan.objects[0]["spec"]["match"],
             json!(["up", r#"{job="tenant"}"#])
         );
+    }
+
+    #[test]
+    fn the_frontend_example_goes_to_each_members_namespace_with_the_eu_image_in_the_eu_member() {
+        let names = members(&["member-1", "member-2"]);
+        let plan = plan(&Fit {
+            members: &names,
+            ..Fit::default()
+        })
+        .unwrap();
+        let frontend = example(&plan, FRES, "frontend");
+        let spec: FederatedResourceSpec = serde_json::from_value(frontend["spec"].clone()).unwrap();
+        accord_crds::validate::Validate::validate(&spec).unwrap();
+        assert_eq!(
+            frontend["spec"]["clusters"],
+            json!(["member-1", "member-2"])
+        );
+        let overrides = &frontend["spec"]["overrides"];
+        assert_eq!(overrides[0]["clusters"], json!(["member-1"]));
+        assert_eq!(overrides[1]["clusters"], json!(["member-2"]));
+        assert_eq!(
+            overrides[2]["clusterSelector"],
+            json!({"matchLabels": {"region": "eu"}}),
+            "the EU override keeps its selector; the member in eu-west1's place is labelled"
+        );
+        assert_eq!(
+            plan.cluster_labels,
+            BTreeMap::from([(
+                "member-2".to_owned(),
+                BTreeMap::from([("region".to_owned(), "eu".to_owned())])
+            )])
+        );
+        assert_eq!(
+            plan.resources,
+            [
+                ResourceExample {
+                    namespace: "databases".into(),
+                    name: "mysql".into(),
+                    clusters: names.clone(),
+                },
+                ResourceExample {
+                    namespace: "default".into(),
+                    name: "frontend".into(),
+                    clusters: names.clone(),
+                },
+            ],
+            "the sandbox waits for both in both members"
+        );
+
+        let image = |m: &[Value]| {
+            manifest(m, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"].clone()
+        };
+        let (us, applied) = delivered(&plan, "frontend", "member-1");
+        assert_eq!(applied, [0]);
+        assert!(us.iter().all(|m| m["metadata"]["namespace"] == "prod-us"));
+        assert_eq!(image(&us), "registry.example.com/frontend:1.4");
+        let (eu, applied) = delivered(&plan, "frontend", "member-2");
+        assert_eq!(applied, [1, 2]);
+        assert!(eu.iter().all(|m| m["metadata"]["namespace"] == "prod-eu"));
+        assert_eq!(image(&eu), "eu.registry.example.com/frontend:1.4");
+    }
+
+    #[test]
+    fn a_member_beyond_the_examples_is_delivered_to_like_the_last_in_its_own_namespace() {
+        let names = members(&["a", "b", "c"]);
+        let plan = plan(&Fit {
+            members: &names,
+            ..Fit::default()
+        })
+        .unwrap();
+        let frontend = example(&plan, FRES, "frontend");
+        assert_eq!(frontend["spec"]["clusters"], json!(["a", "b", "c"]));
+        let overrides = frontend["spec"]["overrides"].as_array().unwrap();
+        assert_eq!(overrides.len(), 4);
+        assert_eq!(
+            overrides[2],
+            json!({"clusters": ["c"], "jsonPatch": [
+                {"op": "add", "path": "/metadata/namespace", "value": "prod-c"}
+            ]}),
+            "an override of its own, right after the last cluster's"
+        );
+        let policy = example(&plan, CCSP, "webapp-global-scale");
+        assert_eq!(
+            policy["spec"]["distribution"][2]["namespace"], "prod-c",
+            "the scale policy names the same namespace"
+        );
+        assert_eq!(extra_namespace("c"), "prod-c");
+        assert_eq!(
+            plan.cluster_labels.keys().collect::<Vec<_>>(),
+            ["b", "c"],
+            "labelled like the last example cluster"
+        );
+        let (delivered_c, applied) = delivered(&plan, "frontend", "c");
+        assert_eq!(applied, [2, 3]);
+        assert!(
+            delivered_c
+                .iter()
+                .all(|m| m["metadata"]["namespace"] == "prod-c")
+        );
+        assert!(
+            plan.delivered_targets
+                .iter()
+                .any(|(d, _)| *d == target("c", "prod-c", "frontend"))
+        );
+        let mysql = example(&plan, FRES, "mysql");
+        assert_eq!(mysql["spec"]["clusters"], json!(["a", "b", "c"]));
+    }
+
+    #[test]
+    fn one_member_drops_the_override_of_the_cluster_it_lacks() {
+        let names = members(&["solo"]);
+        let plan = plan(&Fit {
+            members: &names,
+            ..Fit::default()
+        })
+        .unwrap();
+        let frontend = example(&plan, FRES, "frontend");
+        assert_eq!(frontend["spec"]["clusters"], json!(["solo"]));
+        let overrides = frontend["spec"]["overrides"].as_array().unwrap();
+        assert_eq!(overrides.len(), 2, "{overrides:?}");
+        assert_eq!(overrides[0]["clusters"], json!(["solo"]));
+        assert!(overrides[1]["clusterSelector"].is_object());
+        assert!(
+            plan.cluster_labels.is_empty(),
+            "no member stands for eu-west1"
+        );
+        assert_eq!(
+            plan.delivered_targets,
+            [(
+                target("solo", "prod-us", "frontend"),
+                "default/frontend".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn the_mysql_example_needs_its_credentials_and_runs_the_eu_image_in_the_eu_member() {
+        let names = members(&["member-1", "member-2"]);
+        let plan = plan(&Fit {
+            members: &names,
+            ..Fit::default()
+        })
+        .unwrap();
+        assert_eq!(
+            plan.secrets,
+            [NeededSecret {
+                namespace: "databases".into(),
+                name: "mysql-credentials".into(),
+                keys: vec!["password".into()],
+            }],
+            "the key the StatefulSet reads"
+        );
+        let mysql = example(&plan, FRES, "mysql");
+        let spec: FederatedResourceSpec = serde_json::from_value(mysql["spec"].clone()).unwrap();
+        accord_crds::validate::Validate::validate(&spec).unwrap();
+        let image = |m: &[Value]| {
+            manifest(m, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]["image"].clone()
+        };
+        let (us, applied) = delivered(&plan, "mysql", "member-1");
+        assert!(applied.is_empty());
+        assert_eq!(image(&us), "registry.example.com/mysql:8.4");
+        let (eu, applied) = delivered(&plan, "mysql", "member-2");
+        assert_eq!(applied, [0]);
+        assert_eq!(image(&eu), "eu.registry.example.com/mysql:8.4");
+    }
+
+    #[test]
+    fn a_secret_without_key_references_gets_the_default_key_and_two_references_merge() {
+        let names = members(&["east"]);
+        let resource = |name: &str, manifests: Value| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1",
+                "kind": FRES,
+                "metadata": {"name": name, "namespace": "apps"},
+                "spec": {
+                    "clusters": ["east"],
+                    "secretRefs": [{"name": "creds"}],
+                    "manifests": manifests,
+                },
+            })
+        };
+        let env = |key: &str| {
+            json!([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": key},
+                "spec": {"containers": [{"name": "c", "env": [{"name": "X",
+                    "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}}}]}]}}])
+        };
+        let plain = json!([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}]);
+        let fit = Fit {
+            members: &names,
+            ..Fit::default()
+        };
+        let alone = plan_objects(vec![resource("a", plain)], &fit).unwrap();
+        assert_eq!(alone.secrets[0].keys, [DEFAULT_SECRET_KEY]);
+        let both = plan_objects(
+            vec![resource("a", env("user")), resource("b", env("token"))],
+            &fit,
+        )
+        .unwrap();
+        assert_eq!(
+            both.secrets,
+            [NeededSecret {
+                namespace: "apps".into(),
+                name: "creds".into(),
+                keys: vec!["token".into(), "user".into()],
+            }]
+        );
+    }
+
+    #[test]
+    fn scale_policy_targets_are_created_unless_a_federated_resource_delivers_them_there() {
+        let names = members(&["east"]);
+        let policy = |name: &str, target: &str| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1",
+                "kind": CCSP,
+                "metadata": {"name": name, "namespace": "default"},
+                "spec": {
+                    "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+                    "desiredReplicas": 2,
+                    "distribution": [{"cluster": "east", "namespace": "shop", "weight": 1}],
+                },
+            })
+        };
+        let deployment = |name: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}});
+        let delivery = json!({
+            "apiVersion": "accord.io/v1alpha1",
+            "kind": FRES,
+            "metadata": {"name": "apps", "namespace": "shop"},
+            "spec": {
+                "clusters": ["east"],
+                // `web` lands in shop (the object's namespace), `api` is moved elsewhere.
+                "manifests": [deployment("web"), deployment("api")],
+                "overrides": [{"clusters": ["east"], "target": {"kind": "Deployment", "name": "api"},
+                    "jsonPatch": [{"op": "add", "path": "/metadata/namespace", "value": "other"}]}],
+            },
+        });
+        let plan = plan_objects(
+            vec![
+                policy("web-scale", "web"),
+                policy("api-scale", "api"),
+                policy("cart-scale", "cart"),
+                delivery,
+            ],
+            &Fit {
+                members: &names,
+                ..Fit::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            plan.deployments,
+            [
+                target("east", "shop", "api"),
+                target("east", "shop", "cart")
+            ]
+        );
+        assert_eq!(
+            plan.delivered_targets,
+            [(target("east", "shop", "web"), "shop/apps".into())]
+        );
+    }
+
+    #[test]
+    fn a_federated_resource_example_with_a_cluster_selector_is_refused_with_the_reason() {
+        let names = members(&["east"]);
+        let object = json!({
+            "apiVersion": "accord.io/v1alpha1",
+            "kind": FRES,
+            "metadata": {"name": "r", "namespace": "default"},
+            "spec": {"clusterSelector": {}, "manifests": []},
+        });
+        let err = plan_objects(
+            vec![object],
+            &Fit {
+                members: &names,
+                ..Fit::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("name their clusters"), "{err}");
     }
 }

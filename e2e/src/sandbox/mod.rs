@@ -6,9 +6,11 @@
 //! renders for pods, which has none here), runs `accord-hub serve` on the host as the
 //! installed ServiceAccount, joins every member through the real
 //! token flow (`accord-hub token create`, then the printed `accord-agent join ... --run`),
-//! applies the examples of `deploy/examples/` fitted to the members, waits until every
-//! member is Available and the example policy Synced, and records itself in
-//! `DIR/state.json`. With `--with-prometheus` it also runs, for the example
+//! applies the examples of `deploy/examples/` fitted to the members (first creating the
+//! Secrets the FederatedResource examples refer to, with random values, and labelling the
+//! members as the examples' selectors expect), waits until every member is Available, the
+//! example policy Synced and every example FederatedResource Available in every member,
+//! and records itself in `DIR/state.json`. With `--with-prometheus` it also runs, for the example
 //! PrometheusFederation, a tenant Prometheus and a federation Prometheus with its reloader
 //! in every member and the global Prometheus with its reloader on the management side, and
 //! waits until the federation is Synced everywhere and the global Prometheus has series

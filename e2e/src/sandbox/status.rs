@@ -1,16 +1,18 @@
 //! `accord-sandbox status`: the daemon, the hub, each member's ManagedCluster conditions,
-//! agent and Kafka broker, the example policies, federations and Kafka topics (their state
-//! in each member), and the global Prometheus with a query showing what it federates, read
-//! from the state file, `/proc` and the management cluster.
+//! agent and Kafka broker, the example policies, federations, Kafka topics and
+//! FederatedResources (their state in each member), and the global Prometheus with a query
+//! showing what it federates, read from the state file, `/proc` and the management cluster.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use accord_crds::{
-    CrossClusterScalePolicy, FederatedKafkaTopic, ManagedCluster, PlacementState,
-    PrometheusFederation, conditions,
+    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedResource, ManagedCluster,
+    PlacementState, PrometheusFederation, conditions,
 };
+use accord_hub::federated_resource::status as fres_status;
 use anyhow::Result;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::{Api, ResourceExt as _};
@@ -70,6 +72,9 @@ pub struct Report {
     /// Every FederatedKafkaTopic on the management cluster.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub topics: Vec<TopicReport>,
+    /// Every FederatedResource on the management cluster.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceReport>,
     /// Why part of the report is missing (e.g. the management cluster did not answer).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
@@ -153,6 +158,55 @@ pub struct TopicPlacementReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replication_factor: Option<i32>,
     /// Detail for the state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One FederatedResource's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResourceReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Whether its `Applied` condition is True (every manifest applied everywhere).
+    pub applied: bool,
+    /// Whether its `Available` condition is True (and every manifest healthy).
+    pub available: bool,
+    /// What each override of `spec.overrides` selects, by index: `clusters a,b` or its
+    /// label selector (`region=eu`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub override_selections: Vec<String>,
+    /// The delivery in each member, as its agent last reported it.
+    pub placements: Vec<ResourcePlacementReport>,
+}
+
+/// One member's placement of a FederatedResource.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResourcePlacementReport {
+    /// Member cluster.
+    pub cluster: String,
+    /// Placement state.
+    pub state: String,
+    /// Manifests applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied: Option<i32>,
+    /// Manifests healthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available: Option<i32>,
+    /// Feedback values by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub feedback: BTreeMap<String, String>,
+    /// Indexes (in `spec.overrides`) of the overrides that applied there.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<i32>,
+    /// Owned fields changed out of band and restored there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift_repairs: Option<i64>,
+    /// Manifests not applied or not healthy, with why (`kind name: state/health`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_ready: Vec<String>,
+    /// Detail for the state (e.g. which `spec.replicas` a scale policy sets).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
@@ -241,6 +295,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
         global_prometheus: None,
         federations: Vec::new(),
         topics: Vec::new(),
+        resources: Vec::new(),
         problems: Vec::new(),
     };
     let Some(state) = state::read(dir)? else {
@@ -382,6 +437,52 @@ async fn read_cluster(state: &State, report: &mut Report) -> Result<()> {
                     state: p.state.to_string(),
                     partitions: p.partitions,
                     replication_factor: p.replication_factor,
+                    message: p.message.clone(),
+                })
+                .collect(),
+        });
+    }
+    let resources: Api<FederatedResource> = Api::all(client.clone());
+    for resource in resources.list(&Default::default()).await? {
+        let status = resource.status.clone().unwrap_or_default();
+        report.resources.push(ResourceReport {
+            namespace: resource.namespace().unwrap_or_default(),
+            name: resource.name_any(),
+            applied: conditions::is_true(&status.conditions, fres_status::APPLIED),
+            available: conditions::is_true(&status.conditions, fres_status::AVAILABLE),
+            override_selections: resource
+                .spec
+                .overrides
+                .iter()
+                .map(override_selection)
+                .collect(),
+            placements: status
+                .placements
+                .iter()
+                .map(|p| ResourcePlacementReport {
+                    cluster: p.cluster.clone(),
+                    state: p.state.to_string(),
+                    applied: p.applied,
+                    available: p.available,
+                    feedback: p.feedback.clone(),
+                    overrides: p.overrides.clone(),
+                    drift_repairs: p.drift_repairs,
+                    not_ready: p
+                        .manifests
+                        .iter()
+                        .filter(|m| {
+                            m.state != PlacementState::Synced
+                                || m.health != accord_common::distribution::health::HEALTHY
+                        })
+                        .map(|m| {
+                            let mut text =
+                                format!("{} {}: {}/{}", m.kind, m.name, m.state, m.health);
+                            if let Some(message) = &m.message {
+                                let _ = write!(text, " ({message})");
+                            }
+                            text
+                        })
+                        .collect(),
                     message: p.message.clone(),
                 })
                 .collect(),
@@ -577,10 +678,89 @@ pub fn render(report: &Report) -> String {
             placements.join(", ")
         );
     }
+    for r in &report.resources {
+        let _ = writeln!(
+            out,
+            "  fres {}/{}: {}",
+            r.namespace,
+            r.name,
+            match (r.applied, r.available) {
+                (true, true) => "Applied, Available",
+                (true, false) => "Applied, not Available",
+                (false, _) => "not Applied",
+            }
+        );
+        for p in &r.placements {
+            let _ = writeln!(
+                out,
+                "    {}",
+                resource_placement(p, &r.override_selections)
+            );
+        }
+    }
     for problem in &report.problems {
         let _ = writeln!(out, "  ! {problem}");
     }
     out
+}
+
+/// What an override selects: `clusters a,b`, its labels (`region=eu`), or `selector`
+/// when it has expressions.
+fn override_selection(o: &accord_crds::federated_resource::Override) -> String {
+    if let Some(clusters) = &o.clusters {
+        return format!("clusters {}", clusters.join(","));
+    }
+    let selector = o.cluster_selector.clone().unwrap_or_default();
+    if selector.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) {
+        return "selector".to_owned();
+    }
+    let labels: Vec<String> = selector
+        .match_labels
+        .unwrap_or_default()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    labels.join(",")
+}
+
+/// One member's delivery of a FederatedResource, on one line: state, manifests applied and
+/// healthy, the overrides that applied (with what they select, from `selections`),
+/// feedback, drift repairs, then what is not ready and, when not Synced, the message.
+fn resource_placement(p: &ResourcePlacementReport, selections: &[String]) -> String {
+    let mut text = format!("{} {}", p.cluster, p.state);
+    if let (Some(applied), Some(available)) = (p.applied, p.available) {
+        let _ = write!(text, ", {applied} applied, {available} available");
+    }
+    if !p.overrides.is_empty() {
+        let overrides: Vec<String> = p
+            .overrides
+            .iter()
+            .map(|i| {
+                let selection = usize::try_from(*i).ok().and_then(|i| selections.get(i));
+                match selection {
+                    Some(s) => format!("{i} ({s})"),
+                    None => i.to_string(),
+                }
+            })
+            .collect();
+        let _ = write!(text, ", overrides {}", overrides.join(", "));
+    }
+    if !p.feedback.is_empty() {
+        let values: Vec<String> = p.feedback.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = write!(text, ", {}", values.join(" "));
+    }
+    if let Some(repairs) = p.drift_repairs {
+        let _ = write!(text, ", {repairs} drift repair(s)");
+    }
+    if !p.not_ready.is_empty() {
+        let _ = write!(text, "; not ready: {}", p.not_ready.join(", "));
+    }
+    if p.state != PlacementState::Synced.as_str()
+        && let Some(message) = &p.message
+    {
+        let _ = write!(text, ": {message}");
+    }
+    text
 }
 
 /// What follows a member's Kafka address: its protocol unless PLAINTEXT, and the client
@@ -629,6 +809,7 @@ mod tests {
             global_prometheus: None,
             federations: Vec::new(),
             topics: Vec::new(),
+            resources: Vec::new(),
             problems: Vec::new(),
         }
     }
@@ -760,6 +941,68 @@ mod tests {
             text.contains(
                 "Kafka 127.0.0.1:9094 (SASL_SSL, SCRAM-SHA-512; client config \
                  /sandbox/member-1-kafka.properties)"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn status_prints_each_members_delivery_of_a_federated_resource() {
+        let mut report = running_report();
+        let placement = |cluster: &str, overrides: Vec<i32>| ResourcePlacementReport {
+            cluster: cluster.into(),
+            state: "Synced".into(),
+            applied: Some(6),
+            available: Some(6),
+            feedback: [
+                ("instances".to_owned(), "3".to_owned()),
+                ("readyReplicas".to_owned(), "3".to_owned()),
+            ]
+            .into(),
+            overrides,
+            drift_repairs: None,
+            not_ready: Vec::new(),
+            message: None,
+        };
+        let mut eu = placement("member-2", vec![0]);
+        eu.state = "Synced".into();
+        eu.available = Some(5);
+        eu.drift_repairs = Some(1);
+        eu.not_ready = vec!["StatefulSet mysql: Synced/Progressing".into()];
+        report.resources.push(ResourceReport {
+            namespace: "databases".into(),
+            name: "mysql".into(),
+            applied: true,
+            available: false,
+            override_selections: vec!["region=eu".into()],
+            placements: vec![placement("member-1", Vec::new()), eu],
+        });
+        let mut stuck = placement("member-3", Vec::new());
+        stuck.state = "Conflict".into();
+        stuck.message = Some("Deployment frontend exists and Accord did not create it".into());
+        report.resources.push(ResourceReport {
+            namespace: "default".into(),
+            name: "frontend".into(),
+            applied: false,
+            available: false,
+            override_selections: Vec::new(),
+            placements: vec![stuck],
+        });
+        let text = render(&report);
+        assert!(
+            text.contains(
+                "  fres databases/mysql: Applied, not Available\n    member-1 Synced, 6 applied, \
+                 6 available, instances=3 readyReplicas=3\n    member-2 Synced, 6 applied, 5 \
+                 available, overrides 0 (region=eu), instances=3 readyReplicas=3, 1 drift \
+                 repair(s); not ready: StatefulSet mysql: Synced/Progressing\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  fres default/frontend: not Applied\n    member-3 Conflict, 6 applied, 6 \
+                 available, instances=3 readyReplicas=3: Deployment frontend exists and Accord \
+                 did not create it\n"
             ),
             "{text}"
         );
