@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use accord_crds::validate::Validate;
 use accord_crds::{
-    CrossClusterScalePolicySpec, FederatedKafkaTopicSpec, KafkaTopicPolicySpec, ManagedClusterSpec,
-    PrometheusFederationSpec,
+    CrossClusterScalePolicySpec, FederatedKafkaTopicSpec, FederatedResourceSpec,
+    KafkaTopicPolicySpec, ManagedClusterSpec, PrometheusFederationSpec,
 };
 use accord_hub::grpc::sync::translate_report;
 use accord_proto::v1::{AgentMessage, HubMessage, RegisterRequest, agent_message};
@@ -147,6 +147,7 @@ fn validate_as(kind: &str, spec: Value) -> bool {
         "KafkaTopicPolicy" => check::<KafkaTopicPolicySpec>(spec),
         "ManagedCluster" => check::<ManagedClusterSpec>(spec),
         "PrometheusFederation" => check::<PrometheusFederationSpec>(spec),
+        "FederatedResource" => check::<FederatedResourceSpec>(spec),
         other => panic!("an example of unknown kind {other}"),
     }
 }
