@@ -626,6 +626,42 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
             })
         })
         .await?;
+
+        // Two FederatedResources delivering one object to one cluster: the first keeps it,
+        // the second is Conflict there naming it — even with Adopt.
+        let one = |name: &str| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "clusters": [format!("{prefix}-0")],
+                    "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "contested"}, "data": {"by": name}}],
+                    "conflictResolution": "Adopt",
+                }
+            })
+        };
+        apply(testbed, ns, &one("first")).await?;
+        wait_status(testbed, ns, "first", "first Applied", |s| {
+            (condition(s, "Applied").as_deref() == Some("True")).then_some(())
+        })
+        .await?;
+        apply(testbed, ns, &one("second")).await?;
+        let conflict = wait_status(testbed, ns, "second", "second in Conflict", |s| {
+            s.placements
+                .iter()
+                .find(|p| p.state == PlacementState::Conflict)
+                .cloned()
+        })
+        .await?;
+        let named = conflict
+            .manifests
+            .iter()
+            .filter_map(|m| m.message.as_deref())
+            .any(|m| m.contains(&format!("{ns}/first")));
+        ensure!(named, "the owner is not named: {conflict:?}");
+        let cm = config_maps(testbed, 0, ns).get("contested").await?;
+        ensure!(cm.data.unwrap_or_default()["by"] == "first", "the second took it over");
         Ok(())
     });
 }
