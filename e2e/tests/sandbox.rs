@@ -5,7 +5,11 @@
 //! all, the global Prometheus and a query included, and `down` leaves no process behind.
 //! The API server calls the sandbox's hub for admission (`kubectl apply` of a topic that
 //! breaks a KafkaTopicPolicy is refused, or warned about under `Audit`), and with
-//! `--with-kafka-sasl` the example topic reaches `Synced` over SASL_SSL with SCRAM.
+//! `--with-kafka-sasl` the example topic reaches `Synced` over SASL_SSL with SCRAM. The
+//! example FederatedResources are delivered: the MySQL StatefulSet runs 3 ready replicas in
+//! the members with its generated credentials (never printed), the EU member runs the EU
+//! images, the scale policy scales the delivered frontend, and `status` shows each
+//! delivery in each member.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -18,7 +22,7 @@ use accord_e2e::sandbox::status::{FEDERATED_QUERY, query_command};
 use accord_e2e::sandbox::{procs, state};
 use accord_e2e::wait::{Check, until};
 use anyhow::{Context as _, Result, ensure};
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use serde_json::Value;
@@ -154,16 +158,79 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
         }
     }
     let member = printed_path(&summary, "member-1")?;
-    let deployments: Api<Deployment> =
-        Api::namespaced(accord_e2e::kubeconfig::client(&member).await?, "prod-us");
-    let replicas = deployments
-        .get("frontend")
-        .await?
-        .spec
-        .and_then(|s| s.replicas);
+    let member_client = accord_e2e::kubeconfig::client(&member).await?;
+    let deployments: Api<Deployment> = Api::namespaced(member_client.clone(), "prod-us");
+    let frontend = deployments.get("frontend").await?;
+    let replicas = frontend.spec.as_ref().and_then(|s| s.replicas);
     ensure!(
         replicas == Some(7),
         "frontend in member-1 has {replicas:?} replicas"
+    );
+    // The scale policy scaled what the example FederatedResource delivered, not a
+    // Deployment the sandbox made.
+    ensure!(
+        frontend
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(accord_crds::FEDERATED_RESOURCE_ANNOTATION)),
+        "frontend in member-1 was not delivered by Accord: {:?}",
+        frontend.metadata
+    );
+    let eu: Api<Deployment> = Api::namespaced(
+        accord_e2e::kubeconfig::client(&printed_path(&summary, "member-2")?).await?,
+        "prod-eu",
+    );
+    let eu_image = container_image(eu.get("frontend").await?.spec.map(|s| s.template));
+    ensure!(
+        eu_image.as_deref() == Some("eu.registry.example.com/frontend:1.4"),
+        "frontend in member-2 (region=eu) runs {eu_image:?}"
+    );
+
+    // The MySQL example runs on member-1's API server: 3 ready replicas (kwok's pods),
+    // the credentials Secret delivered from the management cluster, where `up` created it
+    // with a value it never printed.
+    let statefulsets: Api<StatefulSet> = Api::namespaced(member_client.clone(), "databases");
+    until(
+        "the MySQL StatefulSet to run 3 ready replicas in member-1",
+        Duration::from_secs(60),
+        || async {
+            let status = statefulsets.get("mysql").await?.status;
+            let ready = status.as_ref().and_then(|s| s.ready_replicas);
+            Ok(if ready == Some(3) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("{status:?}"))
+            })
+        },
+    )
+    .await?;
+    let password = |secret: Secret| {
+        secret
+            .data
+            .unwrap_or_default()
+            .get("password")
+            .map(|v| v.0.clone())
+    };
+    let mgmt_secrets: Api<Secret> =
+        Api::namespaced(accord_e2e::kubeconfig::client(&mgmt).await?, "databases");
+    let generated = password(mgmt_secrets.get("mysql-credentials").await?)
+        .context("Secret databases/mysql-credentials on the management cluster has no password")?;
+    ensure!(generated.len() >= 16, "a short generated password");
+    let delivered = password(
+        Api::<Secret>::namespaced(member_client, "databases")
+            .get("mysql-credentials")
+            .await?,
+    );
+    ensure!(
+        delivered.as_ref() == Some(&generated),
+        "member-1's mysql-credentials is not the management cluster's"
+    );
+    let generated = String::from_utf8(generated)?;
+    let log = std::fs::read_to_string(dir.join(state::LOG_FILE))?;
+    ensure!(
+        !summary.contains(&generated) && !log.contains(&generated),
+        "the generated password was printed"
     );
 
     // The example federation works: `up` returned once the global Prometheus had series
@@ -248,6 +315,54 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
                 .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["state"] == "Synced")),
         "{federation:#}"
     );
+    // Each example FederatedResource, in each member: Synced with every manifest applied
+    // and healthy, its feedback, and the EU override only in member-2.
+    let resources = report["resources"].as_array().context("no resources")?;
+    for (name, manifests, ready) in [("mysql", 6, "3"), ("frontend", 3, "")] {
+        let resource = resources
+            .iter()
+            .find(|r| r["name"] == name)
+            .with_context(|| format!("no FederatedResource {name} in {report:#}"))?;
+        let placements = resource["placements"].as_array().context("placements")?;
+        ensure!(
+            resource["applied"] == true
+                && resource["available"] == true
+                && placements.len() == 2
+                && placements.iter().all(|p| p["state"] == "Synced"
+                    && p["applied"] == manifests
+                    && p["available"] == manifests
+                    && p["feedback"]["readyReplicas"].is_string()),
+            "{resource:#}"
+        );
+        if !ready.is_empty() {
+            ensure!(
+                placements
+                    .iter()
+                    .all(|p| p["feedback"]["readyReplicas"] == ready),
+                "{resource:#}"
+            );
+        }
+        let eu_override = resource["override_selections"]
+            .as_array()
+            .and_then(|s| s.iter().position(|s| s == "region=eu"))
+            .with_context(|| format!("no region=eu override in {resource:#}"))?;
+        let applied_eu = |p: &Value| {
+            p["overrides"]
+                .as_array()
+                .is_some_and(|o| o.iter().any(|i| *i == eu_override))
+        };
+        ensure!(
+            placements
+                .iter()
+                .all(|p| applied_eu(p) == (p["cluster"] == "member-2")),
+            "the EU override applies elsewhere than member-2: {resource:#}"
+        );
+    }
+    ensure!(
+        !text(&out.stdout).contains(&generated),
+        "status --json prints the generated password"
+    );
+
     let out = sandbox(&["status"], &dir, Duration::from_secs(60)).await?;
     let printed = text(&out.stdout);
     ensure!(out.status.success(), "status failed: {}", text(&out.stderr));
@@ -255,6 +370,10 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
         format!("global   Prometheus {global}"),
         query_command(&global, FEDERATED_QUERY),
         "pfed monitoring/team-a: Ready [member-1 Synced".to_owned(),
+        "fres databases/mysql: Applied, Available".to_owned(),
+        "member-2 Synced, 6 applied, 6 available, overrides 0 (region=eu), instances=3 \
+         readyReplicas=3"
+            .to_owned(),
     ] {
         ensure!(
             printed.contains(&expected),
@@ -307,6 +426,13 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
         text(&out.stdout)
     );
     Ok(())
+}
+
+/// The image of a pod template's first container.
+fn container_image(
+    template: Option<k8s_openapi::api::core::v1::PodTemplateSpec>,
+) -> Option<String> {
+    template?.spec?.containers.first()?.image.clone()
 }
 
 /// Runs the testbed's `kubectl` on the sandbox's management cluster with `stdin` as input.

@@ -691,11 +691,7 @@ pub fn render(report: &Report) -> String {
             }
         );
         for p in &r.placements {
-            let _ = writeln!(
-                out,
-                "    {}",
-                resource_placement(p, &r.override_selections)
-            );
+            let _ = writeln!(out, "    {}", resource_placement(p, &r.override_selections));
         }
     }
     for problem in &report.problems {
@@ -711,7 +707,11 @@ fn override_selection(o: &accord_crds::federated_resource::Override) -> String {
         return format!("clusters {}", clusters.join(","));
     }
     let selector = o.cluster_selector.clone().unwrap_or_default();
-    if selector.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) {
+    if selector
+        .match_expressions
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
         return "selector".to_owned();
     }
     let labels: Vec<String> = selector
