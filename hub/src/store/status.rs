@@ -132,9 +132,15 @@ impl StatusRecord {
 }
 
 /// Orders by applied assignment revision, then generation, then numeric resource version,
-/// then observation time.
+/// then observation time. A report about no object (empty resource version: the object is
+/// gone, or not there yet) has no generation to compare: after the revision, the
+/// observation time alone orders it against any other report.
 fn compare_keys(a: OrderKey<'_>, b: OrderKey<'_>) -> Ordering {
-    a.0.cmp(&b.0)
+    let revision = a.0.cmp(&b.0);
+    if a.2.is_empty() || b.2.is_empty() {
+        return revision.then(a.3.cmp(&b.3));
+    }
+    revision
         .then(a.1.cmp(&b.1))
         .then_with(|| resource_version_order(a.2, b.2))
         .then(a.3.cmp(&b.3))
@@ -381,6 +387,17 @@ mod tests {
             &report(1, 1, "abc", 10),
             &report(1, 1, "7", 20)
         ));
+    }
+
+    #[test]
+    fn a_report_that_the_object_is_gone_orders_by_observation_time() {
+        // Deleted after a report about its generation 4: the later report of no object
+        // supersedes it (it was once refused as older, and the placement kept saying Synced).
+        assert!(supersedes(&report(3, 0, "", 50), &report(3, 4, "12", 10)));
+        // An earlier report of no object does not replace a later one about the object.
+        assert!(!supersedes(&report(3, 0, "", 10), &report(3, 4, "12", 50)));
+        // A later revision still wins first.
+        assert!(!supersedes(&report(2, 0, "", 90), &report(3, 4, "12", 50)));
     }
 
     #[test]
