@@ -273,11 +273,7 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// it names the cluster in `spec.clusters` or selects by `spec.clusterSelector`. Read
     /// from the stored spec, so an object that does not decode costs nothing here.
     fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
-        let names_it = object
-            .pointer("/spec/clusters")
-            .and_then(serde_json::Value::as_array)
-            .is_some_and(|c| c.iter().any(|c| c == cluster));
-        names_it || object.pointer("/spec/clusterSelector").is_some()
+        selection_may_include(object, cluster)
     }
 
     /// The decision: validation, cluster selection and the shares, without I/O.
@@ -365,6 +361,16 @@ pub fn valid_selection(
     spec.validate().map_err(|errors| errors.to_string())?;
     crate::distribution::select::select_clusters(names, selector, clusters)
         .map_err(|e| e.to_string())
+}
+
+/// Whether the stored spec of `object` names `cluster` in `spec.clusters` or selects by
+/// `spec.clusterSelector` (the default [`PlacementKind::may_select`]).
+pub fn selection_may_include<T>(object: &Lenient<T>, cluster: &str) -> bool {
+    let names_it = object
+        .pointer("/spec/clusters")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c == cluster));
+    names_it || object.pointer("/spec/clusterSelector").is_some()
 }
 
 /// `namespace/name` of an object.

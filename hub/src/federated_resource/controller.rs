@@ -162,15 +162,11 @@ impl PlacementKind for FederatedResources {
     /// A cluster's labels also choose the overrides it gets, so an object with an override
     /// by selector may care about any cluster.
     fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
-        let names_it = object
-            .pointer("/spec/clusters")
-            .and_then(serde_json::Value::as_array)
-            .is_some_and(|c| c.iter().any(|c| c == cluster));
-        let by_labels = object
+        let overrides_by_labels = object
             .pointer("/spec/overrides")
             .and_then(serde_json::Value::as_array)
             .is_some_and(|o| o.iter().any(|o| o.get("clusterSelector").is_some()));
-        names_it || by_labels || object.pointer("/spec/clusterSelector").is_some()
+        overrides_by_labels || placement::selection_may_include(object, cluster)
     }
 
     fn decide(
