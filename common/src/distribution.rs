@@ -348,6 +348,10 @@ pub struct FederatedResourceSpec {
     /// Remove everything delivered (the FederatedResource is being deleted).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remove: bool,
+    /// The FederatedResource's `creationTimestamp` (RFC 3339; "" when unknown): of two
+    /// delivering one object to a cluster, the older keeps it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub created: String,
 }
 
 /// What one policy asks of one member cluster: one variant per kind.
@@ -435,6 +439,7 @@ impl AssignmentSpec {
                         .collect(),
                     prune: r.prune.iter().map(ManifestKey::to_proto).collect(),
                     remove: r.remove,
+                    created: r.created.clone(),
                     secrets: r
                         .secrets
                         .iter()
@@ -503,6 +508,7 @@ impl AssignmentSpec {
                         .collect(),
                     prune: r.prune.into_iter().map(ManifestKey::from_proto).collect(),
                     remove: r.remove,
+                    created: r.created,
                     secrets: r
                         .secrets
                         .into_iter()
@@ -836,6 +842,7 @@ mod tests {
                     hash: "ab".into(),
                     data: [("password".to_owned(), b"s3cret".to_vec())].into(),
                 }],
+                created: "2026-01-02T03:04:05Z".into(),
             }),
         ];
         for spec in specs {

@@ -107,7 +107,8 @@ pub struct FederatedResourceSpec {
     pub overrides: Vec<Override>,
     /// What to do when an object to deliver already exists in a member and Accord did not
     /// create it: `Abort` (default) leaves it untouched and reports `Conflict`; `Adopt`
-    /// takes it over.
+    /// takes it over. An object another FederatedResource delivers is never adopted: of
+    /// two delivering one object to a cluster, the older keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conflict_resolution: Option<ConflictResolution>,
     /// What leaving (the object deleted, a manifest removed, a cluster no longer selected)
@@ -143,7 +144,8 @@ pub struct SecretRef {
     pub name: String,
 }
 
-/// How an existing object Accord did not create is treated.
+/// How an existing object Accord did not create is treated (one another FederatedResource
+/// delivers is never adopted: the older of the two keeps it).
 #[derive(
     schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
 )]
@@ -202,8 +204,8 @@ pub struct OverrideTarget {
 
 /// One RFC 6902 operation.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-// `value` may be anything, so CEL cannot see it: the hub checks that one
-// (`Validate`, the object's status says `InvalidSpec`).
+// `value` may be anything, so CEL cannot see it: the hub's admission webhook checks that
+// one (`Validate`; the controller reports `InvalidSpec` for what got in without it).
 #[x_kube(
     validation = Rule::new("!(self.op in ['move', 'copy']) || has(self.from)").message(messages::PATCH_FROM)
 )]

@@ -67,6 +67,9 @@ pub const DELIVERED_BY_FEDERATED_RESOURCE: &str = "federatedresource";
 /// Annotation on a delivered object naming its FederatedResource: `<namespace>/<name>` on
 /// the management cluster.
 pub const FEDERATED_RESOURCE_ANNOTATION: &str = "accord.io/federated-resource";
+/// Annotation on a delivered object: its FederatedResource's `creationTimestamp` (RFC 3339).
+/// Of two FederatedResources delivering one object to a cluster, the older keeps it.
+pub const FEDERATED_RESOURCE_CREATED_ANNOTATION: &str = "accord.io/federated-resource-created";
 /// Annotation on a delivered object: SHA-256 of the manifest last applied to it.
 pub const MANIFEST_HASH_ANNOTATION: &str = "accord.io/manifest-hash";
 /// Server-side apply field manager of delivered objects (FederatedResource).

@@ -426,6 +426,63 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         ensure!(repaired.1.is_some(), "no lastDriftTime");
         wait_event(testbed, ns, "app", "Normal", "DriftRepaired", STEP).await?;
 
+        // What a mutating webhook or `kubectl edit` adds in a member (a label, a sidecar
+        // container: a strategic merge patch by another manager) survives a reapply of a
+        // changed manifest, which changes the field Accord owns beside them.
+        let deployments: Api<Deployment> = Api::namespaced(testbed.members()[0].client(), ns);
+        deployments
+            .patch(
+                "app",
+                &PatchParams {
+                    field_manager: Some("mesh-injector".into()),
+                    ..Default::default()
+                },
+                &Patch::Strategic(json!({
+                    "metadata": {"labels": {"mesh": "injected"}},
+                    "spec": {"template": {"spec": {"containers": [
+                        {"name": "mesh-proxy", "image": "proxy:1"}]}}}
+                })),
+            )
+            .await?;
+        let mut v2 = bundle(ns, prefix);
+        v2["spec"]["manifests"][2]["spec"]["template"]["spec"]["containers"][0]["image"] =
+            json!("app:2");
+        apply(testbed, ns, &v2).await?;
+        let images = |d: &Deployment| -> BTreeMap<String, String> {
+            d.spec
+                .iter()
+                .flat_map(|s| s.template.spec.iter())
+                .flat_map(|p| p.containers.iter())
+                .map(|c| (c.name.clone(), c.image.clone().unwrap_or_default()))
+                .collect()
+        };
+        let reapplied = until("the changed image applied in member 0", STEP, || async {
+            let d = deployments.get("app").await?;
+            Ok(
+                if images(&d).get("app").map(String::as_str) == Some("app:2") {
+                    Check::Ready(d)
+                } else {
+                    Check::NotYet(format!("{:?}", images(&d)))
+                },
+            )
+        })
+        .await?;
+        ensure!(
+            images(&reapplied).get("mesh-proxy").map(String::as_str) == Some("proxy:1"),
+            "the injected sidecar went: {:?}",
+            images(&reapplied)
+        );
+        ensure!(
+            reapplied
+                .metadata
+                .labels
+                .unwrap_or_default()
+                .get("mesh")
+                .map(String::as_str)
+                == Some("injected"),
+            "the injected label went"
+        );
+
         // A manifest removed from the spec goes from every member.
         let mut smaller = bundle(ns, prefix);
         smaller["spec"]["manifests"]
@@ -627,41 +684,75 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
         })
         .await?;
 
-        // Two FederatedResources delivering one object to one cluster: the first keeps it,
-        // the second is Conflict there naming it — even with Adopt.
-        let one = |name: &str| {
-            json!({
+        // Two FederatedResources delivering one object to one cluster: the older keeps it,
+        // the younger is Conflict there naming it — even with Adopt — whichever applied
+        // first. "elder" is the oldest but selects the cluster only once it is labelled.
+        let contested = |name: &str, selection: Value| {
+            let mut object = json!({
                 "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {
-                    "clusters": [format!("{prefix}-0")],
                     "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "contested"}, "data": {"by": name}}],
                     "conflictResolution": "Adopt",
                 }
-            })
+            });
+            object["spec"]
+                .as_object_mut()
+                .expect("a spec")
+                .extend(selection.as_object().cloned().unwrap_or_default());
+            object
         };
-        apply(testbed, ns, &one("first")).await?;
+        let member0 = json!({"clusters": [format!("{prefix}-0")]});
+        apply(
+            testbed,
+            ns,
+            &contested("elder", json!({"clusterSelector": {"matchLabels": {"fres-contest": "yes"}}})),
+        )
+        .await?;
+        apply(testbed, ns, &contested("first", member0.clone())).await?;
         wait_status(testbed, ns, "first", "first Applied", |s| {
             (condition(s, "Applied").as_deref() == Some("True")).then_some(())
         })
         .await?;
-        apply(testbed, ns, &one("second")).await?;
-        let conflict = wait_status(testbed, ns, "second", "second in Conflict", |s| {
-            s.placements
+        apply(testbed, ns, &contested("second", member0)).await?;
+        let in_conflict_naming = |name: &'static str, owner: &'static str| async move {
+            let conflict = wait_status(testbed, ns, name, &format!("{name} in Conflict"), |s| {
+                s.placements
+                    .iter()
+                    .find(|p| p.state == PlacementState::Conflict)
+                    .cloned()
+            })
+            .await?;
+            let named = conflict
+                .manifests
                 .iter()
-                .find(|p| p.state == PlacementState::Conflict)
-                .cloned()
-        })
-        .await?;
-        let named = conflict
-            .manifests
-            .iter()
-            .filter_map(|m| m.message.as_deref())
-            .any(|m| m.contains(&format!("{ns}/first")));
-        ensure!(named, "the owner is not named: {conflict:?}");
+                .filter_map(|m| m.message.as_deref())
+                .any(|m| m.contains(&format!("{ns}/{owner}")));
+            ensure!(named, "{name}: the owner {owner} is not named: {conflict:?}");
+            anyhow::Ok(())
+        };
+        in_conflict_naming("second", "first").await?;
         let cm = config_maps(testbed, 0, ns).get("contested").await?;
         ensure!(cm.data.unwrap_or_default()["by"] == "first", "the second took it over");
+        // The oldest now selects the cluster: it takes the object over, and "first" is the
+        // one in Conflict.
+        label_cluster(testbed, &format!("{prefix}-0"), json!({"fres-contest": "yes"})).await?;
+        until("the elder's value in the member", STEP, || async {
+            let cm = config_maps(testbed, 0, ns).get("contested").await?;
+            let by = cm.data.unwrap_or_default().get("by").cloned();
+            Ok(if by.as_deref() == Some("elder") {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("by {by:?}"))
+            })
+        })
+        .await?;
+        in_conflict_naming("first", "elder").await?;
+        wait_status(testbed, ns, "elder", "elder Applied", |s| {
+            (condition(s, "Applied").as_deref() == Some("True")).then_some(())
+        })
+        .await?;
         Ok(())
     });
 }

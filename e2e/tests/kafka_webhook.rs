@@ -8,14 +8,19 @@
 //! as well. A second test installs the hub with
 //! `accord-hub install` and runs it with exactly its ServiceAccount's permissions, proving
 //! they suffice for the webhook (Namespaces, the configuration's caBundle, Events). A third
-//! registers both webhooks, as `accord-hub install` does, and shows `kubectl apply` of a
+//! registers every webhook, as `accord-hub install` does, and shows `kubectl apply` of a
 //! PrometheusFederation with `match: ["{job=}"]` refused with the selector parser's message
-//! (reason `INVALID_MATCH_SELECTOR`) while a valid one is admitted.
+//! (reason `INVALID_MATCH_SELECTOR`) while a valid one is admitted, and FederatedResources
+//! with duplicate manifests, a patch operation without its value or a spec over 512 KiB
+//! refused naming the rule (reason `INVALID_SPEC`).
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use accord_crds::FederatedResource;
+use accord_crds::federated_resource::MAX_SPEC_BYTES;
 use accord_crds::kafka_topic::FederatedKafkaTopic;
+use accord_crds::messages;
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary};
 use accord_e2e::installed::{
     HUB_SERVICE_ACCOUNT, SERVICE_ACCOUNT_GROUPS, impersonating_kubeconfig, output_text, run_binary,
@@ -23,6 +28,7 @@ use accord_e2e::installed::{
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
+use accord_hub::webhook::WEBHOOKS;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
@@ -40,6 +46,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
 const ALREADY_MANAGED: &str = "TOPIC_ALREADY_MANAGED";
 const INVALID_MATCH: &str = "INVALID_MATCH_SELECTOR";
+const INVALID_SPEC: &str = "INVALID_SPEC";
 const WAIT: Duration = Duration::from_secs(60);
 
 fn topic(
@@ -626,14 +633,14 @@ async fn kubectl_apply(
 }
 
 #[test]
-fn a_federation_match_selector_the_parser_refuses_is_refused_at_kubectl_apply() {
+fn what_cel_cannot_check_is_refused_at_kubectl_apply() {
     TESTBED.run(|testbed| async move {
         let _serial = SERIAL.lock().await;
         let (hub, port) = start_webhook_hub(testbed, "webhook-pfed-hub", "/kafka-webhook-pfed/").await?;
         let client = testbed.mgmt().client();
 
-        // Both webhooks, as `accord-hub install` renders them, by URL and without a CA: the
-        // hub sets the caBundle of both.
+        // Every webhook, as `accord-hub install` renders them, by URL and without a CA: the
+        // hub sets the caBundle of each.
         let webhook = |name: &str, path: &str, resource: &str| {
             json!({
                 "name": name,
@@ -652,10 +659,7 @@ fn a_federation_match_selector_the_parser_refuses_is_refused_at_kubectl_apply() 
         let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
         let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
             "metadata": { "name": "accord-hub" },
-            "webhooks": [
-                webhook("federatedkafkatopics.accord.io", "/validate-federatedkafkatopics", "federatedkafkatopics"),
-                webhook("prometheusfederations.accord.io", "/validate-prometheusfederations", "prometheusfederations"),
-            ],
+            "webhooks": WEBHOOKS.iter().map(|w| webhook(w.name, w.path, w.resource)).collect::<Vec<_>>(),
         }))?;
         let _ = configs.delete("accord-hub", &Default::default()).await;
         configs.create(&PostParams::default(), &config).await?;
@@ -716,6 +720,72 @@ fn a_federation_match_selector_the_parser_refuses_is_refused_at_kubectl_apply() 
             "an update to {{job=}} was not refused: {}",
             output_text(&out)
         );
+
+        // FederatedResources: what CEL cannot see (embedded metadata, untyped values, the
+        // total size) is refused by the webhook with every failed rule named.
+        let resources: Api<FederatedResource> = Api::namespaced(client.clone(), "wh-pfed");
+        let config_map = |name: &str, data: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
+        };
+        let resource = |name: &str, manifests: Value, overrides: Value| {
+            json!({
+                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "metadata": {"name": name, "namespace": "wh-pfed"},
+                "spec": {"clusters": ["east"], "manifests": manifests, "overrides": overrides},
+            })
+        };
+        let cases = [
+            (
+                resource("dup", json!([config_map("a", json!({})), config_map("a", json!({}))]), json!([])),
+                messages::MANIFEST_DUPLICATE,
+            ),
+            (
+                resource(
+                    "valueless",
+                    json!([config_map("a", json!({}))]),
+                    json!([{"clusters": ["east"], "jsonPatch": [{"op": "replace", "path": "/data/x"}]}]),
+                ),
+                messages::PATCH_VALUE,
+            ),
+            (
+                resource(
+                    "big",
+                    json!([config_map("a", json!({"blob": "x".repeat(MAX_SPEC_BYTES)}))]),
+                    json!([]),
+                ),
+                messages::SPEC_TOO_LARGE,
+            ),
+        ];
+        for (object, message) in &cases {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            let typed: FederatedResource = serde_json::from_value(object.clone())?;
+            match resources.create(&PostParams::default(), &typed).await {
+                Err(kube::Error::Api(status)) => {
+                    eprintln!("FederatedResource {name} refused: {}", status.message);
+                    ensure!(
+                        status.code == 422
+                            && status.reason == INVALID_SPEC
+                            && status.message.contains("federatedresources.accord.io")
+                            && status.message.contains(message),
+                        "FederatedResource {name} not refused with {message:?}: {status:?}"
+                    );
+                }
+                other => anyhow::bail!("FederatedResource {name} was not refused: {other:?}"),
+            }
+            ensure!(resources.get_opt(name).await?.is_none(), "the refused {name} exists");
+        }
+        // As kubectl prints it (a spec that small fits kubectl's last-applied annotation;
+        // a large one needs `kubectl apply --server-side` or `kubectl create`).
+        let out = kubectl_apply(testbed, &cases[0].0, false).await?;
+        let text = output_text(&out);
+        ensure!(
+            !out.status.success() && text.contains(messages::MANIFEST_DUPLICATE),
+            "kubectl apply of duplicate manifests was not refused: {text}"
+        );
+        let good = resource("good", json!([config_map("a", json!({"k": "v"}))]), json!([]));
+        let out = kubectl_apply(testbed, &good, false).await?;
+        ensure!(out.status.success(), "a valid FederatedResource was refused: {}", output_text(&out));
+        resources.delete("good", &Default::default()).await?;
 
         configs.delete("accord-hub", &Default::default()).await?;
         drop(hub);

@@ -197,9 +197,18 @@ impl PlacementKind for FederatedResources {
                 }
             }
         }
+        let created = object
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
         let planned = plan::plan(
             &object.spec,
-            namespace,
+            plan::Origin {
+                namespace,
+                created: &created,
+            },
             &selected,
             input.clusters,
             input.previous,

@@ -4,8 +4,10 @@
 //! the status from the agents' reports ([`status`]). Deletion (or `Orphan`) waits for the
 //! members: the record becomes a tombstone (`remove: true` for every cluster that was sent
 //! something) and the finalizer goes once each reported its objects removed, or after the
-//! bound ([`crate::distribution::deletion`]).
+//! bound ([`crate::distribution::deletion`]). The admission webhook refuses what CEL cannot
+//! see ([`admission`]).
 
+pub mod admission;
 pub mod controller;
 pub mod plan;
 pub mod secrets;

@@ -230,18 +230,29 @@ pub fn unknown_cluster(name: &str) -> String {
     format!("no ManagedCluster {name}")
 }
 
-/// The assignment each selected cluster gets. `namespace` is the FederatedResource's;
+/// Which FederatedResource a plan is for.
+#[derive(Clone, Copy, Debug)]
+pub struct Origin<'a> {
+    /// Its namespace (of namespaced manifests that name none).
+    pub namespace: &'a str,
+    /// Its `creationTimestamp`, RFC 3339 ("" when unknown): the older of two delivering one
+    /// object keeps it.
+    pub created: &'a str,
+}
+
+/// The assignment each selected cluster gets, for the FederatedResource `origin`;
 /// `previous` the stored record, whose delivered objects that this spec no longer names
 /// are pruned (and whose assignment a cluster keeps when its override fails).
 pub fn plan(
     spec: &FederatedResourceSpec,
-    namespace: &str,
+    origin: Origin<'_>,
     selected: &[SelectedCluster],
     clusters: &Clusters,
     previous: Option<&PlacementRecord<super::FederatedResourceDecision>>,
     scaled: &Scaled,
     secrets: &[DeliveredSecret],
 ) -> Planned {
+    let namespace = origin.namespace;
     let manifests = ordered_manifests(spec);
     let feedback: Vec<FeedbackRule> = spec
         .feedback
@@ -303,6 +314,7 @@ pub fn plan(
                         secrets: secrets.to_vec(),
                         prune,
                         remove: false,
+                        created: origin.created.to_owned(),
                     })),
                     held_reason: None,
                     hold: None,
@@ -346,6 +358,11 @@ mod tests {
     use super::*;
     use crate::distribution::select::available;
     use serde_json::json;
+
+    const TEAM: Origin<'static> = Origin {
+        namespace: "team",
+        created: "2026-01-02T03:04:05Z",
+    };
 
     fn spec(yaml: &str) -> FederatedResourceSpec {
         serde_saphyr::from_str(yaml).unwrap()
@@ -402,7 +419,7 @@ mod tests {
         clusters.insert("west".into(), west);
         let planned = plan(
             &s,
-            "team",
+            TEAM,
             &selected(&["east", "west"]),
             &clusters,
             None,
@@ -419,6 +436,7 @@ mod tests {
         assert_eq!(planned.clusters["west"].overrides, vec![0]);
         assert!(planned.clusters["east"].overrides.is_empty());
         assert_eq!(assignment(&planned.shares[1]).namespace, "team");
+        assert_eq!(assignment(&planned.shares[1]).created, TEAM.created);
     }
 
     #[test]
@@ -427,7 +445,7 @@ mod tests {
         let clusters = available(&["east", "west"]);
         let first = plan(
             &good,
-            "team",
+            TEAM,
             &selected(&["east", "west"]),
             &clusters,
             None,
@@ -451,7 +469,7 @@ mod tests {
         ));
         let planned = plan(
             &bad,
-            "team",
+            TEAM,
             &selected(&["east", "west"]),
             &clusters,
             Some(&previous),
@@ -474,7 +492,7 @@ mod tests {
         let s1 = spec(BUNDLE);
         let first = plan(
             &s1,
-            "team",
+            TEAM,
             &selected(&["east"]),
             &clusters,
             None,
@@ -497,7 +515,7 @@ mod tests {
         );
         let second = plan(
             &s2,
-            "team",
+            TEAM,
             &selected(&["east"]),
             &clusters,
             Some(&record(first.shares)),
@@ -519,7 +537,7 @@ mod tests {
         // Still pruned a decision later; named again, no longer.
         let third = plan(
             &s2,
-            "team",
+            TEAM,
             &selected(&["east"]),
             &clusters,
             Some(&record(second.shares.clone())),
@@ -529,7 +547,7 @@ mod tests {
         assert_eq!(assignment(&third.shares[0]).prune.len(), 2);
         let fourth = plan(
             &s1,
-            "team",
+            TEAM,
             &selected(&["east"]),
             &clusters,
             Some(&record(third.shares)),
@@ -557,7 +575,7 @@ mod tests {
         let clusters = available(&["east", "west"]);
         let planned = plan(
             &s,
-            "team",
+            TEAM,
             &selected(&["east", "west"]),
             &clusters,
             None,
@@ -584,7 +602,7 @@ mod tests {
     fn an_unknown_cluster_gets_nothing_and_says_why() {
         let planned = plan(
             &spec(BUNDLE),
-            "team",
+            TEAM,
             &[SelectedCluster {
                 name: "ghost".into(),
                 known: false,

@@ -18,10 +18,7 @@ use super::options::{
     ETCD_SECRET_USERNAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions, Resources,
 };
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
-use crate::webhook::{
-    CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, FEDERATION_PATH as FEDERATION_WEBHOOK_PATH,
-    FEDERATION_WEBHOOK_NAME, PATH as WEBHOOK_PATH, WEBHOOK_NAME,
-};
+use crate::webhook::{CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, WEBHOOKS};
 use accord_common::promfed::GLOBAL_CONFIG_MAP_NAME;
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
@@ -340,56 +337,45 @@ fn grpc_service(options: &InstallOptions) -> Value {
     })
 }
 
-/// The ValidatingWebhookConfiguration `accord-hub`: FederatedKafkaTopic CREATE and UPDATE
-/// go to the hub's webhook through the Service `accord-hub` (or, with `--webhook-url`, at
-/// that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub CA) when given, and so
-/// do PrometheusFederation CREATE and UPDATE, on a path of their own (a second webhook with
-/// the same client config but its path). `failurePolicy: Ignore`: a hub that is down must
-/// not block the API, and the controller checks policies again before propagating. No side
-/// effects a dry run could trigger (the audit Event is skipped for dry runs); 5 s at most.
+/// The ValidatingWebhookConfiguration `accord-hub`: CREATE and UPDATE of each kind in
+/// [`WEBHOOKS`] (FederatedKafkaTopic, PrometheusFederation, FederatedResource) go to the
+/// hub's webhook on the kind's path through the Service `accord-hub` (or, with
+/// `--webhook-url`, at that URL: see [`url_client_config`]), trusted by `ca_pem` (the hub
+/// CA) when given. `failurePolicy: Ignore`: a hub that is down must not block the API, and
+/// the controllers check again before acting. No side effects a dry run could trigger (the
+/// audit Event is skipped for dry runs); 5 s at most.
 pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> Value {
     use kube::Resource as _;
-    let mut client_config = json!({
-        "service": {
-            "name": HUB_NAME,
-            "namespace": options.namespace,
-            "port": options.webhook_port,
-            "path": WEBHOOK_PATH,
-        },
-    });
-    if let Some(ca) = ca_pem {
-        // Bytes, which the API (and k8s-openapi) write as base64.
-        client_config["caBundle"] =
-            serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
-                .unwrap_or_default();
-    }
-    let mut federation_client_config = client_config.clone();
-    federation_client_config["service"]["path"] = json!(FEDERATION_WEBHOOK_PATH);
-    let mut config = json!({
+    let version = accord_crds::FederatedResource::version(&());
+    let webhooks: Vec<Value> = WEBHOOKS
+        .iter()
+        .map(|webhook| {
+            let mut client_config = json!({
+                "service": {
+                    "name": HUB_NAME,
+                    "namespace": options.namespace,
+                    "port": options.webhook_port,
+                    "path": webhook.path,
+                },
+            });
+            if let Some(ca) = ca_pem {
+                // Bytes, which the API (and k8s-openapi) write as base64.
+                client_config["caBundle"] =
+                    serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
+                        .unwrap_or_default();
+            }
+            if let Some(base) = &options.webhook_url {
+                client_config = url_client_config(&client_config, base);
+            }
+            validating_webhook(webhook.name, client_config, &version, webhook.resource)
+        })
+        .collect();
+    json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": metadata(WEBHOOK_CONFIGURATION, None, hub_labels()),
-        "webhooks": [
-            validating_webhook(
-                WEBHOOK_NAME,
-                client_config,
-                &accord_crds::kafka_topic::FederatedKafkaTopic::version(&()),
-                "federatedkafkatopics",
-            ),
-            validating_webhook(
-                FEDERATION_WEBHOOK_NAME,
-                federation_client_config,
-                &accord_crds::PrometheusFederation::version(&()),
-                "prometheusfederations",
-            ),
-        ],
-    });
-    if let Some(base) = &options.webhook_url {
-        for webhook in config["webhooks"].as_array_mut().into_iter().flatten() {
-            webhook["clientConfig"] = url_client_config(&webhook["clientConfig"], base);
-        }
-    }
-    config
+        "webhooks": webhooks,
+    })
 }
 
 /// One webhook of the configuration: CREATE and UPDATE of one namespaced Accord resource,
@@ -726,8 +712,7 @@ mod tests {
     }
 
     #[test]
-    fn the_webhook_configuration_sends_topic_and_federation_creates_and_updates_to_the_hub_service()
-    {
+    fn the_webhook_configuration_sends_each_kinds_creates_and_updates_to_the_hub_service() {
         let objects = render(&external()).unwrap();
         let config = find(&objects, "ValidatingWebhookConfiguration", "accord-hub");
         assert!(config["metadata"].get("namespace").is_none());
@@ -775,6 +760,27 @@ mod tests {
                 "sideEffects": "None",
                 "admissionReviewVersions": ["v1"],
                 "timeoutSeconds": 5,
+            }, {
+                "name": "federatedresources.accord.io",
+                "clientConfig": {
+                    "service": {
+                        "name": "accord-hub",
+                        "namespace": "accord-system",
+                        "port": 9443,
+                        "path": "/validate-federatedresources",
+                    },
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["federatedresources"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
             }])
         );
         // The Service it names serves the webhook port, which the pod listens on.
@@ -801,7 +807,7 @@ mod tests {
         let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
         let config = webhook_configuration(&external(), Some(pem));
         let mut without = config.clone();
-        for webhook in [0, 1] {
+        for webhook in 0..crate::webhook::WEBHOOKS.len() {
             let bundle = config["webhooks"][webhook]["clientConfig"]["caBundle"]
                 .as_str()
                 .unwrap();

@@ -13,33 +13,16 @@
 
 use accord_common::promfed::check_selector;
 
-use crate::webhook::review::{FederationReview, Operation, Refusal, Verdict};
+use crate::webhook::review::{FederationReview, Verdict};
 
 /// `status.reason` of a refusal for a `match[]` entry that is not a series selector.
 pub const INVALID_MATCH_REASON: &str = "INVALID_MATCH_SELECTOR";
 
-/// HTTP-like code of a refusal: the object is invalid, as for the API server's own
-/// validation.
-const UNPROCESSABLE: u16 = 422;
-
 /// Decides one review.
 pub fn decide_federation(review: &FederationReview) -> Verdict {
-    let Some(federation) = &review.object else {
+    let Some(federation) = review.spec_to_decide(|f| &f.spec) else {
         return Verdict::allow();
     };
-    match &review.operation {
-        Operation::Other(_) => return Verdict::allow(),
-        Operation::Update
-            if federation.metadata.deletion_timestamp.is_some()
-                || review
-                    .old
-                    .as_ref()
-                    .is_some_and(|old| old.spec == federation.spec) =>
-        {
-            return Verdict::allow();
-        }
-        Operation::Create | Operation::Update => {}
-    }
     let problems: Vec<String> = federation
         .spec
         .match_
@@ -54,19 +37,13 @@ pub fn decide_federation(review: &FederationReview) -> Verdict {
     if problems.is_empty() {
         return Verdict::allow();
     }
-    Verdict {
-        refusal: Some(Refusal {
-            code: UNPROCESSABLE,
-            reason: INVALID_MATCH_REASON.to_owned(),
-            message: problems.join("; "),
-        }),
-        ..Verdict::default()
-    }
+    Verdict::invalid(INVALID_MATCH_REASON, problems.join("; "))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::webhook::review::Operation;
     use accord_crds::PrometheusFederation;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;

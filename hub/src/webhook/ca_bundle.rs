@@ -4,7 +4,7 @@
 //! its `caBundle` gets it back.
 //!
 //! Watches that one object by name and, when the `caBundle` of one of the Accord webhooks in
-//! it ([`WEBHOOK_NAME`], [`FEDERATION_WEBHOOK_NAME`]) differs, merge-patches
+//! it ([`WEBHOOKS`]) differs, merge-patches
 //! its `webhooks` with the observed `resourceVersion` (a concurrent change makes the patch
 //! fail and the next event retries). Every replica does it; they all write the same CA.
 //! An absent configuration (the hub run outside a cluster, a test registering its own) is
@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{CONFIGURATION_NAME, FEDERATION_WEBHOOK_NAME, WEBHOOK_NAME};
+use super::{CONFIGURATION_NAME, WEBHOOKS};
 
 /// The merge patch that sets `caBundle` of every Accord webhook in `config`, or `None` when
 /// they all have it (or the configuration has no Accord webhook). A merge patch replaces
@@ -34,7 +34,7 @@ pub fn ca_bundle_patch(
     let mut changed = false;
     for ours in webhooks
         .iter_mut()
-        .filter(|w| [WEBHOOK_NAME, FEDERATION_WEBHOOK_NAME].contains(&w.name.as_str()))
+        .filter(|w| WEBHOOKS.iter().any(|ours| ours.name == w.name))
     {
         if ours
             .client_config

@@ -1,5 +1,5 @@
-//! The validating admission webhooks for FederatedKafkaTopics and PrometheusFederations
-//! (`--webhook-addr`).
+//! The validating admission webhooks for FederatedKafkaTopics, PrometheusFederations and
+//! FederatedResources (`--webhook-addr`), listed in [`WEBHOOKS`].
 //!
 //! Every hub replica serves them over HTTPS with its serving certificate from the hub CA,
 //! each a pipeline of [`review::decode`] → a pure decision → [`review::response_body`]:
@@ -15,13 +15,18 @@
 //!   [`decide_federation`](crate::promfed::admission::decide_federation) from the object alone: a `match[]` entry the agent's
 //!   selector parser refuses is refused with the parser's message (reason
 //!   [`INVALID_MATCH_REASON`]).
+//! - FederatedResources on [`RESOURCE_PATH`], decided by
+//!   [`decide_resource`](crate::federated_resource::admission::decide_resource) from the
+//!   object alone: a spec that fails the checks CEL cannot express (duplicate manifests, a
+//!   patch operation without its value, more than 512 KiB) is refused naming every failed
+//!   rule (reason [`INVALID_SPEC_REASON`]).
 //!
 //! The ValidatingWebhookConfiguration ([`CONFIGURATION_NAME`], rendered by
 //! `accord-hub install`, the Helm chart and the plain manifests) holds one webhook per
-//! kind, both with `failurePolicy: Ignore`: a hub that is down never blocks the API; the
-//! controller checks every topic again before propagating it, and the agent reports a
-//! selector it cannot use on the PrometheusFederation. [`ca_bundle`] keeps the `caBundle`
-//! of both equal to the hub CA.
+//! kind, each with `failurePolicy: Ignore`: a hub that is down never blocks the API; the
+//! controller checks every topic and FederatedResource again before acting on it, and the
+//! agent reports a selector it cannot use on the PrometheusFederation. [`ca_bundle`] keeps
+//! the `caBundle` of each equal to the hub CA.
 
 pub mod ca_bundle;
 pub mod review;
@@ -31,6 +36,7 @@ use std::net::SocketAddr;
 
 use crate::writes::{EventRecorder, Reporter};
 
+pub use crate::federated_resource::admission::INVALID_SPEC_REASON;
 pub use crate::kafka_topic::admission::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
 pub use crate::promfed::admission::INVALID_MATCH_REASON;
 
@@ -46,6 +52,41 @@ pub const PATH: &str = "/validate-federatedkafkatopics";
 pub const FEDERATION_WEBHOOK_NAME: &str = "prometheusfederations.accord.io";
 /// Path the PrometheusFederation webhook is served on.
 pub const FEDERATION_PATH: &str = "/validate-prometheusfederations";
+/// Name of the FederatedResource webhook in it.
+pub const RESOURCE_WEBHOOK_NAME: &str = "federatedresources.accord.io";
+/// Path the FederatedResource webhook is served on.
+pub const RESOURCE_PATH: &str = "/validate-federatedresources";
+
+/// One webhook of the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Webhook {
+    /// Its name in the configuration.
+    pub name: &'static str,
+    /// The path it is served on.
+    pub path: &'static str,
+    /// The (plural) resource whose CREATE and UPDATE it reviews.
+    pub resource: &'static str,
+}
+
+/// Every webhook of the configuration, in its order.
+pub const WEBHOOKS: [Webhook; 3] = [
+    Webhook {
+        name: WEBHOOK_NAME,
+        path: PATH,
+        resource: "federatedkafkatopics",
+    },
+    Webhook {
+        name: FEDERATION_WEBHOOK_NAME,
+        path: FEDERATION_PATH,
+        resource: "prometheusfederations",
+    },
+    Webhook {
+        name: RESOURCE_WEBHOOK_NAME,
+        path: RESOURCE_PATH,
+        resource: "federatedresources",
+    },
+];
+
 /// Default port of `--webhook-addr` and of the Service port.
 pub const DEFAULT_PORT: u16 = 9443;
 /// Reason of the Warning Event on an audited topic.

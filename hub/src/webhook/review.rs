@@ -1,6 +1,6 @@
 //! AdmissionReview `admission.k8s.io/v1` as the API server sends it for a
-//! FederatedKafkaTopic ([`TopicReview`]) or a PrometheusFederation ([`FederationReview`]),
-//! decoded into a [`Review`], and the answer written back.
+//! FederatedKafkaTopic ([`TopicReview`]), a PrometheusFederation ([`FederationReview`]) or
+//! a FederatedResource ([`ResourceReview`]), decoded into a [`Review`], and the answer written back.
 //!
 //! Only the fields the webhook reads are decoded; a review that is not JSON, not
 //! `admission.k8s.io/v1`, has no `request.uid`, or carries an object that is not of the
@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use accord_crds::PrometheusFederation;
 use accord_crds::kafka_topic::FederatedKafkaTopic;
+use accord_crds::{FederatedResource, PrometheusFederation};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -85,6 +85,31 @@ pub struct Review<K> {
 pub type TopicReview = Review<FederatedKafkaTopic>;
 /// A review of a PrometheusFederation.
 pub type FederationReview = Review<PrometheusFederation>;
+/// A review of a FederatedResource.
+pub type ResourceReview = Review<FederatedResource>;
+
+impl<K: kube::Resource> Review<K> {
+    /// The object whose spec is to be decided: that of a CREATE, or of an UPDATE that
+    /// changes the spec (by `spec`) of an object not being deleted. `None` for anything
+    /// else, so an object stored before the webhook existed can still be relabelled and
+    /// cleaned up.
+    pub fn spec_to_decide<S: PartialEq>(&self, spec: impl Fn(&K) -> &S) -> Option<&K> {
+        let object = self.object.as_ref()?;
+        match &self.operation {
+            Operation::Create => Some(object),
+            Operation::Update
+                if object.meta().deletion_timestamp.is_none()
+                    && self
+                        .old
+                        .as_ref()
+                        .is_none_or(|old| spec(old) != spec(object)) =>
+            {
+                Some(object)
+            }
+            Operation::Update | Operation::Other(_) => None,
+        }
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -164,6 +189,9 @@ where
     })
 }
 
+/// HTTP-like code of a refusal of an invalid object.
+const UNPROCESSABLE: u16 = 422;
+
 /// Why a request is refused: `status` of the answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Refusal {
@@ -190,6 +218,19 @@ impl Verdict {
     /// Allowed, nothing to say.
     pub fn allow() -> Self {
         Self::default()
+    }
+
+    /// Refused as an invalid object (HTTP 422, as for the API server's own validation)
+    /// with a machine-readable `reason` and a `message` that names the fields.
+    pub fn invalid(reason: &str, message: String) -> Self {
+        Self {
+            refusal: Some(Refusal {
+                code: UNPROCESSABLE,
+                reason: reason.to_owned(),
+                message,
+            }),
+            ..Self::default()
+        }
     }
 
     /// Whether the request is allowed.

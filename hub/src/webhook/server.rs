@@ -1,10 +1,11 @@
 //! The webhook's HTTPS server: TLS with the hub's serving certificate (issued by the hub
 //! CA, which the ValidatingWebhookConfiguration's `caBundle` trusts), HTTP/1.1 by axum.
 //!
-//! - `POST /validate-federatedkafkatopics` and `POST /validate-prometheusfederations`: an
-//!   AdmissionReview in, an AdmissionReview out; a body that is not a review of the path's
-//!   kind is HTTP 400 with the reason. The PrometheusFederation decision needs no cache,
-//!   so it does not wait for the reflectors.
+//! - `POST /validate-federatedkafkatopics`, `POST /validate-prometheusfederations` and
+//!   `POST /validate-federatedresources`: an AdmissionReview in, an AdmissionReview out; a
+//!   body that is not a review of the path's kind is HTTP 400 with the reason. The
+//!   PrometheusFederation and FederatedResource decisions need no cache, so they do not
+//!   wait for the reflectors.
 //! - `GET /readyz`: 200 once every reflector has listed, 503 before; `GET /healthz`: 200.
 //!
 //! TLS handshakes run as their own tasks, so one slow client never holds up the others.
@@ -29,11 +30,12 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tracing::{debug, warn};
 
-use accord_crds::PrometheusFederation;
 use accord_crds::kafka_topic::FederatedKafkaTopic;
+use accord_crds::{FederatedResource, PrometheusFederation};
 
 use super::review::{self, Operation};
-use super::{FEDERATION_PATH, PATH, WebhookError};
+use super::{FEDERATION_PATH, PATH, RESOURCE_PATH, WebhookError};
+use crate::federated_resource::admission::decide_resource;
 use crate::kafka_topic::admission::decide;
 use crate::kafka_topic::admission_cache::Caches;
 use crate::pki::KeyPairPem;
@@ -142,6 +144,7 @@ pub async fn serve(
     let app = Router::new()
         .route(PATH, post(validate))
         .route(FEDERATION_PATH, post(validate_federation))
+        .route(RESOURCE_PATH, post(validate_resource))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -187,6 +190,13 @@ fn answer(uid: &str, verdict: &review::Verdict) -> Response {
 async fn validate_federation(body: Bytes) -> Response {
     match review::decode::<PrometheusFederation>(&body) {
         Ok(review) => answer(&review.uid, &decide_federation(&review)),
+        Err(e) => malformed(&e),
+    }
+}
+
+async fn validate_resource(body: Bytes) -> Response {
+    match review::decode::<FederatedResource>(&body) {
+        Ok(review) => answer(&review.uid, &decide_resource(&review)),
         Err(e) => malformed(&e),
     }
 }

@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 use super::discovery::{Discovery, Resolution, permission_hint, rbac_name};
 use super::health::health;
 use super::judge::{
-    Memory, Outcome, Recorded, View, accord_fields, conflict_message, delivered_by, is_drift,
+    Claim, Memory, Outcome, Recorded, View, accord_fields, claim, delivered_by, is_drift,
     not_served_message, version, version_keys,
 };
 use super::manifest::{CRD_KIND, Desired, Gvk, NAMESPACE_KIND, Prepared, policy_mark, prepare_all};
@@ -337,21 +337,26 @@ impl ApplyJob {
             match api.get_opt(&key.name).await {
                 Ok(Some(existing)) => {
                     exists = true;
-                    let by = delivered_by(&existing);
-                    if by != mark && (!by.is_empty() || !self.spec.adopt) {
-                        let message = conflict_message(key, by);
-                        debug!(policy = %self.policy, object = %key, "{message}");
-                        return Applied {
-                            outcome: Outcome::Conflict {
-                                message,
-                                health: health(Some(&existing)),
-                            },
-                            version: None,
-                            failure: Some(ApplyErrorKind::Conflict),
-                        };
-                    }
-                    if by.is_empty() {
-                        info!(policy = %self.policy, object = %key, "adopting an existing object");
+                    if delivered_by(&existing) != mark {
+                        match claim(desired, &existing, mark, self.spec.adopt) {
+                            Claim::Conflict(message) => {
+                                debug!(policy = %self.policy, object = %key, "{message}");
+                                return Applied {
+                                    outcome: Outcome::Conflict {
+                                        message,
+                                        health: health(Some(&existing)),
+                                    },
+                                    version: None,
+                                    failure: Some(ApplyErrorKind::Conflict),
+                                };
+                            }
+                            Claim::Take { from } if from.is_empty() => {
+                                info!(policy = %self.policy, object = %key, "adopting an existing object");
+                            }
+                            Claim::Take { from } => {
+                                info!(policy = %self.policy, object = %key, from = %from, "taking the object over from a younger FederatedResource");
+                            }
+                        }
                     }
                 }
                 Ok(None) => {}

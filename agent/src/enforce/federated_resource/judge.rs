@@ -18,8 +18,10 @@ use accord_common::distribution::{
     PlacementState, PolicyRef, health::MISSING,
 };
 use accord_crds::{
-    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, MANIFEST_HASH_ANNOTATION, OWNED_BY_LABEL,
+    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FEDERATED_RESOURCE_CREATED_ANNOTATION,
+    MANIFEST_HASH_ANNOTATION, OWNED_BY_LABEL,
 };
+use k8s_openapi::jiff;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
@@ -171,8 +173,12 @@ pub enum Verdict {
         /// Who wrote the object last.
         by: String,
     },
-    /// There without Accord's annotation, and the policy adopts: apply.
-    Adopt,
+    /// Someone else's, and this policy may take it ([`claim`]): apply.
+    Adopt {
+        /// The FederatedResource that delivers it now ("" when none: an object Accord
+        /// did not create, and the policy adopts).
+        from: String,
+    },
     /// The member does not serve its type yet: retried.
     NotServed(String),
     /// Being deleted: re-created once its watch says it is gone.
@@ -201,7 +207,7 @@ impl Verdict {
             | Self::Changed
             | Self::Unrecorded
             | Self::Drifted { .. }
-            | Self::Adopt
+            | Self::Adopt { .. }
             | Self::NotServed(_)
             | Self::Error(_) => true,
             Self::Conflict { retry, .. } => *retry,
@@ -220,10 +226,63 @@ pub fn conflict_message(key: &ManifestKey, delivered_by: &str) -> String {
         )
     } else {
         format!(
-            "{object} is delivered by FederatedResource {delivered_by}; one object has one \
-             FederatedResource"
+            "{object} is delivered by FederatedResource {delivered_by}, which is older; one \
+             object has one FederatedResource, the older of those delivering it"
         )
     }
+}
+
+/// What a policy may do with an object that exists without its mark.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// Take it: Accord did not create it and the policy adopts, or a younger
+    /// FederatedResource delivers it (`from`).
+    Take {
+        /// The FederatedResource delivering it now ("" for none).
+        from: String,
+    },
+    /// Leave it alone, saying why.
+    Conflict(String),
+}
+
+/// What the policy marked `mark`, applying `desired`, may do with `existing`, which does
+/// not carry that mark. An object Accord did not create is taken only when the policy
+/// adopts. Of two FederatedResources delivering one object, the older (by
+/// `creationTimestamp`, then by name) keeps it, whichever applied first: so every member
+/// ends with the same owner whatever the order the applies came in. An object whose
+/// owner's creation time is unknown (delivered before Accord recorded it) stays with that
+/// owner, and a policy whose own is unknown takes nothing.
+pub fn claim(desired: &Desired, existing: &DynamicObject, mark: &str, adopt: bool) -> Claim {
+    let by = delivered_by(existing);
+    let take = if by.is_empty() {
+        adopt
+    } else {
+        let ours = created(desired.object.pointer("/metadata/annotations"))
+            .unwrap_or(jiff::Timestamp::MAX);
+        let theirs = created(
+            serde_json::to_value(&existing.metadata.annotations)
+                .ok()
+                .as_ref(),
+        )
+        .unwrap_or(jiff::Timestamp::MIN);
+        (ours, mark) < (theirs, by)
+    };
+    if take {
+        Claim::Take {
+            from: by.to_owned(),
+        }
+    } else {
+        Claim::Conflict(conflict_message(&desired.key, by))
+    }
+}
+
+/// The [`FEDERATED_RESOURCE_CREATED_ANNOTATION`] in `annotations`, if it is a time.
+fn created(annotations: Option<&Value>) -> Option<jiff::Timestamp> {
+    annotations?
+        .get(FEDERATED_RESOURCE_CREATED_ANNOTATION)?
+        .as_str()?
+        .parse()
+        .ok()
 }
 
 /// `<Kind> <namespace>/<name>` (or `<Kind> <name>` when cluster-scoped).
@@ -242,18 +301,14 @@ pub fn verdict(
 ) -> Verdict {
     let recorded = recorded.filter(|r| r.hash == desired.hash);
     match live {
-        Some(object) if delivered_by(object) != mark => {
-            let by = delivered_by(object);
-            if by.is_empty() && adopt {
-                Verdict::Adopt
-            } else {
-                Verdict::Conflict {
-                    message: conflict_message(&desired.key, by),
-                    health: health(Some(object)),
-                    retry: false,
-                }
-            }
-        }
+        Some(object) if delivered_by(object) != mark => match claim(desired, object, mark, adopt) {
+            Claim::Take { from } => Verdict::Adopt { from },
+            Claim::Conflict(message) => Verdict::Conflict {
+                message,
+                health: health(Some(object)),
+                retry: false,
+            },
+        },
         Some(object) if is_deleting(object) => Verdict::Deleting,
         Some(object) => {
             let applied_hash = object
@@ -332,10 +387,14 @@ fn observed(
             health(live),
             format!("fields Accord owns were changed by {by}; restoring them"),
         ),
-        Verdict::Adopt => (
+        Verdict::Adopt { from } => (
             PlacementState::Pending,
             health(live),
-            "adopting the existing object".to_owned(),
+            if from.is_empty() {
+                "adopting the existing object".to_owned()
+            } else {
+                format!("taking it over from FederatedResource {from}, which is younger")
+            },
         ),
         Verdict::NotServed(message) => (PlacementState::Pending, MISSING, message.clone()),
         Verdict::Deleting => (
@@ -846,11 +905,77 @@ mod tests {
         assert_eq!(j.report.state, PlacementState::Conflict);
         assert_eq!(
             lines(&j).manifests[0].message,
-            "ConfigMap team/a is delivered by FederatedResource ops/shared; one object has one \
-             FederatedResource"
+            "ConfigMap team/a is delivered by FederatedResource ops/shared, which is older; one \
+             object has one FederatedResource, the older of those delivering it"
         );
         // Its watch says when it is released.
         assert_eq!(j.action, Action::Settled);
+    }
+
+    #[test]
+    fn of_two_federated_resources_the_older_takes_the_object_whoever_applied_first() {
+        let mut spec = spec(vec![config_map("a")]);
+        spec.created = "2026-01-02T00:00:00Z".into();
+        let manifests = prepared(&spec);
+        let d = manifests[0].valid().unwrap();
+        let delivered_by = |mark: &str, created: Option<&str>| {
+            let mut other = (*live(d, "1", fields(true), json!(null))).clone();
+            let annotations = other.metadata.annotations.as_mut().unwrap();
+            annotations.insert(FEDERATED_RESOURCE_ANNOTATION.into(), mark.into());
+            annotations.remove(FEDERATED_RESOURCE_CREATED_ANNOTATION);
+            if let Some(created) = created {
+                annotations.insert(FEDERATED_RESOURCE_CREATED_ANNOTATION.into(), created.into());
+            }
+            other
+        };
+        let mark = policy_mark(&policy());
+        let take = |other: &DynamicObject| claim(d, other, &mark, false);
+        // A younger one delivers it: taken, and reported as being taken over.
+        let younger = delivered_by("ops/shared", Some("2026-03-01T00:00:00Z"));
+        assert_eq!(
+            take(&younger),
+            Claim::Take {
+                from: "ops/shared".into()
+            }
+        );
+        let view = View {
+            objects: [(d.key.clone(), Arc::new(younger))].into(),
+            ..View::default()
+        };
+        let j = look(&spec, &manifests, &view, None, None);
+        assert!(is_apply(&j));
+        assert_eq!(
+            lines(&j).manifests[0].message,
+            "taking it over from FederatedResource ops/shared, which is younger"
+        );
+        // An older one, one of unknown age, or one as old with a smaller name keeps it.
+        for keeper in [
+            delivered_by("ops/shared", Some("2025-12-31T23:59:59Z")),
+            delivered_by("ops/shared", None),
+            delivered_by("ops/shared", Some("not a time")),
+            delivered_by("aaa/shared", Some("2026-01-02T00:00:00Z")),
+        ] {
+            assert!(
+                matches!(take(&keeper), Claim::Conflict(_)),
+                "{:?}",
+                keeper.metadata.annotations
+            );
+        }
+        // As old with a greater name: the smaller name (this one) takes it.
+        let tie = delivered_by("zzz/shared", Some("2026-01-02T00:00:00Z"));
+        assert!(matches!(take(&tie), Claim::Take { .. }));
+        // A policy whose own age is unknown takes nothing.
+        let unknown = FederatedResourceSpec {
+            created: String::new(),
+            ..spec.clone()
+        };
+        let unknown_manifests = prepared(&unknown);
+        let u = unknown_manifests[0].valid().unwrap();
+        let younger = delivered_by("ops/shared", Some("2026-03-01T00:00:00Z"));
+        assert!(matches!(
+            claim(u, &younger, &mark, true),
+            Claim::Conflict(_)
+        ));
     }
 
     #[test]

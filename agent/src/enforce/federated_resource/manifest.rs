@@ -5,8 +5,8 @@
 use accord_common::distribution::{DeliveredSecret, FederatedResourceSpec, ManifestKey, PolicyRef};
 use accord_crds::federated_resource::CLUSTER_SCOPED_KINDS;
 use accord_crds::{
-    DELIVERED_BY_FEDERATED_RESOURCE, FEDERATED_RESOURCE_ANNOTATION, MANIFEST_HASH_ANNOTATION,
-    OWNED_BY_LABEL,
+    DELIVERED_BY_FEDERATED_RESOURCE, FEDERATED_RESOURCE_ANNOTATION,
+    FEDERATED_RESOURCE_CREATED_ANNOTATION, MANIFEST_HASH_ANNOTATION, OWNED_BY_LABEL,
 };
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -158,6 +158,7 @@ pub fn prepare_all(
                 &secret_manifest(secret),
                 &spec.namespace,
                 policy,
+                &spec.created,
                 true,
             )
         } else {
@@ -182,6 +183,7 @@ pub fn prepare_all(
                 manifest,
                 &spec.namespace,
                 policy,
+                &spec.created,
                 scope.unwrap_or(true),
             )
         }))
@@ -218,12 +220,14 @@ fn secret_manifest(secret: &DeliveredSecret) -> Value {
 
 /// Prepares manifest number `index`: strips what the server owns, sets its namespace
 /// (`default_namespace` when a namespaced manifest names none; none for a cluster-scoped
-/// one), adds Accord's marks for `policy` and the hash.
+/// one), adds Accord's marks for `policy` (created at `created`, RFC 3339, when known) and
+/// the hash.
 pub fn prepare(
     index: usize,
     manifest: &Value,
     default_namespace: &str,
     policy: &PolicyRef,
+    created: &str,
     namespaced: bool,
 ) -> Prepared {
     let invalid = |key: ManifestKey, message: String| Prepared::Invalid(Invalid { key, message });
@@ -303,11 +307,21 @@ pub fn prepare(
         FEDERATED_RESOURCE_ANNOTATION,
         &policy_mark(policy),
     );
+    // A manifest may not forge the marks only Accord sets.
     if let Some(annotations) = metadata
         .get_mut("annotations")
         .and_then(Value::as_object_mut)
     {
         annotations.remove(MANIFEST_HASH_ANNOTATION);
+        annotations.remove(FEDERATED_RESOURCE_CREATED_ANNOTATION);
+    }
+    if !created.is_empty() {
+        insert_str(
+            metadata,
+            "annotations",
+            FEDERATED_RESOURCE_CREATED_ANNOTATION,
+            created,
+        );
     }
     let hash = hash(&object);
     if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -454,11 +468,13 @@ mod tests {
                          "creationTimestamp": "2024-01-01T00:00:00Z",
                          "managedFields": [{"manager": "x"}],
                          "labels": {"app": "web"},
-                         "annotations": {MANIFEST_HASH_ANNOTATION: "forged"}},
+                         "annotations": {MANIFEST_HASH_ANNOTATION: "forged",
+                                         FEDERATED_RESOURCE_CREATED_ANNOTATION: "1970-01-01T00:00:00Z"}},
             "spec": {"replicas": 2},
             "status": {"readyReplicas": 2}
         });
-        let Prepared::Valid(d) = prepare(0, &manifest, "team", &policy(), true) else {
+        let created = "2026-01-02T03:04:05Z";
+        let Prepared::Valid(d) = prepare(0, &manifest, "team", &policy(), created, true) else {
             panic!("valid");
         };
         assert_eq!(
@@ -468,6 +484,7 @@ mod tests {
                 "metadata": {"name": "web", "namespace": "team",
                              "labels": {"app": "web", OWNED_BY_LABEL: DELIVERED_BY_FEDERATED_RESOURCE},
                              "annotations": {FEDERATED_RESOURCE_ANNOTATION: "team/bundle",
+                                             FEDERATED_RESOURCE_CREATED_ANNOTATION: created,
                                              MANIFEST_HASH_ANNOTATION: d.hash.clone()}},
                 "spec": {"replicas": 2}
             })
@@ -484,7 +501,7 @@ mod tests {
         let mut changed = a.clone();
         changed["data"]["k"] = json!("2");
         let h = |m: &Value| {
-            prepare(0, m, "team", &policy(), true)
+            prepare(0, m, "team", &policy(), "", true)
                 .valid()
                 .unwrap()
                 .hash
@@ -494,7 +511,7 @@ mod tests {
         assert_ne!(h(&a), h(&changed));
         // Another policy's marks make another object to apply.
         let other = PolicyRef::new(PolicyKind::FederatedResource, "team", "other");
-        let h_other = prepare(0, &a, "team", &other, true)
+        let h_other = prepare(0, &a, "team", &other, "", true)
             .valid()
             .unwrap()
             .hash
@@ -517,7 +534,7 @@ mod tests {
             ),
         ];
         for (manifest, message) in cases {
-            match prepare(0, &manifest, "team", &policy(), true) {
+            match prepare(0, &manifest, "team", &policy(), "", true) {
                 Prepared::Invalid(i) => assert_eq!(i.message, message),
                 Prepared::Valid(d) => panic!("{d:?}"),
             }
