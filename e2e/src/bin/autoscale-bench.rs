@@ -22,6 +22,7 @@ use accord_e2e::autoscale_scenario::{
 use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use anyhow::{Context as _, Result, bail};
+use clap::Parser;
 use futures::{StreamExt as _, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -36,43 +37,34 @@ use tokio::sync::watch;
 const LATENCY_NS: &str = "bench-autoscale";
 const SCALE_NS: &str = "bench-autoscale-many";
 
+/// Autoscaling benchmark on real member clusters (a test-controlled exporter, a real
+/// Prometheus, a real hub and real agents): the latency from a metric step until every member
+/// runs its share, at a 1 s and a 15 s poll; then the hub's and the management
+/// kube-apiserver's cost with many autoscaled policies polling one Prometheus.
+#[derive(Debug, Parser)]
+#[command(name = "autoscale-bench", args_override_self = true)]
 struct Args {
+    /// Metric steps to time at pollSeconds 1 (0 skips them).
+    #[arg(long, value_name = "N", default_value_t = 20)]
     steps: usize,
+    /// Metric steps to time at pollSeconds 15 (0 skips them).
+    #[arg(long, value_name = "N", default_value_t = 10)]
     slow_steps: usize,
+    /// Autoscaled policies (pollSeconds 15) in the cost measurement.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
     policies: usize,
+    /// Seconds over which the cost is measured once every policy is polling.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
     measure: u64,
+    /// How often Prometheus scrapes the test-controlled exporter, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
     scrape_ms: u64,
+    /// Skip the step-latency measurement.
+    #[arg(long)]
     skip_latency: bool,
+    /// Skip the cost measurement.
+    #[arg(long)]
     skip_cost: bool,
-}
-
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        steps: 20,
-        slow_steps: 10,
-        policies: 1000,
-        measure: 60,
-        scrape_ms: 1000,
-        skip_latency: false,
-        skip_cost: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--steps" => a.steps = value()?.parse()?,
-            "--slow-steps" => a.slow_steps = value()?.parse()?,
-            "--policies" => a.policies = value()?.parse()?,
-            "--measure" => a.measure = value()?.parse()?,
-            "--scrape-ms" => a.scrape_ms = value()?.parse()?,
-            "--skip-latency" => a.skip_latency = true,
-            "--skip-cost" => a.skip_cost = true,
-            other => bail!(
-                "unknown flag {other}; flags: --steps N --slow-steps N --policies N --measure SECS --scrape-ms MS --skip-latency --skip-cost"
-            ),
-        }
-    }
-    Ok(a)
 }
 
 /// Latest `spec.replicas` per member, fed by a watch on each member's Deployment `web`.
@@ -395,7 +387,7 @@ async fn cost(testbed: &Testbed, args: &Args) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
     let result = async {

@@ -38,6 +38,9 @@ use accord_proto::v1::{
     hub_message, status_ack, status_report,
 };
 use anyhow::{Context as _, Result};
+use clap::builder::RangedU64ValueParser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory as _, Parser, ValueEnum};
 use futures::{StreamExt, stream};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -48,31 +51,93 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
+/// Hub scale benchmark: N simulated agents (one process, N real mTLS streams) against one real
+/// `accord-hub serve`, real etcd and a real management kube-apiserver. Prints hub RSS and CPU,
+/// heartbeats/s, status reports/s and report-to-ack latency; optionally times a fan-out to
+/// every agent and the loss of a hub replica or of the hub's etcd leader.
+#[derive(Debug, Parser)]
+#[command(name = "hub-bench", args_override_self = true)]
 struct Args {
+    /// Simulated agents, each joining through the real token flow.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
     agents: usize,
+    /// Seconds the steady state (heartbeats and status reports) is measured for.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
     duration: u64,
+    /// Seconds between each agent's status reports.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
     report_every: u64,
+    /// Agents joining, or opening their streams, at once.
+    #[arg(long, value_name = "N", default_value_t = 32)]
     concurrency: usize,
     /// Keep the hub's state in the API servers' plain etcd instead of the hub's own
     /// (TLS, client certificates, authentication).
+    #[arg(long)]
     plain_etcd: bool,
     /// After the steady state, place one FederatedKafkaTopic in every agent and time it.
+    #[arg(long)]
     fanout: bool,
     /// Hub replicas the agents are spread over.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..)
+    )]
     replicas: usize,
     /// SIGKILL a replica at the end (the leader, or the last follower) and watch its agents
     /// move.
+    #[arg(long, value_enum, value_name = "WHICH")]
     kill_replica: Option<Victim>,
     /// Members of the hub's etcd.
+    #[arg(long, value_name = "N", default_value_t = 1)]
     etcd_members: usize,
     /// SIGKILL the hub's etcd leader just after the fan-out edit is accepted.
+    #[arg(long)]
     kill_etcd_leader: bool,
 }
 
+impl Args {
+    /// Parses the command line; flags that do not fit together end the process with a usage
+    /// error, as a bad flag does.
+    fn parse_checked() -> Self {
+        let args = Self::parse();
+        if let Err(message) = args.check() {
+            Self::command()
+                .error(ErrorKind::ArgumentConflict, message)
+                .exit();
+        }
+        args
+    }
+
+    /// What one flag alone cannot check: the flags that need others.
+    fn check(&self) -> Result<(), &'static str> {
+        if self.kill_replica.is_some() && self.replicas < 2 {
+            return Err(
+                "--kill-replica needs --replicas 2 or more (its agents need somewhere to go)",
+            );
+        }
+        if self.kill_etcd_leader && !(self.fanout && self.etcd_members >= 3) {
+            return Err(
+                "--kill-etcd-leader needs --fanout and --etcd-members 3 or more (a quorum must \
+                 survive)",
+            );
+        }
+        if self.plain_etcd && self.etcd_members > 1 {
+            return Err(
+                "--plain-etcd uses the API servers' single etcd; it excludes --etcd-members",
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Which replica `--kill-replica` kills.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Victim {
+    /// The replica that leads.
     Leader,
+    /// The last replica that does not lead.
     Follower,
 }
 
@@ -187,60 +252,6 @@ impl Seen {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
-}
-
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        agents: 1000,
-        duration: 30,
-        report_every: 5,
-        concurrency: 32,
-        plain_etcd: false,
-        fanout: false,
-        replicas: 1,
-        kill_replica: None,
-        etcd_members: 1,
-        kill_etcd_leader: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--agents" => a.agents = value()?.parse()?,
-            "--duration" => a.duration = value()?.parse()?,
-            "--report-every" => a.report_every = value()?.parse()?,
-            "--concurrency" => a.concurrency = value()?.parse()?,
-            "--plain-etcd" => a.plain_etcd = true,
-            "--fanout" => a.fanout = true,
-            "--replicas" => a.replicas = value()?.parse()?,
-            "--kill-replica" => {
-                a.kill_replica = Some(match value()?.as_str() {
-                    "leader" => Victim::Leader,
-                    "follower" => Victim::Follower,
-                    other => anyhow::bail!("--kill-replica takes leader or follower, not {other}"),
-                })
-            }
-            "--etcd-members" => a.etcd_members = value()?.parse()?,
-            "--kill-etcd-leader" => a.kill_etcd_leader = true,
-            other => anyhow::bail!(
-                "unknown flag {other}; flags: --agents N --duration SECS --report-every SECS --concurrency N --plain-etcd --fanout --replicas N --kill-replica leader|follower --etcd-members N --kill-etcd-leader"
-            ),
-        }
-    }
-    anyhow::ensure!(a.replicas >= 1, "--replicas must be at least 1");
-    anyhow::ensure!(
-        a.kill_replica.is_none() || a.replicas >= 2,
-        "--kill-replica needs --replicas 2 or more (its agents need somewhere to go)"
-    );
-    anyhow::ensure!(
-        !a.kill_etcd_leader || (a.fanout && a.etcd_members >= 3),
-        "--kill-etcd-leader needs --fanout and --etcd-members 3 or more (a quorum must survive)"
-    );
-    anyhow::ensure!(
-        !(a.plain_etcd && a.etcd_members > 1),
-        "--plain-etcd uses the API servers' single etcd; it excludes --etcd-members"
-    );
-    Ok(a)
 }
 
 fn percentile(sorted: &[u64], p: f64) -> Duration {
@@ -596,7 +607,7 @@ impl Hubs<'_> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = parse_args()?;
+    let args = Args::parse_checked();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder()
         .members(0)

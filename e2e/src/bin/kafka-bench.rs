@@ -42,72 +42,83 @@ use accord_e2e::kafka_topic_scenario::{
 use accord_e2e::stats::pct;
 use accord_e2e::testbed::rss_bytes;
 use anyhow::{Context as _, Result, bail};
+use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser as _};
+use clap::{Parser, value_parser};
 use futures::StreamExt as _;
 use kube::Api;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use serde_json::json;
 
+/// FederatedKafkaTopics at scale on real parts: N topics for every one of three members,
+/// applied to the management kube-apiserver, delivered by the hub and agents to each member's
+/// Kafka; then the admission webhook's latency at a fixed rate.
+#[derive(Debug, Parser)]
+#[command(name = "kafka-bench", args_override_self = true)]
 struct Args {
+    /// Number of FederatedKafkaTopics to apply.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = positive())]
     topics: usize,
+    /// Partitions of each topic.
+    #[arg(long, value_name = "N", default_value_t = 3)]
     partitions: i32,
+    /// Kafka brokers in each member.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = PossibleValuesParser::new(["1", "3"]).try_map(|n| n.parse::<usize>())
+    )]
     brokers: usize,
+    /// Applies in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 16, value_parser = positive())]
     concurrency: usize,
+    /// Webhook requests per second (open loop) in the latency measurement.
+    #[arg(
+        long,
+        value_name = "REQ_PER_S",
+        default_value_t = 50,
+        value_parser = value_parser!(u32).range(1..)
+    )]
     rate: u32,
+    /// Seconds each webhook latency measurement (straight to the hub, through the
+    /// kube-apiserver) lasts.
+    #[arg(long, value_name = "S", default_value_t = 20)]
     webhook_seconds: u64,
-    webhook: bool,
+    /// Register no admission webhook, and skip its latency measurement.
+    #[arg(long)]
+    without_webhook: bool,
+    /// Apply every topic while the hub is stopped and time from its start (implies
+    /// --without-webhook: the webhook would refuse applies while the hub is down).
+    #[arg(long)]
     backlog: bool,
+    /// Also measure the floor: the same topics created straight in every member's Kafka, and
+    /// every status rewritten with the hub stopped.
+    #[arg(long)]
     floor: bool,
-    full_jit: bool,
+    /// Run the brokers with the tests' first-tier JIT instead of the JVM's full JIT.
+    #[arg(long)]
+    quick_start_jit: bool,
+    /// Heap of each Kafka broker, in MiB (at least 128).
+    #[arg(
+        long = "broker-heap-mib",
+        value_name = "MIB",
+        default_value_t = KAFKA_DEFAULT_HEAP_MIB,
+        value_parser = value_parser!(u32).range(128..)
+    )]
     heap_mib: u32,
 }
 
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        topics: 1000,
-        partitions: 3,
-        brokers: 1,
-        concurrency: 16,
-        rate: 50,
-        webhook_seconds: 20,
-        webhook: true,
-        backlog: false,
-        floor: false,
-        full_jit: true,
-        heap_mib: KAFKA_DEFAULT_HEAP_MIB,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--topics" => a.topics = value()?.parse()?,
-            "--partitions" => a.partitions = value()?.parse()?,
-            "--brokers" => a.brokers = value()?.parse()?,
-            "--concurrency" => a.concurrency = value()?.parse()?,
-            "--rate" => a.rate = value()?.parse()?,
-            "--webhook-seconds" => a.webhook_seconds = value()?.parse()?,
-            "--without-webhook" => a.webhook = false,
-            // The webhook (failurePolicy Fail) would refuse applies while the hub is down.
-            "--backlog" => {
-                a.backlog = true;
-                a.webhook = false;
-            }
-            "--floor" => a.floor = true,
-            "--quick-start-jit" => a.full_jit = false,
-            "--broker-heap-mib" => a.heap_mib = value()?.parse()?,
-            other => bail!(
-                "unknown flag {other}; flags: --topics N --partitions N --brokers 1|3 \
-                 --concurrency N --rate REQ_PER_S --webhook-seconds S --without-webhook \
-                 --backlog --floor --quick-start-jit --broker-heap-mib MIB"
-            ),
-        }
+impl Args {
+    /// Whether the hub's admission webhook is registered.
+    fn webhook(&self) -> bool {
+        !self.without_webhook && !self.backlog
     }
-    if a.topics == 0 || a.rate == 0 || a.concurrency == 0 || a.heap_mib < 128 {
-        bail!(
-            "--topics, --rate and --concurrency must be positive, --broker-heap-mib at least 128"
-        );
-    }
-    Ok(a)
+}
+
+/// A count of at least one.
+fn positive() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..)
 }
 
 const NS: &str = "bench-kafka";
@@ -280,7 +291,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                 KafkaOptions {
                     brokers: args.brokers,
                     sasl_ssl: false,
-                    full_jit: args.full_jit,
+                    full_jit: !args.quick_start_jit,
                     heap_mib: args.heap_mib,
                 },
             )
@@ -310,7 +321,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                 .collect(),
             resync: Duration::from_secs(30),
             deletion_timeout: None,
-            webhook: args.webhook,
+            webhook: args.webhook(),
         },
     )
     .await?;
@@ -714,7 +725,7 @@ fn admission_review(i: usize, partitions: i32, clusters: &[String]) -> serde_jso
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
     let result = run(&testbed, &args).await;

@@ -20,28 +20,21 @@ use accord_e2e::promfed::{FederationOptions, ReloaderOptions};
 use accord_e2e::promfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::stats::pct;
 use accord_e2e::wait::Check;
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
+use clap::Parser;
 
+/// Times Prometheus federation config propagation on real parts: each PrometheusFederation
+/// edit until every member's federation Prometheus and the global tier have loaded and
+/// confirmed it, and counts the writes the management kube-apiserver served per policy.
+#[derive(Debug, Parser)]
+#[command(name = "promfed-bench", args_override_self = true)]
 struct Args {
+    /// Number of PrometheusFederation edits to time, one after the other.
+    #[arg(long, value_name = "N", default_value_t = 50)]
     edits: u32,
+    /// The reloader's debounce, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
     debounce_ms: u64,
-}
-
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        edits: 50,
-        debounce_ms: 1000,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--edits" => a.edits = value()?.parse()?,
-            "--debounce-ms" => a.debounce_ms = value()?.parse()?,
-            other => bail!("unknown flag {other}; flags: --edits N --debounce-ms MS"),
-        }
-    }
-    Ok(a)
 }
 
 fn summary(what: &str, mut samples: Vec<Duration>) {
@@ -164,7 +157,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
     let result = run(&testbed, &args).await;

@@ -21,6 +21,7 @@ use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::stats::pct;
 use anyhow::{Context as _, Result};
+use clap::Parser;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
@@ -36,12 +37,18 @@ const FM: &str = "accord-bench";
 /// The members' Deployment the floor is measured on.
 const FLOOR: &str = "floor";
 
-fn flag(name: &str, default: usize) -> Result<usize> {
-    let args: Vec<String> = std::env::args().collect();
-    Ok(match args.iter().position(|a| a == name) {
-        Some(i) => args.get(i + 1).context("flag needs a value")?.parse()?,
-        None => default,
-    })
+/// Times propagation and failover on three real member clusters: a CrossClusterScalePolicy
+/// change until every member's Deployment runs it (beside the floor, the same change applied
+/// straight to every member), and `kill -9` of an agent until its share runs elsewhere.
+#[derive(Debug, Parser)]
+#[command(name = "propagation-bench", args_override_self = true)]
+struct Args {
+    /// Number of desiredReplicas changes to time (each followed by the same change to the floor).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    changes: u64,
+    /// Number of agent kills (kill -9) to time until the agent's share runs elsewhere.
+    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    failovers: u64,
 }
 
 /// Latest `spec.replicas` per member, fed by a watch on each member's Deployment `name`.
@@ -99,8 +106,7 @@ fn print_spread(title: &str, sorted: &[Duration]) {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let changes = flag("--changes", 100)?;
-    let failovers = flag("--failovers", 5)?;
+    let Args { changes, failovers } = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
     let mut fed = Fleet::start(

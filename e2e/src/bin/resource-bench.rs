@@ -34,49 +34,43 @@ use accord_e2e::resource_scenario::{
 };
 use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
+use clap::Parser;
+use clap::builder::RangedU64ValueParser;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Event;
 
+/// FederatedResources at scale on real parts: N FederatedResources (a Deployment, a headless
+/// Service and a ConfigMap each) applied to the management kube-apiserver, delivered by the
+/// hub and agents to every member; then one edit at a time, and the hub restarted with all N
+/// present. Prints the figures as measured (nothing is asserted).
+#[derive(Debug, Parser)]
+#[command(name = "resource-bench", args_override_self = true)]
 struct Args {
+    /// Number of FederatedResources to apply.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = positive())]
     objects: usize,
+    /// Number of member clusters; every FederatedResource is placed in each.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = positive())]
     members: usize,
+    /// Number of ConfigMap edits to time, one at a time, after the applies.
+    #[arg(long, value_name = "N", default_value_t = 50)]
     edits: usize,
+    /// Server-side applies of FederatedResources in flight at once.
+    #[arg(long, value_name = "N", default_value_t = 32, value_parser = positive())]
     concurrency: usize,
-    timeout: Duration,
+    /// Seconds to wait for every FederatedResource to be Available in every member.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1200)]
+    timeout: u64,
+    /// Stop the hub with SIGKILL rather than SIGTERM before restarting it (the new hub then
+    /// waits out the election TTL).
+    #[arg(long)]
     kill_hub: bool,
 }
 
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        objects: 1000,
-        members: 3,
-        edits: 50,
-        concurrency: 32,
-        timeout: Duration::from_secs(1200),
-        kill_hub: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--objects" => a.objects = value()?.parse()?,
-            "--members" => a.members = value()?.parse()?,
-            "--edits" => a.edits = value()?.parse()?,
-            "--concurrency" => a.concurrency = value()?.parse()?,
-            "--timeout" => a.timeout = Duration::from_secs(value()?.parse()?),
-            // SIGKILL rather than SIGTERM: the new hub waits out the election TTL.
-            "--kill-hub" => a.kill_hub = true,
-            other => bail!(
-                "unknown flag {other}; flags: --objects N --members N --edits N \
-                 --concurrency N --timeout SECONDS --kill-hub"
-            ),
-        }
-    }
-    if a.objects == 0 || a.members == 0 || a.concurrency == 0 {
-        bail!("--objects, --members and --concurrency must be positive");
-    }
-    Ok(a)
+/// A count of at least one.
+fn positive() -> RangedU64ValueParser<usize> {
+    RangedU64ValueParser::new().range(1..)
 }
 
 const NS: &str = "bench-fres";
@@ -246,7 +240,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         watch
             .wait_for(
                 "every FederatedResource Available and every object in every member",
-                args.timeout,
+                Duration::from_secs(args.timeout),
                 || running(&fleet),
                 |s| {
                     (s.all_available.is_some()
@@ -544,7 +538,7 @@ fn print_progress(seen: SeenReader, t0: Instant) -> AbortOnDrop {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let args = parse_args()?;
+    let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(args.members).start().await?;
     let result = run(&testbed, &args).await;

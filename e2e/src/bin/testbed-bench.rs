@@ -9,43 +9,67 @@
 //! start-up work to die down, prints each process's resident memory and the total, and
 //! stops everything, printing how long stopping took.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use accord_e2e::Testbed;
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
+use clap::Parser;
 use tracing_subscriber::EnvFilter;
+
+/// Starts a testbed, prints how long it took to start and each process's resident memory
+/// once start-up work has died down, then stops it and prints how long stopping took.
+#[derive(Debug, Parser)]
+#[command(name = "testbed-bench", args_override_self = true)]
+struct Args {
+    /// Number of member clusters, named member-1 … member-N.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    members: usize,
+    /// Run a Kafka broker in each member cluster.
+    #[arg(long)]
+    with_kafka: bool,
+    /// Run a Prometheus server in each member cluster.
+    #[arg(long)]
+    with_prometheus: bool,
+    /// Run the management cluster without kube-controller-manager (a faster start).
+    #[arg(long)]
+    without_mgmt_controller_manager: bool,
+    /// Install no CRDs in the management cluster.
+    #[arg(long, conflicts_with = "crds_dir")]
+    without_crds: bool,
+    /// Install the CRDs from this directory instead of crds/yaml/.
+    #[arg(long, value_name = "DIR")]
+    crds_dir: Option<PathBuf>,
+    /// Seconds to wait after the start, for start-up work to die down, before measuring memory.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    settle: u64,
+}
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("accord_e2e=info")),
         )
         .init();
-    let mut builder = Testbed::builder();
-    let mut settle = Duration::from_secs(10);
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--members" => {
-                builder = builder.members(args.next().context("--members needs a number")?.parse()?)
-            }
-            "--with-kafka" => builder = builder.with_kafka(),
-            "--with-prometheus" => builder = builder.with_prometheus(),
-            "--without-mgmt-controller-manager" => {
-                builder = builder.without_mgmt_controller_manager()
-            }
-            "--without-crds" => builder = builder.without_crds(),
-            "--crds-dir" => {
-                builder = builder.crds_dir(args.next().context("--crds-dir needs a directory")?)
-            }
-            "--settle" => {
-                settle =
-                    Duration::from_secs(args.next().context("--settle needs seconds")?.parse()?)
-            }
-            other => bail!("unknown argument {other}"),
-        }
+    let mut builder = Testbed::builder().members(args.members);
+    if args.with_kafka {
+        builder = builder.with_kafka();
     }
+    if args.with_prometheus {
+        builder = builder.with_prometheus();
+    }
+    if args.without_mgmt_controller_manager {
+        builder = builder.without_mgmt_controller_manager();
+    }
+    if args.without_crds {
+        builder = builder.without_crds();
+    }
+    if let Some(dir) = args.crds_dir {
+        builder = builder.crds_dir(dir);
+    }
+    let settle = Duration::from_secs(args.settle);
     let testbed = builder.start().await?;
     println!(
         "started in {:.1} s",
