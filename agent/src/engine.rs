@@ -626,15 +626,19 @@ impl Engine {
             policies = self.book.policies().len(),
             "applied assignments"
         );
-        if changed || self.book.last_applied_revision() != before {
+        let book_changed = changed || self.book.last_applied_revision() != before;
+        if book_changed {
             self.book_changed();
+        }
+        for key in &upserted {
+            self.reconcile(key);
+        }
+        // Saved after the applies started: copying the whole book need not delay them.
+        if book_changed {
             let seq = self.save();
             self.unacked.push((seq, last_revision));
         } else {
             self.ack(last_revision);
-        }
-        for key in &upserted {
-            self.reconcile(key);
         }
         self.metrics.reports_pending.set(self.pending_reports);
     }
@@ -662,15 +666,8 @@ impl Engine {
             .managed_policies
             .set(i64::try_from(self.book.policies().len()).unwrap_or(i64::MAX));
         for enforcer in &mut self.enforcers {
-            let mine: BTreeMap<PolicyRef, Assigned> = self
-                .book
-                .policies()
-                .iter()
-                .filter(|(_, a)| enforcer.enforces(&a.spec))
-                .map(|(k, a)| (k.clone(), a.clone()))
-                .collect();
             let events = EventSink::new(self.tx.clone(), enforcer.name());
-            enforcer.assign(&mine, &events);
+            enforcer.assign(self.book.policies(), &events);
         }
     }
 

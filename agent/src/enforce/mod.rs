@@ -85,9 +85,10 @@ pub trait Enforcer: Send + 'static {
     /// Whether this enforcer takes assignments like `spec`.
     fn enforces(&self, spec: &AssignmentSpec) -> bool;
 
-    /// The assignments it enforces are now `assigned` (all of them, each time the book
-    /// changes): start what needs watching, stop what no longer does. Watches report
-    /// through `events`. The engine looks at every new or changed policy afterwards.
+    /// The book is now `assigned` (every policy of every kind, each time the book changes;
+    /// it takes those it [`enforces`](Self::enforces)): start what needs watching, stop what
+    /// no longer does. Watches report through `events`. The engine looks at every new or
+    /// changed policy afterwards.
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink);
 
     /// One of its watches saw something; returns the policies to look at again.

@@ -504,6 +504,21 @@ pub struct Placements<K: PlacementKind> {
     shown: dashmap::DashMap<(String, String), i64>,
     /// Each object's last reconcile, which paces the ones reports and clusters ask for.
     pace: Arc<ReconcilePace<ObjectRef<Watched<K>>>>,
+    /// Objects (by uid) whose finalizer this controller added, and when, while the
+    /// reflector has not shown it: a reconcile of the older copy meanwhile must not add it
+    /// again (the second add fails its test and costs a write and a retry). Trusted for
+    /// [`FINALIZER_ADDED_TRUST`], so a finalizer removed by hand before the reflector
+    /// caught up is still put back.
+    finalizer_added: dashmap::DashMap<String, std::time::Instant>,
+}
+
+/// How long a finalizer this controller added is taken as held while the reflector does
+/// not show it yet.
+const FINALIZER_ADDED_TRUST: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The uid in `metadata` ("" when there is none).
+fn uid_of(metadata: &kube::api::ObjectMeta) -> &str {
+    metadata.uid.as_deref().unwrap_or_default()
 }
 
 /// Whether a placement the status shows with an outcome (any state but `Pending`) is
@@ -547,6 +562,7 @@ impl<K: PlacementKind> Placements<K> {
             objects,
             shown: dashmap::DashMap::new(),
             pace: Arc::default(),
+            finalizer_added: dashmap::DashMap::new(),
         }
     }
 
@@ -554,14 +570,35 @@ impl<K: PlacementKind> Placements<K> {
     pub async fn reconcile(&self, watched: Arc<Watched<K>>) -> Result<Action, ReconcileError> {
         let holds: Vec<&str> = self.finalizers_held(&watched);
         if watched.metadata.deletion_timestamp.is_some() {
+            self.finalizer_added.remove(uid_of(&watched.metadata));
             if holds.is_empty() {
                 return Ok(Action::await_change());
             }
             return self.delete(&watched, &holds).await;
         }
         let watched = match K::finalizer(&watched) {
-            Some(f) if !holds.contains(&f) => Arc::new(self.add_finalizer(&watched, f).await?),
-            _ => watched,
+            Some(f) if holds.contains(&f) => {
+                self.finalizer_added.remove(uid_of(&watched.metadata));
+                watched
+            }
+            Some(f) => {
+                let recently_added = self
+                    .finalizer_added
+                    .get(uid_of(&watched.metadata))
+                    .is_some_and(|at| at.elapsed() < FINALIZER_ADDED_TRUST);
+                if recently_added {
+                    // The reflector is behind: the stored object holds it.
+                    watched
+                } else {
+                    let added = self.add_finalizer(&watched, f).await?;
+                    self.finalizer_added.insert(
+                        uid_of(&watched.metadata).to_owned(),
+                        std::time::Instant::now(),
+                    );
+                    Arc::new(added)
+                }
+            }
+            None => watched,
         };
         let now = Time(Timestamp::now());
         match decode_or_invalid(&watched, &now) {

@@ -26,14 +26,15 @@ pub mod judge;
 pub mod manifest;
 pub mod objects;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::PoisonError;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, PoisonError};
 
 use accord_common::distribution::{
     AssignmentSpec, FederatedResourceSpec, ManifestKey, PolicyKind, PolicyRef,
 };
 use accord_common::runtime::AbortOnDrop;
 use futures::future::BoxFuture;
+use tokio::sync::Semaphore;
 use tracing::{debug, info};
 
 use self::apply::{ApplyJob, SharedMemory, remove_in_background};
@@ -52,15 +53,27 @@ pub const NAME: &str = "federated_resource";
 /// deliver that operator's custom resources.
 pub const AGGREGATE_TO_AGENT_LABEL: &str = "accord.io/aggregate-to-agent";
 
+/// How many policies' applies (or removals) run at once. The member API server serves the
+/// agent's requests as one flow (API Priority and Fairness queues them together), so
+/// without a bound a thousand applies at once put the agent's own Lease renewal behind
+/// them: the renewal missed its deadline and every write stopped for 15–20 s at a time.
+pub const MAX_CONCURRENT_APPLIES: usize = 16;
+
 /// Delivers FederatedResource manifests.
 pub struct FederatedResourceEnforcer {
     client: kube::Client,
+    /// Permits for [`MAX_CONCURRENT_APPLIES`].
+    applies: Arc<Semaphore>,
     discovery: Discovery,
     memory: SharedMemory,
     /// The assignments held.
     held: BTreeMap<PolicyRef, FederatedResourceSpec>,
     /// Policies by the objects they name (delivered or pruned): type, namespace, name.
     interest: HashMap<(Gvk, String, String), BTreeSet<PolicyRef>>,
+    /// The objects each held policy names, with the scopes they were worked out with:
+    /// kept while its spec and those scopes stay, so a change to one policy prepares only
+    /// that one's manifests, not every policy's.
+    names: HashMap<PolicyRef, Named>,
     watches: BTreeMap<Gvk, TypeWatch>,
     by_resource: HashMap<&'static str, Gvk>,
     /// Removals of what policies that left delivered.
@@ -72,10 +85,12 @@ impl FederatedResourceEnforcer {
     pub fn new(client: kube::Client) -> Self {
         Self {
             client,
+            applies: Arc::new(Semaphore::new(MAX_CONCURRENT_APPLIES)),
             discovery: Discovery::default(),
             memory: SharedMemory::default(),
             held: BTreeMap::new(),
             interest: HashMap::new(),
+            names: HashMap::new(),
             watches: BTreeMap::new(),
             by_resource: HashMap::new(),
             removing: HashMap::new(),
@@ -155,6 +170,12 @@ impl FederatedResourceEnforcer {
     }
 }
 
+/// The objects one policy names, and the scopes of their types when they were worked out.
+struct Named {
+    scopes: Vec<(Gvk, bool)>,
+    keys: Vec<ManifestKey>,
+}
+
 /// The types `spec` names: its manifests', Secrets when it delivers some, and those of
 /// the objects it prunes.
 fn types_of(spec: &FederatedResourceSpec) -> BTreeSet<Gvk> {
@@ -186,13 +207,26 @@ impl Enforcer for FederatedResourceEnforcer {
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+        // An unchanged spec is moved over, not copied again.
+        let mut previous = std::mem::take(&mut self.held);
+        let mut changed = HashSet::new();
         let held: BTreeMap<PolicyRef, FederatedResourceSpec> = assigned
             .iter()
             .filter_map(|(policy, a)| match &a.spec {
-                AssignmentSpec::FederatedResource(spec) => Some((policy.clone(), spec.clone())),
+                AssignmentSpec::FederatedResource(spec) => {
+                    let kept = previous
+                        .remove_entry(policy)
+                        .filter(|(_, held)| held == spec);
+                    Some(kept.unwrap_or_else(|| {
+                        changed.insert(policy.clone());
+                        (policy.clone(), spec.clone())
+                    }))
+                }
                 _ => None,
             })
             .collect();
+        // What is left of the previous ones left this cluster.
+        self.held = previous;
         self.removing
             .retain(|policy, task| !held.contains_key(policy) && !task.0.is_finished());
         for (policy, spec) in &self.held {
@@ -208,7 +242,7 @@ impl Enforcer for FederatedResourceEnforcer {
                 memory: None,
                 ..self.job(policy, spec, View::default())
             };
-            let task = tokio::spawn(remove_in_background(job));
+            let task = tokio::spawn(bounded(self.applies.clone(), remove_in_background(job)));
             self.removing.insert(policy.clone(), AbortOnDrop(task));
         }
         self.memory
@@ -216,15 +250,33 @@ impl Enforcer for FederatedResourceEnforcer {
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|policy, _| held.contains_key(policy));
         self.held = held;
+        let mut names = std::mem::take(&mut self.names);
+        let mut namespaced: HashMap<Gvk, bool> = HashMap::new();
         self.interest.clear();
         for (policy, spec) in &self.held {
-            let manifests = self.prepared(policy, spec);
-            for key in Self::keys(&manifests, spec) {
+            let scopes: Vec<(Gvk, bool)> = types_of(spec)
+                .into_iter()
+                .map(|gvk| {
+                    let scope = *namespaced
+                        .entry(gvk.clone())
+                        .or_insert_with(|| self.discovery.namespaced(&gvk));
+                    (gvk, scope)
+                })
+                .collect();
+            let named = match names.remove(policy) {
+                Some(named) if named.scopes == scopes && !changed.contains(policy) => named,
+                _ => Named {
+                    keys: Self::keys(&self.prepared(policy, spec), spec),
+                    scopes,
+                },
+            };
+            for key in &named.keys {
                 self.interest
-                    .entry((Gvk::of(&key), key.namespace, key.name))
+                    .entry((Gvk::of(key), key.namespace.clone(), key.name.clone()))
                     .or_default()
                     .insert(policy.clone());
             }
+            self.names.insert(policy.clone(), named);
         }
         let types: BTreeSet<Gvk> = self.held.values().flat_map(types_of).collect();
         self.watches.retain(|gvk, _| types.contains(gvk));
@@ -320,6 +372,14 @@ impl Enforcer for FederatedResourceEnforcer {
         let view = self.view(&Self::keys(&manifests, spec)).unwrap_or_default();
         let job = self.job(policy, spec.clone(), view);
         debug!(%policy, manifests = spec.manifests.len(), remove = spec.remove, "applying");
-        Box::pin(job.run())
+        Box::pin(bounded(self.applies.clone(), job.run()))
     }
+}
+
+/// Runs `work` once one of `permits` is free.
+async fn bounded<T>(permits: Arc<Semaphore>, work: impl Future<Output = T>) -> T {
+    // The semaphore is never closed, so acquiring fails never; without a permit the work
+    // would still be right, only unbounded.
+    let _permit = permits.acquire_owned().await.ok();
+    work.await
 }
