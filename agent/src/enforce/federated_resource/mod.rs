@@ -170,6 +170,23 @@ impl FederatedResourceEnforcer {
     }
 }
 
+/// Drops `policy` from the interest in `keys`.
+fn lose_interest(
+    interest: &mut HashMap<(Gvk, String, String), BTreeSet<PolicyRef>>,
+    policy: &PolicyRef,
+    keys: &[ManifestKey],
+) {
+    for key in keys {
+        let entry = (Gvk::of(key), key.namespace.clone(), key.name.clone());
+        if let Some(policies) = interest.get_mut(&entry) {
+            policies.remove(policy);
+            if policies.is_empty() {
+                interest.remove(&entry);
+            }
+        }
+    }
+}
+
 /// The objects one policy names, and the scopes of their types when they were worked out.
 struct Named {
     scopes: Vec<(Gvk, bool)>,
@@ -250,25 +267,51 @@ impl Enforcer for FederatedResourceEnforcer {
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|policy, _| held.contains_key(policy));
         self.held = held;
-        let mut names = std::mem::take(&mut self.names);
-        let mut namespaced: HashMap<Gvk, bool> = HashMap::new();
-        self.interest.clear();
+        // Interest changes only for policies that came, went or changed (or whose types'
+        // scope discovery learnt since): an edit of one policy costs that one.
+        let mut scopes: HashMap<Gvk, bool> = HashMap::new();
+        let discovery = &self.discovery;
+        let mut scope = |gvk: &Gvk| match scopes.get(gvk) {
+            Some(namespaced) => *namespaced,
+            None => *scopes
+                .entry(gvk.clone())
+                .or_insert_with(|| discovery.namespaced(gvk)),
+        };
+        let gone: Vec<PolicyRef> = self
+            .names
+            .keys()
+            .filter(|policy| !self.held.contains_key(*policy))
+            .cloned()
+            .collect();
+        for policy in gone {
+            if let Some(named) = self.names.remove(&policy) {
+                lose_interest(&mut self.interest, &policy, &named.keys);
+            }
+        }
         for (policy, spec) in &self.held {
-            let scopes: Vec<(Gvk, bool)> = types_of(spec)
-                .into_iter()
-                .map(|gvk| {
-                    let scope = *namespaced
-                        .entry(gvk.clone())
-                        .or_insert_with(|| self.discovery.namespaced(&gvk));
-                    (gvk, scope)
-                })
-                .collect();
-            let named = match names.remove(policy) {
-                Some(named) if named.scopes == scopes && !changed.contains(policy) => named,
-                _ => Named {
-                    keys: Self::keys(&self.prepared(policy, spec), spec),
-                    scopes,
-                },
+            let current = !changed.contains(policy)
+                && self.names.get(policy).is_some_and(|named| {
+                    named
+                        .scopes
+                        .iter()
+                        .all(|(gvk, namespaced)| scope(gvk) == *namespaced)
+                });
+            if current {
+                continue;
+            }
+            if let Some(named) = self.names.remove(policy) {
+                lose_interest(&mut self.interest, policy, &named.keys);
+            }
+            let manifests = prepare_all(spec, policy, |gvk| discovery.namespaced(gvk));
+            let named = Named {
+                scopes: types_of(spec)
+                    .into_iter()
+                    .map(|gvk| {
+                        let namespaced = scope(&gvk);
+                        (gvk, namespaced)
+                    })
+                    .collect(),
+                keys: Self::keys(&manifests, spec),
             };
             for key in &named.keys {
                 self.interest
@@ -278,7 +321,12 @@ impl Enforcer for FederatedResourceEnforcer {
             }
             self.names.insert(policy.clone(), named);
         }
-        let types: BTreeSet<Gvk> = self.held.values().flat_map(types_of).collect();
+        let mut types: BTreeSet<Gvk> = BTreeSet::new();
+        for (gvk, _) in self.names.values().flat_map(|named| &named.scopes) {
+            if !types.contains(gvk) {
+                types.insert(gvk.clone());
+            }
+        }
         self.watches.retain(|gvk, _| types.contains(gvk));
         for gvk in types {
             if !self.watches.contains_key(&gvk) {
