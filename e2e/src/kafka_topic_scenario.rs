@@ -32,6 +32,10 @@ use crate::ports::free_port;
 use crate::testbed::Testbed;
 use crate::wait::{Check, until};
 
+/// How long an independent client may see a topic differently from what the agent
+/// reported (another broker's metadata catching up).
+const KAFKA_METADATA_LAG: Duration = Duration::from_secs(15);
+
 /// Field manager of the scenario's writes.
 pub const FIELD_MANAGER: &str = "accord-e2e-kafka";
 /// Name of the agent's Kafka Secret in each member (the agent's default).
@@ -301,14 +305,27 @@ impl<'t> KafkaScenario<'t> {
             )
             .await?;
         let topic = topic_name(self.testbed, ns, name).await?;
-        for (i, probe) in self.probes()?.iter().enumerate() {
-            let seen = probe.topic(&topic).await?;
-            ensure!(
-                seen == Some(TopicView { partitions, rf }),
-                "{}: Kafka has {topic} as {seen:?}, the status says Synced {partitions}/{rf}",
-                self.clusters[i]
-            );
-        }
+        let probes = self.probes()?;
+        let expected = Some(TopicView { partitions, rf });
+        // The agent saw it so; the independent client asks whichever broker it reaches,
+        // whose metadata may lag a moment or answer a transient error for the topic.
+        until(
+            &format!("every member's Kafka, read independently, has {topic} at {partitions}/{rf}"),
+            KAFKA_METADATA_LAG,
+            || async {
+                for (i, probe) in probes.iter().enumerate() {
+                    let seen = probe.topic(&topic).await?;
+                    if seen != expected {
+                        return Ok(Check::NotYet(format!(
+                            "{}: Kafka has {topic} as {seen:?}, the status says Synced {partitions}/{rf}",
+                            self.clusters[i]
+                        )));
+                    }
+                }
+                Ok(Check::Ready(()))
+            },
+        )
+        .await?;
         Ok(status)
     }
 
