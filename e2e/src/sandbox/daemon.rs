@@ -654,25 +654,15 @@ async fn wait_federation_ready(
         namespace, name, ..
     } = example;
     let api: Api<PrometheusFederation> = Api::namespaced(testbed.mgmt().client(), namespace);
-    until(
+    wait_object(
+        testbed,
+        running,
+        &api,
+        name,
         &format!("PrometheusFederation {namespace}/{name} to be Synced everywhere"),
-        STEP_TIMEOUT,
-        || {
-            let api = api.clone();
-            async move {
-                ensure_all_running(testbed, running)?;
-                let status = api
-                    .get_opt(name)
-                    .await?
-                    .and_then(|p| p.status)
-                    .unwrap_or_default();
-                let waiting = federation_waiting(&status, members, example.global);
-                Ok(if waiting.is_empty() {
-                    Check::Ready(())
-                } else {
-                    Check::NotYet(waiting.join(", "))
-                })
-            }
+        |p| {
+            let status = p.and_then(|p| p.status).unwrap_or_default();
+            ready_unless(federation_waiting(&status, members, example.global))
         },
     )
     .await?;
@@ -792,11 +782,7 @@ async fn wait_members_available(
                         }
                     }
                 }
-                Ok(if missing.is_empty() {
-                    Check::Ready(())
-                } else {
-                    Check::NotYet(missing.join(", "))
-                })
+                Ok(ready_unless(missing))
             }
         },
     )
@@ -1077,6 +1063,11 @@ fn all_synced<'a>(
             None => Some(format!("{cluster} has no placement")),
         })
         .collect();
+    ready_unless(waiting)
+}
+
+/// Ready when nothing is `waiting`; otherwise not yet, saying what is.
+fn ready_unless(waiting: Vec<String>) -> Check<()> {
     if waiting.is_empty() {
         Check::Ready(())
     } else {
@@ -1084,29 +1075,46 @@ fn all_synced<'a>(
     }
 }
 
+/// Waits until `check` passes on object `name` of `api` (`None` while it does not exist),
+/// every sandbox process still running.
+async fn wait_object<K>(
+    testbed: &Testbed,
+    running: &[ProcessId],
+    api: &Api<K>,
+    name: &str,
+    what: &str,
+    check: impl Fn(Option<K>) -> Check<()>,
+) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    until(what, STEP_TIMEOUT, || async {
+        ensure_all_running(testbed, running)?;
+        Ok(check(api.get_opt(name).await?))
+    })
+    .await
+}
+
 /// Waits until every placement of the example FederatedKafkaTopics is Synced.
 async fn wait_topics_synced(testbed: &Testbed, running: &[ProcessId], plan: &Plan) -> Result<()> {
     for (ns, name, clusters) in &plan.topics {
         let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
-        until(
+        wait_object(
+            testbed,
+            running,
+            &api,
+            name,
             &format!("FederatedKafkaTopic {ns}/{name} to be Synced everywhere"),
-            STEP_TIMEOUT,
-            || {
-                let api = api.clone();
-                async move {
-                    ensure_all_running(testbed, running)?;
-                    let placements = api
-                        .get_opt(name)
-                        .await?
-                        .and_then(|t| t.status)
-                        .map(|s| s.placements)
-                        .unwrap_or_default();
-                    let seen: Vec<_> = placements
-                        .iter()
-                        .map(|p| (p.cluster.as_str(), p.state, p.message.as_deref()))
-                        .collect();
-                    Ok(all_synced(clusters.iter().map(String::as_str), &seen))
-                }
+            |t| {
+                let placements = t
+                    .and_then(|t| t.status)
+                    .map(|s| s.placements)
+                    .unwrap_or_default();
+                let seen: Vec<_> = placements
+                    .iter()
+                    .map(|p| (p.cluster.as_str(), p.state, p.message.as_deref()))
+                    .collect();
+                all_synced(clusters.iter().map(String::as_str), &seen)
             },
         )
         .await?;
@@ -1183,25 +1191,15 @@ async fn wait_resources_available(
     } in &plan.resources
     {
         let api: Api<FederatedResource> = Api::namespaced(testbed.mgmt().client(), namespace);
-        until(
+        wait_object(
+            testbed,
+            running,
+            &api,
+            name,
             &format!("FederatedResource {namespace}/{name} to be Available everywhere"),
-            STEP_TIMEOUT,
-            || {
-                let api = api.clone();
-                async move {
-                    ensure_all_running(testbed, running)?;
-                    let status = api
-                        .get_opt(name)
-                        .await?
-                        .and_then(|r| r.status)
-                        .unwrap_or_default();
-                    let waiting = resource_waiting(&status, clusters);
-                    Ok(if waiting.is_empty() {
-                        Check::Ready(())
-                    } else {
-                        Check::NotYet(waiting.join(", "))
-                    })
-                }
+            |r| {
+                let status = r.and_then(|r| r.status).unwrap_or_default();
+                ready_unless(resource_waiting(&status, clusters))
             },
         )
         .await?;
@@ -1225,26 +1223,22 @@ async fn wait_policies_synced(testbed: &Testbed, running: &[ProcessId], plan: &P
             .filter_map(|d| d["cluster"].as_str())
             .collect();
         let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
-        until(
+        wait_object(
+            testbed,
+            running,
+            &api,
+            name,
             &format!("CrossClusterScalePolicy {ns}/{name} to be Synced everywhere"),
-            STEP_TIMEOUT,
-            || {
-                let api = api.clone();
-                let expected = expected.clone();
-                async move {
-                    ensure_all_running(testbed, running)?;
-                    let placements = api
-                        .get_opt(name)
-                        .await?
-                        .and_then(|p| p.status)
-                        .map(|s| s.placements)
-                        .unwrap_or_default();
-                    let seen: Vec<_> = placements
-                        .iter()
-                        .map(|p| (p.cluster.as_str(), p.state, None))
-                        .collect();
-                    Ok(all_synced(expected.iter().copied(), &seen))
-                }
+            |p| {
+                let placements = p
+                    .and_then(|p| p.status)
+                    .map(|s| s.placements)
+                    .unwrap_or_default();
+                let seen: Vec<_> = placements
+                    .iter()
+                    .map(|p| (p.cluster.as_str(), p.state, None))
+                    .collect();
+                all_synced(expected.iter().copied(), &seen)
             },
         )
         .await?;
