@@ -738,6 +738,15 @@ mod tests {
         names.iter().map(|s| (*s).to_owned()).collect()
     }
 
+    /// The plan for `names` without Kafka or Prometheus.
+    fn default_plan(names: &[String]) -> Plan {
+        plan(&Fit {
+            members: names,
+            ..Fit::default()
+        })
+        .unwrap()
+    }
+
     fn target(cluster: &str, namespace: &str, name: &str) -> TargetDeployment {
         TargetDeployment {
             cluster: cluster.into(),
@@ -792,11 +801,7 @@ mod tests {
     #[test]
     fn example_clusters_become_the_sandbox_members() {
         let names = members(&["member-1", "member-2"]);
-        let plan = plan(&Fit {
-            members: &names,
-            ..Fit::default()
-        })
-        .unwrap();
+        let plan = default_plan(&names);
         assert_eq!(
             kinds(&plan),
             [
@@ -1026,11 +1031,7 @@ mod tests {
     #[test]
     fn the_frontend_example_goes_to_each_members_namespace_with_the_eu_image_in_the_eu_member() {
         let names = members(&["member-1", "member-2"]);
-        let plan = plan(&Fit {
-            members: &names,
-            ..Fit::default()
-        })
-        .unwrap();
+        let plan = default_plan(&names);
         let frontend = example(&plan, FRES, "frontend");
         let spec: FederatedResourceSpec = serde_json::from_value(frontend["spec"].clone()).unwrap();
         accord_crds::validate::Validate::validate(&spec).unwrap();
@@ -1086,11 +1087,7 @@ mod tests {
     #[test]
     fn a_member_beyond_the_examples_is_delivered_to_like_the_last_in_its_own_namespace() {
         let names = members(&["a", "b", "c"]);
-        let plan = plan(&Fit {
-            members: &names,
-            ..Fit::default()
-        })
-        .unwrap();
+        let plan = default_plan(&names);
         let frontend = example(&plan, FRES, "frontend");
         assert_eq!(frontend["spec"]["clusters"], json!(["a", "b", "c"]));
         let overrides = frontend["spec"]["overrides"].as_array().unwrap();
@@ -1132,11 +1129,7 @@ mod tests {
     #[test]
     fn one_member_drops_the_override_of_the_cluster_it_lacks() {
         let names = members(&["solo"]);
-        let plan = plan(&Fit {
-            members: &names,
-            ..Fit::default()
-        })
-        .unwrap();
+        let plan = default_plan(&names);
         let frontend = example(&plan, FRES, "frontend");
         assert_eq!(frontend["spec"]["clusters"], json!(["solo"]));
         let overrides = frontend["spec"]["overrides"].as_array().unwrap();
@@ -1159,11 +1152,7 @@ mod tests {
     #[test]
     fn the_mysql_example_needs_its_credentials_and_runs_the_eu_image_in_the_eu_member() {
         let names = members(&["member-1", "member-2"]);
-        let plan = plan(&Fit {
-            members: &names,
-            ..Fit::default()
-        })
-        .unwrap();
+        let plan = default_plan(&names);
         assert_eq!(
             plan.secrets,
             [NeededSecret {
