@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 use super::discovery::{Discovery, Resolution, permission_hint, rbac_name};
 use super::health::health;
 use super::judge::{
-    Claim, Memory, Outcome, Recorded, Verdict, View, accord_fields, claim, delivered_by, is_drift,
+    Claim, Memory, Outcome, Recorded, Verdict, View, accord_fields, claim, delivered_by,
     not_served_message, verdict, version, version_keys,
 };
 use super::manifest::{CRD_KIND, Desired, Gvk, NAMESPACE_KIND, Prepared, policy_mark, prepare_all};
@@ -164,17 +164,15 @@ impl ApplyJob {
                 if let Prepared::Valid(desired) = &manifests[index] {
                     let recorded = self.before.outcomes.get(&desired.key);
                     let live = self.view.object(&desired.key);
-                    if let Some(recorded) = recorded
-                        && verdict(desired, live, Some(recorded), &mark, self.spec.adopt)
-                            == Verdict::Synced
-                    {
+                    let judged = verdict(desired, live, recorded, &mark, self.spec.adopt);
+                    if let (Verdict::Synced, Some(recorded)) = (&judged, recorded) {
                         // Applied as it is and unchanged since: only the others are sent
                         // (an edit of one manifest of a bundle applies that one).
                         outcomes.insert(desired.key.clone(), recorded.clone());
                         index += 1;
                         continue;
                     }
-                    let drift = is_drift(desired, live, recorded, &mark);
+                    let drift = judged.is_drift();
                     let applied = self.apply_one(desired, &mark, &mut ensured).await;
                     if let Some(kind) = applied.failure {
                         let message = match &applied.outcome {

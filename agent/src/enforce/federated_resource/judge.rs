@@ -200,6 +200,11 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Whether applying for it repairs drift: what a successful apply of it counts.
+    pub fn is_drift(&self) -> bool {
+        matches!(self, Self::Drifted { .. })
+    }
+
     /// Whether the engine is to apply for it.
     pub fn needs_apply(&self) -> bool {
         match self {
@@ -257,12 +262,21 @@ pub fn claim(desired: &Desired, existing: &DynamicObject, mark: &str, adopt: boo
     let take = if by.is_empty() {
         adopt
     } else {
-        let ours = created(desired.object.pointer("/metadata/annotations"))
-            .unwrap_or(jiff::Timestamp::MAX);
+        let ours = created(
+            desired
+                .object
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(FEDERATED_RESOURCE_CREATED_ANNOTATION))
+                .and_then(Value::as_str),
+        )
+        .unwrap_or(jiff::Timestamp::MAX);
         let theirs = created(
-            serde_json::to_value(&existing.metadata.annotations)
-                .ok()
-                .as_ref(),
+            existing
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FEDERATED_RESOURCE_CREATED_ANNOTATION))
+                .map(String::as_str),
         )
         .unwrap_or(jiff::Timestamp::MIN);
         (ours, mark) < (theirs, by)
@@ -276,13 +290,9 @@ pub fn claim(desired: &Desired, existing: &DynamicObject, mark: &str, adopt: boo
     }
 }
 
-/// The [`FEDERATED_RESOURCE_CREATED_ANNOTATION`] in `annotations`, if it is a time.
-fn created(annotations: Option<&Value>) -> Option<jiff::Timestamp> {
-    annotations?
-        .get(FEDERATED_RESOURCE_CREATED_ANNOTATION)?
-        .as_str()?
-        .parse()
-        .ok()
+/// A [`FEDERATED_RESOURCE_CREATED_ANNOTATION`] value, if it is a time.
+fn created(value: Option<&str>) -> Option<jiff::Timestamp> {
+    value?.parse().ok()
 }
 
 /// `<Kind> <namespace>/<name>` (or `<Kind> <name>` when cluster-scoped).
@@ -347,19 +357,6 @@ pub fn verdict(
             _ => Verdict::Missing,
         },
     }
-}
-
-/// Whether applying for `desired` repairs drift: what a successful apply of it counts.
-pub fn is_drift(
-    desired: &Desired,
-    live: Option<&DynamicObject>,
-    recorded: Option<&Recorded>,
-    mark: &str,
-) -> bool {
-    matches!(
-        verdict(desired, live, recorded, mark, false),
-        Verdict::Drifted { .. }
-    )
 }
 
 /// One manifest's line in the report.
@@ -862,12 +859,16 @@ mod tests {
             lines(&j).manifests[0].message,
             "fields Accord owns were changed by kubectl-edit; restoring them"
         );
-        assert!(is_drift(
-            d,
-            view.object(&d.key),
-            memory.outcomes.get(&d.key),
-            "team/bundle"
-        ));
+        assert!(
+            verdict(
+                d,
+                view.object(&d.key),
+                memory.outcomes.get(&d.key),
+                "team/bundle",
+                false
+            )
+            .is_drift()
+        );
         // What the apply counted is reported.
         memory.drift_repairs = 3;
         memory.last_drift_unix_millis = 42;
@@ -876,12 +877,16 @@ mod tests {
         assert_eq!(lines(&j).last_drift_unix_millis, 42);
         // Unchanged fields are no drift, whatever else changed (status, other managers).
         let (_, synced_view, _) = synced(&spec);
-        assert!(!is_drift(
-            d,
-            synced_view.object(&d.key),
-            memory.outcomes.get(&d.key),
-            "team/bundle"
-        ));
+        assert!(
+            !verdict(
+                d,
+                synced_view.object(&d.key),
+                memory.outcomes.get(&d.key),
+                "team/bundle",
+                false
+            )
+            .is_drift()
+        );
     }
 
     #[test]
