@@ -80,16 +80,16 @@ pub struct RunArgs {
     pub report_debounce: Duration,
     /// Secret in the agent's namespace holding this cluster's Kafka connection
     /// (bootstrap.servers, security.protocol, sasl.mechanism, sasl.username, sasl.password,
-    /// ca.crt); read only while Kafka topics are assigned.
+    /// ca.crt); read only while Kafka topics or users are assigned.
     #[arg(long, env = "ACCORD_KAFKA_SECRET", default_value = DEFAULT_SECRET, value_parser = parse_secret_name)]
     pub kafka_secret: String,
-    /// Interval between two looks at every assigned Kafka topic; out-of-band changes are
-    /// repaired within it.
+    /// Interval between two looks at every assigned Kafka topic and user (credentials,
+    /// ACLs, quotas); out-of-band changes are repaired within it.
     #[arg(long, env = "ACCORD_KAFKA_RESYNC", default_value = "30s", value_parser = parse_duration)]
     pub kafka_resync: Duration,
     /// Interval between two liveness probes of the member's Kafka (one Metadata request for
-    /// no topic) while topics are assigned: a Kafka that stops answering makes its topics
-    /// Unavailable within about this interval and --kafka-probe-timeout.
+    /// no topic) while topics or users are assigned: a Kafka that stops answering makes
+    /// them Unavailable within about this interval and --kafka-probe-timeout.
     #[arg(long, env = "ACCORD_KAFKA_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
     pub kafka_probe_interval: Duration,
     /// How long one liveness probe of the member's Kafka may take before Kafka counts as

@@ -139,7 +139,7 @@ mod tests {
     #[test]
     fn items_and_removals_of_a_kind_this_agent_does_not_know_are_dropped_not_held() {
         let unknown = ObjectRef {
-            kind: "FederatedKafkaUser".into(),
+            kind: "FederatedKafkaGroup".into(),
             namespace: "default".into(),
             name: "app".into(),
         };

@@ -546,7 +546,7 @@ mod tests {
             r#"{"version":2,"policies":"nope"}"#,
             r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"K","namespace":"","name":"n"},"revision":1,"spec":{"crystalBall":{}}}]}"#,
             // A kind this agent does not know (written by a newer one).
-            r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"FederatedKafkaUser","namespace":"","name":"n"},"revision":1,"spec":{"scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"d","name":"n","replicas":1,"scaleRequestId":""}}}]}"#,
+            r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"FederatedKafkaGroup","namespace":"","name":"n"},"revision":1,"spec":{"scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"d","name":"n","replicas":1,"scaleRequestId":""}}}]}"#,
             "not json",
             "[]",
             "",

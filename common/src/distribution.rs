@@ -31,15 +31,18 @@ pub enum PolicyKind {
     PrometheusFederation,
     /// `FederatedResource`.
     FederatedResource,
+    /// `FederatedKafkaUser`.
+    FederatedKafkaUser,
 }
 
 impl PolicyKind {
     /// Every kind.
-    pub const ALL: [PolicyKind; 4] = [
+    pub const ALL: [PolicyKind; 5] = [
         Self::CrossClusterScalePolicy,
         Self::FederatedKafkaTopic,
         Self::PrometheusFederation,
         Self::FederatedResource,
+        Self::FederatedKafkaUser,
     ];
 
     /// The kind's name.
@@ -49,6 +52,7 @@ impl PolicyKind {
             Self::FederatedKafkaTopic => "FederatedKafkaTopic",
             Self::PrometheusFederation => "PrometheusFederation",
             Self::FederatedResource => "FederatedResource",
+            Self::FederatedKafkaUser => "FederatedKafkaUser",
         }
     }
 }
@@ -354,6 +358,146 @@ pub struct FederatedResourceSpec {
     pub created: String,
 }
 
+/// SCRAM mechanism name of the credentials FederatedKafkaUsers hold.
+pub const SCRAM_SHA_512: &str = "SCRAM-SHA-512";
+
+/// A SCRAM credential the hub derived from a FederatedKafkaUser's password. Stored (in the
+/// hub's placement record, in the agent's saved assignments) without the salted password:
+/// each hub replica derives it again when it sends the assignment on the agent's stream,
+/// and neither `Debug` nor serde ever shows it. The password itself never leaves the
+/// management cluster.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ScramCredential {
+    /// [`SCRAM_SHA_512`].
+    pub mechanism: String,
+    /// PBKDF2 iterations.
+    pub iterations: i32,
+    /// The salt (random per change of the password or iterations).
+    #[serde(with = "base64_bytes")]
+    pub salt: Vec<u8>,
+    /// `Hi(password, salt, iterations)`: only on the wire from the hub, never stored.
+    #[serde(skip)]
+    pub salted_password: Vec<u8>,
+    /// SHA-256 of mechanism, iterations, salt and salted password, hex: the agent upserts
+    /// the credential when it changes, and only then.
+    pub hash: String,
+    /// The Secret (in the policy's namespace of the management cluster) holding the
+    /// password, and its key: where a hub replica reads it to derive the salted password.
+    pub secret_name: String,
+    /// The key in that Secret.
+    pub secret_key: String,
+}
+
+impl fmt::Debug for ScramCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScramCredential")
+            .field("mechanism", &self.mechanism)
+            .field("iterations", &self.iterations)
+            .field("hash", &self.hash)
+            .field(
+                "secret",
+                &format_args!("{}/{}", self.secret_name, self.secret_key),
+            )
+            .field(
+                "salted_password",
+                &format_args!("<{} bytes, redacted>", self.salted_password.len()),
+            )
+            .finish()
+    }
+}
+
+impl ScramCredential {
+    /// The hash [`ScramCredential::hash`] holds for these values.
+    pub fn hash_of(
+        mechanism: &str,
+        iterations: i32,
+        salt: &[u8],
+        salted_password: &[u8],
+    ) -> String {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(mechanism.as_bytes());
+        h.update([0]);
+        h.update(iterations.to_be_bytes());
+        h.update((salt.len() as u64).to_be_bytes());
+        h.update(salt);
+        h.update(salted_password);
+        hex::encode(h.finalize())
+    }
+
+    /// Whether the salted password the hash names is here (the hub sent it since this
+    /// agent started).
+    pub fn has_salted_password(&self) -> bool {
+        !self.salted_password.is_empty()
+            && self.hash
+                == Self::hash_of(
+                    &self.mechanism,
+                    self.iterations,
+                    &self.salt,
+                    &self.salted_password,
+                )
+    }
+}
+
+/// Bytes as base64 in stored documents.
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One Kafka ACL binding of a FederatedKafkaUser's principal, in Kafka's own names
+/// (`Topic`, `Prefixed`, `Write`, `Allow`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaAcl {
+    /// `Topic`, `Group`, `Cluster`, `TransactionalId`, `DelegationToken` or `User`.
+    pub resource_type: String,
+    /// The resource's name (or prefix).
+    pub resource_name: String,
+    /// `Literal` or `Prefixed`.
+    pub pattern_type: String,
+    /// `Read`, `Write`, `All`, ...
+    pub operation: String,
+    /// The host the binding applies to (`*`: any).
+    pub host: String,
+    /// `Allow` or `Deny`.
+    pub permission: String,
+}
+
+/// Keep a Kafka user, its ACLs and quotas as specified (FederatedKafkaUser).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaUserSpec {
+    /// The user name; its principal is `User:<username>`.
+    pub username: String,
+    /// Its SCRAM credential (`None` when removing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential: Option<ScramCredential>,
+    /// Every ACL binding of the principal; the principal's others are deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acls: Vec<KafkaAcl>,
+    /// Quotas by Kafka's key (`producer_byte_rate`, ...); the user's others are removed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quotas: BTreeMap<String, f64>,
+    /// Remove the credential, ACLs and quotas (`deletionPolicy: Delete`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remove: bool,
+}
+
+// Quotas are finite numbers (the CRD bounds them), so equality is total here.
+impl Eq for KafkaUserSpec {}
+
 /// What one policy asks of one member cluster: one variant per kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -370,6 +514,8 @@ pub enum AssignmentSpec {
     Promfed(PromfedSpec),
     /// FederatedResource.
     FederatedResource(FederatedResourceSpec),
+    /// FederatedKafkaUser.
+    KafkaUser(KafkaUserSpec),
 }
 
 impl AssignmentSpec {
@@ -380,6 +526,7 @@ impl AssignmentSpec {
             Self::KafkaTopic(_) => "kafka_topic",
             Self::Promfed(_) => "promfed",
             Self::FederatedResource(_) => "federated_resource",
+            Self::KafkaUser(_) => "kafka_user",
         }
     }
 
@@ -388,6 +535,10 @@ impl AssignmentSpec {
     pub fn encloses_data(&self) -> bool {
         match self {
             Self::FederatedResource(r) => r.secrets.iter().any(|s| !s.data.is_empty()),
+            Self::KafkaUser(u) => u
+                .credential
+                .as_ref()
+                .is_some_and(|c| !c.salted_password.is_empty()),
             _ => false,
         }
     }
@@ -452,6 +603,32 @@ impl AssignmentSpec {
                         .collect(),
                 })
             }
+            Self::KafkaUser(u) => pb::assignment::Spec::KafkaUser(pb::KafkaUserAssignment {
+                username: u.username.clone(),
+                credential: u.credential.as_ref().map(|c| pb::ScramCredential {
+                    mechanism: c.mechanism.clone(),
+                    iterations: c.iterations,
+                    salt: c.salt.clone(),
+                    salted_password: c.salted_password.clone(),
+                    hash: c.hash.clone(),
+                    secret_name: c.secret_name.clone(),
+                    secret_key: c.secret_key.clone(),
+                }),
+                acls: u
+                    .acls
+                    .iter()
+                    .map(|a| pb::KafkaAcl {
+                        resource_type: a.resource_type.clone(),
+                        resource_name: a.resource_name.clone(),
+                        pattern_type: a.pattern_type.clone(),
+                        operation: a.operation.clone(),
+                        host: a.host.clone(),
+                        permission: a.permission.clone(),
+                    })
+                    .collect(),
+                quotas: u.quotas.clone().into_iter().collect(),
+                remove: u.remove,
+            }),
         }
     }
 
@@ -521,6 +698,37 @@ impl AssignmentSpec {
                         .collect(),
                 })
             }
+            pb::assignment::Spec::KafkaUser(u) => Self::KafkaUser(KafkaUserSpec {
+                username: u.username,
+                credential: u.credential.map(|c| ScramCredential {
+                    mechanism: c.mechanism,
+                    iterations: c.iterations,
+                    salt: c.salt,
+                    salted_password: c.salted_password,
+                    hash: c.hash,
+                    secret_name: c.secret_name,
+                    secret_key: c.secret_key,
+                }),
+                acls: u
+                    .acls
+                    .into_iter()
+                    .map(|a| KafkaAcl {
+                        resource_type: a.resource_type,
+                        resource_name: a.resource_name,
+                        pattern_type: a.pattern_type,
+                        operation: a.operation,
+                        host: a.host,
+                        permission: a.permission,
+                    })
+                    .collect(),
+                // NaN and infinities are no quota: dropped at the edge.
+                quotas: u
+                    .quotas
+                    .into_iter()
+                    .filter(|(_, v)| v.is_finite())
+                    .collect(),
+                remove: u.remove,
+            }),
         }
     }
 }
@@ -611,6 +819,24 @@ pub struct FederatedResourceObserved {
     pub removed: bool,
 }
 
+/// What an agent observed of a Kafka user.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaUserObserved {
+    /// Hash of the credential the agent last upserted and the brokers hold ("": none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub credential_hash: String,
+    /// ACL bindings of the principal on the brokers that the assignment names.
+    #[serde(default)]
+    pub acls: i32,
+    /// Quota keys set on the brokers for the user.
+    #[serde(default)]
+    pub quotas: i32,
+    /// The assignment asked for removal and nothing of the user is left.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
+}
+
 /// What an agent observed of an assigned object: one variant per kind, or nothing (no
 /// object to look at).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -633,6 +859,8 @@ pub enum Observed {
     Promfed(PromfedObserved),
     /// The objects of a FederatedResource.
     FederatedResource(FederatedResourceObserved),
+    /// A Kafka user (FederatedKafkaUser).
+    KafkaUser(KafkaUserObserved),
 }
 
 impl Observed {
@@ -675,6 +903,12 @@ impl Observed {
                     removed: r.removed,
                 })
             }
+            Self::KafkaUser(u) => pb::status_report::Observed::KafkaUser(pb::KafkaUserStatus {
+                credential_hash: u.credential_hash.clone(),
+                acls: u.acls,
+                quotas: u.quotas,
+                removed: u.removed,
+            }),
         })
     }
 
@@ -719,6 +953,12 @@ impl Observed {
                     removed: r.removed,
                 })
             }
+            Some(pb::status_report::Observed::KafkaUser(u)) => Self::KafkaUser(KafkaUserObserved {
+                credential_hash: u.credential_hash,
+                acls: u.acls,
+                quotas: u.quotas,
+                removed: u.removed,
+            }),
         }
     }
 
@@ -780,16 +1020,16 @@ mod tests {
     #[test]
     fn an_unknown_policy_kind_is_an_error_from_the_wire_and_from_storage() {
         assert_eq!(
-            "FederatedKafkaUser".parse::<PolicyKind>(),
-            Err(UnknownPolicyKind("FederatedKafkaUser".into()))
+            "FederatedKafkaGroup".parse::<PolicyKind>(),
+            Err(UnknownPolicyKind("FederatedKafkaGroup".into()))
         );
         let wire = pb::ObjectRef {
-            kind: "FederatedKafkaUser".into(),
+            kind: "FederatedKafkaGroup".into(),
             namespace: "ns".into(),
             name: "app".into(),
         };
         assert!(PolicyRef::from_proto(&wire).is_err());
-        let stored = r#"{"kind":"FederatedKafkaUser","namespace":"ns","name":"app"}"#;
+        let stored = r#"{"kind":"FederatedKafkaGroup","namespace":"ns","name":"app"}"#;
         assert!(serde_json::from_str::<PolicyRef>(stored).is_err());
     }
 
@@ -844,6 +1084,7 @@ mod tests {
                 }],
                 created: "2026-01-02T03:04:05Z".into(),
             }),
+            AssignmentSpec::KafkaUser(user_spec()),
         ];
         for spec in specs {
             assert_eq!(AssignmentSpec::from_proto(spec.to_proto()), spec);
@@ -888,10 +1129,90 @@ mod tests {
                 last_drift_unix_millis: 17,
                 removed: true,
             }),
+            Observed::KafkaUser(KafkaUserObserved {
+                credential_hash: "ab12".into(),
+                acls: 3,
+                quotas: 2,
+                removed: true,
+            }),
         ];
         for o in all {
             assert_eq!(Observed::from_proto(o.to_proto()), o);
         }
+    }
+
+    fn user_spec() -> KafkaUserSpec {
+        let (salt, salted) = (b"salt".to_vec(), b"salted-password-bytes".to_vec());
+        KafkaUserSpec {
+            username: "orders-writer".into(),
+            credential: Some(ScramCredential {
+                mechanism: SCRAM_SHA_512.into(),
+                iterations: 8192,
+                hash: ScramCredential::hash_of(SCRAM_SHA_512, 8192, &salt, &salted),
+                salt,
+                salted_password: salted,
+                secret_name: "orders-writer".into(),
+                secret_key: "password".into(),
+            }),
+            acls: vec![KafkaAcl {
+                resource_type: "Topic".into(),
+                resource_name: "orders.".into(),
+                pattern_type: "Prefixed".into(),
+                operation: "Write".into(),
+                host: "*".into(),
+                permission: "Allow".into(),
+            }],
+            quotas: [("producer_byte_rate".to_owned(), 1048576.0)].into(),
+            remove: true,
+        }
+    }
+
+    #[test]
+    fn a_salted_password_is_never_stored_nor_shown_and_its_hash_checks_it() {
+        let spec = AssignmentSpec::KafkaUser(user_spec());
+        assert!(spec.encloses_data());
+        let shown = format!("{spec:?}");
+        assert!(!shown.contains("salted-password-bytes"), "{shown}");
+        assert!(
+            !shown.contains(&format!("{:?}", b"salted-password-bytes")),
+            "{shown}"
+        );
+        let stored = serde_json::to_string(&spec).unwrap();
+        assert!(!stored.contains("salted"), "{stored}");
+        let read: AssignmentSpec = serde_json::from_str(&stored).unwrap();
+        assert!(!read.encloses_data());
+        let AssignmentSpec::KafkaUser(read) = read else {
+            unreachable!()
+        };
+        let credential = read.credential.unwrap();
+        assert_eq!(credential.salt, b"salt");
+        assert!(!credential.has_salted_password());
+        let AssignmentSpec::KafkaUser(mut sent) = spec else {
+            unreachable!()
+        };
+        let sent = sent.credential.as_mut().unwrap();
+        assert!(sent.has_salted_password());
+        sent.salted_password[0] ^= 1;
+        assert!(
+            !sent.has_salted_password(),
+            "a changed salted password fails the hash"
+        );
+    }
+
+    #[test]
+    fn a_user_quota_that_is_not_a_number_is_dropped_at_the_edge() {
+        let mut wire = AssignmentSpec::KafkaUser(user_spec()).to_proto();
+        let pb::assignment::Spec::KafkaUser(u) = &mut wire else {
+            unreachable!()
+        };
+        u.quotas.insert("request_percentage".into(), f64::NAN);
+        let AssignmentSpec::KafkaUser(read) = AssignmentSpec::from_proto(wire) else {
+            unreachable!()
+        };
+        assert_eq!(
+            read.quotas.keys().collect::<Vec<_>>(),
+            ["producer_byte_rate"]
+        );
     }
 
     #[test]

@@ -46,6 +46,22 @@ pub const MAX_FAILURE_THRESHOLD: i32 = 100;
 pub const MAX_SAMPLE_LIMIT: i64 = 10_000_000;
 /// Largest multiplier of the dynamic threshold (stddevFactor, floorRatio).
 pub const MAX_FACTOR: f64 = 10.0;
+/// Fewest PBKDF2 iterations of a SCRAM credential: Kafka refuses fewer.
+pub const MIN_SCRAM_ITERATIONS: i32 = 4_096;
+/// Most PBKDF2 iterations of a SCRAM credential: Kafka refuses more.
+pub const MAX_SCRAM_ITERATIONS: i32 = 16_384;
+/// Most ACL entries one FederatedKafkaUser may list (each expands to one binding per
+/// operation, at most 1,300 in all).
+pub const MAX_USER_ACLS: usize = 100;
+/// Largest byte-rate quota (producer or consumer), bytes a second: a terabyte, beyond any
+/// broker's network, so the bound only catches typos; no quota is set by leaving it out.
+pub const MAX_BYTE_RATE: i64 = 1_000_000_000_000;
+/// Largest request-percentage quota: Kafka counts 100 per request handler and network
+/// thread, so this is a thousand threads' worth.
+pub const MAX_REQUEST_PERCENTAGE: f64 = 100_000.0;
+/// Largest controller-mutation-rate quota, partition mutations a second: beyond what any
+/// controller performs.
+pub const MAX_CONTROLLER_MUTATION_RATE: f64 = 1_000_000.0;
 /// Largest count in a status field (written by the hub): what an `i32` holds.
 pub const MAX_STATUS_COUNT: i32 = i32::MAX;
 /// Largest generation in a status field: 2⁵³ − 1, the largest integer that every JSON
@@ -106,6 +122,14 @@ mod tests {
             (m::FAILURE_THRESHOLD_MAX, i64::from(MAX_FAILURE_THRESHOLD)),
             (m::TOLERANCE_PERCENT_MAX, i64::from(MAX_TOLERANCE_PERCENT)),
             (m::SAMPLE_LIMIT_MAX, MAX_SAMPLE_LIMIT),
+            (m::ITERATIONS_RANGE, i64::from(MIN_SCRAM_ITERATIONS)),
+            (m::ITERATIONS_RANGE, i64::from(MAX_SCRAM_ITERATIONS)),
+            (m::BYTE_RATE_RANGE, MAX_BYTE_RATE),
+            (m::REQUEST_PERCENTAGE_RANGE, MAX_REQUEST_PERCENTAGE as i64),
+            (
+                m::CONTROLLER_MUTATION_RATE_RANGE,
+                MAX_CONTROLLER_MUTATION_RATE as i64,
+            ),
         ] {
             assert!(
                 message.contains(&with_commas(bound)),
@@ -122,5 +146,10 @@ mod tests {
         assert_eq!(f64::from(MAX_STATUS_COUNT) as i32, MAX_STATUS_COUNT);
         // Sums of per-cluster maxima over the largest distribution still fit an i32.
         assert!(i64::from(MAX_REPLICAS) * 100 < i64::from(i32::MAX));
+        assert_eq!(MAX_BYTE_RATE as f64 as i64, MAX_BYTE_RATE);
+        // The float bounds are whole numbers, so their messages can name them exactly.
+        for bound in [MAX_REQUEST_PERCENTAGE, MAX_CONTROLLER_MUTATION_RATE] {
+            assert_eq!(bound.fract(), 0.0);
+        }
     }
 }

@@ -172,7 +172,8 @@ pub struct TopicPlacement {
 
 /// Compliance rules for FederatedKafkaTopics, enforced by the hub's validating admission
 /// webhook (reason `TOPIC_CREATION_POLICY_VIOLATION`, also when the topic's name is taken as
-/// well) and again before propagation.
+/// well) and again before propagation, and for FederatedKafkaUsers' ACLs (`users`, same
+/// reason, at admission).
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "accord.io",
@@ -181,7 +182,7 @@ pub struct TopicPlacement {
     shortname = "ktp",
     category = "accord",
     status = "KafkaTopicPolicyStatus",
-    doc = "Compliance rules that FederatedKafkaTopics in the selected namespaces must follow.",
+    doc = "Compliance rules that FederatedKafkaTopics, and FederatedKafkaUsers' ACLs, in the selected namespaces must follow.",
     printcolumn(
         name = "Min-Partitions",
         type_ = "integer",
@@ -197,7 +198,8 @@ pub struct TopicPlacement {
 #[x_kube(validation = Rule::new("!has(self.minPartitions) || !has(self.maxPartitions) || self.minPartitions <= self.maxPartitions").message(messages::MIN_PARTITIONS_LE_MAX))]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaTopicPolicySpec {
-    /// Namespaces whose topics this policy governs, by namespace label (all when unset).
+    /// Namespaces whose topics (and users) this policy governs, by namespace label (all
+    /// when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
     /// Topics must have at least this many partitions. 1 to 10,000.
@@ -226,9 +228,29 @@ pub struct KafkaTopicPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub topic_name_pattern: Option<String>,
-    /// `Deny` (default) refuses breaking topics; `Audit` admits them with a warning.
+    /// `Deny` (default) refuses breaking topics (and users); `Audit` admits them with a
+    /// warning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
+    /// What FederatedKafkaUsers in the selected namespaces may grant. Also when unset: a
+    /// policy that governs a namespace's topics governs its users' ACLs too, so an `allow`
+    /// ACL with operation `All` or resource name `*` breaks it unless allowed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub users: Option<UserRules>,
+}
+
+/// The rules a KafkaTopicPolicy sets for FederatedKafkaUsers' `allow` ACLs (a `deny` ACL
+/// only narrows access, so it may name anything). Enforced by the hub's admission webhook
+/// for FederatedKafkaUsers with the policy's `enforcement`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UserRules {
+    /// Whether an ACL may grant operation `All` (default false: name the operations).
+    #[serde(default)]
+    pub allow_all_operations: bool,
+    /// Whether an ACL may name resource `*`, every resource of its type (default false).
+    #[serde(default)]
+    pub allow_wildcard_resources: bool,
 }
 
 /// Compiles a `topicNamePattern` so that it must match the whole topic name, with a size
@@ -243,6 +265,11 @@ impl KafkaTopicPolicySpec {
     /// `spec.enforcement`, defaulted.
     pub fn enforcement(&self) -> Enforcement {
         self.enforcement.unwrap_or_default()
+    }
+
+    /// `spec.users`, defaulted (nothing allowed beyond named operations and resources).
+    pub fn users(&self) -> UserRules {
+        self.users.unwrap_or_default()
     }
 }
 

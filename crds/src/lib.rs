@@ -18,6 +18,7 @@ pub mod conditions;
 pub mod duration;
 pub mod federated_resource;
 pub mod kafka_topic;
+pub mod kafka_user;
 pub mod managed_cluster;
 pub mod messages;
 pub mod promfed;
@@ -32,6 +33,9 @@ pub use federated_resource::{
 pub use kafka_topic::{
     FederatedKafkaTopic, FederatedKafkaTopicSpec, FederatedKafkaTopicStatus, KafkaTopicPolicy,
     KafkaTopicPolicySpec, KafkaTopicPolicyStatus, TopicPlacement,
+};
+pub use kafka_user::{
+    FederatedKafkaUser, FederatedKafkaUserSpec, FederatedKafkaUserStatus, KafkaUserPlacement,
 };
 pub use managed_cluster::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
 pub use promfed::{
@@ -86,6 +90,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         KafkaTopicPolicy::crd(),
         PrometheusFederation::crd(),
         FederatedResource::crd(),
+        FederatedKafkaUser::crd(),
     ]
 }
 

@@ -131,3 +131,35 @@ pub const FEEDBACK_PATH: &str =
     "jsonPath must be a JSONPath starting with '.' or '$', e.g. .status.readyReplicas";
 /// A FederatedResource spec over its size limit.
 pub const SPEC_TOO_LARGE: &str = "spec must be at most 512 KiB (etcd's request limit is 1.5 MiB); split the manifests over several FederatedResources";
+/// A FederatedKafkaUser's username is empty or holds a control character.
+pub const USERNAME: &str = "username must be 1 to 255 characters without control characters (it is the SCRAM user name and the principal User:<username>)";
+/// SCRAM iterations outside Kafka's limits.
+pub const ITERATIONS_RANGE: &str =
+    "iterations must be 4,096 to 16,384 (the SCRAM iteration counts Kafka accepts)";
+/// A passwordSecretRef name that is not a Secret name.
+pub const PASSWORD_SECRET_NAME: &str = "passwordSecretRef.name must be a Secret name: lowercase letters, digits, '-' and '.', at most 253 characters";
+/// A passwordSecretRef key that is not a Secret data key.
+pub const PASSWORD_SECRET_KEY: &str = "passwordSecretRef.key must be a Secret data key: letters, digits, '-', '_' and '.', at most 253 characters";
+/// An ACL's resource name is empty.
+pub const ACL_RESOURCE_NAME: &str = "resource.name must be 1 to 255 characters";
+/// A cluster ACL names another resource than Kafka's only cluster resource.
+pub const ACL_CLUSTER_NAME: &str =
+    "the resource.name of a cluster ACL must be kafka-cluster (Kafka's only cluster resource)";
+/// A topic ACL's name Kafka could never match.
+pub const ACL_TOPIC_NAME: &str = "the resource.name of a topic ACL must be * or 1 to 249 letters, digits, '.', '_' or '-' (what Kafka's topic names are made of)";
+/// An ACL without operations.
+pub const ACL_OPERATIONS_COUNT: &str = "operations must list 1 to 13 of Kafka's operations";
+/// An ACL naming an operation twice.
+pub const ACL_OPERATIONS_UNIQUE: &str = "operations must not name an operation twice";
+/// An ACL host that is not `*` or an IP address.
+pub const ACL_HOST: &str =
+    "host must be * (any host) or an IP address (Kafka matches ACL hosts by address only)";
+/// A byte-rate quota out of bounds.
+pub const BYTE_RATE_RANGE: &str =
+    "producerByteRate and consumerByteRate must be 1 to 1,000,000,000,000 bytes a second";
+/// A request-percentage quota out of bounds.
+pub const REQUEST_PERCENTAGE_RANGE: &str = "requestPercentage must be greater than 0 and at most 100,000 (100 per request handler or network thread)";
+/// A controller-mutation-rate quota out of bounds.
+pub const CONTROLLER_MUTATION_RATE_RANGE: &str = "controllerMutationRate must be greater than 0 and at most 1,000,000 partition mutations a second";
+/// More ACL entries than a FederatedKafkaUser may list.
+pub const USER_ACLS_COUNT: &str = "acls may list at most 100 entries";

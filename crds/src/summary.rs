@@ -95,6 +95,12 @@ impl HasState for crate::ResourcePlacement {
     }
 }
 
+impl HasState for crate::KafkaUserPlacement {
+    fn state(&self) -> PlacementState {
+        self.state
+    }
+}
+
 impl HasState for crate::FederationPlacement {
     fn state(&self) -> PlacementState {
         self.state

@@ -6,8 +6,8 @@
 use accord_crds::testdata::{InvalidCase, examples, invalid_cases};
 use accord_crds::validate::{Validate, ValidationErrors};
 use accord_crds::{
-    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedResource, KafkaTopicPolicy,
-    ManagedCluster, PrometheusFederation, render_all_crds_yaml,
+    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedKafkaUser, FederatedResource,
+    KafkaTopicPolicy, ManagedCluster, PrometheusFederation, render_all_crds_yaml,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray,
@@ -26,6 +26,7 @@ fn validate(obj: &Value) -> Result<(), ValidationErrors> {
         "KafkaTopicPolicy" => typed::<KafkaTopicPolicy>(obj).spec.validate(),
         "PrometheusFederation" => typed::<PrometheusFederation>(obj).spec.validate(),
         "FederatedResource" => typed::<FederatedResource>(obj).spec.validate(),
+        "FederatedKafkaUser" => typed::<FederatedKafkaUser>(obj).spec.validate(),
         other => panic!("unknown kind {other}"),
     }
 }
@@ -42,6 +43,7 @@ fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
         "KafkaTopicPolicy" => typed::<KafkaTopicPolicy>(obj),
         "PrometheusFederation" => typed::<PrometheusFederation>(obj),
         "FederatedResource" => typed::<FederatedResource>(obj),
+        "FederatedKafkaUser" => typed::<FederatedKafkaUser>(obj),
         other => panic!("unknown kind {other}"),
     }
 }
@@ -148,6 +150,55 @@ fn every_kind_has_an_example() {
             crd.spec.names.kind
         );
     }
+}
+
+#[test]
+fn the_kafka_user_example_delivers_its_password_with_a_valid_federated_resource() {
+    // The FederatedResource is shown commented out (an example file holds one object): it
+    // must still be one, and deliver the very Secret the user's password is read from.
+    let path = accord_crds::testdata::repo_root().join("deploy/examples/federatedkafkauser.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let start = text
+        .find("# apiVersion: accord.io/v1alpha1")
+        .expect("a commented FederatedResource");
+    let uncommented: String = text[start..]
+        .lines()
+        .map(|line| {
+            line.strip_prefix("# ")
+                .unwrap_or(line.trim_start_matches('#'))
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let delivery: FederatedResource = serde_saphyr::from_str(&uncommented).unwrap();
+    delivery.spec.validate().unwrap();
+    let user: FederatedKafkaUser =
+        serde_json::from_value(accord_crds::testdata::example("federatedkafkauser.yaml")).unwrap();
+    let password = user
+        .spec
+        .authentication
+        .password_secret_ref
+        .as_ref()
+        .expect("the example names its password Secret");
+    assert_eq!(delivery.metadata.namespace, user.metadata.namespace);
+    assert_eq!(delivery.spec.clusters, user.spec.clusters);
+    assert!(
+        delivery
+            .spec
+            .secret_refs
+            .iter()
+            .any(|r| r.name == password.name),
+        "{:?} does not deliver {}",
+        delivery.spec.secret_refs,
+        password.name
+    );
+    let manifests = serde_json::to_string(&delivery.spec.manifests).unwrap();
+    assert!(
+        manifests.contains(&format!(
+            r#""secretKeyRef":{{"key":"{}","name":"{}"}}"#,
+            password.key, password.name
+        )),
+        "no container reads the password: {manifests}"
+    );
 }
 
 #[test]

@@ -27,7 +27,7 @@ use rdkafka::client::DefaultClientContext;
 
 use crate::fleet::{AGENT_NAMESPACE, Fleet, ensure_namespace};
 use crate::hub::HUB_NAMESPACE;
-use crate::kafka::{self, KafkaCluster, KafkaOptions};
+use crate::kafka::{self, KafkaCluster};
 use crate::ports::free_port;
 use crate::testbed::Testbed;
 use crate::wait::{Check, until};
@@ -58,7 +58,7 @@ const HUB_CA_KEY: &str = "tls.crt";
 pub async fn start_kafka(
     testbed: &Testbed,
     member: usize,
-    options: KafkaOptions,
+    options: impl Into<kafka::ClusterOptions>,
 ) -> Result<KafkaCluster> {
     let cluster = testbed
         .members()

@@ -81,7 +81,9 @@ else
 fi
 
 KAFKA_LIB="$ROOT/kafka/lib"
-if [ ! -f "$ROOT/kafka/.complete" ]; then
+# The broker (kafka_2.13) and Kafka's own tools (kafka-tools: kafka-acls, the verifiable
+# producer), which the tests use to check the brokers independently of Accord.
+if [ ! -f "$ROOT/kafka/.complete" ] || [ ! -f "$KAFKA_LIB/kafka-tools-$KAFKA_VERSION.jar" ]; then
   command -v mvn >/dev/null || fail "mvn is not installed; the Kafka broker's jars come from Maven"
   mkdir -p "$ROOT/kafka"
   cat >"$ROOT/kafka/pom.xml" <<POM
@@ -91,6 +93,7 @@ if [ ! -f "$ROOT/kafka/.complete" ]; then
   <packaging>pom</packaging>
   <dependencies>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka-tools</artifactId><version>$KAFKA_VERSION</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId><version>$LOG4J_VERSION</version></dependency>
     <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j2-impl</artifactId><version>$LOG4J_VERSION</version></dependency>
   </dependencies>

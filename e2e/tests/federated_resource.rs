@@ -15,6 +15,7 @@ use accord_crds::{
 };
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::kafka_topic_scenario::wait_event;
+use accord_e2e::leaks;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
@@ -190,46 +191,6 @@ async fn put_secret(testbed: &Testbed, ns: &str, password: &str) -> Result<()> {
     Ok(())
 }
 
-/// Every key and value of a hub's etcd keyspace (`prefix`; compressed records read back),
-/// as text.
-async fn hub_etcd_dump(testbed: &Testbed, prefix: &str) -> Result<Vec<(String, String)>> {
-    let mut client = testbed.hub_etcd_client().await?;
-    let all = client
-        .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
-        .await?;
-    Ok(all
-        .kvs()
-        .iter()
-        .map(|kv| {
-            let value = kv.value();
-            let value = if accord_common::compress::is_gzip(value) {
-                accord_common::compress::gunzip(value).unwrap_or_default()
-            } else {
-                value.to_vec()
-            };
-            (
-                String::from_utf8_lossy(kv.key()).into_owned(),
-                String::from_utf8_lossy(&value).into_owned(),
-            )
-        })
-        .collect())
-}
-
-/// Every line of every component log of the testbed that contains `needle`.
-fn logged(testbed: &Testbed, needle: &str) -> Result<Vec<String>> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(testbed.dir().join("logs"))? {
-        let path = entry?.path();
-        let text = String::from_utf8_lossy(&std::fs::read(&path)?).into_owned();
-        found.extend(
-            text.lines()
-                .filter(|l| l.contains(needle))
-                .map(|l| format!("{}: {l}", path.display())),
-        );
-    }
-    Ok(found)
-}
-
 /// Waits until the member's copy of the delivered Secret holds `password`.
 async fn member_password(testbed: &Testbed, member: usize, ns: &str, password: &str) -> Result<()> {
     let api: Api<Secret> = Api::namespaced(testbed.members()[member].client(), ns);
@@ -339,7 +300,7 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         for m in 0..3 {
             member_password(testbed, m, ns, PASSWORD).await?;
         }
-        let dump = hub_etcd_dump(testbed, &format!("/t-{prefix}/")).await?;
+        let dump = leaks::hub_etcd_dump(testbed, &format!("/t-{prefix}/")).await?;
         ensure!(
             dump.iter().any(|(k, _)| k.contains("FederatedResource")),
             "no record in the dump"
@@ -350,7 +311,7 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
             .map(|(k, _)| k)
             .collect();
         ensure!(leaked.is_empty(), "the password is stored under {leaked:?}");
-        let logged_lines = logged(testbed, PASSWORD)?;
+        let logged_lines = leaks::logged(testbed, PASSWORD)?;
         ensure!(
             logged_lines.is_empty(),
             "the password is logged: {logged_lines:?}"

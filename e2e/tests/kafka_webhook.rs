@@ -12,7 +12,12 @@
 //! PrometheusFederation with `match: ["{job=}"]` refused with the selector parser's message
 //! (reason `INVALID_MATCH_SELECTOR`) while a valid one is admitted, and FederatedResources
 //! with duplicate manifests, a patch operation without its value or a spec over 512 KiB
-//! refused naming the rule (reason `INVALID_SPEC`).
+//! refused naming the rule (reason `INVALID_SPEC`). A fourth registers every webhook the
+//! same way and shows FederatedKafkaUsers judged at `kubectl apply`: an allow ACL granting
+//! `All` on topic `*` is refused by a Deny KafkaTopicPolicy naming the policy and both
+//! rules, the same under an Audit policy is admitted with a `Warning:` kubectl prints (but
+//! not for the rule the policy's `users` block allows), and `Write` on a group is refused
+//! (reason `INVALID_SPEC`) naming the field and the group's operations.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -20,6 +25,7 @@ use std::time::Duration;
 use accord_crds::FederatedResource;
 use accord_crds::federated_resource::MAX_SPEC_BYTES;
 use accord_crds::kafka_topic::FederatedKafkaTopic;
+use accord_crds::kafka_user::FederatedKafkaUser;
 use accord_crds::messages;
 use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess, accord_binary};
 use accord_e2e::installed::{
@@ -596,6 +602,40 @@ fn the_webhook_works_with_only_the_permissions_install_grants() {
     });
 }
 
+/// Registers every webhook of [`WEBHOOKS`] as the configuration `accord-hub`, as
+/// `accord-hub install` renders them but by URL (the hub on `port`) and without a CA, and
+/// waits until the hub has set the caBundle of each.
+async fn register_every_webhook(
+    testbed: &Testbed,
+    port: u16,
+) -> Result<Api<ValidatingWebhookConfiguration>> {
+    let webhook = |name: &str, path: &str, resource: &str| {
+        json!({
+            "name": name,
+            "clientConfig": { "url": format!("https://127.0.0.1:{port}{path}") },
+            "rules": [{
+                "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"], "resources": [resource],
+                "scope": "Namespaced",
+            }],
+            "failurePolicy": "Ignore",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        })
+    };
+    let configs: Api<ValidatingWebhookConfiguration> = Api::all(testbed.mgmt().client());
+    let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": { "name": "accord-hub" },
+        "webhooks": WEBHOOKS.iter().map(|w| webhook(w.name, w.path, w.resource)).collect::<Vec<_>>(),
+    }))?;
+    let _ = configs.delete("accord-hub", &Default::default()).await;
+    configs.create(&PostParams::default(), &config).await?;
+    let ca = hub_ca(testbed).await?;
+    ca_bundle_becomes(&configs, &ca).await?;
+    Ok(configs)
+}
+
 /// A PrometheusFederation `wh-pfed/<name>` with `match`, as JSON.
 fn federation(name: &str, matchers: &[&str]) -> Value {
     json!({
@@ -639,32 +679,7 @@ fn what_cel_cannot_check_is_refused_at_kubectl_apply() {
         let (hub, port) = start_webhook_hub(testbed, "webhook-pfed-hub", "/kafka-webhook-pfed/").await?;
         let client = testbed.mgmt().client();
 
-        // Every webhook, as `accord-hub install` renders them, by URL and without a CA: the
-        // hub sets the caBundle of each.
-        let webhook = |name: &str, path: &str, resource: &str| {
-            json!({
-                "name": name,
-                "clientConfig": { "url": format!("https://127.0.0.1:{port}{path}") },
-                "rules": [{
-                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
-                    "operations": ["CREATE", "UPDATE"], "resources": [resource],
-                    "scope": "Namespaced",
-                }],
-                "failurePolicy": "Ignore",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 5,
-            })
-        };
-        let configs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        let config: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-            "metadata": { "name": "accord-hub" },
-            "webhooks": WEBHOOKS.iter().map(|w| webhook(w.name, w.path, w.resource)).collect::<Vec<_>>(),
-        }))?;
-        let _ = configs.delete("accord-hub", &Default::default()).await;
-        configs.create(&PostParams::default(), &config).await?;
-        let ca = hub_ca(testbed).await?;
-        ca_bundle_becomes(&configs, &ca).await?;
+        let configs = register_every_webhook(testbed, port).await?;
 
         labelled_namespace(testbed, "wh-pfed", "none").await?;
         let bad = federation("bad-match", &["up", "{job=}"]);
@@ -786,6 +801,168 @@ fn what_cel_cannot_check_is_refused_at_kubectl_apply() {
         let out = kubectl_apply(testbed, &good, false).await?;
         ensure!(out.status.success(), "a valid FederatedResource was refused: {}", output_text(&out));
         resources.delete("good", &Default::default()).await?;
+
+        configs.delete("accord-hub", &Default::default()).await?;
+        drop(hub);
+        Ok(())
+    });
+}
+
+/// A FederatedKafkaUser `<ns>/<name>` with `acls`, as JSON.
+fn kafka_user(ns: &str, name: &str, acls: Value) -> Value {
+    json!({
+        "apiVersion": "accord.io/v1alpha1",
+        "kind": "FederatedKafkaUser",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": {
+            "authentication": { "type": "scram-sha-512" },
+            "clusters": ["east"],
+            "acls": acls,
+        },
+    })
+}
+
+/// Creates `user` through the typed API; returns the API server's refusal, if any.
+async fn try_create_user(testbed: &Testbed, user: &Value) -> Result<Option<kube::core::Status>> {
+    let ns = user["metadata"]["namespace"]
+        .as_str()
+        .context("namespace")?;
+    let api: Api<FederatedKafkaUser> = Api::namespaced(testbed.mgmt().client(), ns);
+    match api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(user.clone())?,
+        )
+        .await
+    {
+        Ok(_) => Ok(None),
+        Err(kube::Error::Api(status)) => Ok(Some(*status)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[test]
+fn kafka_user_acls_are_judged_by_topic_policies_and_kafka_operations_at_kubectl_apply() {
+    TESTBED.run(|testbed| async move {
+        let _serial = SERIAL.lock().await;
+        let (hub, port) = start_webhook_hub(testbed, "webhook-user-hub", "/kafka-webhook-user/").await?;
+        let configs = register_every_webhook(testbed, port).await?;
+        let users: Api<FederatedKafkaUser> = Api::namespaced(testbed.mgmt().client(), "wh-user-deny");
+        let everything = json!([{ "resource": { "type": "topic", "name": "*" }, "operations": ["All"] }]);
+        let all_rule = "forbids operation All in spec.acls[0] (users.allowAllOperations is false)";
+        let wildcard_rule = "forbids resource name * in spec.acls[0] (users.allowWildcardResources is false)";
+
+        // Deny: a policy without a `users` block governs users' ACLs as well.
+        labelled_namespace(testbed, "wh-user-deny", "user-deny").await?;
+        create_policy(
+            testbed,
+            "wh-user-deny",
+            json!({
+                "minPartitions": 3,
+                "namespaceSelector": { "matchLabels": { "accord-webhook-test": "user-deny" } },
+            }),
+        )
+        .await?;
+        let greedy = kafka_user("wh-user-deny", "greedy", everything.clone());
+        let refused = until("the Deny policy refuses a server-side dry run", WAIT, || async {
+            let out = kubectl_apply(testbed, &greedy, true).await?;
+            let text = output_text(&out);
+            Ok(if !out.status.success() && text.contains(all_rule) {
+                Check::Ready(text)
+            } else {
+                Check::NotYet(text)
+            })
+        })
+        .await?;
+        eprintln!("dry run refused: {refused}");
+        let out = kubectl_apply(testbed, &greedy, false).await?;
+        let text = output_text(&out);
+        eprintln!("kubectl apply refused: {text}");
+        ensure!(!out.status.success(), "kubectl apply of a * / All user succeeded: {text}");
+        for rule in [all_rule, wildcard_rule] {
+            ensure!(
+                text.contains("federatedkafkausers.accord.io")
+                    && text.contains(&format!("KafkaTopicPolicy wh-user-deny {rule}")),
+                "the refusal lacks the webhook, the policy or {rule:?}: {text}"
+            );
+        }
+        let status = try_create_user(testbed, &greedy)
+            .await?
+            .context("the typed create of a * / All user was admitted")?;
+        ensure!(status.code == 403 && status.reason == REASON, "{status:?}");
+        ensure!(users.get_opt("greedy").await?.is_none(), "the refused user exists");
+        // Naming the operations and a prefix is what the policy wants.
+        let modest = kafka_user(
+            "wh-user-deny",
+            "modest",
+            json!([{ "resource": { "type": "topic", "name": "orders.", "patternType": "prefixed" }, "operations": ["Write", "Describe"] }]),
+        );
+        let out = kubectl_apply(testbed, &modest, true).await?;
+        ensure!(out.status.success(), "a compliant user was refused: {}", output_text(&out));
+
+        // INVALID_SPEC: Kafka has no Write on a group; CEL admits it, the webhook names it.
+        let writer = kafka_user(
+            "wh-user-deny",
+            "group-writer",
+            json!([{ "resource": { "type": "group", "name": "orders-app" }, "operations": ["Read", "Write"] }]),
+        );
+        let expected = "spec.acls[0].operations[1]: Write is not an operation on a group (valid: All, Read, Describe, Delete)";
+        let status = try_create_user(testbed, &writer)
+            .await?
+            .context("a user with Write on a group was admitted")?;
+        eprintln!("invalid spec refused: {status:?}");
+        ensure!(
+            status.code == 422
+                && status.reason == INVALID_SPEC
+                && status.message.contains("federatedkafkausers.accord.io")
+                && status.message.contains(expected),
+            "not refused with {expected:?}: {status:?}"
+        );
+        let out = kubectl_apply(testbed, &writer, false).await?;
+        ensure!(
+            !out.status.success() && output_text(&out).contains(expected),
+            "kubectl apply of Write on a group was not refused naming the field: {}",
+            output_text(&out)
+        );
+        ensure!(users.get_opt("group-writer").await?.is_none(), "the refused user exists");
+
+        // Audit: admitted, and kubectl prints the warning.
+        labelled_namespace(testbed, "wh-user-audit", "user-audit").await?;
+        create_policy(
+            testbed,
+            "wh-user-audit",
+            json!({
+                "enforcement": "Audit",
+                "users": { "allowWildcardResources": true },
+                "namespaceSelector": { "matchLabels": { "accord-webhook-test": "user-audit" } },
+            }),
+        )
+        .await?;
+        let audited = kafka_user("wh-user-audit", "audited", everything);
+        until("the Audit policy warns on a server-side dry run", WAIT, || async {
+            let out = kubectl_apply(testbed, &audited, true).await?;
+            let text = output_text(&out);
+            Ok(if out.status.success() && text.contains("wh-user-audit") {
+                Check::Ready(())
+            } else {
+                Check::NotYet(text)
+            })
+        })
+        .await?;
+        let out = kubectl_apply(testbed, &audited, false).await?;
+        let text = output_text(&out);
+        eprintln!("kubectl apply audited: {text}");
+        ensure!(out.status.success(), "the audited user was refused: {text}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            stderr.contains("Warning:")
+                && stderr.contains(&format!("KafkaTopicPolicy wh-user-audit {all_rule} [Audit: admitted]")),
+            "kubectl printed no warning naming the rule: {text}"
+        );
+        // The policy's `users` block allows the wildcard: that rule is not even a warning.
+        ensure!(!stderr.contains(wildcard_rule), "the allowed wildcard was warned about: {text}");
+        let audited_users: Api<FederatedKafkaUser> = Api::namespaced(testbed.mgmt().client(), "wh-user-audit");
+        ensure!(audited_users.get_opt("audited").await?.is_some(), "the audited user is missing");
 
         configs.delete("accord-hub", &Default::default()).await?;
         drop(hub);

@@ -10,6 +10,7 @@ use crate::controllers::{ControllerOptions, KindOptions};
 use crate::federated_resource::controller::FederatedResourceOptions;
 use crate::grpc::AgentSettings;
 use crate::kafka_topic::controller::KafkaTopicOptions;
+use crate::kafka_user::controller::KafkaUserOptions;
 use crate::promfed::controller::PromfedOptions;
 use crate::scale::controller::ScaleOptions;
 use crate::serve::ServeConfig;
@@ -188,6 +189,11 @@ pub struct ServeArgs {
     /// members left behind.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     resource_deletion_timeout: Duration,
+    /// How long deleting a FederatedKafkaUser with `deletionPolicy: Delete` waits for every
+    /// member to remove its credential, ACLs and quotas; after it, the object goes anyway
+    /// with a Warning Event naming the members left behind.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    user_deletion_timeout: Duration,
     /// An object's status is written at most once per this window, however many member
     /// clusters report within it.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
@@ -346,6 +352,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         },
                         federated_resource: FederatedResourceOptions {
                             deletion_timeout: a.resource_deletion_timeout,
+                        },
+                        kafka_user: KafkaUserOptions {
+                            deletion_timeout: a.user_deletion_timeout,
                         },
                     },
                 },

@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod http;
 pub mod install;
 pub mod kafka_topic;
+pub mod kafka_user;
 pub mod metrics;
 pub mod placements;
 pub mod promfed;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use accord_crds::validate::Validate;
 use accord_crds::{
-    CrossClusterScalePolicySpec, FederatedKafkaTopicSpec, FederatedResourceSpec,
-    KafkaTopicPolicySpec, ManagedClusterSpec, PrometheusFederationSpec,
+    CrossClusterScalePolicySpec, FederatedKafkaTopicSpec, FederatedKafkaUserSpec,
+    FederatedResourceSpec, KafkaTopicPolicySpec, ManagedClusterSpec, PrometheusFederationSpec,
 };
 use accord_hub::grpc::sync::translate_report;
 use accord_proto::v1::{AgentMessage, HubMessage, RegisterRequest, agent_message};
@@ -148,6 +148,7 @@ fn validate_as(kind: &str, spec: Value) -> bool {
         "ManagedCluster" => check::<ManagedClusterSpec>(spec),
         "PrometheusFederation" => check::<PrometheusFederationSpec>(spec),
         "FederatedResource" => check::<FederatedResourceSpec>(spec),
+        "FederatedKafkaUser" => check::<FederatedKafkaUserSpec>(spec),
         other => panic!("an example of unknown kind {other}"),
     }
 }
@@ -225,7 +226,8 @@ proptest! {
     ) {
         if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
             for kind in ["CrossClusterScalePolicy", "FederatedKafkaTopic", "KafkaTopicPolicy",
-                         "ManagedCluster", "PrometheusFederation"] {
+                         "ManagedCluster", "PrometheusFederation", "FederatedResource",
+                         "FederatedKafkaUser"] {
                 validate_as(kind, value.clone());
             }
         }

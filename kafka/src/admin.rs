@@ -29,11 +29,11 @@ const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 /// Kafka's error code for an out-of-range replication factor.
 const INVALID_REPLICATION_FACTOR: i16 = 38;
-/// Kafka's error code for a malformed request (here: a topic the response left out).
+/// Kafka's error code for a malformed request (here: an item the response left out).
 const UNKNOWN_SERVER_ERROR: i16 = -1;
 
-/// Per-topic results of one operation.
-type ItemResults<T> = BTreeMap<String, Result<T, ItemError>>;
+/// Per-item results of one operation, keyed by the item's name (a topic, a user).
+pub(crate) type ItemResults<T> = BTreeMap<String, Result<T, ItemError>>;
 
 /// A topic as the cluster's metadata describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -614,7 +614,7 @@ impl Admin {
     /// as needed. Unreachable brokers, timeouts and protocol failures move on to the next
     /// candidate; authentication and TLS failures end the attempt at once (every broker
     /// would say the same). Returns the answering broker's address with the response.
-    async fn call<R: Request>(
+    pub(crate) async fn call<R: Request>(
         &self,
         exclude: Option<&str>,
         build: impl Fn(i16) -> R,
@@ -723,7 +723,7 @@ fn topic_name(name: &str) -> TopicName {
     TopicName(StrBytes::from_string(name.to_string()))
 }
 
-fn unique(names: &[String]) -> Vec<&str> {
+pub(crate) fn unique(names: &[String]) -> Vec<&str> {
     let mut seen = BTreeSet::new();
     names
         .iter()
@@ -753,7 +753,7 @@ fn alterable(op: &ConfigOp) -> AlterableConfig {
 }
 
 /// Names whose error is worth one more try on another broker.
-fn retriable<T>(results: &ItemResults<T>) -> Vec<&str> {
+pub(crate) fn retriable<T>(results: &ItemResults<T>) -> Vec<&str> {
     results
         .iter()
         .filter(|(_, r)| r.as_ref().is_err_and(ItemError::is_retriable))
@@ -762,17 +762,22 @@ fn retriable<T>(results: &ItemResults<T>) -> Vec<&str> {
 }
 
 /// Every requested name gets a result, even one the broker left out of its response.
-fn complete<T>(names: &[&str], mut results: ItemResults<T>) -> ItemResults<T> {
+pub(crate) fn complete<T>(names: &[&str], mut results: ItemResults<T>) -> ItemResults<T> {
     for name in names {
-        results.entry(name.to_string()).or_insert_with(|| {
-            Err(ItemError {
-                code: UNKNOWN_SERVER_ERROR,
-                name: crate::error::error_name(UNKNOWN_SERVER_ERROR),
-                message: Some("the broker's response did not mention this topic".into()),
-            })
-        });
+        results
+            .entry(name.to_string())
+            .or_insert_with(|| Err(left_out()));
     }
     results
+}
+
+/// The error of an item (a topic, a user, an ACL) the broker's response left out.
+pub(crate) fn left_out() -> ItemError {
+    ItemError {
+        code: UNKNOWN_SERVER_ERROR,
+        name: crate::error::error_name(UNKNOWN_SERVER_ERROR),
+        message: Some("the broker's response left this out".into()),
+    }
 }
 
 /// The topics a metadata response describes. A topic the broker does not know, or one

@@ -1,6 +1,7 @@
 //! What can go wrong talking to Kafka: transport, TLS, authentication and request-level
-//! errors ([`KafkaError`]), and the per-topic errors inside a successful response
-//! ([`ItemError`]). Messages never contain credentials.
+//! errors ([`KafkaError`]), and the per-item (topic, user, ACL) errors inside a successful
+//! response ([`ItemError`]). Messages never contain credentials, and a refusal by Kafka's
+//! authorizer names the ACL that is missing.
 
 use std::fmt;
 use std::time::Duration;
@@ -15,6 +16,86 @@ pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const NOT_CONTROLLER: i16 = 41;
 /// Kafka's error code for a request that timed out inside the cluster.
 pub const REQUEST_TIMED_OUT: i16 = 7;
+/// Kafka's error code for a request the ACLs on the cluster resource do not allow.
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+/// Kafka's error code for a thing that does not exist (a user's SCRAM credential, say).
+pub const RESOURCE_NOT_FOUND: i16 = 91;
+
+/// The admin APIs Kafka's authorizer checks against an ACL on the cluster resource
+/// (`kafka-cluster`), each with the operation it needs. Kafka answers a refusal with a bare
+/// CLUSTER_AUTHORIZATION_FAILED; naming the operation, and every API the same grant opens,
+/// tells an operator the one `kafka-acls --add --cluster --operation …` that fixes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClusterApi {
+    DescribeUserScramCredentials,
+    AlterUserScramCredentials,
+    DescribeAcls,
+    CreateAcls,
+    DeleteAcls,
+    DescribeClientQuotas,
+    AlterClientQuotas,
+}
+
+impl ClusterApi {
+    const ALL: [Self; 7] = [
+        Self::AlterUserScramCredentials,
+        Self::CreateAcls,
+        Self::DeleteAcls,
+        Self::DescribeAcls,
+        Self::DescribeUserScramCredentials,
+        Self::AlterClientQuotas,
+        Self::DescribeClientQuotas,
+    ];
+
+    /// Kafka's name for the API.
+    fn name(self) -> &'static str {
+        match self {
+            Self::DescribeUserScramCredentials => "DescribeUserScramCredentials",
+            Self::AlterUserScramCredentials => "AlterUserScramCredentials",
+            Self::DescribeAcls => "DescribeAcls",
+            Self::CreateAcls => "CreateAcls",
+            Self::DeleteAcls => "DeleteAcls",
+            Self::DescribeClientQuotas => "DescribeClientQuotas",
+            Self::AlterClientQuotas => "AlterClientQuotas",
+        }
+    }
+
+    /// The operation the broker checks on the cluster resource, as `kafka-acls
+    /// --operation` spells it (Kafka's `AclApis`, `ControllerApis` and `KafkaApis`).
+    fn cluster_operation(self) -> &'static str {
+        match self {
+            Self::AlterUserScramCredentials | Self::CreateAcls | Self::DeleteAcls => "Alter",
+            Self::DescribeUserScramCredentials | Self::DescribeAcls => "Describe",
+            Self::AlterClientQuotas => "AlterConfigs",
+            Self::DescribeClientQuotas => "DescribeConfigs",
+        }
+    }
+
+    /// What to grant, e.g. "the agent's Kafka user needs the Alter ACL on the cluster
+    /// (AlterUserScramCredentials / CreateAcls / DeleteAcls)".
+    pub(crate) fn missing_acl(self) -> String {
+        let operation = self.cluster_operation();
+        let apis: Vec<&str> = Self::ALL
+            .iter()
+            .filter(|api| api.cluster_operation() == operation)
+            .map(|api| api.name())
+            .collect();
+        format!(
+            "the agent's Kafka user needs the {operation} ACL on the cluster ({})",
+            apis.join(" / ")
+        )
+    }
+
+    /// The message for `code` in this API's answer: the missing ACL for a refusal by the
+    /// authorizer (whose own message says no more than the code), else the broker's.
+    fn message(self, code: i16, message: Option<String>) -> Option<String> {
+        if code == CLUSTER_AUTHORIZATION_FAILED {
+            Some(self.missing_acl())
+        } else {
+            message
+        }
+    }
+}
 
 /// A failed request: the cluster could not be reached, refused us, or answered with a
 /// request-level error.
@@ -96,6 +177,16 @@ impl KafkaError {
             message,
         })
     }
+
+    /// A request-level error in `api`'s answer (`None` for 0); a refusal by the authorizer
+    /// names the missing ACL.
+    pub(crate) fn from_api_code(
+        api: ClusterApi,
+        code: i16,
+        message: Option<String>,
+    ) -> Option<Self> {
+        Self::from_code(code, api.message(code, message))
+    }
 }
 
 /// Errors worth one more try on another broker.
@@ -129,6 +220,26 @@ impl ItemError {
             name: error_name(code),
             message: message.filter(|m| !m.is_empty()),
         })
+    }
+
+    /// An item error in `api`'s answer (`None` for code 0); a refusal by the authorizer
+    /// names the missing ACL.
+    pub(crate) fn from_api_code(
+        api: ClusterApi,
+        code: i16,
+        message: Option<String>,
+    ) -> Option<Self> {
+        Self::from_code(code, api.message(code, message))
+    }
+
+    /// The thing does not exist (e.g. deleting a SCRAM credential the user lacks).
+    pub fn is_resource_not_found(&self) -> bool {
+        self.code == RESOURCE_NOT_FOUND
+    }
+
+    /// Kafka's authorizer refused the request: the message names the missing ACL.
+    pub fn is_cluster_authorization_failed(&self) -> bool {
+        self.code == CLUSTER_AUTHORIZATION_FAILED
     }
 
     /// The topic exists already (CreateTopics).
@@ -328,6 +439,57 @@ mod tests {
                 .unwrap()
                 .to_string(),
             "INVALID_PARTITIONS"
+        );
+    }
+
+    #[test]
+    fn a_refusal_by_the_authorizer_names_the_missing_cluster_acl() {
+        let alter = KafkaError::from_api_code(
+            ClusterApi::AlterUserScramCredentials,
+            CLUSTER_AUTHORIZATION_FAILED,
+            Some("Cluster authorization failed.".into()),
+        )
+        .unwrap();
+        assert_eq!(
+            alter.to_string(),
+            "Kafka refused the request: CLUSTER_AUTHORIZATION_FAILED (31): the agent's Kafka \
+             user needs the Alter ACL on the cluster (AlterUserScramCredentials / CreateAcls / \
+             DeleteAcls)"
+        );
+        let describe =
+            ItemError::from_api_code(ClusterApi::DescribeAcls, CLUSTER_AUTHORIZATION_FAILED, None)
+                .unwrap();
+        assert!(describe.is_cluster_authorization_failed());
+        assert_eq!(
+            describe.to_string(),
+            "CLUSTER_AUTHORIZATION_FAILED: the agent's Kafka user needs the Describe ACL on the \
+             cluster (DescribeAcls / DescribeUserScramCredentials)"
+        );
+        for (api, operation) in [
+            (ClusterApi::AlterClientQuotas, "AlterConfigs ACL"),
+            (ClusterApi::DescribeClientQuotas, "DescribeConfigs ACL"),
+            (ClusterApi::CreateAcls, "Alter ACL"),
+            (ClusterApi::DeleteAcls, "Alter ACL"),
+            (ClusterApi::DescribeUserScramCredentials, "Describe ACL"),
+        ] {
+            let message = api.missing_acl();
+            assert!(
+                message.contains(operation) && message.contains(api.name()),
+                "{message}"
+            );
+        }
+        // Other codes keep the broker's own message.
+        let other = ItemError::from_api_code(
+            ClusterApi::AlterUserScramCredentials,
+            RESOURCE_NOT_FOUND,
+            Some("no such credential".into()),
+        )
+        .unwrap();
+        assert!(other.is_resource_not_found());
+        assert_eq!(other.to_string(), "RESOURCE_NOT_FOUND: no such credential");
+        assert_eq!(
+            ItemError::from_api_code(ClusterApi::CreateAcls, 0, Some("x".into())),
+            None
         );
     }
 

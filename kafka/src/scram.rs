@@ -1,5 +1,7 @@
 //! The client side of SCRAM (RFC 5802) with SHA-512 or SHA-256 (RFC 7677), as Kafka's
-//! SASL/SCRAM uses it: no channel binding, no SASLprep beyond escaping the user name.
+//! SASL/SCRAM uses it: no channel binding, no SASLprep beyond escaping the user name; and
+//! the salted password a credential is stored as (AlterUserScramCredentials), derived by
+//! the same code the client proves itself with.
 
 use std::num::NonZeroU32;
 
@@ -8,6 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use ring::{digest, hmac, pbkdf2};
 
 use crate::config::{Password, SaslMechanism};
+use crate::users::ScramMechanism;
 
 /// The most PBKDF2 iterations we accept from a server (Kafka allows at most 16384); a
 /// bound so a hostile server cannot make us spin.
@@ -59,6 +62,27 @@ impl Hash {
             .as_ref()
             .to_vec()
     }
+
+    /// SCRAM's `Hi(password, salt, i)`: PBKDF2 with the mechanism's HMAC, one digest long.
+    fn hi(&self, password: &[u8], salt: &[u8], iterations: NonZeroU32) -> Vec<u8> {
+        let mut salted = vec![0u8; self.digest.output_len()];
+        pbkdf2::derive(self.pbkdf2, iterations, salt, password, &mut salted);
+        salted
+    }
+}
+
+/// The salted password (`Hi(password, salt, iterations)` of RFC 5802) that Kafka's
+/// AlterUserScramCredentials takes in place of the password itself: the broker derives the
+/// stored and server keys from it, so the password never leaves this process. An iteration
+/// count of 0 is taken as 1 (Kafka refuses fewer than 4096 with UNACCEPTABLE_CREDENTIAL).
+pub fn salted_password(
+    mechanism: ScramMechanism,
+    password: &[u8],
+    salt: &[u8],
+    iterations: u32,
+) -> Vec<u8> {
+    let iterations = NonZeroU32::new(iterations).unwrap_or(NonZeroU32::MIN);
+    Hash::of(mechanism.into()).hi(password, salt, iterations)
 }
 
 /// A SCRAM exchange in progress, after the client-first message.
@@ -137,14 +161,7 @@ impl ScramClient {
             .ok_or(ScramError::Malformed("iteration count out of range"))?;
 
         let hash = self.hash;
-        let mut salted = vec![0u8; hash.digest.output_len()];
-        pbkdf2::derive(
-            hash.pbkdf2,
-            iterations,
-            &salt,
-            self.password.expose().as_bytes(),
-            &mut salted,
-        );
+        let salted = hash.hi(self.password.expose().as_bytes(), &salt, iterations);
         let client_key = hash.hmac(&salted, b"Client Key");
         let stored_key = digest::digest(hash.digest, &client_key);
         // "biws" is base64("n,,"), the GS2 header of the client-first message.
@@ -247,6 +264,62 @@ mod tests {
         );
         last.verify(b"v=ecWrvnvqvVjWrDSTuWbIGWWoiLmcFvAzA8jkEkbF4tXba9SVlgRNt1rcQQjrEOpBiQtF4Sc2kL37Ue2DYqPifA==")
             .unwrap();
+    }
+
+    /// The server signature of an exchange, from a salted password alone: a check of
+    /// [`salted_password`] against the vectors above, whose signatures were computed
+    /// elsewhere (RFC 7677, Python).
+    fn server_signature(mechanism: ScramMechanism, salted: &[u8], auth_message: &str) -> String {
+        let hash = Hash::of(mechanism.into());
+        let server_key = hash.hmac(salted, b"Server Key");
+        BASE64.encode(hash.hmac(&server_key, auth_message.as_bytes()))
+    }
+
+    #[test]
+    fn the_stored_salted_password_matches_the_rfc_7677_sha_256_example() {
+        let salt = BASE64.decode("W22ZaJ0SNY7soEsUEjb6gQ==").unwrap();
+        let salted = salted_password(ScramMechanism::Sha256, b"pencil", &salt, 4096);
+        assert_eq!(salted.len(), 32);
+        let auth_message = "n=user,r=rOprNGfwEbeRWgbNEkqO,\
+            r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096,\
+            c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0";
+        assert_eq!(
+            server_signature(ScramMechanism::Sha256, &salted, auth_message),
+            "6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
+        );
+    }
+
+    #[test]
+    fn the_stored_salted_password_matches_the_independent_sha_512_vector() {
+        let salt = BASE64.decode("UVNYQ1IrUTZzZWs4YmY5Mg==").unwrap();
+        let salted = salted_password(
+            ScramMechanism::Sha512,
+            "s3cret-pässword".as_bytes(),
+            &salt,
+            4096,
+        );
+        assert_eq!(salted.len(), 64);
+        let auth_message = "n=accord,r=fyko+d2lbbFgONRv9qkxdawL,\
+            r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j,s=UVNYQ1IrUTZzZWs4YmY5Mg==,i=4096,\
+            c=biws,r=fyko+d2lbbFgONRv9qkxdawL3rfcNHYJY1ZVvWVs7j";
+        assert_eq!(
+            server_signature(ScramMechanism::Sha512, &salted, auth_message),
+            "ecWrvnvqvVjWrDSTuWbIGWWoiLmcFvAzA8jkEkbF4tXba9SVlgRNt1rcQQjrEOpBiQtF4Sc2kL37Ue2DYqPifA=="
+        );
+        // A different salt or count gives a different credential; 0 iterations is 1.
+        assert_ne!(
+            salted,
+            salted_password(
+                ScramMechanism::Sha512,
+                "s3cret-pässword".as_bytes(),
+                b"x",
+                4096
+            )
+        );
+        assert_eq!(
+            salted_password(ScramMechanism::Sha512, b"p", b"s", 0),
+            salted_password(ScramMechanism::Sha512, b"p", b"s", 1)
+        );
     }
 
     fn sha512_client() -> ScramClient {

@@ -19,7 +19,9 @@
 //! [`enforcers`].
 
 pub mod federated_resource;
+pub mod kafka;
 pub mod kafka_topic;
+pub mod kafka_user;
 pub mod promfed;
 pub mod scale;
 pub mod watch;
@@ -36,28 +38,23 @@ use crate::metrics::Metrics;
 use crate::report::Report;
 
 /// The enforcers of this agent version, one per kind it enforces; `namespace` is the
-/// agent's own. Kafka topics use the default connection Secret and resync interval
-/// ([`enforcers_with`] takes others).
+/// agent's own. Kafka topics and users use the default connection Secret and resync
+/// interval ([`enforcers_with`] takes others).
 pub fn enforcers(
     client: &kube::Client,
     metrics: &Metrics,
     namespace: &str,
 ) -> Vec<Box<dyn Enforcer>> {
-    enforcers_with(
-        client,
-        metrics,
-        namespace,
-        &kafka_topic::KafkaOptions::default(),
-    )
+    enforcers_with(client, metrics, namespace, &kafka::KafkaOptions::default())
 }
 
 /// The enforcers of this agent version, with the Kafka connection Secret and resync
-/// interval of `kafka`.
+/// interval of `kafka` (the same for topics and users: one Kafka per member).
 pub fn enforcers_with(
     client: &kube::Client,
     metrics: &Metrics,
     namespace: &str,
-    kafka: &kafka_topic::KafkaOptions,
+    kafka: &kafka::KafkaOptions,
 ) -> Vec<Box<dyn Enforcer>> {
     vec![
         Box::new(scale::ScaleEnforcer::new(client.clone(), metrics.clone())),
@@ -66,6 +63,12 @@ pub fn enforcers_with(
             namespace.to_owned(),
         )),
         Box::new(kafka_topic::KafkaTopicEnforcer::new(
+            client.clone(),
+            namespace.to_owned(),
+            kafka.clone(),
+            metrics.clone(),
+        )),
+        Box::new(kafka_user::KafkaUserEnforcer::new(
             client.clone(),
             namespace.to_owned(),
             kafka.clone(),

@@ -13,8 +13,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use accord_crds::{
-    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedResource, FederatedResourceStatus,
-    KafkaTopicPolicy, ManagedCluster, PlacementState, PrometheusFederation,
+    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedKafkaUser, FederatedResource,
+    FederatedResourceStatus, ManagedCluster, PlacementState, PrometheusFederation,
     PrometheusFederationStatus, conditions,
 };
 use anyhow::{Context as _, Result, bail, ensure};
@@ -330,6 +330,7 @@ async fn set_up(
     let plan = examples::plan(&Fit {
         members: &options.members,
         kafka: options.kafka,
+        kafka_users: options.kafka_sasl,
         prometheus_url: testbed.members().first().and_then(Cluster::prometheus_url),
     })?;
     let federation = match &plan.federation {
@@ -789,17 +790,31 @@ async fn wait_members_available(
     .await
 }
 
-/// The API resource of an example's kind.
+/// The API resource of an example's kind (any of Accord's kinds, from its CRD) and whether
+/// it is namespaced.
 fn example_resource(kind: &str) -> Result<(ApiResource, bool)> {
-    Ok(match kind {
-        "CrossClusterScalePolicy" => (ApiResource::erase::<CrossClusterScalePolicy>(&()), true),
-        "ManagedCluster" => (ApiResource::erase::<ManagedCluster>(&()), false),
-        "FederatedKafkaTopic" => (ApiResource::erase::<FederatedKafkaTopic>(&()), true),
-        "KafkaTopicPolicy" => (ApiResource::erase::<KafkaTopicPolicy>(&()), false),
-        "PrometheusFederation" => (ApiResource::erase::<PrometheusFederation>(&()), true),
-        examples::FRES => (ApiResource::erase::<FederatedResource>(&()), true),
-        other => bail!("no API resource known for example kind {other:?}"),
-    })
+    let crd = accord_crds::all_crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .with_context(|| format!("no API resource known for example kind {kind:?}"))?;
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .map(|v| v.name.clone())
+        .with_context(|| format!("the CRD of {kind} has no storage version"))?;
+    let group = crd.spec.group.clone();
+    Ok((
+        ApiResource {
+            api_version: format!("{group}/{version}"),
+            group,
+            version,
+            kind: kind.to_owned(),
+            plural: crd.spec.names.plural.clone(),
+        },
+        crd.spec.scope == "Namespaced",
+    ))
 }
 
 async fn apply_examples(testbed: &Testbed, plan: &Plan) -> Result<()> {
@@ -990,9 +1005,14 @@ async fn member_kafkas(options: &DaemonOptions, testbed: &Testbed) -> Result<Vec
             .collect();
     }
     progress("starting a Kafka broker with a SASL_SSL listener (SCRAM-SHA-512) in each member");
-    let sasl = crate::kafka::KafkaOptions {
-        sasl_ssl: true,
-        ..crate::kafka::KafkaOptions::default()
+    // The brokers enforce ACLs (the agents' user and the PLAINTEXT listener are super
+    // users), so the FederatedKafkaUser example's ACLs mean what they say.
+    let sasl = crate::kafka::ClusterOptions {
+        shape: crate::kafka::KafkaOptions {
+            sasl_ssl: true,
+            ..crate::kafka::KafkaOptions::default()
+        },
+        authorizer: true,
     };
     let clusters = try_join_all(
         (0..testbed.members().len())
@@ -1097,29 +1117,68 @@ where
 
 /// Waits until every placement of the example FederatedKafkaTopics is Synced.
 async fn wait_topics_synced(testbed: &Testbed, running: &[ProcessId], plan: &Plan) -> Result<()> {
-    for (ns, name, clusters) in &plan.topics {
-        let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
+    wait_placements_synced::<FederatedKafkaTopic>(testbed, running, &plan.topics, |t| {
+        t.status
+            .map(|s| {
+                s.placements
+                    .into_iter()
+                    .map(|p| (p.cluster, p.state, p.message))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+    .await?;
+    wait_placements_synced::<FederatedKafkaUser>(testbed, running, &plan.users, |u| {
+        u.status
+            .map(|s| {
+                s.placements
+                    .into_iter()
+                    .map(|p| (p.cluster, p.state, p.message))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+    .await
+}
+
+/// Each placement of an object as (cluster, state, message).
+type Placements = Vec<(String, PlacementState, Option<String>)>;
+
+/// Waits until every placement of each object `(namespace, name, clusters)` of kind `K`
+/// is Synced in its clusters; `placements` reads (cluster, state, message) from one.
+async fn wait_placements_synced<K>(
+    testbed: &Testbed,
+    running: &[ProcessId],
+    objects: &[(String, String, Vec<String>)],
+    placements: fn(K) -> Placements,
+) -> Result<()>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let kind = K::kind(&());
+    for (ns, name, clusters) in objects {
+        let api: Api<K> = Api::namespaced(testbed.mgmt().client(), ns);
         wait_object(
             testbed,
             running,
             &api,
             name,
-            &format!("FederatedKafkaTopic {ns}/{name} to be Synced everywhere"),
-            |t| {
-                let placements = t
-                    .and_then(|t| t.status)
-                    .map(|s| s.placements)
-                    .unwrap_or_default();
-                let seen: Vec<_> = placements
+            &format!("{kind} {ns}/{name} to be Synced everywhere"),
+            |o| {
+                let shown = o.map(placements).unwrap_or_default();
+                let seen: Vec<_> = shown
                     .iter()
-                    .map(|p| (p.cluster.as_str(), p.state, p.message.as_deref()))
+                    .map(|(cluster, state, message)| (cluster.as_str(), *state, message.as_deref()))
                     .collect();
                 all_synced(clusters.iter().map(String::as_str), &seen)
             },
         )
         .await?;
         progress(format!(
-            "FederatedKafkaTopic {ns}/{name} is Synced in {}",
+            "{kind} {ns}/{name} is Synced in {}",
             clusters.join(", ")
         ));
     }
@@ -1253,6 +1312,21 @@ async fn wait_policies_synced(testbed: &Testbed, running: &[ProcessId], plan: &P
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_of_ours_has_its_api_resource_for_the_examples() {
+        for crd in accord_crds::all_crds() {
+            let kind = crd.spec.names.kind.clone();
+            let (resource, namespaced) = example_resource(&kind).unwrap();
+            assert_eq!(resource.group, "accord.io", "{kind}");
+            assert_eq!(resource.plural, crd.spec.names.plural, "{kind}");
+            assert_eq!(
+                namespaced,
+                kind != "ManagedCluster" && kind != "KafkaTopicPolicy"
+            );
+        }
+        assert!(example_resource("Deployment").is_err());
+    }
 
     #[test]
     fn the_join_line_becomes_a_foreground_agent_with_the_member_kubeconfig() {

@@ -33,6 +33,10 @@ pub const EXAMPLE_FILES: &[(&str, &str)] = &[
         include_str!("../../../deploy/examples/federatedkafkatopic.yaml"),
     ),
     (
+        "federatedkafkauser.yaml",
+        include_str!("../../../deploy/examples/federatedkafkauser.yaml"),
+    ),
+    (
         "federatedresource-mysql.yaml",
         include_str!("../../../deploy/examples/federatedresource-mysql.yaml"),
     ),
@@ -89,6 +93,9 @@ pub struct Fit<'a> {
     pub members: &'a [String],
     /// Whether each member runs a Kafka broker.
     pub kafka: bool,
+    /// Whether that Kafka takes SCRAM users and enforces ACLs (`--with-kafka-sasl`): the
+    /// FederatedKafkaUser example is applied only then.
+    pub kafka_users: bool,
     /// The Prometheus autoscaling queries go to, when the sandbox runs Prometheus.
     pub prometheus_url: Option<&'a str>,
 }
@@ -159,6 +166,8 @@ pub struct Plan {
     /// FederatedKafkaTopics (`namespace`, `name`, clusters) whose placements must all be
     /// Synced before the sandbox counts as ready.
     pub topics: Vec<(String, String, Vec<String>)>,
+    /// FederatedKafkaUsers (`namespace`, `name`, clusters), likewise.
+    pub users: Vec<(String, String, Vec<String>)>,
 }
 
 /// What the sandbox starts for the PrometheusFederation example: in every member a tenant
@@ -253,6 +262,37 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
                     }
                 }
                 true
+            }
+            "FederatedKafkaUser" => {
+                if fit.kafka_users {
+                    let clusters = fit_cluster_list(&object["spec"]["clusters"], fit, &rename);
+                    object["spec"]["clusters"] = json!(clusters);
+                    let namespace = object["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("default")
+                        .to_owned();
+                    // The password Secret it names is made like a FederatedResource's
+                    // (without one, the hub generates it).
+                    let password = &object["spec"]["authentication"]["passwordSecretRef"];
+                    if let (Some(name), Some(key)) =
+                        (password["name"].as_str(), password["key"].as_str())
+                    {
+                        plan.secrets.push(NeededSecret {
+                            namespace: namespace.clone(),
+                            name: name.to_owned(),
+                            keys: vec![key.to_owned()],
+                        });
+                    }
+                    plan.users.push((
+                        namespace,
+                        object["metadata"]["name"]
+                            .as_str()
+                            .context("a FederatedKafkaUser example without a name")?
+                            .to_owned(),
+                        clusters,
+                    ));
+                }
+                fit.kafka_users
             }
             "KafkaTopicPolicy" => fit.kafka,
             "PrometheusFederation" => {
@@ -436,7 +476,7 @@ fn cluster_names(objects: &[Value]) -> Vec<String> {
                     add(entry["cluster"].as_str());
                 }
             }
-            Some("FederatedKafkaTopic") => {
+            Some("FederatedKafkaTopic" | "FederatedKafkaUser") => {
                 for cluster in object["spec"]["clusters"].as_array().into_iter().flatten() {
                     add(cluster.as_str());
                 }
@@ -879,6 +919,7 @@ mod tests {
         let plan = plan(&Fit {
             members: &names,
             kafka: true,
+            kafka_users: true,
             prometheus_url: Some("http://127.0.0.1:9090"),
         })
         .unwrap();

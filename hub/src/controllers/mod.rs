@@ -40,6 +40,7 @@ use crate::distribution::select::ClusterIndex;
 use crate::federated_resource::controller::FederatedResources;
 use crate::http::ReadinessGates;
 use crate::kafka_topic::controller::KafkaTopics;
+use crate::kafka_user::controller::KafkaUsers;
 use crate::metrics::Metrics;
 use crate::promfed::controller::Promfed;
 use crate::scale::controller::Scale;
@@ -402,6 +403,17 @@ pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
             ))
         },
     ),
+    (
+        "FederatedKafkaUser controller",
+        |ctx, clusters, listed, o| {
+            Box::pin(placement::run::<KafkaUsers>(
+                ctx,
+                clusters,
+                listed,
+                o.kinds.kafka_user.clone(),
+            ))
+        },
+    ),
 ];
 
 /// Each kind's own settings (its `serve` flags). A kind with settings adds its field here.
@@ -415,6 +427,8 @@ pub struct KindOptions {
     pub promfed: crate::promfed::controller::PromfedOptions,
     /// FederatedResource.
     pub federated_resource: crate::federated_resource::controller::FederatedResourceOptions,
+    /// FederatedKafkaUser.
+    pub kafka_user: crate::kafka_user::controller::KafkaUserOptions,
 }
 
 /// Default of [`ControllerOptions::status_window`] (`--status-coalesce-window`).

@@ -1156,6 +1156,133 @@ impl<'a> StatusKey<'a> {
     }
 }
 
+/// `object`'s claim on `name` in the clusters it selects (`names` or else `selector`),
+/// ordered by its `creationTimestamp`; `None` when its selection cannot be evaluated.
+pub fn claim_of(
+    object: &impl ResourceExt,
+    name: &str,
+    names: Option<&[String]>,
+    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    clusters: &Clusters,
+) -> Option<crate::distribution::claim::Claim> {
+    let selected = crate::distribution::select::select_clusters(names, selector, clusters).ok()?;
+    Some(crate::distribution::claim::Claim {
+        object: object_name(object),
+        created_unix_millis: object
+            .meta()
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.as_millisecond()),
+        name: name.to_owned(),
+        clusters: selected.into_iter().map(|c| c.name).collect(),
+    })
+}
+
+/// The claims on `name` of every object of kind `K` that `seen` says claims it (and still
+/// does, as `objects` holds it: `name_of`), except those whose deletion already released
+/// it (no `finalizer` left); `claim` makes a decoded object's claim.
+pub fn live_claims<K: PlacementKind>(
+    seen: &std::sync::Mutex<crate::distribution::claim::Claimed<ObjectRef<Watched<K>>>>,
+    objects: &Reflector<Watched<K>>,
+    name: &str,
+    name_of: fn(&Watched<K>) -> String,
+    finalizer: &str,
+    claim: impl Fn(&K::Object) -> Option<crate::distribution::claim::Claim>,
+) -> Vec<crate::distribution::claim::Claim> {
+    let claiming = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .claiming(name);
+    claiming
+        .iter()
+        .filter_map(|object| objects.get(object))
+        .filter(|o| name_of(o) == name)
+        .filter(|o| {
+            o.metadata.deletion_timestamp.is_none() || o.finalizers().iter().any(|f| f == finalizer)
+        })
+        .filter_map(|o| o.decode().ok())
+        .filter_map(|o| claim(&o))
+        .collect()
+}
+
+/// How a kind's deletion that waits for the members goes ([`delete_in_members`]).
+pub struct Tombstoning<D> {
+    /// Whether a stored record is a tombstone already.
+    pub is_tombstone: fn(&PlacementRecord<D>) -> bool,
+    /// The tombstone of a record: only the clusters that were sent something, each told
+    /// to remove it; `None` when no cluster was sent anything.
+    pub tombstone: fn(&PlacementRecord<D>) -> Option<PlacementRecord<D>>,
+    /// Whether a member's report says everything it was sent is removed.
+    pub is_gone: fn(&StatusRecord) -> bool,
+    /// The bound after which the object is released anyway.
+    pub timeout: Duration,
+}
+
+/// Where a deletion that waits for the members stands.
+pub enum Deletion<D> {
+    /// No cluster was ever sent anything: nothing to wait for.
+    NothingSent,
+    /// The tombstone (stored at `revision`) went out; where the members are.
+    Sent {
+        /// The tombstone.
+        tombstone: PlacementRecord<D>,
+        /// Its revision.
+        revision: i64,
+        /// Where the members are with it.
+        progress: crate::distribution::deletion::Progress,
+    },
+}
+
+/// A deletion that waits for the members: the record becomes a tombstone (written once)
+/// and the clusters not done yet are counted against the bound from the object's
+/// `deletionTimestamp`. Reads only metadata and the record, so an object that does not
+/// decode is deleted too.
+pub async fn delete_in_members<K: PlacementKind>(
+    ctx: &ControllerContext,
+    object: &Watched<K>,
+    record: Option<(PlacementRecord<K::Decision>, i64)>,
+    how: &Tombstoning<K::Decision>,
+) -> Result<Deletion<K::Decision>, ReconcileError> {
+    let sent = match record {
+        Some((record, revision)) if (how.is_tombstone)(&record) => Some((record, revision)),
+        Some((record, _)) => match (how.tombstone)(&record) {
+            Some(t) => {
+                let revision = write_record::<K>(ctx, &t).await?;
+                info!(policy = %t.policy, revision, "removing what the members were sent");
+                Some((t, revision))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let Some((tombstone, revision)) = sent else {
+        return Ok(Deletion::NothingSent);
+    };
+    let clusters = clusters(ctx);
+    let left = crate::distribution::deletion::remaining(
+        &tombstone,
+        revision,
+        &reports(ctx, &tombstone),
+        |c| clusters.contains_key(c),
+        how.is_gone,
+    );
+    let since = object.metadata.deletion_timestamp.as_ref().map_or_else(
+        || Timestamp::now().as_millisecond(),
+        |t| t.0.as_millisecond(),
+    );
+    let progress = crate::distribution::deletion::progress(
+        left,
+        since,
+        Timestamp::now().as_millisecond(),
+        how.timeout,
+    );
+    Ok(Deletion::Sent {
+        tombstone,
+        revision,
+        progress,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -171,14 +171,14 @@ struct Deltas {
 
 /// One policy's change for one cluster.
 enum Delta {
-    Upsert(Assignment),
+    Upsert(Box<Assignment>),
     Removed(Removal),
 }
 
 impl Deltas {
     fn upsert(&mut self, cluster: &str, key: &str, item: Assignment) {
         self.entry(cluster)
-            .insert(key.to_owned(), Delta::Upsert(item));
+            .insert(key.to_owned(), Delta::Upsert(Box::new(item)));
     }
 
     fn remove(&mut self, cluster: &str, key: &str, removal: Removal) {
@@ -211,7 +211,7 @@ impl Deltas {
                 match delta {
                     Delta::Upsert(item) => {
                         message.revision = message.revision.max(item.revision);
-                        message.items.push(item);
+                        message.items.push(*item);
                     }
                     Delta::Removed(removal) => {
                         message.revision = message.revision.max(removal.revision);

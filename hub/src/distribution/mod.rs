@@ -5,6 +5,7 @@
 //!
 //! Adding a kind adds one [`record::Decision`] variant; the fan-out does not change.
 
+pub mod claim;
 pub mod deletion;
 pub mod fanout;
 pub mod record;

@@ -119,6 +119,33 @@ pub struct Shown<'a> {
     pub message: Option<&'a str>,
 }
 
+/// The Warning Events a new status calls for that the `old` one did not: each placement
+/// of `new` newly in `Error` (reason `error`) or `Conflict` (reason `conflict`), noted as
+/// `cluster <name>: <message>`.
+pub fn new_trouble(
+    old: &[Shown<'_>],
+    new: &[Shown<'_>],
+    error: &'static str,
+    conflict: &'static str,
+) -> Vec<(&'static str, String)> {
+    new.iter()
+        .filter_map(|p| {
+            let reason = match p.state {
+                PlacementState::Error => error,
+                PlacementState::Conflict => conflict,
+                _ => return None,
+            };
+            let was = old.iter().any(|o| o.name == p.name && o.state == p.state);
+            (!was).then(|| {
+                (
+                    reason,
+                    format!("cluster {}: {}", p.name, p.message.unwrap_or("error")),
+                )
+            })
+        })
+        .collect()
+}
+
 /// `Ready` (every placement `Synced`: `synced` says what holds; `False` while none is
 /// selected, or naming what is `not_yet` and in which state) and `Degraded` (some placement
 /// in trouble, naming each with its state and message).

@@ -149,6 +149,11 @@ pub struct SelectedCluster {
     pub known: bool,
 }
 
+/// Why a named cluster gets nothing: there is no such ManagedCluster.
+pub fn unknown_cluster(name: &str) -> String {
+    format!("no ManagedCluster {name}")
+}
+
 /// A label selector the hub cannot evaluate.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]

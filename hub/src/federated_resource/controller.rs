@@ -12,7 +12,6 @@ use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, Poli
 use accord_crds::{CrossClusterScalePolicy, FederatedResource, FederatedResourceStatus};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,11 +22,11 @@ use super::plan::{self, ClusterPlan, Scaled};
 use super::status::{StatusInputs, aggregate, changes};
 use super::{FINALIZER, FederatedResourceDecision, reasons};
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
-    Trigger, Watched,
+    self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
+    StatusInput, Tombstoning, Trigger, Watched,
 };
 use crate::controllers::{ControllerContext, ReconcileError};
-use crate::distribution::deletion::{Progress, progress, remaining};
+use crate::distribution::deletion::Progress;
 use crate::distribution::{PlacementRecord, reported};
 use crate::store::StatusRecord;
 
@@ -135,7 +134,12 @@ impl PlacementKind for FederatedResources {
             }
             futures::future::ready(())
         });
-        let secret_changes = secret_triggers(ctx.clone(), objects_for_secrets, trigger_for_secrets);
+        let secret_changes = crate::federated_resource::secrets::triggers::<Self>(
+            ctx.clone(),
+            objects_for_secrets,
+            trigger_for_secrets,
+            secret_names,
+        );
         Started {
             kind: Self {
                 ctx: ctx.clone(),
@@ -279,39 +283,18 @@ impl PlacementKind for FederatedResources {
         let ctx = &self.ctx;
         let p = placement::policy_ref::<Self>(object);
         let reference = object.object_ref(&());
-        let tombstone = match record {
-            Some((record, revision)) if record.decision.remove => Some((record, revision)),
-            Some((record, _)) => match tombstone(&record) {
-                Some(t) => {
-                    let revision = placement::write_record::<Self>(ctx, &t).await?;
-                    info!(policy = %p, revision, "removing the delivered objects in every member");
-                    Some((t, revision))
-                }
-                None => None,
-            },
-            None => None,
+        let how = Tombstoning {
+            is_tombstone: |r: &PlacementRecord<FederatedResourceDecision>| r.decision.remove,
+            tombstone,
+            is_gone: is_removed,
+            timeout: self.options.deletion_timeout,
         };
-        let Some((tombstone, revision)) = tombstone else {
-            return Ok(Finalized::Done);
+        let progress = match placement::delete_in_members::<Self>(ctx, object, record, &how).await?
+        {
+            Deletion::NothingSent => return Ok(Finalized::Done),
+            Deletion::Sent { progress, .. } => progress,
         };
-        let clusters = placement::clusters(ctx);
-        let left = remaining(
-            &tombstone,
-            revision,
-            &placement::reports(ctx, &tombstone),
-            |c| clusters.contains_key(c),
-            is_removed,
-        );
-        let since = object.metadata.deletion_timestamp.as_ref().map_or_else(
-            || Timestamp::now().as_millisecond(),
-            |t| t.0.as_millisecond(),
-        );
-        match progress(
-            left,
-            since,
-            Timestamp::now().as_millisecond(),
-            self.options.deletion_timeout,
-        ) {
+        match progress {
             Progress::Done => {
                 info!(policy = %p, "delivered objects removed in every member");
                 ctx.note(
@@ -346,43 +329,14 @@ impl PlacementKind for FederatedResources {
     }
 }
 
-/// Decides again the objects that name a Secret that changed (all that name any, when the
-/// changes came faster than they were read).
-async fn secret_triggers(
-    ctx: Arc<ControllerContext>,
-    objects: Reflector<Watched<FederatedResources>>,
-    trigger: Trigger<FederatedResources>,
-) {
-    let mut changes = ctx.secrets.subscribe();
-    loop {
-        let changed = match changes.recv().await {
-            Ok(changed) => Some(changed),
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => None,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => {
-                // A hub without Secrets (tests): nothing will ever change.
-                return std::future::pending().await;
-            }
-        };
-        for o in objects.state() {
-            let names = o
-                .pointer("/spec/secretRefs")
-                .and_then(serde_json::Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let concerned = match &changed {
-                Some((ns, name)) => {
-                    o.metadata.namespace.as_deref() == Some(ns.as_str())
-                        && names
-                            .iter()
-                            .any(|r| r.get("name").and_then(|n| n.as_str()) == Some(name))
-                }
-                None => !names.is_empty(),
-            };
-            if concerned {
-                let _ = trigger.send(ObjectRef::from_obj(&*o));
-            }
-        }
-    }
+/// The Secrets a watched FederatedResource names (`spec.secretRefs[].name`).
+fn secret_names(o: &Watched<FederatedResources>) -> Vec<String> {
+    o.pointer("/spec/secretRefs")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+        .collect()
 }
 
 /// Whether `report` says everything the cluster was sent is removed (or orphaned).

@@ -14,7 +14,9 @@ use accord_crds::federated_resource::{
 };
 use serde_json::Value;
 
-use crate::distribution::select::{ClusterInfo, Clusters, SelectedCluster, matches};
+use crate::distribution::select::{
+    ClusterInfo, Clusters, SelectedCluster, matches, unknown_cluster,
+};
 use crate::distribution::{Hold, PlacementRecord, ShareRecord};
 
 /// Metadata fields a manifest may carry that are the member's to set: dropped before
@@ -223,11 +225,6 @@ pub struct Planned {
     pub shares: Vec<ShareRecord>,
     /// Per cluster: overrides applied, or the override error.
     pub clusters: BTreeMap<String, ClusterPlan>,
-}
-
-/// Why a named cluster gets nothing: there is no such ManagedCluster.
-pub fn unknown_cluster(name: &str) -> String {
-    format!("no ManagedCluster {name}")
 }
 
 /// Which FederatedResource a plan is for.

@@ -18,6 +18,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::broadcast;
 use tracing::debug;
 
+use crate::controllers::ControllerContext;
+use crate::controllers::placement::{PlacementKind, Trigger, Watched};
+
 /// Changes a subscriber may fall behind by before it is told it lagged.
 const CHANGES: usize = 1024;
 
@@ -94,23 +97,66 @@ impl Secrets {
         })
     }
 
-    /// Adds the data of every Secret a FederatedResource assignment names, as this replica
-    /// sees it now (the decision's hash stays: a changed Secret brings a new decision).
+    /// The value of `key` in Secret `namespace/name`, as this replica sees it now.
+    pub fn value(&self, namespace: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+        let secret = self.get(namespace, name)?;
+        secret.data.as_ref()?.get(key).map(|v| v.0.clone())
+    }
+
+    /// Adds what is never stored to an assignment about to be sent, as this replica sees
+    /// the Secrets now: the data of every Secret a FederatedResource assignment names (the
+    /// decision's hash stays: a changed Secret brings a new decision), and a
+    /// FederatedKafkaUser's salted password ([`crate::kafka_user::credential::enclose`]).
     pub fn enclose(&self, item: &mut Assignment) {
-        let Some(assignment::Spec::FederatedResource(spec)) = item.spec.as_mut() else {
-            return;
-        };
-        if spec.secrets.is_empty() {
-            return;
-        }
         let namespace = item
             .policy
             .as_ref()
             .map(|p| p.namespace.clone())
             .unwrap_or_default();
+        let spec = match item.spec.as_mut() {
+            Some(assignment::Spec::FederatedResource(spec)) => spec,
+            Some(assignment::Spec::KafkaUser(spec)) => {
+                return crate::kafka_user::credential::enclose(self, &namespace, spec);
+            }
+            _ => return,
+        };
         for payload in &mut spec.secrets {
             if let Some(secret) = self.get(&namespace, &payload.name) {
                 payload.data = contents(&secret).1.into_iter().collect();
+            }
+        }
+    }
+}
+
+/// Decides again the objects of kind `K` that name (`names`) a Secret that changed (all
+/// that name any, when the changes came faster than they were read).
+pub async fn triggers<K: PlacementKind>(
+    ctx: Arc<ControllerContext>,
+    objects: Store<Watched<K>>,
+    trigger: Trigger<K>,
+    names: fn(&Watched<K>) -> Vec<String>,
+) {
+    let mut changes = ctx.secrets.subscribe();
+    loop {
+        let changed = match changes.recv().await {
+            Ok(changed) => Some(changed),
+            Err(broadcast::error::RecvError::Lagged(_)) => None,
+            Err(broadcast::error::RecvError::Closed) => {
+                // A hub without Secrets (tests): nothing will ever change.
+                return std::future::pending().await;
+            }
+        };
+        for o in objects.state() {
+            let named = names(&o);
+            let concerned = match &changed {
+                Some((ns, name)) => {
+                    o.metadata.namespace.as_deref() == Some(ns.as_str())
+                        && named.iter().any(|n| n == name)
+                }
+                None => !named.is_empty(),
+            };
+            if concerned {
+                let _ = trigger.send(ObjectRef::from_obj(&*o));
             }
         }
     }

@@ -563,9 +563,9 @@ mod tests {
             tonic::Code::InvalidArgument
         );
         let mut unknown = report(state_to_proto(PlacementState::Synced) as i32);
-        unknown.policy.as_mut().unwrap().kind = "FederatedKafkaUser".into();
+        unknown.policy.as_mut().unwrap().kind = "FederatedKafkaGroup".into();
         let err = translate_report(unknown).unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
-        assert!(err.message().contains("FederatedKafkaUser"), "{err}");
+        assert!(err.message().contains("FederatedKafkaGroup"), "{err}");
     }
 }

@@ -765,13 +765,13 @@ mod rendered_tests {
         );
         assert!(granted.contains(&permission("", "secrets", "watch", None)));
         // Every kind × 4 verbs, 1 create, a status patch per kind, 2 event verbs, 2
-        // Namespace verbs, 2 Secret reads cluster-wide, 4 verbs on the webhook
+        // Namespace verbs, 2 Secret reads and 1 create cluster-wide, 4 verbs on the webhook
         // configuration, 2 Secret rules in its namespace, 5 verbs on the global tier's
         // ConfigMap and 1 ConfigMap create.
         let kinds = accord_crds::all_crds().len();
         assert_eq!(
             granted.len(),
-            kinds * 4 + 1 + kinds + 2 + 2 + 2 + 4 + 2 + 5 + 1
+            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + 2 + 5 + 1
         );
     }
 }

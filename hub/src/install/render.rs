@@ -140,9 +140,12 @@ pub fn accord_plurals() -> Vec<String> {
 ///   replicas watch it with a `metadata.name` field selector) and `patch`, to keep its
 ///   `caBundle` at the hub CA. Never `create` or `delete`: installing it is the installer's.
 ///
-/// - Secrets: `list`/`watch`, read only: every replica follows them to deliver those a
-///   FederatedResource names in `secretRefs` (their data goes only to the agents' streams;
-///   the hub's etcd holds a hash). Never written outside its own namespace (see [`role`]).
+/// - Secrets: `list`/`watch`: every replica follows them to deliver those a
+///   FederatedResource names in `secretRefs` and to derive FederatedKafkaUsers' SCRAM
+///   credentials (their data goes only to the agents' streams; the hub's etcd holds a
+///   hash). `create`, for a FederatedKafkaUser without `passwordSecretRef`: the hub
+///   creates the Secret with a generated password beside it (owned by it). Never `update`,
+///   `patch` or `delete`: a Secret the hub did not create is never changed.
 ///
 /// No Leases (leader election uses etcd).
 pub fn hub_cluster_rules() -> Value {
@@ -154,7 +157,7 @@ pub fn hub_cluster_rules() -> Value {
         { "apiGroups": [GROUP], "resources": status, "verbs": ["patch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
         { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
-        { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] },
+        { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] },
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingwebhookconfigurations"],
@@ -685,7 +688,7 @@ mod tests {
                 { "apiGroups": ["accord.io"], "resources": status, "verbs": ["patch"] },
                 { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
                 { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
-                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] },
+                { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] },
                 {
                     "apiGroups": ["admissionregistration.k8s.io"],
                     "resources": ["validatingwebhookconfigurations"],
@@ -775,6 +778,27 @@ mod tests {
                     "apiVersions": ["v1alpha1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["federatedresources"],
+                    "scope": "Namespaced",
+                }],
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 5,
+            }, {
+                "name": "federatedkafkausers.accord.io",
+                "clientConfig": {
+                    "service": {
+                        "name": "accord-hub",
+                        "namespace": "accord-system",
+                        "port": 9443,
+                        "path": "/validate-federatedkafkausers",
+                    },
+                },
+                "rules": [{
+                    "apiGroups": ["accord.io"],
+                    "apiVersions": ["v1alpha1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["federatedkafkausers"],
                     "scope": "Namespaced",
                 }],
                 "failurePolicy": "Ignore",
@@ -909,7 +933,9 @@ mod tests {
                 { "apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"] },
             ])
         );
-        // Cluster-wide only list and watch: the Secrets FederatedResources deliver.
+        // Cluster-wide only list, watch and create: the Secrets FederatedResources deliver
+        // and FederatedKafkaUsers read their passwords from (or have generated); never
+        // changed or deleted.
         let cluster_role = find(&objects, "ClusterRole", "accord-hub");
         let secrets: Vec<&Value> = cluster_role["rules"]
             .as_array()
@@ -919,7 +945,9 @@ mod tests {
             .collect();
         assert_eq!(
             secrets,
-            [&json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"] })]
+            [
+                &json!({ "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] })
+            ]
         );
     }
 

@@ -160,23 +160,31 @@ impl Caches {
         );
     }
 
+    /// Every KafkaTopicPolicy that decodes (one that does not is skipped: its own status
+    /// says why). FederatedKafkaTopic and FederatedKafkaUser reviews both judge by these.
+    pub fn policies(&self) -> Vec<KafkaTopicPolicy> {
+        self.policies
+            .state()
+            .iter()
+            .filter_map(|p| p.decode().ok())
+            .collect()
+    }
+
+    /// The labels of `namespace` (empty when it is not cached, or for no namespace): what a
+    /// policy's namespaceSelector is matched against.
+    pub fn namespace_labels(&self, namespace: Option<&str>) -> BTreeMap<String, String> {
+        namespace
+            .and_then(|ns| self.namespaces.get(&ObjectRef::new(ns)))
+            .and_then(|ns| ns.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
     /// What deciding a review of `topic` needs: every policy that decodes, the labels of the
     /// topic's namespace, the stored topics with the same Kafka topic name, and the
     /// ManagedClusters' labels (only when a selector has to be resolved).
     pub fn snapshot(&self, topic: &FederatedKafkaTopic) -> Snapshot {
-        let policies = self
-            .policies
-            .state()
-            .iter()
-            .filter_map(|p| p.decode().ok())
-            .collect();
-        let namespace_labels = topic
-            .metadata
-            .namespace
-            .as_deref()
-            .and_then(|ns| self.namespaces.get(&ObjectRef::new(ns)))
-            .and_then(|ns| ns.metadata.labels.clone())
-            .unwrap_or_default();
+        let policies = self.policies();
+        let namespace_labels = self.namespace_labels(topic.metadata.namespace.as_deref());
         let name = topic.topic_name();
         let same_name: Vec<FederatedKafkaTopic> = self
             .topics

@@ -19,7 +19,7 @@
 //! this kind's reflectors.
 
 use accord_common::distribution::PolicyKind;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,20 +39,20 @@ use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tracing::info;
 
-use super::conflict::{self, Claim};
 use super::deletion;
 use super::policy::{self, Violation};
 use super::status::{StatusInputs, aggregate, new_warnings};
 use super::{FINALIZER, KafkaTopicDecision, plan, policy_status, reasons, status};
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
-    Trigger, Watched, changed, object_name, trigger_all,
+    self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
+    StatusInput, Tombstoning, Trigger, Watched, changed, object_name, trigger_all,
 };
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
-use crate::distribution::deletion::{Progress, progress, remaining};
+use crate::distribution::claim::{self, Claim, Claimed};
+use crate::distribution::deletion::Progress;
 use crate::distribution::reported::Placed;
-use crate::distribution::select::{Clusters, select_clusters};
+use crate::distribution::select::Clusters;
 use crate::writes::Pace;
 
 /// Events the KafkaTopicPolicy reflector buffers for its status writer.
@@ -94,53 +94,7 @@ pub struct KafkaTopics {
     policy_trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
     /// Each topic's claimed name and generation as last seen, and the objects claiming each
     /// name.
-    seen: Mutex<Claimed>,
-}
-
-/// The topic names objects claim, as last seen: a decision or a change looks up the
-/// objects of one name instead of reading every object's spec (with a thousand topics,
-/// that scan per decision was most of the hub's CPU).
-#[derive(Default)]
-struct Claimed {
-    /// Each object (`namespace/name`): its claimed topic name and generation.
-    by_object: HashMap<String, (String, Option<i64>)>,
-    /// Each claimed topic name: the objects claiming it.
-    by_name: HashMap<String, HashSet<ObjectRef<Watched<KafkaTopics>>>>,
-}
-
-impl Claimed {
-    /// Records `object`'s claim (`None`: it is gone); returns the claim it replaces.
-    fn update(
-        &mut self,
-        object: ObjectRef<Watched<KafkaTopics>>,
-        key: &str,
-        now: Option<(String, Option<i64>)>,
-    ) -> Option<(String, Option<i64>)> {
-        let before = match &now {
-            Some(now) => self.by_object.insert(key.to_owned(), now.clone()),
-            None => self.by_object.remove(key),
-        };
-        if let Some((name, _)) = &before
-            && let Some(objects) = self.by_name.get_mut(name)
-        {
-            objects.remove(&object);
-            if objects.is_empty() {
-                self.by_name.remove(name);
-            }
-        }
-        if let Some((name, _)) = now {
-            self.by_name.entry(name).or_default().insert(object);
-        }
-        before
-    }
-
-    /// The objects claiming topic `name`.
-    fn claiming(&self, name: &str) -> Vec<ObjectRef<Watched<KafkaTopics>>> {
-        self.by_name
-            .get(name)
-            .map(|objects| objects.iter().cloned().collect())
-            .unwrap_or_default()
-    }
+    seen: Mutex<Claimed<ObjectRef<Watched<KafkaTopics>>>>,
 }
 
 /// What the status needs beyond the record: the policy rules the topic breaks.
@@ -157,25 +111,16 @@ fn watched_topic_name(topic: &Watched<KafkaTopics>) -> String {
         .map_or_else(|| topic.name_any(), str::to_owned)
 }
 
-fn unix_millis(t: Option<&Time>) -> Option<i64> {
-    t.map(|t| t.0.as_millisecond())
-}
-
 /// `creationTimestamp`-ordered claim of a decoded topic on its name in the clusters it
 /// selects (`None` when its selection cannot be evaluated).
 fn claim(topic: &FederatedKafkaTopic, clusters: &Clusters) -> Option<Claim> {
-    let selected = select_clusters(
+    placement::claim_of(
+        topic,
+        topic.topic_name(),
         topic.spec.clusters.as_deref(),
         topic.spec.cluster_selector.as_ref(),
         clusters,
     )
-    .ok()?;
-    Some(Claim {
-        object: object_name(topic),
-        created_unix_millis: unix_millis(topic.metadata.creation_timestamp.as_ref()),
-        topic_name: topic.topic_name().to_owned(),
-        clusters: selected.into_iter().map(|c| c.name).collect(),
-    })
 }
 
 /// The deletion policy of a watched topic, read without decoding the whole object.
@@ -207,22 +152,14 @@ impl KafkaTopics {
     /// The claims of every topic that names `topic_name`, except those whose deletion has
     /// already released them.
     fn claims(&self, topic_name: &str, clusters: &Clusters) -> Vec<Claim> {
-        let claiming = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .claiming(topic_name);
-        claiming
-            .iter()
-            .filter_map(|object| self.topics.get(object))
-            .filter(|t| watched_topic_name(t) == topic_name)
-            .filter(|t| {
-                t.metadata.deletion_timestamp.is_none()
-                    || t.finalizers().iter().any(|f| f == FINALIZER)
-            })
-            .filter_map(|t| t.decode().ok())
-            .filter_map(|t| claim(&t, clusters))
-            .collect()
+        placement::live_claims::<Self>(
+            &self.seen,
+            &self.topics,
+            topic_name,
+            watched_topic_name,
+            FINALIZER,
+            |t| claim(t, clusters),
+        )
     }
 
     /// Shows a waiting deletion in the status: each member's placement as its agent
@@ -441,7 +378,7 @@ impl PlacementKind for KafkaTopics {
         if !policy::denying(&violations).is_empty() {
             // Nothing new is sent: the members keep what they were last sent.
             return Decided::Hold {
-                shown: plan::held(&selected, HELD_BY_POLICY),
+                shown: claim::held(&selected, HELD_BY_POLICY),
                 facts: TopicFacts { violations },
             };
         }
@@ -451,7 +388,7 @@ impl PlacementKind for KafkaTopics {
             .filter(|s| !s.delete);
         let spec = plan::assignment(topic, before);
         let conflicts = match claim(topic, input.clusters) {
-            Some(me) => conflict::conflicts(&me, &self.claims(&spec.topic_name, input.clusters)),
+            Some(me) => claim::conflicts(&me, &self.claims(&spec.topic_name, input.clusters)),
             None => BTreeMap::new(),
         };
         let (shares, decision) = plan::decide(&selected, &spec, &conflicts);
@@ -532,42 +469,29 @@ impl PlacementKind for KafkaTopics {
         let ctx = &self.ctx;
         let p = placement::policy_ref::<Self>(topic);
         let reference = topic.object_ref(&());
-        let tombstone = match record {
-            Some((record, revision)) if deletion::is_tombstone(&record) => Some((record, revision)),
-            Some((record, _)) => match deletion::tombstone(&record) {
-                Some(t) => {
-                    let revision = placement::write_record::<Self>(ctx, &t).await?;
-                    info!(topic = %p, revision, "deleting the topic in every member");
-                    Some((t, revision))
+        let how = Tombstoning {
+            is_tombstone: deletion::is_tombstone,
+            tombstone: deletion::tombstone,
+            is_gone: deletion::is_gone,
+            timeout: self.options.deletion_timeout,
+        };
+        let (tombstone, revision, progress) =
+            match placement::delete_in_members::<Self>(ctx, topic, record, &how).await? {
+                Deletion::NothingSent => {
+                    ctx.note(
+                        &reference,
+                        Note::normal(reasons::DELETED, "the topic was not sent to any member"),
+                    );
+                    return Ok(Finalized::Done);
                 }
-                None => None,
-            },
-            None => None,
-        };
-        let Some((tombstone, revision)) = tombstone else {
-            ctx.note(
-                &reference,
-                Note::normal(reasons::DELETED, "the topic was not sent to any member"),
-            );
-            return Ok(Finalized::Done);
-        };
-        let clusters = placement::clusters(ctx);
-        let left = remaining(
-            &tombstone,
-            revision,
-            &placement::reports(ctx, &tombstone),
-            |c| clusters.contains_key(c),
-            deletion::is_gone,
-        );
-        let since = unix_millis(topic.metadata.deletion_timestamp.as_ref())
-            .unwrap_or_else(|| Timestamp::now().as_millisecond());
+                Deletion::Sent {
+                    tombstone,
+                    revision,
+                    progress,
+                } => (tombstone, revision, progress),
+            };
         let topic_name = tombstone.decision.spec.topic_name.clone();
-        match progress(
-            left,
-            since,
-            Timestamp::now().as_millisecond(),
-            self.options.deletion_timeout,
-        ) {
+        match progress {
             Progress::Done => {
                 info!(topic = %p, "topic deleted in every member");
                 ctx.note(
@@ -604,20 +528,15 @@ impl PlacementKind for KafkaTopics {
         let key = object_name(topic);
         let object = ObjectRef::from_obj(topic);
         let now = (watched_topic_name(topic), topic.metadata.generation);
-        let mut seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let before = seen.update(object.clone(), &key, (!gone).then(|| now.clone()));
         let releasing = topic.metadata.deletion_timestamp.is_some()
             && !topic.finalizers().iter().any(|f| f == FINALIZER);
-        if gone || releasing || before.as_ref() != Some(&now) {
-            let mut others = seen.claiming(&now.0);
-            if let Some((name, _)) = before.as_ref().filter(|b| b.0 != now.0) {
-                others.extend(seen.claiming(name));
-            }
-            drop(seen);
-            for other in others.into_iter().filter(|o| *o != object) {
+        let changed = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .observe(&object, &key, now, gone, releasing);
+        if let Some(others) = changed {
+            for other in others {
                 let _ = self.trigger.send(other);
             }
             trigger_all(&self.policies, &self.policy_trigger);
@@ -628,32 +547,6 @@ impl PlacementKind for KafkaTopics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn claims_are_looked_up_by_topic_name_and_follow_renames_and_deletions() {
-        let object = |name: &str| ObjectRef::<Watched<KafkaTopics>>::new(name).within("ns");
-        let mut claimed = Claimed::default();
-        assert_eq!(
-            claimed.update(object("a"), "ns/a", Some(("orders".into(), Some(1)))),
-            None
-        );
-        claimed.update(object("b"), "ns/b", Some(("orders".into(), Some(1))));
-        claimed.update(object("c"), "ns/c", Some(("payments".into(), Some(1))));
-        let mut orders = claimed.claiming("orders");
-        orders.sort_by_key(|o| o.name.clone());
-        assert_eq!(orders, vec![object("a"), object("b")]);
-        // "b" renames its topic: it leaves the old name's claimants.
-        assert_eq!(
-            claimed.update(object("b"), "ns/b", Some(("payments".into(), Some(2)))),
-            Some(("orders".into(), Some(1)))
-        );
-        assert_eq!(claimed.claiming("orders"), vec![object("a")]);
-        assert_eq!(claimed.claiming("payments").len(), 2);
-        // "a" is gone: nobody claims "orders" any more.
-        claimed.update(object("a"), "ns/a", None);
-        assert!(claimed.claiming("orders").is_empty());
-        assert!(!claimed.by_name.contains_key("orders"));
-    }
 
     fn watched(value: serde_json::Value) -> Watched<KafkaTopics> {
         Watched::<KafkaTopics>::from_value(value).unwrap()
@@ -696,7 +589,7 @@ mod tests {
         .unwrap();
         let c = claim(&topic, &Clusters::new()).unwrap();
         assert_eq!(c.object, "team/events");
-        assert_eq!(c.topic_name, "events");
+        assert_eq!(c.name, "events");
         assert_eq!(c.clusters, ["a", "mars"], "unknown names still claim");
         assert_eq!(c.created_unix_millis, Some(1_767_225_610_000));
     }

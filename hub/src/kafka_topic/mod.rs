@@ -1,7 +1,7 @@
 //! FederatedKafkaTopic and KafkaTopicPolicy: the pure decisions of the Kafka controller
 //! ([`crate::controllers::kafka_topic`]) and the admission webhook — which KafkaTopicPolicy rules
 //! a topic breaks ([`policy`]), which FederatedKafkaTopic owns a topic name in a cluster
-//! when two name the same one ([`conflict`]), the one assignment every selected cluster
+//! when two name the same one ([`crate::distribution::claim`], [`plan::conflict_message`]), the one assignment every selected cluster
 //! gets ([`plan`]), the topic's and the policy's status ([`status`]), and when a deletion
 //! with `deletionPolicy: Delete` is complete ([`deletion`]).
 //!
@@ -10,7 +10,6 @@
 
 pub mod admission;
 pub mod admission_cache;
-pub mod conflict;
 pub mod controller;
 pub mod deletion;
 pub mod plan;

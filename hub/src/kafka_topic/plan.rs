@@ -13,9 +13,9 @@ use accord_common::distribution::{AssignmentSpec, KafkaTopicSpec};
 use accord_crds::kafka_topic::FederatedKafkaTopic;
 
 use super::KafkaTopicDecision;
-use super::conflict;
+use crate::distribution::ShareRecord;
+use crate::distribution::claim;
 use crate::distribution::select::SelectedCluster;
-use crate::distribution::{Hold, ShareRecord};
 
 /// The assignment for `topic`, given the previous decision's assignment (if any).
 pub fn assignment(
@@ -48,9 +48,13 @@ pub fn assignment(
     }
 }
 
-/// Why a named cluster gets nothing: there is no such ManagedCluster.
-pub fn unknown_cluster(name: &str) -> String {
-    format!("no ManagedCluster {name}")
+/// What a placement conflicted over topic `topic_name` says.
+pub fn conflict_message(topic_name: &str, owner: &str) -> String {
+    crate::distribution::claim::message(
+        &format!("topic {topic_name}"),
+        "FederatedKafkaTopic",
+        owner,
+    )
 }
 
 /// One share per selected cluster, in selection order, and the decision: `spec` for every
@@ -61,47 +65,17 @@ pub fn decide(
     spec: &KafkaTopicSpec,
     conflicts: &BTreeMap<String, String>,
 ) -> (Vec<ShareRecord>, KafkaTopicDecision) {
-    let shares = selected
-        .iter()
-        .map(|c| {
-            let held = match conflicts.get(&c.name) {
-                Some(owner) => Some((Hold::Conflict, conflict::message(&spec.topic_name, owner))),
-                None if !c.known => Some((Hold::NotRegistered, unknown_cluster(&c.name))),
-                None => None,
-            };
-            ShareRecord {
-                cluster: c.name.clone(),
-                assignment: held
-                    .is_none()
-                    .then(|| AssignmentSpec::KafkaTopic(spec.clone())),
-                hold: held.as_ref().map(|(hold, _)| *hold),
-                held_reason: held.map(|(_, reason)| reason),
-            }
-        })
-        .collect();
+    let (shares, conflicts) = claim::uniform_shares(
+        selected,
+        &AssignmentSpec::KafkaTopic(spec.clone()),
+        conflicts,
+        |owner| conflict_message(&spec.topic_name, owner),
+    );
     let decision = KafkaTopicDecision {
         spec: spec.clone(),
-        conflicts: conflicts
-            .iter()
-            .filter(|(c, _)| selected.iter().any(|s| &s.name == *c))
-            .map(|(c, o)| (c.clone(), o.clone()))
-            .collect(),
+        conflicts,
     };
     (shares, decision)
-}
-
-/// Shares that send nothing, each saying `reason`: what a topic that may not be propagated
-/// and was never propagated shows.
-pub fn held(selected: &[SelectedCluster], reason: &str) -> Vec<ShareRecord> {
-    selected
-        .iter()
-        .map(|c| ShareRecord {
-            cluster: c.name.clone(),
-            assignment: None,
-            held_reason: Some(reason.to_owned()),
-            hold: Some(Hold::Refused),
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -216,7 +190,7 @@ mod tests {
 
     #[test]
     fn held_shares_send_nothing() {
-        let shares = held(&selected(&[("a", true)]), "policy");
+        let shares = claim::held(&selected(&[("a", true)]), "policy");
         assert_eq!(shares[0].assignment, None);
         assert_eq!(shares[0].held_reason.as_deref(), Some("policy"));
     }

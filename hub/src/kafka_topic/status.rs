@@ -9,7 +9,7 @@ use accord_crds::kafka_topic::{FederatedKafkaTopicStatus, KafkaTopicPolicyStatus
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::policy::{self, Violation};
-use super::{KafkaTopicDecision, conflict, reasons};
+use super::{KafkaTopicDecision, plan, reasons};
 use crate::distribution::ShareRecord;
 use crate::distribution::reported::{self, Placed, Shown};
 use crate::distribution::select::ClusterInfo;
@@ -86,7 +86,7 @@ pub fn placement(
         let name = decision.map_or("", |d| d.spec.topic_name.as_str());
         (
             PlacementState::Conflict,
-            Some(conflict::message(name, owner)),
+            Some(plan::conflict_message(name, owner)),
         )
     } else {
         reported::state(share, revision, report, cluster, AGENT_DISCONNECTED)
@@ -108,16 +108,8 @@ pub fn placement(
 /// and `PolicyViolation` (which rules are broken; reason `PolicyViolated` when a `Deny`
 /// policy is among them, else `AuditOnly`).
 pub fn topic_conditions(placements: &[TopicPlacement], violations: &[Violation]) -> Vec<Desired> {
-    let shown: Vec<Shown<'_>> = placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect();
     let [ready, degraded] = reported::ready_and_degraded(
-        &shown,
+        &shown(placements),
         format!(
             "the topic is as specified in {}",
             reported::clusters(placements.len())
@@ -168,37 +160,30 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
     )
 }
 
+/// How the `Ready` and `Degraded` conditions and the Events see the placements.
+fn shown(placements: &[TopicPlacement]) -> Vec<Shown<'_>> {
+    placements
+        .iter()
+        .map(|p| Shown {
+            name: &p.cluster,
+            state: p.state,
+            message: p.message.as_deref(),
+        })
+        .collect()
+}
+
 /// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
 /// or `Conflict` (reason, note), and a newly broken (or differently broken) policy.
 pub fn new_warnings(
     old: Option<&FederatedKafkaTopicStatus>,
     new: &FederatedKafkaTopicStatus,
 ) -> Vec<(&'static str, String)> {
-    let was = |cluster: &str, state: PlacementState| {
-        old.is_some_and(|o| {
-            o.placements
-                .iter()
-                .any(|p| p.cluster == cluster && p.state == state)
-        })
-    };
-    let mut notes = Vec::new();
-    for p in &new.placements {
-        let reason = match p.state {
-            PlacementState::Error => reasons::PLACEMENT_ERROR,
-            PlacementState::Conflict => reasons::CONFLICT,
-            _ => continue,
-        };
-        if !was(&p.cluster, p.state) {
-            notes.push((
-                reason,
-                format!(
-                    "cluster {}: {}",
-                    p.cluster,
-                    p.message.as_deref().unwrap_or("error")
-                ),
-            ));
-        }
-    }
+    let mut notes = reported::new_trouble(
+        &shown(old.map(|o| o.placements.as_slice()).unwrap_or_default()),
+        &shown(&new.placements),
+        reasons::PLACEMENT_ERROR,
+        reasons::CONFLICT,
+    );
     let violation = |s: &FederatedKafkaTopicStatus| {
         conditions::find(&s.conditions, types::POLICY_VIOLATION)
             .filter(|c| c.status == "True")

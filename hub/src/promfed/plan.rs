@@ -4,7 +4,7 @@
 use accord_common::distribution::{AssignmentSpec, PromfedSpec};
 use accord_crds::PrometheusFederationSpec;
 
-use crate::distribution::select::SelectedCluster;
+use crate::distribution::select::{SelectedCluster, unknown_cluster};
 use crate::distribution::{Hold, ShareRecord};
 
 /// A spec the hub cannot turn into an assignment.
@@ -42,11 +42,6 @@ pub fn assignment(spec: &PrometheusFederationSpec) -> Result<PromfedSpec, PlanEr
         reload_url: target.reload_url.unwrap_or_default(),
         config_map_namespace: target.config_map_namespace.unwrap_or_default(),
     })
-}
-
-/// Why a named cluster gets nothing: there is no such ManagedCluster.
-pub fn unknown_cluster(name: &str) -> String {
-    format!("no ManagedCluster {name}")
 }
 
 /// One share per selected cluster, in selection order: the assignment for every known

@@ -1,5 +1,5 @@
-//! The validating admission webhooks for FederatedKafkaTopics, PrometheusFederations and
-//! FederatedResources (`--webhook-addr`), listed in [`WEBHOOKS`].
+//! The validating admission webhooks for FederatedKafkaTopics, PrometheusFederations,
+//! FederatedResources and FederatedKafkaUsers (`--webhook-addr`), listed in [`WEBHOOKS`].
 //!
 //! Every hub replica serves them over HTTPS with its serving certificate from the hub CA,
 //! each a pipeline of [`review::decode`] → a pure decision → [`review::response_body`]:
@@ -20,12 +20,20 @@
 //!   object alone: a spec that fails the checks CEL cannot express (duplicate manifests, a
 //!   patch operation without its value, more than 512 KiB) is refused naming every failed
 //!   rule (reason [`INVALID_SPEC_REASON`]).
+//! - FederatedKafkaUsers on [`USER_PATH`], decided by
+//!   [`decide_user`](crate::kafka_user::admission::decide_user) over the KafkaTopicPolicies
+//!   and namespace labels of the same caches: a spec that fails its own checks (an
+//!   operation its resource type does not have) is refused naming every failed rule
+//!   (reason [`INVALID_SPEC_REASON`]); an `allow` ACL granting `All` or naming resource
+//!   `*` under a policy whose `users` block does not allow it is refused (`Deny`, reason
+//!   [`DENY_REASON`]) or admitted with a warning and an audit annotation (`Audit`).
 //!
 //! The ValidatingWebhookConfiguration ([`CONFIGURATION_NAME`], rendered by
 //! `accord-hub install`, the Helm chart and the plain manifests) holds one webhook per
 //! kind, each with `failurePolicy: Ignore`: a hub that is down never blocks the API; the
-//! controller checks every topic and FederatedResource again before acting on it, and the
-//! agent reports a selector it cannot use on the PrometheusFederation. [`ca_bundle`] keeps
+//! controller checks every topic, FederatedResource and FederatedKafkaUser spec again
+//! before acting on it, and the agent reports a selector it cannot use on the
+//! PrometheusFederation. [`ca_bundle`] keeps
 //! the `caBundle` of each equal to the hub CA.
 
 pub mod ca_bundle;
@@ -56,6 +64,10 @@ pub const FEDERATION_PATH: &str = "/validate-prometheusfederations";
 pub const RESOURCE_WEBHOOK_NAME: &str = "federatedresources.accord.io";
 /// Path the FederatedResource webhook is served on.
 pub const RESOURCE_PATH: &str = "/validate-federatedresources";
+/// Name of the FederatedKafkaUser webhook in it.
+pub const USER_WEBHOOK_NAME: &str = "federatedkafkausers.accord.io";
+/// Path the FederatedKafkaUser webhook is served on.
+pub const USER_PATH: &str = "/validate-federatedkafkausers";
 
 /// One webhook of the configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +81,7 @@ pub struct Webhook {
 }
 
 /// Every webhook of the configuration, in its order.
-pub const WEBHOOKS: [Webhook; 3] = [
+pub const WEBHOOKS: [Webhook; 4] = [
     Webhook {
         name: WEBHOOK_NAME,
         path: PATH,
@@ -84,6 +96,11 @@ pub const WEBHOOKS: [Webhook; 3] = [
         name: RESOURCE_WEBHOOK_NAME,
         path: RESOURCE_PATH,
         resource: "federatedresources",
+    },
+    Webhook {
+        name: USER_WEBHOOK_NAME,
+        path: USER_PATH,
+        resource: "federatedkafkausers",
     },
 ];
 

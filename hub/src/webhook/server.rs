@@ -1,11 +1,12 @@
 //! The webhook's HTTPS server: TLS with the hub's serving certificate (issued by the hub
 //! CA, which the ValidatingWebhookConfiguration's `caBundle` trusts), HTTP/1.1 by axum.
 //!
-//! - `POST /validate-federatedkafkatopics`, `POST /validate-prometheusfederations` and
-//!   `POST /validate-federatedresources`: an AdmissionReview in, an AdmissionReview out; a
-//!   body that is not a review of the path's kind is HTTP 400 with the reason. The
-//!   PrometheusFederation and FederatedResource decisions need no cache, so they do not
-//!   wait for the reflectors.
+//! - `POST /validate-federatedkafkatopics`, `POST /validate-prometheusfederations`,
+//!   `POST /validate-federatedresources` and `POST /validate-federatedkafkausers`: an
+//!   AdmissionReview in, an AdmissionReview out; a body that is not a review of the path's
+//!   kind is HTTP 400 with the reason. The PrometheusFederation and FederatedResource
+//!   decisions need no cache, so they do not wait for the reflectors; the topic and user
+//!   decisions read the KafkaTopicPolicies and namespaces from them.
 //! - `GET /readyz`: 200 once every reflector has listed, 503 before; `GET /healthz`: 200.
 //!
 //! TLS handshakes run as their own tasks, so one slow client never holds up the others.
@@ -31,13 +32,14 @@ use tokio_rustls::server::TlsStream;
 use tracing::{debug, warn};
 
 use accord_crds::kafka_topic::FederatedKafkaTopic;
-use accord_crds::{FederatedResource, PrometheusFederation};
+use accord_crds::{FederatedKafkaUser, FederatedResource, PrometheusFederation};
 
 use super::review::{self, Operation};
-use super::{FEDERATION_PATH, PATH, RESOURCE_PATH, WebhookError};
+use super::{FEDERATION_PATH, PATH, RESOURCE_PATH, USER_PATH, WebhookError};
 use crate::federated_resource::admission::decide_resource;
 use crate::kafka_topic::admission::decide;
 use crate::kafka_topic::admission_cache::Caches;
+use crate::kafka_user::admission::{Snapshot as UserSnapshot, decide_user};
 use crate::pki::KeyPairPem;
 use crate::promfed::admission::decide_federation;
 
@@ -145,6 +147,7 @@ pub async fn serve(
         .route(PATH, post(validate))
         .route(FEDERATION_PATH, post(validate_federation))
         .route(RESOURCE_PATH, post(validate_resource))
+        .route(USER_PATH, post(validate_user))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -201,20 +204,48 @@ async fn validate_resource(body: Bytes) -> Response {
     }
 }
 
+/// HTTP 503 after waiting [`READY_WAIT`] for the reflectors' first list, or `None` once
+/// they have listed.
+async fn unless_listed(caches: &Caches) -> Option<Response> {
+    match tokio::time::timeout(READY_WAIT, caches.wait_until_ready()).await {
+        Ok(()) => None,
+        Err(_) => Some(
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the webhook's caches have not listed yet",
+            )
+                .into_response(),
+        ),
+    }
+}
+
+async fn validate_user(State(s): State<AppState>, body: Bytes) -> Response {
+    let review = match review::decode::<FederatedKafkaUser>(&body) {
+        Ok(r) => r,
+        Err(e) => return malformed(&e),
+    };
+    if let Some(unavailable) = unless_listed(&s.caches).await {
+        return unavailable;
+    }
+    let snapshot = match &review.object {
+        Some(user) => UserSnapshot {
+            policies: s.caches.policies(),
+            namespace_labels: s
+                .caches
+                .namespace_labels(user.metadata.namespace.as_deref()),
+        },
+        None => UserSnapshot::default(),
+    };
+    answer(&review.uid, &decide_user(&review, &snapshot))
+}
+
 async fn validate(State(s): State<AppState>, body: Bytes) -> Response {
     let review = match review::decode::<FederatedKafkaTopic>(&body) {
         Ok(r) => r,
         Err(e) => return malformed(&e),
     };
-    if tokio::time::timeout(READY_WAIT, s.caches.wait_until_ready())
-        .await
-        .is_err()
-    {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the webhook's caches have not listed yet",
-        )
-            .into_response();
+    if let Some(unavailable) = unless_listed(&s.caches).await {
+        return unavailable;
     }
     let snapshot = match (&review.operation, &review.object) {
         (Operation::Create | Operation::Update, Some(topic)) => s.caches.snapshot(topic),

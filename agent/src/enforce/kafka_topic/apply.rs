@@ -1,31 +1,25 @@
 //! The applier: one task that turns the topic plans of many policies into as few Kafka
 //! requests as the protocol allows. The engine applies per policy; plans queued within a few
-//! milliseconds of each other (an Assignments message with a thousand topics arrives
-//! as a thousand applies back to back) go out together — one CreateTopics, one CreatePartitions,
-//! one IncrementalAlterConfigs, one DeleteTopics — and each policy's apply gets its own
-//! topic's result. Afterwards the observer is nudged to look again.
+//! milliseconds of each other ([`batch`]: an Assignments
+//! message with a thousand topics arrives as a thousand applies back to back) go out
+//! together — one CreateTopics, one CreatePartitions, one IncrementalAlterConfigs, one
+//! DeleteTopics — and each policy's apply gets its own topic's result. Afterwards the
+//! observer is nudged to look again.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use accord_kafka::{Admin, ConfigOp, ItemError, KafkaError, NewTopic};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
-use tokio::time::Instant;
 use tracing::{debug, info};
 
 use super::judge::Plan;
 use super::observe::{self, Shared, Target, failure_message};
+use crate::enforce::kafka::batch;
+pub use crate::enforce::kafka::batch::{COALESCE, COALESCE_MAX, MAX_BATCH};
+pub use crate::enforce::kafka::errors::{code_kind, error_kind};
 use crate::enforce::{ApplyError, ApplyErrorKind};
 use crate::metrics::Metrics;
-
-/// How long after the latest plan the applier waits for another to join its requests
-/// (the engine issues the applies of one Assignments message back to back).
-pub const COALESCE: Duration = Duration::from_millis(10);
-/// How long after the first plan the applier sends its requests at the latest.
-pub const COALESCE_MAX: Duration = Duration::from_millis(100);
-/// Plans in one round at most (bounds the size of one request).
-pub const MAX_BATCH: usize = 2000;
 
 /// One topic's plan and where its result goes.
 pub struct Request {
@@ -37,41 +31,6 @@ pub struct Request {
     pub reply: oneshot::Sender<Result<(), ApplyError>>,
 }
 
-/// The kind of a failed Kafka request: the whole request failing (`Broker`, with a Kafka
-/// error code) or one topic's error inside an answer (`Item`, its code).
-///
-/// A Kafka that cannot be reached, does not answer, cannot be spoken to (TLS, protocol) or
-/// refuses the agent's credentials is `Unavailable`: nothing can be applied there until
-/// that changes. Error codes are classified by [`code_kind`].
-pub fn error_kind(error: &KafkaError) -> ApplyErrorKind {
-    match error {
-        KafkaError::Unreachable { .. }
-        | KafkaError::Timeout { .. }
-        | KafkaError::Tls { .. }
-        | KafkaError::Protocol { .. }
-        | KafkaError::Authentication { .. } => ApplyErrorKind::Unavailable,
-        KafkaError::Broker { code, .. } => code_kind(*code),
-    }
-}
-
-/// The kind of a Kafka error code (of a whole request or of one topic in an answer).
-pub fn code_kind(code: i16) -> ApplyErrorKind {
-    match code {
-        // UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID
-        3 | 100 => ApplyErrorKind::NotFound,
-        // TOPIC_, GROUP_, CLUSTER_AUTHORIZATION_FAILED
-        29..=31 => ApplyErrorKind::Forbidden,
-        // UNSUPPORTED_VERSION, TOPIC_DELETION_DISABLED
-        35 | 73 => ApplyErrorKind::NotSupported,
-        // TOPIC_ALREADY_EXISTS
-        36 => ApplyErrorKind::Conflict,
-        // INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
-        // INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, INVALID_REQUEST, POLICY_VIOLATION
-        17 | 37..=40 | 42 | 44 => ApplyErrorKind::Invalid,
-        _ => ApplyErrorKind::Transient,
-    }
-}
-
 /// Applies the plans arriving on `requests` through the target's admin until the enforcer
 /// is gone.
 pub async fn run(
@@ -81,16 +40,7 @@ pub async fn run(
     nudge: Arc<Notify>,
     metrics: Metrics,
 ) {
-    while let Some(first) = requests.recv().await {
-        let mut batch = vec![first];
-        let latest = Instant::now() + COALESCE_MAX;
-        while batch.len() < MAX_BATCH {
-            let until = latest.min(Instant::now() + COALESCE);
-            match tokio::time::timeout_at(until, requests.recv()).await {
-                Ok(Some(request)) => batch.push(request),
-                Ok(None) | Err(_) => break,
-            }
-        }
+    while let Some(batch) = batch::next_round(&mut requests).await {
         let admin = target.borrow().admin.clone();
         match admin {
             Some(admin) => execute(&admin, batch, &shared, &metrics).await,
@@ -280,38 +230,5 @@ mod tests {
                 .starts_with("Kafka unreachable: Kafka at k:9092 is unreachable"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn kafka_errors_are_classified_by_what_they_mean_for_the_placement() {
-        let unreachable = KafkaError::Timeout {
-            addr: "k:9092".into(),
-            after: std::time::Duration::from_secs(1),
-        };
-        assert_eq!(error_kind(&unreachable), ApplyErrorKind::Unavailable);
-        let refused = KafkaError::Authentication {
-            message: "bad password".into(),
-        };
-        assert_eq!(error_kind(&refused), ApplyErrorKind::Unavailable);
-        let broker = |code| KafkaError::Broker {
-            code,
-            name: accord_kafka::error_name(code),
-            message: None,
-        };
-        assert_eq!(error_kind(&broker(31)), ApplyErrorKind::Forbidden);
-        assert_eq!(error_kind(&broker(7)), ApplyErrorKind::Transient);
-        for (code, kind) in [
-            (3, ApplyErrorKind::NotFound),
-            (29, ApplyErrorKind::Forbidden),
-            (35, ApplyErrorKind::NotSupported),
-            (36, ApplyErrorKind::Conflict),
-            (37, ApplyErrorKind::Invalid),
-            (38, ApplyErrorKind::Invalid),
-            (40, ApplyErrorKind::Invalid),
-            (41, ApplyErrorKind::Transient),
-            (-1, ApplyErrorKind::Transient),
-        ] {
-            assert_eq!(code_kind(code), kind, "{}", accord_kafka::error_name(code));
-        }
     }
 }

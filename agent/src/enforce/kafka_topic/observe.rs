@@ -18,9 +18,9 @@ use accord_kafka::{Admin, KafkaConfig, KafkaError};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
-use super::judge::{
-    AUTHENTICATION_PREFIX, Plan, Probe, TopicSeen, UNREACHABLE_PREFIX, shows, topic_settings,
-};
+use super::judge::{Plan, Probe, TopicSeen, shows, topic_settings};
+pub use crate::enforce::kafka::errors::failure_message;
+use crate::enforce::kafka::probe::{Endpoint, ProbeState, Probed};
 use crate::enforce::{EventSink, WatchEvent};
 use crate::metrics::Metrics;
 
@@ -51,6 +51,14 @@ pub struct Target {
     pub epoch: u64,
 }
 
+impl Endpoint for Target {
+    /// The connection, while topics are assigned.
+    fn endpoint(&self) -> Option<(u64, Arc<KafkaConfig>)> {
+        let config = self.config.clone().filter(|_| !self.topics.is_empty())?;
+        Some((self.epoch, config))
+    }
+}
+
 /// For each assigned topic, the config keys its spec names.
 pub type Keys = Arc<BTreeMap<String, Vec<String>>>;
 
@@ -73,11 +81,8 @@ pub struct Observations {
     error: Option<String>,
     /// Whether a look through the current connection succeeded yet.
     looked: bool,
-    /// What the last probe through the current connection said.
-    probe: Probe,
-    /// Set when Kafka answers its probe again after failing it: what was seen before may
-    /// be stale, so the next look is a full one.
-    stale: bool,
+    /// What the last probes through the current connection said.
+    probe: ProbeState,
     epoch: u64,
     next_version: u64,
     /// Topics applied to since the last look began, with what was applied and how many
@@ -119,6 +124,12 @@ impl Look {
     }
 }
 
+impl Probed for Observations {
+    fn probe_state(&mut self) -> &mut ProbeState {
+        &mut self.probe
+    }
+}
+
 /// [`Observations`] shared between the observer, the applier and the enforcer.
 pub type Shared = Arc<Mutex<Observations>>;
 
@@ -140,31 +151,14 @@ impl Observations {
 
     /// What the last probe through the current connection said.
     pub fn probe(&self) -> &Probe {
-        &self.probe
+        self.probe.probe()
     }
 
     /// Records a probe through connection `epoch` that answered (`Ok`) or failed with a
     /// message; answers whether that changes any judgement (Kafka stopped answering,
     /// answers again, or fails differently): every topic is then judged again.
     pub fn probed(&mut self, epoch: u64, outcome: Result<(), String>) -> bool {
-        if epoch != self.epoch {
-            // Made through a connection that has been replaced since.
-            return false;
-        }
-        let next = match outcome {
-            Ok(()) => Probe::Answered,
-            Err(message) => Probe::Failed(message),
-        };
-        let changes = match (&self.probe, &next) {
-            // Judged alike: only a failure changes what is reported.
-            (Probe::NotYet | Probe::Answered, Probe::NotYet | Probe::Answered) => false,
-            (before, after) => before != after,
-        };
-        if matches!(self.probe, Probe::Failed(_)) && next == Probe::Answered {
-            self.stale = true;
-        }
-        self.probe = next;
-        changes
+        self.probe.probed(epoch, outcome)
     }
 
     /// Forgets everything: the connection changed to `epoch`.
@@ -172,8 +166,7 @@ impl Observations {
         self.topics.clear();
         self.error = None;
         self.looked = false;
-        self.probe = Probe::NotYet;
-        self.stale = false;
+        self.probe.reset(epoch);
         self.epoch = epoch;
         self.applied.clear();
     }
@@ -203,7 +196,7 @@ impl Observations {
     /// look succeeded yet through this connection, the last one failed, or Kafka answers
     /// its probe again after failing it (taken: asked once per look).
     pub fn wants_every_topic(&mut self) -> bool {
-        !self.looked || self.error.is_some() || std::mem::take(&mut self.stale)
+        !self.looked || self.error.is_some() || self.probe.take_stale()
     }
 
     fn bump(&mut self) -> u64 {
@@ -324,16 +317,6 @@ impl Observations {
                 name,
             })
             .collect()
-    }
-}
-
-/// The status message of a failed request: `Unavailable` messages say why Kafka could not
-/// be used (`Kafka unreachable: …`, `Kafka authentication failed: …`).
-pub fn failure_message(error: &KafkaError) -> String {
-    match error {
-        KafkaError::Authentication { message } => format!("{AUTHENTICATION_PREFIX}{message}"),
-        KafkaError::Broker { .. } => error.to_string(),
-        _ => format!("{UNREACHABLE_PREFIX}{error}"),
     }
 }
 
@@ -810,27 +793,5 @@ mod tests {
         assert!(!o.probed(0, Err("Kafka unreachable: old".into())));
         assert_eq!(o.probe(), &Probe::NotYet);
         assert!(o.probed(1, Err("Kafka unreachable: new".into())));
-    }
-
-    #[test]
-    fn failure_messages_say_unreachable_or_authentication_failed() {
-        let e = KafkaError::Authentication {
-            message: "Authentication failed during authentication due to invalid credentials"
-                .into(),
-        };
-        assert!(
-            failure_message(&e).starts_with("Kafka authentication failed: Authentication failed"),
-            "{}",
-            failure_message(&e)
-        );
-        let e = KafkaError::Unreachable {
-            addr: "127.0.0.1:9092".into(),
-            error: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
-        };
-        let m = failure_message(&e);
-        assert!(
-            m.starts_with("Kafka unreachable: Kafka at 127.0.0.1:9092"),
-            "{m}"
-        );
     }
 }

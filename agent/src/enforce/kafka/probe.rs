@@ -1,15 +1,17 @@
-//! The liveness probe of the member's Kafka: while topics are assigned, one cheap request
-//! (a Metadata request for no topic, which names the brokers only) every probe interval,
-//! through a client of its own, bounded by the probe timeout. Kafka has no watch, and the
-//! observer looks only every resync interval: without the probe a frozen broker would show
-//! only at the next look, up to a resync interval and a request timeout later.
+//! The liveness probe of the member's Kafka, for any Kafka enforcer: while it has work, one
+//! cheap request (a Metadata request for no topic, which names the brokers only) every probe
+//! interval, through a client of its own, bounded by the probe timeout. Kafka has no watch,
+//! and an enforcer's observer looks only every resync interval: without the probe a frozen
+//! broker would show only at the next look, up to a resync interval and a request timeout
+//! later.
 //!
-//! A probe that fails (no answer within the timeout, refused credentials) makes every topic
-//! `Unavailable` with its message ([`super::judge::judge`]); when Kafka answers again the
-//! observer is nudged to look afresh and the topics go back to what the judge says. A probe
-//! only changes what is reported: it never applies, and nothing is applied because of it.
+//! A probe that fails (no answer within the timeout, refused credentials) makes what the
+//! enforcer keeps `Unavailable` with its message; when Kafka answers again the enforcer's
+//! observer is nudged to look afresh ([`ProbeState::take_stale`]) and its judge says what it
+//! said before. A probe only changes what is reported: it never applies, and nothing is
+//! applied because of it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use accord_kafka::{Admin, KafkaConfig, KafkaError};
@@ -17,8 +19,9 @@ use tokio::sync::{Notify, watch};
 use tokio::time::MissedTickBehavior;
 use tracing::{info, warn};
 
-use super::judge::{Probe, UNREACHABLE_PREFIX};
-use super::observe::{Shared, Target, failure_message, lock};
+use super::errors::failure_message;
+pub use crate::enforce::kafka_topic::judge::Probe;
+use crate::enforce::kafka_topic::judge::UNREACHABLE_PREFIX;
 use crate::enforce::{EventSink, WatchEvent};
 use crate::metrics::Metrics;
 
@@ -75,12 +78,81 @@ fn probe_config(config: &KafkaConfig, timeout: Duration) -> KafkaConfig {
     }
 }
 
-/// Probes the target's Kafka every interval while it has a connection and topics, records
-/// each result in `shared`, tells the engine when that changes a judgement, and nudges the
-/// observer when Kafka answers again. Runs until aborted.
-pub async fn run(
-    target: watch::Receiver<Target>,
-    shared: Shared,
+/// What the last probes of one connection said, kept in an enforcer's observations. Pure:
+/// [`run`] feeds it each probe's result.
+#[derive(Debug, Default)]
+pub struct ProbeState {
+    probe: Probe,
+    /// Set when Kafka answers its probe again after failing it: what was seen before may
+    /// be stale, so the next look is a full one.
+    stale: bool,
+    epoch: u64,
+}
+
+impl ProbeState {
+    /// What the last probe through the current connection said.
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
+    /// Records a probe through connection `epoch` that answered (`Ok`) or failed with a
+    /// message; answers whether that changes any judgement (Kafka stopped answering,
+    /// answers again, or fails differently).
+    pub fn probed(&mut self, epoch: u64, outcome: Result<(), String>) -> bool {
+        if epoch != self.epoch {
+            // Made through a connection that has been replaced since.
+            return false;
+        }
+        let next = match outcome {
+            Ok(()) => Probe::Answered,
+            Err(message) => Probe::Failed(message),
+        };
+        let changes = match (&self.probe, &next) {
+            // Judged alike: only a failure changes what is reported.
+            (Probe::NotYet | Probe::Answered, Probe::NotYet | Probe::Answered) => false,
+            (before, after) => before != after,
+        };
+        if matches!(self.probe, Probe::Failed(_)) && next == Probe::Answered {
+            self.stale = true;
+        }
+        self.probe = next;
+        changes
+    }
+
+    /// Forgets every probe: the connection changed to `epoch`.
+    pub fn reset(&mut self, epoch: u64) {
+        *self = Self {
+            epoch,
+            ..Self::default()
+        };
+    }
+
+    /// Whether Kafka answers again after failing its probe since this was last asked
+    /// (taken: asked once per look).
+    pub fn take_stale(&mut self) -> bool {
+        std::mem::take(&mut self.stale)
+    }
+}
+
+/// What the probe needs of an enforcer's target: the connection to probe (its epoch and
+/// configuration), `None` while the enforcer has nothing in Kafka.
+pub trait Endpoint {
+    /// The connection to probe, if any.
+    fn endpoint(&self) -> Option<(u64, Arc<KafkaConfig>)>;
+}
+
+/// An enforcer's observations, which keep what its probes said.
+pub trait Probed: Send + 'static {
+    /// Where the probes' verdict is kept.
+    fn probe_state(&mut self) -> &mut ProbeState;
+}
+
+/// Probes the target's connection every interval while it has one, records each result in
+/// `shared`, tells the engine when that changes a judgement, and nudges the observer when
+/// Kafka answers again. Runs until aborted.
+pub async fn run<T: Endpoint, O: Probed>(
+    target: watch::Receiver<T>,
+    shared: Arc<Mutex<O>>,
     nudge: Arc<Notify>,
     events: EventSink,
     options: ProbeOptions,
@@ -92,16 +164,15 @@ pub async fn run(
     let mut client: Option<(u64, Admin)> = None;
     loop {
         tick.tick().await;
-        let t = target.borrow().clone();
-        let Some(config) = t.config.as_ref().filter(|_| !t.topics.is_empty()) else {
+        let Some((epoch, config)) = target.borrow().endpoint() else {
             client = None;
             continue;
         };
         let admin = match &client {
-            Some((epoch, admin)) if *epoch == t.epoch => admin.clone(),
+            Some((made_for, admin)) if *made_for == epoch => admin.clone(),
             _ => {
-                let admin = Admin::new(probe_config(config, options.timeout));
-                client = Some((t.epoch, admin.clone()));
+                let admin = Admin::new(probe_config(&config, options.timeout));
+                client = Some((epoch, admin.clone()));
                 admin
             }
         };
@@ -120,9 +191,10 @@ pub async fn run(
             metrics.error("kafka_unavailable");
         }
         let (changed, probe) = {
-            let mut observations = lock(&shared);
-            let changed = observations.probed(t.epoch, outcome);
-            (changed, observations.probe().clone())
+            let mut observations = shared.lock().unwrap_or_else(PoisonError::into_inner);
+            let state = observations.probe_state();
+            let changed = state.probed(epoch, outcome);
+            (changed, state.probe().clone())
         };
         if !changed {
             continue;
@@ -177,7 +249,7 @@ mod tests {
         };
         let message = outcome(Some(Err(e)), Duration::from_secs(2)).unwrap_err();
         assert!(
-            message.starts_with(super::super::judge::AUTHENTICATION_PREFIX),
+            message.starts_with(crate::enforce::kafka_topic::judge::AUTHENTICATION_PREFIX),
             "{message}"
         );
     }

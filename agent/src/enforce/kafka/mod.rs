@@ -1,0 +1,103 @@
+//! What the agent's Kafka enforcers share: how the member's Kafka is reached and told
+//! apart from a Kafka that answers "no".
+//!
+//! Topics ([`super::kafka_topic`]) and users ([`super::kafka_user`]) live in the same
+//! Kafka, so they read the same connection Secret with the same options
+//! ([`KafkaOptions`]: one `--kafka-secret`, one `--kafka-resync`, one probe), and a failure
+//! means the same for both: [`errors`] classifies it once. Each enforcer keeps its own
+//! [`link::KafkaLink`] (its own watch of that one Secret, started only while it has work),
+//! its own liveness [`probe`] and its own applier, whose plans it gathers into few requests
+//! with [`batch`]; [`tasks`] runs its observer, applier and probe while it has work.
+
+pub mod batch;
+pub mod connection;
+pub mod errors;
+pub mod link;
+pub mod probe;
+pub mod tasks;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use accord_common::distribution::{PlacementState, PolicyRef};
+
+pub use self::probe::{DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, PROBES, ProbeOptions};
+use super::{Action, Judgement};
+use crate::report::Report;
+
+/// Default name of the connection Secret in the agent's namespace.
+pub const DEFAULT_SECRET: &str = "accord-kafka";
+/// Default interval between two looks at everything a Kafka enforcer keeps.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(30);
+/// Plural name of the Secrets resource, in watch events.
+pub const SECRETS: &str = "secrets";
+
+/// How the agent reaches its cluster's Kafka (for topics and users alike).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaOptions {
+    /// Name of the connection Secret in the agent's namespace.
+    pub secret: String,
+    /// Interval between two looks at everything assigned (drift is repaired within it).
+    pub resync: Duration,
+    /// How often and how patiently Kafka's liveness is probed between looks.
+    pub probe: ProbeOptions,
+}
+
+impl Default for KafkaOptions {
+    fn default() -> Self {
+        Self {
+            secret: DEFAULT_SECRET.to_owned(),
+            resync: DEFAULT_RESYNC,
+            probe: ProbeOptions::default(),
+        }
+    }
+}
+
+/// The judgement of `policy` when another of the policies naming the same Kafka object
+/// (`claimants`, in policy order) got to it first: only the first manages it, the others are
+/// `Conflict` naming it and `what` (e.g. `topic orders`), and nothing is applied for them.
+pub fn conflict(
+    claimants: Option<&BTreeSet<PolicyRef>>,
+    policy: &PolicyRef,
+    what: &str,
+    revision: i64,
+) -> Option<Judgement> {
+    let owner = claimants?.first().filter(|owner| *owner != policy)?;
+    Some(Judgement {
+        report: Report::without_object(
+            PlacementState::Conflict,
+            format!("policy {owner} already manages {what} in this cluster"),
+            revision,
+        ),
+        action: Action::Settled,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use accord_common::distribution::PolicyKind;
+
+    use super::*;
+
+    #[test]
+    fn the_first_policy_naming_an_object_manages_it_and_the_others_are_conflicts() {
+        let policy = |name: &str| PolicyRef {
+            kind: PolicyKind::FederatedKafkaUser,
+            namespace: "default".into(),
+            name: name.into(),
+        };
+        let claimants = BTreeSet::from([policy("b"), policy("a")]);
+        assert_eq!(
+            conflict(Some(&claimants), &policy("a"), "Kafka user u", 3),
+            None
+        );
+        let j = conflict(Some(&claimants), &policy("b"), "Kafka user u", 3).unwrap();
+        assert_eq!(j.report.state, PlacementState::Conflict);
+        assert_eq!(
+            j.report.message,
+            "policy FederatedKafkaUser/default/a already manages Kafka user u in this cluster"
+        );
+        assert_eq!(j.action, Action::Settled);
+        assert_eq!(conflict(None, &policy("a"), "Kafka user u", 3), None);
+    }
+}

@@ -1,0 +1,757 @@
+//! FederatedKafkaUser as a [`PlacementKind`]: validate → select clusters → read the
+//! password from the management cluster's Secret and decide the credential
+//! ([`super::credential`]) → resolve user-name conflicts (the older object keeps a name in
+//! a cluster) → the one assignment every selected cluster gets ([`super::plan`]).
+//!
+//! The password Secret is `spec.authentication.passwordSecretRef`, or else the Secret
+//! named like the object (key `password`), which the hub creates with a generated
+//! 32-character password when it is not there (owned by the object, so it goes with it).
+//! A missing Secret sends nothing new (members keep what they hold) and shows
+//! `Ready=False`/`WaitingForPassword`. A changed Secret is decided again at once (the
+//! Secrets are watched): a new salt and credential go to every member.
+//!
+//! Deletion with `deletionPolicy: Delete` (the default) holds the finalizer
+//! `accord.io/kafka-user`: the record becomes a tombstone and the object goes once every
+//! member reported the user removed, or after `--user-deletion-timeout` with a Warning
+//! Event naming the members left. `Retain` needs no finalizer: the users stay.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use accord_common::distribution::{
+    AssignmentSpec, KafkaUserSpec, Observed, PlacementState, PolicyKind,
+};
+use accord_crds::kafka_topic::DeletionPolicy;
+use accord_crds::kafka_user::{FederatedKafkaUser, FederatedKafkaUserStatus};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::{ObjectRef, Store as Reflector};
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::credential::{self, PasswordRef};
+use super::status::{StatusInputs, aggregate, deleting_condition, new_warnings};
+use super::{FINALIZER, KafkaUserDecision, plan, reasons};
+use crate::controllers::placement::{
+    self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
+    StatusInput, Tombstoning, Trigger, Watched, object_name,
+};
+use crate::controllers::{ControllerContext, ReconcileError};
+use crate::distribution::claim::{self, Claim, Claimed};
+use crate::distribution::deletion::Progress;
+use crate::distribution::reported::{self as shown, Placed};
+use crate::distribution::select::Clusters;
+use crate::distribution::{PlacementRecord, ShareRecord};
+use crate::store::StatusRecord;
+use crate::writes::Pace;
+
+/// Default of `--user-deletion-timeout`.
+pub const DEFAULT_USER_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
+/// The key of a generated password in its Secret.
+pub const GENERATED_KEY: &str = "password";
+
+/// The FederatedKafkaUser settings of `serve`.
+#[derive(Clone, Debug)]
+pub struct KafkaUserOptions {
+    /// `--user-deletion-timeout`: how long a deletion with `deletionPolicy: Delete` waits
+    /// for the members before the object goes anyway.
+    pub deletion_timeout: Duration,
+}
+
+impl Default for KafkaUserOptions {
+    fn default() -> Self {
+        Self {
+            deletion_timeout: DEFAULT_USER_DELETION_TIMEOUT,
+        }
+    }
+}
+
+/// The FederatedKafkaUser plug-in.
+pub struct KafkaUsers {
+    ctx: Arc<ControllerContext>,
+    options: KafkaUserOptions,
+    users: Reflector<Watched<Self>>,
+    trigger: Trigger<Self>,
+    /// Each object's claimed user name and generation, and the objects claiming each.
+    seen: Mutex<Claimed<ObjectRef<Watched<KafkaUsers>>>>,
+    /// Password Secrets being generated (`namespace/name`), so one is created once.
+    generating: Arc<Mutex<HashSet<String>>>,
+}
+
+/// What the status needs beyond the record: why nothing can be sent yet.
+#[derive(Default)]
+pub struct UserFacts {
+    waiting: Option<String>,
+}
+
+/// The user name a watched object claims, read without decoding the whole object.
+fn watched_username(user: &Watched<KafkaUsers>) -> String {
+    user.pointer("/spec/username")
+        .and_then(serde_json::Value::as_str)
+        .map_or_else(|| user.name_any(), str::to_owned)
+}
+
+/// Where a watched object's password is: `passwordSecretRef`, or the generated Secret
+/// named like the object.
+fn watched_password_ref(user: &Watched<KafkaUsers>) -> PasswordRef {
+    let reference = user.pointer("/spec/authentication/passwordSecretRef");
+    let field = |f: &str| {
+        reference
+            .and_then(|r| r.get(f))
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    match (field("name"), field("key")) {
+        (Some(name), Some(key)) => PasswordRef { name, key },
+        _ => PasswordRef {
+            name: user.name_any(),
+            key: GENERATED_KEY.to_owned(),
+        },
+    }
+}
+
+/// The Secret a watched object reads its password from (for the Secret triggers).
+fn password_secret(user: &Watched<KafkaUsers>) -> Vec<String> {
+    vec![watched_password_ref(user).name]
+}
+
+/// The deletion policy of a watched object, read without decoding it (default `Delete`).
+fn deletion_policy(user: &Watched<KafkaUsers>) -> DeletionPolicy {
+    user.pointer("/spec/deletionPolicy")
+        .and_then(|v| serde_json::from_value::<DeletionPolicy>(v.clone()).ok())
+        .unwrap_or(DeletionPolicy::Delete)
+}
+
+/// `creationTimestamp`-ordered claim of a decoded user on its name in the clusters it
+/// selects (`None` when its selection cannot be evaluated).
+fn claim(user: &FederatedKafkaUser, clusters: &Clusters) -> Option<Claim> {
+    placement::claim_of(
+        user,
+        user.username(),
+        user.spec.clusters.as_deref(),
+        user.spec.cluster_selector.as_ref(),
+        clusters,
+    )
+}
+
+/// What the share of a cluster that left the selection says while its user is removed.
+const LEAVING: &str = "no longer selected: removing the user from this cluster's Kafka";
+
+/// The shares of clusters `previous` sent the user to that are no longer `selected`, with
+/// `deletionPolicy: Delete`: each is sent `remove: true` until its agent reports the user
+/// removed, then it goes (a credential nobody manages any more is a door left open).
+fn leaving(
+    previous: &PlacementRecord<KafkaUserDecision>,
+    selected: &[crate::distribution::select::SelectedCluster],
+    reports: &std::collections::HashMap<String, StatusRecord>,
+) -> Vec<ShareRecord> {
+    previous
+        .shares
+        .iter()
+        .filter(|s| !selected.iter().any(|c| c.name == s.cluster))
+        .filter_map(|s| match &s.assignment {
+            Some(AssignmentSpec::KafkaUser(spec)) => {
+                let done = spec.remove && reports.get(&s.cluster).is_some_and(is_removed);
+                (!done).then(|| ShareRecord {
+                    cluster: s.cluster.clone(),
+                    assignment: Some(AssignmentSpec::KafkaUser(removal(spec))),
+                    held_reason: Some(LEAVING.to_owned()),
+                    hold: None,
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a cluster that is to remove the user is sent: the user name and `remove`.
+fn removal(spec: &KafkaUserSpec) -> KafkaUserSpec {
+    KafkaUserSpec {
+        username: spec.username.clone(),
+        remove: true,
+        ..Default::default()
+    }
+}
+
+/// Whether `report` says the user is gone from the member's Kafka.
+fn is_removed(report: &StatusRecord) -> bool {
+    report.state == PlacementState::Synced
+        && matches!(&report.observed, Observed::KafkaUser(u) if u.removed)
+}
+
+/// The tombstone of `record`: only the clusters that were sent the user, each now sent
+/// `remove: true` (without the credential).
+fn tombstone(
+    record: &PlacementRecord<KafkaUserDecision>,
+) -> Option<PlacementRecord<KafkaUserDecision>> {
+    let shares: Vec<_> = record
+        .shares
+        .iter()
+        .filter_map(|s| match &s.assignment {
+            Some(AssignmentSpec::KafkaUser(spec)) => Some(ShareRecord {
+                assignment: Some(AssignmentSpec::KafkaUser(removal(spec))),
+                held_reason: None,
+                ..s.clone()
+            }),
+            _ => None,
+        })
+        .collect();
+    (!shares.is_empty()).then(|| PlacementRecord {
+        shares,
+        decision: KafkaUserDecision {
+            spec: removal(&record.decision.spec),
+            conflicts: BTreeMap::new(),
+        },
+        ..record.clone()
+    })
+}
+
+impl KafkaUsers {
+    /// The claims of every object that names `username`, except those whose deletion has
+    /// already released them.
+    fn claims(&self, username: &str, clusters: &Clusters) -> Vec<Claim> {
+        placement::live_claims::<Self>(
+            &self.seen,
+            &self.users,
+            username,
+            watched_username,
+            FINALIZER,
+            |u| claim(u, clusters),
+        )
+    }
+
+    /// Creates the Secret `namespace/name` with a generated password, owned by `user`, in
+    /// the background (once); the Secret watch decides the object again when it is there.
+    fn generate_password(&self, user: &FederatedKafkaUser, namespace: &str, name: &str) {
+        let key = format!("{namespace}/{name}");
+        if !self
+            .generating
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key.clone())
+        {
+            return;
+        }
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                owner_references: user.controller_owner_ref(&()).map(|o| vec![o]),
+                labels: Some(BTreeMap::from([(
+                    "app.kubernetes.io/managed-by".to_owned(),
+                    "accord".to_owned(),
+                )])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                GENERATED_KEY.to_owned(),
+                ByteString(credential::generate_password().into_bytes()),
+            )])),
+            ..Default::default()
+        };
+        let (ctx, generating) = (self.ctx.clone(), self.generating.clone());
+        let reference = user.object_ref(&());
+        tokio::spawn(async move {
+            let api = Api::<Secret>::namespaced(
+                ctx.kube.clone(),
+                &secret.metadata.namespace.clone().unwrap_or_default(),
+            );
+            match api.create(&PostParams::default(), &secret).await {
+                Ok(_) => {
+                    info!(secret = %key, "generated the password of a FederatedKafkaUser");
+                    ctx.note(
+                        &reference,
+                        Note::normal(
+                            reasons::PASSWORD_GENERATED,
+                            format!("generated a password in Secret {key} (key {GENERATED_KEY})"),
+                        ),
+                    );
+                }
+                // Made meanwhile (by another replica's earlier term, or by hand): used as it is.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => {
+                    warn!(secret = %key, error = %e, "generating a FederatedKafkaUser's password")
+                }
+            }
+            generating
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
+        });
+    }
+
+    /// Shows a waiting deletion in the status: each member's placement as its agent
+    /// reports the tombstone, and `Ready=False`/`Deleting` naming the members left.
+    fn show_deletion(
+        &self,
+        watched: &Watched<Self>,
+        tombstone: &PlacementRecord<KafkaUserDecision>,
+        revision: i64,
+        left: &[String],
+        recheck: Duration,
+    ) -> Result<(), ReconcileError> {
+        let Ok(user) = watched.decode() else {
+            return Ok(());
+        };
+        let old = user.status.as_ref();
+        let now = Time(Timestamp::now());
+        let (reports, clusters) = (
+            placement::reports(&self.ctx, tombstone),
+            placement::clusters(&self.ctx),
+        );
+        let mut status = aggregate(&StatusInputs {
+            placed: Placed {
+                shares: &tombstone.shares,
+                revision,
+                reports: &reports,
+                clusters: &clusters,
+            },
+            decision: Some(&tombstone.decision),
+            waiting: None,
+            generation: user.metadata.generation,
+            old,
+            now: &now,
+        });
+        status.conditions = accord_crds::conditions::merge(
+            &status.conditions,
+            &[deleting_condition(left, recheck)],
+            user.metadata.generation,
+            &now,
+        );
+        // The bound's countdown (in Ready's message) alone is no reason to write.
+        let ready = |s: &FederatedKafkaUserStatus| {
+            accord_crds::conditions::find(&s.conditions, accord_crds::conditions::types::READY)
+                .map(|c| (c.reason.clone(), c.status.clone()))
+        };
+        if old.is_some_and(|o| ready(o) == ready(&status) && o.placements == status.placements) {
+            return Ok(());
+        }
+        let desired = serde_json::to_value(&status).map_err(crate::store::StoreError::Encode)?;
+        let current = watched.data.get("status").cloned().unwrap_or_default();
+        self.ctx
+            .submit_status(watched, current, desired, Pace::Prompt);
+        Ok(())
+    }
+}
+
+impl PlacementKind for KafkaUsers {
+    type Object = FederatedKafkaUser;
+    type Status = FederatedKafkaUserStatus;
+    type Decision = KafkaUserDecision;
+    type Facts = UserFacts;
+    type Options = KafkaUserOptions;
+
+    const CONTROLLER: &'static str = "FederatedKafkaUser controller";
+    const KIND: PolicyKind = PolicyKind::FederatedKafkaUser;
+    const DECISION_TAG: &'static str = "kafkaUser";
+    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
+    const DECISION_LOCK: bool = false;
+
+    /// Also follows the password Secrets: a changed one decides its users again.
+    fn start(
+        ctx: &Arc<ControllerContext>,
+        users: Reflector<Watched<Self>>,
+        trigger: Trigger<Self>,
+        options: &KafkaUserOptions,
+    ) -> Started<Self> {
+        let secret_changes = crate::federated_resource::secrets::triggers::<Self>(
+            ctx.clone(),
+            users.clone(),
+            trigger.clone(),
+            password_secret,
+        );
+        Started {
+            kind: Self {
+                ctx: ctx.clone(),
+                options: options.clone(),
+                users,
+                trigger,
+                seen: Mutex::default(),
+                generating: Arc::default(),
+            },
+            tasks: vec![Box::pin(secret_changes)],
+            listed: Box::pin(async { true }),
+        }
+    }
+
+    fn status(object: &FederatedKafkaUser) -> Option<&FederatedKafkaUserStatus> {
+        object.status.as_ref()
+    }
+
+    fn conditions(status: &mut FederatedKafkaUserStatus) -> &mut Vec<Condition> {
+        &mut status.conditions
+    }
+
+    fn summarize(status: &mut FederatedKafkaUserStatus, limits: &accord_crds::StatusLimits) {
+        status.summary = limits.apply(&mut status.placements);
+    }
+
+    fn decide(
+        &self,
+        user: &FederatedKafkaUser,
+        input: &DecideInput<'_, KafkaUserDecision>,
+    ) -> Decided<Self> {
+        let selected = match placement::valid_selection(
+            &user.spec,
+            user.spec.clusters.as_deref(),
+            user.spec.cluster_selector.as_ref(),
+            input.clusters,
+        ) {
+            Ok(s) => s,
+            Err(why) => return Decided::Invalid(why),
+        };
+        let namespace = user.namespace().unwrap_or_default();
+        let generated = user.spec.authentication.password_secret_ref.is_none();
+        let at = match &user.spec.authentication.password_secret_ref {
+            Some(r) => PasswordRef {
+                name: r.name.clone(),
+                key: r.key.clone(),
+            },
+            None => PasswordRef {
+                name: user.name_any(),
+                key: GENERATED_KEY.to_owned(),
+            },
+        };
+        let Some(password) = self.ctx.secrets.value(&namespace, &at.name, &at.key) else {
+            let waiting = if generated {
+                self.generate_password(user, &namespace, &at.name);
+                format!("generating the password in Secret {namespace}/{}", at.name)
+            } else {
+                format!(
+                    "no Secret {namespace}/{} with key {} on the management cluster \
+                     (spec.authentication.passwordSecretRef); nothing new is sent",
+                    at.name, at.key
+                )
+            };
+            return Decided::Hold {
+                shown: claim::held(&selected, &waiting),
+                facts: UserFacts {
+                    waiting: Some(waiting),
+                },
+            };
+        };
+        let previous = input
+            .previous
+            .map(|r| &r.decision.spec)
+            .filter(|s| !s.remove)
+            .and_then(|s| s.credential.as_ref());
+        let decided = credential::decide(&password, user.iterations(), &at, previous);
+        let spec = plan::assignment(user, decided);
+        let conflicts = match claim(user, input.clusters) {
+            Some(me) => claim::conflicts(&me, &self.claims(&spec.username, input.clusters)),
+            None => BTreeMap::new(),
+        };
+        let (mut shares, decision) = plan::decide(&selected, &spec, &conflicts);
+        if let Some(previous) = input.previous
+            && user.spec.deletion_policy() == DeletionPolicy::Delete
+        {
+            let reports = placement::reports(&self.ctx, previous);
+            shares.extend(leaving(previous, &selected, &reports));
+        }
+        Decided::Record {
+            shares,
+            decision,
+            facts: UserFacts::default(),
+            recheck_after: None,
+        }
+    }
+
+    fn announce(
+        &self,
+        _user: &FederatedKafkaUser,
+        record: &PlacementRecord<KafkaUserDecision>,
+        revision: i64,
+    ) -> Option<Note> {
+        let sent: Vec<&str> = record
+            .shares
+            .iter()
+            .filter(|s| s.assignment.is_some())
+            .map(|s| s.cluster.as_str())
+            .collect();
+        // The clusters are counted, not named: a user may be sent to thousands.
+        info!(user = %record.policy, clusters = sent.len(), revision, "user placements");
+        let spec = &record.decision.spec;
+        (!sent.is_empty()).then(|| {
+            Note::normal(
+                reasons::APPLIED,
+                format!(
+                    "Kafka user {} ({} ACL bindings, {} quotas, credential {}) sent to {} at \
+                     revision {revision}",
+                    spec.username,
+                    spec.acls.len(),
+                    spec.quotas.len(),
+                    spec.credential
+                        .as_ref()
+                        .map_or("", |c| c.hash.get(..12).unwrap_or_default()),
+                    shown::named(&sent, ", ")
+                ),
+            )
+        })
+    }
+
+    async fn status_of(
+        &self,
+        user: &FederatedKafkaUser,
+        input: StatusInput<'_, Self>,
+    ) -> Result<Reported<FederatedKafkaUserStatus>, ReconcileError> {
+        let old = user.status.as_ref();
+        let status = aggregate(&StatusInputs {
+            placed: input.placed(),
+            decision: input.record.map(|r| &r.decision),
+            waiting: input.facts.waiting.as_deref(),
+            generation: user.metadata.generation,
+            old,
+            now: input.now,
+        });
+        let notes = new_warnings(old, &status)
+            .into_iter()
+            .map(|(reason, message)| Note::warning(reason, message))
+            .collect();
+        Ok(Reported {
+            status,
+            notes,
+            retry: None,
+        })
+    }
+
+    fn finalizer(user: &Watched<Self>) -> Option<&'static str> {
+        (deletion_policy(user) == DeletionPolicy::Delete).then_some(FINALIZER)
+    }
+
+    /// A `Delete` deletion: the tombstone is sent, and the object waits until every member
+    /// reported the user removed or the bound passed.
+    async fn finalize(
+        &self,
+        user: &Watched<Self>,
+        record: Option<(PlacementRecord<KafkaUserDecision>, i64)>,
+    ) -> Result<Finalized, ReconcileError> {
+        let ctx = &self.ctx;
+        let p = placement::policy_ref::<Self>(user);
+        let reference = user.object_ref(&());
+        let username = watched_username(user);
+        let how = Tombstoning {
+            is_tombstone: |r: &PlacementRecord<KafkaUserDecision>| r.decision.spec.remove,
+            tombstone,
+            is_gone: is_removed,
+            timeout: self.options.deletion_timeout,
+        };
+        let (tombstone, revision, progress) =
+            match placement::delete_in_members::<Self>(ctx, user, record, &how).await? {
+                Deletion::NothingSent => return Ok(Finalized::Done),
+                Deletion::Sent {
+                    tombstone,
+                    revision,
+                    progress,
+                } => (tombstone, revision, progress),
+            };
+        match progress {
+            Progress::Done => {
+                info!(user = %p, "Kafka user removed in every member");
+                ctx.note(
+                    &reference,
+                    Note::normal(
+                        reasons::DELETED,
+                        format!("Kafka user {username}: credential, ACLs and quotas removed in every member"),
+                    ),
+                );
+                Ok(Finalized::Done)
+            }
+            Progress::Waiting { left, recheck } => {
+                self.show_deletion(user, &tombstone, revision, &left, recheck)?;
+                Ok(Finalized::Waiting(recheck))
+            }
+            Progress::TimedOut { left } => {
+                let note = format!(
+                    "Kafka user {username} was not confirmed removed within {}s in cluster{} {}; \
+                     the FederatedKafkaUser is released and the user may remain there",
+                    self.options.deletion_timeout.as_secs(),
+                    if left.len() == 1 { "" } else { "s" },
+                    shown::named(&left, ", ")
+                );
+                warn!(user = %p, ?left, "{note}");
+                ctx.note(
+                    &reference,
+                    Note::warning(reasons::DELETION_INCOMPLETE, note),
+                );
+                Ok(Finalized::Done)
+            }
+        }
+    }
+
+    /// A user's name or generation change, or its deletion, re-checks every other object
+    /// of its old and new user name.
+    fn on_object(&self, user: &Watched<Self>, gone: bool) {
+        let key = object_name(user);
+        let object = ObjectRef::from_obj(user);
+        let now = (watched_username(user), user.metadata.generation);
+        let releasing = user.metadata.deletion_timestamp.is_some()
+            && !user.finalizers().iter().any(|f| f == FINALIZER);
+        let others = self
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observe(&object, &key, now, gone, releasing);
+        for other in others.into_iter().flatten() {
+            let _ = self.trigger.send(other);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(value: serde_json::Value) -> Watched<KafkaUsers> {
+        Watched::<KafkaUsers>::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn name_password_and_deletion_policy_are_read_without_decoding_the_object() {
+        let broken = watched(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaUser",
+            "metadata": {"name": "writer", "namespace": "team"},
+            "spec": {"username": "orders-writer", "authentication": {"type": "kerberos",
+                     "passwordSecretRef": {"name": "pw", "key": "k"}}, "deletionPolicy": "Retain"},
+        }));
+        assert!(broken.decode().is_err(), "the fixture must not decode");
+        assert_eq!(watched_username(&broken), "orders-writer");
+        assert_eq!(
+            watched_password_ref(&broken),
+            PasswordRef {
+                name: "pw".into(),
+                key: "k".into()
+            }
+        );
+        assert_eq!(
+            KafkaUsers::finalizer(&broken),
+            None,
+            "Retain needs no finalizer"
+        );
+        let plain = watched(serde_json::json!({
+            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaUser",
+            "metadata": {"name": "writer", "namespace": "team"},
+            "spec": {"authentication": {"type": "scram-sha-512"}, "clusters": ["a"]},
+        }));
+        assert_eq!(watched_username(&plain), "writer");
+        assert_eq!(password_secret(&plain), ["writer"]);
+        assert_eq!(
+            KafkaUsers::finalizer(&plain),
+            Some(FINALIZER),
+            "Delete is the default"
+        );
+    }
+
+    #[test]
+    fn a_cluster_leaving_the_selection_is_told_to_remove_the_user_until_it_reports_it_gone() {
+        use crate::distribution::select::SelectedCluster;
+        use accord_common::distribution::{KafkaUserObserved, PolicyRef};
+        let sent = |cluster: &str, remove: bool| ShareRecord {
+            cluster: cluster.into(),
+            assignment: Some(AssignmentSpec::KafkaUser(KafkaUserSpec {
+                username: "u".into(),
+                remove,
+                ..Default::default()
+            })),
+            held_reason: None,
+            hold: None,
+        };
+        let previous = PlacementRecord {
+            policy: PolicyRef::new(PolicyKind::FederatedKafkaUser, "team", "u"),
+            generation: 1,
+            decided_unix_millis: 0,
+            shares: vec![
+                sent("east", false),
+                sent("west", false),
+                ShareRecord {
+                    assignment: None,
+                    ..sent("ghost", false)
+                },
+            ],
+            decision: KafkaUserDecision::default(),
+        };
+        let selected = [SelectedCluster {
+            name: "east".into(),
+            known: true,
+        }];
+        let reports = std::collections::HashMap::new();
+        let left = leaving(&previous, &selected, &reports);
+        assert_eq!(
+            left.len(),
+            1,
+            "only west was sent the user and left: {left:?}"
+        );
+        assert_eq!(left[0].cluster, "west");
+        assert!(matches!(
+            &left[0].assignment,
+            Some(AssignmentSpec::KafkaUser(u)) if u.remove && u.username == "u"
+        ));
+        // Still removing until west reports the user removed; then it goes.
+        let removing = PlacementRecord {
+            shares: vec![sent("east", false), left[0].clone()],
+            ..previous.clone()
+        };
+        assert_eq!(leaving(&removing, &selected, &reports).len(), 1);
+        let removed = StatusRecord {
+            resource_version: String::new(),
+            generation: 0,
+            applied_revision: 9,
+            state: PlacementState::Synced,
+            message: String::new(),
+            observed_unix_millis: 0,
+            observed: Observed::KafkaUser(KafkaUserObserved {
+                removed: true,
+                ..Default::default()
+            }),
+            api_server_unavailable: false,
+        };
+        let reports = std::collections::HashMap::from([("west".to_owned(), removed)]);
+        assert!(leaving(&removing, &selected, &reports).is_empty());
+    }
+
+    #[test]
+    fn the_tombstone_removes_where_the_user_was_sent_and_carries_no_credential() {
+        use accord_common::distribution::{PolicyRef, ScramCredential};
+        let spec = KafkaUserSpec {
+            username: "u".into(),
+            credential: Some(ScramCredential {
+                hash: "h".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let record = PlacementRecord {
+            policy: PolicyRef::new(PolicyKind::FederatedKafkaUser, "team", "u"),
+            generation: 1,
+            decided_unix_millis: 0,
+            shares: vec![
+                ShareRecord {
+                    cluster: "east".into(),
+                    assignment: Some(AssignmentSpec::KafkaUser(spec.clone())),
+                    held_reason: None,
+                    hold: None,
+                },
+                ShareRecord {
+                    cluster: "west".into(),
+                    assignment: None,
+                    held_reason: Some("Conflict".into()),
+                    hold: Some(crate::distribution::Hold::Conflict),
+                },
+            ],
+            decision: KafkaUserDecision {
+                spec,
+                conflicts: BTreeMap::new(),
+            },
+        };
+        let t = tombstone(&record).unwrap();
+        assert_eq!(t.shares.len(), 1);
+        assert!(t.decision.spec.remove);
+        assert!(matches!(
+            &t.shares[0].assignment,
+            Some(AssignmentSpec::KafkaUser(u)) if u.remove && u.credential.is_none() && u.username == "u"
+        ));
+    }
+}

@@ -1,0 +1,63 @@
+//! FederatedKafkaUser: a SCRAM-SHA-512 user, its ACLs and its quotas kept alike in the
+//! Kafka of every selected member cluster. The pure parts of its controller
+//! ([`controller`]): the credential the hub derives from the management cluster's Secret
+//! ([`credential`]: only a salt, the iteration count and the salted password ever leave
+//! the management cluster, and the salted password only on an agent's stream), the one
+//! assignment every selected cluster gets ([`plan`]), and the status from the agents'
+//! reports ([`status`]). Two FederatedKafkaUsers naming one user in one cluster: the older
+//! keeps it ([`crate::distribution::claim`]). The admission webhook checks the ACLs and
+//! the KafkaTopicPolicies' rules for users ([`admission`]).
+//!
+//! Deletion with `deletionPolicy: Delete` (the default) waits for the members: the record
+//! becomes a tombstone (`remove: true`) and the finalizer goes once each member reported
+//! the user's credential, ACLs and quotas gone, or after the bound
+//! ([`crate::distribution::deletion`]).
+
+pub mod admission;
+pub mod controller;
+pub mod credential;
+pub mod plan;
+pub mod status;
+
+use std::collections::BTreeMap;
+
+use accord_common::distribution::KafkaUserSpec;
+use serde::{Deserialize, Serialize};
+
+/// The finalizer of a FederatedKafkaUser with `deletionPolicy: Delete`: its deletion waits
+/// for the members to remove the user.
+pub const FINALIZER: &str = "accord.io/kafka-user";
+
+/// Event and condition reasons.
+pub mod reasons {
+    /// Warning Event: a placement went to `Error`.
+    pub const PLACEMENT_ERROR: &str = "PlacementError";
+    /// Warning Event: an older FederatedKafkaUser owns the user name in a cluster.
+    pub const CONFLICT: &str = "Conflict";
+    /// Normal Event: a new assignment was sent to the member clusters.
+    pub const APPLIED: &str = "Applied";
+    /// Normal Event: the hub generated the password Secret.
+    pub const PASSWORD_GENERATED: &str = "PasswordGenerated";
+    /// Normal Event: the user was removed from every member (or kept, with `Retain`).
+    pub const DELETED: &str = "Deleted";
+    /// Ready=False while a `Delete` deletion waits for the members.
+    pub const DELETING: &str = "Deleting";
+    /// Warning Event: the deletion bound passed with members left.
+    pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
+    /// Ready=False: the password Secret is not there (yet).
+    pub const WAITING_FOR_PASSWORD: &str = "WaitingForPassword";
+}
+
+/// A FederatedKafkaUser's decision data.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KafkaUserDecision {
+    /// The assignment every selected cluster that is known and not in conflict gets (its
+    /// credential without the salted password); the next decision keeps its salt while
+    /// the password and iteration count stay the same.
+    pub spec: KafkaUserSpec,
+    /// Clusters where an older FederatedKafkaUser owns the user name: cluster →
+    /// `<namespace>/<name>` of the owner. Nothing is sent to them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub conflicts: BTreeMap<String, String>,
+}

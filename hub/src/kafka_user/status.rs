@@ -1,0 +1,303 @@
+//! A FederatedKafkaUser's status from its placements record and the agents' reports: one
+//! placement per selected cluster (the ACL bindings and quota keys the brokers hold for
+//! it, and the first characters of the credential's hash, never the credential), and the
+//! `Ready` and `Degraded` conditions.
+
+use accord_common::distribution::{Observed, PlacementState};
+use accord_crds::conditions::{self, Desired, Status, types};
+use accord_crds::kafka_user::{FederatedKafkaUserStatus, KafkaUserPlacement};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{KafkaUserDecision, plan, reasons};
+use crate::distribution::ShareRecord;
+use crate::distribution::reported::{self, Placed, Shown};
+use crate::distribution::select::ClusterInfo;
+use crate::store::StatusRecord;
+
+/// Message of a placement whose cluster's agent is not connected.
+pub const AGENT_DISCONNECTED: &str =
+    "the cluster's agent is not connected; the user is as last reported";
+/// Characters of the credential hash a placement shows: enough to tell two apart.
+const HASH_SHOWN: usize = 12;
+
+/// Everything a user's status is computed from.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    /// The shares, the reports and the clusters.
+    pub placed: Placed<'a>,
+    /// The stored decision, if any.
+    pub decision: Option<&'a KafkaUserDecision>,
+    /// Why nothing can be sent yet (the password Secret is missing), if so.
+    pub waiting: Option<&'a str>,
+    /// `metadata.generation` of the object.
+    pub generation: Option<i64>,
+    /// The status the object shows now.
+    pub old: Option<&'a FederatedKafkaUserStatus>,
+    /// The time to stamp on conditions that change now.
+    pub now: &'a Time,
+}
+
+/// The status a user should show.
+pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaUserStatus {
+    let revision = inputs.placed.revision;
+    let placements: Vec<KafkaUserPlacement> = inputs.placed.each(|share, report, cluster| {
+        placement(share, inputs.decision, revision, report, cluster)
+    });
+    let [mut ready, degraded] = reported::ready_and_degraded(
+        &shown(&placements),
+        format!(
+            "the user, its ACLs and quotas are as specified in {}",
+            reported::clusters(placements.len())
+        ),
+        "not synced yet",
+    );
+    if let Some(why) = inputs.waiting {
+        ready = Desired::new(
+            types::READY,
+            Status::False,
+            reasons::WAITING_FOR_PASSWORD,
+            why,
+        );
+    }
+    let old_conditions = inputs
+        .old
+        .map(|o| o.conditions.as_slice())
+        .unwrap_or_default();
+    FederatedKafkaUserStatus {
+        observed_generation: inputs.generation,
+        conditions: conditions::merge(
+            old_conditions,
+            &[ready, degraded],
+            inputs.generation,
+            inputs.now,
+        ),
+        placements,
+        summary: None,
+    }
+}
+
+/// One cluster's placement: `Conflict` where an older user owns the name, else what its
+/// agent last reported about the current assignment, or why there is nothing to show yet.
+pub fn placement(
+    share: &ShareRecord,
+    decision: Option<&KafkaUserDecision>,
+    revision: i64,
+    report: Option<&StatusRecord>,
+    cluster: Option<&ClusterInfo>,
+) -> KafkaUserPlacement {
+    let owner = decision.and_then(|d| d.conflicts.get(&share.cluster));
+    let (state, message) = match owner {
+        Some(owner) => {
+            let name = decision.map_or("", |d| d.spec.username.as_str());
+            (
+                PlacementState::Conflict,
+                Some(plan::conflict_message(name, owner)),
+            )
+        }
+        None => reported::state(share, revision, report, cluster, AGENT_DISCONNECTED),
+    };
+    // A conflicted cluster's user is another object's: show nothing of it.
+    let observed = report
+        .filter(|_| state != PlacementState::Conflict)
+        .and_then(|r| match &r.observed {
+            Observed::KafkaUser(u) if !u.removed => Some(u),
+            _ => None,
+        });
+    KafkaUserPlacement {
+        cluster: share.cluster.clone(),
+        state,
+        acls: observed.map(|o| o.acls),
+        quotas: observed.map(|o| o.quotas),
+        credential_hash: observed
+            .map(|o| {
+                o.credential_hash
+                    .chars()
+                    .take(HASH_SHOWN)
+                    .collect::<String>()
+            })
+            .filter(|h| !h.is_empty()),
+        message,
+    }
+}
+
+/// `Ready=False`/`Deleting` while a `Delete` deletion waits for the clusters `left`, to be
+/// released anyway `recheck` from now.
+pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desired {
+    Desired::new(
+        types::READY,
+        Status::False,
+        reasons::DELETING,
+        format!(
+            "removing the user in every member; waiting for {} (released anyway within {}s)",
+            reported::named(left, ", "),
+            recheck.as_secs().max(1)
+        ),
+    )
+}
+
+/// How the `Ready` and `Degraded` conditions and the Events see the placements.
+fn shown(placements: &[KafkaUserPlacement]) -> Vec<Shown<'_>> {
+    placements
+        .iter()
+        .map(|p| Shown {
+            name: &p.cluster,
+            state: p.state,
+            message: p.message.as_deref(),
+        })
+        .collect()
+}
+
+/// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
+/// or `Conflict` (reason, note).
+pub fn new_warnings(
+    old: Option<&FederatedKafkaUserStatus>,
+    new: &FederatedKafkaUserStatus,
+) -> Vec<(&'static str, String)> {
+    reported::new_trouble(
+        &shown(old.map(|o| o.placements.as_slice()).unwrap_or_default()),
+        &shown(&new.placements),
+        reasons::PLACEMENT_ERROR,
+        reasons::CONFLICT,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accord_common::distribution::{AssignmentSpec, KafkaUserObserved, KafkaUserSpec};
+    use k8s_openapi::jiff::Timestamp;
+    use std::collections::HashMap;
+
+    use crate::distribution::select::Clusters;
+
+    fn share(cluster: &str) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.into(),
+            assignment: Some(AssignmentSpec::KafkaUser(KafkaUserSpec::default())),
+            held_reason: None,
+            hold: None,
+        }
+    }
+
+    fn report(state: PlacementState, hash: &str) -> StatusRecord {
+        StatusRecord {
+            resource_version: String::new(),
+            generation: 0,
+            applied_revision: 5,
+            state,
+            message: String::new(),
+            observed_unix_millis: 0,
+            observed: Observed::KafkaUser(KafkaUserObserved {
+                credential_hash: hash.into(),
+                acls: 3,
+                quotas: 2,
+                removed: false,
+            }),
+            api_server_unavailable: false,
+        }
+    }
+
+    fn available(names: &[&str]) -> Clusters {
+        names
+            .iter()
+            .map(|n| {
+                (
+                    (*n).to_owned(),
+                    ClusterInfo {
+                        available: true,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn synced_everywhere_is_ready_and_shows_counts_and_a_short_hash() {
+        let shares = [share("east"), share("west")];
+        let reports = HashMap::from([
+            (
+                "east".to_owned(),
+                report(PlacementState::Synced, &"ab".repeat(32)),
+            ),
+            (
+                "west".to_owned(),
+                report(PlacementState::Synced, &"ab".repeat(32)),
+            ),
+        ]);
+        let clusters = available(&["east", "west"]);
+        let now = Time(Timestamp::now());
+        let status = aggregate(&StatusInputs {
+            placed: Placed {
+                shares: &shares,
+                revision: 5,
+                reports: &reports,
+                clusters: &clusters,
+            },
+            decision: None,
+            waiting: None,
+            generation: Some(2),
+            old: None,
+            now: &now,
+        });
+        assert_eq!(status.placements[0].acls, Some(3));
+        assert_eq!(status.placements[0].quotas, Some(2));
+        assert_eq!(
+            status.placements[0].credential_hash.as_deref(),
+            Some("abababababab")
+        );
+        let ready = conditions::find(&status.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "True", "{ready:?}");
+    }
+
+    #[test]
+    fn a_missing_password_keeps_it_not_ready_with_the_reason() {
+        let shares = [share("east")];
+        let (reports, clusters) = (HashMap::new(), available(&["east"]));
+        let now = Time(Timestamp::now());
+        let status = aggregate(&StatusInputs {
+            placed: Placed {
+                shares: &shares,
+                revision: 0,
+                reports: &reports,
+                clusters: &clusters,
+            },
+            decision: None,
+            waiting: Some("no Secret team/orders-writer"),
+            generation: Some(1),
+            old: None,
+            now: &now,
+        });
+        let ready = conditions::find(&status.conditions, types::READY).unwrap();
+        assert_eq!(ready.reason, reasons::WAITING_FOR_PASSWORD);
+        assert_eq!(ready.message, "no Secret team/orders-writer");
+    }
+
+    #[test]
+    fn a_new_error_is_a_warning_once() {
+        let shares = [share("east")];
+        let mut failed = report(PlacementState::Error, "");
+        failed.message = "the agent's Kafka user needs the Alter ACL on the cluster".into();
+        let reports = HashMap::from([("east".to_owned(), failed)]);
+        let clusters = available(&["east"]);
+        let now = Time(Timestamp::now());
+        let inputs = StatusInputs {
+            placed: Placed {
+                shares: &shares,
+                revision: 5,
+                reports: &reports,
+                clusters: &clusters,
+            },
+            decision: None,
+            waiting: None,
+            generation: Some(1),
+            old: None,
+            now: &now,
+        };
+        let status = aggregate(&inputs);
+        let notes = new_warnings(None, &status);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].1.contains("Alter ACL"), "{notes:?}");
+        assert!(new_warnings(Some(&status), &status).is_empty());
+    }
+}
