@@ -551,9 +551,9 @@ mod tests {
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="GET",version="v1"} 12
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 40
 apiserver_request_total{code="201",component="apiserver",dry_run="",group="events.k8s.io",resource="events",scope="resource",subresource="",verb="POST",version="v1"} 2
-apiserver_request_total{code="200",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 1000
-apiserver_request_total{code="201",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="",verb="APPLY",version="v1alpha1"} 999
-apiserver_request_total{code="409",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="",verb="APPLY",version="v1alpha1"} 1
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="status",verb="PATCH",version="v1beta1"} 1000
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="",verb="APPLY",version="v1beta1"} 999
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="accord.io",resource="federatedkafkatopics",scope="resource",subresource="",verb="APPLY",version="v1beta1"} 1
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 7.5e+01
 apiserver_request_total_extra{verb="POST",resource="x"} 5
 apiserver_request_duration_seconds_bucket{verb="POST",resource="events",le="0.1"} 9

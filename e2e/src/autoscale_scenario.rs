@@ -382,7 +382,7 @@ pub fn policy(
         .map(|c| serde_json::json!({"cluster": c, "weight": 1}))
         .collect();
     serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"targetRef": {"name": target}, "desiredReplicas": desired,
                  "distribution": distribution, "failover": failover, "autoscaling": autoscaling}

@@ -449,7 +449,7 @@ pub async fn register_webhook(testbed: &Testbed, name: &str, addr: &str) -> Resu
             },
             "rules": [{
                 "apiGroups": ["accord.io"],
-                "apiVersions": ["v1alpha1"],
+                "apiVersions": ["v1beta1"],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["federatedkafkatopics"],
                 "scope": "Namespaced",
@@ -492,7 +492,7 @@ pub async fn register_webhook(testbed: &Testbed, name: &str, addr: &str) -> Resu
 /// A FederatedKafkaTopic object for server-side apply.
 pub fn topic_object(ns: &str, name: &str, spec: serde_json::Value) -> serde_json::Value {
     serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "FederatedKafkaTopic",
         "metadata": {"name": name, "namespace": ns},
         "spec": spec,
@@ -532,7 +532,7 @@ pub async fn apply_topic(
 pub async fn apply_policy(testbed: &Testbed, name: &str, spec: serde_json::Value) -> Result<()> {
     let api: Api<KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
     let object = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "KafkaTopicPolicy",
         "metadata": {"name": name},
         "spec": spec,

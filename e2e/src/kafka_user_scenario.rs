@@ -31,7 +31,7 @@ pub async fn apply_user(
     ensure_namespace(testbed.mgmt(), ns).await?;
     let api: Api<FederatedKafkaUser> = Api::namespaced(testbed.mgmt().client(), ns);
     let object = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "FederatedKafkaUser",
         "metadata": {"name": name},
         "spec": spec,

@@ -271,7 +271,7 @@ pub async fn apply(testbed: &Testbed, ns: &str, name: &str, spec: serde_json::Va
     ensure_namespace(testbed.mgmt(), ns).await?;
     let api: Api<PrometheusFederation> = Api::namespaced(testbed.mgmt().client(), ns);
     let object = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "PrometheusFederation",
         "metadata": {"name": name, "namespace": ns},
         "spec": spec,

@@ -37,11 +37,11 @@ pub const MANIFESTS: usize = 3;
 /// each named `name`.
 pub fn resource_object(ns: &str, name: &str, clusters: &[String], value: &str) -> Value {
     json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "FederatedResource",
         "metadata": {"name": name, "namespace": ns},
         "spec": {
-            "clusters": clusters,
+            "placement": {"clusters": clusters},
             "manifests": [
                 pause_deployment(name, 1),
                 {"apiVersion": "v1", "kind": "Service",

@@ -119,7 +119,7 @@ async fn apply_deployment(testbed: &Testbed, ns: &str, name: &str) -> Result<()>
 async fn apply_policy(testbed: &Testbed, ns: &str, cluster: &str, desired: i32) -> Result<()> {
     fleet::ensure_namespace(testbed.mgmt(), ns).await?;
     let policy = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": "web", "namespace": ns},
         "spec": {"targetRef": {"name": "web"}, "desiredReplicas": desired,
                  "distribution": [{"cluster": cluster, "weight": 100}]}

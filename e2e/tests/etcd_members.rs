@@ -153,11 +153,11 @@ fn a_killed_etcd_leader_costs_no_stream_report_join_or_assignment() {
         accord_e2e::fleet::ensure_namespace(testbed.mgmt(), NAMESPACE).await?;
         let topics: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), NAMESPACE);
         let topic: FederatedKafkaTopic = serde_json::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
             "metadata": {"name": "after-kill", "namespace": NAMESPACE},
             "spec": {
                 "partitions": 1, "replicationFactor": 1,
-                "clusterSelector": {"matchLabels": {LABEL.0: LABEL.1}},
+                "placement": {"clusterSelector": {"matchLabels": {LABEL.0: LABEL.1}}},
             },
         }))?;
         topics.create(&PostParams::default(), &topic).await?;

@@ -234,7 +234,7 @@ fn a_partitioned_cluster_keeps_its_running_pods_through_its_return_and_the_other
             .map(|c| serde_json::json!({"cluster": c, "namespace": c, "weight": 1}))
             .collect();
         let ccsp: CrossClusterScalePolicy = serde_json::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+            "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
             "metadata": {"name": policy, "namespace": "default"},
             "spec": {"targetRef": {"name": policy}, "desiredReplicas": 9,
                      "distribution": distribution,

@@ -141,10 +141,10 @@ fn widget_crd() -> Value {
 
 fn bundle(ns: &str, prefix: &str) -> Value {
     json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+        "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
         "metadata": {"name": "app", "namespace": ns},
         "spec": {
-            "clusters": [format!("{prefix}-0"), format!("{prefix}-1"), format!("{prefix}-2")],
+            "placement": {"clusters": [format!("{prefix}-0"), format!("{prefix}-1"), format!("{prefix}-2")]},
             "manifests": [
                 {"apiVersion": "example.com/v1", "kind": "Widget",
                  "metadata": {"name": "main"}, "spec": {"size": 3}},
@@ -510,10 +510,10 @@ fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
             .await?;
         let object = |resolution: &str, deletion: &str, name: &str| {
             json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {
-                    "clusters": [format!("{prefix}-0"), format!("{prefix}-1"), format!("{prefix}-2")],
+                    "placement": {"clusters": [format!("{prefix}-0"), format!("{prefix}-1"), format!("{prefix}-2")]},
                     "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": "shared"}, "data": {"owner": "accord"}}],
                     "conflictResolution": resolution,
@@ -592,10 +592,10 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
         let _fleet = fleet(testbed, prefix, &[]).await?;
         label_cluster(testbed, &format!("{prefix}-1"), json!({"fres-bad": "yes"})).await?;
         let object = json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
             "metadata": {"name": "bad", "namespace": ns},
             "spec": {
-                "clusters": [format!("{prefix}-0"), format!("{prefix}-1")],
+                "placement": {"clusters": [format!("{prefix}-0"), format!("{prefix}-1")]},
                 "manifests": [
                     {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good"}, "data": {"a": "b"}},
                     {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "refused"},
@@ -650,7 +650,7 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
         // first. "elder" is the oldest but selects the cluster only once it is labelled.
         let contested = |name: &str, selection: Value| {
             let mut object = json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
                 "metadata": {"name": name, "namespace": ns},
                 "spec": {
                     "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
@@ -664,11 +664,11 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
                 .extend(selection.as_object().cloned().unwrap_or_default());
             object
         };
-        let member0 = json!({"clusters": [format!("{prefix}-0")]});
+        let member0 = json!({"placement": {"clusters": [format!("{prefix}-0")]}});
         apply(
             testbed,
             ns,
-            &contested("elder", json!({"clusterSelector": {"matchLabels": {"fres-contest": "yes"}}})),
+            &contested("elder", json!({"placement": {"clusterSelector": {"matchLabels": {"fres-contest": "yes"}}}})),
         )
         .await?;
         apply(testbed, ns, &contested("first", member0.clone())).await?;
@@ -733,7 +733,7 @@ fn the_mysql_example_reaches_every_member_in_order_with_its_override_and_feedbac
             .context("namespace")?
             .to_owned();
         let ns = ns.as_str();
-        mysql["spec"]["clusters"] =
+        mysql["spec"]["placement"]["clusters"] =
             json!((0..3).map(|i| format!("{prefix}-{i}")).collect::<Vec<_>>());
         let api: Api<Secret> = Api::namespaced(testbed.mgmt().client(), ns);
         ensure_namespace(testbed.mgmt(), ns).await?;
@@ -831,10 +831,10 @@ fn neither_a_member_hpa_nor_a_scale_policy_fights_the_delivery() {
         api_deployment["spec"].as_object_mut().unwrap().remove("replicas");
         let object = |generation: u32| {
             json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
                 "metadata": {"name": "apps", "namespace": ns},
                 "spec": {
-                    "clusters": clusters,
+                    "placement": {"clusters": clusters},
                     "manifests": [web, api_deployment,
                         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "resync"},
                          "data": {"generation": generation.to_string()}}],
@@ -848,7 +848,7 @@ fn neither_a_member_hpa_nor_a_scale_policy_fights_the_delivery() {
                 "web",
                 &PatchParams::apply(FM).force(),
                 &Patch::Apply(json!({
-                    "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+                    "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
                     "metadata": {"name": "web", "namespace": ns},
                     "spec": {"targetRef": {"name": "web"}, "desiredReplicas": 6,
                         "distribution": clusters.iter().map(|c| json!({"cluster": c, "weight": 1})).collect::<Vec<_>>()}

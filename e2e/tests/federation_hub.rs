@@ -41,7 +41,7 @@ async fn managed_cluster(testbed: &Testbed, name: &str, endpoint: Option<&str>) 
         name,
         &PatchParams::apply("e2e").force(),
         &Patch::Apply(json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
             "metadata": {"name": name, "labels": {"federation-e2e": "yes"}},
             "spec": spec,
         })),
@@ -69,10 +69,10 @@ fn the_global_tier_follows_the_policy_and_the_reloaders_answer_and_goes_with_it(
         let client = testbed.mgmt().client();
         let policies: Api<PrometheusFederation> = Api::namespaced(client.clone(), NS);
         let policy: PrometheusFederation = serde_json::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",
+            "apiVersion": "accord.io/v1beta1", "kind": "PrometheusFederation",
             "metadata": {"name": POLICY, "namespace": NS},
             "spec": {
-                "clusterSelector": {"matchLabels": {"federation-e2e": "yes"}},
+                "placement": {"clusterSelector": {"matchLabels": {"federation-e2e": "yes"}}},
                 "tenantSelector": {"namespaces": ["team-a"]},
                 "match": ["{job=\"app\"}"],
                 "global": {"enabled": true},

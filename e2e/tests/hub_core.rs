@@ -715,7 +715,7 @@ fn the_leader_divides_a_policy_and_streams_each_share_to_its_cluster() {
             wait_condition(testbed, c, "Available", "True", Duration::from_secs(30)).await?;
         }
         let policy: accord_crds::CrossClusterScalePolicy = serde_json::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+            "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
             "metadata": {"name": "assign-web", "namespace": "default"},
             "spec": {"targetRef": {"name": "frontend"}, "desiredReplicas": 12,
                      "distribution": [{"cluster": "assign-a", "namespace": "prod-us", "weight": 60},

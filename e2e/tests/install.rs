@@ -301,7 +301,7 @@ async fn a_hub_running_as_the_installed_service_account_registers_agents_and_run
     // gone); deleting it lets go.
     let policies: Api<CrossClusterScalePolicy> = Api::namespaced(admin.clone(), "default");
     let policy: CrossClusterScalePolicy = serde_json::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": "rbac-web", "namespace": "default"},
         "spec": {"targetRef": {"name": "frontend"}, "desiredReplicas": 3,
                  "distribution": [{"cluster": "rbac-member", "namespace": "prod", "weight": 1}]}

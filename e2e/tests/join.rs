@@ -195,7 +195,7 @@ async fn two_members_join_as_the_quickstart_says_and_run_a_policy() -> Result<()
         create_frontend(member, "prod").await?;
     }
     let policy: CrossClusterScalePolicy = serde_json::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": "frontend", "namespace": "default"},
         "spec": {"targetRef": {"name": "frontend"}, "desiredReplicas": 5,
                  "distribution": [{"cluster": "east", "namespace": "prod", "weight": 3},
@@ -243,9 +243,9 @@ async fn two_members_join_as_the_quickstart_says_and_run_a_policy() -> Result<()
         )
         .await?;
     let federation: PrometheusFederation = serde_json::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",
+        "apiVersion": "accord.io/v1beta1", "kind": "PrometheusFederation",
         "metadata": {"name": "team-a", "namespace": "default"},
-        "spec": {"clusters": ["east"], "tenantSelector": {"namespaces": ["team-a"]},
+        "spec": {"placement": {"clusters": ["east"]}, "tenantSelector": {"namespaces": ["team-a"]},
                  "match": ["{job=\"prometheus\"}"]}
     }))?;
     Api::<PrometheusFederation>::namespaced(admin.clone(), "default")

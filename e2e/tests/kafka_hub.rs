@@ -244,7 +244,7 @@ async fn play(
 
 fn topic(name: &str, ns: &str, spec: serde_json::Value) -> Result<FederatedKafkaTopic> {
     Ok(serde_json::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": KIND,
+        "apiVersion": "accord.io/v1beta1", "kind": KIND,
         "metadata": {"name": name, "namespace": ns},
         "spec": spec,
     }))?)
@@ -371,7 +371,7 @@ fn every_selected_cluster_gets_the_topic_and_an_older_topic_keeps_a_duplicate_na
                 json!({
                     "partitions": 12, "replicationFactor": 3,
                     "config": {"retention.ms": "604800000", "cleanup.policy": "delete"},
-                    "clusterSelector": {"matchLabels": {"kafka-e2e": "place"}},
+                    "placement": {"clusterSelector": {"matchLabels": {"kafka-e2e": "place"}}},
                 }),
             )?,
         )
@@ -451,7 +451,7 @@ fn every_selected_cluster_gets_the_topic_and_an_older_topic_keeps_a_duplicate_na
                     "dup",
                     other_ns,
                     json!({"topicName": "events", "partitions": 24, "replicationFactor": 3,
-                           "clusters": ["kt-a"]}),
+                           "placement": {"clusters": ["kt-a"]}}),
                 )?,
             )
             .await?;
@@ -551,7 +551,7 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
         let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), ns);
         let policies: Api<KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
         let policy: KafkaTopicPolicy = serde_json::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+            "apiVersion": "accord.io/v1beta1", "kind": "KafkaTopicPolicy",
             "metadata": {"name": "kt-min-12"},
             "spec": {"minPartitions": 12, "replicationFactor": 3,
                      "namespaceSelector": {"matchLabels": {"kafka-policy-e2e": "yes"}}},
@@ -568,7 +568,7 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
             &topic(
                 "small",
                 ns,
-                json!({"partitions": 6, "replicationFactor": 1, "clusters": ["kt-c"]}),
+                json!({"partitions": 6, "replicationFactor": 1, "placement": {"clusters": ["kt-c"]}}),
             )?,
         )
         .await?;
@@ -695,7 +695,7 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
             &topic(
                 "drop",
                 ns,
-                json!({"partitions": 3, "replicationFactor": 1, "clusters": both,
+                json!({"partitions": 3, "replicationFactor": 1, "placement": {"clusters": both},
                        "deletionPolicy": "Delete"}),
             )?,
         )
@@ -725,7 +725,7 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
             &topic(
                 "stuck",
                 ns,
-                json!({"partitions": 3, "replicationFactor": 1, "clusters": both,
+                json!({"partitions": 3, "replicationFactor": 1, "placement": {"clusters": both},
                        "deletionPolicy": "Delete"}),
             )?,
         )
@@ -773,7 +773,7 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
             &topic(
                 "keep",
                 ns,
-                json!({"partitions": 3, "replicationFactor": 1, "clusters": ["kt-d"]}),
+                json!({"partitions": 3, "replicationFactor": 1, "placement": {"clusters": ["kt-d"]}}),
             )?,
         )
         .await?;
@@ -834,7 +834,7 @@ fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all()
                 ns,
                 json!({
                     "partitions": 3, "replicationFactor": 1,
-                    "clusterSelector": {"matchLabels": {"kafka-e2e": "summary"}},
+                    "placement": {"clusterSelector": {"matchLabels": {"kafka-e2e": "summary"}}},
                 }),
             )?,
         )

@@ -95,7 +95,7 @@ fn a_frozen_broker_makes_the_placement_unavailable_within_ten_seconds_and_synced
                 "partitions": 3,
                 "replicationFactor": 1,
                 "config": {"retention.ms": "3600000"},
-                "clusters": clusters,
+                "placement": {"clusters": clusters},
             }),
         )
         .await?;

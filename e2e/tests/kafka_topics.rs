@@ -73,7 +73,7 @@ fn spec(
         "partitions": partitions,
         "replicationFactor": rf,
         "config": config,
-        "clusters": clusters,
+        "placement": {"clusters": clusters},
     })
 }
 
@@ -768,7 +768,7 @@ fn the_hub_checks_policies_again_before_propagating_the_older_topic_keeps_a_name
                 "topicName": "kt-late-selected",
                 "partitions": 2,
                 "replicationFactor": 1,
-                "clusterSelector": {"matchLabels": {label: "yes"}},
+                "placement": {"clusterSelector": {"matchLabels": {label: "yes"}}},
             }),
         )
         .await?;

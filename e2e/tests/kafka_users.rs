@@ -127,7 +127,7 @@ fn spec(username: &str, secret: Option<&str>, clusters: &[String]) -> serde_json
         authentication["passwordSecretRef"] = json!({"name": secret, "key": "password"});
     }
     json!({
-        "username": username,
+        "userName": username,
         "authentication": authentication,
         "acls": [
             {"resource": {"type": "topic", "name": format!("{username}."), "patternType": "prefixed"},
@@ -136,7 +136,7 @@ fn spec(username: &str, secret: Option<&str>, clusters: &[String]) -> serde_json
         ],
         "quotas": {"producerByteRate": 1048576, "consumerByteRate": 2097152,
                    "requestPercentage": 50, "controllerMutationRate": 10},
-        "clusters": clusters,
+        "placement": {"clusters": clusters},
     })
 }
 

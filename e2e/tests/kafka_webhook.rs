@@ -63,10 +63,10 @@ fn topic(
     clusters: &[&str],
 ) -> Result<FederatedKafkaTopic> {
     Ok(serde_json::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "FederatedKafkaTopic",
         "metadata": { "name": name, "namespace": ns },
-        "spec": { "partitions": partitions, "replicationFactor": rf, "clusters": clusters },
+        "spec": { "partitions": partitions, "replicationFactor": rf, "placement": { "clusters": clusters } },
     }))?)
 }
 
@@ -82,7 +82,7 @@ async fn labelled_namespace(testbed: &Testbed, name: &str, label: &str) -> Resul
 async fn create_policy(testbed: &Testbed, name: &str, spec: Value) -> Result<()> {
     let api: Api<accord_crds::kafka_topic::KafkaTopicPolicy> = Api::all(testbed.mgmt().client());
     let policy = serde_json::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "KafkaTopicPolicy",
         "metadata": { "name": name }, "spec": spec,
     }))?;
     api.create(&PostParams::default(), &policy).await?;
@@ -134,7 +134,7 @@ async fn create_with_warnings(
     dry_run: bool,
 ) -> Result<(u16, Vec<String>)> {
     let ns = topic.metadata.namespace.as_deref().context("namespace")?;
-    let mut uri = format!("/apis/accord.io/v1alpha1/namespaces/{ns}/federatedkafkatopics");
+    let mut uri = format!("/apis/accord.io/v1beta1/namespaces/{ns}/federatedkafkatopics");
     if dry_run {
         uri.push_str("?dryRun=All");
     }
@@ -217,7 +217,7 @@ async fn review_directly(
         "kind": "AdmissionReview",
         "request": {
             "uid": "direct-1",
-            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic" },
+            "kind": { "group": "accord.io", "version": "v1beta1", "kind": "FederatedKafkaTopic" },
             "operation": "CREATE",
             "object": topic,
         },
@@ -266,7 +266,7 @@ fn topic_policies_are_enforced_at_admission_through_the_real_api_server() {
                 "name": "federatedkafkatopics.accord.io",
                 "clientConfig": { "url": format!("https://127.0.0.1:{port}/validate-federatedkafkatopics") },
                 "rules": [{
-                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                    "apiGroups": ["accord.io"], "apiVersions": ["v1beta1"],
                     "operations": ["CREATE", "UPDATE"], "resources": ["federatedkafkatopics"],
                     "scope": "Namespaced",
                 }],
@@ -541,7 +541,7 @@ fn the_webhook_works_with_only_the_permissions_install_grants() {
                     "caBundle": serde_json::to_value(&ca)?,
                 },
                 "rules": [{
-                    "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                    "apiGroups": ["accord.io"], "apiVersions": ["v1beta1"],
                     "operations": ["CREATE", "UPDATE"], "resources": ["federatedkafkatopics"],
                     "scope": "Namespaced",
                 }],
@@ -614,7 +614,7 @@ async fn register_every_webhook(
             "name": name,
             "clientConfig": { "url": format!("https://127.0.0.1:{port}{path}") },
             "rules": [{
-                "apiGroups": ["accord.io"], "apiVersions": ["v1alpha1"],
+                "apiGroups": ["accord.io"], "apiVersions": ["v1beta1"],
                 "operations": ["CREATE", "UPDATE"], "resources": [resource],
                 "scope": "Namespaced",
             }],
@@ -639,11 +639,11 @@ async fn register_every_webhook(
 /// A PrometheusFederation `wh-pfed/<name>` with `match`, as JSON.
 fn federation(name: &str, matchers: &[&str]) -> Value {
     json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "PrometheusFederation",
         "metadata": { "name": name, "namespace": "wh-pfed" },
         "spec": {
-            "clusters": ["east"],
+            "placement": { "clusters": ["east"] },
             "tenantSelector": { "namespaces": ["team-a"] },
             "match": matchers,
         },
@@ -744,9 +744,9 @@ fn what_cel_cannot_check_is_refused_at_kubectl_apply() {
         };
         let resource = |name: &str, manifests: Value, overrides: Value| {
             json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedResource",
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
                 "metadata": {"name": name, "namespace": "wh-pfed"},
-                "spec": {"clusters": ["east"], "manifests": manifests, "overrides": overrides},
+                "spec": {"placement": {"clusters": ["east"]}, "manifests": manifests, "overrides": overrides},
             })
         };
         let cases = [
@@ -811,12 +811,12 @@ fn what_cel_cannot_check_is_refused_at_kubectl_apply() {
 /// A FederatedKafkaUser `<ns>/<name>` with `acls`, as JSON.
 fn kafka_user(ns: &str, name: &str, acls: Value) -> Value {
     json!({
-        "apiVersion": "accord.io/v1alpha1",
+        "apiVersion": "accord.io/v1beta1",
         "kind": "FederatedKafkaUser",
         "metadata": { "name": name, "namespace": ns },
         "spec": {
             "authentication": { "type": "scram-sha-512" },
-            "clusters": ["east"],
+            "placement": { "clusters": ["east"] },
             "acls": acls,
         },
     })

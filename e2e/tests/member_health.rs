@@ -38,7 +38,7 @@ async fn apply_policy(testbed: &Testbed, desired: i32) -> Result<()> {
     ensure_namespace(testbed.mgmt(), NS).await?;
     let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), NS);
     let policy = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": "web", "namespace": NS},
         "spec": {"targetRef": {"name": "web"}, "desiredReplicas": desired,
                  "distribution": [{"cluster": "mh-1", "weight": 1}, {"cluster": "mh-2", "weight": 1}]},

@@ -32,7 +32,7 @@ fn spec(
     extra: serde_json::Value,
 ) -> serde_json::Value {
     let mut spec = serde_json::json!({
-        "clusters": clusters,
+        "placement": {"clusters": clusters},
         "tenantSelector": {"namespaces": TENANTS},
         "match": [format!("{{__name__=~\".+\",edit_{edit}_=\"\"}}")],
         "scrapeInterval": interval,

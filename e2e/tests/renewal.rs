@@ -134,7 +134,7 @@ async fn ensure_no_failures(testbed: &Testbed, cluster: &str, http: &str) -> Res
 async fn apply_policy(testbed: &Testbed, ns: &str, name: &str, desired: i32) -> Result<()> {
     let api: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), ns);
     let policy = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "targetRef": {"name": name},

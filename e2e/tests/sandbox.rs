@@ -465,7 +465,7 @@ fn both(out: &Output) -> String {
 /// A KafkaTopicPolicy for every namespace: at least 12 partitions, under `enforcement`.
 fn min_partitions_policy(enforcement: &str) -> String {
     format!(
-        "apiVersion: accord.io/v1alpha1
+        "apiVersion: accord.io/v1beta1
 kind: KafkaTopicPolicy
 metadata:
   name: sandbox-min-12
@@ -477,7 +477,7 @@ spec:
 }
 
 /// A 6-partition FederatedKafkaTopic in `default` for member-1.
-const SMALL_TOPIC: &str = "apiVersion: accord.io/v1alpha1
+const SMALL_TOPIC: &str = "apiVersion: accord.io/v1beta1
 kind: FederatedKafkaTopic
 metadata:
   name: small-topic
@@ -486,8 +486,9 @@ spec:
   topicName: small-topic
   partitions: 6
   replicationFactor: 1
-  clusters:
-  - member-1
+  placement:
+    clusters:
+    - member-1
 ";
 
 const PARTITION_RULE: &str = "spec.partitions: must be at least 12 (is 6)";

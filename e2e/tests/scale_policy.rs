@@ -168,7 +168,7 @@ fn policy(
     if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
         s.extend(e.clone());
     }
-    serde_json::json!({"apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+    serde_json::json!({"apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
                        "metadata": {"name": name, "namespace": ns}, "spec": spec})
 }
 
@@ -587,7 +587,7 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
 
         // Every kind the hub watches: a ManagedCluster whose weight no int32 holds is
         // Degraded with the reason, and does not stop the shared cluster watch.
-        let bad_cluster = serde_json::json!({"apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+        let bad_cluster = serde_json::json!({"apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
             "metadata": {"name": "poison-bad-weight"}, "spec": {"weight": 3_000_000_000_i64}});
         create_around_validation::<ManagedCluster>(testbed, bad_cluster).await?;
         let clusters = untyped::<ManagedCluster>(testbed, "");

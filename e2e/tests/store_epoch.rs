@@ -103,7 +103,7 @@ async fn apply_policy(testbed: &Testbed, desired: i32) -> Result<()> {
     let api: Api<accord_crds::CrossClusterScalePolicy> =
         Api::namespaced(testbed.mgmt().client(), NS);
     let policy = serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": "web", "namespace": NS},
         "spec": {"targetRef": {"name": "web"}, "desiredReplicas": desired,
                  "distribution": [{"cluster": "epoch-1", "weight": 1}]},

@@ -32,8 +32,8 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use store_support::{TTL, store};
 
-const POLICIES: &str = "/apis/accord.io/v1alpha1/namespaces/default/crossclusterscalepolicies";
-const TOPICS: &str = "/apis/accord.io/v1alpha1/namespaces/team/federatedkafkatopics";
+const POLICIES: &str = "/apis/accord.io/v1beta1/namespaces/default/crossclusterscalepolicies";
+const TOPICS: &str = "/apis/accord.io/v1beta1/namespaces/team/federatedkafkatopics";
 
 /// One leading hub's context against the fake API, and the ManagedClusters it sees.
 struct Harness {
@@ -103,7 +103,7 @@ impl Harness {
     /// Sets ManagedCluster `name`'s availability.
     fn cluster(&mut self, name: &str, available: bool) {
         let mc = ClusterObject::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
             "metadata": {"name": name},
             "spec": {},
             "status": {"conditions": [{
@@ -229,7 +229,7 @@ impl Harness {
 
 fn policy(name: &str, desired: Value) -> Value {
     json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": name, "namespace": "default", "generation": 1, "uid": format!("uid-{name}")},
         "spec": {
             "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "frontend"},
@@ -550,10 +550,10 @@ async fn only_a_topic_whose_deletion_deletes_in_the_members_gets_a_finalizer() {
         h.fake.put(
             &path,
             json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
                 "metadata": {"name": name, "namespace": "team", "generation": 1,
                              "resourceVersion": "1"},
-                "spec": {"partitions": 3, "replicationFactor": 1, "clusters": ["a", "b"],
+                "spec": {"partitions": 3, "replicationFactor": 1, "placement": {"clusters": ["a", "b"]},
                          "deletionPolicy": policy}
             }),
         );

@@ -32,7 +32,7 @@ async fn start() -> Result<Webhook> {
 
     let policies = vec![
         PolicyObject::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+            "apiVersion": "accord.io/v1beta1", "kind": "KafkaTopicPolicy",
             "metadata": { "name": "strict" },
             "spec": {
                 "minPartitions": 12, "replicationFactor": 3,
@@ -40,7 +40,7 @@ async fn start() -> Result<Webhook> {
             },
         }))?,
         PolicyObject::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+            "apiVersion": "accord.io/v1beta1", "kind": "KafkaTopicPolicy",
             "metadata": { "name": "watch" },
             "spec": {
                 "minPartitions": 12, "enforcement": "Audit",
@@ -55,9 +55,9 @@ async fn start() -> Result<Webhook> {
         }))?)
     };
     let topics = vec![TopicObject::from_value(json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+        "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
         "metadata": { "name": "events", "namespace": "team-a", "creationTimestamp": "2026-01-01T00:00:00Z" },
-        "spec": { "partitions": 12, "replicationFactor": 3, "clusters": ["east"] },
+        "spec": { "partitions": 12, "replicationFactor": 3, "placement": { "clusters": ["east"] } },
     }))?];
     let caches = Caches::fixed(
         topics,
@@ -97,14 +97,14 @@ fn review(uid: &str, namespace: &str, name: &str, partitions: i32, rf: i32) -> V
         "kind": "AdmissionReview",
         "request": {
             "uid": uid,
-            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic" },
-            "resource": { "group": "accord.io", "version": "v1alpha1", "resource": "federatedkafkatopics" },
+            "kind": { "group": "accord.io", "version": "v1beta1", "kind": "FederatedKafkaTopic" },
+            "resource": { "group": "accord.io", "version": "v1beta1", "resource": "federatedkafkatopics" },
             "name": name, "namespace": namespace, "operation": "CREATE",
             "userInfo": { "username": "admin" },
             "object": {
-                "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
                 "metadata": { "name": name, "namespace": namespace },
-                "spec": { "partitions": partitions, "replicationFactor": rf, "clusters": ["east"] },
+                "spec": { "partitions": partitions, "replicationFactor": rf, "placement": { "clusters": ["east"] } },
             },
             "oldObject": null,
             "dryRun": false,
@@ -195,13 +195,13 @@ fn federation_review(uid: &str, matchers: &[&str]) -> Value {
         "kind": "AdmissionReview",
         "request": {
             "uid": uid,
-            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "PrometheusFederation" },
+            "kind": { "group": "accord.io", "version": "v1beta1", "kind": "PrometheusFederation" },
             "operation": "CREATE",
             "object": {
-                "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",
+                "apiVersion": "accord.io/v1beta1", "kind": "PrometheusFederation",
                 "metadata": { "name": "tenants", "namespace": "monitoring" },
                 "spec": {
-                    "clusters": ["east"],
+                    "placement": { "clusters": ["east"] },
                     "tenantSelector": { "namespaces": ["team-a"] },
                     "match": matchers,
                 },

@@ -1021,11 +1021,11 @@ async fn fanout(
     accord_e2e::fleet::ensure_namespace(testbed.mgmt(), BENCH_NAMESPACE).await?;
     let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), BENCH_NAMESPACE);
     let topic: FederatedKafkaTopic = serde_json::from_value(serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+        "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
         "metadata": {"name": FANOUT_TOPIC, "namespace": BENCH_NAMESPACE},
         "spec": {
             "partitions": 1, "replicationFactor": 1,
-            "clusterSelector": {"matchLabels": {"bench": FANOUT_TOPIC}},
+            "placement": {"clusterSelector": {"matchLabels": {"bench": FANOUT_TOPIC}}},
         },
     }))?;
     for change in ["create", "edit"] {

@@ -130,7 +130,7 @@ fn topic_spec(i: usize, partitions: i32, clusters: &[String]) -> serde_json::Val
         "partitions": partitions,
         "replicationFactor": 1,
         "config": {"retention.ms": "86400000"},
-        "clusters": clusters,
+        "placement": {"clusters": clusters},
     })
 }
 
@@ -707,10 +707,10 @@ fn admission_review(i: usize, partitions: i32, clusters: &[String]) -> serde_jso
         "kind": "AdmissionReview",
         "request": {
             "uid": format!("00000000-0000-0000-0000-{i:012}"),
-            "kind": {"group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic"},
-            "resource": {"group": "accord.io", "version": "v1alpha1", "resource": "federatedkafkatopics"},
-            "requestKind": {"group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic"},
-            "requestResource": {"group": "accord.io", "version": "v1alpha1", "resource": "federatedkafkatopics"},
+            "kind": {"group": "accord.io", "version": "v1beta1", "kind": "FederatedKafkaTopic"},
+            "resource": {"group": "accord.io", "version": "v1beta1", "resource": "federatedkafkatopics"},
+            "requestKind": {"group": "accord.io", "version": "v1beta1", "kind": "FederatedKafkaTopic"},
+            "requestResource": {"group": "accord.io", "version": "v1beta1", "resource": "federatedkafkatopics"},
             "name": name,
             "namespace": NS,
             "operation": "CREATE",

@@ -55,7 +55,7 @@ fn summary(what: &str, mut samples: Vec<Duration>) {
 
 fn spec(clusters: &[String], edit: u32) -> serde_json::Value {
     serde_json::json!({
-        "clusters": clusters,
+        "placement": {"clusters": clusters},
         "tenantSelector": {"namespaces": TENANTS},
         "match": [format!("{{job=\"tenant\",edit_{edit}_=\"\"}}")],
         "scrapeInterval": "5s",

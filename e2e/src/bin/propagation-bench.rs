@@ -137,7 +137,7 @@ async fn main() -> Result<()> {
     let policies: Api<CrossClusterScalePolicy> = Api::namespaced(testbed.mgmt().client(), NS);
     let policy = |desired: i32| {
         serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy", "metadata": {"name": "web"},
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy", "metadata": {"name": "web"},
         "spec": {"targetRef": {"name": "web"}, "desiredReplicas": desired,
                  "distribution": [{"cluster": "m1", "weight": 1}, {"cluster": "m2", "weight": 1}, {"cluster": "m3", "weight": 1}],
                  "failover": {"enabled": true, "returnCooldownSeconds": 2}}})

@@ -126,7 +126,7 @@ fn user_name(i: usize) -> String {
 fn user_spec(i: usize, iterations: i32, clusters: &[String]) -> serde_json::Value {
     let username = user_name(i);
     json!({
-        "username": username,
+        "userName": username,
         "authentication": {
             "type": "scram-sha-512",
             "iterations": iterations,
@@ -138,7 +138,7 @@ fn user_spec(i: usize, iterations: i32, clusters: &[String]) -> serde_json::Valu
             {"resource": {"type": "group", "name": format!("{username}-app")}, "operations": ["Read"]},
         ],
         "quotas": {"producerByteRate": 1048576},
-        "clusters": clusters,
+        "placement": {"clusters": clusters},
     })
 }
 

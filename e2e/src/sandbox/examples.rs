@@ -131,7 +131,7 @@ pub struct ResourceExample {
     pub namespace: String,
     /// Name.
     pub name: String,
-    /// The members it delivers to (its fitted `spec.clusters`).
+    /// The members it delivers to (its fitted `spec.placement.clusters`).
     pub clusters: Vec<String>,
 }
 
@@ -184,7 +184,8 @@ pub struct FederationExample {
     /// Where the agent writes ConfigMap `prometheus-federation` in each member
     /// (`spec.target.configMapNamespace`, else the agent's namespace).
     pub config_map_namespace: String,
-    /// Labels every member's ManagedCluster gets so that `spec.clusterSelector` selects it.
+    /// Labels every member's ManagedCluster gets so that `spec.placement.clusterSelector`
+    /// selects it.
     pub cluster_labels: BTreeMap<String, String>,
     /// Whether the global tier is enabled (`spec.global.enabled`).
     pub global: bool,
@@ -226,8 +227,9 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
             },
             "FederatedKafkaTopic" => {
                 if fit.kafka {
-                    let clusters = fit_cluster_list(&object["spec"]["clusters"], fit, &rename);
-                    object["spec"]["clusters"] = json!(clusters);
+                    let placement = &mut object["spec"]["placement"];
+                    let clusters = fit_cluster_list(&placement["clusters"], fit, &rename);
+                    placement["clusters"] = json!(clusters);
                     // One broker per member: a replication factor above 1 cannot be met.
                     object["spec"]["replicationFactor"] = json!(1);
                     plan.topics.push((
@@ -265,8 +267,9 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
             }
             "FederatedKafkaUser" => {
                 if fit.kafka_users {
-                    let clusters = fit_cluster_list(&object["spec"]["clusters"], fit, &rename);
-                    object["spec"]["clusters"] = json!(clusters);
+                    let placement = &mut object["spec"]["placement"];
+                    let clusters = fit_cluster_list(&placement["clusters"], fit, &rename);
+                    placement["clusters"] = json!(clusters);
                     let namespace = object["metadata"]["namespace"]
                         .as_str()
                         .unwrap_or("default")
@@ -418,7 +421,7 @@ fn drop_delivered_targets(plan: &mut Plan) -> Result<()> {
         let spec: FederatedResourceSpec = serde_json::from_value(object["spec"].clone())
             .with_context(|| format!("FederatedResource example {namespace}/{name}"))?;
         let manifests = ordered_manifests(&spec);
-        for cluster in spec.clusters.iter().flatten() {
+        for cluster in spec.placement.clusters.iter().flatten() {
             let info = ClusterInfo {
                 labels: labels_once_up(plan, cluster),
                 ..ClusterInfo::default()
@@ -477,15 +480,16 @@ fn cluster_names(objects: &[Value]) -> Vec<String> {
                 }
             }
             Some("FederatedKafkaTopic" | "FederatedKafkaUser") => {
-                for cluster in object["spec"]["clusters"].as_array().into_iter().flatten() {
+                let clusters = &object["spec"]["placement"]["clusters"];
+                for cluster in clusters.as_array().into_iter().flatten() {
                     add(cluster.as_str());
                 }
             }
             Some(FRES) => {
                 let spec = &object["spec"];
                 let overrides = spec["overrides"].as_array().into_iter().flatten();
-                let lists =
-                    std::iter::once(&spec["clusters"]).chain(overrides.map(|o| &o["clusters"]));
+                let lists = std::iter::once(&spec["placement"]["clusters"])
+                    .chain(overrides.map(|o| &o["clusters"]));
                 for cluster in lists.filter_map(Value::as_array).flatten() {
                     add(cluster.as_str());
                 }
@@ -550,7 +554,7 @@ pub fn extra_namespace(member: &str) -> String {
 /// The JSON pointer of a manifest's namespace, which per-cluster overrides set.
 const NAMESPACE_POINTER: &str = "/metadata/namespace";
 
-/// Fits a FederatedResource to the sandbox: its clusters and every override's clusters
+/// Fits a FederatedResource to the sandbox: its placement's clusters and every override's clusters
 /// renamed (an override left without a cluster is dropped); members beyond the example's
 /// clusters are delivered to as the last one is: added to the overrides that name it, or,
 /// where such an override sets the namespace, given one of their own that sets
@@ -570,23 +574,23 @@ fn fit_resource(
         .to_owned();
     let spec = &mut object["spec"];
     ensure!(
-        spec["clusters"].is_array(),
+        spec["placement"]["clusters"].is_array(),
         "FederatedResource example {namespace}/{name}: the sandbox fits examples that name \
-         their clusters (spec.clusters), not a clusterSelector"
+         their clusters (spec.placement.clusters), not a clusterSelector"
     );
-    let last = spec["clusters"]
+    let last = spec["placement"]["clusters"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
         .rfind(|c| rename(c).is_some())
         .map(str::to_owned);
-    let clusters = fit_cluster_list(&spec["clusters"], fit, rename);
+    let clusters = fit_cluster_list(&spec["placement"]["clusters"], fit, rename);
     let extras: Vec<&String> = fit
         .members
         .iter()
         .filter(|m| {
-            !spec["clusters"]
+            !spec["placement"]["clusters"]
                 .as_array()
                 .into_iter()
                 .flatten()
@@ -594,7 +598,7 @@ fn fit_resource(
                 .any(|c| &c == *m)
         })
         .collect();
-    spec["clusters"] = json!(clusters);
+    spec["placement"]["clusters"] = json!(clusters);
 
     let mut overrides = Vec::new();
     for o in spec["overrides"].as_array().into_iter().flatten() {
@@ -726,15 +730,17 @@ fn fit_federation(object: &mut Value) -> Result<FederationExample> {
          (spec.tenantSelector.namespaces): the sandbox starts a tenant Prometheus per namespace"
     );
     ensure!(
-        spec["clusterSelector"]["matchExpressions"].is_null(),
-        "PrometheusFederation example {name}: the sandbox fits clusterSelector.matchLabels only"
+        spec["placement"]["clusterSelector"]["matchExpressions"].is_null(),
+        "PrometheusFederation example {name}: the sandbox fits \
+         placement.clusterSelector.matchLabels only"
     );
-    let cluster_labels: BTreeMap<String, String> = spec["clusterSelector"]["matchLabels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-        .collect();
+    let cluster_labels: BTreeMap<String, String> =
+        spec["placement"]["clusterSelector"]["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect();
     Ok(FederationExample {
         namespace: object["metadata"]["namespace"]
             .as_str()
@@ -950,7 +956,10 @@ mod tests {
             .iter()
             .find(|o| o["kind"] == "FederatedKafkaTopic")
             .unwrap();
-        assert_eq!(topic["spec"]["clusters"], json!(["member-1", "member-2"]));
+        assert_eq!(
+            topic["spec"]["placement"]["clusters"],
+            json!(["member-1", "member-2"])
+        );
         assert_eq!(topic["spec"]["replicationFactor"], 1);
         assert_eq!(
             plan.topics,
@@ -993,7 +1002,7 @@ mod tests {
             json!([r#"{job="tenant"}"#, r#"{__name__=~"job:.*"}"#])
         );
         assert_eq!(
-            spec["clusterSelector"],
+            spec["placement"]["clusterSelector"],
             json!({"matchLabels": {"tier": "prod"}}),
             "the selector is kept; the members are labelled to match it"
         );
@@ -1021,7 +1030,7 @@ mod tests {
         };
         let federation = |spec: Value| {
             json!({
-                "apiVersion": "accord.io/v1alpha1",
+                "apiVersion": "accord.io/v1beta1",
                 "kind": "PrometheusFederation",
                 "metadata": {"name": "f", "namespace": "monitoring"},
                 "spec": spec,
@@ -1045,7 +1054,7 @@ mod tests {
     fn a_federation_without_a_target_namespace_writes_to_the_agents_and_gets_the_tenant_job() {
         let names = members(&["member-1"]);
         let object = json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": "PrometheusFederation",
             "metadata": {"name": "f", "namespace": "monitoring"},
             "spec": {"tenantSelector": {"namespaces": ["a"]}, "match": ["up"]},
@@ -1077,7 +1086,7 @@ mod tests {
         let spec: FederatedResourceSpec = serde_json::from_value(frontend["spec"].clone()).unwrap();
         accord_crds::validate::Validate::validate(&spec).unwrap();
         assert_eq!(
-            frontend["spec"]["clusters"],
+            frontend["spec"]["placement"]["clusters"],
             json!(["member-1", "member-2"])
         );
         let overrides = &frontend["spec"]["overrides"];
@@ -1130,7 +1139,10 @@ mod tests {
         let names = members(&["a", "b", "c"]);
         let plan = default_plan(&names);
         let frontend = example(&plan, FRES, "frontend");
-        assert_eq!(frontend["spec"]["clusters"], json!(["a", "b", "c"]));
+        assert_eq!(
+            frontend["spec"]["placement"]["clusters"],
+            json!(["a", "b", "c"])
+        );
         let overrides = frontend["spec"]["overrides"].as_array().unwrap();
         assert_eq!(overrides.len(), 4);
         assert_eq!(
@@ -1164,7 +1176,10 @@ mod tests {
                 .any(|(d, _)| *d == target("c", "prod-c", "frontend"))
         );
         let mysql = example(&plan, FRES, "mysql");
-        assert_eq!(mysql["spec"]["clusters"], json!(["a", "b", "c"]));
+        assert_eq!(
+            mysql["spec"]["placement"]["clusters"],
+            json!(["a", "b", "c"])
+        );
     }
 
     #[test]
@@ -1172,7 +1187,7 @@ mod tests {
         let names = members(&["solo"]);
         let plan = default_plan(&names);
         let frontend = example(&plan, FRES, "frontend");
-        assert_eq!(frontend["spec"]["clusters"], json!(["solo"]));
+        assert_eq!(frontend["spec"]["placement"]["clusters"], json!(["solo"]));
         let overrides = frontend["spec"]["overrides"].as_array().unwrap();
         assert_eq!(overrides.len(), 2, "{overrides:?}");
         assert_eq!(overrides[0]["clusters"], json!(["solo"]));
@@ -1222,11 +1237,11 @@ mod tests {
         let names = members(&["east"]);
         let resource = |name: &str, manifests: Value| {
             json!({
-                "apiVersion": "accord.io/v1alpha1",
+                "apiVersion": "accord.io/v1beta1",
                 "kind": FRES,
                 "metadata": {"name": name, "namespace": "apps"},
                 "spec": {
-                    "clusters": ["east"],
+                    "placement": {"clusters": ["east"]},
                     "secretRefs": [{"name": "creds"}],
                     "manifests": manifests,
                 },
@@ -1264,7 +1279,7 @@ mod tests {
         let names = members(&["east"]);
         let policy = |name: &str, target: &str| {
             json!({
-                "apiVersion": "accord.io/v1alpha1",
+                "apiVersion": "accord.io/v1beta1",
                 "kind": CCSP,
                 "metadata": {"name": name, "namespace": "default"},
                 "spec": {
@@ -1276,11 +1291,11 @@ mod tests {
         };
         let deployment = |name: &str| json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}});
         let delivery = json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": FRES,
             "metadata": {"name": "apps", "namespace": "shop"},
             "spec": {
-                "clusters": ["east"],
+                "placement": {"clusters": ["east"]},
                 // `web` lands in shop (the object's namespace), `api` is moved elsewhere.
                 "manifests": [deployment("web"), deployment("api")],
                 "overrides": [{"clusters": ["east"], "target": {"kind": "Deployment", "name": "api"},
@@ -1317,10 +1332,10 @@ mod tests {
     fn a_federated_resource_example_with_a_cluster_selector_is_refused_with_the_reason() {
         let names = members(&["east"]);
         let object = json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": FRES,
             "metadata": {"name": "r", "namespace": "default"},
-            "spec": {"clusterSelector": {}, "manifests": []},
+            "spec": {"placement": {"clusterSelector": {}}, "manifests": []},
         });
         let err = plan_objects(
             vec![object],

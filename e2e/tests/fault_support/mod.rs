@@ -125,7 +125,7 @@ pub async fn create_policy_with_cooldown(
         .map(|(c, w)| serde_json::json!({"cluster": c, "namespace": "prod", "weight": w}))
         .collect();
     let policy: CrossClusterScalePolicy = serde_json::from_value(serde_json::json!({
-        "apiVersion": "accord.io/v1alpha1", "kind": "CrossClusterScalePolicy",
+        "apiVersion": "accord.io/v1beta1", "kind": "CrossClusterScalePolicy",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"targetRef": {"name": name}, "desiredReplicas": total,
                  "distribution": distribution,
