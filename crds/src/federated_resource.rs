@@ -43,7 +43,7 @@ pub const CLUSTER_SCOPED_KINDS: &[&str] = &[
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "FederatedResource",
     namespaced,
     shortname = "fres",
@@ -67,9 +67,6 @@ pub const CLUSTER_SCOPED_KINDS: &[&str] = &[
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(
-    validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR)
-)]
 #[serde(rename_all = "camelCase")]
 pub struct FederatedResourceSpec {
     /// The objects to deliver, 1 to 100, each a whole Kubernetes object (`apiVersion`,
@@ -90,15 +87,9 @@ pub struct FederatedResourceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub secret_refs: Vec<SecretRef>,
-    /// Member clusters by name. Set this or clusterSelector.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 100), inner(length(max = 63)))]
-    #[x_kube(validation = Rule::new(crate::scale::ALL_CLUSTER_NAMES_RULE).message(messages::CLUSTER_NAME))]
-    pub clusters: Option<Vec<String>>,
-    /// Member clusters by ManagedCluster labels (re-resolved when labels change). Set this or
-    /// clusters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_selector: Option<LabelSelector>,
+    /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
+    /// ManagedCluster labels, re-resolved when labels change).
+    pub placement: crate::ClusterPlacement,
     /// Per-cluster changes: each applies its RFC 6902 JSON patch to the manifests it
     /// targets (every manifest unless `target` says which) in the clusters it selects, in
     /// order.
@@ -381,11 +372,7 @@ pub fn manifest_identity(m: &serde_json::Value) -> Option<(&str, &str, &str)> {
 impl Validate for FederatedResourceSpec {
     fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = ValidationErrors::default();
-        check_cluster_selection(
-            &mut errs,
-            self.clusters.as_deref(),
-            self.cluster_selector.is_some(),
-        );
+        check_cluster_selection(&mut errs, &self.placement);
         errs.check(
             !self.manifests.is_empty(),
             "spec.manifests",
@@ -497,7 +484,7 @@ mod tests {
     #[test]
     fn a_bundle_with_an_override_is_valid_and_defaults_to_abort_and_delete() {
         let s = spec(&format!(
-            "clusters: [east]\nmanifests: [{CM}]\noverrides:\n- clusters: [east]\n  \
+            "placement: {{clusters: [east]}}\nmanifests: [{CM}]\noverrides:\n- clusters: [east]\n  \
              target: {{kind: ConfigMap}}\n  jsonPatch: [{{op: replace, path: /data/k, value: w}}]\n"
         ));
         s.validate().unwrap();
@@ -508,7 +495,7 @@ mod tests {
     #[test]
     fn every_bad_manifest_is_named_with_its_rule() {
         let s = spec(&format!(
-            "clusters: [east]\nmanifests:\n- {CM}\n- {CM}\n\
+            "placement: {{clusters: [east]}}\nmanifests:\n- {CM}\n- {CM}\n\
              - {{apiVersion: v1, kind: Secret, metadata: {{name: s}}}}\n\
              - {{apiVersion: v1, kind: ConfigMap, metadata: {{}}}}\n\
              - {{kind: ConfigMap, metadata: {{name: x}}}}\n"
@@ -534,7 +521,7 @@ mod tests {
     #[test]
     fn the_same_name_in_two_namespaces_or_kinds_is_not_a_duplicate() {
         let s = spec(
-            "clusterSelector: {}\nmanifests:\n\
+            "placement: {clusterSelector: {}}\nmanifests:\n\
              - {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: a}}\n\
              - {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: b}}\n\
              - {apiVersion: v1, kind: Service, metadata: {name: c, namespace: a}}\n",
@@ -545,7 +532,7 @@ mod tests {
     #[test]
     fn overrides_need_a_selection_and_well_formed_operations() {
         let s = spec(&format!(
-            "clusters: [east]\nmanifests: [{CM}]\noverrides:\n\
+            "placement: {{clusters: [east]}}\nmanifests: [{CM}]\noverrides:\n\
              - jsonPatch: [{{op: replace, path: data/k}}]\n\
              - clusters: [a]\n  jsonPatch: [{{op: copy, path: /x}}]\n"
         ));
@@ -564,7 +551,7 @@ mod tests {
     #[test]
     fn secret_refs_need_a_name_each_once() {
         let s = spec(&format!(
-            "clusters: [east]\nmanifests: [{CM}]\nsecretRefs: [{{name: db}}, {{name: db}}, {{name: ''}}]\n"
+            "placement: {{clusters: [east]}}\nmanifests: [{CM}]\nsecretRefs: [{{name: db}}, {{name: db}}, {{name: ''}}]\n"
         ));
         assert_eq!(
             s.validate().unwrap_err().messages(),
@@ -576,7 +563,7 @@ mod tests {
     fn a_spec_over_512_kib_is_refused() {
         let big = "x".repeat(MAX_SPEC_BYTES);
         let s = spec(&format!(
-            "clusters: [east]\nmanifests: [{{apiVersion: v1, kind: ConfigMap, metadata: {{name: c}}, data: {{k: {big}}}}}]\n"
+            "placement: {{clusters: [east]}}\nmanifests: [{{apiVersion: v1, kind: ConfigMap, metadata: {{name: c}}, data: {{k: {big}}}}}]\n"
         ));
         assert_eq!(
             s.validate().unwrap_err().messages(),

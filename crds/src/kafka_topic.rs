@@ -18,7 +18,7 @@ const TOPIC_NAME_RULE: &str =
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "FederatedKafkaTopic",
     namespaced,
     shortname = "fkt",
@@ -39,7 +39,6 @@ const TOPIC_NAME_RULE: &str =
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR))]
 #[serde(rename_all = "camelCase")]
 pub struct FederatedKafkaTopicSpec {
     /// Topic name in Kafka (default: metadata.name). A name an older FederatedKafkaTopic
@@ -70,14 +69,9 @@ pub struct FederatedKafkaTopicSpec {
     #[schemars(extend("maxProperties" = 100))]
     #[x_kube(validation = Rule::new("self.all(k, size(k) >= 1 && size(k) <= 255 && size(self[k]) <= 4096)").message(messages::TOPIC_CONFIG))]
     pub config: BTreeMap<String, String>,
-    /// Member clusters by name. Set this or clusterSelector.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 100), inner(length(max = 63)))]
-    #[x_kube(validation = Rule::new(crate::scale::ALL_CLUSTER_NAMES_RULE).message(messages::CLUSTER_NAME))]
-    pub clusters: Option<Vec<String>>,
-    /// Member clusters by ManagedCluster labels. Set this or clusters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_selector: Option<LabelSelector>,
+    /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
+    /// ManagedCluster labels).
+    pub placement: crate::ClusterPlacement,
     /// What deleting this object does to the topics: `Retain` (default) leaves them and
     /// their data in every member's Kafka; `Delete` deletes them in every member first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -177,7 +171,7 @@ pub struct TopicPlacement {
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "KafkaTopicPolicy",
     shortname = "ktp",
     category = "accord",

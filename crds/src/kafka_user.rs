@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::LazyLock;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -51,14 +51,14 @@ const HOST_RULE: &str = "self == '*' || self.matches('^[0-9a-fA-F:.]+$')";
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "FederatedKafkaUser",
     namespaced,
     shortname = "fku",
     category = "accord",
     status = "FederatedKafkaUserStatus",
     doc = "A Kafka user (SCRAM-SHA-512 credential, ACLs, quotas) kept alike in the Kafka of every selected member cluster; the password stays in a Secret of the management cluster.",
-    printcolumn(name = "Username", type_ = "string", json_path = ".spec.username"),
+    printcolumn(name = "User", type_ = "string", json_path = ".spec.userName"),
     printcolumn(
         name = "Ready",
         type_ = "string",
@@ -70,7 +70,6 @@ const HOST_RULE: &str = "self == '*' || self.matches('^[0-9a-fA-F:.]+$')";
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[x_kube(validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR))]
 #[serde(rename_all = "camelCase")]
 pub struct FederatedKafkaUserSpec {
     /// The SCRAM user name (default: metadata.name); the ACLs' principal is
@@ -79,7 +78,7 @@ pub struct FederatedKafkaUserSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 255))]
     #[x_kube(validation = Rule::new(USERNAME_RULE).message(messages::USERNAME))]
-    pub username: Option<String>,
+    pub user_name: Option<String>,
     /// How the user authenticates: a SCRAM-SHA-512 credential.
     pub authentication: KafkaUserAuthentication,
     /// The principal's ACL bindings, at most 100 entries: these and no others.
@@ -90,14 +89,9 @@ pub struct FederatedKafkaUserSpec {
     /// from the user there, whoever set it (the user's quotas are this object's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quotas: Option<KafkaUserQuotas>,
-    /// Member clusters by name. Set this or clusterSelector.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 100), inner(length(max = 63)))]
-    #[x_kube(validation = Rule::new(crate::scale::ALL_CLUSTER_NAMES_RULE).message(messages::CLUSTER_NAME))]
-    pub clusters: Option<Vec<String>>,
-    /// Member clusters by ManagedCluster labels. Set this or clusters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_selector: Option<LabelSelector>,
+    /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
+    /// ManagedCluster labels).
+    pub placement: crate::ClusterPlacement,
     /// What deleting this object (or a cluster no longer selected) does to the user in
     /// each member's Kafka: `Delete` (the default for users, unlike topics: a credential
     /// nobody manages any more is a door left open) removes its credential, ACLs and
@@ -560,10 +554,10 @@ impl FederatedKafkaUserSpec {
 }
 
 impl FederatedKafkaUser {
-    /// The SCRAM user name: `spec.username`, else `metadata.name`.
-    pub fn username(&self) -> &str {
+    /// The SCRAM user name: `spec.userName`, else `metadata.name`.
+    pub fn user_name(&self) -> &str {
         self.spec
-            .username
+            .user_name
             .as_deref()
             .or(self.metadata.name.as_deref())
             .unwrap_or_default()
@@ -571,7 +565,7 @@ impl FederatedKafkaUser {
 
     /// The Kafka principal its ACLs are bound to: `User:<username>`.
     pub fn principal(&self) -> String {
-        format!("User:{}", self.username())
+        format!("User:{}", self.user_name())
     }
 
     /// PBKDF2 iterations of its credential (`spec.authentication.iterations`, defaulted).
@@ -604,11 +598,11 @@ fn is_secret_key(s: &str) -> bool {
 impl Validate for FederatedKafkaUserSpec {
     fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = ValidationErrors::default();
-        if let Some(name) = &self.username {
+        if let Some(name) = &self.user_name {
             let length = name.chars().count();
             errs.check(
                 (1..=255).contains(&length) && !name.chars().any(char::is_control),
-                "spec.username",
+                "spec.userName",
                 messages::USERNAME,
             );
         }
@@ -668,11 +662,7 @@ impl Validate for FederatedKafkaUserSpec {
                 );
             }
         }
-        check_cluster_selection(
-            &mut errs,
-            self.clusters.as_deref(),
-            self.cluster_selector.is_some(),
-        );
+        check_cluster_selection(&mut errs, &self.placement);
         errs.into_result()
     }
 }
@@ -788,8 +778,8 @@ mod tests {
         FederatedKafkaUser::new(name, spec(yaml))
     }
 
-    const CLUSTERS: &str = "clusters: [east]\n";
-    const BASE: &str = "clusters: [east]\nauthentication: {type: scram-sha-512}\n";
+    const CLUSTERS: &str = "placement: {clusters: [east]}\n";
+    const BASE: &str = "placement: {clusters: [east]}\nauthentication: {type: scram-sha-512}\n";
 
     fn fields(errs: &ValidationErrors) -> Vec<(String, &'static str)> {
         errs.0
@@ -802,7 +792,7 @@ mod tests {
     fn a_minimal_user_is_valid_and_defaults_to_its_name_8192_iterations_and_delete() {
         let u = user("orders-writer", BASE);
         u.spec.validate().unwrap();
-        assert_eq!(u.username(), "orders-writer");
+        assert_eq!(u.user_name(), "orders-writer");
         assert_eq!(u.principal(), "User:orders-writer");
         assert_eq!(u.iterations(), 8192);
         assert_eq!(u.spec.deletion_policy(), DeletionPolicy::Delete);
@@ -815,7 +805,7 @@ mod tests {
         let u = user(
             "x",
             &format!(
-                "{CLUSTERS}username: \"CN=orders, O=shop\"\nauthentication: {{type: scram-sha-512, iterations: 4096}}\n"
+                "{CLUSTERS}userName: \"CN=orders, O=shop\"\nauthentication: {{type: scram-sha-512, iterations: 4096}}\n"
             ),
         );
         u.spec.validate().unwrap();
@@ -827,14 +817,14 @@ mod tests {
             "\"a\\u0085b\"",
             &format!("\"{}\"", "x".repeat(256)),
         ] {
-            let s = spec(&format!("{BASE}username: {bad}\n"));
+            let s = spec(&format!("{BASE}userName: {bad}\n"));
             assert_eq!(
                 fields(&s.validate().unwrap_err()),
-                [("spec.username".to_owned(), messages::USERNAME)],
+                [("spec.userName".to_owned(), messages::USERNAME)],
                 "{bad}"
             );
         }
-        spec(&format!("{BASE}username: \"{}\"\n", "é".repeat(255)))
+        spec(&format!("{BASE}userName: \"{}\"\n", "é".repeat(255)))
             .validate()
             .unwrap();
     }
@@ -963,7 +953,9 @@ mod tests {
 
     #[test]
     fn clusters_and_a_selector_together_are_refused() {
-        let s = spec(&format!("{BASE}clusterSelector: {{}}\n"));
+        let s = spec(
+            "placement: {clusters: [east], clusterSelector: {}}\nauthentication: {type: scram-sha-512}\n",
+        );
         assert_eq!(
             s.validate().unwrap_err().messages(),
             [messages::CLUSTERS_XOR_SELECTOR]

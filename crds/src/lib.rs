@@ -1,4 +1,6 @@
-//! Accord's custom resources: group `accord.io`, version `v1alpha1`.
+//! Accord's custom resources: group `accord.io`, version `v1beta1` (the storage version;
+//! `v1alpha1` is still served, deprecated, and converted by the hub's webhook: see
+//! [`versions`]).
 //!
 //! Each kind is a `kube::CustomResource` whose doc comments become `kubectl explain` text and
 //! whose `x-kubernetes-validations` (CEL) rules let the API server itself reject bad input
@@ -15,17 +17,20 @@
 
 pub mod bounds;
 pub mod conditions;
+pub mod conversion;
 pub mod duration;
 pub mod federated_resource;
 pub mod kafka_topic;
 pub mod kafka_user;
 pub mod managed_cluster;
 pub mod messages;
+pub mod placement;
 pub mod promfed;
 pub mod reference;
 pub mod scale;
 pub mod summary;
 pub mod validate;
+pub mod versions;
 
 pub use federated_resource::{
     FederatedResource, FederatedResourceSpec, FederatedResourceStatus, ResourcePlacement,
@@ -38,6 +43,7 @@ pub use kafka_user::{
     FederatedKafkaUser, FederatedKafkaUserSpec, FederatedKafkaUserStatus, KafkaUserPlacement,
 };
 pub use managed_cluster::{ManagedCluster, ManagedClusterSpec, ManagedClusterStatus};
+pub use placement::ClusterPlacement;
 pub use promfed::{
     FederationPlacement, PrometheusFederation, PrometheusFederationSpec, PrometheusFederationStatus,
 };
@@ -52,8 +58,8 @@ use kube::CustomResourceExt;
 
 /// API group of every Accord resource.
 pub const GROUP: &str = "accord.io";
-/// API version of every Accord resource.
-pub const VERSION: &str = "v1alpha1";
+/// API version of every Accord resource the hub reads and writes: the storage version.
+pub const VERSION: &str = "v1beta1";
 /// Category shared by every Accord kind, so `kubectl get accord` lists them all.
 pub const CATEGORY: &str = "accord";
 
@@ -81,9 +87,10 @@ pub const DELIVERY_FIELD_MANAGER: &str = "accord";
 /// Server-side apply field manager of the hub.
 pub const HUB_FIELD_MANAGER: &str = "accord-hub";
 
-/// Every CRD Accord defines, in a stable order.
+/// Every CRD Accord defines, in a stable order, each serving v1beta1 (storage) and the
+/// deprecated v1alpha1 ([`versions::with_served_versions`]).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    [
         ManagedCluster::crd(),
         CrossClusterScalePolicy::crd(),
         FederatedKafkaTopic::crd(),
@@ -92,6 +99,9 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         FederatedResource::crd(),
         FederatedKafkaUser::crd(),
     ]
+    .into_iter()
+    .map(versions::with_served_versions)
+    .collect()
 }
 
 /// File name under `crds/yaml/` for a CRD: `<plural>.<group>.yaml`.

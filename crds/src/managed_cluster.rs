@@ -13,7 +13,7 @@ use crate::{bounds, messages};
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "ManagedCluster",
     shortname = "mcl",
     category = "accord",

@@ -16,7 +16,8 @@ pub const REPLICAS_MAX: &str = "replica counts must be at most 1,000,000";
 pub const DISTRIBUTION_UNIQUE: &str =
     "each cluster may appear only once in distribution; merge the duplicate entries";
 /// A distribution lists no cluster.
-pub const DISTRIBUTION_NOT_EMPTY: &str = "distribution must list at least one cluster";
+pub const DISTRIBUTION_NOT_EMPTY: &str =
+    "distribution must list at least one cluster when there is no placement";
 /// desiredReplicas is negative.
 pub const DESIRED_NON_NEGATIVE: &str = "desiredReplicas must be 0 or more";
 /// desiredReplicas is above [`crate::bounds::MAX_REPLICAS`].
@@ -132,7 +133,7 @@ pub const FEEDBACK_PATH: &str =
 /// A FederatedResource spec over its size limit.
 pub const SPEC_TOO_LARGE: &str = "spec must be at most 512 KiB (etcd's request limit is 1.5 MiB); split the manifests over several FederatedResources";
 /// A FederatedKafkaUser's username is empty or holds a control character.
-pub const USERNAME: &str = "username must be 1 to 255 characters without control characters (it is the SCRAM user name and the principal User:<username>)";
+pub const USERNAME: &str = "userName must be 1 to 255 characters without control characters (it is the SCRAM user name and the principal User:<username>)";
 /// SCRAM iterations outside Kafka's limits.
 pub const ITERATIONS_RANGE: &str =
     "iterations must be 4,096 to 16,384 (the SCRAM iteration counts Kafka accepts)";

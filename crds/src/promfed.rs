@@ -18,7 +18,7 @@ const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$')";
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "PrometheusFederation",
     namespaced,
     shortname = "pfed",
@@ -42,7 +42,6 @@ const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$')";
     )
 )]
 #[x_kube(
-    validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR),
     // Guarded so that a malformed duration is reported once, by its own field's rule.
     validation = Rule::new(format!("!{interval} || !{timeout} || duration(self.scrapeTimeout) <= duration(self.scrapeInterval)",
         interval = DURATION_RULE.replace("self.", "self.scrapeInterval."),
@@ -50,14 +49,9 @@ const DURATION_RULE: &str = "self.matches('^([0-9]+(ms|s|m|h))+$')";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct PrometheusFederationSpec {
-    /// Member clusters by name. Set this or clusterSelector.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 100), inner(length(max = 63)))]
-    #[x_kube(validation = Rule::new(crate::scale::ALL_CLUSTER_NAMES_RULE).message(messages::CLUSTER_NAME))]
-    pub clusters: Option<Vec<String>>,
-    /// Member clusters by ManagedCluster labels. Set this or clusters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_selector: Option<LabelSelector>,
+    /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
+    /// ManagedCluster labels).
+    pub placement: crate::ClusterPlacement,
     /// Which tenants' Prometheus servers are federated.
     pub tenant_selector: TenantSelector,
     /// Series selectors passed as `match[]` to `/federate`; at least one. Each must be a

@@ -66,11 +66,41 @@ pub fn render(crds: &[CustomResourceDefinition]) -> String {
             ),
         );
     }
+    line(&mut out, "");
+    out.push_str(VERSION_CHANGES);
     for crd in crds {
         render_crd(&mut out, crd);
     }
     out
 }
+
+/// What changed from `v1alpha1` to `v1beta1`: the conversion webhook's rules
+/// ([`crate::conversion`]) in words.
+const VERSION_CHANGES: &str = "\
+## v1alpha1 → v1beta1
+
+`v1beta1` is the storage version and the one the hub reads; `v1alpha1` is still served, \
+deprecated (`kubectl` prints a warning), with its schema frozen as it was. The hub's conversion \
+webhook converts between them both ways without loss: a field one version lacks travels in the \
+annotation `accord.io/v1beta1-fields` and is restored. The changes:
+
+- Every kind: `apiVersion: accord.io/v1alpha1` → `accord.io/v1beta1`.
+- FederatedKafkaTopic, PrometheusFederation, FederatedResource, FederatedKafkaUser: \
+`spec.clusters` → `spec.placement.clusters`, `spec.clusterSelector` → \
+`spec.placement.clusterSelector` (one placement shape for every kind; FederatedResource's \
+`overrides[].clusters`/`clusterSelector` stay where they are).
+- FederatedKafkaUser: `spec.username` → `spec.userName` (named like FederatedKafkaTopic's \
+`topicName`).
+- CrossClusterScalePolicy: new optional `spec.placement` (`clusters` or `clusterSelector`). \
+Without it `spec.distribution` lists the clusters, as in v1alpha1; with it the workload runs \
+in the placed clusters, a `distribution` entry gives a placed cluster its weight, replica \
+bounds and namespace, and a placed cluster without one has weight 1. A v1alpha1 client sees \
+the placement only in the annotation.
+- KafkaTopicPolicy, ManagedCluster: unchanged but for the version.
+
+Moving stored objects to v1beta1: `accord-hub migrate-storage` (docs/operations.md, \
+\"Upgrading\").
+";
 
 /// One kind: names, then per version its printer columns and schema.
 fn render_crd(out: &mut String, crd: &CustomResourceDefinition) {

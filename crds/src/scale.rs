@@ -18,7 +18,7 @@ pub(crate) const ALL_CLUSTER_NAMES_RULE: &str =
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "accord.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "CrossClusterScalePolicy",
     namespaced,
     shortname = "ccsp",
@@ -47,6 +47,7 @@ pub(crate) const ALL_CLUSTER_NAMES_RULE: &str =
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new("has(self.placement) || (has(self.distribution) && size(self.distribution) > 0)").message(messages::DISTRIBUTION_NOT_EMPTY))]
 #[serde(rename_all = "camelCase")]
 pub struct CrossClusterScalePolicySpec {
     /// The workload to scale. The same name is used in every member cluster; the namespace
@@ -63,12 +64,19 @@ pub struct CrossClusterScalePolicySpec {
     )]
     pub desired_replicas: i32,
 
-    /// The clusters to run the workload in and their weights. Shares are proportional to
-    /// weight, clamped to each entry's minReplicas/maxReplicas, and always add up to
-    /// desiredReplicas when the bounds allow it.
+    /// The clusters to run the workload in: `clusters` (by name) or `clusterSelector` (by
+    /// ManagedCluster labels). Without it, the clusters are those `distribution` lists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<crate::ClusterPlacement>,
+
+    /// Each cluster's weight (and optional replica bounds and namespace). Shares are
+    /// proportional to weight, clamped to each entry's minReplicas/maxReplicas, and always
+    /// add up to desiredReplicas when the bounds allow it. Without `placement` these are the
+    /// clusters; with it, an entry applies to a placed cluster of its name and a placed
+    /// cluster without an entry has weight 1 (entries may then be left out altogether).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     #[x_kube(
-        validation = Rule::new("size(self) > 0").message(messages::DISTRIBUTION_NOT_EMPTY),
         validation = Rule::new("self.all(a, self.exists_one(b, b.cluster == a.cluster))").message(messages::DISTRIBUTION_UNIQUE)
     )]
     pub distribution: Vec<ClusterShare>,
@@ -80,6 +88,33 @@ pub struct CrossClusterScalePolicySpec {
     /// Optional metric-driven autoscaling of the global count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<Autoscaling>,
+}
+
+impl CrossClusterScalePolicySpec {
+    /// The clusters the workload runs in, each with its entry: `distribution` without a
+    /// placement; with one, every cluster in `placed` (the placement's clusters, resolved
+    /// by the caller) with its `distribution` entry or weight 1.
+    pub fn shares_in(&self, placed: Option<&[String]>) -> Vec<ClusterShare> {
+        let Some(placed) = placed.filter(|_| self.placement.is_some()) else {
+            return self.distribution.clone();
+        };
+        placed
+            .iter()
+            .map(|cluster| {
+                self.distribution
+                    .iter()
+                    .find(|d| &d.cluster == cluster)
+                    .cloned()
+                    .unwrap_or_else(|| ClusterShare {
+                        cluster: cluster.clone(),
+                        namespace: None,
+                        weight: 1,
+                        min_replicas: None,
+                        max_replicas: None,
+                    })
+            })
+            .collect()
+    }
 }
 
 /// Identifies the workload a policy scales.

@@ -14,6 +14,7 @@ use crate::duration;
 use crate::kafka_topic::{FederatedKafkaTopicSpec, KafkaTopicPolicySpec};
 use crate::managed_cluster::ManagedClusterSpec;
 use crate::messages as m;
+use crate::placement::ClusterPlacement;
 use crate::promfed::PrometheusFederationSpec;
 use crate::scale::CrossClusterScalePolicySpec;
 
@@ -125,20 +126,22 @@ fn check_replication_factor(errs: &mut ValidationErrors, rf: i32) {
     );
 }
 
-pub(crate) fn check_cluster_selection(
-    errs: &mut ValidationErrors,
-    clusters: Option<&[String]>,
-    has_selector: bool,
-) {
+pub(crate) fn check_cluster_selection(errs: &mut ValidationErrors, placement: &ClusterPlacement) {
     errs.check(
-        clusters.is_some() != has_selector,
-        "spec",
+        placement.clusters.is_some() != placement.cluster_selector.is_some(),
+        "spec.placement",
         m::CLUSTERS_XOR_SELECTOR,
     );
-    for (i, c) in clusters.unwrap_or_default().iter().enumerate() {
+    for (i, c) in placement
+        .clusters
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
         errs.check(
             is_dns1123_label(c),
-            format!("spec.clusters[{i}]"),
+            format!("spec.placement.clusters[{i}]"),
             m::CLUSTER_NAME,
         );
     }
@@ -182,10 +185,13 @@ impl Validate for CrossClusterScalePolicySpec {
             m::DESIRED_MAX,
         );
         errs.check(
-            !self.distribution.is_empty(),
+            self.placement.is_some() || !self.distribution.is_empty(),
             "spec.distribution",
             m::DISTRIBUTION_NOT_EMPTY,
         );
+        if let Some(placement) = &self.placement {
+            check_cluster_selection(&mut errs, placement);
+        }
         let mut seen = BTreeSet::new();
         for (i, d) in self.distribution.iter().enumerate() {
             let path = format!("spec.distribution[{i}]");
@@ -374,11 +380,7 @@ impl Validate for FederatedKafkaTopicSpec {
             "spec.config",
             m::TOPIC_CONFIG,
         );
-        check_cluster_selection(
-            &mut errs,
-            self.clusters.as_deref(),
-            self.cluster_selector.is_some(),
-        );
+        check_cluster_selection(&mut errs, &self.placement);
         errs.into_result()
     }
 }
@@ -426,11 +428,7 @@ impl Validate for KafkaTopicPolicySpec {
 impl Validate for PrometheusFederationSpec {
     fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = ValidationErrors::default();
-        check_cluster_selection(
-            &mut errs,
-            self.clusters.as_deref(),
-            self.cluster_selector.is_some(),
-        );
+        check_cluster_selection(&mut errs, &self.placement);
         let t = &self.tenant_selector;
         errs.check(
             t.namespaces.is_some() != t.label_selector.is_some(),

@@ -159,7 +159,7 @@ fn the_kafka_user_example_delivers_its_password_with_a_valid_federated_resource(
     let path = accord_crds::testdata::repo_root().join("deploy/examples/federatedkafkauser.yaml");
     let text = std::fs::read_to_string(&path).unwrap();
     let start = text
-        .find("# apiVersion: accord.io/v1alpha1")
+        .find("# apiVersion: accord.io/v1beta1")
         .expect("a commented FederatedResource");
     let uncommented: String = text[start..]
         .lines()
@@ -180,7 +180,10 @@ fn the_kafka_user_example_delivers_its_password_with_a_valid_federated_resource(
         .as_ref()
         .expect("the example names its password Secret");
     assert_eq!(delivery.metadata.namespace, user.metadata.namespace);
-    assert_eq!(delivery.spec.clusters, user.spec.clusters);
+    assert_eq!(
+        delivery.spec.placement.clusters,
+        user.spec.placement.clusters
+    );
     assert!(
         delivery
             .spec

@@ -35,6 +35,12 @@ pub enum Command {
     },
     /// Install the hub on a management cluster: CRDs, RBAC, Deployment, Services, hub CA.
     Install(crate::install::InstallArgs),
+    /// Rewrite every Accord object in the storage version (v1beta1), then trim storedVersions.
+    ///
+    /// Run after installing the new CRDs, with the hub running (its conversion webhook reads
+    /// objects stored as v1alpha1). Sets each CRD's status.storedVersions to [v1beta1] once
+    /// every object of its kind is rewritten. Idempotent: run it again to resume.
+    MigrateStorage(crate::migrate::MigrateArgs),
     /// Run the hub.
     Serve(ServeArgs),
     /// Bootstrap tokens for joining member clusters.
@@ -312,6 +318,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Crds { out_dir: None } => print!("{}", accord_crds::render_all_crds_yaml()?),
         Command::Install(a) => crate::install::run(a).await?,
+        Command::MigrateStorage(a) => crate::migrate::run(a).await?,
         Command::Serve(a) => {
             let replica = a.replica_name.unwrap_or_else(default_replica_name);
             let etcd = a.state.etcd_connection()?;

@@ -16,6 +16,7 @@ pub mod install;
 pub mod kafka_topic;
 pub mod kafka_user;
 pub mod metrics;
+pub mod migrate;
 pub mod placements;
 pub mod promfed;
 pub mod revocation;

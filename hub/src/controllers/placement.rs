@@ -270,7 +270,7 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     }
 
     /// Whether a change of ManagedCluster `cluster` may concern `object`: by default when
-    /// it names the cluster in `spec.clusters` or selects by `spec.clusterSelector`. Read
+    /// it names the cluster in `spec.placement.clusters` or selects by `spec.placement.clusterSelector`. Read
     /// from the stored spec, so an object that does not decode costs nothing here.
     fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
         selection_may_include(object, cluster)
@@ -350,27 +350,25 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     fn on_object(&self, _object: &Watched<Self>, _gone: bool) {}
 }
 
-/// The clusters a spec selects by `names` or else `selector`, once it passes its
-/// validation; otherwise why it cannot be acted on (`Decided::Invalid`'s message).
+/// The clusters a spec's `placement` selects, once the spec passes its validation;
+/// otherwise why it cannot be acted on (`Decided::Invalid`'s message).
 pub fn valid_selection(
     spec: &impl accord_crds::validate::Validate,
-    names: Option<&[String]>,
-    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    placement: &accord_crds::ClusterPlacement,
     clusters: &Clusters,
 ) -> Result<Vec<crate::distribution::select::SelectedCluster>, String> {
     spec.validate().map_err(|errors| errors.to_string())?;
-    crate::distribution::select::select_clusters(names, selector, clusters)
-        .map_err(|e| e.to_string())
+    crate::distribution::select::select_clusters(placement, clusters).map_err(|e| e.to_string())
 }
 
-/// Whether the stored spec of `object` names `cluster` in `spec.clusters` or selects by
-/// `spec.clusterSelector` (the default [`PlacementKind::may_select`]).
+/// Whether the stored spec of `object` names `cluster` in `spec.placement.clusters` or
+/// selects by `spec.placement.clusterSelector` (the default [`PlacementKind::may_select`]).
 pub fn selection_may_include<T>(object: &Lenient<T>, cluster: &str) -> bool {
     let names_it = object
-        .pointer("/spec/clusters")
+        .pointer("/spec/placement/clusters")
         .and_then(serde_json::Value::as_array)
         .is_some_and(|c| c.iter().any(|c| c == cluster));
-    names_it || object.pointer("/spec/clusterSelector").is_some()
+    names_it || object.pointer("/spec/placement/clusterSelector").is_some()
 }
 
 /// `namespace/name` of an object.
@@ -1156,16 +1154,15 @@ impl<'a> StatusKey<'a> {
     }
 }
 
-/// `object`'s claim on `name` in the clusters it selects (`names` or else `selector`),
-/// ordered by its `creationTimestamp`; `None` when its selection cannot be evaluated.
+/// `object`'s claim on `name` in the clusters its `placement` selects, ordered by its
+/// `creationTimestamp`; `None` when its selection cannot be evaluated.
 pub fn claim_of(
     object: &impl ResourceExt,
     name: &str,
-    names: Option<&[String]>,
-    selector: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    placement: &accord_crds::ClusterPlacement,
     clusters: &Clusters,
 ) -> Option<crate::distribution::claim::Claim> {
-    let selected = crate::distribution::select::select_clusters(names, selector, clusters).ok()?;
+    let selected = crate::distribution::select::select_clusters(placement, clusters).ok()?;
     Some(crate::distribution::claim::Claim {
         object: object_name(object),
         created_unix_millis: object

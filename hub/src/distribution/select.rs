@@ -2,11 +2,12 @@
 //! the shared ManagedCluster reflector) and which of them a policy selects: the clusters
 //! by name (in the spec's order, unknown names kept so that status can say so) or a label
 //! selector over the ManagedClusters' labels (by name order). Any kind with
-//! `spec.clusters` or `spec.clusterSelector` selects this way.
+//! `spec.placement` (`clusters` or `clusterSelector`) selects this way.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
+use accord_crds::ClusterPlacement;
 use accord_crds::conditions::{self, types};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
@@ -158,20 +159,19 @@ pub fn unknown_cluster(name: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]
 pub struct SelectorError {
-    /// Which selector, e.g. `spec.clusterSelector`.
+    /// Which selector, e.g. `spec.placement.clusterSelector`.
     pub field: String,
     /// What is wrong with it.
     pub reason: String,
 }
 
-/// The clusters a spec's `clusters` (names) or else `clusterSelector` (labels) selects
-/// among `clusters` (by name); neither selects nothing.
+/// The clusters a `spec.placement`'s `clusters` (names) or else `clusterSelector` (labels)
+/// selects among `clusters` (by name); neither selects nothing.
 pub fn select_clusters(
-    names: Option<&[String]>,
-    selector: Option<&LabelSelector>,
+    placement: &ClusterPlacement,
     clusters: &Clusters,
 ) -> Result<Vec<SelectedCluster>, SelectorError> {
-    if let Some(names) = names {
+    if let Some(names) = &placement.clusters {
         let mut seen = BTreeSet::new();
         return Ok(names
             .iter()
@@ -182,12 +182,12 @@ pub fn select_clusters(
             })
             .collect());
     }
-    let Some(selector) = selector else {
+    let Some(selector) = &placement.cluster_selector else {
         return Ok(Vec::new());
     };
     let mut selected = Vec::new();
     for (name, info) in clusters {
-        if matches(selector, &info.labels, "spec.clusterSelector")? {
+        if matches(selector, &info.labels, "spec.placement.clusterSelector")? {
             selected.push(SelectedCluster {
                 name: name.clone(),
                 known: true,
@@ -251,27 +251,16 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
-    /// The selection part of any kind's spec.
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Selection {
-        clusters: Option<Vec<String>>,
-        cluster_selector: Option<LabelSelector>,
-    }
-
-    fn spec(yaml: &str) -> Selection {
+    /// Any kind's `spec.placement`.
+    fn spec(yaml: &str) -> ClusterPlacement {
         serde_saphyr::from_str(yaml).unwrap()
     }
 
     fn select(
-        spec: &Selection,
+        spec: &ClusterPlacement,
         clusters: &Clusters,
     ) -> Result<Vec<SelectedCluster>, SelectorError> {
-        select_clusters(
-            spec.clusters.as_deref(),
-            spec.cluster_selector.as_ref(),
-            clusters,
-        )
+        select_clusters(spec, clusters)
     }
 
     fn clusters(list: &[(&str, &[(&str, &str)])]) -> Clusters {
@@ -410,8 +399,8 @@ mod tests {
         assert!(m(&expr("Exists", &[])));
         assert!(!m(&expr("DoesNotExist", &[])));
         assert!(m(&LabelSelector::default()), "empty selects everything");
-        let err = matches(&expr("In", &[]), &labels, "spec.clusterSelector").unwrap_err();
-        assert_eq!(err.field, "spec.clusterSelector");
+        let err = matches(&expr("In", &[]), &labels, "spec.placement.clusterSelector").unwrap_err();
+        assert_eq!(err.field, "spec.placement.clusterSelector");
         assert!(err.reason.contains("at least one value"), "{err}");
         assert!(matches(&expr("Exists", &["x"]), &labels, "s").is_err());
         assert!(

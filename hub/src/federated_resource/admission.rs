@@ -39,7 +39,7 @@ mod tests {
             "apiVersion": "accord.io/v1alpha1",
             "kind": "FederatedResource",
             "metadata": {"name": "app", "namespace": "shop"},
-            "spec": {"clusters": ["east"], "manifests": manifests},
+            "spec": {"placement": {"clusters": ["east"]}, "manifests": manifests},
         }))
         .expect("a FederatedResource")
     }

@@ -180,8 +180,7 @@ impl PlacementKind for FederatedResources {
     ) -> Decided<Self> {
         let selected = match placement::valid_selection(
             &object.spec,
-            object.spec.clusters.as_deref(),
-            object.spec.cluster_selector.as_ref(),
+            &object.spec.placement,
             input.clusters,
         ) {
             Ok(selected) => selected,

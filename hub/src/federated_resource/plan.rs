@@ -382,7 +382,7 @@ mod tests {
         }
     }
 
-    const BUNDLE: &str = "clusters: [east, west]\nmanifests:\n\
+    const BUNDLE: &str = "placement: {clusters: [east, west]}\nmanifests:\n\
         - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web, resourceVersion: '7'}, \
            spec: {template: {spec: {containers: [{name: web, image: web:1}]}}}, status: {replicas: 1}}\n\
         - {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n\
@@ -508,7 +508,7 @@ mod tests {
             decision: Default::default(),
         };
         let s2 = spec(
-            "clusters: [east]\nmanifests:\n- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n",
+            "placement: {clusters: [east]}\nmanifests:\n- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n",
         );
         let second = plan(
             &s2,
@@ -557,7 +557,7 @@ mod tests {
     #[test]
     fn a_workload_a_scale_policy_divides_is_delivered_without_replicas() {
         let s = spec(
-            "clusters: [east, west]\nmanifests:\n\
+            "placement: {clusters: [east, west]}\nmanifests:\n\
              - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web}, spec: {replicas: 3}}\n",
         );
         let scaled = Scaled::from([(

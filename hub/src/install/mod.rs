@@ -30,8 +30,8 @@ pub use options::{
     InstallOptions, OptionsError, Resources, ServiceType, default_image,
 };
 pub use render::{
-    RenderError, accord_plurals, dry_run_output, hub_cluster_rules, hub_namespace_rules, render,
-    render_yaml, webhook_configuration,
+    RenderError, accord_plurals, crds, dry_run_output, hub_cluster_rules, hub_namespace_rules,
+    render, render_yaml, webhook_configuration,
 };
 pub use wait::{Progress, WaitError, deployment_progress};
 
@@ -443,6 +443,10 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
     )
     .await?;
     eprintln!("applied {applied} (caBundle: the hub CA)");
+    for crd in crds(&options, Some(ca.cert_pem()))? {
+        let applied = apply_object(&client, &crd).await?;
+        eprintln!("applied {applied} (conversion caBundle: the hub CA)");
+    }
 
     if args.wait {
         let crds: Vec<String> = objects
@@ -766,12 +770,12 @@ mod rendered_tests {
         assert!(granted.contains(&permission("", "secrets", "watch", None)));
         // Every kind × 4 verbs, 1 create, a status patch per kind, 2 event verbs, 2
         // Namespace verbs, 2 Secret reads and 1 create cluster-wide, 4 verbs on the webhook
-        // configuration, 2 Secret rules in its namespace, 5 verbs on the global tier's
-        // ConfigMap and 1 ConfigMap create.
+        // configuration, 4 verbs on each Accord CRD, 2 Secret rules in its namespace, 5
+        // verbs on the global tier's ConfigMap and 1 ConfigMap create.
         let kinds = accord_crds::all_crds().len();
         assert_eq!(
             granted.len(),
-            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + 2 + 5 + 1
+            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + kinds * 4 + 2 + 5 + 1
         );
     }
 }

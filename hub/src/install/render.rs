@@ -50,11 +50,7 @@ pub enum RenderError {
 pub fn render(options: &InstallOptions) -> Result<Vec<Value>, RenderError> {
     let ns = options.namespace.as_str();
     let mut objects = vec![namespace(ns)];
-    for crd in all_crds() {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        objects
-            .push(serde_json::to_value(&crd).map_err(|source| RenderError::Crd { name, source })?);
-    }
+    objects.extend(crds(options, None)?);
     objects.extend([
         service_account(ns),
         cluster_role(),
@@ -80,6 +76,52 @@ pub fn render(options: &InstallOptions) -> Result<Vec<Value>, RenderError> {
     objects.push(deployment(options));
     objects.push(webhook_configuration(options, None));
     Ok(objects)
+}
+
+/// Every Accord CRD, its `spec.conversion` naming the hub's conversion webhook as the
+/// validating webhooks are named (the Service `accord-hub` in the installed namespace and
+/// webhook port, or `--webhook-url`), trusted by `ca_pem` (the hub CA) when given: the
+/// installer applies them again with it once the CA exists, and every hub replica keeps it
+/// there ([`crate::webhook::ca_bundle`]).
+pub fn crds(options: &InstallOptions, ca_pem: Option<&str>) -> Result<Vec<Value>, RenderError> {
+    let service = json!({
+        "service": {
+            "name": HUB_NAME,
+            "namespace": options.namespace,
+            "port": options.webhook_port,
+            "path": accord_crds::versions::CONVERSION_PATH,
+        },
+    });
+    let client_config = client_config(service, options, ca_pem);
+    all_crds()
+        .into_iter()
+        .map(|crd| {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            let mut object =
+                serde_json::to_value(&crd).map_err(|source| RenderError::Crd { name, source })?;
+            object["spec"]["conversion"]["webhook"]["clientConfig"] = client_config.clone();
+            Ok(object)
+        })
+        .collect()
+}
+
+/// A webhook `clientConfig` naming the Service in `service_config`, with `ca_pem` as its
+/// `caBundle` when given, turned into a URL one with `--webhook-url`.
+fn client_config(
+    mut service_config: Value,
+    options: &InstallOptions,
+    ca_pem: Option<&str>,
+) -> Value {
+    if let Some(ca) = ca_pem {
+        // Bytes, which the API (and k8s-openapi) write as base64.
+        service_config["caBundle"] =
+            serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
+                .unwrap_or_default();
+    }
+    match &options.webhook_url {
+        Some(base) => url_client_config(&service_config, base),
+        None => service_config,
+    }
 }
 
 /// The objects as one multi-document YAML stream, each document opened by `---`.
@@ -139,6 +181,8 @@ pub fn accord_plurals() -> Vec<String> {
 /// - The ValidatingWebhookConfiguration `accord-hub`, by name: `get`/`list`/`watch` (the
 ///   replicas watch it with a `metadata.name` field selector) and `patch`, to keep its
 ///   `caBundle` at the hub CA. Never `create` or `delete`: installing it is the installer's.
+/// - Accord's own CustomResourceDefinitions, by name, the same verbs: to keep the
+///   `caBundle` of their conversion webhook at the hub CA. No other CRD.
 ///
 /// - Secrets: `list`/`watch`: every replica follows them to deliver those a
 ///   FederatedResource names in `secretRefs` and to derive FederatedKafkaUsers' SCRAM
@@ -150,6 +194,10 @@ pub fn accord_plurals() -> Vec<String> {
 /// No Leases (leader election uses etcd).
 pub fn hub_cluster_rules() -> Value {
     let plurals = accord_plurals();
+    let crd_names: Vec<String> = all_crds()
+        .into_iter()
+        .filter_map(|crd| crd.metadata.name)
+        .collect();
     let status: Vec<String> = plurals.iter().map(|p| format!("{p}/status")).collect();
     json!([
         { "apiGroups": [GROUP], "resources": plurals, "verbs": ["get", "list", "watch", "patch"] },
@@ -162,6 +210,12 @@ pub fn hub_cluster_rules() -> Value {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingwebhookconfigurations"],
             "resourceNames": [WEBHOOK_CONFIGURATION],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "resourceNames": crd_names,
             "verbs": ["get", "list", "watch", "patch"],
         },
     ])
@@ -353,7 +407,7 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
     let webhooks: Vec<Value> = WEBHOOKS
         .iter()
         .map(|webhook| {
-            let mut client_config = json!({
+            let service = json!({
                 "service": {
                     "name": HUB_NAME,
                     "namespace": options.namespace,
@@ -361,15 +415,7 @@ pub fn webhook_configuration(options: &InstallOptions, ca_pem: Option<&str>) -> 
                     "path": webhook.path,
                 },
             });
-            if let Some(ca) = ca_pem {
-                // Bytes, which the API (and k8s-openapi) write as base64.
-                client_config["caBundle"] =
-                    serde_json::to_value(k8s_openapi::ByteString(ca.as_bytes().to_vec()))
-                        .unwrap_or_default();
-            }
-            if let Some(base) = &options.webhook_url {
-                client_config = url_client_config(&client_config, base);
-            }
+            let client_config = client_config(service, options, ca_pem);
             validating_webhook(webhook.name, client_config, &version, webhook.resource)
         })
         .collect();
@@ -624,12 +670,45 @@ mod tests {
             .iter()
             .filter(|o| o["kind"] == "CustomResourceDefinition")
             .collect();
-        let expected: Vec<Value> = all_crds()
+        let mut expected: Vec<Value> = all_crds()
             .iter()
             .map(|c| serde_json::to_value(c).unwrap())
             .collect();
         assert_eq!(rendered.len(), all_crds().len());
+        // Only the conversion webhook's clientConfig depends on the options.
+        for (crd, rendered) in expected.iter_mut().zip(&rendered) {
+            crd["spec"]["conversion"]["webhook"]["clientConfig"] =
+                rendered["spec"]["conversion"]["webhook"]["clientConfig"].clone();
+        }
         assert_eq!(rendered.into_iter().cloned().collect::<Vec<_>>(), expected);
+        // With the default options they are the crds crate's, as `accord-hub crds` prints.
+        let defaults = crds(&InstallOptions::default(), None).unwrap();
+        let plain: Vec<Value> = all_crds()
+            .iter()
+            .map(|c| serde_json::to_value(c).unwrap())
+            .collect();
+        assert_eq!(defaults, plain);
+    }
+
+    #[test]
+    fn the_conversion_webhook_is_named_like_the_validating_ones() {
+        let mut options = external();
+        options.namespace = "federation".into();
+        let ca = "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n";
+        for crd in crds(&options, Some(ca)).unwrap() {
+            let config = &crd["spec"]["conversion"]["webhook"]["clientConfig"];
+            assert_eq!(config["service"]["namespace"], "federation");
+            assert_eq!(config["service"]["name"], HUB_NAME);
+            assert_eq!(config["service"]["port"], options.webhook_port);
+            assert_eq!(config["service"]["path"], "/convert");
+            assert!(config["caBundle"].as_str().is_some_and(|b| !b.is_empty()));
+        }
+        options.webhook_url = Some("https://127.0.0.1:9443".into());
+        for crd in crds(&options, None).unwrap() {
+            let config = &crd["spec"]["conversion"]["webhook"]["clientConfig"];
+            assert_eq!(config["url"], "https://127.0.0.1:9443/convert");
+            assert!(config.get("service").is_none());
+        }
     }
 
     #[test]
@@ -695,6 +774,12 @@ mod tests {
                     "resourceNames": ["accord-hub"],
                     "verbs": ["get", "list", "watch", "patch"],
                 },
+                {
+                    "apiGroups": ["apiextensions.k8s.io"],
+                    "resources": ["customresourcedefinitions"],
+                    "resourceNames": plurals.iter().map(|p| format!("{p}.accord.io")).collect::<Vec<_>>(),
+                    "verbs": ["get", "list", "watch", "patch"],
+                },
             ])
         );
         // Nothing destructive, nothing outside the hub's own API group but Events.
@@ -733,7 +818,7 @@ mod tests {
                 },
                 "rules": [{
                     "apiGroups": ["accord.io"],
-                    "apiVersions": ["v1alpha1"],
+                    "apiVersions": ["v1beta1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["federatedkafkatopics"],
                     "scope": "Namespaced",
@@ -754,7 +839,7 @@ mod tests {
                 },
                 "rules": [{
                     "apiGroups": ["accord.io"],
-                    "apiVersions": ["v1alpha1"],
+                    "apiVersions": ["v1beta1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["prometheusfederations"],
                     "scope": "Namespaced",
@@ -775,7 +860,7 @@ mod tests {
                 },
                 "rules": [{
                     "apiGroups": ["accord.io"],
-                    "apiVersions": ["v1alpha1"],
+                    "apiVersions": ["v1beta1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["federatedresources"],
                     "scope": "Namespaced",
@@ -796,7 +881,7 @@ mod tests {
                 },
                 "rules": [{
                     "apiGroups": ["accord.io"],
-                    "apiVersions": ["v1alpha1"],
+                    "apiVersions": ["v1beta1"],
                     "operations": ["CREATE", "UPDATE"],
                     "resources": ["federatedkafkausers"],
                     "scope": "Namespaced",

@@ -156,15 +156,17 @@ pub fn clusters_of(
     spec: &FederatedKafkaTopicSpec,
     clusters: &BTreeMap<String, BTreeMap<String, String>>,
 ) -> BTreeSet<String> {
-    if let Some(names) = &spec.clusters {
+    if let Some(names) = &spec.placement.clusters {
         return names.iter().cloned().collect();
     }
-    let Some(selector) = &spec.cluster_selector else {
+    let Some(selector) = &spec.placement.cluster_selector else {
         return BTreeSet::new();
     };
     clusters
         .iter()
-        .filter(|(_, labels)| matches(selector, labels, "spec.clusterSelector").unwrap_or(false))
+        .filter(|(_, labels)| {
+            matches(selector, labels, "spec.placement.clusterSelector").unwrap_or(false)
+        })
         .map(|(name, _)| name.clone())
         .collect()
 }
@@ -269,8 +271,10 @@ mod tests {
                 partitions,
                 replication_factor: rf,
                 config: BTreeMap::new(),
-                clusters: Some(clusters.iter().map(|c| (*c).to_owned()).collect()),
-                cluster_selector: None,
+                placement: accord_crds::ClusterPlacement {
+                    clusters: Some(clusters.iter().map(|c| (*c).to_owned()).collect()),
+                    cluster_selector: None,
+                },
                 deletion_policy: None,
             },
         );
@@ -286,8 +290,8 @@ mod tests {
     }
 
     fn by_selector(mut t: FederatedKafkaTopic, key: &str, value: &str) -> FederatedKafkaTopic {
-        t.spec.clusters = None;
-        t.spec.cluster_selector = Some(LabelSelector {
+        t.spec.placement.clusters = None;
+        t.spec.placement.cluster_selector = Some(LabelSelector {
             match_labels: Some([(key.to_owned(), value.to_owned())].into()),
             ..Default::default()
         });

@@ -193,8 +193,10 @@ impl Caches {
             .filter(|t| stored_topic_name(t) == Some(name))
             .filter_map(|t| t.decode().ok())
             .collect();
-        let selectors = topic.spec.cluster_selector.is_some()
-            || same_name.iter().any(|t| t.spec.cluster_selector.is_some());
+        let selectors = topic.spec.placement.cluster_selector.is_some()
+            || same_name
+                .iter()
+                .any(|t| t.spec.placement.cluster_selector.is_some());
         let clusters = if selectors && !same_name.is_empty() {
             self.clusters
                 .state()

@@ -114,13 +114,7 @@ fn watched_topic_name(topic: &Watched<KafkaTopics>) -> String {
 /// `creationTimestamp`-ordered claim of a decoded topic on its name in the clusters it
 /// selects (`None` when its selection cannot be evaluated).
 fn claim(topic: &FederatedKafkaTopic, clusters: &Clusters) -> Option<Claim> {
-    placement::claim_of(
-        topic,
-        topic.topic_name(),
-        topic.spec.clusters.as_deref(),
-        topic.spec.cluster_selector.as_ref(),
-        clusters,
-    )
+    placement::claim_of(topic, topic.topic_name(), &topic.spec.placement, clusters)
 }
 
 /// The deletion policy of a watched topic, read without decoding the whole object.
@@ -361,15 +355,11 @@ impl PlacementKind for KafkaTopics {
         topic: &FederatedKafkaTopic,
         input: &DecideInput<'_, KafkaTopicDecision>,
     ) -> Decided<Self> {
-        let selected = match placement::valid_selection(
-            &topic.spec,
-            topic.spec.clusters.as_deref(),
-            topic.spec.cluster_selector.as_ref(),
-            input.clusters,
-        ) {
-            Ok(s) => s,
-            Err(why) => return Decided::Invalid(why),
-        };
+        let selected =
+            match placement::valid_selection(&topic.spec, &topic.spec.placement, input.clusters) {
+                Ok(s) => s,
+                Err(why) => return Decided::Invalid(why),
+            };
         let violations = policy::violations(
             topic,
             &self.namespace_labels(&topic.namespace().unwrap_or_default()),
@@ -566,7 +556,7 @@ mod tests {
         let unnamed = watched(serde_json::json!({
             "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
             "metadata": {"name": "events", "namespace": "team"},
-            "spec": {"clusterSelector": {}},
+            "spec": {"placement": {"clusterSelector": {}}},
         }));
         assert_eq!(watched_topic_name(&unnamed), "events");
         assert_eq!(
@@ -584,7 +574,7 @@ mod tests {
             "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
             "metadata": {"name": "events", "namespace": "team",
                          "creationTimestamp": "2026-01-01T00:00:10Z"},
-            "spec": {"partitions": 3, "replicationFactor": 1, "clusters": ["a", "mars"]},
+            "spec": {"partitions": 3, "replicationFactor": 1, "placement": {"clusters": ["a", "mars"]}},
         }))
         .unwrap();
         let c = claim(&topic, &Clusters::new()).unwrap();

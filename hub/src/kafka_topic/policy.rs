@@ -178,8 +178,10 @@ mod tests {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
-                clusters: Some(vec!["a".into()]),
-                cluster_selector: None,
+                placement: accord_crds::ClusterPlacement {
+                    clusters: Some(vec!["a".into()]),
+                    cluster_selector: None,
+                },
                 deletion_policy: None,
             },
         )

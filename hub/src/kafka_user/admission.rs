@@ -216,7 +216,7 @@ mod tests {
             "metadata": {"name": "orders-writer", "namespace": "team-a"},
             "spec": {
                 "authentication": {"type": "scram-sha-512"},
-                "clusters": ["east"],
+                "placement": {"clusters": ["east"]},
                 "acls": acls,
             },
         }))

@@ -129,13 +129,7 @@ fn deletion_policy(user: &Watched<KafkaUsers>) -> DeletionPolicy {
 /// `creationTimestamp`-ordered claim of a decoded user on its name in the clusters it
 /// selects (`None` when its selection cannot be evaluated).
 fn claim(user: &FederatedKafkaUser, clusters: &Clusters) -> Option<Claim> {
-    placement::claim_of(
-        user,
-        user.username(),
-        user.spec.clusters.as_deref(),
-        user.spec.cluster_selector.as_ref(),
-        clusters,
-    )
+    placement::claim_of(user, user.user_name(), &user.spec.placement, clusters)
 }
 
 /// What the share of a cluster that left the selection says while its user is removed.
@@ -395,15 +389,11 @@ impl PlacementKind for KafkaUsers {
         user: &FederatedKafkaUser,
         input: &DecideInput<'_, KafkaUserDecision>,
     ) -> Decided<Self> {
-        let selected = match placement::valid_selection(
-            &user.spec,
-            user.spec.clusters.as_deref(),
-            user.spec.cluster_selector.as_ref(),
-            input.clusters,
-        ) {
-            Ok(s) => s,
-            Err(why) => return Decided::Invalid(why),
-        };
+        let selected =
+            match placement::valid_selection(&user.spec, &user.spec.placement, input.clusters) {
+                Ok(s) => s,
+                Err(why) => return Decided::Invalid(why),
+            };
         let namespace = user.namespace().unwrap_or_default();
         let generated = user.spec.authentication.password_secret_ref.is_none();
         let at = match &user.spec.authentication.password_secret_ref {
@@ -634,7 +624,7 @@ mod tests {
         let plain = watched(serde_json::json!({
             "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaUser",
             "metadata": {"name": "writer", "namespace": "team"},
-            "spec": {"authentication": {"type": "scram-sha-512"}, "clusters": ["a"]},
+            "spec": {"authentication": {"type": "scram-sha-512"}, "placement": {"clusters": ["a"]}},
         }));
         assert_eq!(watched_username(&plain), "writer");
         assert_eq!(password_secret(&plain), ["writer"]);

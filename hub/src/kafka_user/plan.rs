@@ -50,7 +50,7 @@ pub fn quotas(user: &FederatedKafkaUser) -> BTreeMap<String, f64> {
 /// The assignment for `user` with its decided `credential`.
 pub fn assignment(user: &FederatedKafkaUser, credential: ScramCredential) -> KafkaUserSpec {
     KafkaUserSpec {
-        username: user.username().to_owned(),
+        username: user.user_name().to_owned(),
         credential: Some(credential),
         acls: acls(user),
         quotas: quotas(user),
@@ -112,7 +112,7 @@ mod tests {
                 {"resource": {"type": "transactionalId", "name": "tx"},
                  "operations": ["Write"], "type": "deny"},
             ],
-            "clusters": ["east"],
+            "placement": {"clusters": ["east"]},
         }));
         let bindings = acls(&u);
         let shown: Vec<String> = bindings
@@ -144,7 +144,7 @@ mod tests {
         let u = user(serde_json::json!({
             "authentication": {"type": "scram-sha-512"},
             "quotas": {"producerByteRate": 1048576, "requestPercentage": 50},
-            "clusters": ["east"],
+            "placement": {"clusters": ["east"]},
         }));
         assert_eq!(
             quotas(&u),

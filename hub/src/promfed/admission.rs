@@ -54,7 +54,7 @@ mod tests {
             "kind": "PrometheusFederation",
             "metadata": { "name": "tenants", "namespace": "monitoring" },
             "spec": {
-                "clusters": ["east"],
+                "placement": {"clusters": ["east"]},
                 "tenantSelector": { "namespaces": ["team-a"] },
                 "match": matchers,
             },

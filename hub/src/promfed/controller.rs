@@ -170,13 +170,9 @@ impl PlacementKind for Promfed {
         if let Err(errors) = policy.spec.validate() {
             return Decided::Invalid(errors.to_string());
         }
-        let planned = select_clusters(
-            policy.spec.clusters.as_deref(),
-            policy.spec.cluster_selector.as_ref(),
-            input.clusters,
-        )
-        .map_err(PlanError::from)
-        .and_then(|selected| Ok((selected, plan::assignment(&policy.spec)?)));
+        let planned = select_clusters(&policy.spec.placement, input.clusters)
+            .map_err(PlanError::from)
+            .and_then(|selected| Ok((selected, plan::assignment(&policy.spec)?)));
         match planned {
             Ok((selected, assignment)) => Decided::Record {
                 shares: plan::shares(&selected, &assignment),
@@ -333,12 +329,7 @@ impl Promfed {
 fn global_policy(policy: &Watched<Promfed>, clusters: &Clusters) -> Option<GlobalPolicy> {
     let decoded: PrometheusFederation = policy.decode().ok()?;
     decoded.spec.validate().ok()?;
-    let selected = select_clusters(
-        decoded.spec.clusters.as_deref(),
-        decoded.spec.cluster_selector.as_ref(),
-        clusters,
-    )
-    .ok()?;
+    let selected = select_clusters(&decoded.spec.placement, clusters).ok()?;
     let spec = plan::assignment(&decoded.spec).ok()?;
     Some(GlobalPolicy {
         policy: placement::policy_ref::<Promfed>(policy),
@@ -419,7 +410,7 @@ mod tests {
             .unwrap()
         };
         let good = object(serde_json::json!({
-            "clusters": ["east", "west", "mars"],
+            "placement": {"clusters": ["east", "west", "mars"]},
             "tenantSelector": {"namespaces": ["a"]},
             "match": ["up"],
             "global": {"enabled": true},
@@ -445,14 +436,14 @@ mod tests {
             "unknown clusters are left out"
         );
         let invalid = object(serde_json::json!({
-            "clusters": ["east"],
+            "placement": {"clusters": ["east"]},
             "tenantSelector": {"namespaces": ["a"]},
             "match": [],
             "global": {"enabled": true},
         }));
         assert!(global_policy(&invalid, &clusters).is_none());
         let undecodable = object(serde_json::json!({
-            "clusters": ["east"], "match": ["up"], "global": {"enabled": true},
+            "placement": {"clusters": ["east"]}, "match": ["up"], "global": {"enabled": true},
         }));
         assert!(global_policy(&undecodable, &clusters).is_none());
     }

@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn the_assignment_carries_the_spec_with_defaults_for_what_is_unset() {
         let a = assignment(&spec(
-            "clusters: [a]\ntenantSelector: {namespaces: [team-a, team-b]}\nmatch: ['{job=\"x\"}']\n",
+            "placement: {clusters: [a]}\ntenantSelector: {namespaces: [team-a, team-b]}\nmatch: ['{job=\"x\"}']\n",
         ))
         .unwrap();
         assert_eq!(
@@ -90,7 +90,7 @@ mod tests {
     #[test]
     fn the_assignment_carries_the_target_and_tenant_labels() {
         let a = assignment(&spec(
-            "clusters: [a]\ntenantSelector: {labelSelector: {matchLabels: {tenant: 'yes'}}}\n\
+            "placement: {clusters: [a]}\ntenantSelector: {labelSelector: {matchLabels: {tenant: 'yes'}}}\n\
              match: ['up']\nscrapeInterval: 15s\nscrapeTimeout: 5s\nsampleLimit: 1000\n\
              target: {reloadURL: 'http://p:9090/-/reload', configMapNamespace: monitoring}\n",
         ))
@@ -109,7 +109,7 @@ mod tests {
     #[test]
     fn tenant_match_expressions_are_refused_with_what_to_use_instead() {
         let err = assignment(&spec(
-            "clusters: [a]\ntenantSelector: {labelSelector: {matchExpressions: \
+            "placement: {clusters: [a]}\ntenantSelector: {labelSelector: {matchExpressions: \
              [{key: tenant, operator: Exists}]}}\nmatch: ['up']\n",
         ))
         .unwrap_err();

@@ -34,6 +34,7 @@ use crate::controllers::placement::{
 };
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::PlacementRecord;
+use crate::distribution::select::select_clusters;
 
 /// Default of `--autoscaling-status-interval`.
 pub const DEFAULT_AUTOSCALING_STATUS_INTERVAL: Duration = Duration::from_secs(30);
@@ -126,6 +127,7 @@ impl PlacementKind for Scale {
             .pointer("/spec/distribution")
             .and_then(serde_json::Value::as_array)
             .is_some_and(|d| d.iter().any(|d| d["cluster"] == cluster))
+            || crate::controllers::placement::selection_may_include(object, cluster)
     }
 
     fn decide(
@@ -148,6 +150,17 @@ impl PlacementKind for Scale {
             (Config::from_spec(a), state)
         });
         let mut spec = policy.spec.clone();
+        // With a placement, the clusters are the ones it selects, each with its
+        // distribution entry or weight 1.
+        if let Some(placed) = &policy.spec.placement {
+            match select_clusters(placed, input.clusters) {
+                Ok(selected) => {
+                    let names: Vec<String> = selected.into_iter().map(|c| c.name).collect();
+                    spec.distribution = policy.spec.shares_in(Some(&names));
+                }
+                Err(e) => return Decided::Invalid(e.to_string()),
+            }
+        }
         if let Some((cfg, Some(state))) = &autoscaled
             && let Some(count) = state.desired
         {

@@ -9,11 +9,18 @@
 //! fail and the next event retries). Every replica does it; they all write the same CA.
 //! An absent configuration (the hub run outside a cluster, a test registering its own) is
 //! left alone.
+//!
+//! The same holds for the conversion webhook of Accord's CRDs ([`keep_crd_ca_bundles`]):
+//! each CRD is watched by name and its `spec.conversion.webhook.clientConfig.caBundle`
+//! merge-patched to the hub CA when it differs. A CRD that does not convert by webhook
+//! (or does not exist) is left alone.
 
 use accord_crds::HUB_FIELD_MANAGER;
 use futures::StreamExt as _;
+use futures::future::join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, watcher};
@@ -96,6 +103,76 @@ pub async fn keep_ca_bundle(kube: kube::Client, ca_pem: String) {
     }
 }
 
+/// The merge patch that sets the `caBundle` of `crd`'s conversion webhook to `ca_pem`, or
+/// `None` when it has it or the CRD does not convert by webhook.
+pub fn crd_ca_bundle_patch(
+    crd: &CustomResourceDefinition,
+    ca_pem: &str,
+) -> Option<serde_json::Value> {
+    let conversion = crd.spec.conversion.as_ref()?;
+    let config = conversion.webhook.as_ref()?.client_config.as_ref()?;
+    if conversion.strategy != "Webhook"
+        || config
+            .ca_bundle
+            .as_ref()
+            .is_some_and(|b| b.0 == ca_pem.as_bytes())
+    {
+        return None;
+    }
+    Some(json!({
+        "metadata": { "resourceVersion": crd.resource_version() },
+        "spec": { "conversion": { "webhook": { "clientConfig": {
+            "caBundle": ByteString(ca_pem.as_bytes().to_vec()),
+        } } } },
+    }))
+}
+
+/// Keeps the conversion `caBundle` of every Accord CRD at `ca_pem`; runs until the watches
+/// end (they retry with backoff, so: never).
+pub async fn keep_crd_ca_bundles(kube: kube::Client, ca_pem: String) {
+    let api: Api<CustomResourceDefinition> = Api::all(kube);
+    join_all(
+        accord_crds::all_crds()
+            .into_iter()
+            .filter_map(|crd| crd.metadata.name)
+            .map(|name| keep_crd_ca_bundle(api.clone(), name, &ca_pem)),
+    )
+    .await;
+}
+
+async fn keep_crd_ca_bundle(api: Api<CustomResourceDefinition>, name: String, ca_pem: &str) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let params = PatchParams {
+        field_manager: Some(format!("{HUB_FIELD_MANAGER}-webhook")),
+        ..PatchParams::default()
+    };
+    let mut objects = std::pin::pin!(
+        watcher(api.clone(), config)
+            .default_backoff()
+            .applied_objects()
+    );
+    while let Some(next) = objects.next().await {
+        let crd = match next {
+            Ok(crd) => crd,
+            Err(e) => {
+                warn!(error = %e, "watching CustomResourceDefinition {name}");
+                continue;
+            }
+        };
+        let Some(patch) = crd_ca_bundle_patch(&crd, ca_pem) else {
+            continue;
+        };
+        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => info!(
+                "set the hub CA as the conversion caBundle of CustomResourceDefinition {name}"
+            ),
+            Err(e) => {
+                warn!(error = %e, "setting the conversion caBundle of CustomResourceDefinition {name}; retried on its next change")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +248,29 @@ mod tests {
         let mut c = config(None);
         c.webhooks.as_mut().unwrap()[0].name = "other.example.com".into();
         assert!(ca_bundle_patch(&c, "PEM").is_none());
+    }
+
+    #[test]
+    fn a_crd_converting_by_webhook_gets_the_ca_and_one_that_has_it_nothing() {
+        let mut crd = accord_crds::all_crds().remove(0);
+        crd.metadata.resource_version = Some("7".into());
+        let patch = crd_ca_bundle_patch(&crd, "PEM").expect("a patch");
+        assert_eq!(patch["metadata"]["resourceVersion"], "7");
+        assert_eq!(
+            patch["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"],
+            "UEVN"
+        );
+        let webhook = crd
+            .spec
+            .conversion
+            .as_mut()
+            .unwrap()
+            .webhook
+            .as_mut()
+            .unwrap();
+        webhook.client_config.as_mut().unwrap().ca_bundle = Some(ByteString(b"PEM".to_vec()));
+        assert_eq!(crd_ca_bundle_patch(&crd, "PEM"), None);
+        crd.spec.conversion.as_mut().unwrap().strategy = "None".into();
+        assert_eq!(crd_ca_bundle_patch(&crd, "OTHER"), None);
     }
 }

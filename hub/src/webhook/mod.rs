@@ -37,6 +37,7 @@
 //! the `caBundle` of each equal to the hub CA.
 
 pub mod ca_bundle;
+pub mod conversion;
 pub mod review;
 pub mod server;
 
@@ -159,6 +160,7 @@ pub async fn run(deps: WebhookDeps, listener: tokio::net::TcpListener) -> Result
     tokio::select! {
         r = reflectors => r.map_err(WebhookError::from),
         () = ca_bundle::keep_ca_bundle(deps.kube.clone(), deps.ca_pem.clone()) => Err(WebhookError::CaBundle),
+        () = ca_bundle::keep_crd_ca_bundles(deps.kube.clone(), deps.ca_pem.clone()) => Err(WebhookError::CaBundle),
         r = server::serve(listener, tls, caches, recorder) => r,
     }
 }

@@ -300,7 +300,7 @@ mod tests {
             "apiVersion": "accord.io/v1alpha1",
             "kind": "FederatedKafkaTopic",
             "metadata": { "name": "events", "namespace": "team-a" },
-            "spec": { "partitions": partitions, "replicationFactor": 3, "clusters": ["east"] },
+            "spec": { "partitions": partitions, "replicationFactor": 3, "placement": { "clusters": ["east"] } },
         })
     }
 

@@ -7,6 +7,8 @@
 //!   kind is HTTP 400 with the reason. The PrometheusFederation and FederatedResource
 //!   decisions need no cache, so they do not wait for the reflectors; the topic and user
 //!   decisions read the KafkaTopicPolicies and namespaces from them.
+//! - `POST /convert`: a ConversionReview in, the objects converted between `v1alpha1` and
+//!   `v1beta1` out ([`super::conversion`]); needs no cache.
 //! - `GET /readyz`: 200 once every reflector has listed, 503 before; `GET /healthz`: 200.
 //!
 //! TLS handshakes run as their own tasks, so one slow client never holds up the others.
@@ -148,6 +150,7 @@ pub async fn serve(
         .route(FEDERATION_PATH, post(validate_federation))
         .route(RESOURCE_PATH, post(validate_resource))
         .route(USER_PATH, post(validate_user))
+        .route(accord_crds::versions::CONVERSION_PATH, post(convert))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -188,6 +191,23 @@ fn answer(uid: &str, verdict: &review::Verdict) -> Response {
         review::response_body(uid, verdict),
     )
         .into_response()
+}
+
+/// A ConversionReview: needs no cache, so it is answered from the first moment, on every
+/// replica, leader or not.
+async fn convert(body: Bytes) -> Response {
+    match super::conversion::review(&body) {
+        Ok(review) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            review.to_string(),
+        )
+            .into_response(),
+        Err(e) => {
+            let message = accord_common::runtime::error_chain(&e);
+            debug!(error = %message, "refusing a malformed conversion review");
+            (StatusCode::BAD_REQUEST, message).into_response()
+        }
+    }
 }
 
 async fn validate_federation(body: Bytes) -> Response {

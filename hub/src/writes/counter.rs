@@ -203,49 +203,49 @@ mod tests {
         let table: &[(Method, &str, &str, &str, &str)] = &[
             (
                 Method::PATCH,
-                "/apis/accord.io/v1alpha1/namespaces/x/federatedkafkatopics/y/status",
+                "/apis/accord.io/v1beta1/namespaces/x/federatedkafkatopics/y/status",
                 "federatedkafkatopics/status",
                 "patch",
                 "status",
             ),
             (
                 Method::PUT,
-                "/apis/accord.io/v1alpha1/namespaces/x/federatedkafkatopics/y/status",
+                "/apis/accord.io/v1beta1/namespaces/x/federatedkafkatopics/y/status",
                 "federatedkafkatopics/status",
                 "update",
                 "status",
             ),
             (
                 Method::PATCH,
-                "/apis/accord.io/v1alpha1/namespaces/x/federatedkafkatopics/y",
+                "/apis/accord.io/v1beta1/namespaces/x/federatedkafkatopics/y",
                 "federatedkafkatopics",
                 "patch",
                 "finalizer",
             ),
             (
                 Method::PATCH,
-                "/apis/accord.io/v1alpha1/managedclusters/c1/status",
+                "/apis/accord.io/v1beta1/managedclusters/c1/status",
                 "managedclusters/status",
                 "patch",
                 "status",
             ),
             (
                 Method::PUT,
-                "/apis/accord.io/v1alpha1/managedclusters/c1",
+                "/apis/accord.io/v1beta1/managedclusters/c1",
                 "managedclusters",
                 "update",
                 "finalizer",
             ),
             (
                 Method::DELETE,
-                "/apis/accord.io/v1alpha1/managedclusters/c1",
+                "/apis/accord.io/v1beta1/managedclusters/c1",
                 "managedclusters",
                 "delete",
                 "object",
             ),
             (
                 Method::POST,
-                "/apis/accord.io/v1alpha1/namespaces/x/scalepolicies",
+                "/apis/accord.io/v1beta1/namespaces/x/scalepolicies",
                 "scalepolicies",
                 "create",
                 "object",
@@ -328,10 +328,7 @@ mod tests {
     fn reads_are_not_writes() {
         for method in [Method::GET, Method::HEAD, Method::OPTIONS] {
             assert_eq!(
-                classify(
-                    method,
-                    "/apis/accord.io/v1alpha1/managedclusters?watch=true"
-                ),
+                classify(method, "/apis/accord.io/v1beta1/managedclusters?watch=true"),
                 None
             );
         }
@@ -349,7 +346,7 @@ mod tests {
                 .body(())
                 .unwrap()
         };
-        let status = "/apis/accord.io/v1alpha1/namespaces/x/federatedkafkatopics/y/status";
+        let status = "/apis/accord.io/v1beta1/namespaces/x/federatedkafkatopics/y/status";
         for (method, path) in [
             (Method::GET, status),
             (Method::PATCH, status),

@@ -614,7 +614,7 @@ mod tests {
 
     fn topic(name: &str) -> ObjectReference {
         ObjectReference {
-            api_version: Some("accord.io/v1alpha1".into()),
+            api_version: Some("accord.io/v1beta1".into()),
             kind: Some("FederatedKafkaTopic".into()),
             namespace: Some("team".into()),
             name: Some(name.into()),

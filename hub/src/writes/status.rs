@@ -576,11 +576,11 @@ mod tests {
 
     /// The fake's path of `name`, and the object stored there with `status`.
     fn seed(api: &FakeApi, name: &str, status: Value) -> String {
-        let path = format!("/apis/accord.io/v1alpha1/managedclusters/{name}");
+        let path = format!("/apis/accord.io/v1beta1/managedclusters/{name}");
         api.put(
             &path,
             json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+                "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
                 "metadata": {"name": name}, "status": status,
             }),
         );
@@ -693,7 +693,7 @@ mod tests {
         let outcome_at = tokio::time::Instant::now();
         submit(&writer, last, &json!({}), json!({"phase": "Ready"}));
         tokio::time::sleep(WINDOW + Duration::from_millis(10)).await;
-        let path = format!("/apis/accord.io/v1alpha1/managedclusters/{last}");
+        let path = format!("/apis/accord.io/v1beta1/managedclusters/{last}");
         assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
         assert!(outcome_at.elapsed() < Duration::from_secs(1));
         // The rest follows at the rate, each object written once.
@@ -723,7 +723,7 @@ mod tests {
             patches.len()
         );
         for name in &names {
-            let path = format!("/apis/accord.io/v1alpha1/managedclusters/{name}");
+            let path = format!("/apis/accord.io/v1beta1/managedclusters/{name}");
             assert_eq!(api.get(&path).unwrap()["status"], json!({"phase": "Ready"}));
         }
     }
@@ -895,7 +895,7 @@ mod tests {
     async fn namespaced_objects_are_patched_at_their_namespaced_path() {
         use accord_crds::FederatedKafkaTopic;
         let api = FakeApi::default();
-        let path = "/apis/accord.io/v1alpha1/namespaces/team/federatedkafkatopics/orders";
+        let path = "/apis/accord.io/v1beta1/namespaces/team/federatedkafkatopics/orders";
         api.put(path, json!({"metadata": {"name": "orders"}, "status": {}}));
         let writer = writer(&api);
         writer.submit::<FederatedKafkaTopic>(
