@@ -457,7 +457,7 @@ async fn reconcile(
                 return Ok(());
             }
             let obj = serde_json::json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+                "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
                 "metadata": {
                     "name": name,
                     "labels": r.labels,

@@ -199,7 +199,7 @@ mod tests {
 
     fn policy(desired: serde_json::Value) -> Lenient<CrossClusterScalePolicy> {
         Lenient::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": "CrossClusterScalePolicy",
             "metadata": {"name": "web", "namespace": "default", "generation": 2},
             "spec": {

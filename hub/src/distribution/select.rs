@@ -283,7 +283,7 @@ mod tests {
     #[test]
     fn a_cluster_whose_spec_does_not_decode_still_counts_by_its_labels_status_and_fields() {
         let mc = ClusterObject::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
             "metadata": {"name": "a", "labels": {"tier": "prod"}},
             "spec": {"weight": 3_000_000_000_i64, "unschedulable": true,
                      "federationEndpoint": "http://a:9090"},
@@ -307,7 +307,7 @@ mod tests {
 
     fn managed(name: &str, tier: &str) -> ClusterObject {
         ClusterObject::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "ManagedCluster",
+            "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
             "metadata": {"name": name, "labels": {"tier": tier}},
             "spec": {},
         }))

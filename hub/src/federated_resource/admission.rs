@@ -36,7 +36,7 @@ mod tests {
 
     fn resource(manifests: Value) -> FederatedResource {
         serde_json::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": "FederatedResource",
             "metadata": {"name": "app", "namespace": "shop"},
             "spec": {"placement": {"clusters": ["east"]}, "manifests": manifests},

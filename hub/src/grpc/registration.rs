@@ -289,7 +289,7 @@ impl RegistrationService {
         // The ManagedCluster object, with the finalizer through which deleting it revokes
         // the cluster; its status (Joined, Available) is the leader's to write.
         let object = serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": format!("{}/{}", accord_crds::GROUP, accord_crds::VERSION),
             "kind": "ManagedCluster",
             "metadata": {
                 "name": cluster,

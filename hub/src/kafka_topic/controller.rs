@@ -545,7 +545,7 @@ mod tests {
     #[test]
     fn the_claimed_name_and_deletion_policy_are_read_without_decoding_the_object() {
         let named = watched(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
             "metadata": {"name": "events", "namespace": "team"},
             "spec": {"topicName": "fraud.events", "partitions": 3_000_000_000_i64,
                      "deletionPolicy": "Delete"},
@@ -554,7 +554,7 @@ mod tests {
         assert_eq!(watched_topic_name(&named), "fraud.events");
         assert_eq!(KafkaTopics::finalizer(&named), Some(FINALIZER));
         let unnamed = watched(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
             "metadata": {"name": "events", "namespace": "team"},
             "spec": {"placement": {"clusterSelector": {}}},
         }));
@@ -571,7 +571,7 @@ mod tests {
     #[test]
     fn a_topic_claims_its_name_in_the_clusters_it_selects_by_age() {
         let topic: FederatedKafkaTopic = serde_json::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaTopic",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaTopic",
             "metadata": {"name": "events", "namespace": "team",
                          "creationTimestamp": "2026-01-01T00:00:10Z"},
             "spec": {"partitions": 3, "replicationFactor": 1, "placement": {"clusters": ["a", "mars"]}},

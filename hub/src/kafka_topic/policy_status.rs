@@ -161,7 +161,7 @@ mod tests {
     fn a_policy_that_cannot_be_evaluated_says_why() {
         let policy = |spec: serde_json::Value| -> KafkaTopicPolicy {
             serde_json::from_value(serde_json::json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "KafkaTopicPolicy",
+                "apiVersion": "accord.io/v1beta1", "kind": "KafkaTopicPolicy",
                 "metadata": {"name": "p"}, "spec": spec,
             }))
             .unwrap()

@@ -211,7 +211,7 @@ mod tests {
 
     fn user(acls: Value) -> FederatedKafkaUser {
         serde_json::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": "FederatedKafkaUser",
             "metadata": {"name": "orders-writer", "namespace": "team-a"},
             "spec": {

@@ -602,7 +602,7 @@ mod tests {
     #[test]
     fn name_password_and_deletion_policy_are_read_without_decoding_the_object() {
         let broken = watched(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaUser",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaUser",
             "metadata": {"name": "writer", "namespace": "team"},
             "spec": {"username": "orders-writer", "authentication": {"type": "kerberos",
                      "passwordSecretRef": {"name": "pw", "key": "k"}}, "deletionPolicy": "Retain"},
@@ -622,7 +622,7 @@ mod tests {
             "Retain needs no finalizer"
         );
         let plain = watched(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaUser",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaUser",
             "metadata": {"name": "writer", "namespace": "team"},
             "spec": {"authentication": {"type": "scram-sha-512"}, "placement": {"clusters": ["a"]}},
         }));

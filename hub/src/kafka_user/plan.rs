@@ -95,7 +95,7 @@ mod tests {
 
     fn user(spec: serde_json::Value) -> FederatedKafkaUser {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "accord.io/v1alpha1", "kind": "FederatedKafkaUser",
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedKafkaUser",
             "metadata": {"name": "orders-writer", "namespace": "team"},
             "spec": spec,
         }))

@@ -50,7 +50,7 @@ mod tests {
 
     fn federation(matchers: &[&str]) -> PrometheusFederation {
         serde_json::from_value(json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": "PrometheusFederation",
             "metadata": { "name": "tenants", "namespace": "monitoring" },
             "spec": {

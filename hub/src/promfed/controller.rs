@@ -403,7 +403,7 @@ mod tests {
         .collect();
         let object = |spec: serde_json::Value| {
             Watched::<Promfed>::from_value(serde_json::json!({
-                "apiVersion": "accord.io/v1alpha1", "kind": "PrometheusFederation",
+                "apiVersion": "accord.io/v1beta1", "kind": "PrometheusFederation",
                 "metadata": {"name": "p", "namespace": "monitoring"},
                 "spec": spec,
             }))

@@ -297,7 +297,7 @@ mod tests {
 
     fn topic_json(partitions: i64) -> Value {
         json!({
-            "apiVersion": "accord.io/v1alpha1",
+            "apiVersion": "accord.io/v1beta1",
             "kind": "FederatedKafkaTopic",
             "metadata": { "name": "events", "namespace": "team-a" },
             "spec": { "partitions": partitions, "replicationFactor": 3, "placement": { "clusters": ["east"] } },
@@ -317,7 +317,7 @@ mod tests {
     fn a_create_review_decodes_into_the_topic() {
         let body = review(json!({
             "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": { "group": "accord.io", "version": "v1alpha1", "kind": "FederatedKafkaTopic" },
+            "kind": { "group": "accord.io", "version": "v1beta1", "kind": "FederatedKafkaTopic" },
             "operation": "CREATE",
             "object": topic_json(6),
             "oldObject": null,
