@@ -115,3 +115,29 @@ async fn wait_published(client: &kube::Client, crd: &CustomResourceDefinition) -
     }
     Ok(())
 }
+
+/// `crds` with their conversion webhook reached at `url` (the hub's `/convert` on
+/// loopback) and trusting `ca` (the hub CA, PEM): how a test or benchmark wires the API
+/// server to a hub it started. Fails for a CRD without a conversion webhook.
+pub fn converting_at(
+    mut crds: Vec<CustomResourceDefinition>,
+    url: &str,
+    ca: &k8s_openapi::ByteString,
+) -> Result<Vec<CustomResourceDefinition>> {
+    for crd in &mut crds {
+        let webhook = crd
+            .spec
+            .conversion
+            .as_mut()
+            .and_then(|c| c.webhook.as_mut())
+            .with_context(|| format!("{:?} has no conversion webhook", crd.metadata.name))?;
+        webhook.client_config = Some(
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::WebhookClientConfig {
+                url: Some(url.to_owned()),
+                ca_bundle: Some(ca.clone()),
+                service: None,
+            },
+        );
+    }
+    Ok(crds)
+}

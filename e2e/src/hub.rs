@@ -13,6 +13,8 @@ use crate::{ProcessId, Testbed};
 
 /// Namespace the hub keeps its CA Secret in, in tests.
 pub const HUB_NAMESPACE: &str = "accord-system";
+/// The hub CA's Secret in [`HUB_NAMESPACE`] (certificate under `tls.crt`).
+pub const HUB_CA_SECRET: &str = "accord-hub-ca";
 
 /// Path of one of the workspace's binaries (`accord-hub`, `accord-agent`), brought up to
 /// date with `cargo build` once per process so a test never runs a stale binary.
@@ -244,4 +246,21 @@ pub async fn create_token_with(
         flag_value(&line, "--token")?,
         flag_value(&line, "--ca-cert-hash")?,
     ))
+}
+
+/// The hub CA certificate (PEM) from its Secret `accord-hub-ca`, once the hub has created it
+/// (within `bound`).
+pub async fn hub_ca(client: &kube::Client, bound: Duration) -> Result<k8s_openapi::ByteString> {
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(client.clone(), HUB_NAMESPACE);
+    until("the hub CA Secret", bound, || async {
+        Ok(match secrets.get_opt(HUB_CA_SECRET).await? {
+            Some(secret) => match secret.data.and_then(|d| d.get("tls.crt").cloned()) {
+                Some(cert) => Check::Ready(cert),
+                None => Check::NotYet("no tls.crt".into()),
+            },
+            None => Check::NotYet("no Secret yet".into()),
+        })
+    })
+    .await
 }

@@ -26,7 +26,6 @@ use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, NewTopic, TopicRep
 use rdkafka::client::DefaultClientContext;
 
 use crate::fleet::{AGENT_NAMESPACE, Fleet, ensure_namespace};
-use crate::hub::HUB_NAMESPACE;
 use crate::kafka::{self, KafkaCluster};
 use crate::ports::free_port;
 use crate::testbed::Testbed;
@@ -49,9 +48,6 @@ pub const WEBHOOK_NAMESPACE_LABEL: &str = "e2e.accord.io/webhook";
 pub const POLICY_REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
 /// The reason the webhook refuses a topic whose name is taken in one of its clusters with.
 pub const ALREADY_MANAGED_REASON: &str = "TOPIC_ALREADY_MANAGED";
-/// Key of the hub CA's certificate in its Secret.
-const HUB_CA_SECRET: &str = "accord-hub-ca";
-const HUB_CA_KEY: &str = "tls.crt";
 
 /// Starts a Kafka cluster for testbed member `member` (its processes are named after the
 /// member and stop with the testbed).
@@ -419,16 +415,11 @@ pub async fn label_cluster(testbed: &Testbed, cluster: &str, key: &str, value: &
 
 /// The hub CA's certificate (PEM), from its Secret on the management cluster.
 pub async fn hub_ca_pem(testbed: &Testbed) -> Result<Vec<u8>> {
-    let api: Api<Secret> = Api::namespaced(testbed.mgmt().client(), HUB_NAMESPACE);
-    let secret = api
-        .get(HUB_CA_SECRET)
-        .await
-        .context("reading the hub CA Secret")?;
-    Ok(secret
-        .data
-        .and_then(|mut d| d.remove(HUB_CA_KEY))
-        .context("the hub CA Secret has no certificate")?
-        .0)
+    Ok(
+        crate::hub::hub_ca(&testbed.mgmt().client(), Duration::from_secs(60))
+            .await?
+            .0,
+    )
 }
 
 /// Registers the hub's webhook at `addr` with the management kube-apiserver, as

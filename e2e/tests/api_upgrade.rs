@@ -18,6 +18,8 @@
 //! 5. With the hub killed, reading v1alpha1 fails with the API server's conversion webhook
 //!    error while v1beta1 and core objects still read; a restarted hub (same CA, from its
 //!    Secret) makes v1alpha1 readable again, and the time that took is printed.
+//! 6. The test lets go of the leadership: the upgraded hub reconciles every object the old
+//!    CRDs held (each kind's `status.observedGeneration` reaches its generation).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -25,17 +27,15 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use accord_e2e::Testbed;
-use accord_e2e::hub::{HUB_NAMESPACE, HubOptions, HubProcess};
+use accord_e2e::hub::{HubOptions, HubProcess};
 use accord_e2e::installed::{output_text, run_binary};
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
 use accord_hub::store::LeaderElection;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, WebhookClientConfig,
-};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
@@ -223,50 +223,24 @@ async fn stored_versions(client: &kube::Client) -> Result<BTreeMap<String, Vec<S
     Ok(all)
 }
 
-/// The hub CA certificate (PEM) from its Secret.
-async fn hub_ca(client: &kube::Client) -> Result<ByteString> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), HUB_NAMESPACE);
-    let ca = until("the hub CA Secret", WAIT, || async {
-        Ok(match secrets.get_opt("accord-hub-ca").await? {
-            Some(secret) => match secret.data.and_then(|d| d.get("tls.crt").cloned()) {
-                Some(cert) => Check::Ready(cert),
-                None => Check::NotYet("no tls.crt".into()),
-            },
-            None => Check::NotYet("no Secret yet".into()),
-        })
-    })
-    .await?;
-    Ok(ca)
-}
-
-/// The new CRDs from `dir` with their conversion webhook reached at `url`, trusting `ca`.
+/// The new CRDs from `dir` with their conversion webhook at `url`, trusting `ca`; each
+/// serves both versions.
 fn new_crds(dir: &Path, url: &str, ca: &ByteString) -> Result<Vec<CustomResourceDefinition>> {
-    let mut crds = accord_e2e::crds::read_dir(dir)?;
+    let crds = accord_e2e::crds::converting_at(accord_e2e::crds::read_dir(dir)?, url, ca)?;
     ensure!(
         crds.len() == KINDS.len(),
         "{} CRDs in {}",
         crds.len(),
         dir.display()
     );
-    for crd in &mut crds {
-        let name = crd.metadata.name.clone().unwrap_or_default();
+    for crd in &crds {
         let versions: Vec<&str> = crd.spec.versions.iter().map(|v| v.name.as_str()).collect();
         ensure!(
             versions.contains(&OLD) && versions.contains(&NEW),
-            "{name} in {} serves {versions:?}, not {OLD} and {NEW}",
+            "{:?} in {} serves {versions:?}, not {OLD} and {NEW}",
+            crd.metadata.name,
             dir.display()
         );
-        let webhook = crd
-            .spec
-            .conversion
-            .as_mut()
-            .and_then(|c| c.webhook.as_mut())
-            .with_context(|| format!("{name} has no conversion webhook"))?;
-        webhook.client_config = Some(WebhookClientConfig {
-            url: Some(url.to_owned()),
-            ca_bundle: Some(ca.clone()),
-            service: None,
-        });
     }
     Ok(crds)
 }
@@ -348,7 +322,7 @@ async fn objects_written_as_v1alpha1_are_migrated_to_v1beta1_and_read_in_both_ve
         extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{webhook_port}")],
     };
     let hub = HubProcess::start(&testbed, &hub_options).await?;
-    let ca = hub_ca(&client).await?;
+    let ca = accord_e2e::hub::hub_ca(&client, WAIT).await?;
     let url = format!("https://127.0.0.1:{webhook_port}/convert");
     let crds = new_crds(&accord_e2e::crds::default_dir(), &url, &ca)?;
     accord_e2e::crds::install(&client, &crds).await?;
@@ -562,10 +536,47 @@ async fn objects_written_as_v1alpha1_are_migrated_to_v1beta1_and_read_in_both_ve
     let recovered = recovered?;
     println!("v1alpha1 reads recovered {recovered:.2?} after the hub was restarted");
     ensure!(
-        hub_ca(&client).await? == ca_before,
+        accord_e2e::hub::hub_ca(&client, WAIT).await? == ca_before,
         "the restarted hub made a new CA"
     );
-    drop(hub);
+
+    // h) The test lets go of the leadership: the upgraded hub, which reads only v1beta1,
+    // reconciles every object the old one wrote (its status observes the generation).
     drop(holder);
+    let reconciled = Instant::now();
+    until(
+        "every object reconciled by the upgraded hub",
+        Duration::from_secs(90),
+        || async {
+            let mut waiting = Vec::new();
+            for (kind, _, _) in KINDS {
+                // A ManagedCluster's status is its agent's report; none runs here.
+                if kind == "ManagedCluster" {
+                    continue;
+                }
+                for item in api(&client, kind, NEW)?.list(&Default::default()).await? {
+                    let generation = item.metadata.generation;
+                    let observed = item.data["status"]["observedGeneration"].as_i64();
+                    if observed.is_none() || observed != generation {
+                        waiting.push(format!(
+                            "{kind} {}: observedGeneration {observed:?} of {generation:?}",
+                            item.metadata.name.as_deref().unwrap_or_default()
+                        ));
+                    }
+                }
+            }
+            Ok(if waiting.is_empty() {
+                Check::Ready(())
+            } else {
+                Check::NotYet(waiting.join("; "))
+            })
+        },
+    )
+    .await?;
+    println!(
+        "every object reconciled {:.2?} after the hub took the leadership over",
+        reconciled.elapsed()
+    );
+    drop(hub);
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The Helm charts render the same objects as `accord-hub install` (hub) and as the plain
 //! agent manifest (agent).
 //!
-//! Always: the chart's CRDs are the generated ones, `values.yaml` defaults are
+//! Always: the chart's CRD templates are the generated ones
+//! (`ACCORD_UPDATE_CHARTS=1 cargo test -p accord-hub --test install_helm` rewrites them), `values.yaml` defaults are
 //! [`InstallOptions::default`], and the templates name every object `render` produces.
 //! With `helm` available (`$HELM`, else `helm` on `PATH`; built with
 //! `GOFLAGS=-mod=mod go install helm.sh/helm/v3/cmd/helm@v3.22.0`): `helm lint`, and
@@ -14,8 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use accord_hub::install::{
-    DEFAULT_ETCD_IMAGE, ETCD_SECRET_NAME, EtcdClientSecret, EtcdMode, InstallOptions, ServiceType,
-    default_image, render, webhook_configuration,
+    DEFAULT_ETCD_IMAGE, ETCD_SECRET_NAME, EtcdClientSecret, EtcdMode, HELM_KEEP_ANNOTATION,
+    InstallOptions, ServiceType, crds, default_image, helm_crd_templates, render,
+    webhook_configuration,
 };
 use serde_json::{Value, json};
 
@@ -44,7 +46,7 @@ fn documents(yaml: &str) -> Vec<Value> {
     docs.into_iter().filter(|d| !d.is_null()).collect()
 }
 
-/// Objects by `Kind namespace/name`, Helm's own labels removed.
+/// Objects by `Kind namespace/name`, Helm's own labels and annotations removed.
 fn by_identity(objects: Vec<Value>) -> BTreeMap<String, Value> {
     objects
         .into_iter()
@@ -55,6 +57,17 @@ fn by_identity(objects: Vec<Value>) -> BTreeMap<String, Value> {
             {
                 for label in HELM_ONLY_LABELS {
                     labels.remove(label);
+                }
+            }
+            if let Some(metadata) = o["metadata"].as_object_mut() {
+                let annotations = metadata
+                    .get_mut("annotations")
+                    .and_then(Value::as_object_mut);
+                if let Some(annotations) = annotations {
+                    annotations.remove(HELM_KEEP_ANNOTATION);
+                    if annotations.is_empty() {
+                        metadata.remove("annotations");
+                    }
                 }
             }
             let key = format!(
@@ -125,17 +138,21 @@ fn helm_template(
 }
 
 #[test]
-fn the_hub_charts_crds_are_the_generated_crds() {
-    let dir = chart("accord-hub").join("crds");
+fn the_hub_charts_crd_templates_are_generated() {
+    let dir = chart("accord-hub").join("templates/crds");
+    let update = std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1");
     let mut expected = Vec::new();
-    for crd in accord_crds::all_crds() {
-        let file = accord_crds::crd_file_name(&crd);
-        let committed = std::fs::read_to_string(dir.join(&file))
-            .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/crds/{file}: {e}"));
+    for (file, text) in helm_crd_templates().unwrap() {
+        let path = dir.join(&file);
+        if update {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/templates/crds/{file}: {e}"));
         assert!(
-            committed == accord_crds::render_crd_yaml(&crd).unwrap(),
-            "deploy/helm/accord-hub/crds/{file} is stale; regenerate with \
-             `cargo run -p accord-hub -- crds --out-dir deploy/helm/accord-hub/crds`"
+            committed == text,
+            "deploy/helm/accord-hub/templates/crds/{file} is stale; regenerate with \
+             `ACCORD_UPDATE_CHARTS=1 cargo test -p accord-hub --test install_helm`"
         );
         expected.push(file);
     }
@@ -147,7 +164,7 @@ fn the_hub_charts_crds_are_the_generated_crds() {
     expected.sort();
     assert_eq!(
         present, expected,
-        "stray files in deploy/helm/accord-hub/crds"
+        "stray files in deploy/helm/accord-hub/templates/crds"
     );
 }
 
@@ -171,6 +188,7 @@ fn the_hub_charts_default_values_are_installs_defaults() {
         defaults.image_pull_policy.as_str()
     );
     assert_eq!(values["replicas"], defaults.replicas);
+    assert_eq!(values["crds"]["install"], true, "install applies the CRDs");
     assert_eq!(values["etcdPrefix"], defaults.etcd_prefix.as_str());
     assert_eq!(values["grpcPort"], defaults.grpc_port);
     assert_eq!(values["httpPort"], defaults.http_port);
@@ -223,7 +241,10 @@ fn the_hub_charts_templates_name_every_object_install_renders() {
     let dir = chart("accord-hub").join("templates");
     let templates: String = std::fs::read_dir(&dir)
         .unwrap()
-        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .chain(std::fs::read_dir(dir.join("crds")).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| std::fs::read_to_string(p).unwrap())
         .collect::<Vec<_>>()
         .join("\n---\n");
     let options = InstallOptions {
@@ -233,9 +254,6 @@ fn the_hub_charts_templates_name_every_object_install_renders() {
     for object in render(&options).unwrap() {
         let kind = object["kind"].as_str().unwrap();
         let name = object["metadata"]["name"].as_str().unwrap();
-        if kind == "CustomResourceDefinition" {
-            continue; // in crds/, checked above
-        }
         let found = templates.split("\n---\n").any(|doc| {
             doc.contains(&format!("kind: {kind}\n"))
                 && (doc.contains(&format!("name: {name}\n")) || kind == "Namespace")
@@ -360,8 +378,19 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
     .unwrap_err();
     assert!(refused.contains("etcd.secretName"), "{refused}");
 
-    // Without --include-crds and createNamespace, Helm renders the rest.
-    let yaml = helm_template(&helm, &dir, "accord-hub", &["--namespace", "accord-system"]).unwrap();
+    // With crds.install=false and without createNamespace, Helm renders the rest.
+    let yaml = helm_template(
+        &helm,
+        &dir,
+        "accord-hub",
+        &[
+            "--namespace",
+            "accord-system",
+            "--set",
+            "crds.install=false",
+        ],
+    )
+    .unwrap();
     let kinds: Vec<String> = documents(&yaml)
         .iter()
         .map(|o| o["kind"].as_str().unwrap().to_owned())
@@ -375,7 +404,7 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
 }
 
 #[test]
-fn a_ca_bundle_value_lands_in_the_webhook_configuration_as_install_renders_it() {
+fn a_ca_bundle_value_lands_in_the_webhooks_and_crds_as_install_renders_them() {
     let Some(helm) = helm() else { return };
     let pem = "-----BEGIN CERTIFICATE-----\nMIIBhub\n-----END CERTIFICATE-----\n";
     let expected = webhook_configuration(&InstallOptions::default(), Some(pem));
@@ -403,6 +432,14 @@ fn a_ca_bundle_value_lands_in_the_webhook_configuration_as_install_renders_it() 
         serde_json::to_string_pretty(&objects[key]).unwrap(),
         serde_json::to_string_pretty(&expected).unwrap()
     );
+    // The CRDs' conversion webhook trusts the same CA.
+    for crd in crds(&InstallOptions::default(), Some(pem)).unwrap() {
+        let key = format!(
+            "CustomResourceDefinition /{}",
+            crd["metadata"]["name"].as_str().unwrap()
+        );
+        assert!(objects[&key] == crd, "{key} differs");
+    }
 }
 
 #[test]

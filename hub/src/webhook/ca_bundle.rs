@@ -65,8 +65,35 @@ pub fn ca_bundle_patch(
 
 /// Runs until the watch ends (it retries with backoff, so: never).
 pub async fn keep_ca_bundle(kube: kube::Client, ca_pem: String) {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(kube);
-    let config = watcher::Config::default().fields(&format!("metadata.name={CONFIGURATION_NAME}"));
+    keep(
+        Api::all(kube),
+        CONFIGURATION_NAME,
+        "ValidatingWebhookConfiguration",
+        |config| ca_bundle_patch(config, &ca_pem),
+    )
+    .await;
+}
+
+/// Watches the object `name` of `api` and merge-patches it with `patch_for` of every version
+/// seen that needs one (a patch carries the observed `resourceVersion`, so a concurrent
+/// change makes it fail and the next event retries). Runs until the watch ends (it retries
+/// with backoff, so: never). A watch error (Forbidden when the RBAC lacks the rule) is
+/// logged: the webhook still serves, the object just has to carry the CA itself.
+async fn keep<K>(
+    api: Api<K>,
+    name: &str,
+    what: &str,
+    patch_for: impl Fn(&K) -> Option<serde_json::Value>,
+) where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let params = PatchParams {
         field_manager: Some(format!("{HUB_FIELD_MANAGER}-webhook")),
         ..PatchParams::default()
@@ -80,24 +107,17 @@ pub async fn keep_ca_bundle(kube: kube::Client, ca_pem: String) {
         let object = match next {
             Ok(object) => object,
             Err(e) => {
-                // Forbidden when the RBAC lacks the rule: the webhook still serves, the
-                // configuration just has to carry the CA itself (`accord-hub install`).
-                warn!(error = %e, "watching ValidatingWebhookConfiguration {CONFIGURATION_NAME}");
+                warn!(error = %e, "watching {what} {name}");
                 continue;
             }
         };
-        let Some(patch) = ca_bundle_patch(&object, &ca_pem) else {
+        let Some(patch) = patch_for(&object) else {
             continue;
         };
-        match api
-            .patch(CONFIGURATION_NAME, &params, &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => info!(
-                "set the hub CA as caBundle of ValidatingWebhookConfiguration {CONFIGURATION_NAME}"
-            ),
+        match api.patch(name, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => info!("set the hub CA as caBundle of {what} {name}"),
             Err(e) => {
-                warn!(error = %e, "setting caBundle of ValidatingWebhookConfiguration {CONFIGURATION_NAME}; retried on its next change")
+                warn!(error = %e, "setting caBundle of {what} {name}; retried on its next change")
             }
         }
     }
@@ -135,42 +155,18 @@ pub async fn keep_crd_ca_bundles(kube: kube::Client, ca_pem: String) {
         accord_crds::all_crds()
             .into_iter()
             .filter_map(|crd| crd.metadata.name)
-            .map(|name| keep_crd_ca_bundle(api.clone(), name, &ca_pem)),
+            .map(|name| {
+                let api = api.clone();
+                let ca_pem = &ca_pem;
+                async move {
+                    keep(api, &name, "CustomResourceDefinition", |crd| {
+                        crd_ca_bundle_patch(crd, ca_pem)
+                    })
+                    .await;
+                }
+            }),
     )
     .await;
-}
-
-async fn keep_crd_ca_bundle(api: Api<CustomResourceDefinition>, name: String, ca_pem: &str) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let params = PatchParams {
-        field_manager: Some(format!("{HUB_FIELD_MANAGER}-webhook")),
-        ..PatchParams::default()
-    };
-    let mut objects = std::pin::pin!(
-        watcher(api.clone(), config)
-            .default_backoff()
-            .applied_objects()
-    );
-    while let Some(next) = objects.next().await {
-        let crd = match next {
-            Ok(crd) => crd,
-            Err(e) => {
-                warn!(error = %e, "watching CustomResourceDefinition {name}");
-                continue;
-            }
-        };
-        let Some(patch) = crd_ca_bundle_patch(&crd, ca_pem) else {
-            continue;
-        };
-        match api.patch(&name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => info!(
-                "set the hub CA as the conversion caBundle of CustomResourceDefinition {name}"
-            ),
-            Err(e) => {
-                warn!(error = %e, "setting the conversion caBundle of CustomResourceDefinition {name}; retried on its next change")
-            }
-        }
-    }
 }
 
 #[cfg(test)]

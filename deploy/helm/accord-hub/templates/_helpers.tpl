@@ -3,6 +3,14 @@
 {{- default .Release.Namespace .Values.namespace -}}
 {{- end -}}
 
+{{/* The hub CA as caBundle of the admission and conversion webhooks, base64-encoded PEM:
+   .Values.webhook.caBundle, else the CA Secret's certificate if it exists already (lookup
+   sees nothing under `helm template`), else empty and the hub sets it on start. */}}
+{{- define "accord-hub.caBundle" -}}
+{{- $secret := lookup "v1" "Secret" (include "accord-hub.namespace" .) "accord-hub-ca" | default dict -}}
+{{- .Values.webhook.caBundle | default (dig "data" "tls.crt" "" $secret) -}}
+{{- end -}}
+
 {{/* The hub image: repository:tag, the tag defaulting to the chart's appVersion. */}}
 {{- define "accord-hub.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}

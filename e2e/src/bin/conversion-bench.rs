@@ -1,0 +1,223 @@
+//! Conversion latency through a real kube-apiserver: N FederatedKafkaTopics (default 1,000)
+//! stored in v1beta1, then `kubectl get` of all of them, repeated, in the storage version
+//! (no conversion) and in v1alpha1 (every object converted by the hub's webhook), p50/p99/max
+//! of each printed side by side.
+//!
+//! The CRDs are the repository's (`crds/yaml/`) with their conversion webhook pointed at a
+//! real `accord-hub` on loopback (its CA as caBundle). The benchmark holds the hub's
+//! leadership itself, so the hub only serves webhooks and writes nothing while it measures.
+//! Beside the latencies: the conversion requests the API server sent the hub during each
+//! phase and the seconds they took (its own `/metrics`,
+//! `apiserver_webhooks_conversion_request_total` and
+//! `apiserver_webhooks_conversion_duration_seconds`), which shows where conversion happens:
+//! the API server's watch cache keeps each served version's objects converted when they
+//! were written, so a list answered from it needs no webhook call per request.
+//!
+//! ```text
+//! cargo build --release --bin accord-hub --bin conversion-bench
+//! $CARGO_TARGET_DIR/release/conversion-bench --objects 1000 --gets 30
+//! ```
+//!
+//! Figures: docs/benchmarks.md "API versions: conversion (conversion-bench)".
+
+use std::time::{Duration, Instant};
+
+use accord_e2e::Testbed;
+use accord_e2e::apiserver_writes::series;
+use accord_e2e::hub::{HubOptions, HubProcess};
+use accord_e2e::ports::free_port;
+use accord_e2e::stats::pct;
+use accord_hub::store::LeaderElection;
+use anyhow::{Context as _, Result, ensure};
+use clap::Parser;
+use futures::{StreamExt as _, TryStreamExt as _};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::json;
+use tracing_subscriber::EnvFilter;
+
+const NAMESPACE: &str = "conversion-bench";
+const ETCD_PREFIX: &str = "/conversion-bench/";
+const PLURAL: &str = "federatedkafkatopics";
+/// The API server's counter of conversion webhook requests and its duration histogram.
+const CONVERSION_REQUESTS: &str = "apiserver_webhooks_conversion_request_total";
+const CONVERSION_SECONDS: &str = "apiserver_webhooks_conversion_duration_seconds_sum";
+
+/// `kubectl get` of N objects in the storage and in the converted version.
+#[derive(Debug, Parser)]
+#[command(name = "conversion-bench", args_override_self = true)]
+struct Args {
+    /// FederatedKafkaTopics to create (in v1beta1, the storage version).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    objects: usize,
+    /// Timed `kubectl get`s per version (after one untimed warm-up each).
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    gets: usize,
+}
+
+/// The API server's conversion webhook requests and the seconds they took, so far.
+async fn conversions(client: &kube::Client) -> Result<(f64, f64)> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let sum = |name| series(&text, name).iter().map(|(_, v)| v).sum::<f64>();
+    Ok((sum(CONVERSION_REQUESTS), sum(CONVERSION_SECONDS)))
+}
+
+/// Times `gets` runs of `kubectl get federatedkafkatopics.<version>.accord.io -o json`,
+/// checking each returns every object in that version.
+async fn time_gets(
+    testbed: &Testbed,
+    version: &str,
+    objects: usize,
+    gets: usize,
+) -> Result<Vec<Duration>> {
+    let resource = format!("{PLURAL}.{version}.accord.io");
+    let mut took = Vec::with_capacity(gets);
+    for run in 0..=gets {
+        let started = Instant::now();
+        let out = testbed
+            .kubectl(testbed.mgmt())
+            .args(["get", &resource, "-n", NAMESPACE, "-o", "json"])
+            .output()
+            .await?;
+        let elapsed = started.elapsed();
+        ensure!(
+            out.status.success(),
+            "kubectl get {resource}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        let items = list["items"].as_array().context("no items")?;
+        ensure!(
+            items.len() == objects
+                && items
+                    .iter()
+                    .all(|i| i["apiVersion"] == format!("accord.io/{version}")),
+            "kubectl get {resource} returned {} objects (of {objects}) or another version",
+            items.len()
+        );
+        // The first run warms kubectl's discovery cache and the API server up.
+        if run > 0 {
+            took.push(elapsed);
+        }
+    }
+    took.sort();
+    Ok(took)
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .init();
+    ensure!(
+        args.objects > 0 && args.gets > 0,
+        "--objects and --gets must be at least 1"
+    );
+
+    let testbed = Testbed::builder()
+        .members(0)
+        .without_mgmt_controller_manager()
+        .without_crds()
+        .start()
+        .await?;
+    let client = testbed.mgmt().client();
+
+    // A hub serving the conversion webhook on loopback; the benchmark holds the leadership.
+    let holder = LeaderElection::start(
+        testbed.hub_etcd().store(ETCD_PREFIX).await?,
+        "conversion-bench".into(),
+        Duration::from_secs(15),
+    )
+    .await?;
+    holder.wait_for_leadership().await;
+    let webhook_port = free_port()?;
+    let hub = HubProcess::start(
+        &testbed,
+        &HubOptions {
+            replica: "conversion-bench-hub".into(),
+            etcd_prefix: ETCD_PREFIX.into(),
+            extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{webhook_port}")],
+        },
+    )
+    .await?;
+    let ca = accord_e2e::hub::hub_ca(&client, Duration::from_secs(60)).await?;
+    let crds = accord_e2e::crds::converting_at(
+        accord_e2e::crds::read_dir(&accord_e2e::crds::default_dir())?,
+        &format!("https://127.0.0.1:{webhook_port}/convert"),
+        &ca,
+    )?;
+    accord_e2e::crds::install(&client, &crds).await?;
+
+    // N topics in the storage version.
+    accord_e2e::fleet::ensure_namespace(testbed.mgmt(), NAMESPACE).await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("accord.io", accord_crds::VERSION, "FederatedKafkaTopic"),
+        PLURAL,
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
+    let started = Instant::now();
+    futures::stream::iter(0..args.objects)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let object: DynamicObject = serde_json::from_value(json!({
+                    "apiVersion": format!("accord.io/{}", accord_crds::VERSION),
+                    "kind": "FederatedKafkaTopic",
+                    "metadata": { "name": format!("topic-{i:05}"), "namespace": NAMESPACE },
+                    "spec": {
+                        "partitions": 6,
+                        "replicationFactor": 3,
+                        "config": { "retention.ms": "604800000", "cleanup.policy": "delete" },
+                        "placement": { "clusters": ["us-central1", "eu-west1"] },
+                    },
+                }))?;
+                api.create(&PostParams::default(), &object)
+                    .await
+                    .with_context(|| format!("creating topic-{i:05}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await?;
+    println!(
+        "created {} FederatedKafkaTopics in {} in {:.1?}",
+        args.objects,
+        accord_crds::VERSION,
+        started.elapsed()
+    );
+
+    println!(
+        "kubectl get {PLURAL}.VERSION.accord.io -n {NAMESPACE} -o json, {} objects, {} timed runs each:",
+        args.objects, args.gets
+    );
+    println!(
+        "{:<26} {:>9} {:>9} {:>9} {:>16} {:>15}",
+        "version", "p50", "p99", "max", "conversion reqs", "webhook seconds"
+    );
+    for (version, what) in [
+        (accord_crds::VERSION, "(storage)"),
+        ("v1alpha1", "(converted)"),
+    ] {
+        let before = conversions(&client).await?;
+        let took = time_gets(&testbed, version, args.objects, args.gets).await?;
+        let after = conversions(&client).await?;
+        println!(
+            "{:<26} {:>9.1?} {:>9.1?} {:>9.1?} {:>16} {:>15.3}",
+            format!("{version} {what}"),
+            pct(&took, 0.5),
+            pct(&took, 0.99),
+            took[took.len() - 1],
+            after.0 - before.0,
+            after.1 - before.1,
+        );
+    }
+    drop(hub);
+    drop(holder);
+    testbed.stop();
+    Ok(())
+}
