@@ -204,6 +204,26 @@ impl HubCa {
     }
 
     /// Loads the CA from Secret `secret_name` in `namespace` of the management cluster, or
+    /// `None` when there is no such Secret (or namespace).
+    pub async fn load(
+        client: kube::Client,
+        namespace: &str,
+        secret_name: &str,
+    ) -> Result<Option<Self>, PkiError> {
+        let api: Api<Secret> = Api::namespaced(client, namespace);
+        let secret = api
+            .get_opt(secret_name)
+            .await
+            .map_err(|source| PkiError::Kube {
+                action: "read",
+                namespace: namespace.to_owned(),
+                name: secret_name.to_owned(),
+                source: Box::new(source),
+            })?;
+        secret.as_ref().map(Self::from_secret).transpose()
+    }
+
+    /// Loads the CA from Secret `secret_name` in `namespace` of the management cluster, or
     /// creates it there. Creation races between hub replicas are settled by the API server:
     /// whoever loses gets 409 AlreadyExists and reads back the winner's CA, so every replica
     /// ends with the same one. An existing Secret that does not hold a usable CA is an error,
@@ -213,6 +233,10 @@ impl HubCa {
         namespace: &str,
         secret_name: &str,
     ) -> Result<Self, PkiError> {
+        if let Some(ca) = Self::load(client.clone(), namespace, secret_name).await? {
+            ca.log_loaded("loaded hub CA", namespace, secret_name);
+            return Ok(ca);
+        }
         let api: Api<Secret> = Api::namespaced(client, namespace);
         let kube_err = |action: &'static str| {
             move |source| PkiError::Kube {
@@ -222,12 +246,6 @@ impl HubCa {
                 source: Box::new(source),
             }
         };
-
-        if let Some(secret) = api.get_opt(secret_name).await.map_err(kube_err("read"))? {
-            let ca = Self::from_secret(&secret)?;
-            ca.log_loaded("loaded hub CA", namespace, secret_name);
-            return Ok(ca);
-        }
 
         let ca = Self::generate(DEFAULT_CA_COMMON_NAME)?;
         match api

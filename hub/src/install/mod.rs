@@ -413,9 +413,23 @@ pub async fn run(args: InstallArgs) -> Result<(), InstallError> {
     preflight::check(&client, &asker, &options.namespace, &to_apply, &to_grant).await?;
 
     // The webhook configuration goes last, with the hub CA as its caBundle, once the CA
-    // exists.
+    // exists. The CRDs carry it from the start when it exists already (a repeated install),
+    // so that they are not changed twice, the second time back.
     let webhook = webhook_configuration(&options, None);
-    for object in objects.iter().filter(|o| **o != webhook) {
+    let existing_ca = HubCa::load(client.clone(), &options.namespace, CA_SECRET_NAME)
+        .await
+        .map_err(|source| InstallError::Ca {
+            namespace: options.namespace.clone(),
+            source,
+        })?;
+    let with_ca = crds(&options, existing_ca.as_ref().map(HubCa::cert_pem))?;
+    let first_pass = objects.iter().filter(|o| **o != webhook).map(|o| {
+        with_ca
+            .iter()
+            .find(|crd| o["kind"] == "CustomResourceDefinition" && crd["metadata"] == o["metadata"])
+            .unwrap_or(o)
+    });
+    for object in first_pass {
         // The etcd Secret exists before the hub's pods, which mount it.
         if object["kind"] == "Deployment"
             && let Some(secret) = etcd_secret(&args, &options)?
