@@ -654,7 +654,8 @@ impl Engine {
         self.persist_seq
     }
 
-    /// Publishes the revision and tells every enforcer what it now enforces.
+    /// Publishes the revision, tells every enforcer what it now enforces and looks again at
+    /// the unchanged policies that this changed for all the same.
     fn book_changed(&mut self) {
         self.status
             .last_applied_revision
@@ -665,9 +666,14 @@ impl Engine {
         self.metrics
             .managed_policies
             .set(i64::try_from(self.book.policies().len()).unwrap_or(i64::MAX));
+        let mut reassigned = Vec::new();
         for enforcer in &mut self.enforcers {
             let events = EventSink::new(self.tx.clone(), enforcer.name());
             enforcer.assign(self.book.policies(), &events);
+            reassigned.extend(enforcer.reassigned());
+        }
+        for key in &reassigned {
+            self.reconcile(key);
         }
     }
 

@@ -9,19 +9,40 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
-/// Readiness of the process, as `/readyz` reports it.
+/// Readiness of the process, as `/readyz` reports it, with what it has to say: why it is
+/// not ready, or what is wrong around it while it is.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<Inner>);
+
+#[derive(Default)]
+struct Inner {
+    ready: AtomicBool,
+    detail: std::sync::Mutex<String>,
+}
 
 impl Readiness {
     /// Marks the process ready (or not).
     pub fn set(&self, ready: bool) {
-        self.0.store(ready, Ordering::Relaxed);
+        self.0.ready.store(ready, Ordering::Relaxed);
     }
 
     /// Whether the process is ready.
     pub fn get(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.ready.load(Ordering::Relaxed)
+    }
+
+    /// Sets what `/readyz` says besides its verdict, one line per item (empty: nothing).
+    pub fn set_detail(&self, detail: String) {
+        *self.0.detail.lock().unwrap_or_else(|e| e.into_inner()) = detail;
+    }
+
+    /// What `/readyz` says besides its verdict.
+    pub fn detail(&self) -> String {
+        self.0
+            .detail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -67,10 +88,16 @@ async fn metrics(State(s): State<AppState>) -> ([(&'static str, &'static str); 1
     )
 }
 
-async fn readyz(State(s): State<AppState>) -> (StatusCode, &'static str) {
-    if s.ready.get() {
+async fn readyz(State(s): State<AppState>) -> (StatusCode, String) {
+    let (status, verdict) = if s.ready.get() {
         (StatusCode::OK, "ok")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, s.not_ready)
+    };
+    let detail = s.ready.detail();
+    if detail.is_empty() {
+        (status, verdict.to_owned())
+    } else {
+        (status, format!("{verdict}\n{detail}"))
     }
 }

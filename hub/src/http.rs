@@ -1,7 +1,10 @@
 //! The hub's HTTP endpoint: `/metrics`, `/healthz`, `/readyz`, `/placements/...` (the
 //! leader's full per-cluster views, [`crate::placements`]) — `/readyz` is ready while etcd answers
 //! and, on the leader, once every controller has listed what it watches; not ready again
-//! from SIGTERM (or a failed task) on.
+//! from SIGTERM (or a failed task) on. Its body says why it is not ready (one line per closed
+//! gate) and what is wrong around a ready replica that it cannot mend itself (warnings, such
+//! as a CRD whose conversion webhook does not trust the hub CA): those never make it
+//! unready, since taking the replica out of its Service would only make them worse.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,6 +51,8 @@ struct Gates {
     store_answers: AtomicBool,
     controllers_waiting: AtomicBool,
     stopping: AtomicBool,
+    /// Warnings by subject, shown by `/readyz` without changing its verdict.
+    warnings: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 impl ReadinessGates {
@@ -91,14 +96,53 @@ impl ReadinessGates {
         self.update();
     }
 
+    /// Sets (`Some`) or clears (`None`) the warning about `subject` that `/readyz` shows.
+    pub fn set_warning(&self, subject: &str, warning: Option<String>) {
+        {
+            let mut warnings = self
+                .gates
+                .warnings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            match warning {
+                Some(w) => warnings.insert(subject.to_owned(), w),
+                None => warnings.remove(subject),
+            };
+        }
+        self.update();
+    }
+
     fn update(&self) {
         let g = &self.gates;
-        self.ready.set(
-            g.serving.load(Ordering::SeqCst)
-                && g.store_answers.load(Ordering::SeqCst)
-                && !g.controllers_waiting.load(Ordering::SeqCst)
-                && !g.stopping.load(Ordering::SeqCst),
+        let closed = [
+            (
+                !g.serving.load(Ordering::SeqCst),
+                "the gRPC server is not listening yet",
+            ),
+            (
+                !g.store_answers.load(Ordering::SeqCst),
+                "etcd does not answer",
+            ),
+            (
+                g.controllers_waiting.load(Ordering::SeqCst),
+                "the controllers have not listed their objects yet",
+            ),
+            (g.stopping.load(Ordering::SeqCst), "stopping"),
+        ];
+        let mut detail: Vec<String> = closed
+            .iter()
+            .filter(|(closed, _)| *closed)
+            .map(|(_, why)| format!("not ready: {why}"))
+            .collect();
+        let warnings = g.warnings.lock().unwrap_or_else(|e| e.into_inner());
+        detail.extend(
+            warnings
+                .iter()
+                .map(|(subject, w)| format!("warning: {subject}: {w}")),
         );
+        drop(warnings);
+        self.ready.set_detail(detail.join("\n"));
+        self.ready.set(closed.iter().all(|(closed, _)| !closed));
     }
 }
 
@@ -125,5 +169,23 @@ mod tests {
         assert!(!ready.get());
         gates.set_controllers_listed(true);
         assert!(!ready.get(), "stopping is final");
+    }
+
+    #[test]
+    fn the_detail_names_every_closed_gate_and_warnings_leave_the_verdict_alone() {
+        let ready = Readiness::default();
+        let gates = ReadinessGates::new(ready.clone());
+        assert_eq!(
+            ready.detail(),
+            "not ready: the gRPC server is not listening yet\nnot ready: etcd does not answer"
+        );
+        gates.set_serving(true);
+        gates.set_store_answers(true);
+        assert_eq!(ready.detail(), "");
+        gates.set_warning("CustomResourceDefinition a", Some("no CA".into()));
+        assert!(ready.get(), "a warning never makes the replica unready");
+        assert_eq!(ready.detail(), "warning: CustomResourceDefinition a: no CA");
+        gates.set_warning("CustomResourceDefinition a", None);
+        assert_eq!(ready.detail(), "");
     }
 }

@@ -173,6 +173,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 ca_pem: ca.cert_pem().to_owned(),
                 serving: serving.clone(),
                 replica: cfg.replica.clone(),
+                gates: gates.clone(),
             },
             webhook_listener,
         ),

@@ -94,6 +94,14 @@ pub trait Enforcer: Send + 'static {
     /// changed policy afterwards.
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink);
 
+    /// After [`assign`](Self::assign): the unchanged policies whose judgement the new book
+    /// changed all the same — those naming an object (a topic, a Kafka user) whose owner
+    /// went or came, so that a `Conflict` left behind takes the object over. The engine
+    /// looks at them again.
+    fn reassigned(&mut self) -> Vec<PolicyRef> {
+        Vec::new()
+    }
+
     /// One of its watches saw something; returns the policies to look at again.
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef>;
 

@@ -29,6 +29,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use super::{CONFIGURATION_NAME, WEBHOOKS};
+use crate::http::ReadinessGates;
 
 /// The merge patch that sets `caBundle` of every Accord webhook in `config`, or `None` when
 /// they all have it (or the configuration has no Accord webhook). A merge patch replaces
@@ -64,12 +65,13 @@ pub fn ca_bundle_patch(
 }
 
 /// Runs until the watch ends (it retries with backoff, so: never).
-pub async fn keep_ca_bundle(kube: kube::Client, ca_pem: String) {
+pub async fn keep_ca_bundle(kube: kube::Client, ca_pem: String, gates: ReadinessGates) {
     keep(
         Api::all(kube),
         CONFIGURATION_NAME,
         "ValidatingWebhookConfiguration",
         |config| ca_bundle_patch(config, &ca_pem),
+        &gates,
     )
     .await;
 }
@@ -78,12 +80,15 @@ pub async fn keep_ca_bundle(kube: kube::Client, ca_pem: String) {
 /// seen that needs one (a patch carries the observed `resourceVersion`, so a concurrent
 /// change makes it fail and the next event retries). Runs until the watch ends (it retries
 /// with backoff, so: never). A watch error (Forbidden when the RBAC lacks the rule) is
-/// logged: the webhook still serves, the object just has to carry the CA itself.
+/// logged: the webhook still serves, the object just has to carry the CA itself. While
+/// the object lacks the CA and cannot be given it, `/readyz` warns about it (see
+/// [`crate::http`]); a warning never makes the replica unready.
 async fn keep<K>(
     api: Api<K>,
     name: &str,
     what: &str,
     patch_for: impl Fn(&K) -> Option<serde_json::Value>,
+    gates: &ReadinessGates,
 ) where
     K: kube::Resource
         + Clone
@@ -104,20 +109,38 @@ async fn keep<K>(
             .applied_objects()
     );
     while let Some(next) = objects.next().await {
+        let subject = format!("{what} {name}");
         let object = match next {
             Ok(object) => object,
             Err(e) => {
-                warn!(error = %e, "watching {what} {name}");
+                warn!(error = %e, "watching {subject}");
+                gates.set_warning(
+                    &subject,
+                    Some(format!(
+                        "cannot watch it to keep its caBundle at the hub CA: {e}"
+                    )),
+                );
                 continue;
             }
         };
         let Some(patch) = patch_for(&object) else {
+            gates.set_warning(&subject, None);
             continue;
         };
         match api.patch(name, &params, &Patch::Merge(&patch)).await {
-            Ok(_) => info!("set the hub CA as caBundle of {what} {name}"),
+            Ok(_) => {
+                info!("set the hub CA as caBundle of {subject}");
+                gates.set_warning(&subject, None);
+            }
             Err(e) => {
-                warn!(error = %e, "setting caBundle of {what} {name}; retried on its next change")
+                warn!(error = %e, "setting caBundle of {subject}; retried on its next change");
+                gates.set_warning(
+                    &subject,
+                    Some(format!(
+                        "its caBundle is not the hub CA and setting it failed ({e}); the API \
+                         server cannot call this webhook until it is"
+                    )),
+                );
             }
         }
     }
@@ -149,7 +172,7 @@ pub fn crd_ca_bundle_patch(
 
 /// Keeps the conversion `caBundle` of every Accord CRD at `ca_pem`; runs until the watches
 /// end (they retry with backoff, so: never).
-pub async fn keep_crd_ca_bundles(kube: kube::Client, ca_pem: String) {
+pub async fn keep_crd_ca_bundles(kube: kube::Client, ca_pem: String, gates: ReadinessGates) {
     let api: Api<CustomResourceDefinition> = Api::all(kube);
     join_all(
         accord_crds::all_crds()
@@ -158,10 +181,15 @@ pub async fn keep_crd_ca_bundles(kube: kube::Client, ca_pem: String) {
             .map(|name| {
                 let api = api.clone();
                 let ca_pem = &ca_pem;
+                let gates = &gates;
                 async move {
-                    keep(api, &name, "CustomResourceDefinition", |crd| {
-                        crd_ca_bundle_patch(crd, ca_pem)
-                    })
+                    keep(
+                        api,
+                        &name,
+                        "CustomResourceDefinition",
+                        |crd| crd_ca_bundle_patch(crd, ca_pem),
+                        gates,
+                    )
                     .await;
                 }
             }),

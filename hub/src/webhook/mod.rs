@@ -138,6 +138,9 @@ pub struct WebhookDeps {
     pub serving: KeyPairPem,
     /// This replica's name (Events say which replica recorded them).
     pub replica: String,
+    /// The replica's readiness, whose `/readyz` warns about a webhook the API server cannot
+    /// trust.
+    pub gates: crate::http::ReadinessGates,
 }
 
 /// Binds the webhook's address, so that a port conflict fails start-up with a clear error.
@@ -159,8 +162,8 @@ pub async fn run(deps: WebhookDeps, listener: tokio::net::TcpListener) -> Result
     );
     tokio::select! {
         r = reflectors => r.map_err(WebhookError::from),
-        () = ca_bundle::keep_ca_bundle(deps.kube.clone(), deps.ca_pem.clone()) => Err(WebhookError::CaBundle),
-        () = ca_bundle::keep_crd_ca_bundles(deps.kube.clone(), deps.ca_pem.clone()) => Err(WebhookError::CaBundle),
+        () = ca_bundle::keep_ca_bundle(deps.kube.clone(), deps.ca_pem.clone(), deps.gates.clone()) => Err(WebhookError::CaBundle),
+        () = ca_bundle::keep_crd_ca_bundles(deps.kube.clone(), deps.ca_pem.clone(), deps.gates.clone()) => Err(WebhookError::CaBundle),
         r = server::serve(listener, tls, caches, recorder) => r,
     }
 }

@@ -16,7 +16,7 @@ pub mod link;
 pub mod probe;
 pub mod tasks;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use accord_common::distribution::{PlacementState, PolicyRef};
@@ -53,6 +53,21 @@ impl Default for KafkaOptions {
     }
 }
 
+/// The policies naming an object (by name in `after`) whose owner — the first claimant —
+/// is not the one it was in `before`: each one's judgement may have changed.
+pub fn reowned(
+    before: &BTreeMap<String, BTreeSet<PolicyRef>>,
+    after: &BTreeMap<String, BTreeSet<PolicyRef>>,
+) -> Vec<PolicyRef> {
+    after
+        .iter()
+        .filter(|(name, claimants)| {
+            before.get(*name).and_then(BTreeSet::first) != claimants.first()
+        })
+        .flat_map(|(_, claimants)| claimants.iter().cloned())
+        .collect()
+}
+
 /// The judgement of `policy` when another of the policies naming the same Kafka object
 /// (`claimants`, in policy order) got to it first: only the first manages it, the others are
 /// `Conflict` naming it and `what` (e.g. `topic orders`), and nothing is applied for them.
@@ -78,6 +93,25 @@ mod tests {
     use accord_common::distribution::PolicyKind;
 
     use super::*;
+
+    #[test]
+    fn a_name_whose_owner_went_has_its_claimants_looked_at_again() {
+        let policy = |name: &str| PolicyRef {
+            kind: PolicyKind::FederatedKafkaUser,
+            namespace: "default".into(),
+            name: name.into(),
+        };
+        let before = BTreeMap::from([
+            ("u".to_owned(), BTreeSet::from([policy("a"), policy("b")])),
+            ("v".to_owned(), BTreeSet::from([policy("c"), policy("d")])),
+        ]);
+        let after = BTreeMap::from([
+            ("u".to_owned(), BTreeSet::from([policy("b")])),
+            ("v".to_owned(), BTreeSet::from([policy("c")])),
+        ]);
+        assert_eq!(reowned(&before, &after), [policy("b")]);
+        assert_eq!(reowned(&after, &after), []);
+    }
 
     #[test]
     fn the_first_policy_naming_an_object_manages_it_and_the_others_are_conflicts() {

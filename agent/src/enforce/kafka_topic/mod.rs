@@ -32,9 +32,9 @@ use tracing::info;
 
 use self::judge::Verdict;
 use self::observe::{Shared, TOPICS, Target};
-use super::kafka::conflict;
 use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
+use super::kafka::{conflict, reowned};
 // The probe is shared with the user enforcer; its verdict is still judged here.
 pub use super::kafka::probe;
 pub use super::kafka::{
@@ -56,6 +56,9 @@ pub struct KafkaTopicEnforcer {
     metrics: Metrics,
     /// Assigned policies by topic name; the first one owns the topic.
     topics: BTreeMap<String, BTreeSet<PolicyRef>>,
+    /// Policies [`Enforcer::reassigned`] hands the engine: claimants of a name whose owner
+    /// changed at the last assignment.
+    reowned: Vec<PolicyRef>,
     /// The config keys the specs name for each assigned topic (set or removed), sorted.
     keys: Arc<BTreeMap<String, Vec<String>>>,
     link: KafkaLink,
@@ -77,6 +80,7 @@ impl KafkaTopicEnforcer {
             options,
             metrics,
             topics: BTreeMap::new(),
+            reowned: Vec::new(),
             keys: Arc::default(),
             shared: Arc::new(Mutex::new(observe::Observations::default())),
             nudge: Arc::new(Notify::new()),
@@ -149,7 +153,7 @@ impl Enforcer for KafkaTopicEnforcer {
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
-        self.topics.clear();
+        let before = std::mem::take(&mut self.topics);
         let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (policy, a) in assigned {
             if let AssignmentSpec::KafkaTopic(spec) = &a.spec
@@ -164,6 +168,7 @@ impl Enforcer for KafkaTopicEnforcer {
                     .extend(spec.config.keys().chain(&spec.removed_config).cloned());
             }
         }
+        self.reowned = reowned(&before, &self.topics);
         let keys: BTreeMap<String, Vec<String>> = keys
             .into_iter()
             .map(|(topic, keys)| (topic, keys.into_iter().collect()))
@@ -193,6 +198,10 @@ impl Enforcer for KafkaTopicEnforcer {
         } else if keys_changed {
             self.publish();
         }
+    }
+
+    fn reassigned(&mut self) -> Vec<PolicyRef> {
+        std::mem::take(&mut self.reowned)
     }
 
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {

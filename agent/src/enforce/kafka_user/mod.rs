@@ -30,10 +30,10 @@ use tokio::sync::Notify;
 use tracing::info;
 
 use self::observe::{Shared, Target, USERS};
-use super::kafka::conflict;
 use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
 use super::kafka::{KafkaOptions, PROBES};
+use super::kafka::{conflict, reowned};
 use super::{Action, ApplyError, ApplyErrorKind, Enforcer, EventSink, Judgement, WatchEvent};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
@@ -49,6 +49,9 @@ pub struct KafkaUserEnforcer {
     metrics: Metrics,
     /// Assigned policies by user name; the first one owns the user.
     users: BTreeMap<String, BTreeSet<PolicyRef>>,
+    /// Policies [`Enforcer::reassigned`] hands the engine: claimants of a name whose owner
+    /// changed at the last assignment.
+    reowned: Vec<PolicyRef>,
     link: KafkaLink,
     shared: Shared,
     nudge: Arc<Notify>,
@@ -69,6 +72,7 @@ impl KafkaUserEnforcer {
             options,
             metrics,
             users: BTreeMap::new(),
+            reowned: Vec::new(),
             shared: Arc::new(Mutex::new(observe::Observations::default())),
             nudge: Arc::new(Notify::new()),
             running: None,
@@ -159,6 +163,7 @@ impl Enforcer for KafkaUserEnforcer {
         // Spec changes need no look (every binding and quota of an assigned user is in the
         // cache); a user added or gone does.
         let users_changed = users.keys().ne(before);
+        self.reowned = reowned(&self.users, &users);
         self.users = users;
         if self.users.is_empty() {
             self.running = None;
@@ -174,6 +179,10 @@ impl Enforcer for KafkaUserEnforcer {
         } else if users_changed {
             self.publish();
         }
+    }
+
+    fn reassigned(&mut self) -> Vec<PolicyRef> {
+        std::mem::take(&mut self.reowned)
     }
 
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
