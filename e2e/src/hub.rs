@@ -264,3 +264,49 @@ pub async fn hub_ca(client: &kube::Client, bound: Duration) -> Result<k8s_openap
     })
     .await
 }
+
+/// A hub that serves only its webhooks — conversion and admission — on loopback, as the
+/// CRD upgrade test and the conversion benchmark need it: the caller's election
+/// ([`WebhookOnlyHub::holder`]) holds the leadership under the hub's etcd prefix, so its
+/// controllers never write. Dropping `holder` lets the hub lead.
+pub struct WebhookOnlyHub<'t> {
+    /// The election that keeps the hub from leading.
+    pub holder: accord_hub::store::LeaderElection,
+    /// How the hub was started (start it again with these to keep its address).
+    pub options: HubOptions,
+    /// The hub.
+    pub process: HubProcess<'t>,
+    /// Base URL of its webhook server, `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// The hub CA (PEM), which the webhook's certificate chains to.
+    pub ca: k8s_openapi::ByteString,
+}
+
+impl<'t> WebhookOnlyHub<'t> {
+    /// Takes the leadership under `etcd_prefix`, starts replica `replica` with its webhook
+    /// on a free loopback port, and reads its CA once it has made it.
+    pub async fn start(testbed: &'t Testbed, etcd_prefix: &str, replica: &str) -> Result<Self> {
+        let holder = accord_hub::store::LeaderElection::start(
+            testbed.hub_etcd().store(etcd_prefix).await?,
+            format!("{replica}-holder"),
+            Duration::from_secs(15),
+        )
+        .await?;
+        holder.wait_for_leadership().await;
+        let port = free_port()?;
+        let options = HubOptions {
+            replica: replica.into(),
+            etcd_prefix: etcd_prefix.into(),
+            extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{port}")],
+        };
+        let process = HubProcess::start(testbed, &options).await?;
+        let ca = hub_ca(&testbed.mgmt().client(), Duration::from_secs(60)).await?;
+        Ok(Self {
+            holder,
+            options,
+            process,
+            url: format!("https://127.0.0.1:{port}"),
+            ca,
+        })
+    }
+}

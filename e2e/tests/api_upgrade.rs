@@ -27,11 +27,9 @@ use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 use accord_e2e::Testbed;
-use accord_e2e::hub::{HubOptions, HubProcess};
+use accord_e2e::hub::{HubProcess, WebhookOnlyHub};
 use accord_e2e::installed::{output_text, run_binary};
-use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
-use accord_hub::store::LeaderElection;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -308,22 +306,14 @@ async fn objects_written_as_v1alpha1_are_migrated_to_v1beta1_and_read_in_both_ve
 
     // c) A hub whose conversion webhook listens on loopback. The test holds the leadership,
     // so this replica only serves webhooks: nothing rewrites the objects but the migration.
-    let holder = LeaderElection::start(
-        testbed.hub_etcd().store(ETCD_PREFIX).await?,
-        "api-upgrade-test".into(),
-        Duration::from_secs(15),
-    )
-    .await?;
-    holder.wait_for_leadership().await;
-    let webhook_port = free_port()?;
-    let hub_options = HubOptions {
-        replica: "upgrade-hub".into(),
-        etcd_prefix: ETCD_PREFIX.into(),
-        extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{webhook_port}")],
-    };
-    let hub = HubProcess::start(&testbed, &hub_options).await?;
-    let ca = accord_e2e::hub::hub_ca(&client, WAIT).await?;
-    let url = format!("https://127.0.0.1:{webhook_port}/convert");
+    let WebhookOnlyHub {
+        holder,
+        options: hub_options,
+        process: hub,
+        url,
+        ca,
+    } = WebhookOnlyHub::start(&testbed, ETCD_PREFIX, "upgrade-hub").await?;
+    let url = format!("{url}/convert");
     let crds = new_crds(&accord_e2e::crds::default_dir(), &url, &ca)?;
     accord_e2e::crds::install(&client, &crds).await?;
 

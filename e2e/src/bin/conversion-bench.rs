@@ -24,10 +24,8 @@ use std::time::{Duration, Instant};
 
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::series;
-use accord_e2e::hub::{HubOptions, HubProcess};
-use accord_e2e::ports::free_port;
+use accord_e2e::hub::WebhookOnlyHub;
 use accord_e2e::stats::pct;
-use accord_hub::store::LeaderElection;
 use anyhow::{Context as _, Result, ensure};
 use clap::Parser;
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -127,28 +125,11 @@ async fn main() -> Result<()> {
     let client = testbed.mgmt().client();
 
     // A hub serving the conversion webhook on loopback; the benchmark holds the leadership.
-    let holder = LeaderElection::start(
-        testbed.hub_etcd().store(ETCD_PREFIX).await?,
-        "conversion-bench".into(),
-        Duration::from_secs(15),
-    )
-    .await?;
-    holder.wait_for_leadership().await;
-    let webhook_port = free_port()?;
-    let hub = HubProcess::start(
-        &testbed,
-        &HubOptions {
-            replica: "conversion-bench-hub".into(),
-            etcd_prefix: ETCD_PREFIX.into(),
-            extra_args: vec!["--webhook-addr".into(), format!("127.0.0.1:{webhook_port}")],
-        },
-    )
-    .await?;
-    let ca = accord_e2e::hub::hub_ca(&client, Duration::from_secs(60)).await?;
+    let hub = WebhookOnlyHub::start(&testbed, ETCD_PREFIX, "conversion-bench-hub").await?;
     let crds = accord_e2e::crds::converting_at(
         accord_e2e::crds::read_dir(&accord_e2e::crds::default_dir())?,
-        &format!("https://127.0.0.1:{webhook_port}/convert"),
-        &ca,
+        &format!("{}/convert", hub.url),
+        &hub.ca,
     )?;
     accord_e2e::crds::install(&client, &crds).await?;
 
@@ -217,7 +198,6 @@ async fn main() -> Result<()> {
         );
     }
     drop(hub);
-    drop(holder);
     testbed.stop();
     Ok(())
 }
