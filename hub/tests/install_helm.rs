@@ -281,7 +281,6 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
         &[
             "--namespace",
             "accord-system",
-            "--include-crds",
             "--set",
             "createNamespace=true",
         ],
@@ -301,7 +300,6 @@ fn helm_template_of_the_hub_chart_is_what_install_renders() {
         &[
             "--namespace",
             "federation",
-            "--include-crds",
             "--set",
             "createNamespace=true",
             "--set",

@@ -108,8 +108,8 @@ async fn keep<K>(
             .default_backoff()
             .applied_objects()
     );
+    let subject = format!("{what} {name}");
     while let Some(next) = objects.next().await {
-        let subject = format!("{what} {name}");
         let object = match next {
             Ok(object) => object,
             Err(e) => {
