@@ -116,6 +116,24 @@ async fn wait_published(client: &kube::Client, crd: &CustomResourceDefinition) -
     Ok(())
 }
 
+/// `crds` serving only their storage version, with no conversion: how a shared testbed
+/// installs them. Its hubs come and go with their tests and no Service points at any of
+/// them, so a conversion webhook would be unreachable; the API server keeps a watch cache
+/// per served version and converts every write for the others, so with the webhook
+/// unreachable each write fails that cache and makes it list the resource from etcd again,
+/// about once a second for as long as objects are written (a `kafka-bench` run logged
+/// hundreds of such failures). Tests and benchmarks of the older versions install the CRDs
+/// themselves, with [`converting_at`] and a hub serving `/convert`.
+pub fn storage_version_only(
+    mut crds: Vec<CustomResourceDefinition>,
+) -> Vec<CustomResourceDefinition> {
+    for crd in &mut crds {
+        crd.spec.versions.retain(|version| version.storage);
+        crd.spec.conversion = None;
+    }
+    crds
+}
+
 /// `crds` with their conversion webhook reached at `url` (the hub's `/convert` on
 /// loopback) and trusting `ca` (the hub CA, PEM): how a test or benchmark wires the API
 /// server to a hub it started. Fails for a CRD without a conversion webhook.

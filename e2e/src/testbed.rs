@@ -146,7 +146,9 @@ impl TestbedBuilder {
             None => tokio::task::spawn_blocking(Binaries::locate).await??,
         };
         let crds = match &self.crds_dir {
-            Some(dir) if dir.is_dir() => crate::crds::read_dir(dir)?,
+            Some(dir) if dir.is_dir() => {
+                crate::crds::storage_version_only(crate::crds::read_dir(dir)?)
+            }
             Some(dir) => {
                 tracing::warn!("{} does not exist; no CRDs installed", dir.display());
                 Vec::new()

@@ -21,8 +21,9 @@
 //! ```
 //!
 //! With `--floor` it also measures what a perfect federation could not beat: the same topics
-//! created directly in every member's broker at once, and every status rewritten with the
-//! hub stopped. Brokers run with the JVM's full JIT (`--quick-start-jit` for the tests'
+//! created directly in every member's broker as they would reach it (at once with
+//! `--backlog`, else at `--floor-pace` topics a second), and every status rewritten with the
+//! hub stopped; the floor's topics also warm the brokers' JIT before the clock starts. Brokers run with the JVM's full JIT (`--quick-start-jit` for the tests'
 //! first-tier JIT) and Kafka's default 1 GiB heap (`--broker-heap-mib` to change it; the
 //! tests' 384 MiB leaves a broker with thousands of partitions collecting garbage most of
 //! the time). Figures: docs/benchmarks.md.
@@ -96,6 +97,17 @@ struct Args {
     /// every status rewritten with the hub stopped.
     #[arg(long)]
     floor: bool,
+    /// Topics per second the Kafka floor hands each broker without --backlog, in one
+    /// CreateTopics every 200 ms of what arrived meanwhile, as applies reach an agent (the
+    /// default is the per-member aim with applies included: a federation that keeps that
+    /// pace cannot be faster than Kafka fed at it).
+    #[arg(
+        long,
+        value_name = "TOPICS_PER_S",
+        default_value_t = 40,
+        value_parser = value_parser!(u32).range(1..)
+    )]
+    floor_pace: u32,
     /// Run the brokers with the tests' first-tier JIT instead of the JVM's full JIT.
     #[arg(long)]
     quick_start_jit: bool,
@@ -203,22 +215,40 @@ async fn count_topics(probe: &ks::KafkaProbe, prefix: &str) -> Result<usize> {
         .count())
 }
 
+/// How often the paced Kafka floor hands a broker the topics that arrived meanwhile.
+const FLOOR_TICK: Duration = Duration::from_millis(200);
+
 /// Kafka alone, the way a perfect federation would use it: every member's broker is given
-/// the same topics at once, each in one CreateTopics request (as the agent batches them),
-/// timed until its own Metadata lists every one; then they are deleted again. Accord's end
-/// to end time cannot beat the slowest member here.
+/// the same topics as they would reach its agent — with `--backlog` all at once, in one
+/// CreateTopics request (as the agent batches them); otherwise at `--floor-pace` topics a
+/// second, one CreateTopics per [`FLOOR_TICK`] — timed until its own Metadata lists every
+/// one; then they are deleted again. Accord's end to end time cannot beat the slowest
+/// member here.
 async fn kafka_floor(probes: &[ks::KafkaProbe], args: &Args) -> Result<()> {
     let names: Vec<String> = (0..args.topics)
         .map(|i| format!("{FLOOR_PREFIX}-{i:05}"))
         .collect();
     let deadline = Duration::from_secs(600);
+    let configs = [("retention.ms", "86400000")];
     let start = Instant::now();
     let times = futures::future::try_join_all(probes.iter().map(|probe| {
-        let names = &names;
+        let (names, configs) = (&names, &configs);
         async move {
-            probe
-                .create_all(names, args.partitions, &[("retention.ms", "86400000")])
-                .await?;
+            if args.backlog {
+                probe.create_all(names, args.partitions, configs).await?;
+            } else {
+                let mut created = 0;
+                let mut tick = tokio::time::interval(FLOOR_TICK);
+                while created < names.len() {
+                    tick.tick().await;
+                    let due = (start.elapsed().as_secs_f64() * f64::from(args.floor_pace)) as usize;
+                    let due = due.clamp(created + 1, names.len());
+                    probe
+                        .create_all(&names[created..due], args.partitions, configs)
+                        .await?;
+                    created = due;
+                }
+            }
             let answered = start.elapsed();
             loop {
                 if count_topics(probe, FLOOR_PREFIX).await? >= names.len() {
@@ -236,9 +266,16 @@ async fn kafka_floor(probes: &[ks::KafkaProbe], args: &Args) -> Result<()> {
         }
     }))
     .await?;
+    let fed = if args.backlog {
+        "created at once, one CreateTopics per member".to_owned()
+    } else {
+        format!(
+            "handed to each broker at {} topics/s, one CreateTopics per {FLOOR_TICK:?}",
+            args.floor_pace
+        )
+    };
     println!(
-        "Kafka alone (no Accord; {} topics × {} members created at once, {} partitions, one \
-         CreateTopics per member):",
+        "Kafka alone (no Accord; {} topics × {} members {fed}, {} partitions):",
         args.topics,
         probes.len(),
         args.partitions
