@@ -99,7 +99,8 @@ impl TestbedBuilder {
         self
     }
 
-    /// Installs the CRDs from `dir` in the management cluster instead of `crds/yaml/`.
+    /// Installs the CRDs from `dir` in the management cluster instead of `crds/yaml/`
+    /// (either way serving only their storage version: [`crate::crds::storage_version_only`]).
     pub fn crds_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.crds_dir = Some(dir.into());
         self
@@ -478,7 +479,7 @@ pub struct Testbed {
 
 impl Testbed {
     /// A builder with one member cluster, the management cluster's controller manager and
-    /// the repository's CRDs.
+    /// the repository's CRDs (serving their storage version only).
     pub fn builder() -> TestbedBuilder {
         TestbedBuilder::default()
     }

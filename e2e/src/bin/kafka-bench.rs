@@ -23,10 +23,11 @@
 //! With `--floor` it also measures what a perfect federation could not beat: the same topics
 //! created directly in every member's broker as they would reach it (at once with
 //! `--backlog`, else at `--floor-pace` topics a second), and every status rewritten with the
-//! hub stopped; the floor's topics also warm the brokers' JIT before the clock starts. Brokers run with the JVM's full JIT (`--quick-start-jit` for the tests'
-//! first-tier JIT) and Kafka's default 1 GiB heap (`--broker-heap-mib` to change it; the
-//! tests' 384 MiB leaves a broker with thousands of partitions collecting garbage most of
-//! the time). Figures: docs/benchmarks.md.
+//! hub stopped; the floor's topics also warm the brokers' JIT before the clock starts.
+//! Brokers run with the JVM's full JIT (`--quick-start-jit` for the tests' first-tier JIT)
+//! and Kafka's default 1 GiB heap (`--broker-heap-mib` to change it; the tests' 384 MiB
+//! leaves a broker with thousands of partitions collecting garbage most of the time).
+//! Figures: docs/benchmarks.md.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
