@@ -243,11 +243,13 @@ async fn kafka_floor(probes: &[ks::KafkaProbe], args: &Args) -> Result<()> {
                 while created < names.len() {
                     tick.tick().await;
                     let due = (start.elapsed().as_secs_f64() * f64::from(args.floor_pace)) as usize;
-                    let due = due.clamp(created + 1, names.len());
-                    probe
-                        .create_all(&names[created..due], args.partitions, configs)
-                        .await?;
-                    created = due;
+                    let due = due.min(names.len());
+                    if due > created {
+                        probe
+                            .create_all(&names[created..due], args.partitions, configs)
+                            .await?;
+                        created = due;
+                    }
                 }
             }
             let answered = start.elapsed();
