@@ -17,3 +17,4 @@ pub mod promfed;
 pub mod register;
 pub mod runtime;
 pub mod token;
+pub mod watch;

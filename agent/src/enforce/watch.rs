@@ -33,7 +33,14 @@ where
 
 impl<K> ResourceWatch<K>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: accord_common::watch::AlwaysDecodes
+        + Resource
+        + Clone
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     /// Starts watching `resource` (its plural name, for events and messages) in
@@ -73,7 +80,7 @@ where
         let (cache, writer) = reflector::store();
         let scope = scope.to_owned();
         let task = tokio::spawn(async move {
-            let stream = watcher::watcher(api, config)
+            let stream = accord_common::watch::watcher(api, config)
                 .modify(slim)
                 .default_backoff()
                 .reflect(writer);

@@ -212,7 +212,7 @@ pub async fn run(
 
     let watch_config =
         watcher::Config::default().fields(&format!("metadata.name={}", args.config_map));
-    let stream = watcher::watcher(api, watch_config).default_backoff();
+    let stream = accord_common::watch::watcher(api, watch_config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut targets = tokio::time::interval(args.targets_interval);

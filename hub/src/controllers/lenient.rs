@@ -48,6 +48,9 @@ impl<K> fmt::Debug for Lenient<K> {
     }
 }
 
+/// Only the metadata is typed: every stored object decodes.
+impl<K> accord_common::watch::AlwaysDecodes for Lenient<K> {}
+
 impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
     type DynamicType = ();
     type Scope = K::Scope;

@@ -14,6 +14,7 @@
 //! docs/architecture.md, "Adding a kind".
 
 pub mod cluster_status;
+pub mod field_owners;
 pub mod lenient;
 pub mod placement;
 pub mod reconcile_pace;
@@ -186,6 +187,8 @@ pub struct ControllerContext {
     pub views: crate::placements::Views,
     /// The management cluster's Secrets (FederatedResource `secretRefs`).
     pub secrets: crate::federated_resource::secrets::Secrets,
+    /// Which placed object owns a field that more than one kind could set in a member.
+    pub field_owners: field_owners::FieldOwners,
     /// Backoff state of objects whose last reconcile failed transiently.
     retries: DashMap<String, Retry>,
 }
@@ -239,6 +242,7 @@ impl ControllerContext {
             status_limits: options.status_limits,
             views: deps.views.clone(),
             secrets: deps.secrets.clone(),
+            field_owners: field_owners::FieldOwners::new(FIELD_CLAIMANTS),
             retries: DashMap::new(),
         })
     }
@@ -348,6 +352,11 @@ pub type ControllerFn = fn(
     Listed,
     &ControllerOptions,
 ) -> BoxFuture<'static, Result<(), ControllerError>>;
+
+/// The kinds whose objects claim fields of other kinds' deliveries
+/// ([`placement::PlacementKind::field_claims`]).
+pub const FIELD_CLAIMANTS: &[accord_common::distribution::PolicyKind] =
+    &[accord_common::distribution::PolicyKind::CrossClusterScalePolicy];
 
 /// Every controller the leader runs, by name. A new kind registers here.
 pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
@@ -562,7 +571,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
     let api: Api<ClusterObject> = Api::all(deps.kube.clone());
     term.spawn_forever(
         "ManagedCluster reflector",
-        watcher(api, watcher::Config::default())
+        accord_common::watch::watcher(api, watcher::Config::default())
             .default_backoff()
             .modify(without_managed_fields)
             // The index before the reflector: a reconcile that a reflector event triggers

@@ -48,6 +48,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::{debug, info};
 
+use super::field_owners::FieldOwners;
 use super::lenient::invalid_status;
 use super::reconcile_pace::ReconcilePace;
 use super::{
@@ -348,6 +349,19 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// Sees every watch event of the kind's objects after the reflector has it (e.g. to
     /// re-check other objects that depend on this one).
     fn on_object(&self, _object: &Watched<Self>, _gone: bool) {}
+
+    /// Whether the kind's decisions read other kinds' field claims
+    /// ([`ControllerContext::field_owners`]): its objects are then not decided before every
+    /// claiming kind has listed, and its `start` triggers them on every change of the claims.
+    const READS_FIELD_CLAIMS: bool = false;
+
+    /// The fields of objects in member clusters this object sets, which another kind's
+    /// delivery must leave to it ([`super::field_owners`]), read from the object as stored
+    /// (so an object that no longer decodes keeps its claims). A kind that claims fields is
+    /// listed in [`super::FIELD_CLAIMANTS`].
+    fn field_claims(_object: &Watched<Self>) -> Vec<super::field_owners::FieldClaim> {
+        Vec::new()
+    }
 }
 
 /// The clusters a spec's `placement` selects, once the spec passes its validation;
@@ -598,6 +612,11 @@ impl<K: PlacementKind> Placements<K> {
             }
             None => watched,
         };
+        if K::READS_FIELD_CLAIMS && !self.ctx.field_owners.ready() {
+            // Decided once every claiming kind has listed: the kind triggers its objects
+            // then (see PlacementKind::READS_FIELD_CLAIMS).
+            return Ok(Action::await_change());
+        }
         let now = Time(Timestamp::now());
         match decode_or_invalid(&watched, &now) {
             Decoded::Valid(object) => self.apply(&watched, &object, &now).await,
@@ -911,6 +930,21 @@ pub fn changed<K>(event: &Result<watcher::Event<K>, watcher::Error>) -> Option<(
     }
 }
 
+/// Sends every object of `objects` to `trigger` whenever the field claims change (and once
+/// they are ready): a task for the `start` of a kind that [`PlacementKind::READS_FIELD_CLAIMS`].
+pub fn trigger_on_claims<K: PlacementKind>(
+    ctx: &ControllerContext,
+    objects: Reflector<Watched<K>>,
+    trigger: Trigger<K>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let mut changes = ctx.field_owners.subscribe();
+    async move {
+        while changes.changed().await.is_ok() {
+            trigger_all(&objects, &trigger);
+        }
+    }
+}
+
 /// Sends every object of `store` to `trigger`.
 pub fn trigger_all<T>(store: &Reflector<T>, trigger: &mpsc::UnboundedSender<ObjectRef<T>>)
 where
@@ -962,7 +996,7 @@ pub async fn run<K: PlacementKind>(
     let object_events = {
         let placements = placements.clone();
         let cleanup = cleanup.clone();
-        watcher(
+        accord_common::watch::watcher(
             Api::<Watched<K>>::all(ctx.kube.clone()),
             watcher::Config::default(),
         )
@@ -970,6 +1004,12 @@ pub async fn run<K: PlacementKind>(
         .reflect_shared(writer)
         .for_each(move |event| {
             if let Some((o, gone)) = changed(&event) {
+                let claims = if gone { Vec::new() } else { K::field_claims(o) };
+                placements.ctx.field_owners.claim(
+                    K::KIND,
+                    FieldOwners::claimant(K::KIND, &object_name(o)),
+                    claims,
+                );
                 placements.kind.on_object(o, gone);
                 if gone {
                     placements.pace.forget(&ObjectRef::from_obj(o));
@@ -980,6 +1020,13 @@ pub async fn run<K: PlacementKind>(
                 }
             }
             if matches!(event, Ok(watcher::Event::InitDone)) {
+                let present = placements
+                    .objects
+                    .state()
+                    .iter()
+                    .map(|o| FieldOwners::claimant(K::KIND, &object_name(&**o)))
+                    .collect();
+                placements.ctx.field_owners.listed(K::KIND, &present);
                 let _ = cleanup.send(Cleanup::Sweep);
             }
             futures::future::ready(())

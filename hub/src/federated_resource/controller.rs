@@ -5,20 +5,17 @@
 //! after `--resource-deletion-timeout` with a Warning Event naming who was left.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
-use accord_crds::{CrossClusterScalePolicy, FederatedResource, FederatedResourceStatus};
-use futures::StreamExt;
+use accord_crds::{FederatedResource, FederatedResourceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::Api;
-use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::Resource;
+use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
 
-use super::plan::{self, ClusterPlan, Scaled};
+use super::plan::{self, ClusterPlan};
 use super::status::{StatusInputs, aggregate, changes};
 use super::{FINALIZER, FederatedResourceDecision, reasons};
 use crate::controllers::placement::{
@@ -48,33 +45,10 @@ impl Default for FederatedResourceOptions {
     }
 }
 
-/// The FederatedResource plug-in, with the workloads CrossClusterScalePolicies scale.
+/// The FederatedResource plug-in.
 pub struct FederatedResources {
     ctx: Arc<ControllerContext>,
     options: FederatedResourceOptions,
-    scaled: Arc<Mutex<Scaled>>,
-}
-
-/// The workloads `policies` scale, by (cluster, namespace, kind, name).
-fn scaled_by(policies: &[Arc<CrossClusterScalePolicy>]) -> Scaled {
-    let mut scaled = Scaled::new();
-    for p in policies {
-        let namespace = p.namespace().unwrap_or_default();
-        let policy = format!("{namespace}/{}", p.name_any());
-        for share in &p.spec.distribution {
-            let ns = share.namespace.clone().unwrap_or_else(|| namespace.clone());
-            scaled.insert(
-                (
-                    share.cluster.clone(),
-                    ns,
-                    p.spec.target_ref.kind.clone(),
-                    p.spec.target_ref.name.clone(),
-                ),
-                policy.clone(),
-            );
-        }
-    }
-    scaled
 }
 
 impl PlacementKind for FederatedResources {
@@ -89,65 +63,33 @@ impl PlacementKind for FederatedResources {
     const DECISION_TAG: &'static str = "federatedResource";
     // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
     const DECISION_LOCK: bool = false;
+    // A delivered workload's `spec.replicas` is left to the CrossClusterScalePolicy that
+    // claims it.
+    const READS_FIELD_CLAIMS: bool = true;
 
-    /// Also watches CrossClusterScalePolicies: when the set of workloads they scale
-    /// changes, every FederatedResource is decided again (only those delivering one of
-    /// them get a new decision).
+    /// Every FederatedResource is decided again when the field claims change (only those
+    /// delivering a claimed object get a new decision), and when Secrets they name change.
     fn start(
         ctx: &Arc<ControllerContext>,
         objects: Reflector<Watched<Self>>,
         trigger: Trigger<Self>,
         options: &FederatedResourceOptions,
     ) -> Started<Self> {
-        let scaled = Arc::new(Mutex::new(Scaled::new()));
-        let (objects_for_secrets, trigger_for_secrets) = (objects.clone(), trigger.clone());
-        let (policies, writer) = reflector::store::<CrossClusterScalePolicy>();
-        let (listed_tx, listed_rx) = tokio::sync::oneshot::channel();
-        let mut listed_tx = Some(listed_tx);
-        let shared = scaled.clone();
-        let changes = watcher(
-            Api::<CrossClusterScalePolicy>::all(ctx.kube.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .reflect(writer)
-        .for_each(move |event| {
-            match event {
-                Ok(
-                    watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone,
-                ) => {
-                    let now = scaled_by(&policies.state());
-                    let mut held = shared.lock().unwrap_or_else(PoisonError::into_inner);
-                    if *held != now {
-                        *held = now;
-                        drop(held);
-                        for o in objects.state() {
-                            let _ = trigger.send(ObjectRef::from_obj(&*o));
-                        }
-                    }
-                    if let (Ok(watcher::Event::InitDone), Some(tx)) = (&event, listed_tx.take()) {
-                        let _ = tx.send(());
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::debug!(error = %e, "watching CrossClusterScalePolicies"),
-            }
-            futures::future::ready(())
-        });
+        let claims_changed =
+            placement::trigger_on_claims::<Self>(ctx, objects.clone(), trigger.clone());
         let secret_changes = crate::federated_resource::secrets::triggers::<Self>(
             ctx.clone(),
-            objects_for_secrets,
-            trigger_for_secrets,
+            objects,
+            trigger,
             secret_names,
         );
         Started {
             kind: Self {
                 ctx: ctx.clone(),
                 options: options.clone(),
-                scaled,
             },
-            tasks: vec![Box::pin(changes), Box::pin(secret_changes)],
-            listed: Box::pin(async move { listed_rx.await.is_ok() }),
+            tasks: vec![Box::pin(claims_changed), Box::pin(secret_changes)],
+            listed: Box::pin(async { true }),
         }
     }
 
@@ -215,7 +157,12 @@ impl PlacementKind for FederatedResources {
             &selected,
             input.clusters,
             input.previous,
-            &self.scaled.lock().unwrap_or_else(PoisonError::into_inner),
+            &self
+                .ctx
+                .field_owners
+                .owners("spec.replicas", input.clusters, |kind, name| {
+                    plan::names_object(&object.spec, kind, name)
+                }),
             &secrets,
         );
         Decided::Record {

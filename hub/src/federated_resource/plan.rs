@@ -185,10 +185,19 @@ pub struct ClusterPlan {
     pub scaled: Vec<String>,
 }
 
-/// The workloads CrossClusterScalePolicies scale: (cluster, namespace, kind, name) → the
-/// policy (`namespace/name`). Their `spec.replicas` is the policy's, so a delivery of one
-/// leaves it out and the two never fight over it.
-pub type Scaled = BTreeMap<(String, String, String, String), String>;
+/// The workloads whose `spec.replicas` another object claims (a CrossClusterScalePolicy):
+/// (cluster, namespace, kind, name) → the claimant ("Kind namespace/name"), from
+/// [`crate::controllers::field_owners`]. A delivery of one leaves the field out, so the
+/// two never fight over it.
+pub type Scaled = crate::controllers::field_owners::Owned;
+
+/// Whether a manifest of `spec` is an object of `kind` named `name`.
+pub fn names_object(spec: &FederatedResourceSpec, kind: &str, name: &str) -> bool {
+    spec.manifests.iter().any(|m| {
+        m.get("kind").and_then(Value::as_str) == Some(kind)
+            && m.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+    })
+}
 
 /// Drops `spec.replicas` of the manifests `scaled` names in `cluster`; answers what it
 /// dropped, as the placement says it.
@@ -212,9 +221,7 @@ fn leave_replicas(
         if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
             spec.remove("replicas");
         }
-        left.push(format!(
-            "spec.replicas of {k} is left to CrossClusterScalePolicy {policy}"
-        ));
+        left.push(format!("spec.replicas of {k} is left to {policy}"));
     }
     left
 }
@@ -567,7 +574,7 @@ mod tests {
                 "Deployment".to_owned(),
                 "web".to_owned(),
             ),
-            "team/web-scale".to_owned(),
+            "CrossClusterScalePolicy team/web-scale".to_owned(),
         )]);
         let clusters = available(&["east", "west"]);
         let planned = plan(

@@ -46,24 +46,25 @@ impl Secrets {
         let (store, writer) = reflector::store::<Secret>();
         let changes = broadcast::channel(CHANGES).0;
         let publish = changes.clone();
-        let follow = watcher(Api::<Secret>::all(kube), watcher::Config::default())
-            .default_backoff()
-            .modify(|s: &mut Secret| s.metadata.managed_fields = None)
-            .reflect(writer)
-            .for_each(move |event| {
-                match event {
-                    Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
-                        let key = (
-                            s.metadata.namespace.clone().unwrap_or_default(),
-                            s.metadata.name.clone().unwrap_or_default(),
-                        );
-                        let _ = publish.send(key);
+        let follow =
+            accord_common::watch::watcher(Api::<Secret>::all(kube), watcher::Config::default())
+                .default_backoff()
+                .modify(|s: &mut Secret| s.metadata.managed_fields = None)
+                .reflect(writer)
+                .for_each(move |event| {
+                    match event {
+                        Ok(watcher::Event::Apply(s) | watcher::Event::Delete(s)) => {
+                            let key = (
+                                s.metadata.namespace.clone().unwrap_or_default(),
+                                s.metadata.name.clone().unwrap_or_default(),
+                            );
+                            let _ = publish.send(key);
+                        }
+                        Ok(_) => {}
+                        Err(e) => debug!(error = %e, "watching Secrets"),
                     }
-                    Ok(_) => {}
-                    Err(e) => debug!(error = %e, "watching Secrets"),
-                }
-                futures::future::ready(())
-            });
+                    futures::future::ready(())
+                });
         (
             Self {
                 store: Some(store),

@@ -123,10 +123,20 @@ pub async fn until<K>(
     timeout: Duration,
 ) -> Result<(), WaitError>
 where
-    K: Resource + Clone + Debug + DeserializeOwned + Send + 'static,
+    K: accord_common::watch::AlwaysDecodes
+        + Resource
+        + Clone
+        + Debug
+        + DeserializeOwned
+        + Send
+        + 'static,
 {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff().touched_objects());
+    let mut events = std::pin::pin!(
+        accord_common::watch::watcher(api, config)
+            .default_backoff()
+            .touched_objects()
+    );
     let mut last = String::from("nothing yet");
     loop {
         let next = tokio::time::timeout_at(deadline, events.next()).await;

@@ -17,7 +17,7 @@ use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::admission::Snapshot;
@@ -62,22 +62,24 @@ impl Caches {
         let (clusters, clusters_writer) = reflector::store();
         let (bump, topic_changes) = watch::channel(0u64);
         let config = watcher::Config::default;
-        let topic_watch = watcher(Api::<TopicObject>::all(kube.clone()), config())
-            .default_backoff()
-            .reflect(topics_writer)
-            .for_each(move |event| {
-                log_watch_error("FederatedKafkaTopic", event.err());
-                bump.send_modify(|n| *n = n.wrapping_add(1));
-                futures::future::ready(())
-            });
-        let policy_watch = watcher(Api::<PolicyObject>::all(kube.clone()), config())
-            .default_backoff()
-            .reflect(policies_writer)
-            .for_each(|event| {
-                log_watch_error("KafkaTopicPolicy", event.err());
-                futures::future::ready(())
-            });
-        let namespace_watch = watcher(
+        let topic_watch =
+            accord_common::watch::watcher(Api::<TopicObject>::all(kube.clone()), config())
+                .default_backoff()
+                .reflect(topics_writer)
+                .for_each(move |event| {
+                    log_watch_error("FederatedKafkaTopic", event.err());
+                    bump.send_modify(|n| *n = n.wrapping_add(1));
+                    futures::future::ready(())
+                });
+        let policy_watch =
+            accord_common::watch::watcher(Api::<PolicyObject>::all(kube.clone()), config())
+                .default_backoff()
+                .reflect(policies_writer)
+                .for_each(|event| {
+                    log_watch_error("KafkaTopicPolicy", event.err());
+                    futures::future::ready(())
+                });
+        let namespace_watch = accord_common::watch::watcher(
             Api::<PartialObjectMeta<Namespace>>::all(kube.clone()),
             config(),
         )
@@ -87,7 +89,7 @@ impl Caches {
             log_watch_error("Namespace", event.err());
             futures::future::ready(())
         });
-        let cluster_watch = watcher(
+        let cluster_watch = accord_common::watch::watcher(
             Api::<PartialObjectMeta<ManagedCluster>>::all(kube),
             config(),
         )

@@ -250,7 +250,7 @@ impl PlacementKind for KafkaTopics {
             let topics = topics.clone();
             let tt = trigger.clone();
             let mut seen: HashMap<String, Option<i64>> = HashMap::new();
-            watcher(
+            accord_common::watch::watcher(
                 Api::<WatchedPolicy>::all(ctx.kube.clone()),
                 watcher::Config::default(),
             )
@@ -277,7 +277,7 @@ impl PlacementKind for KafkaTopics {
             let (topics, policies) = (topics.clone(), policies.clone());
             let (tt, pt) = (trigger.clone(), policy_trigger.clone());
             let mut seen: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-            watcher(
+            accord_common::watch::watcher(
                 Api::<Namespace>::all(ctx.kube.clone()),
                 watcher::Config::default(),
             )

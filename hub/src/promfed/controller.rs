@@ -114,7 +114,7 @@ impl PlacementKind for Promfed {
         // The global ConfigMap, watched by name: the reloader's answers arrive here.
         let (global, global_writer) = reflector::store::<ConfigMap>();
         let ps = policies.clone();
-        let global_changes = watcher(
+        let global_changes = accord_common::watch::watcher(
             Api::<ConfigMap>::namespaced(ctx.kube.clone(), &namespace),
             watcher::Config::default().fields(&format!(
                 "metadata.name={}",

@@ -89,7 +89,7 @@ pub async fn run(
         .build()
         .map_err(|_| ControllerError::Ended("CrossClusterScalePolicy autoscaler"))?;
     let api: Api<WatchedPolicy> = Api::all(ctx.kube.clone());
-    let mut events = watcher::watcher(api, watcher::Config::default())
+    let mut events = accord_common::watch::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     let mut running: HashMap<(String, String), Running> = HashMap::new();

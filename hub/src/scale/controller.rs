@@ -28,6 +28,7 @@ use tracing::info;
 use super::ScaleDecision;
 use super::autoscale::engine::{Config, State};
 use super::plan::{AggregateInputs, aggregate, plan, scale_spec, status_changed};
+use crate::controllers::field_owners::{ClaimedClusters, FieldClaim};
 use crate::controllers::placement::{
     DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger, Watched,
     trigger_on_changes,
@@ -120,6 +121,49 @@ impl PlacementKind for Scale {
         new: &CrossClusterScalePolicyStatus,
     ) -> bool {
         status_changed(old, new)
+    }
+
+    /// `spec.replicas` of the target in every cluster the policy may scale it in: each
+    /// `distribution` entry's (in its namespace) and, with a placement, every cluster it
+    /// selects. Read field by field from the stored object, so a policy whose spec no longer
+    /// decodes still claims what it names.
+    fn field_claims(object: &Watched<Self>) -> Vec<FieldClaim> {
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
+        };
+        let Some(name) = text("/spec/targetRef/name") else {
+            return Vec::new();
+        };
+        let kind = text("/spec/targetRef/kind").unwrap_or("Deployment");
+        let own_namespace = object.namespace().unwrap_or_default();
+        let claim = |clusters, namespace: Option<&str>| FieldClaim {
+            clusters,
+            namespace: namespace.unwrap_or(&own_namespace).to_owned(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+            field: "spec.replicas".to_owned(),
+        };
+        let mut claims: Vec<FieldClaim> = object
+            .pointer("/spec/distribution")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|share| {
+                let cluster = share.get("cluster")?.as_str()?;
+                let namespace = share.get("namespace").and_then(serde_json::Value::as_str);
+                Some(claim(ClaimedClusters::Named(cluster.to_owned()), namespace))
+            })
+            .collect();
+        if let Some(placement) = object
+            .pointer("/spec/placement")
+            .and_then(|p| serde_json::from_value(p.clone()).ok())
+        {
+            claims.push(claim(ClaimedClusters::Placement(placement), None));
+        }
+        claims
     }
 
     fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
@@ -393,6 +437,54 @@ mod tests {
             recommendation: Some(10),
             ..AutoscalingStatus::default()
         }
+    }
+
+    #[test]
+    fn a_policy_claims_replicas_even_when_its_spec_does_not_decode() {
+        let policy = |desired: serde_json::Value| {
+            Watched::<Scale>::from_value(serde_json::json!({
+                "apiVersion": "accord.io/v1beta1",
+                "kind": "CrossClusterScalePolicy",
+                "metadata": {"name": "web", "namespace": "team"},
+                "spec": {
+                    "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "frontend"},
+                    "desiredReplicas": desired,
+                    "distribution": [
+                        {"cluster": "east", "weight": 1},
+                        {"cluster": "west", "weight": 1, "namespace": "other"}
+                    ],
+                    "placement": {"clusterSelector": {"matchLabels": {"tier": "prod"}}}
+                }
+            }))
+            .unwrap()
+        };
+        let undecodable = policy(serde_json::json!(3_000_000_000_u64));
+        assert!(undecodable.decode().is_err());
+        let claims = Scale::field_claims(&undecodable);
+        assert_eq!(claims, Scale::field_claims(&policy(serde_json::json!(12))));
+        let described: Vec<(String, &str, &str, &str)> = claims
+            .iter()
+            .map(|c| {
+                let clusters = match &c.clusters {
+                    ClaimedClusters::Named(name) => name.clone(),
+                    ClaimedClusters::Placement(_) => "placement".to_owned(),
+                };
+                (
+                    clusters,
+                    c.namespace.as_str(),
+                    c.name.as_str(),
+                    c.field.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                ("east".to_owned(), "team", "frontend", "spec.replicas"),
+                ("west".to_owned(), "other", "frontend", "spec.replicas"),
+                ("placement".to_owned(), "team", "frontend", "spec.replicas"),
+            ]
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
@@ -90,7 +90,8 @@ async fn keep<K>(
     patch_for: impl Fn(&K) -> Option<serde_json::Value>,
     gates: &ReadinessGates,
 ) where
-    K: kube::Resource
+    K: accord_common::watch::AlwaysDecodes
+        + kube::Resource
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -104,7 +105,7 @@ async fn keep<K>(
         ..PatchParams::default()
     };
     let mut objects = std::pin::pin!(
-        watcher(api.clone(), config)
+        accord_common::watch::watcher(api.clone(), config)
             .default_backoff()
             .applied_objects()
     );

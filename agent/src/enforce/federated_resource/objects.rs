@@ -182,7 +182,7 @@ async fn watch(
     let config = watcher::Config::default().labels(&format!(
         "{OWNED_BY_LABEL}={DELIVERED_BY_FEDERATED_RESOURCE}"
     ));
-    let stream = watcher::watcher(api, config).default_backoff();
+    let stream = accord_common::watch::watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut listing = BTreeMap::new();
     while let Some(item) = stream.next().await {

@@ -59,7 +59,14 @@ where
 
 impl<K> Watched<K>
 where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: accord_common::watch::AlwaysDecodes
+        + Resource
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     fn start(
