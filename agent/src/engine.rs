@@ -40,8 +40,9 @@ use tracing::{debug, info, warn};
 
 use crate::assignments::{Assigned, AssignmentBook};
 use crate::convert;
+use crate::enforce::fight::{FightGuard, Guard};
 use crate::enforce::{self, Action, ApplyError, Enforcer, EventSink, WatchEvent};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ResultLabel};
 use crate::persist::{ConfigMapStore, SavedState, StateStore};
 use crate::report::{AfterConflict, Report, ReportTracker};
 
@@ -281,6 +282,7 @@ pub fn start_with(
         enforcers,
         stream: None,
         timers: BinaryHeap::new(),
+        fights: FightGuard::default(),
         persist_tx,
         persist_seq: 0,
         unacked: Vec::new(),
@@ -405,6 +407,8 @@ struct Engine {
     enforcers: Vec<Box<dyn Enforcer>>,
     stream: Option<Stream>,
     timers: BinaryHeap<Reverse<(Instant, PolicyRef)>>,
+    /// Repairs made, and fights held off ([`crate::enforce::fight`]).
+    fights: FightGuard,
     persist_tx: watch::Sender<Snapshot>,
     persist_seq: u64,
     /// Revisions to acknowledge once the snapshot numbered with them is saved.
@@ -731,7 +735,30 @@ impl Engine {
             return;
         };
         let mut apply_from = None;
-        match judgement.action {
+        let mut report = judgement.report;
+        let (action, repair) = match judgement.action {
+            Action::Repair {
+                from_version,
+                repair,
+            } => (Action::Apply { from_version }, Some(repair)),
+            other => (other, None),
+        };
+        let policy = key.to_string();
+        let held = repair
+            .as_ref()
+            .and_then(|r| self.fights.held(&policy, r, now));
+        if let Some((until, message)) = held {
+            // Not fighting: say so, and look again when the hold ends.
+            report.state = accord_common::distribution::PlacementState::Conflict;
+            report.message = message;
+            if rt.retry_at != Some(until) {
+                rt.retry_at = Some(until);
+                self.timers.push(Reverse((until, key.clone())));
+            }
+            self.observed(key, report, now);
+            return;
+        }
+        match action {
             Action::Apply { from_version } => {
                 if rt.awaiting_version.as_deref() == Some(from_version.as_str()) {
                     // The watch has not delivered the result of the last apply yet.
@@ -746,20 +773,47 @@ impl Engine {
                     rt.retry_at = Some(at);
                     self.timers.push(Reverse((at, key.clone())));
                 } else {
-                    rt.awaiting_version = None;
-                    rt.retry_at = None;
-                    rt.applying = true;
-                    rt.unsynced_applies += 1;
-                    apply_from = Some(from_version);
+                    let guard = match &repair {
+                        Some(r) => self.fights.repair(&policy, r, now),
+                        None => Guard::Restore,
+                    };
+                    if repair.is_some() {
+                        let result = match guard {
+                            Guard::Restore => "restored",
+                            Guard::Hold { .. } => "held",
+                        };
+                        self.metrics
+                            .field_repairs
+                            .get_or_create(&ResultLabel {
+                                result: result.to_owned(),
+                            })
+                            .inc();
+                    }
+                    match guard {
+                        Guard::Hold { until, message } => {
+                            warn!(policy = %key, %message, "not restoring fields another writer keeps changing");
+                            report.state = accord_common::distribution::PlacementState::Conflict;
+                            report.message = message;
+                            rt.retry_at = Some(until);
+                            self.timers.push(Reverse((until, key.clone())));
+                        }
+                        Guard::Restore => {
+                            rt.awaiting_version = None;
+                            rt.retry_at = None;
+                            rt.applying = true;
+                            rt.unsynced_applies += 1;
+                            apply_from = Some(from_version);
+                        }
+                    }
                 }
             }
             Action::Settled => rt.settled(),
-            Action::Unknown => {}
+            Action::Unknown | Action::Repair { .. } => {}
         }
         if let Some(from_version) = apply_from {
             self.spawn_apply(index, key.clone(), assigned, from_version);
         }
-        self.observed(key, judgement.report, now);
+        self.observed(key, report, now);
     }
 
     fn spawn_apply(

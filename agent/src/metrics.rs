@@ -23,6 +23,9 @@ pub struct Metrics {
     pub managed_policies: Gauge,
     /// Server-side applies of replicas that succeeded.
     pub scale_applies: Counter,
+    /// Repairs of fields another writer changed, by result (`restored`, or `held` when the
+    /// fight guard kept the agent from fighting that writer).
+    pub field_repairs: Family<ResultLabel, Counter>,
     /// Failed applies and other errors, by kind.
     pub apply_errors: Family<KindLabel, Counter>,
     /// Status reports sent to the hub.
@@ -66,6 +69,7 @@ impl Metrics {
             assignments_applied: Counter::default(),
             managed_policies: Gauge::default(),
             scale_applies: Counter::default(),
+            field_repairs: Family::default(),
             apply_errors: Family::default(),
             reports_sent: Counter::default(),
             report_acks: Family::default(),
@@ -109,6 +113,11 @@ impl Metrics {
             "scale_applies",
             "Server-side applies of replicas that succeeded",
             metrics.scale_applies.clone(),
+        );
+        registry.register(
+            "field_repairs",
+            "Repairs of fields another writer changed, by result (restored, held)",
+            metrics.field_repairs.clone(),
         );
         registry.register(
             "apply_errors",

@@ -19,6 +19,7 @@
 //! [`enforcers`].
 
 pub mod federated_resource;
+pub mod fight;
 pub mod kafka;
 pub mod kafka_topic;
 pub mod kafka_user;
@@ -147,6 +148,25 @@ pub enum Action {
     /// The object cannot be looked at right now (its watch fails): keep whatever apply
     /// state there is.
     Unknown,
+    /// Apply the assignment to restore fields another writer changed: an [`Self::Apply`]
+    /// the engine makes only while the [`fight::FightGuard`] sees no fight over them.
+    Repair {
+        /// Version of the object judged.
+        from_version: String,
+        /// What is restored, and from whom.
+        repair: Repair,
+    },
+}
+
+/// Fields of an object that another field manager changed and an apply restores.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Repair {
+    /// The object (`Deployment prod/frontend`).
+    pub object: String,
+    /// The fields (`spec.replicas`).
+    pub fields: Vec<String>,
+    /// The field manager that changed them (`another manager` when none shows).
+    pub by: String,
 }
 
 /// A change seen by an enforcer's watch; the same shape for any watched resource.

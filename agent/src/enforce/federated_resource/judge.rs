@@ -28,7 +28,8 @@ use serde_json::Value;
 use super::feedback;
 use super::health::health;
 use super::manifest::{Desired, Gvk, Prepared, policy_mark};
-use crate::enforce::{Action, ApplyError, ApplyErrorKind, Judgement};
+use crate::enforce::fight::{lost_fields, owner_of, render};
+use crate::enforce::{Action, ApplyError, ApplyErrorKind, Judgement, Repair};
 use crate::report::Report;
 
 /// What the last apply did to one object.
@@ -170,8 +171,10 @@ pub enum Verdict {
     Unrecorded,
     /// Another field manager took fields Accord owns: apply to restore them.
     Drifted {
-        /// Who wrote the object last.
+        /// The field manager that now owns fields Accord owned (or wrote the object last).
         by: String,
+        /// The fields Accord no longer owns (`spec.replicas`).
+        fields: Vec<String>,
     },
     /// Someone else's, and this policy may take it ([`claim`]): apply.
     Adopt {
@@ -334,11 +337,24 @@ pub fn verdict(
                 Some(Outcome::Applied {
                     fields: Some(fields),
                 }) => {
-                    if accord_fields(object) == Some(fields) {
+                    let now = accord_fields(object);
+                    if now == Some(fields) {
                         Verdict::Synced
                     } else {
+                        let lost = lost_fields(fields, now);
+                        let by = lost
+                            .first()
+                            .and_then(|path| {
+                                owner_of(
+                                    object.metadata.managed_fields.as_deref(),
+                                    path,
+                                    DELIVERY_FIELD_MANAGER,
+                                )
+                            })
+                            .unwrap_or_else(|| last_other_manager(object));
                         Verdict::Drifted {
-                            by: last_other_manager(object),
+                            by,
+                            fields: lost.iter().map(|p| render(p)).collect(),
                         }
                     }
                 }
@@ -379,7 +395,7 @@ fn observed(
             health(live),
             "applying the changed manifest".to_owned(),
         ),
-        Verdict::Drifted { by } => (
+        Verdict::Drifted { by, .. } => (
             PlacementState::Pending,
             health(live),
             format!("fields Accord owns were changed by {by}; restoring them"),
@@ -551,6 +567,10 @@ pub fn judge(look: &Look<'_>) -> Judgement {
     }
     let mut lines = Vec::with_capacity(look.manifests.len());
     let mut wants_apply = removals_wanted;
+    // The first object whose fields another writer took; an apply that does nothing else
+    // is a repair, which the engine's fight guard may hold.
+    let mut repair = None;
+    let mut only_repairs = !removals_wanted;
     for prepared in look.manifests {
         let key = prepared.key();
         let live = view.object(key);
@@ -572,6 +592,15 @@ pub fn judge(look: &Look<'_>) -> Judgement {
                 }
             }
         };
+        if let Verdict::Drifted { by, fields } = &verdict {
+            repair.get_or_insert_with(|| Repair {
+                object: object_name(key),
+                fields: fields.clone(),
+                by: by.clone(),
+            });
+        } else if verdict.needs_apply() {
+            only_repairs = false;
+        }
         wants_apply |= verdict.needs_apply();
         let mut line = observed(key, &verdict, live);
         if spec.remove {
@@ -644,12 +673,14 @@ pub fn judge(look: &Look<'_>) -> Judgement {
         })
         .collect();
     let keys = version_keys(look.manifests, spec);
-    let action = if wants_apply {
-        Action::Apply {
-            from_version: view_version(&keys, view),
-        }
-    } else {
-        Action::Settled
+    let from_version = view_version(&keys, view);
+    let action = match repair {
+        Some(repair) if wants_apply && only_repairs => Action::Repair {
+            from_version,
+            repair,
+        },
+        _ if wants_apply => Action::Apply { from_version },
+        _ => Action::Settled,
     };
     let observed = FederatedResourceObserved {
         manifests: lines,
@@ -770,7 +801,7 @@ mod tests {
     }
 
     fn is_apply(j: &Judgement) -> bool {
-        matches!(j.action, Action::Apply { .. })
+        matches!(j.action, Action::Apply { .. } | Action::Repair { .. })
     }
 
     /// Every manifest applied, recorded and unchanged since.
@@ -859,6 +890,13 @@ mod tests {
             lines(&j).manifests[0].message,
             "fields Accord owns were changed by kubectl-edit; restoring them"
         );
+        // A repair alone: the engine's fight guard decides whether it is made.
+        let Action::Repair { repair, .. } = &j.action else {
+            panic!("{:?}", j.action);
+        };
+        assert_eq!(repair.fields, ["spec.replicas"]);
+        assert_eq!(repair.by, "kubectl-edit");
+        assert_eq!(repair.object, object_name(&d.key));
         assert!(
             verdict(
                 d,

@@ -7,7 +7,11 @@ use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 
-use crate::enforce::ApplyError;
+use accord_crds::AGENT_FIELD_MANAGER;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+
+use crate::enforce::fight::owner_of;
+use crate::enforce::{ApplyError, Repair};
 use crate::report::Report;
 
 /// What the agent makes of a Deployment against its assignment.
@@ -165,9 +169,39 @@ pub fn scale_patch(target: &ScaleSpec) -> serde_json::Value {
     })
 }
 
-/// Drops what the agent never reads from a watched Deployment, to keep its cache small.
+/// `spec.replicas` as a managedFields path.
+fn replicas_path() -> [String; 2] {
+    ["f:spec".to_owned(), "f:replicas".to_owned()]
+}
+
+/// The repair an apply of `target` makes to `deployment`, if it is one: the agent set this
+/// scale request before (the Deployment carries its id) and another writer changed the
+/// replicas since.
+pub fn repair(target: &ScaleSpec, deployment: &Deployment) -> Option<Repair> {
+    (stamped_request_id(deployment) == target.scale_request_id
+        && spec_replicas(deployment) != target.replicas)
+        .then(|| Repair {
+            object: format!("Deployment {}/{}", target.namespace, target.name),
+            fields: vec!["spec.replicas".to_owned()],
+            by: owner_of(
+                deployment.metadata.managed_fields.as_deref(),
+                &replicas_path(),
+                AGENT_FIELD_MANAGER,
+            )
+            .unwrap_or_else(|| "another manager".to_owned()),
+        })
+}
+
+/// Drops what the agent never reads from a watched Deployment, to keep its cache small:
+/// of its managed fields, only who owns `spec.replicas` stays.
 pub fn slim_deployment(deployment: &mut Deployment) {
-    deployment.metadata.managed_fields = None;
+    let path = replicas_path();
+    if let Some(entries) = deployment.metadata.managed_fields.as_mut() {
+        entries.retain(|e| owner_of(Some(std::slice::from_ref(e)), &path, "").is_some());
+        for e in entries.iter_mut() {
+            e.fields_v1 = Some(FieldsV1(serde_json::json!({"f:spec": {"f:replicas": {}}})));
+        }
+    }
     if let Some(annotations) = deployment.metadata.annotations.as_mut() {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
@@ -255,6 +289,44 @@ mod tests {
         assert_eq!(
             verdict(&target(7), Some(&deployment(7, None)), []),
             Verdict::NeedsApply
+        );
+    }
+
+    #[test]
+    fn replicas_another_manager_changed_after_this_request_are_a_repair_naming_it() {
+        let mut d = deployment(3, Some("01JREQ"));
+        d.metadata.managed_fields = Some(
+            serde_json::from_value(serde_json::json!([
+                {"manager": "accord-agent", "operation": "Apply",
+                 "fieldsV1": {"f:metadata": {"f:annotations": {}}}},
+                {"manager": "keda", "operation": "Update",
+                 "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                {"manager": "kube-controller-manager", "operation": "Update",
+                 "fieldsV1": {"f:status": {"f:replicas": {}}}}
+            ]))
+            .unwrap(),
+        );
+        slim_deployment(&mut d);
+        let managers: Vec<_> = d
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|e| e.manager.as_deref())
+            .collect();
+        assert_eq!(managers, ["keda"], "only who owns spec.replicas is kept");
+        let r = repair(&target(7), &d).unwrap();
+        assert_eq!(r.by, "keda");
+        assert_eq!(r.fields, ["spec.replicas"]);
+        assert_eq!(r.object, "Deployment prod/frontend");
+        // A new request, or replicas as assigned, is no repair.
+        assert_eq!(repair(&target(3), &d), None);
+        assert_eq!(repair(&target(7), &deployment(3, Some("older"))), None);
+        assert_eq!(
+            repair(&target(7), &deployment(3, Some("01JREQ")))
+                .unwrap()
+                .by,
+            "another manager"
         );
     }
 

@@ -225,12 +225,19 @@ impl Enforcer for ScaleEnforcer {
             }
         };
         let action = match verdict {
-            Verdict::NeedsApply => Action::Apply {
-                from_version: deployment
+            Verdict::NeedsApply => {
+                let from_version = deployment
                     .as_ref()
                     .and_then(|d| d.metadata.resource_version.clone())
-                    .unwrap_or_default(),
-            },
+                    .unwrap_or_default();
+                match deployment.as_deref().and_then(|d| judge::repair(target, d)) {
+                    Some(repair) => Action::Repair {
+                        from_version,
+                        repair,
+                    },
+                    None => Action::Apply { from_version },
+                }
+            }
             Verdict::Synced
             | Verdict::TargetNotFound
             | Verdict::Conflict(_)
