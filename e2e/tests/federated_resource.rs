@@ -534,6 +534,10 @@ fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
                 && m.message.as_deref().unwrap_or_default().contains("Adopt")),
             "{conflict:?}"
         );
+        ensure!(
+            conflict.applied == Some(0) && conflict.available == Some(0),
+            "the object Abort left alone counts as neither applied nor available: {conflict:?}"
+        );
         let cm = config_maps(testbed, 0, ns).get("shared").await?;
         ensure!(cm.data.unwrap_or_default()["owner"] == "someone", "an Abort touched it");
 
@@ -555,9 +559,27 @@ fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
         for m in 0..3 {
             let cm = config_maps(testbed, m, ns).get("shared").await?;
             let annotations = cm.metadata.annotations.unwrap_or_default();
-            ensure!(!annotations.contains_key(FEDERATED_RESOURCE_ANNOTATION), "member {m}: still marked {annotations:?}");
+            let labels = cm.metadata.labels.unwrap_or_default();
+            let marks: Vec<&String> = annotations.keys().chain(labels.keys()).filter(|k| k.starts_with("accord.io/")).collect();
+            ensure!(marks.is_empty(), "member {m}: still marked {marks:?}");
             ensure!(cm.data.unwrap_or_default()["owner"] == "accord", "member {m}: changed");
         }
+        // A later Abort finds an object nobody delivers, not a ghost owner.
+        apply(testbed, ns, &object("Abort", "Orphan", "later")).await?;
+        let conflicts = wait_status(testbed, ns, "later", "Conflict in every member", |s| {
+            (s.placements.len() == 3 && s.placements.iter().all(|p| p.state == PlacementState::Conflict)).then(|| s.placements.clone())
+        })
+        .await?;
+        for p in &conflicts {
+            let messages: Vec<&str> = p.manifests.iter().filter_map(|m| m.message.as_deref()).collect();
+            ensure!(messages.iter().any(|m| m.contains("Accord did not create it")), "{}: {messages:?}", p.cluster);
+            ensure!(p.available == Some(0), "{p:?}");
+        }
+        resources(testbed, ns).delete("later", &DeleteParams::default()).await?;
+        until("the aborted FederatedResource gone", STEP, || async {
+            Ok(resources(testbed, ns).get_opt("later").await?.map_or(Check::Ready(()), |o| Check::NotYet(format!("{:?}", o.status))))
+        })
+        .await?;
 
         // One member's agent stopped: deletion completes after the bound, with a Warning
         // naming the member left behind.

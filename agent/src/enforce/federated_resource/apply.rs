@@ -15,7 +15,7 @@ use accord_common::distribution::{FederatedResourceSpec, ManifestKey, PolicyRef}
 use accord_common::runtime::{backoff, unix_millis};
 use accord_crds::{
     DELIVERED_BY_FEDERATED_RESOURCE, DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION,
-    MANIFEST_HASH_ANNOTATION, OWNED_BY_LABEL,
+    OWNED_BY_LABEL,
 };
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -31,7 +31,9 @@ use super::judge::{
     Claim, Memory, Outcome, Recorded, Verdict, View, accord_fields, claim, delivered_by,
     not_served_message, verdict, version, version_keys,
 };
-use super::manifest::{CRD_KIND, Desired, Gvk, NAMESPACE_KIND, Prepared, policy_mark, prepare_all};
+use super::manifest::{
+    CRD_KIND, Desired, Gvk, NAMESPACE_KIND, Prepared, policy_mark, prepare_all, unmark_patch,
+};
 use crate::enforce::{ApplyError, ApplyErrorKind};
 
 /// What the enforcer remembers of its policies, shared by its applies and looks.
@@ -504,15 +506,7 @@ impl ApplyJob {
             return;
         }
         let result = if self.spec.orphan {
-            let patch = json!({
-                "metadata": {
-                    "labels": { OWNED_BY_LABEL: null },
-                    "annotations": {
-                        FEDERATED_RESOURCE_ANNOTATION: null,
-                        MANIFEST_HASH_ANNOTATION: null,
-                    },
-                },
-            });
+            let patch = unmark_patch();
             let params = PatchParams {
                 field_manager: Some(DELIVERY_FIELD_MANAGER.to_owned()),
                 ..PatchParams::default()

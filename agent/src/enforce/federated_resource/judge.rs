@@ -415,9 +415,8 @@ fn observed(
             health(live),
             "being deleted; applied again once it is gone".to_owned(),
         ),
-        Verdict::Conflict {
-            message, health, ..
-        } => (PlacementState::Conflict, *health, message.clone()),
+        // The object there is not this delivery's: none of its health counts as ours.
+        Verdict::Conflict { message, .. } => (PlacementState::Conflict, MISSING, message.clone()),
         Verdict::Error(message) | Verdict::Invalid(message) => {
             (PlacementState::Error, health(live), message.clone())
         }
@@ -1048,7 +1047,8 @@ mod tests {
         };
         let j = look(&spec, &manifests, &View::default(), Some(&memory), None);
         assert_eq!(j.report.state, PlacementState::Conflict);
-        assert_eq!(lines(&j).manifests[0].health, HEALTHY);
+        // The healthy object there is someone else's: it is not counted as available.
+        assert_eq!(lines(&j).manifests[0].health, MISSING);
         assert!(is_apply(&j), "no watch sees an unlabelled object: retried");
     }
 

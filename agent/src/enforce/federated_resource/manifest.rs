@@ -330,6 +330,31 @@ pub fn prepare(
     Prepared::Valid(Desired { key, object, hash })
 }
 
+/// Every label the delivery stamps on an object.
+pub const MARK_LABELS: &[&str] = &[OWNED_BY_LABEL];
+/// Every annotation the delivery stamps on an object.
+pub const MARK_ANNOTATIONS: &[&str] = &[
+    FEDERATED_RESOURCE_ANNOTATION,
+    FEDERATED_RESOURCE_CREATED_ANNOTATION,
+    MANIFEST_HASH_ANNOTATION,
+];
+
+/// The merge patch that takes every mark of the delivery off an object (orphaning it): it
+/// is left as if Accord had never delivered it.
+pub fn unmark_patch() -> Value {
+    let nulls = |keys: &[&str]| -> serde_json::Map<String, Value> {
+        keys.iter()
+            .map(|k| ((*k).to_owned(), Value::Null))
+            .collect()
+    };
+    serde_json::json!({
+        "metadata": {
+            "labels": nulls(MARK_LABELS),
+            "annotations": nulls(MARK_ANNOTATIONS),
+        }
+    })
+}
+
 /// Drops what the API server owns and a manifest must not carry.
 fn strip(object: &mut Value) {
     if let Some(o) = object.as_object_mut() {
@@ -458,6 +483,43 @@ mod tests {
                 ("", None)
             ]
         );
+    }
+
+    #[test]
+    fn orphaning_takes_off_every_mark_the_delivery_stamps() {
+        let manifest = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"app": "a"}, "annotations": {"note": "kept"}},
+        });
+        let Prepared::Valid(d) = prepare(
+            0,
+            &manifest,
+            "team",
+            &policy(),
+            "2026-01-02T03:04:05Z",
+            true,
+        ) else {
+            panic!("valid");
+        };
+        let mut object = d.object.clone();
+        json_patch::merge(&mut object, &unmark_patch());
+        let accords = |field: &str| -> Vec<String> {
+            object["metadata"][field]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k.clone())
+                .filter(|k| k.starts_with("accord.io/"))
+                .collect()
+        };
+        assert!(accords("labels").is_empty(), "{object}");
+        assert!(accords("annotations").is_empty(), "{object}");
+        assert_eq!(object["metadata"]["labels"], json!({"app": "a"}));
+        assert_eq!(object["metadata"]["annotations"], json!({"note": "kept"}));
+        // Every mark prepare stamps is one unmark_patch removes.
+        let stamped = |field: &str| d.object["metadata"][field].as_object().unwrap().len();
+        assert_eq!(stamped("labels"), 1 + MARK_LABELS.len());
+        assert_eq!(stamped("annotations"), 1 + MARK_ANNOTATIONS.len());
     }
 
     #[test]
