@@ -9,6 +9,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Help needs no build: the usage is the comment above (a built accord-sandbox gives more:
+# `bash e2e/sandbox.sh up --help`).
+case "${1:-}" in
+  -h | --help | help)
+    sed -n '2,5s/^# //p' "$0"
+    exit 0
+    ;;
+  "")
+    sed -n '2,5s/^# //p' "$0" >&2
+    exit 2
+    ;;
+esac
+
 . e2e/prerequisites.sh
 if [ "${1:-}" = "up" ]; then
   accord_prerequisites

@@ -680,3 +680,30 @@ async fn with_kafka_sasl_the_example_topic_is_synced_over_scram() -> Result<()> 
     );
     Ok(())
 }
+
+/// `bash e2e/sandbox.sh --help` answers at once on a machine that has built nothing: no
+/// cargo (and no prerequisites) is needed to read how to use it.
+#[test]
+fn the_scripts_help_needs_no_build() -> Result<()> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox.sh");
+    for (args, code) in [(&["--help"][..], 0), (&["-h"][..], 0), (&[][..], 2)] {
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .args(args)
+            // No cargo, go or apt on this PATH: a build would fail.
+            .env("PATH", "/usr/bin:/bin")
+            .output()?;
+        let printed = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        ensure!(
+            out.status.code() == Some(code),
+            "{args:?}: {:?}\n{printed}",
+            out.status
+        );
+        ensure!(
+            printed.contains("bash e2e/sandbox.sh up [--members N]"),
+            "{args:?}: {printed}"
+        );
+        ensure!(!printed.contains("cargo"), "{args:?}: {printed}");
+    }
+    Ok(())
+}
