@@ -212,6 +212,36 @@ async fn resigning_hands_leadership_over_without_waiting_for_the_lease_to_expire
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_leaders_election_resigns_it() {
+    // A long TTL: the other replica can only lead within the deadline if the drop resigned.
+    let long_ttl = Duration::from_secs(60);
+    let (store_a, store_b) = two_replicas("drop-resigns").await;
+    let a = LeaderElection::start(store_a, "replica-a".into(), long_ttl)
+        .await
+        .unwrap();
+    let b = LeaderElection::start(store_b.clone(), "replica-b".into(), long_ttl)
+        .await
+        .unwrap();
+    let (winner, old_fence) = first_leader(&a, &b).await;
+    let other = if winner == 0 {
+        drop(a);
+        b
+    } else {
+        drop(b);
+        a
+    };
+    let new_fence = within(
+        "the other replica to lead after the leader's election was dropped",
+        PROMPTLY,
+        other.wait_for_leadership(),
+    )
+    .await;
+    assert_ne!(new_fence, old_fence);
+    let refused = store_b.fenced_put(&old_fence, "x", b"late".to_vec()).await;
+    assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_process_killed_with_sigkill_is_replaced_within_the_ttl() {
     let prefix = unique_prefix("sigkill");
     let child = HelperProcess::spawn(

@@ -149,15 +149,34 @@ impl LeaderElection {
     }
 }
 
+/// How long a dropped election may take to resign before its task is stopped.
+const RESIGN_ON_DROP: Duration = Duration::from_secs(5);
+
+/// Dropping resigns, as [`LeaderElection::resign`] does but in the background: the lease is
+/// revoked (another replica leads at once instead of after the TTL) unless that takes over
+/// [`RESIGN_ON_DROP`] (etcd unreachable), when the task is stopped and the lease lapses
+/// after its TTL. Outside a Tokio runtime the task is stopped at once.
 impl Drop for LeaderElection {
     fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
         let task = self
             .task
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(task) = task {
-            task.abort();
+        let Some(task) = task else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let abort = task.abort_handle();
+                runtime.spawn(async move {
+                    if tokio::time::timeout(RESIGN_ON_DROP, task).await.is_err() {
+                        abort.abort();
+                    }
+                });
+            }
+            Err(_) => task.abort(),
         }
     }
 }
