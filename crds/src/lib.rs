@@ -104,6 +104,21 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
+/// [`all_crds`] with `spec.conversion` naming the hub's webhook Service in `namespace` at
+/// `port` (what `accord-hub crds --namespace --webhook-port` prints; `install` renders the
+/// same Service from its own options).
+pub fn all_crds_served_at(namespace: &str, port: i32) -> Vec<CustomResourceDefinition> {
+    all_crds()
+        .into_iter()
+        .map(|mut crd| {
+            crd.spec.conversion = Some(versions::webhook_conversion(
+                versions::service_client_config(namespace, versions::DEFAULT_SERVICE_NAME, port),
+            ));
+            crd
+        })
+        .collect()
+}
+
 /// File name under `crds/yaml/` for a CRD: `<plural>.<group>.yaml`.
 pub fn crd_file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
@@ -119,12 +134,19 @@ pub fn render_crd_yaml(
     ))
 }
 
-/// Renders every CRD as one multi-document YAML stream (what `accord-hub crds` prints).
+/// Renders every CRD as one multi-document YAML stream.
 pub fn render_all_crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    render_crds_yaml(&all_crds())
+}
+
+/// Renders `crds` as one multi-document YAML stream (what `accord-hub crds` prints).
+pub fn render_crds_yaml(
+    crds: &[CustomResourceDefinition],
+) -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
-    for crd in all_crds() {
+    for crd in crds {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&crd)?);
+        out.push_str(&serde_saphyr::to_string(crd)?);
     }
     Ok(out)
 }

@@ -32,6 +32,13 @@ pub enum Command {
         /// Write `<plural>.accord.io.yaml` files into this directory instead of printing.
         #[arg(long)]
         out_dir: Option<PathBuf>,
+        /// Namespace of the hub whose Service `accord-hub` serves the conversion webhook
+        /// (as `install --namespace`).
+        #[arg(long, default_value = accord_crds::versions::DEFAULT_SERVICE_NAMESPACE)]
+        namespace: String,
+        /// Port of that Service's webhook (as `install --webhook-port`).
+        #[arg(long, default_value_t = accord_crds::versions::DEFAULT_SERVICE_PORT as u16)]
+        webhook_port: u16,
     },
     /// Install the hub on a management cluster: CRDs, RBAC, Deployment, Services, hub CA.
     Install(crate::install::InstallArgs),
@@ -311,12 +318,21 @@ fn default_replica_name() -> String {
 /// Runs a parsed command.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Crds { out_dir: Some(dir) } => {
-            for path in crate::crdgen::write_crds(&dir)? {
-                println!("wrote {path}");
+        Command::Crds {
+            out_dir,
+            namespace,
+            webhook_port,
+        } => {
+            let crds = accord_crds::all_crds_served_at(&namespace, i32::from(webhook_port));
+            match out_dir {
+                Some(dir) => {
+                    for path in crate::crdgen::write_crds(&dir, crds)? {
+                        println!("wrote {path}");
+                    }
+                }
+                None => print!("{}", accord_crds::render_crds_yaml(&crds)?),
             }
         }
-        Command::Crds { out_dir: None } => print!("{}", accord_crds::render_all_crds_yaml()?),
         Command::Install(a) => crate::install::run(a).await?,
         Command::MigrateStorage(a) => crate::migrate::run(a).await?,
         Command::Serve(a) => {
@@ -391,4 +407,50 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// `accord-hub crds` names the conversion webhook where `install` puts it for the same
+    /// namespace and port.
+    #[test]
+    fn crds_name_the_conversion_webhook_of_the_namespace_and_port_given() {
+        let cli = Cli::try_parse_from([
+            "accord-hub",
+            "crds",
+            "--namespace",
+            "platform",
+            "--webhook-port",
+            "8443",
+        ])
+        .unwrap();
+        let Command::Crds {
+            namespace,
+            webhook_port,
+            ..
+        } = cli.command
+        else {
+            panic!("crds");
+        };
+        let options = crate::install::InstallOptions {
+            namespace: namespace.clone(),
+            webhook_port,
+            ..crate::install::InstallOptions::default()
+        };
+        let installed = crate::install::crds(&options, None).unwrap();
+        let printed = accord_crds::all_crds_served_at(&namespace, i32::from(webhook_port));
+        assert_eq!(installed.len(), printed.len());
+        for (installed, printed) in installed.iter().zip(&printed) {
+            let printed = serde_json::to_value(printed).unwrap();
+            let service = "/spec/conversion/webhook/clientConfig/service";
+            assert_eq!(printed.pointer(service), installed.pointer(service));
+            assert_eq!(
+                printed.pointer(&format!("{service}/namespace")),
+                Some(&serde_json::json!("platform"))
+            );
+        }
+    }
 }

@@ -19,14 +19,17 @@ pub enum CrdGenError {
     },
 }
 
-/// Writes `<plural>.accord.io.yaml` for every CRD into `dir`, replacing what is there.
-pub fn write_crds(dir: &Path) -> Result<Vec<String>, CrdGenError> {
+/// Writes `<plural>.accord.io.yaml` for each of `crds` into `dir`, replacing what is there.
+pub fn write_crds(
+    dir: &Path,
+    crds: Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
+) -> Result<Vec<String>, CrdGenError> {
     std::fs::create_dir_all(dir).map_err(|source| CrdGenError::Write {
         path: dir.display().to_string(),
         source,
     })?;
     let mut written = Vec::new();
-    for crd in accord_crds::all_crds() {
+    for crd in crds {
         let path = dir.join(accord_crds::crd_file_name(&crd));
         std::fs::write(&path, accord_crds::render_crd_yaml(&crd)?).map_err(|source| {
             CrdGenError::Write {
