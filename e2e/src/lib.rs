@@ -37,6 +37,7 @@ pub mod kubeconfig;
 pub mod kubernetes;
 pub mod kwok;
 pub mod leaks;
+pub mod load;
 pub mod pki;
 pub mod ports;
 pub mod process;

@@ -386,6 +386,9 @@ fn a_bundle_reaches_every_member_in_order_with_its_override_feedback_and_drift_r
         .await?;
         ensure!(repaired.1.is_some(), "no lastDriftTime");
         wait_event(testbed, ns, "app", "Normal", "DriftRepaired", STEP).await?;
+        // `kubectl describe` tells the delivery too: the generation applied in every member.
+        let applied = wait_event(testbed, ns, "app", "Normal", "Applied", STEP).await?;
+        ensure!(applied.contains("applied in 3 clusters"), "{applied}");
 
         // What a mutating webhook or `kubectl edit` adds in a member (a label, a sidecar
         // container: a strategic merge patch by another manager) survives a reapply of a
@@ -534,6 +537,8 @@ fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
                 && m.message.as_deref().unwrap_or_default().contains("Adopt")),
             "{conflict:?}"
         );
+        let told = wait_event(testbed, ns, "shared", "Warning", "Conflict", STEP).await?;
+        ensure!(told.contains(&format!("cluster {prefix}-0: ")), "{told}");
         ensure!(
             conflict.applied == Some(0) && conflict.available == Some(0),
             "the object Abort left alone counts as neither applied nor available: {conflict:?}"

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use accord_crds::{PlacementState, PrometheusFederation};
+use accord_e2e::kafka_topic_scenario::wait_event;
 use accord_e2e::promfed::{self, FederationOptions, ReloaderOptions};
 use accord_e2e::promfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::wait::{Check, until};
@@ -126,6 +127,9 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
             accord_crds::conditions::is_true(&conditions, "Ready"),
             "Ready: {conditions:?}"
         );
+        // `kubectl describe` tells it: the generation applied, in every member.
+        let applied = wait_event(testbed, ns, name, "Normal", "Applied", WAIT).await?;
+        ensure!(applied.contains("applied in 3 clusters"), "{applied}");
 
         // Isolation: team-a's Prometheus also serves series labelled namespace team-b
         // (job "leak"); a match[] as broad as {__name__=~".+"} still brings only team-a's.

@@ -601,14 +601,17 @@ fn an_undecodable_policy_says_invalid_spec_and_never_stops_the_others_even_after
         ensure!(degraded.contains("3000000000"), "the message should say what does not decode: {degraded}");
         warning_event(testbed, "default", "poison-bad-weight", "InvalidSpec").await?;
 
-        // Another policy keeps converging, before and after a hub restart.
+        // Another policy keeps converging, before and after a hub restart — on a machine
+        // whose two cores are busy (it once failed there one run in three).
         apply_policy(testbed, ns, policy("good", ns, "web", 4, dist.clone(), serde_json::json!({}))).await?;
         wait_replicas(testbed, ns, "web", &[(0, 2), (1, 2)], Duration::from_secs(60)).await?;
+        let load = accord_e2e::load::BusyLoops::start(2);
         fed.kill_hub()?;
         fed.restart_hub().await?;
         apply_policy(testbed, ns, policy("good", ns, "web", 6, dist, serde_json::json!({}))).await?;
         wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3)], Duration::from_secs(60)).await?;
         wait_states(testbed, ns, "good", &[("poison-1", PlacementState::Synced), ("poison-2", PlacementState::Synced)], Duration::from_secs(60)).await?;
+        drop(load);
         until("bad still shows InvalidSpec after the restart", Duration::from_secs(30), invalid_spec).await?;
 
         // Deleting the undecodable objects completes (no finalizer is left hanging).

@@ -18,6 +18,7 @@ pub mod field_owners;
 pub mod lenient;
 pub mod placement;
 pub mod reconcile_pace;
+pub mod transitions;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,12 +16,13 @@ use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
 
 use super::plan::{self, ClusterPlan};
-use super::status::{StatusInputs, aggregate, changes};
+use super::status::{StatusInputs, aggregate, drift_repairs};
 use super::{FINALIZER, FederatedResourceDecision, reasons};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
     StatusInput, Tombstoning, Trigger, Watched,
 };
+use crate::controllers::transitions::{self, Line, Meaning, Seen};
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::deletion::Progress;
 use crate::distribution::{PlacementRecord, reported};
@@ -43,6 +44,26 @@ impl Default for FederatedResourceOptions {
             deletion_timeout: DEFAULT_RESOURCE_DELETION_TIMEOUT,
         }
     }
+}
+
+/// What a FederatedResource's conditions say: `Applied` in every cluster, healthy while
+/// `Available`.
+const MEANING: Meaning = Meaning {
+    applied: super::status::APPLIED,
+    healthy: (accord_crds::conditions::types::AVAILABLE, true),
+};
+
+/// Every cluster's line of `status`, for [`transitions::notes`].
+fn lines(status: &FederatedResourceStatus) -> Vec<Line<'_>> {
+    status
+        .placements
+        .iter()
+        .map(|p| Line {
+            cluster: &p.cluster,
+            state: p.state,
+            message: p.message.as_deref(),
+        })
+        .collect()
 }
 
 /// The FederatedResource plug-in.
@@ -197,16 +218,24 @@ impl PlacementKind for FederatedResources {
             old,
             now: input.now,
         });
-        let (errors, drift) = changes(old, &status);
-        let notes = errors
-            .into_iter()
-            .map(|n| Note::warning(reasons::PLACEMENT_ERROR, n))
-            .chain(
-                drift
-                    .into_iter()
-                    .map(|n| Note::normal(reasons::DRIFT_REPAIRED, n)),
-            )
-            .collect();
+        let (old_lines, new_lines) = (old.map(lines), lines(&status));
+        let mut notes = transitions::notes(
+            old.zip(old_lines.as_deref()).map(|(o, lines)| Seen {
+                lines,
+                conditions: &o.conditions,
+            }),
+            Seen {
+                lines: &new_lines,
+                conditions: &status.conditions,
+            },
+            object.metadata.generation,
+            MEANING,
+        );
+        notes.extend(
+            drift_repairs(old, &status)
+                .into_iter()
+                .map(|n| Note::normal(reasons::DRIFT_REPAIRED, n)),
+        );
         Ok(Reported {
             status,
             notes,

@@ -20,8 +20,6 @@ pub const FINALIZER: &str = "accord.io/federated-resource";
 
 /// Event reasons.
 pub mod reasons {
-    /// A placement went to `Error`.
-    pub const PLACEMENT_ERROR: &str = "PlacementError";
     /// An agent restored owned fields changed out of band.
     pub const DRIFT_REPAIRED: &str = "DriftRepaired";
     /// Every member removed (or orphaned) what it was sent.

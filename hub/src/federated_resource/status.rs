@@ -184,31 +184,16 @@ pub fn resource_conditions(placements: &[ResourcePlacement]) -> Vec<Desired> {
     vec![applied, available, degraded]
 }
 
-/// What newly went to `Error` ("cluster east: …") and which clusters newly repaired drift
-/// ("cluster east: 2 owned fields restored …"), between `old` and `new`: one Event each.
-pub fn changes(
+/// What the move from `old` to `new` tells beyond the transitions every kind tells
+/// ([`crate::controllers::transitions`]): each cluster whose agent restored owned fields
+/// changed out of band, with its count so far.
+pub fn drift_repairs(
     old: Option<&FederatedResourceStatus>,
     new: &FederatedResourceStatus,
-) -> (Vec<String>, Vec<String>) {
+) -> Vec<String> {
     let before =
         |cluster: &str| old.and_then(|o| o.placements.iter().find(|p| p.cluster == cluster));
-    let errors = new
-        .placements
-        .iter()
-        .filter(|p| {
-            p.state == PlacementState::Error
-                && before(&p.cluster).is_none_or(|b| b.state != PlacementState::Error)
-        })
-        .map(|p| {
-            format!(
-                "cluster {}: {}",
-                p.cluster,
-                p.message.as_deref().unwrap_or("error")
-            )
-        })
-        .collect();
-    let drift = new
-        .placements
+    new.placements
         .iter()
         .filter_map(|p| {
             let now = p.drift_repairs.unwrap_or(0);
@@ -222,8 +207,7 @@ pub fn changes(
                 )
             })
         })
-        .collect();
-    (errors, drift)
+        .collect()
 }
 
 #[cfg(test)]
@@ -391,11 +375,7 @@ mod tests {
                 .starts_with("spec.overrides[0] on Deployment web: bad path")
         );
         assert_eq!(condition(&s, types::DEGRADED), "True");
-        let (errors, drift) = changes(None, &s);
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].starts_with("cluster west: spec.overrides[0]"));
-        assert_eq!(drift.len(), 2);
-        let (errors, drift) = changes(Some(&s), &s);
-        assert!(errors.is_empty() && drift.is_empty());
+        assert_eq!(drift_repairs(None, &s).len(), 2);
+        assert!(drift_repairs(Some(&s), &s).is_empty());
     }
 }

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use accord_common::distribution::{PlacementState, PolicyRef};
+use accord_crds::conditions::types;
 use accord_crds::promfed::GlobalTierStatus;
 use accord_crds::validate::Validate;
 use accord_crds::{HUB_FIELD_MANAGER, PrometheusFederation, PrometheusFederationStatus};
@@ -35,11 +36,12 @@ use tracing::{debug, info};
 use super::PromfedDecision;
 use super::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
 use super::plan::{self, PlanError};
-use super::status::{StatusInputs, aggregate, new_errors};
+use super::status::{StatusInputs, aggregate, global_error};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
 };
+use crate::controllers::transitions::{self, Line, Meaning, Seen};
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::select::{Clusters, select_clusters};
 use accord_common::promfed::{self, ReloadStatus};
@@ -48,7 +50,25 @@ use accord_common::promfed::{self, ReloadStatus};
 const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "accord-hub");
 const OWNED_BY: (&str, &str) = ("accord.io/owned-by", "prometheusfederation");
 /// Event reason of a placement (or the global tier) going to `Error`.
-const PLACEMENT_ERROR: &str = "PlacementError";
+/// What a PrometheusFederation's conditions say: `Ready` once every member confirmed the
+/// generation's config, healthy while not `Degraded`.
+const MEANING: Meaning = Meaning {
+    applied: types::READY,
+    healthy: (types::DEGRADED, false),
+};
+
+/// Every cluster's line of `status`, for [`transitions::notes`].
+fn lines(status: &PrometheusFederationStatus) -> Vec<Line<'_>> {
+    status
+        .placements
+        .iter()
+        .map(|p| Line {
+            cluster: &p.cluster,
+            state: p.state,
+            message: p.message.as_deref(),
+        })
+        .collect()
+}
 
 /// The PrometheusFederation settings of `serve`.
 #[derive(Clone, Debug, Default)]
@@ -225,10 +245,23 @@ impl PlacementKind for Promfed {
             old,
             now: input.now,
         });
-        let notes = new_errors(old, &status)
-            .into_iter()
-            .map(|note| Note::warning(PLACEMENT_ERROR, note))
-            .collect();
+        let (old_lines, new_lines) = (old.map(lines), lines(&status));
+        let mut notes = transitions::notes(
+            old.zip(old_lines.as_deref()).map(|(o, lines)| Seen {
+                lines,
+                conditions: &o.conditions,
+            }),
+            Seen {
+                lines: &new_lines,
+                conditions: &status.conditions,
+            },
+            policy.metadata.generation,
+            MEANING,
+        );
+        notes.extend(
+            global_error(old, &status)
+                .map(|note| Note::warning(transitions::reasons::PLACEMENT_ERROR, note)),
+        );
         Ok(Reported {
             status,
             notes,

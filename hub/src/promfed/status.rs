@@ -118,44 +118,19 @@ pub fn federation_conditions(
     vec![ready, degraded]
 }
 
-/// What newly went to `Error` between `old` and `new` ("cluster east: …", "global tier:
-/// …"): one Warning Event each.
-pub fn new_errors(
+/// The global tier newly in `Error` between `old` and `new` ("global tier: …"): the one
+/// transition beyond those every kind tells ([`crate::controllers::transitions`]).
+pub fn global_error(
     old: Option<&PrometheusFederationStatus>,
     new: &PrometheusFederationStatus,
-) -> Vec<String> {
-    let was_error = |cluster: &str| {
-        old.is_some_and(|o| {
-            o.placements
-                .iter()
-                .any(|p| p.cluster == cluster && p.state == PlacementState::Error)
-        })
-    };
-    let mut notes: Vec<String> = new
-        .placements
-        .iter()
-        .filter(|p| p.state == PlacementState::Error && !was_error(&p.cluster))
-        .map(|p| {
-            format!(
-                "cluster {}: {}",
-                p.cluster,
-                p.message.as_deref().unwrap_or("error")
-            )
-        })
-        .collect();
-    let global_was_error = old
+) -> Option<String> {
+    let was_error = old
         .and_then(|o| o.global.as_ref())
         .is_some_and(|g| g.state == PlacementState::Error);
-    if let Some(g) = new.global.as_ref()
-        && g.state == PlacementState::Error
-        && !global_was_error
-    {
-        notes.push(format!(
-            "global tier: {}",
-            g.message.as_deref().unwrap_or("error")
-        ));
-    }
-    notes
+    new.global
+        .as_ref()
+        .filter(|g| g.state == PlacementState::Error && !was_error)
+        .map(|g| format!("global tier: {}", g.message.as_deref().unwrap_or("error")))
 }
 
 #[cfg(test)]
@@ -411,12 +386,9 @@ mod tests {
             Some(&before),
         );
         assert_eq!(
-            new_errors(Some(&before), &after),
-            vec![
-                "cluster a: refused".to_owned(),
-                "global tier: global refused".to_owned()
-            ]
+            global_error(Some(&before), &after).as_deref(),
+            Some("global tier: global refused")
         );
-        assert!(new_errors(Some(&after), &after).is_empty());
+        assert_eq!(global_error(Some(&after), &after), None);
     }
 }

@@ -1,0 +1,257 @@
+//! The Events a placed object's status transitions tell, written once for every kind: a
+//! generation applied everywhere, a cluster gone to `Error` or `Conflict`, the object
+//! unhealthy and healthy again. A kind passes its old and new status in this shape from
+//! its `status_of`; each Event is written only on the transition (the writer aggregates
+//! repeats), so a steady object writes none.
+
+use accord_crds::PlacementState;
+use accord_crds::conditions;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::placement::Note;
+
+/// Event reasons.
+pub mod reasons {
+    /// A generation is applied in every selected cluster.
+    pub const APPLIED: &str = "Applied";
+    /// A cluster went to `Error`.
+    pub const PLACEMENT_ERROR: &str = "PlacementError";
+    /// A cluster went to `Conflict` (another owner holds what the object delivers).
+    pub const CONFLICT: &str = "Conflict";
+    /// The object became unhealthy.
+    pub const UNHEALTHY: &str = "Unhealthy";
+    /// The object is healthy again.
+    pub const HEALTHY: &str = "Healthy";
+}
+
+/// One cluster's line of a status.
+#[derive(Clone, Copy, Debug)]
+pub struct Line<'a> {
+    /// The cluster.
+    pub cluster: &'a str,
+    /// Its state.
+    pub state: PlacementState,
+    /// Its message, if any.
+    pub message: Option<&'a str>,
+}
+
+/// What the transitions read of one status.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'a> {
+    /// Every cluster's line.
+    pub lines: &'a [Line<'a>],
+    /// The status conditions.
+    pub conditions: &'a [Condition],
+}
+
+/// Which conditions of the kind say what.
+#[derive(Clone, Copy, Debug)]
+pub struct Meaning {
+    /// True once the generation is applied in every cluster (`Applied`, `Ready`).
+    pub applied: &'static str,
+    /// The condition that says whether the object is healthy, and the status it has then
+    /// (`Available` True, `Degraded` False).
+    pub healthy: (&'static str, bool),
+}
+
+/// The Events the move from `old` (none: the object's first status) to `new` tells, for an
+/// object at `generation`.
+pub fn notes(
+    old: Option<Seen<'_>>,
+    new: Seen<'_>,
+    generation: Option<i64>,
+    meaning: Meaning,
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    let was = |cluster: &str, state: PlacementState| {
+        old.is_some_and(|o| {
+            o.lines
+                .iter()
+                .any(|l| l.cluster == cluster && l.state == state)
+        })
+    };
+    for (state, reason) in [
+        (PlacementState::Error, reasons::PLACEMENT_ERROR),
+        (PlacementState::Conflict, reasons::CONFLICT),
+    ] {
+        for line in new
+            .lines
+            .iter()
+            .filter(|l| l.state == state && !was(l.cluster, state))
+        {
+            notes.push(Note::warning(
+                reason,
+                format!(
+                    "cluster {}: {}",
+                    line.cluster,
+                    line.message.unwrap_or(state.as_str())
+                ),
+            ));
+        }
+    }
+    let applied_at = |conditions: &[Condition]| {
+        conditions::find(conditions, meaning.applied)
+            .filter(|c| c.status == "True")
+            .and_then(|c| c.observed_generation)
+    };
+    if let Some(g) = applied_at(new.conditions).filter(|g| Some(*g) == generation)
+        && old.and_then(|o| applied_at(o.conditions)) != Some(g)
+    {
+        let clusters: Vec<&str> = new.lines.iter().map(|l| l.cluster).collect();
+        notes.push(Note::normal(
+            reasons::APPLIED,
+            format!(
+                "generation {g} applied in {} cluster{}: {}",
+                clusters.len(),
+                if clusters.len() == 1 { "" } else { "s" },
+                crate::distribution::reported::named(&clusters, ", ")
+            ),
+        ));
+    }
+    let (health, healthy_when) = meaning.healthy;
+    let healthy = |conditions: &[Condition]| {
+        conditions::find(conditions, health)
+            .map(|c| ((c.status == "True") == healthy_when, c.message.clone()))
+    };
+    if let (Some((before, _)), Some((now, message))) = (
+        old.and_then(|o| healthy(o.conditions)),
+        healthy(new.conditions),
+    ) && before != now
+    {
+        notes.push(if now {
+            Note::normal(reasons::HEALTHY, "healthy again")
+        } else {
+            Note::warning(reasons::UNHEALTHY, message)
+        });
+    }
+    notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::events::EventType;
+
+    const FR: Meaning = Meaning {
+        applied: "Applied",
+        healthy: ("Available", true),
+    };
+
+    fn condition(type_: &str, status: &str, generation: i64, message: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            observed_generation: Some(generation),
+            message: message.into(),
+            reason: "R".into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        }
+    }
+
+    fn line(cluster: &str, state: PlacementState) -> Line<'_> {
+        Line {
+            cluster,
+            state,
+            message: Some("why"),
+        }
+    }
+
+    fn reasons_of(notes: &[Note]) -> Vec<(&str, bool)> {
+        notes
+            .iter()
+            .map(|n| (n.reason.as_str(), n.type_ == EventType::Warning))
+            .collect()
+    }
+
+    #[test]
+    fn a_generation_applied_everywhere_is_told_once() {
+        let lines = [
+            line("east", PlacementState::Synced),
+            line("west", PlacementState::Synced),
+        ];
+        let pending = [
+            condition("Applied", "False", 2, ""),
+            condition("Available", "True", 2, ""),
+        ];
+        let applied = [
+            condition("Applied", "True", 2, ""),
+            condition("Available", "True", 2, ""),
+        ];
+        let new = Seen {
+            lines: &lines,
+            conditions: &applied,
+        };
+        let first = notes(
+            Some(Seen {
+                lines: &lines,
+                conditions: &pending,
+            }),
+            new,
+            Some(2),
+            FR,
+        );
+        assert_eq!(reasons_of(&first), [("Applied", false)]);
+        assert_eq!(
+            first[0].message,
+            "generation 2 applied in 2 clusters: east, west"
+        );
+        assert!(
+            notes(Some(new), new, Some(2), FR).is_empty(),
+            "steady: nothing"
+        );
+        // The status of an older generation says nothing of this one.
+        assert!(notes(None, new, Some(3), FR).is_empty());
+    }
+
+    #[test]
+    fn new_errors_and_conflicts_per_cluster_and_health_both_ways() {
+        let healthy = [condition("Available", "True", 1, "")];
+        let unhealthy = [condition("Available", "False", 1, "web: 2 of 3 ready")];
+        let before = [
+            line("east", PlacementState::Synced),
+            line("west", PlacementState::Error),
+        ];
+        let after = [
+            line("east", PlacementState::Conflict),
+            line("west", PlacementState::Error),
+            line("north", PlacementState::Error),
+        ];
+        let got = notes(
+            Some(Seen {
+                lines: &before,
+                conditions: &healthy,
+            }),
+            Seen {
+                lines: &after,
+                conditions: &unhealthy,
+            },
+            Some(1),
+            FR,
+        );
+        assert_eq!(
+            reasons_of(&got),
+            [
+                ("PlacementError", true),
+                ("Conflict", true),
+                ("Unhealthy", true)
+            ]
+        );
+        assert_eq!(got[0].message, "cluster north: why");
+        assert_eq!(got[2].message, "web: 2 of 3 ready");
+        let again = notes(
+            Some(Seen {
+                lines: &after,
+                conditions: &unhealthy,
+            }),
+            Seen {
+                lines: &after,
+                conditions: &healthy,
+            },
+            Some(1),
+            FR,
+        );
+        assert_eq!(reasons_of(&again), [("Healthy", false)]);
+    }
+}
