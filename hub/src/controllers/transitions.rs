@@ -4,11 +4,11 @@
 //! its `status_of`; each Event is written only on the transition (the writer aggregates
 //! repeats), so a steady object writes none.
 
-use accord_crds::PlacementState;
 use accord_crds::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::placement::Note;
+use crate::distribution::reported::{Shown, new_trouble};
 
 /// Event reasons.
 pub mod reasons {
@@ -24,22 +24,11 @@ pub mod reasons {
     pub const HEALTHY: &str = "Healthy";
 }
 
-/// One cluster's line of a status.
-#[derive(Clone, Copy, Debug)]
-pub struct Line<'a> {
-    /// The cluster.
-    pub cluster: &'a str,
-    /// Its state.
-    pub state: PlacementState,
-    /// Its message, if any.
-    pub message: Option<&'a str>,
-}
-
 /// What the transitions read of one status.
 #[derive(Clone, Copy, Debug)]
 pub struct Seen<'a> {
     /// Every cluster's line.
-    pub lines: &'a [Line<'a>],
+    pub lines: &'a [Shown<'a>],
     /// The status conditions.
     pub conditions: &'a [Condition],
 }
@@ -62,33 +51,15 @@ pub fn notes(
     generation: Option<i64>,
     meaning: Meaning,
 ) -> Vec<Note> {
-    let mut notes = Vec::new();
-    let was = |cluster: &str, state: PlacementState| {
-        old.is_some_and(|o| {
-            o.lines
-                .iter()
-                .any(|l| l.cluster == cluster && l.state == state)
-        })
-    };
-    for (state, reason) in [
-        (PlacementState::Error, reasons::PLACEMENT_ERROR),
-        (PlacementState::Conflict, reasons::CONFLICT),
-    ] {
-        for line in new
-            .lines
-            .iter()
-            .filter(|l| l.state == state && !was(l.cluster, state))
-        {
-            notes.push(Note::warning(
-                reason,
-                format!(
-                    "cluster {}: {}",
-                    line.cluster,
-                    line.message.unwrap_or(state.as_str())
-                ),
-            ));
-        }
-    }
+    let mut notes: Vec<Note> = new_trouble(
+        old.map(|o| o.lines).unwrap_or_default(),
+        new.lines,
+        reasons::PLACEMENT_ERROR,
+        reasons::CONFLICT,
+    )
+    .into_iter()
+    .map(|(reason, message)| Note::warning(reason, message))
+    .collect();
     let applied_at = |conditions: &[Condition]| {
         conditions::find(conditions, meaning.applied)
             .filter(|c| c.status == "True")
@@ -97,7 +68,7 @@ pub fn notes(
     if let Some(g) = applied_at(new.conditions).filter(|g| Some(*g) == generation)
         && old.and_then(|o| applied_at(o.conditions)) != Some(g)
     {
-        let clusters: Vec<&str> = new.lines.iter().map(|l| l.cluster).collect();
+        let clusters: Vec<&str> = new.lines.iter().map(|l| l.name).collect();
         notes.push(Note::normal(
             reasons::APPLIED,
             format!(
@@ -130,6 +101,7 @@ pub fn notes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use accord_crds::PlacementState;
     use kube::runtime::events::EventType;
 
     const FR: Meaning = Meaning {
@@ -150,9 +122,9 @@ mod tests {
         }
     }
 
-    fn line(cluster: &str, state: PlacementState) -> Line<'_> {
-        Line {
-            cluster,
+    fn line(name: &str, state: PlacementState) -> Shown<'_> {
+        Shown {
+            name,
             state,
             message: Some("why"),
         }

@@ -22,9 +22,10 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
     StatusInput, Tombstoning, Trigger, Watched,
 };
-use crate::controllers::transitions::{self, Line, Meaning, Seen};
+use crate::controllers::transitions::{self, Meaning, Seen};
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::deletion::Progress;
+use crate::distribution::reported::Shown;
 use crate::distribution::{PlacementRecord, reported};
 use crate::store::StatusRecord;
 
@@ -54,12 +55,12 @@ const MEANING: Meaning = Meaning {
 };
 
 /// Every cluster's line of `status`, for [`transitions::notes`].
-fn lines(status: &FederatedResourceStatus) -> Vec<Line<'_>> {
+fn lines(status: &FederatedResourceStatus) -> Vec<Shown<'_>> {
     status
         .placements
         .iter()
-        .map(|p| Line {
-            cluster: &p.cluster,
+        .map(|p| Shown {
+            name: &p.cluster,
             state: p.state,
             message: p.message.as_deref(),
         })

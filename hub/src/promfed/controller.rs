@@ -41,8 +41,9 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
 };
-use crate::controllers::transitions::{self, Line, Meaning, Seen};
+use crate::controllers::transitions::{self, Meaning, Seen};
 use crate::controllers::{ControllerContext, ReconcileError};
+use crate::distribution::reported::Shown;
 use crate::distribution::select::{Clusters, select_clusters};
 use accord_common::promfed::{self, ReloadStatus};
 
@@ -58,12 +59,12 @@ const MEANING: Meaning = Meaning {
 };
 
 /// Every cluster's line of `status`, for [`transitions::notes`].
-fn lines(status: &PrometheusFederationStatus) -> Vec<Line<'_>> {
+fn lines(status: &PrometheusFederationStatus) -> Vec<Shown<'_>> {
     status
         .placements
         .iter()
-        .map(|p| Line {
-            cluster: &p.cluster,
+        .map(|p| Shown {
+            name: &p.cluster,
             state: p.state,
             message: p.message.as_deref(),
         })
