@@ -205,12 +205,13 @@ mod tests {
         assert_eq!(
             reasons_of(&got),
             [
-                ("PlacementError", true),
                 ("Conflict", true),
+                ("PlacementError", true),
                 ("Unhealthy", true)
             ]
         );
-        assert_eq!(got[0].message, "cluster north: why");
+        assert_eq!(got[0].message, "cluster east: why");
+        assert_eq!(got[1].message, "cluster north: why");
         assert_eq!(got[2].message, "web: 2 of 3 ready");
         let again = notes(
             Some(Seen {
