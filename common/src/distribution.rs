@@ -835,6 +835,9 @@ pub struct KafkaUserObserved {
     /// The assignment asked for removal and nothing of the user is left.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub removed: bool,
+    /// Why the brokers cannot keep the user's ACLs ("": they can), e.g. no authorizer.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub acls_unkept: String,
 }
 
 /// What an agent observed of an assigned object: one variant per kind, or nothing (no
@@ -908,6 +911,7 @@ impl Observed {
                 acls: u.acls,
                 quotas: u.quotas,
                 removed: u.removed,
+                acls_unkept: u.acls_unkept.clone(),
             }),
         })
     }
@@ -958,6 +962,7 @@ impl Observed {
                 acls: u.acls,
                 quotas: u.quotas,
                 removed: u.removed,
+                acls_unkept: u.acls_unkept,
             }),
         }
     }
@@ -1134,6 +1139,7 @@ mod tests {
                 acls: 3,
                 quotas: 2,
                 removed: true,
+                acls_unkept: "no authorizer".into(),
             }),
         ];
         for o in all {

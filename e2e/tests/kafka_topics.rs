@@ -17,6 +17,7 @@ use accord_e2e::kafka_topic_scenario::{
     self as ks, ALREADY_MANAGED_REASON, KafkaMember, KafkaProbe, KafkaScenario,
     KafkaScenarioOptions, POLICY_REASON, TopicView,
 };
+use accord_e2e::kafka_user_scenario as us;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, bail, ensure};
@@ -33,6 +34,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(90);
 /// The agents' resync interval: out-of-band drift must be repaired within it.
 const RESYNC: Duration = Duration::from_secs(5);
+/// Generous for a loaded machine.
+const STEP: Duration = Duration::from_secs(90);
 
 async fn kafkas(testbed: &'static Testbed) -> Result<&'static [KafkaCluster]> {
     KAFKAS
@@ -928,4 +931,100 @@ fn retain_keeps_topics_delete_removes_them_everywhere_and_a_missing_agent_holds_
 
 async fn ensure_ns(testbed: &Testbed, ns: &str) -> Result<()> {
     accord_e2e::fleet::ensure_namespace(testbed.mgmt(), ns).await
+}
+
+/// Brokers without an authorizer (PLAINTEXT, as `sandbox up --with-kafka` runs them)
+/// answer every ACL request SECURITY_DISABLED: a FederatedKafkaUser still gets its SCRAM
+/// credential and quotas there; with ACLs, each placement and the `Degraded` condition
+/// (reason `AclsNotKept`) say the ACLs cannot be kept and why; without, it is simply Ready.
+#[test]
+fn a_kafka_user_works_on_brokers_without_an_authorizer_and_says_its_acls_cannot_be_kept() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let kafkas = kafkas(testbed).await?;
+        let s = KafkaScenario::start(
+            testbed,
+            KafkaScenarioOptions {
+                name: "ku-noauth",
+                members: (1..3)
+                    .map(|i| KafkaMember {
+                        member: i,
+                        kafka: &kafkas[i],
+                        sasl: false,
+                    })
+                    .collect(),
+                resync: RESYNC,
+                deletion_timeout: Some(Duration::from_secs(60)),
+                webhook: false,
+            },
+        )
+        .await?;
+        let clusters = s.clusters.clone();
+        let ns = "ku-noauth";
+        let user = |name: &str, acls: serde_json::Value| {
+            json!({
+                "userName": name,
+                "authentication": {"type": "scram-sha-512", "iterations": 4096},
+                "acls": acls,
+                "quotas": {"producerByteRate": 1048576},
+                "placement": {"clusters": clusters},
+            })
+        };
+        let with_acls = json!([{"resource": {"type": "topic", "name": "orders"},
+                                "operations": ["Write"], "type": "allow"}]);
+        us::apply_user(testbed, ns, "writer", user("writer", with_acls)).await?;
+        us::apply_user(testbed, ns, "plain", user("plain", json!([]))).await?;
+        let unkept = us::wait_placements(
+            testbed,
+            ns,
+            "writer",
+            &clusters,
+            "Synced, ACLs not kept",
+            STEP,
+            |p| {
+                p.state == PlacementState::Synced
+                    && p.message.as_deref().is_some_and(|m| {
+                        m.contains("cannot be kept here") && m.contains("SECURITY_DISABLED")
+                    })
+            },
+        )
+        .await?;
+        let conditions = unkept.status.unwrap_or_default().conditions;
+        let degraded =
+            accord_crds::conditions::find(&conditions, "Degraded").context("Degraded")?;
+        ensure!(
+            degraded.status == "True" && degraded.reason == "AclsNotKept",
+            "{degraded:?}"
+        );
+        ensure!(
+            accord_crds::conditions::is_true(&conditions, "Ready"),
+            "{conditions:?}"
+        );
+        let plain = us::wait_synced(testbed, ns, "plain", &clusters, STEP).await?;
+        let conditions = plain.status.unwrap_or_default().conditions;
+        ensure!(
+            !accord_crds::conditions::is_true(&conditions, "Degraded"),
+            "{conditions:?}"
+        );
+        // The brokers hold both users' credentials and quotas.
+        for kafka in &kafkas[1..3] {
+            let admin = accord_kafka::Admin::new(accord_kafka::KafkaConfig::plaintext(
+                kafka.bootstrap.split(','),
+            ));
+            let credentials = admin.describe_user_scram_credentials(None).await?;
+            let quotas = admin.describe_client_quotas(None).await?;
+            for name in ["writer", "plain"] {
+                ensure!(
+                    credentials.contains_key(name),
+                    "{name}: no credential in {credentials:?}"
+                );
+                ensure!(
+                    quotas.get(name).and_then(|q| q.get("producer_byte_rate"))
+                        == Some(&1_048_576.0),
+                    "{name}: quotas {quotas:?}"
+                );
+            }
+        }
+        Ok(())
+    });
 }

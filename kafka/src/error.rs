@@ -155,6 +155,12 @@ pub enum KafkaError {
 }
 
 impl KafkaError {
+    /// Whether the brokers refused because security is off: `SECURITY_DISABLED` (54), e.g.
+    /// an ACL request to brokers without an authorizer.
+    pub fn is_security_disabled(&self) -> bool {
+        matches!(self, Self::Broker { code: 54, .. })
+    }
+
     /// Whether credentials (or the TLS client) were refused.
     pub fn is_authentication(&self) -> bool {
         matches!(self, Self::Authentication { .. })

@@ -46,6 +46,9 @@ pub mod reasons {
     pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
     /// Ready=False: the password Secret is not there (yet).
     pub const WAITING_FOR_PASSWORD: &str = "WaitingForPassword";
+    /// Degraded=True: some clusters' brokers keep no ACLs (no authorizer); the credential
+    /// and quotas are kept there.
+    pub const ACLS_UNKEPT: &str = "AclsNotKept";
 }
 
 /// A FederatedKafkaUser's decision data.

@@ -43,7 +43,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaUserStatus {
     let placements: Vec<KafkaUserPlacement> = inputs.placed.each(|share, report, cluster| {
         placement(share, inputs.decision, revision, report, cluster)
     });
-    let [mut ready, degraded] = reported::ready_and_degraded(
+    let [mut ready, mut degraded] = reported::ready_and_degraded(
         &shown(&placements),
         format!(
             "the user, its ACLs and quotas are as specified in {}",
@@ -51,6 +51,30 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaUserStatus {
         ),
         "not synced yet",
     );
+    // Brokers without an authorizer: the user works there, its ACLs do not hold. Shown
+    // unless something worse already degrades the user.
+    let unkept: Vec<(String, String)> = inputs
+        .placed
+        .each(|share, report, _| match report.map(|r| &r.observed) {
+            Some(Observed::KafkaUser(u)) if !u.acls_unkept.is_empty() => {
+                Some((share.cluster.clone(), u.acls_unkept.clone()))
+            }
+            _ => None,
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+    if let Some((_, why)) = unkept.first()
+        && degraded.status != Status::True
+    {
+        let clusters: Vec<&str> = unkept.iter().map(|(c, _)| c.as_str()).collect();
+        degraded = Desired::new(
+            types::DEGRADED,
+            Status::True,
+            reasons::ACLS_UNKEPT,
+            format!("in {}: {why}", reported::named(&clusters, ", ")),
+        );
+    }
     if let Some(why) = inputs.waiting {
         ready = Desired::new(
             types::READY,
@@ -192,6 +216,7 @@ mod tests {
                 acls: 3,
                 quotas: 2,
                 removed: false,
+                acls_unkept: String::new(),
             }),
             api_server_unavailable: false,
         }
@@ -248,6 +273,51 @@ mod tests {
         );
         let ready = conditions::find(&status.conditions, types::READY).unwrap();
         assert_eq!(ready.status, "True", "{ready:?}");
+    }
+
+    #[test]
+    fn brokers_without_an_authorizer_leave_it_ready_and_degraded_naming_the_clusters() {
+        let shares = [share("east"), share("west")];
+        let mut unkept = report(PlacementState::Synced, "ab");
+        if let Observed::KafkaUser(u) = &mut unkept.observed {
+            u.acls_unkept = "the 2 ACL(s) cannot be kept here: SECURITY_DISABLED (54)".into();
+        }
+        let reports = HashMap::from([
+            ("east".to_owned(), unkept),
+            ("west".to_owned(), report(PlacementState::Synced, "ab")),
+        ]);
+        let clusters = available(&["east", "west"]);
+        let now = Time(Timestamp::now());
+        let status = aggregate(&StatusInputs {
+            placed: Placed {
+                shares: &shares,
+                revision: 5,
+                reports: &reports,
+                clusters: &clusters,
+            },
+            decision: None,
+            waiting: None,
+            generation: Some(2),
+            old: None,
+            now: &now,
+        });
+        let ready = conditions::find(&status.conditions, types::READY).unwrap();
+        assert_eq!(ready.status, "True", "{ready:?}");
+        let degraded = conditions::find(&status.conditions, types::DEGRADED).unwrap();
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", reasons::ACLS_UNKEPT)
+        );
+        assert!(
+            degraded.message.starts_with("in east: "),
+            "{}",
+            degraded.message
+        );
+        assert!(
+            degraded.message.contains("SECURITY_DISABLED"),
+            "{}",
+            degraded.message
+        );
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct UserSeen {
     pub acls: BTreeSet<AclBinding>,
     /// Its client quotas (user entity), by key.
     pub quotas: BTreeMap<String, f64>,
+    /// Why the brokers keep no ACLs at all (no authorizer: `SECURITY_DISABLED`), if so: the
+    /// credential and quotas are kept, ACLs are neither read nor written.
+    pub acls_unkept: Option<String>,
 }
 
 /// The credential this agent last upserted for a user (the brokers never show it).
@@ -218,11 +221,22 @@ pub fn verdict(
         .filter(|key| !spec.quotas.contains_key(*key))
         .cloned()
         .collect();
+    // Brokers without an authorizer keep no ACLs: nothing to create or delete there.
+    let keeps_acls = seen.acls_unkept.is_none();
     let plan = Plan {
         upsert,
         delete_credential: false,
-        create_acls: desired.difference(&seen.acls).cloned().collect(),
-        delete_acls: seen.acls.difference(&desired).cloned().collect(),
+        create_acls: desired
+            .difference(&seen.acls)
+            .filter(|_| keeps_acls)
+            .cloned()
+            .collect(),
+        delete_acls: seen
+            .acls
+            .difference(&desired)
+            .filter(|_| keeps_acls)
+            .cloned()
+            .collect(),
         set_quotas,
         remove_quotas,
     };
@@ -269,8 +283,24 @@ pub fn observed(
             .unwrap_or_default(),
         acls: count(named.intersection(&seen.acls).count()),
         quotas: count(seen.quotas.len()),
-        removed: spec.remove && *seen == UserSeen::default(),
+        removed: spec.remove
+            && seen.scram_iterations.is_none()
+            && seen.acls.is_empty()
+            && seen.quotas.is_empty(),
+        acls_unkept: acls_unkept(spec, seen).unwrap_or_default(),
     }
+}
+
+/// Why the ACLs `spec` names cannot be kept on these brokers, if it names any and they
+/// cannot (the placement says so; the rest of the user is kept).
+pub fn acls_unkept(spec: &KafkaUserSpec, seen: &UserSeen) -> Option<String> {
+    let why = seen.acls_unkept.as_deref()?;
+    (!spec.acls.is_empty() && !spec.remove).then(|| {
+        format!(
+            "the {} ACL(s) cannot be kept here: {why} (the credential and quotas are kept)",
+            spec.acls.len()
+        )
+    })
 }
 
 fn count(n: usize) -> i32 {
@@ -380,7 +410,10 @@ pub fn judge(
     } else if spec.remove {
         (PlacementState::Synced, REMOVED_MESSAGE.to_owned())
     } else {
-        (PlacementState::Synced, String::new())
+        (
+            PlacementState::Synced,
+            acls_unkept(spec, seen).unwrap_or_default(),
+        )
     };
     Judgement {
         report: report(state, message),
@@ -451,6 +484,7 @@ mod tests {
                 binding_of("User:alice", AclOperation::Write, "orders"),
             ]),
             quotas: BTreeMap::from([("producer_byte_rate".to_owned(), 1_048_576.0)]),
+            acls_unkept: None,
         }
     }
 
@@ -460,6 +494,61 @@ mod tests {
 
     fn judged(seen: &UserSeen, upserted: Option<&Upserted>) -> Judgement {
         judge(7, &spec(), seen, 3, upserted, &Probe::Answered, None)
+    }
+
+    #[test]
+    fn on_brokers_without_an_authorizer_the_credential_and_quotas_are_kept_and_the_acls_named() {
+        let why = "Kafka refused the request: SECURITY_DISABLED (54): No Authorizer is configured";
+        let seen = UserSeen {
+            acls: BTreeSet::new(),
+            acls_unkept: Some(why.to_owned()),
+            ..in_sync()
+        };
+        let j = judged(&seen, Some(&upserted()));
+        assert_eq!(j.action, Action::Settled, "no ACL request is sent");
+        assert_eq!(j.report.state, PlacementState::Synced);
+        assert!(
+            j.report
+                .message
+                .contains("the 2 ACL(s) cannot be kept here"),
+            "{}",
+            j.report.message
+        );
+        assert!(
+            j.report.message.contains("SECURITY_DISABLED"),
+            "{}",
+            j.report.message
+        );
+        let Observed::KafkaUser(o) = &j.report.observed else {
+            panic!("{:?}", j.report.observed);
+        };
+        assert_eq!((o.acls, o.quotas), (0, 1));
+        assert!(o.acls_unkept.contains("SECURITY_DISABLED"), "{o:?}");
+        // A credential to set is still set there, without ACLs.
+        let fresh = UserSeen {
+            scram_iterations: None,
+            quotas: BTreeMap::new(),
+            ..seen.clone()
+        };
+        let v = verdict(&spec(), &fresh, None).unwrap();
+        assert!(v.plan.upsert.is_some() && !v.plan.set_quotas.is_empty());
+        assert!(v.plan.create_acls.is_empty() && v.plan.delete_acls.is_empty());
+        // A user without ACLs says nothing about them.
+        let mut plain = spec();
+        plain.acls.clear();
+        let j = judge(
+            7,
+            &plain,
+            &seen,
+            3,
+            Some(&upserted()),
+            &Probe::Answered,
+            None,
+        );
+        assert_eq!(
+            (j.report.state, j.report.message.as_str()),
+            (PlacementState::Synced, "")
+        );
     }
 
     #[test]
@@ -474,6 +563,7 @@ mod tests {
                 acls: 2,
                 quotas: 1,
                 removed: false,
+                acls_unkept: String::new(),
             })
         );
         assert_eq!(j.report.applied_revision, 7);

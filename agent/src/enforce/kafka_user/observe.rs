@@ -266,6 +266,7 @@ pub fn users_seen(
     credentials: &BTreeMap<String, Vec<ScramCredentialInfo>>,
     acls: Vec<AclBinding>,
     mut quotas: BTreeMap<String, BTreeMap<String, f64>>,
+    acls_unkept: Option<&str>,
 ) -> BTreeMap<String, UserSeen> {
     let mut by_principal: HashMap<String, BTreeSet<AclBinding>> = HashMap::new();
     for binding in acls {
@@ -285,6 +286,7 @@ pub fn users_seen(
                 scram_iterations,
                 acls: by_principal.remove(&principal(user)).unwrap_or_default(),
                 quotas: quotas.remove(user).unwrap_or_default(),
+                acls_unkept: acls_unkept.map(str::to_owned),
             };
             (user.clone(), seen)
         })
@@ -306,11 +308,19 @@ pub async fn look(
         metrics.kafka_request(kind);
     }
     let every_principal = AclFilter { principal: None };
-    let (credentials, acls, quotas) = tokio::try_join!(
+    let (credentials, acls, quotas) = tokio::join!(
         admin.describe_user_scram_credentials(None),
         admin.describe_acls(&every_principal),
         admin.describe_client_quotas(None),
-    )?;
+    );
+    let (credentials, quotas) = (credentials?, quotas?);
+    // Brokers without an authorizer answer every ACL request SECURITY_DISABLED: they keep
+    // no ACLs, and the rest of each user is kept all the same.
+    let (acls, acls_unkept) = match acls {
+        Ok(acls) => (acls, None),
+        Err(e) if e.is_security_disabled() => (Vec::new(), Some(e.to_string())),
+        Err(e) => return Err(e),
+    };
     debug!(
         users = users.len(),
         credentials = credentials.len(),
@@ -318,7 +328,13 @@ pub async fn look(
         quotas = quotas.len(),
         "described the Kafka users"
     );
-    Ok(users_seen(users, &credentials, acls, quotas))
+    Ok(users_seen(
+        users,
+        &credentials,
+        acls,
+        quotas,
+        acls_unkept.as_deref(),
+    ))
 }
 
 /// Looks at the target's users whenever `resync` passes, `nudge` is notified or the target
@@ -474,6 +490,7 @@ mod tests {
             &credentials,
             acls,
             quotas,
+            None,
         );
         assert_eq!(seen.len(), 3, "only the assigned users");
         let alice = &seen["alice"];
