@@ -760,6 +760,15 @@ fn the_hub_checks_policies_again_before_propagating_the_older_topic_keeps_a_name
         .await?;
         s.wait_synced(ns, "orders", 8, 1, WAIT).await?;
 
+        // The owner deleted (Retain: the topic stays in Kafka), the newer object takes the
+        // topic over in every cluster and applies its own spec to it.
+        ks::delete_topic(testbed, ns, "orders").await?;
+        s.wait_synced(ns, "orders-again", 10, 1, WAIT).await?;
+        for probe in &probes {
+            let seen = probe.topic(topic).await?.context("the topic is gone")?;
+            ensure!(seen.partitions == 10, "{seen:?}");
+        }
+
         // Clusters by ManagedCluster labels, chosen again when the labels change.
         let label = "e2e.accord.io/kt-late-topics";
         ks::label_cluster(testbed, &clusters[0], label, "yes").await?;
