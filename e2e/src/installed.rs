@@ -187,17 +187,12 @@ impl InstalledHub {
         let url = format!("https://{grpc}");
         let webhook = format!("https://{webhook_addr}");
         let webhook_url = setup.webhook_url.then(|| webhook.clone());
-        let mut install = vec![
-            "install",
-            "--kubeconfig",
-            mgmt,
-            "--etcd-endpoints",
-            testbed.etcd_endpoint(),
-            "--etcd-prefix",
-            etcd_prefix,
-            "--hub-url",
-            &url,
-        ];
+        // The hub's own etcd (TLS, a user and password), as a production install names
+        // one: its credentials go into Secret accord-hub-etcd.
+        let etcd = testbed.hub_etcd().hub_args();
+        let mut install = vec!["install", "--kubeconfig", mgmt];
+        install.extend(etcd.iter().map(String::as_str));
+        install.extend(["--etcd-prefix", etcd_prefix, "--hub-url", &url]);
         if let Some(webhook_url) = &webhook_url {
             install.extend(["--webhook-url", webhook_url]);
         }
@@ -220,7 +215,7 @@ impl InstalledHub {
             .arg("serve")
             .arg("--kubeconfig")
             .arg(&as_sa)
-            .args(["--etcd-endpoints", testbed.etcd_endpoint()])
+            .args(testbed.hub_etcd().hub_args())
             .args(["--etcd-prefix", etcd_prefix, "--namespace", HUB_NAMESPACE])
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
             .args(["--webhook-addr", &webhook_addr])
@@ -260,18 +255,15 @@ impl InstalledHub {
             .kubeconfig_path()
             .to_str()
             .context("UTF-8 path")?;
-        let mut all = vec![
-            "token",
-            "create",
-            "--kubeconfig",
-            mgmt,
-            "--etcd-endpoints",
-            testbed.etcd_endpoint(),
+        let etcd = testbed.hub_etcd().hub_args();
+        let mut all = vec!["token", "create", "--kubeconfig", mgmt];
+        all.extend(etcd.iter().map(String::as_str));
+        all.extend([
             "--etcd-prefix",
             &self.setup.etcd_prefix,
             "--hub-url",
             &self.url,
-        ];
+        ]);
         all.extend_from_slice(args);
         let out = run_program(&self.setup.hub_bin, &all).await?;
         ensure!(out.status.success(), "token create: {}", output_text(&out));

@@ -285,6 +285,12 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
         report["running"] == true && report["ready"] == true,
         "{report:#}"
     );
+    // The hub keeps its state in its own TLS etcd, as a production install would.
+    let etcd = report["hub"]["etcd"].as_str().unwrap_or_default();
+    ensure!(
+        etcd.starts_with("https://") && etcd.contains("(prefix "),
+        "{report:#}"
+    );
     let members = report["members"].as_array().context("members")?;
     ensure!(members.len() == 2, "{report:#}");
     for m in members {

@@ -417,6 +417,7 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
         "  webhook      {} (the API server calls the hub here)\n",
         state.hub_webhook_url
     ));
+    out.push_str(&format!("  hub etcd     {}\n", state.hub_etcd));
     out.push_str(&format!(
         "               {}\n",
         status::IN_CLUSTER_SERVICES_NOTE

@@ -100,6 +100,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         hub_http_url: String::new(),
         hub_webhook_url: String::new(),
         hub_pid: 0,
+        hub_etcd: String::new(),
         members: Vec::new(),
         testbed_dir: PathBuf::new(),
         testbed_bin: std::env::var_os(crate::binaries::BIN_DIR_ENV)
@@ -288,6 +289,11 @@ async fn set_up(
             .unwrap_or(&installed.webhook)
     ));
     state.hub_pid = testbed.process_info(hub).pid;
+    state.hub_etcd = format!(
+        "{} (prefix {})",
+        testbed.hub_etcd().endpoints_arg(),
+        testbed.hub_etcd_prefix()
+    );
     state::write(state)?;
 
     let mut agents = Vec::new();

@@ -38,6 +38,10 @@ pub struct State {
     /// The hub's process id.
     #[serde(default)]
     pub hub_pid: u32,
+    /// Where the hub keeps its state: its own etcd (TLS, user and password), and the key
+    /// prefix there.
+    #[serde(default)]
+    pub hub_etcd: String,
     /// The member clusters.
     #[serde(default)]
     pub members: Vec<MemberState>,
@@ -142,6 +146,7 @@ mod tests {
             hub_http_url: "http://127.0.0.1:8080".into(),
             hub_webhook_url: "https://127.0.0.1:9443".into(),
             hub_pid: 43,
+            hub_etcd: "https://127.0.0.1:2379 (prefix /accord/)".into(),
             members: vec![MemberState {
                 name: "member-1".into(),
                 kubeconfig: dir.path().join("member-1.kubeconfig"),

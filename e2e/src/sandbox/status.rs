@@ -98,6 +98,8 @@ pub struct HubReport {
     pub pid: u32,
     /// Whether the process is alive.
     pub alive: bool,
+    /// Where the hub keeps its state: its etcd endpoints and key prefix.
+    pub etcd: String,
 }
 
 /// One member's part of the report.
@@ -320,6 +322,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
             webhook_registered: Vec::new(),
             pid: state.hub_pid,
             alive: procs::alive(state.hub_pid),
+            etcd: state.hub_etcd.clone(),
         });
     }
     report.members = state
@@ -561,6 +564,7 @@ pub fn render(report: &Report) -> String {
             format!(" (registered: {})", hub.webhook_registered.join(", "))
         };
         let _ = writeln!(out, "           webhook {}{registered}", hub.webhook_url);
+        let _ = writeln!(out, "           etcd {}", hub.etcd);
         let _ = writeln!(out, "           {IN_CLUSTER_SERVICES_NOTE}");
     }
     if let Some(kubeconfig) = &report.mgmt_kubeconfig
@@ -917,8 +921,13 @@ mod tests {
             webhook_registered: vec!["https://127.0.0.1:9443/validate-federatedkafkatopics".into()],
             pid: 3,
             alive: true,
+            etcd: "https://127.0.0.1:2379 (prefix /accord/)".into(),
         });
         let text = render(&report);
+        assert!(
+            text.contains("etcd https://127.0.0.1:2379 (prefix /accord/)"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "webhook https://127.0.0.1:9443 (registered: \
