@@ -177,11 +177,16 @@ async fn revoking_the_leaders_lease_deposes_it_and_hands_leadership_to_the_other
     assert_ne!(new_fence, old_fence);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resigning_hands_leadership_over_without_waiting_for_the_lease_to_expire() {
-    // A long TTL: the other replica can only lead within the deadline if resign works.
+/// Two replicas with a long TTL; the leader `steps_down`; the other must lead within
+/// [`PROMPTLY`] (it could only wait out the lease otherwise), and the old fence writes
+/// nothing.
+async fn handed_over_at_once<F, Fut>(test: &str, steps_down: F)
+where
+    F: FnOnce(LeaderElection) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
     let long_ttl = Duration::from_secs(60);
-    let (store_a, store_b) = two_replicas("resign").await;
+    let (store_a, store_b) = two_replicas(test).await;
     let a = LeaderElection::start(store_a, "replica-a".into(), long_ttl)
         .await
         .unwrap();
@@ -189,15 +194,10 @@ async fn resigning_hands_leadership_over_without_waiting_for_the_lease_to_expire
         .await
         .unwrap();
     let (winner, old_fence) = first_leader(&a, &b).await;
-    let other = if winner == 0 {
-        a.resign().await;
-        b
-    } else {
-        b.resign().await;
-        a
-    };
+    let (leader, other) = if winner == 0 { (a, b) } else { (b, a) };
+    steps_down(leader).await;
     let new_fence = within(
-        "the other replica to lead after the leader resigned",
+        "the other replica to lead after the leader stepped down",
         PROMPTLY,
         other.wait_for_leadership(),
     )
@@ -212,33 +212,13 @@ async fn resigning_hands_leadership_over_without_waiting_for_the_lease_to_expire
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resigning_hands_leadership_over_without_waiting_for_the_lease_to_expire() {
+    handed_over_at_once("resign", |leader| async move { leader.resign().await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_leaders_election_resigns_it() {
-    // A long TTL: the other replica can only lead within the deadline if the drop resigned.
-    let long_ttl = Duration::from_secs(60);
-    let (store_a, store_b) = two_replicas("drop-resigns").await;
-    let a = LeaderElection::start(store_a, "replica-a".into(), long_ttl)
-        .await
-        .unwrap();
-    let b = LeaderElection::start(store_b.clone(), "replica-b".into(), long_ttl)
-        .await
-        .unwrap();
-    let (winner, old_fence) = first_leader(&a, &b).await;
-    let other = if winner == 0 {
-        drop(a);
-        b
-    } else {
-        drop(b);
-        a
-    };
-    let new_fence = within(
-        "the other replica to lead after the leader's election was dropped",
-        PROMPTLY,
-        other.wait_for_leadership(),
-    )
-    .await;
-    assert_ne!(new_fence, old_fence);
-    let refused = store_b.fenced_put(&old_fence, "x", b"late".to_vec()).await;
-    assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
+    handed_over_at_once("drop-resigns", |leader| async move { drop(leader) }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use accord_crds::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::placement::Note;
-use crate::distribution::reported::{Shown, new_trouble};
+use crate::distribution::reported::{Shown, ShowsPlacement, new_trouble, shown};
 
 /// Event reasons.
 pub mod reasons {
@@ -41,6 +41,27 @@ pub struct Meaning {
     /// The condition that says whether the object is healthy, and the status it has then
     /// (`Available` True, `Degraded` False).
     pub healthy: (&'static str, bool),
+}
+
+/// [`notes`] from two statuses' placements and conditions.
+pub fn of_statuses<P: ShowsPlacement>(
+    old: Option<(&[P], &[Condition])>,
+    new: (&[P], &[Condition]),
+    generation: Option<i64>,
+    meaning: Meaning,
+) -> Vec<Note> {
+    let old_lines = old.map(|(placements, _)| shown(placements));
+    let new_lines = shown(new.0);
+    notes(
+        old.zip(old_lines.as_deref())
+            .map(|((_, conditions), lines)| Seen { lines, conditions }),
+        Seen {
+            lines: &new_lines,
+            conditions: new.1,
+        },
+        generation,
+        meaning,
+    )
 }
 
 /// The Events the move from `old` (none: the object's first status) to `new` tells, for an

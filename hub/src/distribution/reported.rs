@@ -119,6 +119,38 @@ pub struct Shown<'a> {
     pub message: Option<&'a str>,
 }
 
+/// A kind's per-cluster status line, as [`Shown`].
+pub trait ShowsPlacement {
+    /// The line.
+    fn shown(&self) -> Shown<'_>;
+}
+
+macro_rules! shows_placement {
+    ($($ty:ty),* $(,)?) => {
+        $(impl ShowsPlacement for $ty {
+            fn shown(&self) -> Shown<'_> {
+                Shown {
+                    name: &self.cluster,
+                    state: self.state,
+                    message: self.message.as_deref(),
+                }
+            }
+        })*
+    };
+}
+
+shows_placement!(
+    accord_crds::federated_resource::ResourcePlacement,
+    accord_crds::kafka_topic::TopicPlacement,
+    accord_crds::kafka_user::KafkaUserPlacement,
+    accord_crds::promfed::FederationPlacement,
+);
+
+/// How the `Ready` and `Degraded` conditions and the Events see `placements`.
+pub fn shown<P: ShowsPlacement>(placements: &[P]) -> Vec<Shown<'_>> {
+    placements.iter().map(ShowsPlacement::shown).collect()
+}
+
 /// The Warning Events a new status calls for that the `old` one did not: each placement
 /// of `new` newly in `Error` (reason `error`) or `Conflict` (reason `conflict`), noted as
 /// `cluster <name>: <message>`.

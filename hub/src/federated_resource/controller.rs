@@ -22,10 +22,9 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
     StatusInput, Tombstoning, Trigger, Watched,
 };
-use crate::controllers::transitions::{self, Meaning, Seen};
+use crate::controllers::transitions::{self, Meaning};
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::deletion::Progress;
-use crate::distribution::reported::Shown;
 use crate::distribution::{PlacementRecord, reported};
 use crate::store::StatusRecord;
 
@@ -53,19 +52,6 @@ const MEANING: Meaning = Meaning {
     applied: super::status::APPLIED,
     healthy: (accord_crds::conditions::types::AVAILABLE, true),
 };
-
-/// Every cluster's line of `status`, for [`transitions::notes`].
-fn lines(status: &FederatedResourceStatus) -> Vec<Shown<'_>> {
-    status
-        .placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect()
-}
 
 /// The FederatedResource plug-in.
 pub struct FederatedResources {
@@ -219,16 +205,9 @@ impl PlacementKind for FederatedResources {
             old,
             now: input.now,
         });
-        let (old_lines, new_lines) = (old.map(lines), lines(&status));
-        let mut notes = transitions::notes(
-            old.zip(old_lines.as_deref()).map(|(o, lines)| Seen {
-                lines,
-                conditions: &o.conditions,
-            }),
-            Seen {
-                lines: &new_lines,
-                conditions: &status.conditions,
-            },
+        let mut notes = transitions::of_statuses(
+            old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
+            (&status.placements, &status.conditions),
             object.metadata.generation,
             MEANING,
         );

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::policy::{self, Violation};
 use super::{KafkaTopicDecision, plan, reasons};
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, Placed, Shown};
+use crate::distribution::reported::{self, Placed, shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -158,18 +158,6 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
             recheck.as_secs().max(1)
         ),
     )
-}
-
-/// How the `Ready` and `Degraded` conditions and the Events see the placements.
-fn shown(placements: &[TopicPlacement]) -> Vec<Shown<'_>> {
-    placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect()
 }
 
 /// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{KafkaUserDecision, plan, reasons};
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, Placed, Shown};
+use crate::distribution::reported::{self, Placed, shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -157,18 +157,6 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
             recheck.as_secs().max(1)
         ),
     )
-}
-
-/// How the `Ready` and `Degraded` conditions and the Events see the placements.
-fn shown(placements: &[KafkaUserPlacement]) -> Vec<Shown<'_>> {
-    placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect()
 }
 
 /// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`

@@ -41,9 +41,8 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
 };
-use crate::controllers::transitions::{self, Meaning, Seen};
+use crate::controllers::transitions::{self, Meaning};
 use crate::controllers::{ControllerContext, ReconcileError};
-use crate::distribution::reported::Shown;
 use crate::distribution::select::{Clusters, select_clusters};
 use accord_common::promfed::{self, ReloadStatus};
 
@@ -57,19 +56,6 @@ const MEANING: Meaning = Meaning {
     applied: types::READY,
     healthy: (types::DEGRADED, false),
 };
-
-/// Every cluster's line of `status`, for [`transitions::notes`].
-fn lines(status: &PrometheusFederationStatus) -> Vec<Shown<'_>> {
-    status
-        .placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect()
-}
 
 /// The PrometheusFederation settings of `serve`.
 #[derive(Clone, Debug, Default)]
@@ -246,16 +232,9 @@ impl PlacementKind for Promfed {
             old,
             now: input.now,
         });
-        let (old_lines, new_lines) = (old.map(lines), lines(&status));
-        let mut notes = transitions::notes(
-            old.zip(old_lines.as_deref()).map(|(o, lines)| Seen {
-                lines,
-                conditions: &o.conditions,
-            }),
-            Seen {
-                lines: &new_lines,
-                conditions: &status.conditions,
-            },
+        let mut notes = transitions::of_statuses(
+            old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
+            (&status.placements, &status.conditions),
             policy.metadata.generation,
             MEANING,
         );
