@@ -439,23 +439,7 @@ fn the_webhook_refuses_what_breaks_a_policy_or_takes_a_topic_already_taken_and_a
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let kafkas = kafkas(testbed).await?;
-        let s = KafkaScenario::start(
-            testbed,
-            KafkaScenarioOptions {
-                name: "kt-hook",
-                members: (1..3)
-                    .map(|i| KafkaMember {
-                        member: i,
-                        kafka: &kafkas[i],
-                        sasl: false,
-                    })
-                    .collect(),
-                resync: RESYNC,
-                deletion_timeout: None,
-                webhook: true,
-            },
-        )
-        .await?;
+        let s = plain_scenario(testbed, kafkas, "kt-hook", None, true).await?;
         let clusters = s.clusters.clone();
 
         // Deny: min 12 partitions and RF 3. A 6-partition RF 1 topic breaks both rules.
@@ -635,23 +619,7 @@ fn the_hub_checks_policies_again_before_propagating_the_older_topic_keeps_a_name
     TESTBED.run(|testbed| async move {
         let kafkas = kafkas(testbed).await?;
         // No webhook: topics get in as they would while it is down.
-        let s = KafkaScenario::start(
-            testbed,
-            KafkaScenarioOptions {
-                name: "kt-late",
-                members: (1..3)
-                    .map(|i| KafkaMember {
-                        member: i,
-                        kafka: &kafkas[i],
-                        sasl: false,
-                    })
-                    .collect(),
-                resync: RESYNC,
-                deletion_timeout: None,
-                webhook: false,
-            },
-        )
-        .await?;
+        let s = plain_scenario(testbed, kafkas, "kt-late", None, false).await?;
         let clusters = s.clusters.clone();
         let probes = s.probes()?;
         let (ns, topic) = ("kt-late", "kt-late-orders");
@@ -811,23 +779,7 @@ fn retain_keeps_topics_delete_removes_them_everywhere_and_a_missing_agent_holds_
     TESTBED.run(|testbed| async move {
         let kafkas = kafkas(testbed).await?;
         let bound = Duration::from_secs(20);
-        let mut s = KafkaScenario::start(
-            testbed,
-            KafkaScenarioOptions {
-                name: "kt-del",
-                members: (1..3)
-                    .map(|i| KafkaMember {
-                        member: i,
-                        kafka: &kafkas[i],
-                        sasl: false,
-                    })
-                    .collect(),
-                resync: RESYNC,
-                deletion_timeout: Some(bound),
-                webhook: false,
-            },
-        )
-        .await?;
+        let mut s = plain_scenario(testbed, kafkas, "kt-del", Some(bound), false).await?;
         let clusters = s.clusters.clone();
         let probes = s.probes()?;
         let ns = "kt-del";
@@ -938,6 +890,34 @@ fn retain_keeps_topics_delete_removes_them_everywhere_and_a_missing_agent_holds_
     });
 }
 
+/// A scenario of its own hub and agents in members 1 and 2, whose brokers are PLAINTEXT
+/// without an authorizer.
+async fn plain_scenario(
+    testbed: &'static Testbed,
+    kafkas: &'static [KafkaCluster],
+    name: &'static str,
+    deletion_timeout: Option<Duration>,
+    webhook: bool,
+) -> Result<KafkaScenario<'static>> {
+    KafkaScenario::start(
+        testbed,
+        KafkaScenarioOptions {
+            name,
+            members: (1..3)
+                .map(|i| KafkaMember {
+                    member: i,
+                    kafka: &kafkas[i],
+                    sasl: false,
+                })
+                .collect(),
+            resync: RESYNC,
+            deletion_timeout,
+            webhook,
+        },
+    )
+    .await
+}
+
 async fn ensure_ns(testbed: &Testbed, ns: &str) -> Result<()> {
     accord_e2e::fleet::ensure_namespace(testbed.mgmt(), ns).await
 }
@@ -951,21 +931,12 @@ fn a_kafka_user_works_on_brokers_without_an_authorizer_and_says_its_acls_cannot_
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let kafkas = kafkas(testbed).await?;
-        let s = KafkaScenario::start(
+        let s = plain_scenario(
             testbed,
-            KafkaScenarioOptions {
-                name: "ku-noauth",
-                members: (1..3)
-                    .map(|i| KafkaMember {
-                        member: i,
-                        kafka: &kafkas[i],
-                        sasl: false,
-                    })
-                    .collect(),
-                resync: RESYNC,
-                deletion_timeout: Some(Duration::from_secs(60)),
-                webhook: false,
-            },
+            kafkas,
+            "ku-noauth",
+            Some(Duration::from_secs(60)),
+            false,
         )
         .await?;
         let clusters = s.clusters.clone();

@@ -225,6 +225,28 @@ mod tests {
             .collect()
     }
 
+    /// The status of `shares` at revision 5 (generation 2) with `reports`.
+    fn synced_at_revision_5(
+        shares: &[ShareRecord],
+        reports: &HashMap<String, StatusRecord>,
+        clusters: &Clusters,
+    ) -> FederatedKafkaUserStatus {
+        let now = Time(Timestamp::now());
+        aggregate(&StatusInputs {
+            placed: Placed {
+                shares,
+                revision: 5,
+                reports,
+                clusters,
+            },
+            decision: None,
+            waiting: None,
+            generation: Some(2),
+            old: None,
+            now: &now,
+        })
+    }
+
     #[test]
     fn synced_everywhere_is_ready_and_shows_counts_and_a_short_hash() {
         let shares = [share("east"), share("west")];
@@ -239,20 +261,7 @@ mod tests {
             ),
         ]);
         let clusters = available(&["east", "west"]);
-        let now = Time(Timestamp::now());
-        let status = aggregate(&StatusInputs {
-            placed: Placed {
-                shares: &shares,
-                revision: 5,
-                reports: &reports,
-                clusters: &clusters,
-            },
-            decision: None,
-            waiting: None,
-            generation: Some(2),
-            old: None,
-            now: &now,
-        });
+        let status = synced_at_revision_5(&shares, &reports, &clusters);
         assert_eq!(status.placements[0].acls, Some(3));
         assert_eq!(status.placements[0].quotas, Some(2));
         assert_eq!(
@@ -275,20 +284,7 @@ mod tests {
             ("west".to_owned(), report(PlacementState::Synced, "ab")),
         ]);
         let clusters = available(&["east", "west"]);
-        let now = Time(Timestamp::now());
-        let status = aggregate(&StatusInputs {
-            placed: Placed {
-                shares: &shares,
-                revision: 5,
-                reports: &reports,
-                clusters: &clusters,
-            },
-            decision: None,
-            waiting: None,
-            generation: Some(2),
-            old: None,
-            now: &now,
-        });
+        let status = synced_at_revision_5(&shares, &reports, &clusters);
         let ready = conditions::find(&status.conditions, types::READY).unwrap();
         assert_eq!(ready.status, "True", "{ready:?}");
         let degraded = conditions::find(&status.conditions, types::DEGRADED).unwrap();
