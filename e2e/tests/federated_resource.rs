@@ -561,6 +561,8 @@ fn existing_objects_conflicts_orphans_and_a_stopped_member_are_handled() {
             Ok(resources(testbed, ns).get_opt("shared").await?.map_or(Check::Ready(()), |o| Check::NotYet(format!("{:?}", o.status))))
         })
         .await?;
+        let told = wait_event(testbed, ns, "shared", "Normal", "Orphaned", STEP).await?;
+        ensure!(told.contains("left in every member"), "{told}");
         for m in 0..3 {
             let cm = config_maps(testbed, m, ns).get("shared").await?;
             let annotations = cm.metadata.annotations.unwrap_or_default();

@@ -2,7 +2,8 @@
 //! generation applied everywhere, a cluster gone to `Error` or `Conflict`, the object
 //! unhealthy and healthy again. A kind passes its old and new status in this shape from
 //! its `status_of`; each Event is written only on the transition (the writer aggregates
-//! repeats), so a steady object writes none.
+//! repeats), so a steady object writes none. The reasons of a deletion's Events are here
+//! too, so every kind says them alike.
 
 use accord_crds::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -22,6 +23,12 @@ pub mod reasons {
     pub const UNHEALTHY: &str = "Unhealthy";
     /// The object is healthy again.
     pub const HEALTHY: &str = "Healthy";
+    /// What the object delivered is removed from every member.
+    pub const DELETED: &str = "Deleted";
+    /// What the object delivered is left in every member without Accord's marks.
+    pub const ORPHANED: &str = "Orphaned";
+    /// The deletion's bound passed before every member confirmed it.
+    pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
 }
 
 /// What the transitions read of one status.
@@ -36,8 +43,10 @@ pub struct Seen<'a> {
 /// Which conditions of the kind say what.
 #[derive(Clone, Copy, Debug)]
 pub struct Meaning {
-    /// True once the generation is applied in every cluster (`Applied`, `Ready`).
-    pub applied: &'static str,
+    /// True once the generation is applied in every cluster (`Applied`, `Ready`); `None`
+    /// for a kind that tells what it sent when it decides (a topic's or a user's
+    /// `Applied`, a scale policy's `ScaleDecision`), so a change writes one such Event.
+    pub applied: Option<&'static str>,
     /// The condition that says whether the object is healthy, and the status it has then
     /// (`Available` True, `Degraded` False).
     pub healthy: (&'static str, bool),
@@ -82,7 +91,7 @@ pub fn notes(
     .map(|(reason, message)| Note::warning(reason, message))
     .collect();
     let applied_at = |conditions: &[Condition]| {
-        conditions::find(conditions, meaning.applied)
+        conditions::find(conditions, meaning.applied?)
             .filter(|c| c.status == "True")
             .and_then(|c| c.observed_generation)
     };
@@ -126,7 +135,7 @@ mod tests {
     use kube::runtime::events::EventType;
 
     const FR: Meaning = Meaning {
-        applied: "Applied",
+        applied: Some("Applied"),
         healthy: ("Available", true),
     };
 

@@ -144,6 +144,7 @@ shows_placement!(
     accord_crds::kafka_topic::TopicPlacement,
     accord_crds::kafka_user::KafkaUserPlacement,
     accord_crds::promfed::FederationPlacement,
+    accord_crds::scale::Placement,
 );
 
 /// How the `Ready` and `Degraded` conditions and the Events see `placements`.

@@ -49,7 +49,7 @@ impl Default for FederatedResourceOptions {
 /// What a FederatedResource's conditions say: `Applied` in every cluster, healthy while
 /// `Available`.
 const MEANING: Meaning = Meaning {
-    applied: super::status::APPLIED,
+    applied: Some(super::status::APPLIED),
     healthy: (accord_crds::conditions::types::AVAILABLE, true),
 };
 
@@ -251,13 +251,24 @@ impl PlacementKind for FederatedResources {
         };
         match progress {
             Progress::Done => {
-                info!(policy = %p, "delivered objects removed in every member");
+                let orphaned = object
+                    .pointer("/spec/deletionPolicy")
+                    .and_then(serde_json::Value::as_str)
+                    == Some("Orphan");
+                info!(policy = %p, orphaned, "delivered objects released in every member");
                 ctx.note(
                     &reference,
-                    Note::normal(
-                        reasons::DELETED,
-                        "the delivered objects are removed (or orphaned) in every member",
-                    ),
+                    if orphaned {
+                        Note::normal(
+                            transitions::reasons::ORPHANED,
+                            "the delivered objects are left in every member, without Accord's marks",
+                        )
+                    } else {
+                        Note::normal(
+                            transitions::reasons::DELETED,
+                            "the delivered objects are removed from every member",
+                        )
+                    },
                 );
                 Ok(Finalized::Done)
             }
@@ -276,7 +287,7 @@ impl PlacementKind for FederatedResources {
                 tracing::warn!(policy = %p, ?left, "{note}");
                 ctx.note(
                     &reference,
-                    Note::warning(reasons::DELETION_INCOMPLETE, note),
+                    Note::warning(transitions::reasons::DELETION_INCOMPLETE, note),
                 );
                 Ok(Finalized::Done)
             }

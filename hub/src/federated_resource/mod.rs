@@ -18,14 +18,11 @@ use serde::{Deserialize, Serialize};
 /// The finalizer every FederatedResource holds: its deletion waits for the members.
 pub const FINALIZER: &str = "accord.io/federated-resource";
 
-/// Event reasons.
+/// Event reasons of FederatedResource alone (those every kind tells are
+/// `controllers::transitions::reasons`).
 pub mod reasons {
     /// An agent restored owned fields changed out of band.
     pub const DRIFT_REPAIRED: &str = "DriftRepaired";
-    /// Every member removed (or orphaned) what it was sent.
-    pub const DELETED: &str = "Deleted";
-    /// The deletion bound passed with members left.
-    pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
 }
 
 /// A FederatedResource's decision data (beyond the shares, which say what each cluster

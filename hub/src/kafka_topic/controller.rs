@@ -41,12 +41,13 @@ use tracing::info;
 
 use super::deletion;
 use super::policy::{self, Violation};
-use super::status::{StatusInputs, aggregate, new_warnings};
-use super::{FINALIZER, KafkaTopicDecision, plan, policy_status, reasons, status};
+use super::status::{StatusInputs, aggregate, notes};
+use super::{FINALIZER, KafkaTopicDecision, plan, policy_status, status};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
     StatusInput, Tombstoning, Trigger, Watched, changed, object_name, trigger_all,
 };
+use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
 use crate::distribution::claim::{self, Claim, Claimed};
@@ -407,7 +408,7 @@ impl PlacementKind for KafkaTopics {
         let spec = &record.decision.spec;
         (!sent.is_empty()).then(|| {
             Note::normal(
-                reasons::APPLIED,
+                transitions::reasons::APPLIED,
                 format!(
                     "topic {} ({} partitions, replication factor {}) sent to {} at revision {revision}",
                     spec.topic_name,
@@ -433,13 +434,9 @@ impl PlacementKind for KafkaTopics {
             old,
             now: input.now,
         });
-        let notes = new_warnings(old, &status)
-            .into_iter()
-            .map(|(reason, message)| Note::warning(reason, message))
-            .collect();
         Ok(Reported {
+            notes: notes(old, &status, topic.metadata.generation),
             status,
-            notes,
             retry: None,
         })
     }
@@ -470,7 +467,10 @@ impl PlacementKind for KafkaTopics {
                 Deletion::NothingSent => {
                     ctx.note(
                         &reference,
-                        Note::normal(reasons::DELETED, "the topic was not sent to any member"),
+                        Note::normal(
+                            transitions::reasons::DELETED,
+                            "the topic was not sent to any member",
+                        ),
                     );
                     return Ok(Finalized::Done);
                 }
@@ -487,7 +487,7 @@ impl PlacementKind for KafkaTopics {
                 ctx.note(
                     &reference,
                     Note::normal(
-                        reasons::DELETED,
+                        transitions::reasons::DELETED,
                         format!("topic {topic_name} deleted in every member"),
                     ),
                 );
@@ -505,7 +505,7 @@ impl PlacementKind for KafkaTopics {
                 tracing::warn!(topic = %p, ?left, "{note}");
                 ctx.note(
                     &reference,
-                    Note::warning(reasons::DELETION_INCOMPLETE, note),
+                    Note::warning(transitions::reasons::DELETION_INCOMPLETE, note),
                 );
                 Ok(Finalized::Done)
             }

@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 /// topics in every member's Kafka) before the object goes.
 pub const FINALIZER: &str = "accord.io/kafka-topic";
 
-/// Condition reasons and Event reasons of the Kafka controller.
+/// Condition reasons and Event reasons of the Kafka controller (those every kind tells are
+/// `controllers::transitions::reasons`).
 pub mod reasons {
     /// PolicyViolation=True: a `Deny` policy is broken; nothing new is propagated.
     pub const POLICY_VIOLATED: &str = "PolicyViolated";
@@ -36,18 +37,8 @@ pub mod reasons {
     pub const COMPLIANT: &str = "Compliant";
     /// Warning Event: a KafkaTopicPolicy is broken.
     pub const POLICY_VIOLATION_EVENT: &str = "PolicyViolation";
-    /// Warning Event: an older FederatedKafkaTopic owns the topic name in a cluster.
-    pub const CONFLICT: &str = "Conflict";
-    /// Normal Event: a new assignment was sent to the member clusters.
-    pub const APPLIED: &str = "Applied";
-    /// Normal Event: the topic was deleted in every member (or kept, with `Retain`).
-    pub const DELETED: &str = "Deleted";
     /// Ready=False while a `Delete` deletion waits for the members.
     pub const DELETING: &str = "Deleting";
-    /// Warning Event: the deletion bound passed with topics left in some members.
-    pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
-    /// Warning Event: a placement went to `Error`.
-    pub const PLACEMENT_ERROR: &str = "PlacementError";
     /// KafkaTopicPolicy Ready=True: the policy is evaluated.
     pub const EVALUATED: &str = "Evaluated";
 }

@@ -10,6 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::policy::{self, Violation};
 use super::{KafkaTopicDecision, plan, reasons};
+use crate::controllers::placement::Note;
+use crate::controllers::transitions::{self, Meaning};
 use crate::distribution::ShareRecord;
 use crate::distribution::reported::{self, Placed, shown};
 use crate::distribution::select::ClusterInfo;
@@ -160,17 +162,26 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
     )
 }
 
-/// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
-/// or `Conflict` (reason, note), and a newly broken (or differently broken) policy.
-pub fn new_warnings(
+/// How the Events read a topic's status: `Applied` is told when the topic is sent (one
+/// Event per change), `Degraded` says whether it is healthy.
+const MEANING: Meaning = Meaning {
+    applied: None,
+    healthy: (types::DEGRADED, false),
+};
+
+/// The Events the move from `old` to `new` tells: every kind's transitions (a placement
+/// newly in `Error` or `Conflict`, unhealthy and healthy again), and a newly broken (or
+/// differently broken) policy.
+pub fn notes(
     old: Option<&FederatedKafkaTopicStatus>,
     new: &FederatedKafkaTopicStatus,
-) -> Vec<(&'static str, String)> {
-    let mut notes = reported::new_trouble(
-        &shown(old.map(|o| o.placements.as_slice()).unwrap_or_default()),
-        &shown(&new.placements),
-        reasons::PLACEMENT_ERROR,
-        reasons::CONFLICT,
+    generation: Option<i64>,
+) -> Vec<Note> {
+    let mut notes = transitions::of_statuses(
+        old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
+        (&new.placements, &new.conditions),
+        generation,
+        MEANING,
     );
     let violation = |s: &FederatedKafkaTopicStatus| {
         conditions::find(&s.conditions, types::POLICY_VIOLATION)
@@ -180,7 +191,7 @@ pub fn new_warnings(
     if let Some(message) = violation(new)
         && old.and_then(violation) != Some(message.clone())
     {
-        notes.push((reasons::POLICY_VIOLATION_EVENT, message));
+        notes.push(Note::warning(reasons::POLICY_VIOLATION_EVENT, message));
     }
     notes
 }
@@ -422,10 +433,10 @@ mod tests {
             degraded.message
         );
         assert!(!conditions::is_true(&st.conditions, types::READY));
-        let warnings = new_warnings(None, &st);
+        let warnings = notes(None, &st, Some(1));
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert_eq!(warnings[0].0, reasons::CONFLICT);
-        assert!(new_warnings(Some(&st), &st).is_empty(), "announced once");
+        assert_eq!(warnings[0].reason, transitions::reasons::CONFLICT);
+        assert!(notes(Some(&st), &st, Some(1)).is_empty(), "announced once");
     }
 
     #[test]
@@ -469,9 +480,9 @@ mod tests {
             "{}",
             degraded.message
         );
-        let warnings = new_warnings(None, &st);
+        let warnings = notes(None, &st, Some(1));
         assert_eq!(warnings.len(), 1);
-        assert_eq!(warnings[0].0, reasons::PLACEMENT_ERROR);
+        assert_eq!(warnings[0].reason, transitions::reasons::PLACEMENT_ERROR);
     }
 
     #[test]
@@ -508,12 +519,15 @@ mod tests {
             "{}",
             ready.message
         );
-        let warnings = new_warnings(None, &st);
+        let warnings: Vec<(String, String)> = notes(None, &st, Some(1))
+            .into_iter()
+            .map(|n| (n.reason, n.message))
+            .collect();
         assert_eq!(
             warnings,
-            vec![(reasons::POLICY_VIOLATION_EVENT, pv.message.clone())]
+            vec![(reasons::POLICY_VIOLATION_EVENT.into(), pv.message.clone())]
         );
-        assert!(new_warnings(Some(&st), &st).is_empty());
+        assert!(notes(Some(&st), &st, Some(1)).is_empty());
 
         let audit = [violation(Enforcement::Audit)];
         let st = status(Case {
@@ -533,7 +547,7 @@ mod tests {
             conditions::is_true(&st.conditions, types::READY),
             "propagated"
         );
-        assert_eq!(new_warnings(None, &st).len(), 1);
+        assert_eq!(notes(None, &st, Some(1)).len(), 1);
     }
 
     #[test]

@@ -34,12 +34,13 @@ use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::credential::{self, PasswordRef};
-use super::status::{StatusInputs, aggregate, deleting_condition, new_warnings};
+use super::status::{StatusInputs, aggregate, deleting_condition, notes};
 use super::{FINALIZER, KafkaUserDecision, plan, reasons};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
     StatusInput, Tombstoning, Trigger, Watched, object_name,
 };
+use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::claim::{self, Claim, Claimed};
 use crate::distribution::deletion::Progress;
@@ -467,7 +468,7 @@ impl PlacementKind for KafkaUsers {
         let spec = &record.decision.spec;
         (!sent.is_empty()).then(|| {
             Note::normal(
-                reasons::APPLIED,
+                transitions::reasons::APPLIED,
                 format!(
                     "Kafka user {} ({} ACL bindings, {} quotas, credential {}) sent to {} at \
                      revision {revision}",
@@ -497,13 +498,9 @@ impl PlacementKind for KafkaUsers {
             old,
             now: input.now,
         });
-        let notes = new_warnings(old, &status)
-            .into_iter()
-            .map(|(reason, message)| Note::warning(reason, message))
-            .collect();
         Ok(Reported {
+            notes: notes(old, &status, user.metadata.generation),
             status,
-            notes,
             retry: None,
         })
     }
@@ -544,7 +541,7 @@ impl PlacementKind for KafkaUsers {
                 ctx.note(
                     &reference,
                     Note::normal(
-                        reasons::DELETED,
+                        transitions::reasons::DELETED,
                         format!("Kafka user {username}: credential, ACLs and quotas removed in every member"),
                     ),
                 );
@@ -565,7 +562,7 @@ impl PlacementKind for KafkaUsers {
                 warn!(user = %p, ?left, "{note}");
                 ctx.note(
                     &reference,
-                    Note::warning(reasons::DELETION_INCOMPLETE, note),
+                    Note::warning(transitions::reasons::DELETION_INCOMPLETE, note),
                 );
                 Ok(Finalized::Done)
             }

@@ -28,22 +28,13 @@ use serde::{Deserialize, Serialize};
 /// for the members to remove the user.
 pub const FINALIZER: &str = "accord.io/kafka-user";
 
-/// Event and condition reasons.
+/// Event and condition reasons (those every kind tells are
+/// `controllers::transitions::reasons`).
 pub mod reasons {
-    /// Warning Event: a placement went to `Error`.
-    pub const PLACEMENT_ERROR: &str = "PlacementError";
-    /// Warning Event: an older FederatedKafkaUser owns the user name in a cluster.
-    pub const CONFLICT: &str = "Conflict";
-    /// Normal Event: a new assignment was sent to the member clusters.
-    pub const APPLIED: &str = "Applied";
     /// Normal Event: the hub generated the password Secret.
     pub const PASSWORD_GENERATED: &str = "PasswordGenerated";
-    /// Normal Event: the user was removed from every member (or kept, with `Retain`).
-    pub const DELETED: &str = "Deleted";
     /// Ready=False while a `Delete` deletion waits for the members.
     pub const DELETING: &str = "Deleting";
-    /// Warning Event: the deletion bound passed with members left.
-    pub const DELETION_INCOMPLETE: &str = "DeletionIncomplete";
     /// Ready=False: the password Secret is not there (yet).
     pub const WAITING_FOR_PASSWORD: &str = "WaitingForPassword";
     /// Degraded=True: some clusters' brokers keep no ACLs (no authorizer); the credential

@@ -9,6 +9,8 @@ use accord_crds::kafka_user::{FederatedKafkaUserStatus, KafkaUserPlacement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{KafkaUserDecision, plan, reasons};
+use crate::controllers::placement::Note;
+use crate::controllers::transitions::{self, Meaning};
 use crate::distribution::ShareRecord;
 use crate::distribution::reported::{self, Placed, shown};
 use crate::distribution::select::ClusterInfo;
@@ -159,17 +161,25 @@ pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desi
     )
 }
 
-/// The Warning Events `new` calls for that `old` did not: each placement newly in `Error`
-/// or `Conflict` (reason, note).
-pub fn new_warnings(
+/// How the Events read a user's status: `Applied` is told when the user is sent (one Event
+/// per change), `Degraded` says whether it is healthy.
+const MEANING: Meaning = Meaning {
+    applied: None,
+    healthy: (types::DEGRADED, false),
+};
+
+/// The Events the move from `old` to `new` tells (every kind's transitions: a placement
+/// newly in `Error` or `Conflict`, unhealthy and healthy again).
+pub fn notes(
     old: Option<&FederatedKafkaUserStatus>,
     new: &FederatedKafkaUserStatus,
-) -> Vec<(&'static str, String)> {
-    reported::new_trouble(
-        &shown(old.map(|o| o.placements.as_slice()).unwrap_or_default()),
-        &shown(&new.placements),
-        reasons::PLACEMENT_ERROR,
-        reasons::CONFLICT,
+    generation: Option<i64>,
+) -> Vec<Note> {
+    transitions::of_statuses(
+        old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
+        (&new.placements, &new.conditions),
+        generation,
+        MEANING,
     )
 }
 
@@ -349,9 +359,9 @@ mod tests {
             now: &now,
         };
         let status = aggregate(&inputs);
-        let notes = new_warnings(None, &status);
-        assert_eq!(notes.len(), 1);
-        assert!(notes[0].1.contains("Alter ACL"), "{notes:?}");
-        assert!(new_warnings(Some(&status), &status).is_empty());
+        let told = notes(None, &status, Some(1));
+        assert_eq!(told.len(), 1);
+        assert!(told[0].message.contains("Alter ACL"), "{told:?}");
+        assert!(notes(Some(&status), &status, Some(1)).is_empty());
     }
 }

@@ -53,7 +53,7 @@ const OWNED_BY: (&str, &str) = ("accord.io/owned-by", "prometheusfederation");
 /// What a PrometheusFederation's conditions say: `Ready` once every member confirmed the
 /// generation's config, healthy while not `Degraded`.
 const MEANING: Meaning = Meaning {
-    applied: types::READY,
+    applied: Some(types::READY),
     healthy: (types::DEGRADED, false),
 };
 

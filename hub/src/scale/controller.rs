@@ -33,6 +33,7 @@ use crate::controllers::placement::{
     DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger, Watched,
     trigger_on_changes,
 };
+use crate::controllers::transitions::{self, Meaning};
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::PlacementRecord;
 use crate::distribution::select::select_clusters;
@@ -329,9 +330,20 @@ impl PlacementKind for Scale {
                 c
             }
         };
+        // `ScaleDecision` tells each division when it is decided; the status tells a
+        // cluster newly in trouble, and the policy degraded and healthy again.
+        let notes = transitions::of_statuses(
+            old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
+            (&status.placements, &status.conditions),
+            generation,
+            Meaning {
+                applied: None,
+                healthy: (types::DEGRADED, false),
+            },
+        );
         Ok(Reported {
             status,
-            notes: Vec::new(),
+            notes,
             retry: None,
         })
     }
