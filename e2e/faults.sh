@@ -55,6 +55,10 @@ cargo test -p accord-e2e --test member_health -- --ignored --exact a_frozen_memb
 # The hub's etcd restored from an older copy: a new store epoch, and the agents take changes
 # at lower revisions.
 cargo test -p accord-e2e --test store_epoch -- --ignored --exact after_the_hubs_etcd_is_restored_the_agent_takes_changes_at_lower_revisions --nocapture
+# Two writers of one field: an undecodable scale policy and a hub restart, and a scaler that
+# is not an HPA; each counts a Deployment's generations over 60 s.
+cargo test -p accord-e2e --test field_fights -- --ignored --exact an_undecodable_scale_policy_and_a_hub_restart_never_set_two_accord_writers_fighting --nocapture
+cargo test -p accord-e2e --test field_fights -- --ignored --exact a_scaler_that_is_not_an_hpa_gets_one_repair_then_a_conflict_naming_it --nocapture
 # Fuzzing, bounded: the hub's decoding of every agent message and the validation of every
 # kind, 200,000 cases per property.
 env PROPTEST_CASES=200000 cargo test -p accord-hub --test fuzz_decode
@@ -66,6 +70,7 @@ echo "== recovery times =="
 # A case's first line may follow libtest's "test NAME ... " on the same line.
 grep -oE 'fault [^:]+: .* took [0-9]+ ms' "$out" || echo "(none printed)"
 grep -oE 'fault soak: (baseline|after) .*' "$out" || true
+grep -oE 'fight [a-z]+: .*' "$out" || true
 if [ "${#failed[@]}" -gt 0 ]; then
   echo
   echo "== failed =="

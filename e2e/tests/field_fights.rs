@@ -11,7 +11,10 @@
 //!   Deployment every few seconds.
 //!
 //! Each case watches the Deployment for 60 s and allows a handful of generations; the fight
-//! these guard against made dozens (17 a second in the first case).
+//! these guard against made dozens (17 a second in the first case). Both are fault-suite
+//! cases (ignored by the default test command; `bash e2e/faults.sh` runs them and prints
+//! their `fight <case>:` lines); the fight guard and the field claims have unit tests in
+//! the default suite.
 
 use std::time::{Duration, Instant};
 
@@ -119,6 +122,7 @@ fn loosened(mut crd: Value) -> Value {
 }
 
 #[test]
+#[ignore = "fault suite (bash e2e/faults.sh): watches a Deployment for 60 s"]
 fn an_undecodable_scale_policy_and_a_hub_restart_never_set_two_accord_writers_fighting() {
     let _serial = SERIAL
         .lock()
@@ -201,6 +205,7 @@ fn an_undecodable_scale_policy_and_a_hub_restart_never_set_two_accord_writers_fi
 }
 
 #[test]
+#[ignore = "fault suite (bash e2e/faults.sh): watches a Deployment for 60 s"]
 fn a_scaler_that_is_not_an_hpa_gets_one_repair_then_a_conflict_naming_it() {
     let _serial = SERIAL
         .lock()
