@@ -39,6 +39,10 @@ pub struct Metrics {
     /// Requests sent to the member's Kafka, by request (`metadata`, `describe_configs`,
     /// `create_topics`, `create_partitions`, `incremental_alter_configs`, `delete_topics`).
     pub kafka_requests: Family<KindLabel, Counter>,
+    /// Topics named in CreateTopics requests, by Kafka's answer for each (`created`,
+    /// `already_exists`: a create sent again while the broker did not list the topic yet,
+    /// `refused`).
+    pub topic_creates: Family<ResultLabel, Counter>,
     /// Certificate renewals, by result (`ok`, `timeout`, `refused`, `store`, `invalid`, …).
     pub certificate_renewals: Family<ResultLabel, Counter>,
     /// `notAfter` of the client certificate in use, in seconds since the Unix epoch.
@@ -75,6 +79,7 @@ impl Metrics {
             report_acks: Family::default(),
             reports_pending: Gauge::default(),
             kafka_requests: Family::default(),
+            topic_creates: Family::default(),
             certificate_renewals: Family::default(),
             certificate_expiry: Gauge::default(),
             leader: Gauge::default(),
@@ -145,6 +150,11 @@ impl Metrics {
             metrics.kafka_requests.clone(),
         );
         registry.register(
+            "kafka_topic_creates",
+            "Topics named in CreateTopics requests, by Kafka's answer (created, already_exists, refused)",
+            metrics.topic_creates.clone(),
+        );
+        registry.register(
             "leader",
             "1 while this replica holds the agent Lease and is active, 0 while it stands by",
             metrics.leader.clone(),
@@ -164,6 +174,15 @@ impl Metrics {
     pub fn kafka_request(&self, kind: &str) {
         self.kafka_requests
             .get_or_create(&KindLabel::of(kind))
+            .inc();
+    }
+
+    /// Counts one topic of a CreateTopics request by Kafka's answer for it.
+    pub fn topic_create(&self, result: &str) {
+        self.topic_creates
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
             .inc();
     }
 
@@ -216,6 +235,7 @@ mod tests {
         m.error("not_found");
         m.ack("accepted");
         m.kafka_request("create_topics");
+        m.topic_create("already_exists");
         m.renewal("ok");
         m.certificate_expiry.set(1_700_000_000);
         let text = m.encode();
@@ -230,6 +250,7 @@ mod tests {
             "accord_agent_status_acks_total{kind=\"accepted\"} 1",
             "accord_agent_status_reports_pending",
             "accord_agent_kafka_requests_total{kind=\"create_topics\"} 1",
+            "accord_agent_kafka_topic_creates_total{result=\"already_exists\"} 1",
             "accord_agent_certificate_renewals_total{result=\"ok\"} 1",
             "accord_agent_certificate_expiry_timestamp_seconds 1700000000",
             "accord_agent_leader 0",

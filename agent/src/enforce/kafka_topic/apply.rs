@@ -123,6 +123,15 @@ async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &
         outcome(admin.delete_topics(&deletes).await)
     };
     let (create, partition, config, delete) = tokio::join!(create, partition, config, delete);
+    if let Ok(results) = &create {
+        for result in results.values() {
+            metrics.topic_create(match result {
+                Ok(()) => "created",
+                Err(e) if e.is_already_exists() => "already_exists",
+                Err(_) => "refused",
+            });
+        }
+    }
     let mut answers = Vec::with_capacity(batch.len());
     for request in batch {
         let topic = &request.topic;

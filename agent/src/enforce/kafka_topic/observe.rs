@@ -31,8 +31,15 @@ pub const TOPICS: &str = "kafkatopics";
 const FIRST_RETRY: Duration = Duration::from_millis(500);
 /// The interval of looks while an applied change does not show in Kafka's metadata yet.
 const SETTLING: Duration = Duration::from_millis(200);
-/// Looks an applied change may take to show before its topic is judged anyway.
+/// Looks an applied change may take to show before its topic is judged anyway (and the
+/// same plan may be sent again: a broker that acknowledged a CreateTopics sometimes lists
+/// the topic only once the create is sent again, answered `TOPIC_ALREADY_EXISTS`).
 const SETTLING_LOOKS: u32 = 25;
+/// Each time a topic's plan was judged again without showing, it waits twice the looks
+/// before the next time, up to `SETTLING_LOOKS << MAX_DOUBLINGS`: a broker slow to list
+/// acknowledged topics (20–48 s measured on cold brokers) gets each CreateTopics a handful
+/// of times, not one every few seconds.
+const MAX_DOUBLINGS: u32 = 3;
 
 /// What the observer looks at: the connection and the assigned topics.
 #[derive(Clone, Default)]
@@ -91,6 +98,9 @@ pub struct Observations {
     /// result); until then the topic keeps its version, so the engine does not apply the
     /// same plan again, and the observer looks again soon.
     applied: BTreeMap<String, (Plan, u32)>,
+    /// Topics whose applied plan did not show within its bound, with how many times in a
+    /// row (each doubles the next bound); forgotten once the topic's plan shows.
+    unshown: HashMap<String, u32>,
 }
 
 /// Which topics a look covers.
@@ -169,6 +179,7 @@ impl Observations {
         self.probe.reset(epoch);
         self.epoch = epoch;
         self.applied.clear();
+        self.unshown.clear();
     }
 
     /// Forgets what was seen of `topic`: its spec now names other config keys than the
@@ -197,6 +208,12 @@ impl Observations {
     /// its probe again after failing it (taken: asked once per look).
     pub fn wants_every_topic(&mut self) -> bool {
         !self.looked || self.error.is_some() || self.probe.take_stale()
+    }
+
+    /// The looks `topic`'s applied plan may take to show before it is judged again.
+    fn settling_looks(&self, topic: &str) -> u32 {
+        let doublings = self.unshown.get(topic).copied().unwrap_or(0);
+        SETTLING_LOOKS << doublings.min(MAX_DOUBLINGS)
     }
 
     fn bump(&mut self) -> u64 {
@@ -262,6 +279,7 @@ impl Observations {
         };
         // Topics no longer assigned are forgotten, so one assigned again is looked at anew.
         self.topics.retain(|name, _| wanted.contains(name));
+        self.unshown.retain(|name, _| wanted.contains(name));
         let looked: Vec<String> = looked
             .into_iter()
             .filter(|name| wanted.contains(name))
@@ -275,13 +293,19 @@ impl Observations {
                 continue;
             }
             if let Some((plan, looks)) = applied.remove(name) {
-                if !recovered && !shows(&plan, &now) && looks + 1 < SETTLING_LOOKS {
+                let shown = shows(&plan, &now);
+                if !recovered && !shown && looks + 1 < self.settling_looks(name) {
                     // Not visible yet: keep the version the apply was decided on.
                     if let Some(s) = self.topics.get_mut(name) {
                         s.seen = now;
                     }
                     self.applied.insert(name.clone(), (plan, looks + 1));
                     continue;
+                }
+                if shown || recovered {
+                    self.unshown.remove(name);
+                } else {
+                    *self.unshown.entry(name.clone()).or_default() += 1;
                 }
                 let version = self.bump();
                 self.topics
@@ -684,6 +708,40 @@ mod tests {
             assert!(looks < 100, "never reported");
         }
         assert_eq!(looks, SETTLING_LOOKS);
+    }
+
+    #[test]
+    fn a_create_that_keeps_not_showing_waits_twice_as_long_each_time_up_to_a_bound() {
+        let mut o = Observations::default();
+        let topics = names(&["a"]);
+        o.record(0, &topics, Ok(BTreeMap::new()), BTreeMap::new());
+        // Looks until the topic is judged again, the create sent again each time.
+        let until_judged = |o: &mut Observations| {
+            o.applied("a".into(), create());
+            let mut looks = 0;
+            loop {
+                looks += 1;
+                let applied = o.begin();
+                if !o
+                    .record(0, &topics, Ok(BTreeMap::new()), applied)
+                    .is_empty()
+                {
+                    return looks;
+                }
+                assert!(looks < 1000, "never judged again");
+            }
+        };
+        let bounds: Vec<u32> = (0..6).map(|_| until_judged(&mut o)).collect();
+        assert_eq!(bounds, [25, 50, 100, 200, 200, 200]);
+        // Shown at last: the next change waits the first bound again.
+        o.applied("a".into(), create());
+        let applied = o.begin();
+        let seen = BTreeMap::from([("a".to_owned(), present(3))]);
+        assert_eq!(changed(&o.record(0, &topics, Ok(seen), applied)), vec!["a"]);
+        o.applied("a".into(), create());
+        let applied = o.begin();
+        o.record(0, &topics, Ok(BTreeMap::new()), applied);
+        assert_eq!(o.settling_looks("a"), SETTLING_LOOKS);
     }
 
     #[test]
