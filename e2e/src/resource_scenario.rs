@@ -42,17 +42,126 @@ pub fn resource_object(ns: &str, name: &str, clusters: &[String], value: &str) -
         "metadata": {"name": name, "namespace": ns},
         "spec": {
             "placement": {"clusters": clusters},
-            "manifests": [
-                pause_deployment(name, 1),
-                {"apiVersion": "v1", "kind": "Service",
-                 "metadata": {"name": name},
-                 "spec": {"clusterIP": "None", "selector": {"app": name},
-                          "ports": [{"port": 80}]}},
-                {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": name}, "data": {VALUE_KEY: value}},
-            ],
+            "manifests": bundle(name, value),
         }
     })
+}
+
+/// The [`MANIFESTS`] objects a FederatedResource `name` of [`resource_object`] delivers to
+/// each member: its Deployment, headless Service and ConfigMap (the last one as
+/// [`config_map`] builds it).
+pub fn bundle(name: &str, value: &str) -> [Value; MANIFESTS] {
+    [
+        pause_deployment(name, 1),
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": name},
+               "spec": {"clusterIP": "None", "selector": {"app": name},
+                        "ports": [{"port": 80}]}}),
+        config_map(name, value),
+    ]
+}
+
+/// ConfigMap `name` holding [`VALUE_KEY`]`=value`.
+pub fn config_map(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name}, "data": {VALUE_KEY: value}})
+}
+
+/// Field manager of the floor's applies straight to a member.
+pub const FLOOR_FIELD_MANAGER: &str = "accord-e2e-floor";
+
+/// Server-side applies (forced, [`FLOOR_FIELD_MANAGER`]) [`bundle`]`(name, value)` in
+/// namespace `ns` straight to a member, one object after the other as the agent applies a
+/// policy's manifests: what a perfect federation would write.
+pub async fn apply_bundle_directly(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    value: &str,
+) -> Result<()> {
+    let [deployment, service, config] = bundle(name, value);
+    let params = PatchParams::apply(FLOOR_FIELD_MANAGER).force();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .patch(name, &params, &Patch::Apply(&deployment))
+        .await
+        .with_context(|| format!("applying Deployment {ns}/{name}"))?;
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch(name, &params, &Patch::Apply(&service))
+        .await
+        .with_context(|| format!("applying Service {ns}/{name}"))?;
+    apply_config_map_directly(client, ns, &config).await
+}
+
+/// Server-side applies ConfigMap `object` (forced, [`FLOOR_FIELD_MANAGER`]) in namespace
+/// `ns` straight to a member.
+pub async fn apply_config_map_directly(
+    client: &kube::Client,
+    ns: &str,
+    object: &Value,
+) -> Result<()> {
+    let name = object["metadata"]["name"].as_str().context("no name")?;
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply(FLOOR_FIELD_MANAGER).force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .with_context(|| format!("applying ConfigMap {ns}/{name}"))?;
+    Ok(())
+}
+
+/// Waits (at most `timeout`) until every Deployment named `prefix…` in namespace `ns` of
+/// each of `members` is Available (`status.availableReplicas` ≥ its `spec.replicas`) and
+/// there are `expected` of them, watched; the moment the last member got there.
+pub async fn deployments_available(
+    members: &[&Cluster],
+    ns: &str,
+    prefix: &str,
+    expected: usize,
+    timeout: Duration,
+) -> Result<Instant> {
+    let each = members.iter().map(|member| {
+        let api: Api<Deployment> = Api::namespaced(member.client(), ns);
+        async move {
+            let mut available = HashSet::new();
+            let mut stream = std::pin::pin!(
+                watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .applied_objects()
+            );
+            while available.len() < expected {
+                let d = match stream.next().await {
+                    Some(Ok(d)) => d,
+                    Some(Err(e)) => {
+                        eprintln!("watch error (retried): {e}");
+                        continue;
+                    }
+                    None => bail!("the Deployment watch ended"),
+                };
+                let name = d.metadata.name.clone().unwrap_or_default();
+                if !name.starts_with(prefix) {
+                    continue;
+                }
+                let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                let have = d
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.available_replicas)
+                    .unwrap_or(0);
+                if have >= want {
+                    available.insert(name);
+                } else {
+                    available.remove(&name);
+                }
+            }
+            anyhow::Ok(Instant::now())
+        }
+    });
+    let done = tokio::time::timeout(timeout, futures::future::try_join_all(each))
+        .await
+        .with_context(|| format!("every Deployment in {ns} Available: not within {timeout:?}"))??;
+    done.into_iter().max().context("no members")
 }
 
 /// Applies `object` (server-side, [`FIELD_MANAGER`], forced); the object as stored.

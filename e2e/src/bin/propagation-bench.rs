@@ -9,17 +9,29 @@
 //!   change applied straight to a Deployment of every member, in parallel, as a perfect
 //!   federation would, until the same watches see it; Accord's figures are printed beside
 //!   it with their ratio;
+//! - where Accord's time goes, per change and summarized (p50/p99), measured from outside
+//!   the hub and agents: (a) the CR patch sent → the hub's placement record for the policy
+//!   (`<prefix>placements/CrossClusterScalePolicy/<ns>/<name>` in the hub's own etcd) at the
+//!   change's `metadata.generation`, seen by a watch on that key (the bench's etcd client,
+//!   TLS and the hub's user, as the testbed gives them); (b) the record seen → the first
+//!   member's Deployment seen with its new `spec.replicas`; (c) the first member → the last
+//!   member. The three add up to the propagation time. The floor's own first member and
+//!   first → last are printed beside them. Each stage includes its watch's delivery to the
+//!   bench (the API server's patch response, etcd's and the members' watch fan-out);
 //! - failover: time from `kill -9` of one agent until its share is on the other clusters.
 //!
 //! ```text
 //! cargo run --release -p accord-e2e --bin propagation-bench -- --changes 100 --failovers 5
 //! ```
 
+use accord_common::distribution::PolicyKind;
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::stats::pct;
+use accord_hub::distribution::record::PlacementRecord;
+use accord_hub::store::Keyspace;
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use futures::StreamExt;
@@ -27,7 +39,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, watch};
@@ -36,6 +48,8 @@ const NS: &str = "bench";
 const FM: &str = "accord-bench";
 /// The members' Deployment the floor is measured on.
 const FLOOR: &str = "floor";
+/// The hub's etcd key prefix in this bench.
+const HUB_PREFIX: &str = "/bench/";
 
 /// Times propagation and failover on three real member clusters: a CrossClusterScalePolicy
 /// change until every member's Deployment runs it (beside the floor, the same change applied
@@ -51,8 +65,12 @@ struct Args {
     failovers: u64,
 }
 
+/// Latest `spec.replicas` per member and when the watch first saw that value, fed by a
+/// watch on each member's Deployment `name`.
+type Replicas = HashMap<usize, (i32, Instant)>;
+
 /// Latest `spec.replicas` per member, fed by a watch on each member's Deployment `name`.
-async fn watch_members(testbed: &Testbed, name: &str) -> watch::Receiver<HashMap<usize, i32>> {
+async fn watch_members(testbed: &Testbed, name: &str) -> watch::Receiver<Replicas> {
     let (tx, rx) = watch::channel(HashMap::new());
     let tx = Arc::new(Mutex::new(tx));
     for (i, member) in testbed.members().iter().enumerate() {
@@ -65,8 +83,12 @@ async fn watch_members(testbed: &Testbed, name: &str) -> watch::Receiver<HashMap
                 .boxed();
             while let Some(Ok(d)) = events.next().await {
                 let replicas = d.spec.and_then(|s| s.replicas).unwrap_or_default();
+                let at = Instant::now();
                 tx.lock().await.send_modify(|m| {
-                    m.insert(i, replicas);
+                    // A status update keeps the moment the value was first seen.
+                    if m.get(&i).is_none_or(|(r, _)| *r != replicas) {
+                        m.insert(i, (replicas, at));
+                    }
                 });
             }
         });
@@ -74,22 +96,116 @@ async fn watch_members(testbed: &Testbed, name: &str) -> watch::Receiver<HashMap
     rx
 }
 
+/// Waits until every member of `want` has its replicas; when the first and the last of
+/// them were first seen with it.
 async fn wait_for(
-    rx: &mut watch::Receiver<HashMap<usize, i32>>,
+    rx: &mut watch::Receiver<Replicas>,
     want: &[(usize, i32)],
-) -> Result<()> {
+) -> Result<(Instant, Instant)> {
     tokio::time::timeout(Duration::from_secs(30), async {
         loop {
-            if want.iter().all(|(m, r)| rx.borrow().get(m) == Some(r)) {
-                return;
+            let seen: Option<Vec<Instant>> = want
+                .iter()
+                .map(|(m, r)| {
+                    rx.borrow()
+                        .get(m)
+                        .filter(|(have, _)| have == r)
+                        .map(|(_, at)| *at)
+                })
+                .collect();
+            if let Some(seen) = seen {
+                let first = seen.iter().min().copied();
+                let last = seen.iter().max().copied();
+                if let (Some(first), Some(last)) = (first, last) {
+                    return Ok((first, last));
+                }
             }
             if rx.changed().await.is_err() {
-                return;
+                anyhow::bail!("the member watches ended");
             }
         }
     })
     .await
-    .with_context(|| format!("members never reached {want:?}: {:?}", rx.borrow()))
+    .with_context(|| format!("members never reached {want:?}: {:?}", rx.borrow()))?
+}
+
+/// When the bench's watch on the hub's etcd first saw the placement record of each
+/// generation of the policy (key `key`).
+async fn watch_record(
+    testbed: &Testbed,
+    key: String,
+) -> Result<(
+    watch::Receiver<BTreeMap<i64, Instant>>,
+    tokio::task::JoinHandle<()>,
+)> {
+    use etcd_client::{EventType, WatchOptions};
+    let mut client = testbed.hub_etcd_client().await?;
+    let current = client.get(key.as_str(), None).await?;
+    let revision = current.header().map_or(0, |h| h.revision());
+    let (tx, rx) = watch::channel(BTreeMap::new());
+    let record = move |tx: &watch::Sender<BTreeMap<i64, Instant>>, value: &[u8]| {
+        let at = Instant::now();
+        let json = if accord_common::compress::is_gzip(value) {
+            match accord_common::compress::gunzip(value) {
+                Ok(json) => json,
+                Err(_) => return,
+            }
+        } else {
+            value.to_vec()
+        };
+        if let Ok(r) = serde_json::from_slice::<PlacementRecord>(&json) {
+            tx.send_modify(|m| {
+                m.entry(r.generation).or_insert(at);
+            });
+        }
+    };
+    if let Some(kv) = current.kvs().first() {
+        record(&tx, kv.value());
+    }
+    let mut stream = client
+        .watch(
+            key.as_str(),
+            Some(WatchOptions::new().with_start_revision(revision + 1)),
+        )
+        .await
+        .with_context(|| format!("watching {key}"))?;
+    let task = tokio::spawn(async move {
+        let _client = client;
+        while let Ok(Some(response)) = stream.message().await {
+            for event in response.events() {
+                if event.event_type() == EventType::Put
+                    && let Some(kv) = event.kv()
+                {
+                    record(&tx, kv.value());
+                }
+            }
+        }
+    });
+    Ok((rx, task))
+}
+
+/// Waits until the placement record of `generation` (or a later one) was seen; when.
+async fn wait_for_record(
+    rx: &mut watch::Receiver<BTreeMap<i64, Instant>>,
+    generation: i64,
+) -> Result<Instant> {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(at) = rx.borrow().range(generation..).map(|(_, at)| *at).min() {
+                return Ok(at);
+            }
+            if rx.changed().await.is_err() {
+                anyhow::bail!("the hub's etcd watch ended");
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("no placement record of generation {generation} seen"))?
+}
+
+/// `d` in milliseconds.
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// `title`, then the p50/p90/p99/max of `sorted`.
@@ -112,7 +228,7 @@ async fn main() -> Result<()> {
     let mut fed = Fleet::start(
         &testbed,
         "hub-bench",
-        "/bench/",
+        HUB_PREFIX,
         &[],
         &[("m1", 0), ("m2", 1), ("m3", 2)],
     )
@@ -143,6 +259,12 @@ async fn main() -> Result<()> {
                  "failover": {"enabled": true, "returnCooldownSeconds": 2}}})
     };
     let mut members = watch_members(&testbed, "web").await;
+    let key = Keyspace::new(HUB_PREFIX).placements(
+        PolicyKind::CrossClusterScalePolicy.as_str(),
+        NS,
+        "web",
+    );
+    let (mut records, record_watch) = watch_record(&testbed, key).await?;
     policies
         .patch(
             "web",
@@ -156,6 +278,14 @@ async fn main() -> Result<()> {
     // same change straight to every member's `floor`.
     let mut samples = Vec::new();
     let mut floor = Vec::new();
+    // Per change: (a) patch → record, (b) record → first member, (c) first → last member;
+    // the floor's patch → first member and first → last member.
+    let (mut to_record, mut to_first, mut to_last) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_first, mut floor_last) = (Vec::new(), Vec::new());
+    println!(
+        "per change (ms): total = (a) patch → hub's placement record + (b) record → first \
+         member + (c) first → last member; floor: total = first member + first → last"
+    );
     let meter = Meter::start(
         testbed.mgmt().client(),
         testbed.http(),
@@ -167,24 +297,49 @@ async fn main() -> Result<()> {
         let desired = if i % 2 == 0 { 6 } else { 9 };
         let each = desired / 3;
         let started = Instant::now();
-        policies
+        let patched = policies
             .patch(
                 "web",
                 &PatchParams::apply(FM).force(),
                 &Patch::Apply(&policy(desired)),
             )
             .await?;
-        wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
-        samples.push(started.elapsed());
+        let generation = patched.metadata.generation.unwrap_or_default();
+        let (first, last) = wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
+        let total = started.elapsed();
+        samples.push(total);
+        let recorded = wait_for_record(&mut records, generation).await?;
+        let a = recorded.saturating_duration_since(started);
+        let b = first.saturating_duration_since(recorded);
+        let c = last.saturating_duration_since(first);
+        to_record.push(a);
+        to_first.push(b);
+        to_last.push(c);
 
         let started = Instant::now();
         let d = Patch::Apply(accord_e2e::fleet::pause_deployment(FLOOR, each));
         let params = PatchParams::apply(FM);
         futures::future::try_join_all(floor_apis.iter().map(|api| api.patch(FLOOR, &params, &d)))
             .await?;
-        wait_for(&mut floor_members, &[(0, each), (1, each), (2, each)]).await?;
-        floor.push(started.elapsed());
+        let (first, last) =
+            wait_for(&mut floor_members, &[(0, each), (1, each), (2, each)]).await?;
+        let floor_total = started.elapsed();
+        floor.push(floor_total);
+        floor_first.push(first.saturating_duration_since(started));
+        floor_last.push(last.saturating_duration_since(first));
+        println!(
+            "  change {i:>3}: Accord {:>6.1} = (a) {:>6.1} + (b) {:>6.1} + (c) {:>6.1}; floor \
+             {:>6.1} = {:>6.1} + {:>6.1}",
+            ms(total),
+            ms(a),
+            ms(b),
+            ms(c),
+            ms(floor_total),
+            ms(first.saturating_duration_since(started)),
+            ms(last.saturating_duration_since(first)),
+        );
     }
+    record_watch.abort();
     let seconds = measured.elapsed().as_secs_f64();
     let writes = meter.finish().await?;
     floor.sort();
@@ -203,6 +358,43 @@ async fn main() -> Result<()> {
         ratio(0.5),
         ratio(0.99),
         pct(&samples, 0.99).saturating_sub(pct(&floor, 0.99))
+    );
+    for v in [
+        &mut to_record,
+        &mut to_first,
+        &mut to_last,
+        &mut floor_first,
+        &mut floor_last,
+    ] {
+        v.sort();
+    }
+    let spread = |v: &[Duration]| {
+        format!(
+            "p50 {:>6.1} ms  p99 {:>6.1} ms",
+            ms(pct(v, 0.5)),
+            ms(pct(v, 0.99))
+        )
+    };
+    println!("where Accord's time goes (each stage's own quantiles; they need not add up):");
+    println!(
+        "  (a) CR patch sent → the hub's placement record in its etcd: {}",
+        spread(&to_record)
+    );
+    println!(
+        "  (b) record → first member's Deployment updated:            {}",
+        spread(&to_first)
+    );
+    println!(
+        "  (c) first member → last member:                            {}",
+        spread(&to_last)
+    );
+    println!(
+        "  floor: patches sent → first member updated:                {}",
+        spread(&floor_first)
+    );
+    println!(
+        "  floor: first member → last member:                         {}",
+        spread(&floor_last)
     );
     print!(
         "{}",

@@ -15,9 +15,23 @@
 //!   applied as it starts: how long from the hub's start until its ConfigMap is in every
 //!   member.
 //!
+//! With `--floor`, the same work done without Accord in the same run, in a namespace of its
+//! own (`bench-fres-floor`, same object names) so that neither sees the other's objects:
+//! - before Accord's phase (hub and agents started, idle): the same N bundles (the
+//!   Deployment, headless Service and ConfigMap each FederatedResource delivers) applied
+//!   server-side straight to every member's API server, 16 bundles at a time per member as
+//!   the agent applies (its `MAX_CONCURRENT_APPLIES`), the members in parallel, timed by
+//!   the same kind of watches ([`DeliveryWatch`] on that namespace) until each member holds
+//!   every object: objects/s per member beside Accord's, and the ratio Accord / floor (aim
+//!   ≥ 0.8×). Accord's clock starts once every floor Deployment is Available in every
+//!   member, so the controllers have finished the floor's pods;
+//! - during Accord's edits, each edit followed by the floor's: the same ConfigMap value
+//!   applied straight to the floor's ConfigMap in every member in parallel, until the watches
+//!   see it in all of them; p50/p99 beside Accord's and the ratios (aim p99 ≤ 1.5×).
+//!
 //! ```text
 //! cargo build --release --bin accord-hub --bin accord-agent --bin resource-bench
-//! $CARGO_TARGET_DIR/release/resource-bench --objects 1000 --members 3 --edits 50
+//! $CARGO_TARGET_DIR/release/resource-bench --objects 1000 --members 3 --edits 50 --floor
 //! ```
 //!
 //! Figures: docs/benchmarks.md.
@@ -26,14 +40,15 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use accord_common::runtime::AbortOnDrop;
-use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::resource_scenario::{
-    DeliveryWatch, MANIFESTS, Seen, SeenReader, apply_resource, resource_object,
+    DeliveryWatch, MANIFESTS, Seen, SeenReader, apply_bundle_directly, apply_config_map_directly,
+    apply_resource, config_map, deployments_available, resource_object,
 };
 use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
+use accord_e2e::{Cluster, Testbed};
 use anyhow::Result;
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
@@ -66,6 +81,10 @@ struct Args {
     /// waits out the election TTL).
     #[arg(long)]
     kill_hub: bool,
+    /// Also measure the floor in the same run: the same bundles and edits applied straight
+    /// to every member, without Accord.
+    #[arg(long)]
+    floor: bool,
 }
 
 /// A count of at least one.
@@ -74,6 +93,10 @@ fn positive() -> RangedU64ValueParser<usize> {
 }
 
 const NS: &str = "bench-fres";
+/// The floor's namespace: the same object names, apart from Accord's.
+const FLOOR_NS: &str = "bench-fres-floor";
+/// Bundles the floor applies at once per member, as the agent does.
+const FLOOR_CONCURRENCY: usize = 16;
 const PREFIX: &str = "app-";
 const PROBE: &str = "probe-restart";
 
@@ -98,7 +121,7 @@ fn since(t0: Instant, at: Option<Instant>) -> Option<Duration> {
     at.map(|at| at.saturating_duration_since(t0))
 }
 
-fn print_latencies(what: &str, mut samples: Vec<Duration>) {
+fn print_latencies(what: &str, samples: &mut [Duration]) {
     samples.sort();
     if samples.is_empty() {
         println!("  {what}: no samples");
@@ -184,6 +207,9 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     .await?;
     for cluster in std::iter::once(testbed.mgmt()).chain(testbed.members()) {
         ensure_namespace(cluster, NS).await?;
+        if args.floor {
+            ensure_namespace(cluster, FLOOR_NS).await?;
+        }
     }
     let members: Vec<_> = testbed.members().iter().collect();
     let watch = DeliveryWatch::start(
@@ -194,6 +220,16 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         PREFIX,
         args.objects,
     );
+    let floor_watch = args.floor.then(|| {
+        DeliveryWatch::start(
+            testbed.mgmt(),
+            &members,
+            &clusters,
+            FLOOR_NS,
+            PREFIX,
+            args.objects,
+        )
+    });
     // Every watch listed (empty) before the clock starts.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let client = testbed.mgmt().client();
@@ -213,6 +249,12 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
          release hub and agents (agent Lease 15 s); kwok members",
         args.objects, args.members, args.concurrency
     );
+
+    // 0. The floor: the same bundles straight to every member, before Accord's phase.
+    let floor_rates = match &floor_watch {
+        Some(floor_watch) => Some(floor(args, floor_watch, &members, &clusters).await?),
+        None => None,
+    };
 
     // 1. Apply every FederatedResource; follow members and status by watch.
     let meter = Meter::start(client.clone(), testbed.http(), Some(hub_metrics(&fleet))).await?;
@@ -253,7 +295,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
             .await
     })?;
     drop(progress);
-    let (apply_took, apply_latencies) = applied;
+    let (apply_took, mut apply_latencies) = applied;
     let done = watch.read(|s| {
         [s.all_applied, s.all_available]
             .into_iter()
@@ -306,8 +348,25 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     });
     print_latencies(
         "one apply (server-side apply of a new FederatedResource)",
-        apply_latencies,
+        &mut apply_latencies,
     );
+    if let Some(floor_rates) = &floor_rates {
+        println!(
+            "  against the floor (measured before this phase, same run; objects/s per member \
+             until its API server held every object):"
+        );
+        watch.read(|s| {
+            for ((m, cluster), floor) in clusters.iter().enumerate().zip(floor_rates) {
+                let all = secs(since(t0, s.members[m].all).unwrap_or_default());
+                let accord = objects / all.max(1e-3);
+                println!(
+                    "    {cluster}: floor {floor:.0} objects/s, Accord {accord:.0} objects/s, \
+                     ratio {:.2}× (aim ≥ 0.8×)",
+                    accord / floor.max(1e-9)
+                );
+            }
+        });
+    }
     println!(
         "  at the end (CPU over the phase): {}",
         usage(&processes(testbed, &fleet), &cpu_before)
@@ -346,6 +405,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let mut to_members = Vec::new();
     let mut to_status = Vec::new();
     let mut apply_calls = Vec::new();
+    let mut floor_edits = Vec::new();
     for e in 0..args.edits {
         let target = name(e * args.objects / args.edits.max(1));
         let value = format!("edit-{e}");
@@ -378,15 +438,36 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
             )
             .await?;
         to_status.push(applied.saturating_duration_since(start));
+        if let Some(floor_watch) = &floor_watch {
+            floor_edits.push(floor_edit(floor_watch, &members, &target, &value).await?);
+        }
     }
     println!(
         "2. {} edits, one at a time, each a ConfigMap value changed by server-side apply of \
          its FederatedResource ({} present):",
         args.edits, args.objects
     );
-    print_latencies("edit → the new value in every member (watched)", to_members);
-    print_latencies("edit → Applied=True for the new generation", to_status);
-    print_latencies("the apply call itself", apply_calls);
+    print_latencies(
+        "edit → the new value in every member (watched)",
+        &mut to_members,
+    );
+    print_latencies("edit → Applied=True for the new generation", &mut to_status);
+    print_latencies("the apply call itself", &mut apply_calls);
+    if args.floor {
+        print_latencies(
+            "floor, after each edit: the same value applied straight to the ConfigMap in \
+             every member in parallel → seen in every member (watched)",
+            &mut floor_edits,
+        );
+        if !floor_edits.is_empty() && !to_members.is_empty() {
+            let ratio = |q: f64| secs(pct(&to_members, q)) / secs(pct(&floor_edits, q)).max(1e-9);
+            println!(
+                "  edit latency, Accord / floor: p50 {:.2}×, p99 {:.2}× (aim p99 ≤ 1.5×)",
+                ratio(0.5),
+                ratio(0.99)
+            );
+        }
+    }
     meter
         .settle(Duration::from_secs(2), Duration::from_secs(30))
         .await?;
@@ -491,6 +572,112 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
          apply a new one (karmada#5978)."
     );
     Ok(())
+}
+
+/// The floor of phase 1: every bundle applied straight to every member ([`FLOOR_NS`]),
+/// [`FLOOR_CONCURRENCY`] at a time per member, the members in parallel, timed by
+/// `floor_watch`; then waits until every floor Deployment is Available (the controllers
+/// done with its pods) so that Accord's phase starts on quiet members. Prints the figures;
+/// returns each member's objects/s (`clusters` name the members as the hub does).
+async fn floor(
+    args: &Args,
+    floor_watch: &DeliveryWatch,
+    members: &[&Cluster],
+    clusters: &[String],
+) -> Result<Vec<f64>> {
+    let t0 = Instant::now();
+    let progress = print_progress(floor_watch.reader(), t0);
+    let apply = futures::future::try_join_all(members.iter().map(|member| {
+        let client = member.client();
+        async move {
+            futures::stream::iter(0..args.objects)
+                .map(|i| {
+                    let client = client.clone();
+                    async move { apply_bundle_directly(&client, FLOOR_NS, &name(i), "v0").await }
+                })
+                .buffer_unordered(FLOOR_CONCURRENCY)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>>>()?;
+            anyhow::Ok(t0.elapsed())
+        }
+    }));
+    let (calls, ()) = tokio::try_join!(apply, async {
+        floor_watch
+            .wait_for(
+                "every floor object in every member",
+                Duration::from_secs(args.timeout),
+                || Ok(()),
+                |s| s.members.iter().all(|m| m.all.is_some()).then_some(()),
+            )
+            .await
+    })?;
+    drop(progress);
+    let objects = (args.objects * MANIFESTS) as f64;
+    println!(
+        "0. Floor (before Accord's phase; no Accord): the same {} bundles ({objects:.0} objects \
+         per member) applied server-side straight to each member, {FLOOR_CONCURRENCY} at a \
+         time per member, members in parallel, namespace {FLOOR_NS}:",
+        args.objects
+    );
+    let rates = floor_watch.read(|s| {
+        s.members
+            .iter()
+            .zip(&calls)
+            .zip(clusters)
+            .map(|((member, calls), cluster)| {
+                let all = secs(since(t0, member.all).unwrap_or_default());
+                let rate = objects / all.max(1e-3);
+                println!(
+                    "  {cluster} (its member): every object in its API server after {all:.1}s ({rate:.0} \
+                     objects/s; the applies returned after {:.1}s)",
+                    secs(*calls)
+                );
+                rate
+            })
+            .collect::<Vec<_>>()
+    });
+    let available = deployments_available(
+        members,
+        FLOOR_NS,
+        PREFIX,
+        args.objects,
+        Duration::from_secs(args.timeout),
+    )
+    .await?;
+    println!(
+        "  every floor Deployment Available in every member after {:.1}s (Accord's clock \
+         starts after this)",
+        secs(available.saturating_duration_since(t0))
+    );
+    Ok(rates)
+}
+
+/// One floor edit: ConfigMap `target`'s `value` applied straight to every member in
+/// parallel ([`FLOOR_NS`]), until `floor_watch` sees it in all of them.
+async fn floor_edit(
+    floor_watch: &DeliveryWatch,
+    members: &[&Cluster],
+    target: &str,
+    value: &str,
+) -> Result<Duration> {
+    let object = config_map(target, value);
+    let start = Instant::now();
+    futures::future::try_join_all(members.iter().map(|m| {
+        let (client, object) = (m.client(), &object);
+        async move { apply_config_map_directly(&client, FLOOR_NS, object).await }
+    }))
+    .await?;
+    let everywhere = floor_watch
+        .wait_for(
+            &format!("floor {target}'s ConfigMap = {value} in every member"),
+            Duration::from_secs(60),
+            || Ok(()),
+            |s| s.value_everywhere(target, value),
+        )
+        .await?;
+    Ok(everywhere.saturating_duration_since(start))
 }
 
 /// The Events about FederatedResources in the bench's namespace, by type and reason, with
