@@ -130,9 +130,9 @@ fn print_latencies(what: &str, samples: &mut [Duration]) {
     println!(
         "  {what}: n={} p50={:.1}ms p90={:.1}ms p99={:.1}ms max={:.1}ms",
         samples.len(),
-        ms(pct(&samples, 0.5)),
-        ms(pct(&samples, 0.9)),
-        ms(pct(&samples, 0.99)),
+        ms(pct(samples, 0.5)),
+        ms(pct(samples, 0.9)),
+        ms(pct(samples, 0.99)),
         ms(samples[samples.len() - 1]),
     );
 }
