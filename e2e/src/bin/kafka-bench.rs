@@ -6,7 +6,9 @@
 //! - per member, how long until its Kafka (read independently, with rdkafka) holds every
 //!   topic, and topics per second from the first apply;
 //! - end to end, how long until every placement of every topic is `Synced` in the status;
-//! - each agent's resident memory once it manages every topic;
+//! - each agent's resident memory once it manages every topic, and how many topics it named
+//!   in CreateTopics per topic (`accord_agent_kafka_topic_creates_total`: a create is sent
+//!   again while a broker does not list a topic it acknowledged);
 //! - the writes the management kube-apiserver served from the first apply until every topic
 //!   was Synced (its own `/metrics`), per topic, the benchmark's own applies apart;
 //! - the webhook's latency at a fixed rate (default 50 requests/s, open loop): straight to
@@ -40,6 +42,7 @@ use accord_common::runtime::AbortOnDrop;
 use accord_crds::{FederatedKafkaTopic, PlacementState};
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
+use accord_e2e::fleet::agent_metrics;
 use accord_e2e::kafka::{KAFKA_DEFAULT_HEAP_MIB, KafkaOptions};
 use accord_e2e::kafka_topic_scenario::{
     self as ks, KafkaMember, KafkaScenario, KafkaScenarioOptions, WEBHOOK_PATH,
@@ -217,6 +220,20 @@ async fn count_topics(probe: &ks::KafkaProbe, prefix: &str) -> Result<usize> {
         .keys()
         .filter(|t| t.starts_with(prefix))
         .count())
+}
+
+/// The agent's `accord_agent_kafka_topic_creates_total` by result, from its `/metrics` text:
+/// every topic it named in a CreateTopics, by Kafka's answer (a create sent again while the
+/// broker did not list the topic yet is answered `already_exists`).
+fn topic_creates(metrics: &str) -> BTreeMap<String, f64> {
+    metrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("accord_agent_kafka_topic_creates_total{result=\""))
+        .filter_map(|rest| {
+            let (result, value) = rest.split_once("\"} ")?;
+            Some((result.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
 }
 
 /// How often the paced Kafka floor hands a broker the topics that arrived meanwhile.
@@ -569,6 +586,19 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
             status.as_secs_f64(),
             args.topics as f64 / status.as_secs_f64().max(1e-3),
             agent as f64 / (1024.0 * 1024.0),
+        );
+    }
+    for cluster in &clusters {
+        let Some(agent) = s.fleet.agents.get(cluster) else {
+            continue;
+        };
+        let text = agent_metrics(testbed, &agent.http).await?;
+        let creates = topic_creates(&text);
+        let sent: f64 = creates.values().sum();
+        println!(
+            "  {cluster}: topics sent in CreateTopics {sent:.0} ({:.2} per topic; by Kafka's \
+             answer {creates:?})",
+            sent / args.topics as f64
         );
     }
     apply_latencies.sort();
