@@ -24,7 +24,7 @@ use accord_crds::{
 use accord_hub::scale::autoscale::engine::State;
 use accord_hub::store::Keyspace;
 use anyhow::{Context as _, Result, bail};
-use etcd_client::{EventType, GetOptions, WatchOptions};
+use etcd_client::GetOptions;
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Event;
@@ -640,39 +640,17 @@ impl PolicyRecorder {
 
         let key = state_key(prefix, ns, name);
         let (tx, polls) = watch::channel(Vec::new());
-        let mut client = testbed.hub_etcd_client().await?;
-        let current = client.get(key.as_str(), None).await?;
-        let revision = current.header().map_or(0, |h| h.revision());
-        let record = |tx: &watch::Sender<Vec<Poll>>, value: &[u8]| {
-            if let Ok(state) = serde_json::from_slice::<State>(value) {
-                let poll = Poll {
-                    seen_ms: now_ms(),
-                    state,
-                };
-                tx.send_modify(|h| h.push(poll));
-            }
-        };
-        if let Some(kv) = current.kvs().first() {
-            record(&tx, kv.value());
-        }
-        let mut stream = client
-            .watch(
-                key.as_str(),
-                Some(WatchOptions::new().with_start_revision(revision + 1)),
-            )
-            .await
-            .with_context(|| format!("watching {key}"))?;
-        let states = tokio::spawn(async move {
-            while let Ok(Some(response)) = stream.message().await {
-                for event in response.events() {
-                    if event.event_type() == EventType::Put
-                        && let Some(kv) = event.kv()
-                    {
-                        record(&tx, kv.value());
-                    }
+        let states = testbed
+            .watch_hub_key(&key, move |value| {
+                if let Ok(state) = serde_json::from_slice::<State>(value) {
+                    let poll = Poll {
+                        seen_ms: now_ms(),
+                        state,
+                    };
+                    tx.send_modify(|h| h.push(poll));
                 }
-            }
-        });
+            })
+            .await?;
         Ok(Self {
             history,
             polls,

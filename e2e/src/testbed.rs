@@ -522,6 +522,41 @@ impl Testbed {
         self.hub_etcd.client().await
     }
 
+    /// Calls `seen` with the value `key` holds in the hub's etcd now (if any), then with
+    /// the value of every later put, until the returned task is aborted.
+    pub async fn watch_hub_key(
+        &self,
+        key: &str,
+        mut seen: impl FnMut(&[u8]) + Send + 'static,
+    ) -> Result<tokio::task::JoinHandle<()>> {
+        use etcd_client::{EventType, WatchOptions};
+        let mut client = self.hub_etcd_client().await?;
+        let current = client.get(key, None).await?;
+        let revision = current.header().map_or(0, |h| h.revision());
+        if let Some(kv) = current.kvs().first() {
+            seen(kv.value());
+        }
+        let mut stream = client
+            .watch(
+                key,
+                Some(WatchOptions::new().with_start_revision(revision + 1)),
+            )
+            .await
+            .with_context(|| format!("watching {key}"))?;
+        Ok(tokio::spawn(async move {
+            let _client = client;
+            while let Ok(Some(response)) = stream.message().await {
+                for event in response.events() {
+                    if event.event_type() == EventType::Put
+                        && let Some(kv) = event.kv()
+                    {
+                        seen(kv.value());
+                    }
+                }
+            }
+        }))
+    }
+
     /// The default key prefix of the hub's state in [`Testbed::hub_etcd`].
     pub fn hub_etcd_prefix(&self) -> &str {
         etcd::HUB_PREFIX

@@ -138,12 +138,8 @@ async fn watch_record(
     watch::Receiver<BTreeMap<i64, Instant>>,
     tokio::task::JoinHandle<()>,
 )> {
-    use etcd_client::{EventType, WatchOptions};
-    let mut client = testbed.hub_etcd_client().await?;
-    let current = client.get(key.as_str(), None).await?;
-    let revision = current.header().map_or(0, |h| h.revision());
     let (tx, rx) = watch::channel(BTreeMap::new());
-    let record = move |tx: &watch::Sender<BTreeMap<i64, Instant>>, value: &[u8]| {
+    let record = move |value: &[u8]| {
         let at = Instant::now();
         let json = if accord_common::compress::is_gzip(value) {
             match accord_common::compress::gunzip(value) {
@@ -159,28 +155,7 @@ async fn watch_record(
             });
         }
     };
-    if let Some(kv) = current.kvs().first() {
-        record(&tx, kv.value());
-    }
-    let mut stream = client
-        .watch(
-            key.as_str(),
-            Some(WatchOptions::new().with_start_revision(revision + 1)),
-        )
-        .await
-        .with_context(|| format!("watching {key}"))?;
-    let task = tokio::spawn(async move {
-        let _client = client;
-        while let Ok(Some(response)) = stream.message().await {
-            for event in response.events() {
-                if event.event_type() == EventType::Put
-                    && let Some(kv) = event.kv()
-                {
-                    record(&tx, kv.value());
-                }
-            }
-        }
-    });
+    let task = testbed.watch_hub_key(&key, record).await?;
     Ok((rx, task))
 }
 
