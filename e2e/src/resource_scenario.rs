@@ -279,6 +279,8 @@ pub struct Seen {
     pub all_available: Option<Instant>,
     /// When every counted one was first `Synced` in each cluster.
     pub all_synced: BTreeMap<String, Instant>,
+    /// How many of the watches have listed (once each).
+    pub listed: usize,
 }
 
 /// Kinds delivered per FederatedResource, as the member watches name them.
@@ -400,6 +402,8 @@ pub struct DeliveryWatch {
     seen: Arc<Mutex<Seen>>,
     changed: watch::Receiver<()>,
     _tasks: Vec<AbortOnDrop>,
+    /// How many watches it runs.
+    watches: usize,
 }
 
 impl DeliveryWatch {
@@ -430,6 +434,7 @@ impl DeliveryWatch {
         let r = recorder.clone();
         tasks.push(spawn_watch(
             watcher(api, watcher::Config::default()),
+            &recorder,
             move |o, present| {
                 let name = o.metadata.name.clone().unwrap_or_default();
                 let now = if present {
@@ -446,6 +451,7 @@ impl DeliveryWatch {
             let r = recorder.clone();
             tasks.push(spawn_watch(
                 watcher(deployments, watcher::Config::default()),
+                &recorder,
                 move |o, present| {
                     let name = o.metadata.name.unwrap_or_default();
                     r.record(|s, at| s.member_object(m, "Deployment", &name, present, at));
@@ -455,6 +461,7 @@ impl DeliveryWatch {
             let r = recorder.clone();
             tasks.push(spawn_watch(
                 watcher(services, watcher::Config::default()),
+                &recorder,
                 move |o, present| {
                     let name = o.metadata.name.unwrap_or_default();
                     r.record(|s, at| s.member_object(m, "Service", &name, present, at));
@@ -464,6 +471,7 @@ impl DeliveryWatch {
             let r = recorder.clone();
             tasks.push(spawn_watch(
                 watcher(config_maps, watcher::Config::default()),
+                &recorder,
                 move |o: ConfigMap, present| {
                     let name = o.metadata.name.unwrap_or_default();
                     let value = o
@@ -480,8 +488,22 @@ impl DeliveryWatch {
         Self {
             seen,
             changed,
+            watches: tasks.len(),
             _tasks: tasks,
         }
+    }
+
+    /// Waits (at most `timeout`) until every watch has listed once, so that what happens
+    /// afterwards is seen as it happens.
+    pub async fn listed(&self, timeout: Duration) -> Result<()> {
+        let watches = self.watches;
+        self.wait_for(
+            "every watch listed",
+            timeout,
+            || Ok(()),
+            |s| (s.listed >= watches).then_some(()),
+        )
+        .await
     }
 
     /// Reads what the watches saw so far.
@@ -556,18 +578,28 @@ impl Recorder {
 }
 
 /// Runs `stream`, calling `on(object, present)` for every object it lists or sees change
-/// (`present`) or sees deleted.
-fn spawn_watch<K, S>(stream: S, on: impl Fn(K, bool) + Send + 'static) -> AbortOnDrop
+/// (`present`) or sees deleted, and counting its first complete list in `recorder`.
+fn spawn_watch<K, S>(
+    stream: S,
+    recorder: &Recorder,
+    on: impl Fn(K, bool) + Send + 'static,
+) -> AbortOnDrop
 where
     K: Resource + Send + 'static,
     S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
+    let recorder = recorder.clone();
     AbortOnDrop(tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream.default_backoff());
+        let mut listed = false;
         while let Some(event) = stream.next().await {
             match event {
                 Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => on(o, true),
                 Ok(watcher::Event::Delete(o)) => on(o, false),
+                Ok(watcher::Event::InitDone) if !listed => {
+                    listed = true;
+                    recorder.record(|s, _| s.listed += 1);
+                }
                 Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
                 Err(e) => eprintln!("watch error (retried): {e}"),
             }

@@ -231,7 +231,10 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         )
     });
     // Every watch listed (empty) before the clock starts.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    watch.listed(Duration::from_secs(60)).await?;
+    if let Some(floor) = &floor_watch {
+        floor.listed(Duration::from_secs(60)).await?;
+    }
     let client = testbed.mgmt().client();
     let hub_metrics = |fleet: &Fleet<'_>| format!("{}/metrics", fleet.hub.http);
     let running = |fleet: &Fleet<'_>| -> Result<()> {
