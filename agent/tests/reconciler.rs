@@ -338,8 +338,9 @@ fn conflicts_take_the_hubs_version_and_an_older_report_is_not_repeated() {
         // The agent sets the replicas back to 1 on its own, but its observations may all
         // have been coalesced into the report just accepted, leaving nothing more to say.
         // A further change is bound to be reported, and the first report after the accept
-        // expects 51.
-        scale_by_hand(&client, ns, "occ", 4).await?;
+        // expects 51. It is another writer's: a second repair against the same one within
+        // a minute would be held by the fight guard (Conflict), not restored.
+        scale_by_hand_as(&client, "another-hand", ns, "occ", 4).await?;
         let next = hub
             .report_until("occ", "the first report after 51", |_| true)
             .await?;
