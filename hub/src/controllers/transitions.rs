@@ -5,6 +5,7 @@
 //! repeats), so a steady object writes none. The reasons of a deletion's Events are here
 //! too, so every kind says them alike.
 
+use accord_common::distribution::PlacementState;
 use accord_crds::conditions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
@@ -114,9 +115,16 @@ pub fn notes(
         conditions::find(conditions, health)
             .map(|c| ((c.status == "True") == healthy_when, c.message.clone()))
     };
+    // Health is told between statuses where nothing is in flight: a change being applied
+    // (a placement `Pending`) makes a kind's health condition False until it lands, and
+    // every edit would otherwise write Unhealthy and Healthy again.
+    let in_flight = |lines: &[Shown<'_>]| lines.iter().any(|l| l.state == PlacementState::Pending);
     if let (Some((before, _)), Some((now, message))) = (
-        old.and_then(|o| healthy(o.conditions)),
-        healthy(new.conditions),
+        old.filter(|o| !in_flight(o.lines))
+            .and_then(|o| healthy(o.conditions)),
+        Some(&new)
+            .filter(|n| !in_flight(n.lines))
+            .and_then(|n| healthy(n.conditions)),
     ) && before != now
     {
         notes.push(if now {
@@ -131,7 +139,6 @@ pub fn notes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_crds::PlacementState;
     use kube::runtime::events::EventType;
 
     const FR: Meaning = Meaning {
@@ -256,5 +263,34 @@ mod tests {
             FR,
         );
         assert_eq!(reasons_of(&again), [("Healthy", false)]);
+    }
+
+    #[test]
+    fn a_change_in_flight_tells_no_health() {
+        let healthy = [condition("Available", "True", 2, "")];
+        let waiting = [condition(
+            "Available",
+            "False",
+            2,
+            "not healthy yet: east (Pending)",
+        )];
+        let settled = [line("east", PlacementState::Synced)];
+        let in_flight = [line("east", PlacementState::Pending)];
+        let seen = |lines, conditions| Seen { lines, conditions };
+        // An edit: healthy, being applied, healthy again — no Unhealthy, no Healthy.
+        let going = notes(
+            Some(seen(&settled, &healthy)),
+            seen(&in_flight, &waiting),
+            Some(2),
+            FR,
+        );
+        assert!(reasons_of(&going).is_empty(), "{going:?}");
+        let landed = notes(
+            Some(seen(&in_flight, &waiting)),
+            seen(&settled, &healthy),
+            Some(2),
+            FR,
+        );
+        assert!(reasons_of(&landed).is_empty(), "{landed:?}");
     }
 }
