@@ -18,6 +18,7 @@
 //! as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use accord_common::distribution::{AssignmentSpec, PolicyRef};
 use serde::{Deserialize, Serialize};
@@ -27,8 +28,10 @@ use serde::{Deserialize, Serialize};
 pub struct Assigned {
     /// Hub revision at which the assignment last changed.
     pub revision: i64,
-    /// What the policy asks of this cluster.
-    pub spec: AssignmentSpec,
+    /// What the policy asks of this cluster: shared, so the enforcers, the saved state and
+    /// the book hold one copy, and an unchanged assignment is told by pointer, not by
+    /// comparing what it holds (a thousand FederatedResources' manifests on every change).
+    pub spec: Arc<AssignmentSpec>,
 }
 
 /// One assignment of an incoming message.
@@ -166,7 +169,7 @@ impl AssignmentBook {
                         item.policy.clone(),
                         Assigned {
                             revision: item.revision,
-                            spec: item.spec,
+                            spec: Arc::new(item.spec),
                         },
                     );
                     applied.upserted.push(item.policy);
@@ -227,7 +230,7 @@ mod tests {
     }
 
     fn replicas(book: &AssignmentBook, name: &str) -> i32 {
-        match &book.get(&key(name)).unwrap().spec {
+        match &*book.get(&key(name)).unwrap().spec {
             AssignmentSpec::Scale(s) => s.replicas,
             other => panic!("not a scale assignment: {other:?}"),
         }

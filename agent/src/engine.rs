@@ -43,7 +43,7 @@ use crate::convert;
 use crate::enforce::fight::{FightGuard, Guard};
 use crate::enforce::{self, Action, ApplyError, Enforcer, EventSink, WatchEvent};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::persist::{ConfigMapStore, SavedState, StateStore};
+use crate::persist::{ConfigMapStore, PersistError, SavedState, StateStore};
 use crate::report::{AfterConflict, Report, ReportTracker};
 
 /// Default delay between a change and the report about it; changes within it coalesce.
@@ -116,7 +116,7 @@ pub enum Input {
         /// The policy applied.
         policy: PolicyRef,
         /// What was applied (boxed: the largest input by far).
-        spec: Box<AssignmentSpec>,
+        spec: Arc<AssignmentSpec>,
         /// Version of the object the apply was decided on.
         from_version: String,
         /// The object's version afterwards, or the error.
@@ -326,7 +326,12 @@ async fn persist_loop(
         let mut retry = persist_backoff();
         loop {
             let snapshot = rx.borrow_and_update().clone();
-            let saved = match snapshot.state.encode_with_epoch(snapshot.store_epoch) {
+            // Encoding every held assignment takes milliseconds: off the runtime's workers.
+            let (state, epoch) = (snapshot.state.clone(), snapshot.store_epoch);
+            let encoded = tokio::task::spawn_blocking(move || state.encode_with_epoch(epoch))
+                .await
+                .unwrap_or_else(|e| Err(PersistError::Encode(serde::ser::Error::custom(e))));
+            let saved = match encoded {
                 Ok(document) => store.save(document).await,
                 Err(e) => Err(e),
             };
@@ -830,7 +835,7 @@ impl Engine {
             let _ = tx
                 .send(Input::Applied {
                     policy,
-                    spec: Box::new(assigned.spec),
+                    spec: assigned.spec,
                     from_version,
                     result,
                 })
@@ -841,16 +846,19 @@ impl Engine {
     fn applied(
         &mut self,
         key: PolicyRef,
-        spec: &AssignmentSpec,
+        spec: &Arc<AssignmentSpec>,
         from_version: String,
         result: Result<String, Box<ApplyError>>,
     ) {
-        let current = self.book.get(&key).map(|a| &a.spec);
+        let same = self
+            .book
+            .get(&key)
+            .is_some_and(|a| Arc::ptr_eq(&a.spec, spec) || a.spec == *spec);
         let Some(rt) = self.policies.get_mut(&key) else {
             return;
         };
         rt.applying = false;
-        if current != Some(spec) {
+        if !same {
             // The assignment changed while applying; judge the new one.
             self.reconcile(&key);
             return;

@@ -18,6 +18,8 @@
 //! there at a time. An agent older than the compressed form finds no document in it, as
 //! after a first start: it gets its assignments from the hub when it connects.
 
+use std::sync::Arc;
+
 use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
 use accord_crds::AGENT_FIELD_MANAGER;
 use futures::future::BoxFuture;
@@ -105,7 +107,7 @@ pub struct SavedPolicy {
     /// Revision of its assignment.
     pub revision: i64,
     /// What it asks of this cluster.
-    pub spec: AssignmentSpec,
+    pub spec: Arc<AssignmentSpec>,
 }
 
 /// The saved state (the document without its version).
@@ -230,7 +232,7 @@ impl SavedState {
                         .map(|p| SavedPolicy {
                             policy: p.policy,
                             revision: p.revision,
-                            spec: AssignmentSpec::Scale(p.scale),
+                            spec: Arc::new(AssignmentSpec::Scale(p.scale)),
                         })
                         .collect(),
                 };
@@ -354,7 +356,12 @@ impl ConfigMapStore {
 
     /// Writes `document`, creating the ConfigMap if needed.
     pub async fn save_document(&self, document: String) -> Result<(), PersistError> {
-        let body = configmap_patch(&self.namespace, &document)?;
+        // Compressing a long document takes milliseconds: off the runtime's workers, so
+        // the applies and the engine do not wait behind it.
+        let namespace = self.namespace.clone();
+        let body = tokio::task::spawn_blocking(move || configmap_patch(&namespace, &document))
+            .await
+            .map_err(|e| PersistError::Encode(serde::ser::Error::custom(e)))??;
         self.api
             .patch(
                 CONFIGMAP_NAME,
@@ -529,7 +536,7 @@ mod tests {
                 policies: vec![SavedPolicy {
                     policy: web(),
                     revision: 8,
-                    spec: AssignmentSpec::Scale(frontend()),
+                    spec: AssignmentSpec::Scale(frontend()).into(),
                 }],
             }
         );

@@ -106,7 +106,7 @@ struct FakeEnforcer {
 }
 
 fn scale_of(assigned: &Assigned) -> &ScaleSpec {
-    match &assigned.spec {
+    match &*assigned.spec {
         AssignmentSpec::Scale(s) => s,
         other => panic!("the fake enforcer got {other:?}"),
     }
@@ -401,7 +401,7 @@ fn replicas_in(state: &SavedState, name: &str) -> Option<(i64, i32)> {
         .policies
         .iter()
         .find(|p| p.policy == policy(name))
-        .map(|p| match &p.spec {
+        .map(|p| match &*p.spec {
             AssignmentSpec::Scale(s) => (p.revision, s.replicas),
             other => panic!("{other:?}"),
         })

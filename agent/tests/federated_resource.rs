@@ -481,6 +481,62 @@ fn a_crd_and_its_custom_resource_in_one_bundle_are_delivered_in_order() {
 }
 
 #[test]
+fn a_namespace_deleted_under_a_delivered_bundle_is_created_again_with_its_objects() {
+    // The agent remembers the namespaces it saw exist (one read per namespace, not one per
+    // object); a namespace deleted behind its back must not stay remembered.
+    run(|testbed| async move {
+        let client = testbed.members()[0].client();
+        let ns = "t-fr-ns-gone";
+        let engine = engine(&client, "t-fr-ns-gone-agent").await?;
+        let mut hub = ScriptedHub::connect(engine.handle()).await;
+        hub.assign(
+            1,
+            true,
+            vec![item("gone", 1, bundle(ns, vec![config_map("kept", "1")]))],
+            vec![],
+        )
+        .await;
+        hub.report_until("gone", "Synced", |r| synced_and_healthy(r, 1))
+            .await?;
+
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        namespaces.delete(ns, &Default::default()).await?;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while namespaces
+            .get_opt(ns)
+            .await?
+            .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+        {
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "namespace {ns} was not deleted"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The ConfigMap went with its namespace; the agent puts both back.
+        config_map_until(&client, ns, "kept", "delivered again", |cm| {
+            value(cm) == Some("1")
+        })
+        .await?;
+        let again = namespaces.get(ns).await?;
+        ensure!(
+            again
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(OWNED_BY_LABEL))
+                == Some(&DELIVERED_BY_FEDERATED_RESOURCE.to_owned()),
+            "the namespace created again carries Accord's marks: {:?}",
+            again.metadata
+        );
+        hub.report_until("gone", "Synced again", |r| synced_and_healthy(r, 1))
+            .await?;
+        engine.stop().await;
+        Ok(())
+    });
+}
+
+#[test]
 fn a_policy_that_leaves_the_cluster_takes_what_it_delivered_and_only_the_namespace_it_created() {
     run(|testbed| async move {
         let client = testbed.members()[0].client();

@@ -113,7 +113,7 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
                 policies: vec![SavedPolicy {
                     policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "e2e-web"),
                     revision: 1,
-                    spec: AssignmentSpec::Scale(ScaleSpec::deployment(ns, "web", 2, "req-e2e")),
+                    spec: AssignmentSpec::Scale(ScaleSpec::deployment(ns, "web", 2, "req-e2e")).into(),
                 }],
             })
             .await?;

@@ -107,6 +107,18 @@ fn increase(before: Option<f64>, after: f64) -> f64 {
     }
 }
 
+/// The `/metrics` text of the API server `client` talks to (the admin's credentials may
+/// read it).
+async fn metrics_text(client: &kube::Client) -> Result<String> {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .context("building the /metrics request")?;
+    client
+        .request_text(request)
+        .await
+        .context("scraping the kube-apiserver's /metrics")
+}
+
 /// What a write was made to and how: resource (with `/subresource` when there is one)
 /// and verb.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -139,11 +151,23 @@ impl Writes {
 
     /// Metric `name` (labelled as [`APISERVER_REQUESTS`] is) summed by write kind.
     fn parse_metric(text: &str, name: &str) -> Self {
+        Self::parse_verbs(text, name, |verb| WRITE_VERBS.contains(&verb))
+    }
+
+    /// Every request in an API server's `/metrics` text, reads as well as writes, by
+    /// resource and verb (`GET`, `LIST`, `APPLY`, …), watches apart (a watch is counted
+    /// when it ends, so its count says nothing of a phase).
+    pub fn parse_requests(text: &str) -> Self {
+        Self::parse_verbs(text, APISERVER_REQUESTS, |verb| verb != "WATCH")
+    }
+
+    /// Metric `name` summed by resource and verb, for the verbs `keep` keeps.
+    fn parse_verbs(text: &str, name: &str, keep: impl Fn(&str) -> bool) -> Self {
         let mut writes = BTreeMap::new();
         for (labels, value) in series(text, name) {
             let label = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
             let verb = label("verb");
-            if !WRITE_VERBS.contains(&verb) {
+            if !keep(verb) {
                 continue;
             }
             let resource = match label("subresource") {
@@ -159,18 +183,19 @@ impl Writes {
     /// may read it): the writes it served, the seconds it spent on them, and its requests
     /// to etcd.
     pub async fn scrape(client: &kube::Client) -> Result<(Self, Self, EtcdRequests)> {
-        let request = http::Request::get("/metrics")
-            .body(Vec::new())
-            .context("building the /metrics request")?;
-        let text = client
-            .request_text(request)
-            .await
-            .context("scraping the kube-apiserver's /metrics")?;
+        let text = metrics_text(client).await?;
         Ok((
             Self::parse(&text),
             Self::parse_metric(&text, APISERVER_REQUEST_SECONDS),
             EtcdRequests::parse(&text),
         ))
+    }
+
+    /// Every request (watches apart) the API server `client` talks to served so far:
+    /// [`Writes::parse_requests`] of its `/metrics`.
+    pub async fn scrape_requests(client: &kube::Client) -> Result<Self> {
+        let text = metrics_text(client).await?;
+        Ok(Self::parse_requests(&text))
     }
 
     /// The writes made since `before` (kinds that did not change are left out).

@@ -39,6 +39,7 @@ pub mod kwok;
 pub mod leaks;
 pub mod load;
 pub mod pki;
+pub mod placement_record;
 pub mod ports;
 pub mod process;
 pub mod prometheus;

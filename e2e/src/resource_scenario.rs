@@ -381,18 +381,29 @@ impl Seen {
 
     /// When ConfigMap `name` first held `value` in every member, once it does.
     pub fn value_everywhere(&self, name: &str, value: &str) -> Option<Instant> {
-        self.members
-            .iter()
-            .map(|m| {
-                m.values
-                    .get(name)
-                    .filter(|(v, _)| v == value)
-                    .map(|(_, at)| *at)
-            })
-            .try_fold(None::<Instant>, |latest, at| {
-                at.map(|at| Some(latest.map_or(at, |l| l.max(at))))
-            })
-            .flatten()
+        self.value_seen(name, value)
+            .collect::<Option<Vec<_>>>()?
+            .into_iter()
+            .max()
+    }
+
+    /// When ConfigMap `name` first held `value` in the first member that holds it.
+    pub fn value_first(&self, name: &str, value: &str) -> Option<Instant> {
+        self.value_seen(name, value).flatten().min()
+    }
+
+    /// Per member, when ConfigMap `name` first held `value` (if it does now).
+    fn value_seen<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a str,
+    ) -> impl Iterator<Item = Option<Instant>> + 'a {
+        self.members.iter().map(move |m| {
+            m.values
+                .get(name)
+                .filter(|(v, _)| v == value)
+                .map(|(_, at)| *at)
+        })
     }
 }
 
@@ -699,5 +710,6 @@ mod tests {
         seen.member_value(0, "app-1", Some("x".into()), later);
         assert_eq!(seen.value_everywhere("app-1", "x"), Some(t0));
         assert_eq!(seen.value_everywhere("app-1", "y"), None);
+        assert_eq!(seen.value_first("app-1", "x"), Some(t0));
     }
 }

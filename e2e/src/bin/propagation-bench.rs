@@ -29,8 +29,8 @@ use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
+use accord_e2e::placement_record::RecordWatch;
 use accord_e2e::stats::pct;
-use accord_hub::distribution::record::PlacementRecord;
 use accord_hub::store::Keyspace;
 use anyhow::{Context as _, Result};
 use clap::Parser;
@@ -39,7 +39,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{Mutex, watch};
@@ -129,55 +129,6 @@ async fn wait_for(
     .with_context(|| format!("members never reached {want:?}: {:?}", rx.borrow()))?
 }
 
-/// When the bench's watch on the hub's etcd first saw the placement record of each
-/// generation of the policy (key `key`).
-async fn watch_record(
-    testbed: &Testbed,
-    key: String,
-) -> Result<(
-    watch::Receiver<BTreeMap<i64, Instant>>,
-    tokio::task::JoinHandle<()>,
-)> {
-    let (tx, rx) = watch::channel(BTreeMap::new());
-    let record = move |value: &[u8]| {
-        let at = Instant::now();
-        let json = if accord_common::compress::is_gzip(value) {
-            match accord_common::compress::gunzip(value) {
-                Ok(json) => json,
-                Err(_) => return,
-            }
-        } else {
-            value.to_vec()
-        };
-        if let Ok(r) = serde_json::from_slice::<PlacementRecord>(&json) {
-            tx.send_modify(|m| {
-                m.entry(r.generation).or_insert(at);
-            });
-        }
-    };
-    let task = testbed.watch_hub_key(&key, record).await?;
-    Ok((rx, task))
-}
-
-/// Waits until the placement record of `generation` (or a later one) was seen; when.
-async fn wait_for_record(
-    rx: &mut watch::Receiver<BTreeMap<i64, Instant>>,
-    generation: i64,
-) -> Result<Instant> {
-    tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            if let Some(at) = rx.borrow().range(generation..).map(|(_, at)| *at).min() {
-                return Ok(at);
-            }
-            if rx.changed().await.is_err() {
-                anyhow::bail!("the hub's etcd watch ended");
-            }
-        }
-    })
-    .await
-    .with_context(|| format!("no placement record of generation {generation} seen"))?
-}
-
 /// `d` in milliseconds.
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -239,7 +190,7 @@ async fn main() -> Result<()> {
         NS,
         "web",
     );
-    let (mut records, record_watch) = watch_record(&testbed, key).await?;
+    let mut records = RecordWatch::start(&testbed, key).await?;
     policies
         .patch(
             "web",
@@ -283,7 +234,7 @@ async fn main() -> Result<()> {
         let (first, last) = wait_for(&mut members, &[(0, each), (1, each), (2, each)]).await?;
         let total = started.elapsed();
         samples.push(total);
-        let recorded = wait_for_record(&mut records, generation).await?;
+        let recorded = records.wait_for(generation).await?;
         let a = recorded.saturating_duration_since(started);
         let b = first.saturating_duration_since(recorded);
         let c = last.saturating_duration_since(first);
@@ -314,7 +265,7 @@ async fn main() -> Result<()> {
             ms(last.saturating_duration_since(first)),
         );
     }
-    record_watch.abort();
+    drop(records);
     let seconds = measured.elapsed().as_secs_f64();
     let writes = meter.finish().await?;
     floor.sort();

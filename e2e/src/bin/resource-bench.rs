@@ -39,9 +39,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use accord_common::distribution::PolicyKind;
 use accord_common::runtime::AbortOnDrop;
-use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
+use accord_e2e::apiserver_writes::{Meter, Report, WriteKind, Writes};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
+use accord_e2e::placement_record::RecordWatch;
 use accord_e2e::resource_scenario::{
     DeliveryWatch, MANIFESTS, Seen, SeenReader, apply_bundle_directly, apply_config_map_directly,
     apply_resource, config_map, deployments_available, resource_object,
@@ -49,6 +51,7 @@ use accord_e2e::resource_scenario::{
 use accord_e2e::stats::pct;
 use accord_e2e::testbed::{cpu_seconds, rss_bytes};
 use accord_e2e::{Cluster, Testbed};
+use accord_hub::store::Keyspace;
 use anyhow::Result;
 use clap::Parser;
 use clap::builder::RangedU64ValueParser;
@@ -98,6 +101,8 @@ const FLOOR_NS: &str = "bench-fres-floor";
 /// Bundles the floor applies at once per member, as the agent does.
 const FLOOR_CONCURRENCY: usize = 16;
 const PREFIX: &str = "app-";
+/// The hub's etcd key prefix in this bench.
+const HUB_PREFIX: &str = "/bench-rbench/";
 const PROBE: &str = "probe-restart";
 
 fn name(i: usize) -> String {
@@ -170,6 +175,101 @@ fn usage(now: &[(String, u64, f64)], before: &[(String, u64, f64)]) -> String {
         .join("; ")
 }
 
+/// CPU seconds each of the testbed's processes (API servers, their etcd, controllers,
+/// kwok, the hub and the agents) used so far, by name.
+fn cpu_by_process(testbed: &Testbed) -> BTreeMap<String, f64> {
+    testbed
+        .processes()
+        .into_iter()
+        .map(|p| (p.name, cpu_seconds(p.pid)))
+        .collect()
+}
+
+/// The CPU seconds each process used between two readings, largest first, and their sum,
+/// in one line.
+fn cpu_line(now: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> String {
+    let mut used: Vec<(&str, f64)> = now
+        .iter()
+        .map(|(name, cpu)| {
+            let earlier = before.get(name).copied().unwrap_or(0.0);
+            (name.as_str(), (cpu - earlier).max(0.0))
+        })
+        .filter(|(_, cpu)| *cpu >= 0.05)
+        .collect();
+    used.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = used.iter().map(|(_, cpu)| cpu).sum();
+    let each: Vec<String> = used
+        .iter()
+        .map(|(name, cpu)| format!("{name} {cpu:.1}"))
+        .collect();
+    format!("{total:.1} CPU s: {}", each.join(", "))
+}
+
+/// Every request (watches apart) each member's API server served so far.
+async fn member_requests(members: &[&Cluster]) -> Result<Vec<Writes>> {
+    futures::future::try_join_all(
+        members
+            .iter()
+            .map(|m| async move { Writes::scrape_requests(&m.client()).await }),
+    )
+    .await
+}
+
+/// Per member, the requests its API server served between two readings, per bundle, by
+/// resource and verb (the largest), from every client: the applier's (Accord's agent or
+/// the floor's bench) and the member's own controllers'.
+fn print_requests(clusters: &[String], now: &[Writes], before: &[Writes], bundles: f64) {
+    for ((cluster, now), before) in clusters.iter().zip(now).zip(before) {
+        let made = now.since(before);
+        let mut kinds: Vec<_> = made.0.iter().collect();
+        kinds.sort_by(|a, b| b.1.total_cmp(a.1));
+        let top: Vec<String> = kinds
+            .iter()
+            .filter(|(_, n)| **n / bundles >= 0.05)
+            .map(|(k, n)| format!("{} {} {:.2}", k.resource, k.verb, *n / bundles))
+            .collect();
+        println!(
+            "    {cluster}: {:.2} requests per bundle ({})",
+            made.total() / bundles,
+            top.join(", ")
+        );
+    }
+}
+
+/// Where each edit's time went, measured from outside the hub and agents: (a) the
+/// FederatedResource's apply sent → the hub's placement record at the edit's generation
+/// seen in the hub's etcd; (b) that record → the new value in the first member; (c) the
+/// first member → the last. The three add up to the edit's total.
+#[derive(Default)]
+struct Stages {
+    to_record: Vec<Duration>,
+    to_first: Vec<Duration>,
+    to_last: Vec<Duration>,
+}
+
+impl Stages {
+    fn record(&mut self, start: Instant, recorded: Instant, first: Instant, last: Instant) {
+        self.to_record
+            .push(recorded.saturating_duration_since(start));
+        self.to_first
+            .push(first.saturating_duration_since(recorded));
+        self.to_last.push(last.saturating_duration_since(first));
+    }
+
+    fn print(&mut self) {
+        println!("  where each edit's time went (stages add up to the edit's total):");
+        print_latencies(
+            "  (a) apply sent → the hub's placement record in its etcd",
+            &mut self.to_record,
+        );
+        print_latencies(
+            "  (b) record → the new value in the first member",
+            &mut self.to_first,
+        );
+        print_latencies("  (c) first member → last member", &mut self.to_last);
+    }
+}
+
 /// One progress line: how far the delivery got.
 fn progress_line(seen: &Seen, t0: Instant) -> String {
     let members: Vec<String> = (0..seen.members.len())
@@ -199,7 +299,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let mut fleet = Fleet::start_with_agent_args(
         testbed,
         "rbench",
-        "/bench-rbench/",
+        HUB_PREFIX,
         &[],
         &["--lease-duration", "15s"],
         &agents,
@@ -255,13 +355,15 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
 
     // 0. The floor: the same bundles straight to every member, before Accord's phase.
     let floor_rates = match &floor_watch {
-        Some(floor_watch) => Some(floor(args, floor_watch, &members, &clusters).await?),
+        Some(floor_watch) => Some(floor(testbed, args, floor_watch, &members, &clusters).await?),
         None => None,
     };
 
     // 1. Apply every FederatedResource; follow members and status by watch.
     let meter = Meter::start(client.clone(), testbed.http(), Some(hub_metrics(&fleet))).await?;
     let cpu_before = processes(testbed, &fleet);
+    let every_cpu_before = cpu_by_process(testbed);
+    let requests_before = member_requests(&members).await?;
     let t0 = Instant::now();
     let progress = print_progress(watch.reader(), t0);
     let apply = async {
@@ -281,7 +383,21 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         let latencies = results.into_iter().collect::<Result<Vec<_>>>()?;
         anyhow::Ok((t0.elapsed(), latencies))
     };
-    let (applied, ()) = tokio::try_join!(apply, async {
+    // What every process used, and the members served, until every object was in every
+    // member (as the floor's are read).
+    let delivered = async {
+        watch
+            .wait_for(
+                "every object in every member",
+                Duration::from_secs(args.timeout),
+                || running(&fleet),
+                |s| s.members.iter().all(|m| m.all.is_some()).then_some(()),
+            )
+            .await?;
+        let cpu = cpu_by_process(testbed);
+        anyhow::Ok((cpu, member_requests(&members).await?))
+    };
+    let (applied, (every_cpu, requests), ()) = tokio::try_join!(apply, delivered, async {
         watch
             .wait_for(
                 "every FederatedResource Available and every object in every member",
@@ -353,6 +469,12 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         "one apply (server-side apply of a new FederatedResource)",
         &mut apply_latencies,
     );
+    println!(
+        "  CPU until every object was in every member: {}",
+        cpu_line(&every_cpu, &every_cpu_before)
+    );
+    println!("  the members' API servers served meanwhile (every client):");
+    print_requests(&clusters, &requests, &requests_before, n);
     if let Some(floor_rates) = &floor_rates {
         println!(
             "  against the floor (measured before this phase, same run; objects/s per member \
@@ -409,8 +531,20 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let mut to_status = Vec::new();
     let mut apply_calls = Vec::new();
     let mut floor_edits = Vec::new();
-    for e in 0..args.edits {
-        let target = name(e * args.objects / args.edits.max(1));
+    let mut stages = Stages::default();
+    let targets: Vec<String> = (0..args.edits)
+        .map(|e| name(e * args.objects / args.edits.max(1)))
+        .collect();
+    // The hub's placement record of each edited FederatedResource, watched from before its
+    // edit (one watch each, in the hub's etcd).
+    let keyspace = Keyspace::new(HUB_PREFIX);
+    let mut records = Vec::new();
+    for target in &targets {
+        let key = keyspace.placements(PolicyKind::FederatedResource.as_str(), NS, target);
+        records.push(RecordWatch::start(testbed, key).await?);
+    }
+    for (e, target) in targets.iter().enumerate() {
+        let target = target.clone();
         let value = format!("edit-{e}");
         let start = Instant::now();
         let stored =
@@ -426,6 +560,11 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
             )
             .await?;
         to_members.push(everywhere.saturating_duration_since(start));
+        let first = watch
+            .read(|s| s.value_first(&target, &value))
+            .unwrap_or(everywhere);
+        let recorded = records[e].wait_for(generation).await?;
+        stages.record(start, recorded, first, everywhere);
         let applied = watch
             .wait_for(
                 &format!("{target} Applied at generation {generation}"),
@@ -454,6 +593,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         "edit → the new value in every member (watched)",
         &mut to_members,
     );
+    stages.print();
     print_latencies("edit → Applied=True for the new generation", &mut to_status);
     print_latencies("the apply call itself", &mut apply_calls);
     if args.floor {
@@ -583,11 +723,14 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
 /// done with its pods) so that Accord's phase starts on quiet members. Prints the figures;
 /// returns each member's objects/s (`clusters` name the members as the hub does).
 async fn floor(
+    testbed: &Testbed,
     args: &Args,
     floor_watch: &DeliveryWatch,
     members: &[&Cluster],
     clusters: &[String],
 ) -> Result<Vec<f64>> {
+    let requests_before = member_requests(members).await?;
+    let cpu_before = cpu_by_process(testbed);
     let t0 = Instant::now();
     let progress = print_progress(floor_watch.reader(), t0);
     let apply = futures::future::try_join_all(members.iter().map(|member| {
@@ -616,6 +759,8 @@ async fn floor(
             )
             .await
     })?;
+    let cpu = cpu_by_process(testbed);
+    let requests = member_requests(members).await?;
     drop(progress);
     let objects = (args.objects * MANIFESTS) as f64;
     println!(
@@ -641,6 +786,12 @@ async fn floor(
             })
             .collect::<Vec<_>>()
     });
+    println!(
+        "  CPU until every object was in every member: {}",
+        cpu_line(&cpu, &cpu_before)
+    );
+    println!("  the members' API servers served meanwhile (every client):");
+    print_requests(clusters, &requests, &requests_before, args.objects as f64);
     let available = deployments_available(
         members,
         FLOOR_NS,

@@ -7,7 +7,7 @@
 //! outcomes go to the enforcer's memory, from which its judge reports them; the apply
 //! fails as a whole (so the engine retries with backoff) when any manifest failed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -72,6 +72,8 @@ pub struct ApplyJob {
     pub client: kube::Client,
     /// The shared discovery cache.
     pub discovery: Discovery,
+    /// The namespaces this agent has seen exist, shared by every apply.
+    pub namespaces: KnownNamespaces,
     /// The policy.
     pub policy: PolicyRef,
     /// Its assignment.
@@ -82,6 +84,32 @@ pub struct ApplyJob {
     pub before: Memory,
     /// Where to record the outcomes (`None`: a removal after the policy left).
     pub memory: Option<SharedMemory>,
+}
+
+/// The namespaces the agent has seen exist (read or created), shared by every apply, so a
+/// bundle's objects do not each read their namespace first: one read per namespace while
+/// it stays. A namespace leaves the set when Accord deletes it and when an apply in it
+/// answers 404 (someone else deleted it), and is then ensured again.
+#[derive(Clone, Default)]
+pub struct KnownNamespaces(Arc<Mutex<HashSet<String>>>);
+
+impl KnownNamespaces {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.lock().contains(name)
+    }
+
+    fn insert(&self, name: &str) {
+        self.lock().insert(name.to_owned());
+    }
+
+    /// Forgets `name`; whether it was known.
+    fn forget(&self, name: &str) -> bool {
+        self.lock().remove(name)
+    }
 }
 
 /// A manifest or removal that failed.
@@ -151,7 +179,6 @@ impl ApplyJob {
                 self.remove_created_namespaces(&manifests, &mark).await;
             }
         } else {
-            let mut ensured = BTreeSet::new();
             let mut manifests = manifests;
             let crds = manifests
                 .iter()
@@ -175,7 +202,7 @@ impl ApplyJob {
                         continue;
                     }
                     let drift = judged.is_drift();
-                    let applied = self.apply_one(desired, &mark, &mut ensured).await;
+                    let applied = self.apply_one(desired, &mark).await;
                     if let Some(kind) = applied.failure {
                         let message = match &applied.outcome {
                             Outcome::Error(m)
@@ -312,12 +339,7 @@ impl ApplyJob {
     }
 
     /// Applies one manifest.
-    async fn apply_one(
-        &self,
-        desired: &Desired,
-        mark: &str,
-        ensured: &mut BTreeSet<String>,
-    ) -> Applied {
+    async fn apply_one(&self, desired: &Desired, mark: &str) -> Applied {
         let key = &desired.key;
         let gvk = desired.gvk();
         let (api, resource) = match self.api(key).await {
@@ -332,11 +354,8 @@ impl ApplyJob {
             Err((kind, message)) => return Applied::failed(kind, message),
         };
         let plural = rbac_name(&resource);
-        if !key.namespace.is_empty() && !ensured.contains(&key.namespace) {
-            if let Err((kind, message)) = self.ensure_namespace(&key.namespace, mark).await {
-                return Applied::failed(kind, message);
-            }
-            ensured.insert(key.namespace.clone());
+        if let Err((kind, message)) = self.ensure_namespace(&key.namespace, mark).await {
+            return Applied::failed(kind, message);
         }
         // Before taking an object not seen with this policy's marks: is it someone else's?
         let seen_ours = self
@@ -378,10 +397,22 @@ impl ApplyJob {
             }
         }
         let params = PatchParams::apply(DELIVERY_FIELD_MANAGER).force();
-        match api
+        let mut applied = api
             .patch(&key.name, &params, &Patch::Apply(&desired.object))
-            .await
+            .await;
+        if matches!(&applied, Err(kube::Error::Api(status)) if status.code == 404)
+            && !key.namespace.is_empty()
+            && self.namespaces.forget(&key.namespace)
         {
+            // The namespace was known to exist: deleted since? Ensured again, once.
+            if let Err((kind, message)) = self.ensure_namespace(&key.namespace, mark).await {
+                return Applied::failed(kind, message);
+            }
+            applied = api
+                .patch(&key.name, &params, &Patch::Apply(&desired.object))
+                .await;
+        }
+        match applied {
             Ok(applied) => {
                 if key.kind == CRD_KIND {
                     self.await_established(&key.name).await;
@@ -432,15 +463,22 @@ impl ApplyJob {
         }
     }
 
-    /// Creates namespace `name` with Accord's marks when it does not exist.
+    /// Creates namespace `name` with Accord's marks when it does not exist (nothing for a
+    /// cluster-scoped object's empty namespace, or one already known to exist).
     async fn ensure_namespace(
         &self,
         name: &str,
         mark: &str,
     ) -> Result<(), (ApplyErrorKind, String)> {
+        if name.is_empty() || self.namespaces.contains(name) {
+            return Ok(());
+        }
         let api: Api<Namespace> = Api::all(self.client.clone());
         match api.get_metadata_opt(name).await {
-            Ok(Some(_)) => return Ok(()),
+            Ok(Some(_)) => {
+                self.namespaces.insert(name);
+                return Ok(());
+            }
             Ok(None) => {}
             Err(e) => return Err(refusal(&e, "get", "namespaces")),
         }
@@ -461,6 +499,7 @@ impl ApplyJob {
                 (kind, format!("creating namespace {name}: {message}"))
             })?;
         info!(policy = %self.policy, namespace = name, "created namespace");
+        self.namespaces.insert(name);
         Ok(())
     }
 
@@ -597,6 +636,7 @@ impl ApplyJob {
             }
             match api.delete(name, &DeleteParams::background()).await {
                 Ok(_) => {
+                    self.namespaces.forget(name);
                     info!(policy = %self.policy, namespace = name, "deleted the namespace Accord created")
                 }
                 Err(e) => {

@@ -37,7 +37,7 @@ use futures::future::BoxFuture;
 use tokio::sync::Semaphore;
 use tracing::{debug, info};
 
-use self::apply::{ApplyJob, SharedMemory, remove_in_background};
+use self::apply::{ApplyJob, KnownNamespaces, SharedMemory, remove_in_background};
 use self::discovery::Discovery;
 use self::judge::{Look, View, delivered_by};
 use self::manifest::{CRD_KIND, Gvk, Prepared, prepare_all};
@@ -65,9 +65,10 @@ pub struct FederatedResourceEnforcer {
     /// Permits for [`MAX_CONCURRENT_APPLIES`].
     applies: Arc<Semaphore>,
     discovery: Discovery,
+    namespaces: KnownNamespaces,
     memory: SharedMemory,
     /// The assignments held.
-    held: BTreeMap<PolicyRef, FederatedResourceSpec>,
+    held: BTreeMap<PolicyRef, Held>,
     /// Policies by the objects they name (delivered or pruned): type, namespace, name.
     interest: HashMap<(Gvk, String, String), BTreeSet<PolicyRef>>,
     /// The objects each held policy names, with the scopes they were worked out with:
@@ -87,6 +88,7 @@ impl FederatedResourceEnforcer {
             client,
             applies: Arc::new(Semaphore::new(MAX_CONCURRENT_APPLIES)),
             discovery: Discovery::default(),
+            namespaces: KnownNamespaces::default(),
             memory: SharedMemory::default(),
             held: BTreeMap::new(),
             interest: HashMap::new(),
@@ -145,7 +147,7 @@ impl FederatedResourceEnforcer {
     fn policies_using(&self, gvk: &Gvk) -> Vec<PolicyRef> {
         self.held
             .iter()
-            .filter(|(_, spec)| types_of(spec).contains(gvk))
+            .filter(|(_, held)| types_of(held.spec()).contains(gvk))
             .map(|(p, _)| p.clone())
             .collect()
     }
@@ -161,6 +163,7 @@ impl FederatedResourceEnforcer {
         ApplyJob {
             client: self.client.clone(),
             discovery: self.discovery.clone(),
+            namespaces: self.namespaces.clone(),
             policy: policy.clone(),
             spec,
             view,
@@ -184,6 +187,34 @@ fn lose_interest(
                 interest.remove(&entry);
             }
         }
+    }
+}
+
+/// A held assignment: the book's own spec (shared, so an unchanged one is told by pointer,
+/// not by comparing a thousand policies' manifests on every change), which is a
+/// FederatedResource's.
+#[derive(Clone)]
+struct Held(Arc<AssignmentSpec>);
+
+impl Held {
+    /// `assigned` when it is a FederatedResource's.
+    fn of(assigned: &Arc<AssignmentSpec>) -> Option<Self> {
+        matches!(**assigned, AssignmentSpec::FederatedResource(_)).then(|| Self(assigned.clone()))
+    }
+
+    fn spec(&self) -> &FederatedResourceSpec {
+        static NONE: std::sync::LazyLock<FederatedResourceSpec> =
+            std::sync::LazyLock::new(FederatedResourceSpec::default);
+        match &*self.0 {
+            AssignmentSpec::FederatedResource(spec) => spec,
+            // Never: `Held::of` takes FederatedResource assignments only.
+            _ => &NONE,
+        }
+    }
+
+    /// Whether `assigned` is this same assignment.
+    fn is(&self, assigned: &Arc<AssignmentSpec>) -> bool {
+        Arc::ptr_eq(&self.0, assigned) || *self.0 == **assigned
     }
 }
 
@@ -227,29 +258,28 @@ impl Enforcer for FederatedResourceEnforcer {
         // An unchanged spec is moved over, not copied again.
         let mut previous = std::mem::take(&mut self.held);
         let mut changed = HashSet::new();
-        let held: BTreeMap<PolicyRef, FederatedResourceSpec> = assigned
+        let held: BTreeMap<PolicyRef, Held> = assigned
             .iter()
-            .filter_map(|(policy, a)| match &a.spec {
-                AssignmentSpec::FederatedResource(spec) => {
-                    let kept = previous
-                        .remove_entry(policy)
-                        .filter(|(_, held)| held == spec);
-                    Some(kept.unwrap_or_else(|| {
-                        changed.insert(policy.clone());
-                        (policy.clone(), spec.clone())
-                    }))
-                }
-                _ => None,
+            .filter_map(|(policy, a)| {
+                let new = Held::of(&a.spec)?;
+                let kept = previous
+                    .remove_entry(policy)
+                    .filter(|(_, held)| held.is(&a.spec));
+                Some(kept.unwrap_or_else(|| {
+                    changed.insert(policy.clone());
+                    (policy.clone(), new)
+                }))
             })
             .collect();
         // What is left of the previous ones left this cluster.
         self.held = previous;
         self.removing
             .retain(|policy, task| !held.contains_key(policy) && !task.0.is_finished());
-        for (policy, spec) in &self.held {
+        for (policy, gone) in &self.held {
             if held.contains_key(policy) || self.removing.contains_key(policy) {
                 continue;
             }
+            let spec = gone.spec();
             info!(%policy, orphan = spec.orphan, "the policy left this cluster; removing what it delivered");
             let spec = FederatedResourceSpec {
                 remove: true,
@@ -288,7 +318,7 @@ impl Enforcer for FederatedResourceEnforcer {
                 lose_interest(&mut self.interest, &policy, &named.keys);
             }
         }
-        for (policy, spec) in &self.held {
+        for (policy, held) in &self.held {
             let current = !changed.contains(policy)
                 && self.names.get(policy).is_some_and(|named| {
                     named
@@ -302,6 +332,7 @@ impl Enforcer for FederatedResourceEnforcer {
             if let Some(named) = self.names.remove(policy) {
                 lose_interest(&mut self.interest, policy, &named.keys);
             }
+            let spec = held.spec();
             let manifests = prepare_all(spec, policy, |gvk| discovery.namespaced(gvk));
             let named = Named {
                 scopes: types_of(spec)
@@ -389,7 +420,7 @@ impl Enforcer for FederatedResourceEnforcer {
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::FederatedResource(spec) = &assigned.spec else {
+        let AssignmentSpec::FederatedResource(spec) = &*assigned.spec else {
             return None;
         };
         let manifests = self.prepared(policy, spec);
@@ -412,7 +443,7 @@ impl Enforcer for FederatedResourceEnforcer {
         policy: &PolicyRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::FederatedResource(spec) = &assigned.spec else {
+        let AssignmentSpec::FederatedResource(spec) = &*assigned.spec else {
             // The engine routes only FederatedResource assignments here.
             return Box::pin(std::future::ready(Ok(String::new())));
         };

@@ -156,7 +156,7 @@ impl Enforcer for KafkaTopicEnforcer {
         let before = std::mem::take(&mut self.topics);
         let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for (policy, a) in assigned {
-            if let AssignmentSpec::KafkaTopic(spec) = &a.spec
+            if let AssignmentSpec::KafkaTopic(spec) = &*a.spec
                 && !spec.topic_name.is_empty()
             {
                 self.topics
@@ -243,7 +243,7 @@ impl Enforcer for KafkaTopicEnforcer {
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::KafkaTopic(spec) = &assigned.spec else {
+        let AssignmentSpec::KafkaTopic(spec) = &*assigned.spec else {
             return None;
         };
         let revision = assigned.revision;
@@ -289,7 +289,7 @@ impl Enforcer for KafkaTopicEnforcer {
         _policy: &PolicyRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::KafkaTopic(spec) = &assigned.spec else {
+        let AssignmentSpec::KafkaTopic(spec) = &*assigned.spec else {
             // The engine routes only topic assignments here.
             return Box::pin(std::future::ready(Ok(String::new())));
         };

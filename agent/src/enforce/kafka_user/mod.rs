@@ -151,7 +151,7 @@ impl Enforcer for KafkaUserEnforcer {
         let before: Vec<&String> = self.users.keys().collect();
         let mut users: BTreeMap<String, BTreeSet<PolicyRef>> = BTreeMap::new();
         for (policy, a) in assigned {
-            if let AssignmentSpec::KafkaUser(spec) = &a.spec
+            if let AssignmentSpec::KafkaUser(spec) = &*a.spec
                 && !spec.username.is_empty()
             {
                 users
@@ -226,7 +226,7 @@ impl Enforcer for KafkaUserEnforcer {
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::KafkaUser(spec) = &assigned.spec else {
+        let AssignmentSpec::KafkaUser(spec) = &*assigned.spec else {
             return None;
         };
         let revision = assigned.revision;
@@ -274,7 +274,7 @@ impl Enforcer for KafkaUserEnforcer {
         let ready = |result| -> BoxFuture<'static, Result<String, ApplyError>> {
             Box::pin(std::future::ready(result))
         };
-        let AssignmentSpec::KafkaUser(spec) = &assigned.spec else {
+        let AssignmentSpec::KafkaUser(spec) = &*assigned.spec else {
             // The engine routes only user assignments here.
             return ready(Ok(String::new()));
         };

@@ -281,7 +281,7 @@ impl Enforcer for PromfedEnforcer {
         self.events = Some(events.clone());
         let before = std::mem::take(&mut self.groups);
         for (policy, a) in assigned {
-            if let AssignmentSpec::Promfed(spec) = &a.spec {
+            if let AssignmentSpec::Promfed(spec) = &*a.spec {
                 let namespace = self.group_namespace(spec);
                 self.groups
                     .entry(namespace)
@@ -426,7 +426,7 @@ impl Enforcer for PromfedEnforcer {
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::Promfed(spec) = &assigned.spec else {
+        let AssignmentSpec::Promfed(spec) = &*assigned.spec else {
             return None;
         };
         let namespace = self.group_namespace(spec);
@@ -474,7 +474,7 @@ impl Enforcer for PromfedEnforcer {
         policy: &PolicyRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::Promfed(spec) = &assigned.spec else {
+        let AssignmentSpec::Promfed(spec) = &*assigned.spec else {
             // The engine routes only federation assignments here.
             return Box::pin(std::future::ready(Ok(String::new())));
         };

@@ -109,7 +109,7 @@ impl Enforcer for ScaleEnforcer {
     fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
         self.targets.clear();
         for (policy, a) in assigned {
-            if let AssignmentSpec::Scale(s) = &a.spec
+            if let AssignmentSpec::Scale(s) = &*a.spec
                 && watched(s)
             {
                 self.targets
@@ -178,7 +178,7 @@ impl Enforcer for ScaleEnforcer {
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::Scale(target) = &assigned.spec else {
+        let AssignmentSpec::Scale(target) = &*assigned.spec else {
             return None;
         };
         if !watched(target) {
@@ -260,7 +260,7 @@ impl Enforcer for ScaleEnforcer {
         policy: &PolicyRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::Scale(target) = assigned.spec.clone() else {
+        let AssignmentSpec::Scale(target) = (*assigned.spec).clone() else {
             // The engine routes only scale assignments here.
             return Box::pin(std::future::ready(Ok(String::new())));
         };
