@@ -307,21 +307,29 @@ async fn a_hub_running_as_the_installed_service_account_registers_agents_and_run
                  "distribution": [{"cluster": "rbac-member", "namespace": "prod", "weight": 1}]}
     }))?;
     policies.create(&PostParams::default(), &policy).await?;
+    // The hub's first decision may come before its view of the clusters holds the new one
+    // (then its share is 0, "not registered"); the decision that counts is the one with it.
+    let mut seen = Vec::new();
     let assigned = tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(message) = stream.next().await {
             if let Some(accord_proto::v1::hub_message::Body::Assignments(a)) = message?.body {
                 for item in a.items {
                     if let Some(accord_proto::v1::assignment::Spec::Scale(s)) = item.spec {
-                        return Ok(s.replicas);
+                        seen.push(s.replicas);
+                        if s.replicas == 3 {
+                            return Ok(());
+                        }
                     }
                 }
             }
         }
         bail!("stream ended")
     })
-    .await
-    .context("no assignment within 30 s")??;
-    ensure!(assigned == 3, "assigned {assigned} replicas");
+    .await;
+    ensure!(
+        matches!(assigned, Ok(Ok(()))),
+        "no assignment of 3 replicas within 30 s ({assigned:?}); assigned so far: {seen:?}"
+    );
     until("policy status written", Duration::from_secs(30), || {
         let policies = policies.clone();
         async move {

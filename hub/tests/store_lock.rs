@@ -180,7 +180,16 @@ async fn dropping_a_held_lock_releases_it_without_waiting_for_its_lease() {
     )
     .await
     .unwrap();
-    again.unlock().await.unwrap();
+    // Released in the background, as a decision does after its write.
+    again.release_in_background();
+    let third = within(
+        "the lock to be free after a release in the background",
+        PROMPTLY,
+        store.lock_policy(KIND, "default", "web", long_ttl),
+    )
+    .await
+    .unwrap();
+    third.unlock().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -439,14 +439,15 @@ pub async fn write_record<K: PlacementKind>(
         )
         .await
         .map_err(|_| ReconcileError::LockTimeout(format!("{}/{}", p.namespace, p.name)))??;
-        let result = ctx
+        let written = ctx
             .store
             .fenced_txn_with_revision(&fence, vec![lock.compare()], put)
             .await;
-        let unlocked = lock.unlock().await;
-        let written = result?;
-        unlocked?;
-        written
+        // The decision does not wait for the release (two more etcd round trips on its
+        // path): revoking the lock's lease deletes its key, and a next decision of the same
+        // policy queues behind it until then.
+        lock.release_in_background();
+        written?
     } else {
         ctx.store
             .fenced_txn_with_revision(&fence, Vec::new(), put)

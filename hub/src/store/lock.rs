@@ -99,6 +99,12 @@ impl PolicyLock {
         revoked
     }
 
+    /// Releases the lock without waiting: its lease is revoked from a spawned task, which
+    /// deletes the lock's key (as dropping it does; this says so where it is meant).
+    pub fn release_in_background(self) {
+        drop(self);
+    }
+
     fn lease(&self) -> &Lease {
         self.lease
             .as_ref()
