@@ -397,9 +397,9 @@ impl ApplyJob {
             }
         }
         let params = PatchParams::apply(DELIVERY_FIELD_MANAGER).force();
-        let mut applied = api
-            .patch(&key.name, &params, &Patch::Apply(&desired.object))
-            .await;
+        let patch = Patch::Apply(&desired.object);
+        let apply = || api.patch(&key.name, &params, &patch);
+        let mut applied = apply().await;
         if matches!(&applied, Err(kube::Error::Api(status)) if status.code == 404)
             && !key.namespace.is_empty()
             && self.namespaces.forget(&key.namespace)
@@ -408,9 +408,7 @@ impl ApplyJob {
             if let Err((kind, message)) = self.ensure_namespace(&key.namespace, mark).await {
                 return Applied::failed(kind, message);
             }
-            applied = api
-                .patch(&key.name, &params, &Patch::Apply(&desired.object))
-                .await;
+            applied = apply().await;
         }
         match applied {
             Ok(applied) => {

@@ -212,9 +212,10 @@ impl Held {
         }
     }
 
-    /// Whether `assigned` is this same assignment.
+    /// Whether `assigned` is this same assignment (`Arc` equality of an `Eq` type looks at
+    /// the pointer first).
     fn is(&self, assigned: &Arc<AssignmentSpec>) -> bool {
-        Arc::ptr_eq(&self.0, assigned) || *self.0 == **assigned
+        self.0 == *assigned
     }
 }
 
