@@ -70,3 +70,37 @@ impl RecordWatch {
         .with_context(|| format!("no placement record of generation {generation} seen"))?
     }
 }
+
+/// A change's time split at the hub's placement record, measured from outside the hub and
+/// agents, per change: (a) the change sent → the record seen in the hub's etcd, (b) the
+/// record → the first member showing the change, (c) the first member → the last. The
+/// three add up to the change's total.
+#[derive(Debug, Default)]
+pub struct Stages {
+    /// (a) per change.
+    pub to_record: Vec<Duration>,
+    /// (b) per change.
+    pub to_first: Vec<Duration>,
+    /// (c) per change.
+    pub to_last: Vec<Duration>,
+}
+
+impl Stages {
+    /// Records one change sent at `sent`, its record seen at `recorded`, the first member
+    /// at `first` and the last at `last`; returns its (a), (b) and (c).
+    pub fn record(
+        &mut self,
+        sent: Instant,
+        recorded: Instant,
+        first: Instant,
+        last: Instant,
+    ) -> (Duration, Duration, Duration) {
+        let a = recorded.saturating_duration_since(sent);
+        let b = first.saturating_duration_since(recorded);
+        let c = last.saturating_duration_since(first);
+        self.to_record.push(a);
+        self.to_first.push(b);
+        self.to_last.push(c);
+        (a, b, c)
+    }
+}

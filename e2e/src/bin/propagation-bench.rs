@@ -29,7 +29,7 @@ use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
-use accord_e2e::placement_record::RecordWatch;
+use accord_e2e::placement_record::{RecordWatch, Stages};
 use accord_e2e::stats::pct;
 use accord_hub::store::Keyspace;
 use anyhow::{Context as _, Result};
@@ -206,7 +206,7 @@ async fn main() -> Result<()> {
     let mut floor = Vec::new();
     // Per change: (a) patch → record, (b) record → first member, (c) first → last member;
     // the floor's patch → first member and first → last member.
-    let (mut to_record, mut to_first, mut to_last) = (Vec::new(), Vec::new(), Vec::new());
+    let mut stages = Stages::default();
     let (mut floor_first, mut floor_last) = (Vec::new(), Vec::new());
     println!(
         "per change (ms): total = (a) patch → hub's placement record + (b) record → first \
@@ -235,12 +235,7 @@ async fn main() -> Result<()> {
         let total = started.elapsed();
         samples.push(total);
         let recorded = records.wait_for(generation).await?;
-        let a = recorded.saturating_duration_since(started);
-        let b = first.saturating_duration_since(recorded);
-        let c = last.saturating_duration_since(first);
-        to_record.push(a);
-        to_first.push(b);
-        to_last.push(c);
+        let (a, b, c) = stages.record(started, recorded, first, last);
 
         let started = Instant::now();
         let d = Patch::Apply(accord_e2e::fleet::pause_deployment(FLOOR, each));
@@ -286,9 +281,9 @@ async fn main() -> Result<()> {
         pct(&samples, 0.99).saturating_sub(pct(&floor, 0.99))
     );
     for v in [
-        &mut to_record,
-        &mut to_first,
-        &mut to_last,
+        &mut stages.to_record,
+        &mut stages.to_first,
+        &mut stages.to_last,
         &mut floor_first,
         &mut floor_last,
     ] {
@@ -304,15 +299,15 @@ async fn main() -> Result<()> {
     println!("where Accord's time goes (each stage's own quantiles; they need not add up):");
     println!(
         "  (a) CR patch sent → the hub's placement record in its etcd: {}",
-        spread(&to_record)
+        spread(&stages.to_record)
     );
     println!(
         "  (b) record → first member's Deployment updated:            {}",
-        spread(&to_first)
+        spread(&stages.to_first)
     );
     println!(
         "  (c) first member → last member:                            {}",
-        spread(&to_last)
+        spread(&stages.to_last)
     );
     println!(
         "  floor: patches sent → first member updated:                {}",

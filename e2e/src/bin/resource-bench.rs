@@ -43,7 +43,7 @@ use accord_common::distribution::PolicyKind;
 use accord_common::runtime::AbortOnDrop;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind, Writes};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
-use accord_e2e::placement_record::RecordWatch;
+use accord_e2e::placement_record::{RecordWatch, Stages};
 use accord_e2e::resource_scenario::{
     DeliveryWatch, MANIFESTS, Seen, SeenReader, apply_bundle_directly, apply_config_map_directly,
     apply_resource, config_map, deployments_available, resource_object,
@@ -215,6 +215,33 @@ async fn member_requests(members: &[&Cluster]) -> Result<Vec<Writes>> {
     .await
 }
 
+/// What the testbed used so far: every process's CPU seconds and every member API
+/// server's requests. Two readings tell a phase's use.
+struct Used {
+    cpu: BTreeMap<String, f64>,
+    requests: Vec<Writes>,
+}
+
+impl Used {
+    async fn read(testbed: &Testbed, members: &[&Cluster]) -> Result<Self> {
+        let cpu = cpu_by_process(testbed);
+        Ok(Self {
+            cpu,
+            requests: member_requests(members).await?,
+        })
+    }
+
+    /// Prints what was used between `before` and this reading, for `bundles` bundles.
+    fn print_since(&self, before: &Self, clusters: &[String], bundles: f64) {
+        println!(
+            "  CPU until every object was in every member: {}",
+            cpu_line(&self.cpu, &before.cpu)
+        );
+        println!("  the members' API servers served meanwhile (every client):");
+        print_requests(clusters, &self.requests, &before.requests, bundles);
+    }
+}
+
 /// Per member, the requests its API server served between two readings, per bundle, by
 /// resource and verb (the largest), from every client: the applier's (Accord's agent or
 /// the floor's bench) and the member's own controllers'.
@@ -236,38 +263,18 @@ fn print_requests(clusters: &[String], now: &[Writes], before: &[Writes], bundle
     }
 }
 
-/// Where each edit's time went, measured from outside the hub and agents: (a) the
-/// FederatedResource's apply sent → the hub's placement record at the edit's generation
-/// seen in the hub's etcd; (b) that record → the new value in the first member; (c) the
-/// first member → the last. The three add up to the edit's total.
-#[derive(Default)]
-struct Stages {
-    to_record: Vec<Duration>,
-    to_first: Vec<Duration>,
-    to_last: Vec<Duration>,
-}
-
-impl Stages {
-    fn record(&mut self, start: Instant, recorded: Instant, first: Instant, last: Instant) {
-        self.to_record
-            .push(recorded.saturating_duration_since(start));
-        self.to_first
-            .push(first.saturating_duration_since(recorded));
-        self.to_last.push(last.saturating_duration_since(first));
-    }
-
-    fn print(&mut self) {
-        println!("  where each edit's time went (stages add up to the edit's total):");
-        print_latencies(
-            "  (a) apply sent → the hub's placement record in its etcd",
-            &mut self.to_record,
-        );
-        print_latencies(
-            "  (b) record → the new value in the first member",
-            &mut self.to_first,
-        );
-        print_latencies("  (c) first member → last member", &mut self.to_last);
-    }
+/// Prints where the edits' time went ([`Stages`]).
+fn print_stages(stages: &mut Stages) {
+    println!("  where each edit's time went (stages add up to the edit's total):");
+    print_latencies(
+        "  (a) apply sent → the hub's placement record in its etcd",
+        &mut stages.to_record,
+    );
+    print_latencies(
+        "  (b) record → the new value in the first member",
+        &mut stages.to_first,
+    );
+    print_latencies("  (c) first member → last member", &mut stages.to_last);
 }
 
 /// One progress line: how far the delivery got.
@@ -362,8 +369,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     // 1. Apply every FederatedResource; follow members and status by watch.
     let meter = Meter::start(client.clone(), testbed.http(), Some(hub_metrics(&fleet))).await?;
     let cpu_before = processes(testbed, &fleet);
-    let every_cpu_before = cpu_by_process(testbed);
-    let requests_before = member_requests(&members).await?;
+    let used_before = Used::read(testbed, &members).await?;
     let t0 = Instant::now();
     let progress = print_progress(watch.reader(), t0);
     let apply = async {
@@ -394,10 +400,9 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
                 |s| s.members.iter().all(|m| m.all.is_some()).then_some(()),
             )
             .await?;
-        let cpu = cpu_by_process(testbed);
-        anyhow::Ok((cpu, member_requests(&members).await?))
+        Used::read(testbed, &members).await
     };
-    let (applied, (every_cpu, requests), ()) = tokio::try_join!(apply, delivered, async {
+    let (applied, used, ()) = tokio::try_join!(apply, delivered, async {
         watch
             .wait_for(
                 "every FederatedResource Available and every object in every member",
@@ -469,12 +474,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         "one apply (server-side apply of a new FederatedResource)",
         &mut apply_latencies,
     );
-    println!(
-        "  CPU until every object was in every member: {}",
-        cpu_line(&every_cpu, &every_cpu_before)
-    );
-    println!("  the members' API servers served meanwhile (every client):");
-    print_requests(&clusters, &requests, &requests_before, n);
+    used.print_since(&used_before, &clusters, n);
     if let Some(floor_rates) = &floor_rates {
         println!(
             "  against the floor (measured before this phase, same run; objects/s per member \
@@ -593,7 +593,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
         "edit → the new value in every member (watched)",
         &mut to_members,
     );
-    stages.print();
+    print_stages(&mut stages);
     print_latencies("edit → Applied=True for the new generation", &mut to_status);
     print_latencies("the apply call itself", &mut apply_calls);
     if args.floor {
@@ -729,8 +729,7 @@ async fn floor(
     members: &[&Cluster],
     clusters: &[String],
 ) -> Result<Vec<f64>> {
-    let requests_before = member_requests(members).await?;
-    let cpu_before = cpu_by_process(testbed);
+    let used_before = Used::read(testbed, members).await?;
     let t0 = Instant::now();
     let progress = print_progress(floor_watch.reader(), t0);
     let apply = futures::future::try_join_all(members.iter().map(|member| {
@@ -759,8 +758,7 @@ async fn floor(
             )
             .await
     })?;
-    let cpu = cpu_by_process(testbed);
-    let requests = member_requests(members).await?;
+    let used = Used::read(testbed, members).await?;
     drop(progress);
     let objects = (args.objects * MANIFESTS) as f64;
     println!(
@@ -786,12 +784,7 @@ async fn floor(
             })
             .collect::<Vec<_>>()
     });
-    println!(
-        "  CPU until every object was in every member: {}",
-        cpu_line(&cpu, &cpu_before)
-    );
-    println!("  the members' API servers served meanwhile (every client):");
-    print_requests(clusters, &requests, &requests_before, args.objects as f64);
+    used.print_since(&used_before, clusters, args.objects as f64);
     let available = deployments_available(
         members,
         FLOOR_NS,
