@@ -8,7 +8,7 @@ use std::time::Duration;
 use accord_common::runtime::{error_chain, shutdown_signal};
 use clap::{Args, Parser, Subcommand};
 
-use crate::enforce::kafka_topic::{DEFAULT_SECRET, KafkaOptions, ProbeOptions};
+use crate::enforce::kafka::{DEFAULT_SECRET, KafkaOptions, ProbeOptions};
 use crate::identity::{IdentitySource, SecretRef};
 use crate::lease::{DEFAULT_LEASE_NAME, MIN_LEASE_DURATION};
 use crate::run::{LeaseOptions, RunConfig};
@@ -195,13 +195,7 @@ fn parse_lease_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = accord_crds::duration::parse(s).map_err(|e| e.to_string())?;
-    if d.is_zero() {
-        return Err("must be longer than 0".to_owned());
-    }
-    Ok(d)
-}
+use accord_crds::duration::parse_positive_flag as parse_duration;
 
 /// A Secret name: a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253).
 pub fn parse_secret_name(s: &str) -> Result<String, String> {

@@ -43,7 +43,7 @@ use crate::convert;
 use crate::enforce::fight::{FightGuard, Guard};
 use crate::enforce::{self, Action, ApplyError, Enforcer, EventSink, WatchEvent};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::persist::{ConfigMapStore, PersistError, SavedState, StateStore};
+use crate::persist::{PersistError, SavedState, StateStore};
 use crate::report::{AfterConflict, Report, ReportTracker};
 
 /// Default delay between a change and the report about it; changes within it coalesce.
@@ -63,19 +63,6 @@ fn apply_backoff() -> Retry {
 /// Retries of loading and saving the state.
 fn persist_backoff() -> Retry {
     backoff(Duration::from_millis(100), Duration::from_secs(5))
-}
-
-/// What the engine needs in a cluster.
-#[derive(Clone)]
-pub struct EngineConfig {
-    /// Client of the member cluster.
-    pub client: kube::Client,
-    /// The agent's namespace, holding the ConfigMap of saved assignments.
-    pub namespace: String,
-    /// Cluster the agent speaks for.
-    pub cluster: String,
-    /// Delay between a change and the report about it.
-    pub report_debounce: Duration,
 }
 
 /// What the kind-neutral core needs besides its store and enforcers.
@@ -231,25 +218,6 @@ impl Drop for EngineTask {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// Starts the engine of a member cluster: its state in the ConfigMap of the agent's
-/// namespace, and this agent version's [enforcers](enforce::enforcers).
-pub fn start(config: EngineConfig, metrics: Metrics) -> EngineTask {
-    let store = Arc::new(ConfigMapStore::new(
-        config.client.clone(),
-        &config.namespace,
-    ));
-    let enforcers = enforce::enforcers(&config.client, &metrics, &config.namespace);
-    start_with(
-        CoreConfig {
-            cluster: config.cluster,
-            report_debounce: config.report_debounce,
-        },
-        store,
-        enforcers,
-        metrics,
-    )
 }
 
 /// Starts the engine with the given store and enforcers: it loads the saved assignments,

@@ -19,7 +19,8 @@ use accord_common::runtime::{KubeClientError, kube_client};
 use tracing::{error, info};
 
 use crate::connection::{self, ConnectionConfig};
-use crate::enforce::{self, kafka_topic::KafkaOptions};
+use crate::enforce::kafka::KafkaOptions;
+use crate::enforce::{Enforcer, federated_resource, kafka_topic, kafka_user, promfed, scale};
 use crate::engine::{self, CoreConfig};
 use crate::http::{self, Readiness};
 use crate::identity::{Identity, IdentityError, IdentitySource};
@@ -208,7 +209,7 @@ async fn active(
         }
     };
     let store = std::sync::Arc::new(ConfigMapStore::new(client.clone(), &config.namespace));
-    let enforcers = enforce::enforcers_with(&client, &metrics, &config.namespace, &config.kafka);
+    let enforcers = enforcers(&client, &metrics, &config.namespace, &config.kafka);
     let engine = engine::start_with(
         CoreConfig {
             cluster: identity.cluster.clone(),
@@ -241,4 +242,37 @@ async fn active(
         () = connection => RunError::Stopped("hub connection"),
         () = readiness => RunError::Stopped("readiness"),
     }
+}
+
+/// The enforcers of this agent version, one per kind it enforces: the one place a kind is
+/// registered in the agent. `namespace` is the agent's own; Kafka topics and users share
+/// the connection Secret and resync interval of `kafka` (one Kafka per member).
+pub fn enforcers(
+    client: &kube::Client,
+    metrics: &Metrics,
+    namespace: &str,
+    kafka: &KafkaOptions,
+) -> Vec<Box<dyn Enforcer>> {
+    vec![
+        Box::new(scale::ScaleEnforcer::new(client.clone(), metrics.clone())),
+        Box::new(promfed::PromfedEnforcer::new(
+            client.clone(),
+            namespace.to_owned(),
+        )),
+        Box::new(kafka_topic::KafkaTopicEnforcer::new(
+            client.clone(),
+            namespace.to_owned(),
+            kafka.clone(),
+            metrics.clone(),
+        )),
+        Box::new(kafka_user::KafkaUserEnforcer::new(
+            client.clone(),
+            namespace.to_owned(),
+            kafka.clone(),
+            metrics.clone(),
+        )),
+        Box::new(federated_resource::FederatedResourceEnforcer::new(
+            client.clone(),
+        )),
+    ]
 }

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_agent::enforce::kafka_topic::{KafkaOptions, KafkaTopicEnforcer};
+use accord_agent::enforce::kafka::KafkaOptions;
+use accord_agent::enforce::kafka_topic::KafkaTopicEnforcer;
 use accord_agent::engine::{self, CoreConfig, EngineTask};
 use accord_agent::metrics::Metrics;
 use accord_agent::persist::ConfigMapStore;

@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use accord_agent::engine::{self, EngineConfig, EngineTask};
+use accord_agent::enforce::kafka::KafkaOptions;
+use accord_agent::engine::{self, CoreConfig, EngineTask};
 use accord_agent::metrics::Metrics;
 use accord_agent::persist::{
     COMPRESSED_KEY, CONFIGMAP_NAME, ConfigMapStore, DATA_KEY, SavedState, StateStore as _,
@@ -34,13 +35,13 @@ async fn engine(testbed: &Testbed, agent_ns: &str) -> Result<(EngineTask, Metric
     let client = testbed.members()[0].client();
     namespace(&client, agent_ns).await?;
     let metrics = Metrics::new();
-    let task = engine::start(
-        EngineConfig {
-            client,
-            namespace: agent_ns.to_owned(),
+    let task = engine::start_with(
+        CoreConfig {
             cluster: "member-1".to_owned(),
             report_debounce: Duration::from_millis(50),
         },
+        std::sync::Arc::new(ConfigMapStore::new(client.clone(), agent_ns)),
+        accord_agent::run::enforcers(&client, &metrics, agent_ns, &KafkaOptions::default()),
         metrics.clone(),
     );
     tokio::time::timeout(WAIT, task.handle().wait_loaded())

@@ -48,6 +48,20 @@ pub fn parse(input: &str) -> Result<Duration, ParseDurationError> {
     Ok(total)
 }
 
+/// [`parse`] for a command-line flag (clap's `value_parser`): the error as text.
+pub fn parse_flag(input: &str) -> Result<Duration, String> {
+    parse(input).map_err(|e| e.to_string())
+}
+
+/// [`parse_flag`] for a flag that must be longer than 0.
+pub fn parse_positive_flag(input: &str) -> Result<Duration, String> {
+    let d = parse_flag(input)?;
+    if d.is_zero() {
+        return Err("must be longer than 0".to_owned());
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

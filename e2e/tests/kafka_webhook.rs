@@ -34,7 +34,7 @@ use accord_e2e::installed::{
 use accord_e2e::ports::free_port;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
-use accord_hub::webhook::WEBHOOKS;
+use accord_hub::kinds::WEBHOOKS;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Secret};

@@ -6,13 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::controllers::{ControllerOptions, KindOptions};
-use crate::federated_resource::controller::FederatedResourceOptions;
+use crate::controllers::ControllerOptions;
 use crate::grpc::AgentSettings;
-use crate::kafka_topic::controller::KafkaTopicOptions;
-use crate::kafka_user::controller::KafkaUserOptions;
-use crate::promfed::controller::PromfedOptions;
-use crate::scale::controller::ScaleOptions;
+use crate::kinds::KindOptions;
 use crate::serve::ServeConfig;
 
 /// The Accord hub: multi-cluster federation control plane.
@@ -188,25 +184,6 @@ pub struct ServeArgs {
     /// Validity of agent client certificates (agents renew before expiry).
     #[arg(long, default_value = "2160h", value_parser = parse_duration)]
     agent_cert_validity: Duration,
-    /// Namespace of ConfigMap prometheus-federation-global, the global federation tier's
-    /// config (default: --namespace).
-    #[arg(long)]
-    federation_namespace: Option<String>,
-    /// How long deleting a FederatedKafkaTopic with `deletionPolicy: Delete` waits for
-    /// every member to delete its topic; after it, the object goes anyway with a Warning
-    /// Event naming the members left behind.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    topic_deletion_timeout: Duration,
-    /// How long deleting a FederatedResource waits for every member to remove (or orphan)
-    /// what it was sent; after it, the object goes anyway with a Warning Event naming the
-    /// members left behind.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    resource_deletion_timeout: Duration,
-    /// How long deleting a FederatedKafkaUser with `deletionPolicy: Delete` waits for every
-    /// member to remove its credential, ACLs and quotas; after it, the object goes anyway
-    /// with a Warning Event naming the members left behind.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
-    user_deletion_timeout: Duration,
     /// An object's status is written at most once per this window, however many member
     /// clusters report within it.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
@@ -216,12 +193,6 @@ pub struct ServeArgs {
     /// an outcome (every member reported) are written within the coalescing window.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     status_progress_interval: Duration,
-    /// How often, at most, `status.autoscaling` of a CrossClusterScalePolicy is rewritten
-    /// when only its live figures (value, EWMA, deviation, threshold) moved; decisions, the
-    /// recommended count, the breaker and conditions are written at once, and poll
-    /// bookkeeping alone (samples) never. The live value is on /metrics.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    autoscaling_status_interval: Duration,
     /// Most placements an object's status lists one by one. Above it, `status.placements`
     /// lists only those not Synced (up to --status-placements-listed) and `status.summary`
     /// counts every placement by state, so the object stays small at any fleet size; the
@@ -232,6 +203,9 @@ pub struct ServeArgs {
     /// Synced, in placement order).
     #[arg(long, default_value_t = 20)]
     status_placements_listed: usize,
+    /// Each kind's own flags.
+    #[command(flatten)]
+    kinds: KindOptions,
 }
 
 /// Token operations.
@@ -278,9 +252,7 @@ pub struct ClusterRevokeArgs {
     name: String,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    accord_crds::duration::parse(s).map_err(|e| e.to_string())
-}
+use accord_crds::duration::parse_flag as parse_duration;
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {
@@ -356,29 +328,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 election_ttl: a.election_ttl,
                 presence_ttl: a.presence_ttl.max(Duration::from_secs(2)),
+                kinds: a.kinds,
                 controllers: ControllerOptions {
                     status_window: a.status_coalesce_window,
                     status_progress_interval: a.status_progress_interval,
                     status_limits: accord_crds::StatusLimits {
                         threshold: a.status_placements_threshold,
                         listed: a.status_placements_listed,
-                    },
-                    kinds: KindOptions {
-                        scale: ScaleOptions {
-                            autoscaling_status_interval: a.autoscaling_status_interval,
-                        },
-                        kafka_topic: KafkaTopicOptions {
-                            deletion_timeout: a.topic_deletion_timeout,
-                        },
-                        promfed: PromfedOptions {
-                            namespace: a.federation_namespace,
-                        },
-                        federated_resource: FederatedResourceOptions {
-                            deletion_timeout: a.resource_deletion_timeout,
-                        },
-                        kafka_user: KafkaUserOptions {
-                            deletion_timeout: a.user_deletion_timeout,
-                        },
                     },
                 },
             })

@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::connections::Connections;
 use crate::controllers::{ControllerDeps, ControllerOptions};
 use crate::distribution::Fanout;
-use crate::federated_resource::secrets::Secrets;
+use crate::distribution::secrets::Secrets;
 use crate::grpc::registration::RegistrationService;
 use crate::grpc::sync::SyncService;
 use crate::grpc::{AgentFacing, AgentSettings};
@@ -54,6 +54,8 @@ pub struct ServeConfig {
     pub tls_sans: Vec<String>,
     /// Agent settings.
     pub agents: AgentSettings,
+    /// Each kind's own settings.
+    pub kinds: crate::kinds::KindOptions,
     /// TTL of the leader election lease: a crashed leader is replaced within it.
     pub election_ttl: Duration,
     /// TTL of this replica's presence lease: a crashed replica's agents count as
@@ -100,7 +102,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let views = crate::placements::Views::default();
     // The Secrets FederatedResources deliver: every replica adds their data to the
     // assignments it sends; the leader's decisions record only their hashes.
-    let (secrets, follow_secrets) = Secrets::start(kube.clone());
+    let (secrets, follow_secrets) = Secrets::start(kube.clone(), crate::kinds::ENCLOSERS);
     let fanout = Fanout::start(store.clone(), secrets.clone()).await?;
     let registry = PrefixCache::start(store.clone(), store.keys().clusters_prefix())
         .await
@@ -157,6 +159,7 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 namespace: cfg.namespace.clone(),
                 views: views.clone(),
                 secrets,
+                kinds: crate::kinds::registered(&cfg.kinds),
             },
             cfg.controllers.clone(),
         ),
@@ -175,6 +178,10 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
                 replica: cfg.replica.clone(),
                 gates: gates.clone(),
             },
+            crate::kinds::admissions(
+                kube.clone(),
+                crate::webhook::recorder(kube.clone(), &cfg.replica),
+            ),
             webhook_listener,
         ),
     );

@@ -52,7 +52,8 @@ async fn replica(store: Store, name: &str) -> Replica {
         gates,
         namespace: "accord-system".into(),
         views: Default::default(),
-        secrets: accord_hub::federated_resource::secrets::Secrets::none(),
+        secrets: accord_hub::distribution::secrets::Secrets::none(),
+        kinds: accord_hub::kinds::registered(&Default::default()),
     }));
     Replica {
         ready,

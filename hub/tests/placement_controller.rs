@@ -78,7 +78,8 @@ async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
         gates: ReadinessGates::new(Readiness::default()),
         namespace: "accord-system".into(),
         views: Default::default(),
-        secrets: accord_hub::federated_resource::secrets::Secrets::none(),
+        secrets: accord_hub::distribution::secrets::Secrets::none(),
+        kinds: accord_hub::kinds::registered(&Default::default()),
     };
     let (reader, clusters) = reflector::store::<ClusterObject>();
     let cluster_index = ClusterIndex::default();

@@ -75,14 +75,14 @@ fn every_watch_decodes_leniently() {
             1,
             "Lenient<every placed kind>",
         ),
-        ("hub/src/federated_resource/secrets.rs", 1, "Secret"),
+        ("hub/src/distribution/secrets.rs", 1, "Secret"),
         (
             "hub/src/install/wait.rs",
             1,
             "CustomResourceDefinition, StatefulSet, Deployment",
         ),
         (
-            "hub/src/kafka_topic/admission_cache.rs",
+            "hub/src/kafka/admission_cache.rs",
             4,
             "Lenient<FederatedKafkaTopic>, Lenient<KafkaTopicPolicy>, PartialObjectMeta",
         ),

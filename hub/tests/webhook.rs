@@ -4,9 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use accord_hub::kafka_topic::admission_cache::{Caches, PolicyObject, TopicObject};
+use accord_hub::kafka::admission_cache::{Caches, PolicyObject, TopicObject};
+use accord_hub::kafka_topic::admission::WEBHOOK as TOPIC_WEBHOOK;
 use accord_hub::pki::HubCa;
-use accord_hub::webhook::{FEDERATION_PATH, PATH, server};
+use accord_hub::promfed::admission::WEBHOOK as FEDERATION_WEBHOOK;
+use accord_hub::webhook::server;
 use accord_hub::writes::{EventRecorder, Reporter};
 use anyhow::{Context as _, Result};
 use serde_json::{Value, json};
@@ -78,7 +80,14 @@ async fn start() -> Result<Webhook> {
             instance: None,
         },
     );
-    tokio::spawn(server::serve(listener, tls, caches, recorder));
+    let admissions =
+        accord_hub::kinds::admissions_over(caches, recorder, Box::pin(std::future::pending()));
+    tokio::spawn(server::serve(
+        listener,
+        tls,
+        admissions.reviews,
+        admissions.listed,
+    ));
 
     let client = reqwest::Client::builder()
         .add_root_certificate(reqwest::Certificate::from_pem(ca.cert_pem().as_bytes())?)
@@ -114,7 +123,7 @@ fn review(uid: &str, namespace: &str, name: &str, partitions: i32, rf: i32) -> V
 
 impl Webhook {
     async fn post(&self, body: &Value) -> Result<Value> {
-        self.post_to(PATH, body).await
+        self.post_to(TOPIC_WEBHOOK.path, body).await
     }
 
     async fn post_to(&self, path: &str, body: &Value) -> Result<Value> {
@@ -214,7 +223,10 @@ fn federation_review(uid: &str, matchers: &[&str]) -> Value {
 async fn a_federation_match_the_parser_refuses_is_refused_on_its_own_path() -> Result<()> {
     let hook = start().await?;
     let answer = hook
-        .post_to(FEDERATION_PATH, &federation_review("p1", &["{job=}"]))
+        .post_to(
+            FEDERATION_WEBHOOK.path,
+            &federation_review("p1", &["{job=}"]),
+        )
         .await?;
     assert_eq!(answer["uid"], "p1");
     assert_eq!(answer["allowed"], false);
@@ -227,7 +239,7 @@ async fn a_federation_match_the_parser_refuses_is_refused_on_its_own_path() -> R
     );
     let answer = hook
         .post_to(
-            FEDERATION_PATH,
+            FEDERATION_WEBHOOK.path,
             &federation_review("p2", &["up", "{job=\"a\"}"]),
         )
         .await?;
@@ -235,7 +247,7 @@ async fn a_federation_match_the_parser_refuses_is_refused_on_its_own_path() -> R
     // A topic sent to the federation path is not a PrometheusFederation: 400, not a panic.
     let response = hook
         .client
-        .post(format!("{}{FEDERATION_PATH}", hook.url))
+        .post(format!("{}{}", hook.url, FEDERATION_WEBHOOK.path))
         .json(&review("p3", "team-b", "big", 12, 3))
         .send()
         .await?;
@@ -257,7 +269,7 @@ async fn a_malformed_review_gets_400_with_the_reason_and_the_server_keeps_servin
     ] {
         let response = hook
             .client
-            .post(format!("{}{PATH}", hook.url))
+            .post(format!("{}{}", hook.url, TOPIC_WEBHOOK.path))
             .header("content-type", "application/json")
             .body(body)
             .send()

@@ -15,8 +15,9 @@
 //! as `Error` saying that this agent version does not enforce it (see
 //! [`unenforced_report`]); once the agent is upgraded it enforces it from the saved state.
 //!
-//! Adding a kind: a module here with a type implementing [`Enforcer`], and one line in
-//! [`enforcers`].
+//! Adding a kind: a module here with a type implementing [`Enforcer`], and one line where
+//! the agent is wired (`crate::run`). This module and the engine know no kind; Kafka
+//! enforcers share [`kafka`].
 
 pub mod federated_resource;
 pub mod fight;
@@ -35,51 +36,7 @@ use tokio::sync::mpsc;
 
 use crate::assignments::Assigned;
 use crate::engine::Input;
-use crate::metrics::Metrics;
 use crate::report::Report;
-
-/// The enforcers of this agent version, one per kind it enforces; `namespace` is the
-/// agent's own. Kafka topics and users use the default connection Secret and resync
-/// interval ([`enforcers_with`] takes others).
-pub fn enforcers(
-    client: &kube::Client,
-    metrics: &Metrics,
-    namespace: &str,
-) -> Vec<Box<dyn Enforcer>> {
-    enforcers_with(client, metrics, namespace, &kafka::KafkaOptions::default())
-}
-
-/// The enforcers of this agent version, with the Kafka connection Secret and resync
-/// interval of `kafka` (the same for topics and users: one Kafka per member).
-pub fn enforcers_with(
-    client: &kube::Client,
-    metrics: &Metrics,
-    namespace: &str,
-    kafka: &kafka::KafkaOptions,
-) -> Vec<Box<dyn Enforcer>> {
-    vec![
-        Box::new(scale::ScaleEnforcer::new(client.clone(), metrics.clone())),
-        Box::new(promfed::PromfedEnforcer::new(
-            client.clone(),
-            namespace.to_owned(),
-        )),
-        Box::new(kafka_topic::KafkaTopicEnforcer::new(
-            client.clone(),
-            namespace.to_owned(),
-            kafka.clone(),
-            metrics.clone(),
-        )),
-        Box::new(kafka_user::KafkaUserEnforcer::new(
-            client.clone(),
-            namespace.to_owned(),
-            kafka.clone(),
-            metrics.clone(),
-        )),
-        Box::new(federated_resource::FederatedResourceEnforcer::new(
-            client.clone(),
-        )),
-    ]
-}
 
 /// Makes the member cluster match the assignments of one kind.
 pub trait Enforcer: Send + 'static {

@@ -34,7 +34,7 @@ pub use render::{
 };
 
 use crate::cli::{DEFAULT_IDENTITY_SECRET, parse_secret_name};
-use crate::enforce::kafka_topic::{DEFAULT_SECRET as DEFAULT_KAFKA_SECRET, KafkaOptions};
+use crate::enforce::kafka::{DEFAULT_SECRET as DEFAULT_KAFKA_SECRET, KafkaOptions};
 use crate::identity::{Identity, IdentitySource, default_server_name, hub_host};
 use crate::run::{LeaseOptions, RunConfig, RunError};
 

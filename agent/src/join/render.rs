@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::cli::{DEFAULT_IDENTITY_NAMESPACE, DEFAULT_IDENTITY_SECRET};
 use crate::enforce::federated_resource::AGGREGATE_TO_AGENT_LABEL;
-use crate::enforce::kafka_topic::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
+use crate::enforce::kafka::DEFAULT_SECRET as DEFAULT_KAFKA_SECRET;
 use crate::identity::{
     CA_CERT_KEY, CLUSTER_NAME_KEY, HUB_URL_KEY, TLS_CERT_KEY, TLS_KEY_KEY, TLS_SERVER_NAME_KEY,
 };

@@ -88,17 +88,9 @@ pub struct ReloadArgs {
     pub targets_interval: Duration,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    accord_crds::duration::parse(s).map_err(|e| e.to_string())
-}
-
-fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s)?;
-    if d.is_zero() {
-        return Err("must be longer than 0".to_owned());
-    }
-    Ok(d)
-}
+use accord_crds::duration::{
+    parse_flag as parse_duration, parse_positive_flag as parse_positive_duration,
+};
 
 /// Why the reloader stopped.
 #[derive(Debug, thiserror::Error)]

@@ -108,9 +108,7 @@ pub struct DaemonArgs {
     agent_bin: PathBuf,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    accord_crds::duration::parse(s).map_err(|e| e.to_string())
-}
+use accord_crds::duration::parse_flag as parse_duration;
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {

@@ -9,22 +9,25 @@
 //! leading ends [`run`] with an error, and the hub's supervisor stops the process.
 //!
 //! Every kind that places something in member clusters is a plug-in of the one generic
-//! controller ([`placement`]); adding a kind is its own folder plus one line in
-//! [`CONTROLLERS`] (and one in [`KindOptions`] if it has settings of its own). See
-//! docs/architecture.md, "Adding a kind".
+//! controller ([`placement`]). The controllers know no kind: the kinds are registered at the
+//! top (`crate::kinds`), which hands them over as [`Registered`]. See docs/architecture.md,
+//! "Adding a kind".
 
 pub mod cluster_status;
 pub mod field_owners;
 pub mod lenient;
 pub mod placement;
 pub mod reconcile_pace;
+pub mod secret_changes;
 pub mod transitions;
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use accord_common::runtime::{Retry, backoff};
-use accord_crds::{ManagedCluster, StatusLimits};
+use accord_crds::StatusLimits;
 use dashmap::DashMap;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
@@ -38,23 +41,17 @@ use tracing::{info, warn};
 
 use crate::connections::Connections;
 use crate::distribution::PlacementRecord;
+use crate::distribution::secrets::Secrets;
 use crate::distribution::select::ClusterIndex;
-use crate::federated_resource::controller::FederatedResources;
 use crate::http::ReadinessGates;
-use crate::kafka_topic::controller::KafkaTopics;
-use crate::kafka_user::controller::KafkaUsers;
 use crate::metrics::Metrics;
-use crate::promfed::controller::Promfed;
-use crate::scale::controller::Scale;
 use crate::store::election::LeaderElection;
 use crate::store::{PrefixCache, StatusRecord, Store, error_chain};
 use crate::supervisor::{Supervisor, SupervisorError};
 use crate::writes::{Pace, Writes};
 pub use lenient::{Decoded, Lenient, decode_or_invalid};
 
-/// ManagedClusters as every controller sees them: metadata typed, the rest as stored, so
-/// one malformed cluster object cannot stop the shared watch.
-pub type ClusterObject = Lenient<ManagedCluster>;
+pub use crate::distribution::select::ClusterObject;
 /// One controller's subscription to the shared ManagedCluster reflector.
 pub type ClusterEvents = ReflectHandle<ClusterObject>;
 
@@ -99,10 +96,15 @@ pub enum ReconcileError {
     /// The finalizer could not be added or removed (or the object changed meanwhile).
     #[error("finalizer: {0}")]
     Finalizer(String),
-    /// The global federation tier's config could not be rendered (each policy's part
-    /// rendered on its own, so this is a bug in rendering, not in a policy).
-    #[error("rendering the global tier: {0}")]
-    Render(String),
+    /// A kind's own step failed in a way that retrying cannot mend until something
+    /// changes (e.g. a shared config that does not render): `category` is its metric label.
+    #[error("{category}: {message}")]
+    Kind {
+        /// A short, stable name of what failed (a metric label).
+        category: &'static str,
+        /// What failed.
+        message: String,
+    },
 }
 
 impl ErrorCategory for ReconcileError {
@@ -113,7 +115,7 @@ impl ErrorCategory for ReconcileError {
             Self::LockTimeout(_) => "lock_timeout",
             Self::NotLeader => "not_leader",
             Self::Finalizer(_) => "finalizer",
-            Self::Render(_) => "render",
+            Self::Kind { category, .. } => category,
         }
     }
 
@@ -127,7 +129,7 @@ impl ErrorCategory for ReconcileError {
             Self::Kube(_) | Self::LockTimeout(_) | Self::Finalizer(_) => true,
             Self::Store(e) => e.is_transient(),
             // A new term restarts every controller; nothing to retry in this one.
-            Self::NotLeader | Self::Render(_) => false,
+            Self::NotLeader | Self::Kind { .. } => false,
         }
     }
 }
@@ -173,9 +175,9 @@ pub struct ControllerContext {
     pub placements: PrefixCache<PlacementRecord>,
     /// Every cluster's last report on every policy.
     pub statuses: PrefixCache<StatusRecord>,
-    /// Every autoscaled policy's state (`autoscale/`), written by the autoscaler and
-    /// followed by the scale controller.
-    pub autoscale: PrefixCache<crate::scale::autoscale::engine::State>,
+    /// What the registered kinds keep for the term beyond this context
+    /// ([`Registered::extensions`]), by type.
+    pub extensions: Extensions,
     /// The shared ManagedCluster reflector's store.
     pub clusters: Reflector<ClusterObject>,
     /// The same ManagedClusters as the controllers read them, kept from the same watch.
@@ -186,8 +188,8 @@ pub struct ControllerContext {
     pub status_limits: StatusLimits,
     /// Every placed object's full status (what the status would list without the limits).
     pub views: crate::placements::Views,
-    /// The management cluster's Secrets (FederatedResource `secretRefs`).
-    pub secrets: crate::federated_resource::secrets::Secrets,
+    /// The management cluster's Secrets (`secretRefs` of the kinds that deliver them).
+    pub secrets: Secrets,
     /// Which placed object owns a field that more than one kind could set in a member.
     pub field_owners: field_owners::FieldOwners,
     /// Backoff state of objects whose last reconcile failed transiently.
@@ -221,12 +223,14 @@ impl ControllerContext {
         )
         .await
         .map_err(ControllerError::Store)?;
-        let autoscale = PrefixCache::<crate::scale::autoscale::engine::State>::start(
-            deps.store.clone(),
-            deps.store.keys().autoscale_prefix(),
-        )
-        .await
-        .map_err(ControllerError::Store)?;
+        let mut extensions = Extensions::default();
+        for start in &deps.kinds.extensions {
+            extensions.insert(
+                start(deps.store.clone())
+                    .await
+                    .map_err(ControllerError::Store)?,
+            );
+        }
         Ok(Self {
             kube: deps.kube.clone(),
             store: deps.store.clone(),
@@ -236,14 +240,14 @@ impl ControllerContext {
             writes,
             placements: deps.placements.clone(),
             statuses,
-            autoscale,
+            extensions,
             clusters,
             cluster_index,
             namespace: deps.namespace.clone(),
             status_limits: options.status_limits,
             views: deps.views.clone(),
             secrets: deps.secrets.clone(),
-            field_owners: field_owners::FieldOwners::new(FIELD_CLAIMANTS),
+            field_owners: field_owners::FieldOwners::new(deps.kinds.field_claimants),
             retries: DashMap::new(),
         })
     }
@@ -346,99 +350,99 @@ pub fn trace_result<T, E: std::fmt::Display>(result: Result<T, E>) -> futures::f
     futures::future::ready(())
 }
 
-/// A controller: runs until it fails (it should not end while leading).
-pub type ControllerFn = fn(
-    Arc<ControllerContext>,
-    ClusterEvents,
-    Listed,
-    &ControllerOptions,
-) -> BoxFuture<'static, Result<(), ControllerError>>;
+/// How a controller starts: with the term's context, its subscription to the shared
+/// ManagedCluster reflector and the sender that tells readiness it has listed. It runs
+/// until it fails (it should not end while leading).
+pub type StartController = Arc<
+    dyn Fn(
+            Arc<ControllerContext>,
+            ClusterEvents,
+            Listed,
+        ) -> BoxFuture<'static, Result<(), ControllerError>>
+        + Send
+        + Sync,
+>;
 
-/// The kinds whose objects claim fields of other kinds' deliveries
-/// ([`placement::PlacementKind::field_claims`]).
-pub const FIELD_CLAIMANTS: &[accord_common::distribution::PolicyKind] =
-    &[accord_common::distribution::PolicyKind::CrossClusterScalePolicy];
+/// One controller the leader runs.
+#[derive(Clone)]
+pub struct Controller {
+    /// Its name, for logs and supervision.
+    pub name: &'static str,
+    start: StartController,
+}
 
-/// Every controller the leader runs, by name. A new kind registers here.
-pub const CONTROLLERS: &[(&str, ControllerFn)] = &[
-    (
-        "CrossClusterScalePolicy controller",
-        |ctx, clusters, listed, o| {
-            Box::pin(placement::run::<Scale>(
-                ctx,
-                clusters,
-                listed,
-                o.kinds.scale.clone(),
-            ))
-        },
-    ),
-    (
-        "CrossClusterScalePolicy autoscaler",
-        |ctx, clusters, listed, _| Box::pin(crate::scale::autoscaler::run(ctx, clusters, listed)),
-    ),
-    (
-        "ManagedCluster status writer",
-        |ctx, clusters, listed, _| Box::pin(cluster_status::run(ctx, clusters, listed)),
-    ),
-    (
-        "PrometheusFederation controller",
-        |ctx, clusters, listed, o| {
-            Box::pin(placement::run::<Promfed>(
-                ctx,
-                clusters,
-                listed,
-                o.kinds.promfed.clone(),
-            ))
-        },
-    ),
-    (
-        "FederatedKafkaTopic controller",
-        |ctx, clusters, listed, o| {
-            Box::pin(placement::run::<KafkaTopics>(
-                ctx,
-                clusters,
-                listed,
-                o.kinds.kafka_topic.clone(),
-            ))
-        },
-    ),
-    (
-        "FederatedResource controller",
-        |ctx, clusters, listed, o| {
-            Box::pin(placement::run::<FederatedResources>(
-                ctx,
-                clusters,
-                listed,
-                o.kinds.federated_resource.clone(),
-            ))
-        },
-    ),
-    (
-        "FederatedKafkaUser controller",
-        |ctx, clusters, listed, o| {
-            Box::pin(placement::run::<KafkaUsers>(
-                ctx,
-                clusters,
-                listed,
-                o.kinds.kafka_user.clone(),
-            ))
-        },
-    ),
-];
+impl Controller {
+    /// A controller of its own shape, started by `start`.
+    pub fn new(
+        name: &'static str,
+        start: impl Fn(
+            Arc<ControllerContext>,
+            ClusterEvents,
+            Listed,
+        ) -> BoxFuture<'static, Result<(), ControllerError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        Self {
+            name,
+            start: Arc::new(start),
+        }
+    }
 
-/// Each kind's own settings (its `serve` flags). A kind with settings adds its field here.
-#[derive(Clone, Debug, Default)]
-pub struct KindOptions {
-    /// CrossClusterScalePolicy.
-    pub scale: crate::scale::controller::ScaleOptions,
-    /// FederatedKafkaTopic.
-    pub kafka_topic: crate::kafka_topic::controller::KafkaTopicOptions,
-    /// PrometheusFederation.
-    pub promfed: crate::promfed::controller::PromfedOptions,
-    /// FederatedResource.
-    pub federated_resource: crate::federated_resource::controller::FederatedResourceOptions,
-    /// FederatedKafkaUser.
-    pub kafka_user: crate::kafka_user::controller::KafkaUserOptions,
+    /// The generic placement controller ([`placement::run`]) of kind `K` with `options`.
+    pub fn placement<K: placement::PlacementKind>(options: K::Options) -> Self {
+        Self::new(K::CONTROLLER, move |ctx, clusters, listed| {
+            Box::pin(placement::run::<K>(ctx, clusters, listed, options.clone()))
+        })
+    }
+}
+
+/// Starts something a kind keeps for a leader's term beyond the [`ControllerContext`]
+/// (e.g. a cache of its own etcd prefix), found by its type in
+/// [`ControllerContext::extensions`].
+pub type StartExtension =
+    fn(Store) -> BoxFuture<'static, Result<Box<dyn Any + Send + Sync>, crate::store::StoreError>>;
+
+/// Values of distinct types, found by type: what the registered kinds keep for a term.
+#[derive(Default)]
+pub struct Extensions(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl Extensions {
+    /// Keeps `value` under its own type (replacing one of the same type).
+    pub fn insert(&mut self, value: Box<dyn Any + Send + Sync>) {
+        self.0.insert((*value).type_id(), value);
+    }
+
+    /// The value of type `T`; `None` when no registered kind keeps one.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.get(&TypeId::of::<T>())?.downcast_ref()
+    }
+}
+
+/// What the registered kinds bring to the controllers (built by `crate::kinds`).
+#[derive(Clone, Default)]
+pub struct Registered {
+    /// Every kind's controllers, in start order (the ManagedCluster status writer, which
+    /// is no kind's, runs beside them).
+    pub controllers: Vec<Controller>,
+    /// The kinds whose objects claim fields of other kinds' deliveries
+    /// ([`placement::PlacementKind::field_claims`]).
+    pub field_claimants: &'static [accord_common::distribution::PolicyKind],
+    /// What the kinds keep for a term beyond the context.
+    pub extensions: Vec<StartExtension>,
+}
+
+impl Registered {
+    /// Every controller a term runs: the kinds' and the ManagedCluster status writer.
+    fn all(&self) -> Vec<Controller> {
+        let mut all = self.controllers.clone();
+        all.push(Controller::new(
+            "ManagedCluster status writer",
+            |ctx, clusters, listed| Box::pin(cluster_status::run(ctx, clusters, listed)),
+        ));
+        all
+    }
 }
 
 /// Default of [`ControllerOptions::status_window`] (`--status-coalesce-window`).
@@ -458,8 +462,6 @@ pub struct ControllerOptions {
     /// `--status-placements-threshold` and `--status-placements-listed`: how many
     /// placements an object's status lists.
     pub status_limits: StatusLimits,
-    /// Each kind's own settings.
-    pub kinds: KindOptions,
 }
 
 impl Default for ControllerOptions {
@@ -468,7 +470,6 @@ impl Default for ControllerOptions {
             status_window: DEFAULT_STATUS_WINDOW,
             status_progress_interval: crate::writes::status::DEFAULT_PROGRESS_INTERVAL,
             status_limits: StatusLimits::default(),
-            kinds: KindOptions::default(),
         }
     }
 }
@@ -496,8 +497,10 @@ pub struct ControllerDeps {
     pub namespace: String,
     /// Every placed object's full status, served by the HTTP endpoint.
     pub views: crate::placements::Views,
-    /// The management cluster's Secrets (FederatedResource `secretRefs`).
-    pub secrets: crate::federated_resource::secrets::Secrets,
+    /// The management cluster's Secrets (`secretRefs` of the kinds that deliver them).
+    pub secrets: Secrets,
+    /// The kinds: their controllers and what they keep for a term.
+    pub kinds: Registered,
 }
 
 /// Runs every controller while this replica leads. Returns an error — and so stops the
@@ -556,7 +559,8 @@ pub fn without_managed_fields<K: kube::Resource>(object: &mut K) {
 async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), ControllerError> {
     deps.gates.set_controllers_listed(false);
     let (clusters, writer) = reflector::store_shared::<ClusterObject>(CLUSTER_EVENT_BUFFER);
-    let subscriptions: Vec<ClusterEvents> = CONTROLLERS
+    let controllers = deps.kinds.all();
+    let subscriptions: Vec<ClusterEvents> = controllers
         .iter()
         .map(|_| {
             writer
@@ -588,10 +592,10 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
         return Err(ControllerError::Stopped(term.next_exit().await));
     }
     let mut listed = Vec::new();
-    for ((name, start), events) in CONTROLLERS.iter().zip(subscriptions) {
+    for (controller, events) in controllers.iter().zip(subscriptions) {
         let (tx, rx) = oneshot::channel();
         listed.push(rx);
-        term.spawn(name, start(ctx.clone(), events, tx, options));
+        term.spawn(controller.name, (controller.start)(ctx.clone(), events, tx));
     }
     let gates = deps.gates.clone();
     term.spawn_forever("controller readiness", async move {
@@ -638,11 +642,15 @@ mod tests {
         assert!(ReconcileError::LockTimeout("ns/p".into()).is_transient());
         assert!(ReconcileError::Finalizer("x".into()).is_transient());
         assert!(!ReconcileError::NotLeader.is_transient());
-        assert!(!ReconcileError::Render("x".into()).is_transient());
+        let kind = || ReconcileError::Kind {
+            category: "render",
+            message: "x".into(),
+        };
+        assert!(!kind().is_transient());
         assert!(!ReconcileError::Store(crate::store::StoreError::Fenced).is_transient());
         assert_eq!(api_error(500).category(), "kubernetes");
         assert_eq!(ReconcileError::NotLeader.category(), "not_leader");
-        assert_eq!(ReconcileError::Render("x".into()).category(), "render");
+        assert_eq!(kind().category(), "render");
         assert_eq!(
             ReconcileError::LockTimeout("ns/p".into()).category(),
             "lock_timeout"

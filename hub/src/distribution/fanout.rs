@@ -20,7 +20,7 @@ use accord_common::distribution::PolicyRef;
 
 use super::record::PlacementRecord;
 use crate::connections::Connections;
-use crate::federated_resource::secrets::Secrets;
+use crate::distribution::secrets::Secrets;
 use crate::store::epoch::StoreEpoch;
 use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
 

@@ -10,6 +10,7 @@ pub mod deletion;
 pub mod fanout;
 pub mod record;
 pub mod reported;
+pub mod secrets;
 pub mod select;
 
 pub use fanout::Fanout;

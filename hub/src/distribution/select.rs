@@ -12,7 +12,9 @@ use accord_crds::conditions::{self, types};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 
-use crate::controllers::ClusterObject;
+/// ManagedClusters as every controller sees them: metadata typed, the rest as stored, so
+/// one malformed cluster object cannot stop the shared watch.
+pub type ClusterObject = crate::controllers::lenient::Lenient<accord_crds::ManagedCluster>;
 
 /// What the controllers need of one ManagedCluster, read field by field so that a cluster
 /// whose spec does not decode still counts by its labels and status.

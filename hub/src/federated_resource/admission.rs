@@ -10,10 +10,13 @@
 
 use accord_crds::validate::Validate as _;
 
-use crate::webhook::review::{ResourceReview, Verdict};
+use accord_crds::FederatedResource;
+use futures::future::BoxFuture;
 
-/// `status.reason` of a refusal.
-pub const INVALID_SPEC_REASON: &str = "INVALID_SPEC";
+use crate::webhook::review::{ResourceReview, Verdict};
+use crate::webhook::{Admission, Answer, Webhook};
+
+pub use crate::webhook::review::INVALID_SPEC_REASON;
 
 /// Decides one review.
 pub fn decide_resource(review: &ResourceReview) -> Verdict {
@@ -23,6 +26,29 @@ pub fn decide_resource(review: &ResourceReview) -> Verdict {
     match resource.spec.validate() {
         Ok(()) => Verdict::allow(),
         Err(errors) => Verdict::invalid(INVALID_SPEC_REASON, errors.to_string()),
+    }
+}
+
+/// The FederatedResource webhook.
+pub const WEBHOOK: Webhook = Webhook {
+    name: "federatedresources.accord.io",
+    path: "/validate-federatedresources",
+    resource: "federatedresources",
+};
+
+/// The FederatedResource admission: decided from the object alone.
+pub struct ResourceAdmission;
+
+impl Admission for ResourceAdmission {
+    fn webhook(&self) -> Webhook {
+        WEBHOOK
+    }
+
+    fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
+        Box::pin(std::future::ready(Answer::of::<FederatedResource>(
+            &body,
+            decide_resource,
+        )))
     }
 }
 

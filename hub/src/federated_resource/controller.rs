@@ -32,9 +32,18 @@ use crate::store::StatusRecord;
 pub const DEFAULT_RESOURCE_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The FederatedResource settings of `serve`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct FederatedResourceOptions {
-    /// `--resource-deletion-timeout`: how long a deletion waits for the members.
+    /// How long deleting a FederatedResource waits for every member to remove (or orphan)
+    /// what it was sent; after it, the object goes anyway with a Warning Event naming the
+    /// members left behind.
+    #[arg(
+        id = "resource_deletion_timeout",
+        value_name = "RESOURCE_DELETION_TIMEOUT",
+        long = "resource-deletion-timeout",
+        default_value = "5m",
+        value_parser = accord_crds::duration::parse_flag
+    )]
     pub deletion_timeout: Duration,
 }
 
@@ -85,7 +94,7 @@ impl PlacementKind for FederatedResources {
     ) -> Started<Self> {
         let claims_changed =
             placement::trigger_on_claims::<Self>(ctx, objects.clone(), trigger.clone());
-        let secret_changes = crate::federated_resource::secrets::triggers::<Self>(
+        let secret_changes = crate::controllers::secret_changes::trigger_on_secret_changes::<Self>(
             ctx.clone(),
             objects,
             trigger,

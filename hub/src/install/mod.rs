@@ -266,9 +266,7 @@ fn etcd_secret(
     })))
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    accord_crds::duration::parse(s).map_err(|e| e.to_string())
-}
+use accord_crds::duration::parse_flag as parse_duration;
 
 /// Everything that can stop an installation.
 #[derive(Debug, thiserror::Error)]

@@ -17,8 +17,9 @@ use super::options::{
     ETCD_SECRET_CERT, ETCD_SECRET_KEY, ETCD_SECRET_MOUNT, ETCD_SECRET_PASSWORD,
     ETCD_SECRET_USERNAME, EtcdMode, HUB_METRICS_SERVICE, HUB_NAME, InstallOptions, Resources,
 };
+use crate::kinds::WEBHOOKS;
 use crate::pki::DEFAULT_CA_SECRET_NAME as CA_SECRET_NAME;
-use crate::webhook::{CONFIGURATION_NAME as WEBHOOK_CONFIGURATION, WEBHOOKS};
+use crate::webhook::CONFIGURATION_NAME as WEBHOOK_CONFIGURATION;
 use accord_common::promfed::GLOBAL_CONFIG_MAP_NAME;
 
 /// Where the evaluation etcd keeps its data (a PersistentVolumeClaim).
@@ -984,7 +985,7 @@ mod tests {
         let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
         let config = webhook_configuration(&external(), Some(pem));
         let mut without = config.clone();
-        for webhook in 0..crate::webhook::WEBHOOKS.len() {
+        for webhook in 0..WEBHOOKS.len() {
             let bundle = config["webhooks"][webhook]["clientConfig"]["caBundle"]
                 .as_str()
                 .unwrap();

@@ -26,20 +26,22 @@ use kube::ResourceExt as _;
 
 use crate::distribution::select::matches;
 use crate::kafka_topic::policy::{self, Violation};
-use crate::webhook::review::{Operation, Refusal, TopicReview, Verdict};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// `status.reason` of a refusal for breaking a `Deny` KafkaTopicPolicy (also when the
-/// name is taken as well).
-pub const DENY_REASON: &str = "TOPIC_CREATION_POLICY_VIOLATION";
+use futures::future::BoxFuture;
+use tracing::debug;
+
+use crate::kafka::admission_cache::Caches;
+use crate::webhook::review::{Operation, Refusal, TopicReview, Verdict};
+use crate::webhook::{Admission, Answer, EVENT_REASON, Webhook, listed_in_time};
+use crate::writes::{EventRecorder, EventType};
+
+pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
 
 /// `status.reason` of a refusal for a Kafka topic name an older FederatedKafkaTopic
 /// already has in one of the same clusters (and no `Deny` policy broken).
 pub const ALREADY_MANAGED_REASON: &str = "TOPIC_ALREADY_MANAGED";
-
-/// Key of the audit annotation an audited violation adds. The API server prefixes it with
-/// the webhook's name, so audit logs show `federatedkafkatopics.accord.io/policy-violation`
-/// (a key with a `/` of its own would be dropped as malformed).
-pub const AUDIT_ANNOTATION: &str = "policy-violation";
 
 /// HTTP-like code of a refusal.
 const FORBIDDEN: u16 = 403;
@@ -249,6 +251,108 @@ fn taken_message(topic_name: &str, taken: &[Taken]) -> String {
         "Kafka topic {topic_name:?} is already managed by {}",
         parts.join(" and by ")
     )
+}
+
+/// The FederatedKafkaTopic webhook.
+pub const WEBHOOK: Webhook = Webhook {
+    name: "federatedkafkatopics.accord.io",
+    path: "/validate-federatedkafkatopics",
+    resource: "federatedkafkatopics",
+};
+
+/// How long after admitting an audited topic its Event waits for the topic to be stored.
+const EVENT_WAIT: Duration = Duration::from_secs(30);
+
+/// The FederatedKafkaTopic admission: decided over a snapshot of the webhook's caches; an
+/// audited topic gets a Warning Event once it is stored.
+pub struct TopicAdmission {
+    caches: Caches,
+    recorder: Arc<EventRecorder>,
+}
+
+impl TopicAdmission {
+    /// The admission reading `caches`, recording Events through `recorder`.
+    pub fn new(caches: Caches, recorder: Arc<EventRecorder>) -> Self {
+        Self { caches, recorder }
+    }
+}
+
+impl Admission for TopicAdmission {
+    fn webhook(&self) -> Webhook {
+        WEBHOOK
+    }
+
+    fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let review = match crate::webhook::review::decode::<FederatedKafkaTopic>(&body) {
+                Ok(r) => r,
+                Err(e) => return Answer::Malformed(e),
+            };
+            if !listed_in_time(self.caches.wait_until_ready()).await {
+                return Answer::NotListed;
+            }
+            let snapshot = match (&review.operation, &review.object) {
+                (Operation::Create | Operation::Update, Some(topic)) => {
+                    snapshot(&self.caches, topic)
+                }
+                _ => Snapshot::default(),
+            };
+            let decision = decide(&review, &snapshot);
+            if let (Some(note), Some(topic)) = (decision.event, &review.object) {
+                // Best effort and off the request path: the topic is not stored until
+                // admission ends, so the Event waits for the reflector to see it.
+                let caches = self.caches.clone();
+                let recorder = self.recorder.clone();
+                let namespace = topic.namespace().unwrap_or_default();
+                let name = topic.name_any();
+                tokio::spawn(async move {
+                    record_violation(&caches, &recorder, &namespace, &name, note).await;
+                });
+            }
+            Answer::Decided {
+                verdict: decision.verdict,
+                uid: review.uid,
+            }
+        })
+    }
+}
+
+/// What deciding a review of `topic` needs from `caches`: every policy that decodes, the
+/// labels of the topic's namespace, the stored topics with the same Kafka topic name, and
+/// the ManagedClusters' labels (only when a selector has to be resolved).
+fn snapshot(caches: &Caches, topic: &FederatedKafkaTopic) -> Snapshot {
+    let same_name = caches.topics_named(topic.topic_name());
+    let selectors = topic.spec.placement.cluster_selector.is_some()
+        || same_name
+            .iter()
+            .any(|t| t.spec.placement.cluster_selector.is_some());
+    let clusters = if selectors && !same_name.is_empty() {
+        caches.cluster_labels()
+    } else {
+        BTreeMap::new()
+    };
+    Snapshot {
+        policies: caches.policies(),
+        namespace_labels: caches.namespace_labels(topic.metadata.namespace.as_deref()),
+        same_name,
+        clusters,
+    }
+}
+
+/// Records the Warning Event `PolicyViolation` on the admitted topic once it is stored.
+async fn record_violation(
+    caches: &Caches,
+    recorder: &EventRecorder,
+    namespace: &str,
+    name: &str,
+    note: String,
+) {
+    let Some(stored) = caches.wait_for_topic(namespace, name, EVENT_WAIT).await else {
+        debug!(namespace, name, "audited topic never appeared; no Event");
+        return;
+    };
+    let reference = kube::Resource::object_ref(stored.as_ref(), &());
+    recorder.publish(&reference, EventType::Warning, EVENT_REASON, "Admit", note);
 }
 
 #[cfg(test)]

@@ -66,10 +66,18 @@ const HELD_BY_POLICY: &str =
 pub const DEFAULT_TOPIC_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The FederatedKafkaTopic settings of `serve`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct KafkaTopicOptions {
-    /// `--topic-deletion-timeout`: how long a deletion with `deletionPolicy: Delete` waits
-    /// for the members before the object goes anyway.
+    /// How long deleting a FederatedKafkaTopic with `deletionPolicy: Delete` waits for
+    /// every member to delete its topic; after it, the object goes anyway with a Warning
+    /// Event naming the members left behind.
+    #[arg(
+        id = "topic_deletion_timeout",
+        value_name = "TOPIC_DELETION_TIMEOUT",
+        long = "topic-deletion-timeout",
+        default_value = "5m",
+        value_parser = accord_crds::duration::parse_flag
+    )]
     pub deletion_timeout: Duration,
 }
 

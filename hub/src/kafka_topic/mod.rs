@@ -9,7 +9,6 @@
 //! assignment, and a disconnected cluster keeps it.
 
 pub mod admission;
-pub mod admission_cache;
 pub mod controller;
 pub mod deletion;
 pub mod plan;

@@ -31,10 +31,14 @@ use accord_crds::validate::Validate as _;
 use kube::ResourceExt as _;
 
 use crate::distribution::select::{SelectorError, matches};
-use crate::webhook::review::{Refusal, Review, Verdict};
+use futures::future::BoxFuture;
 
-pub use crate::federated_resource::admission::INVALID_SPEC_REASON;
-pub use crate::kafka_topic::admission::{AUDIT_ANNOTATION, DENY_REASON};
+use crate::kafka::admission_cache::Caches;
+use crate::webhook::review::{Refusal, Review, Verdict};
+use crate::webhook::{Admission, Answer, Webhook, listed_in_time};
+
+pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
+pub use crate::webhook::review::INVALID_SPEC_REASON;
 
 /// A review of a FederatedKafkaUser.
 pub type UserReview = Review<FederatedKafkaUser>;
@@ -198,6 +202,57 @@ pub fn decide_user(review: &UserReview, snapshot: &Snapshot) -> Verdict {
             .map(|v| format!("{v} [Audit: admitted]"))
             .collect(),
         audit_annotations: [(AUDIT_ANNOTATION.to_owned(), joined(&audited))].into(),
+    }
+}
+
+/// The FederatedKafkaUser webhook.
+pub const WEBHOOK: Webhook = Webhook {
+    name: "federatedkafkausers.accord.io",
+    path: "/validate-federatedkafkausers",
+    resource: "federatedkafkausers",
+};
+
+/// The FederatedKafkaUser admission: decided over the KafkaTopicPolicies and namespace
+/// labels of the webhook's caches (shared with the topic admission).
+pub struct UserAdmission {
+    caches: Caches,
+}
+
+impl UserAdmission {
+    /// The admission reading `caches`.
+    pub fn new(caches: Caches) -> Self {
+        Self { caches }
+    }
+}
+
+impl Admission for UserAdmission {
+    fn webhook(&self) -> Webhook {
+        WEBHOOK
+    }
+
+    fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let review = match crate::webhook::review::decode::<FederatedKafkaUser>(&body) {
+                Ok(r) => r,
+                Err(e) => return Answer::Malformed(e),
+            };
+            if !listed_in_time(self.caches.wait_until_ready()).await {
+                return Answer::NotListed;
+            }
+            let snapshot = match &review.object {
+                Some(user) => Snapshot {
+                    policies: self.caches.policies(),
+                    namespace_labels: self
+                        .caches
+                        .namespace_labels(user.metadata.namespace.as_deref()),
+                },
+                None => Snapshot::default(),
+            };
+            Answer::Decided {
+                verdict: decide_user(&review, &snapshot),
+                uid: review.uid,
+            }
+        })
     }
 }
 

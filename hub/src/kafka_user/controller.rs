@@ -56,10 +56,18 @@ pub const DEFAULT_USER_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
 pub const GENERATED_KEY: &str = "password";
 
 /// The FederatedKafkaUser settings of `serve`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct KafkaUserOptions {
-    /// `--user-deletion-timeout`: how long a deletion with `deletionPolicy: Delete` waits
-    /// for the members before the object goes anyway.
+    /// How long deleting a FederatedKafkaUser with `deletionPolicy: Delete` waits for every
+    /// member to remove its credential, ACLs and quotas; after it, the object goes anyway
+    /// with a Warning Event naming the members left behind.
+    #[arg(
+        id = "user_deletion_timeout",
+        value_name = "USER_DELETION_TIMEOUT",
+        long = "user-deletion-timeout",
+        default_value = "5m",
+        value_parser = accord_crds::duration::parse_flag
+    )]
     pub deletion_timeout: Duration,
 }
 
@@ -353,7 +361,7 @@ impl PlacementKind for KafkaUsers {
         trigger: Trigger<Self>,
         options: &KafkaUserOptions,
     ) -> Started<Self> {
-        let secret_changes = crate::federated_resource::secrets::triggers::<Self>(
+        let secret_changes = crate::controllers::secret_changes::trigger_on_secret_changes::<Self>(
             ctx.clone(),
             users.clone(),
             trigger.clone(),

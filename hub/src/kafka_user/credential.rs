@@ -17,11 +17,11 @@ use std::sync::{LazyLock, Mutex, PoisonError};
 use accord_common::distribution::{SCRAM_SHA_512, ScramCredential};
 use accord_crds::kafka_user::GENERATED_PASSWORD_LENGTH;
 use accord_kafka::ScramMechanism;
-use accord_proto::v1::KafkaUserAssignment;
+use accord_proto::v1::assignment;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::federated_resource::secrets::Secrets;
+use crate::distribution::secrets::Secrets;
 
 /// Bytes of a fresh salt.
 const SALT_BYTES: usize = 32;
@@ -118,7 +118,10 @@ pub fn decide(
 /// from the Secret as this replica sees it now. Only when it matches the decision's hash:
 /// a password changed since the decision brings a new decision (and salt) at once, and the
 /// agent keeps what its Kafka holds until then.
-pub fn enclose(secrets: &Secrets, namespace: &str, spec: &mut KafkaUserAssignment) {
+pub fn enclose(secrets: &Secrets, namespace: &str, spec: &mut assignment::Spec) {
+    let assignment::Spec::KafkaUser(spec) = spec else {
+        return;
+    };
     let Some(c) = spec.credential.as_mut() else {
         return;
     };

@@ -13,7 +13,11 @@
 
 use accord_common::promfed::check_selector;
 
+use accord_crds::PrometheusFederation;
+use futures::future::BoxFuture;
+
 use crate::webhook::review::{FederationReview, Verdict};
+use crate::webhook::{Admission, Answer, Webhook};
 
 /// `status.reason` of a refusal for a `match[]` entry that is not a series selector.
 pub const INVALID_MATCH_REASON: &str = "INVALID_MATCH_SELECTOR";
@@ -38,6 +42,29 @@ pub fn decide_federation(review: &FederationReview) -> Verdict {
         return Verdict::allow();
     }
     Verdict::invalid(INVALID_MATCH_REASON, problems.join("; "))
+}
+
+/// The PrometheusFederation webhook.
+pub const WEBHOOK: Webhook = Webhook {
+    name: "prometheusfederations.accord.io",
+    path: "/validate-prometheusfederations",
+    resource: "prometheusfederations",
+};
+
+/// The PrometheusFederation admission: decided from the object alone.
+pub struct PromfedAdmission;
+
+impl Admission for PromfedAdmission {
+    fn webhook(&self) -> Webhook {
+        WEBHOOK
+    }
+
+    fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
+        Box::pin(std::future::ready(Answer::of::<PrometheusFederation>(
+            &body,
+            decide_federation,
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -58,10 +58,15 @@ const MEANING: Meaning = Meaning {
 };
 
 /// The PrometheusFederation settings of `serve`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct PromfedOptions {
-    /// `--federation-namespace`: namespace of the global tier's ConfigMap (default: the
-    /// hub's namespace).
+    /// Namespace of ConfigMap prometheus-federation-global, the global federation tier's
+    /// config (default: --namespace).
+    #[arg(
+        id = "federation_namespace",
+        value_name = "FEDERATION_NAMESPACE",
+        long = "federation-namespace"
+    )]
     pub namespace: Option<String>,
 }
 
@@ -276,8 +281,10 @@ impl Promfed {
             .filter_map(|p| global_policy(p, &clusters))
             .collect();
         let planned = global::plan(&policies);
-        let rendered =
-            global::render(&planned).map_err(|e| ReconcileError::Render(e.to_string()))?;
+        let rendered = global::render(&planned).map_err(|e| ReconcileError::Kind {
+            category: "render",
+            message: format!("rendering the global tier: {e}"),
+        })?;
         let api: Api<ConfigMap> = Api::namespaced(self.ctx.kube.clone(), &self.namespace);
         let current = self.current_global(&api).await?;
         let Some(rendered) = rendered else {

@@ -201,7 +201,7 @@ async fn autoscale(
             return;
         };
         let cfg = Config::from_spec(spec);
-        let (state, revision) = match ctx.autoscale.get(&key) {
+        let (state, revision) = match crate::scale::autoscale_states(&ctx).get(&key) {
             Some((s, r)) => (s, Some(r)),
             None => (State::default(), None),
         };
@@ -250,7 +250,9 @@ async fn autoscale(
             Ok(written) => {
                 retry = backoff(Duration::from_millis(500), Duration::from_secs(30));
                 // Read our own write before the next round reads the cache.
-                ctx.autoscale.wait_for_revision(written).await;
+                crate::scale::autoscale_states(&ctx)
+                    .wait_for_revision(written)
+                    .await;
             }
             Err(AutoscaleError::NotLeader | AutoscaleError::Store(StoreError::Fenced)) => return,
             Err(e) => {

@@ -42,11 +42,13 @@ use crate::distribution::select::select_clusters;
 pub const DEFAULT_AUTOSCALING_STATUS_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The CrossClusterScalePolicy settings of `serve`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, clap::Args)]
 pub struct ScaleOptions {
-    /// `--autoscaling-status-interval`: how often, at most, `status.autoscaling` is
-    /// rewritten when only its live figures (value, EWMA, deviation, threshold) moved; the
-    /// live value is on `/metrics` meanwhile.
+    /// How often, at most, `status.autoscaling` of a CrossClusterScalePolicy is rewritten
+    /// when only its live figures (value, EWMA, deviation, threshold) moved; decisions, the
+    /// recommended count, the breaker and conditions are written at once, and poll
+    /// bookkeeping alone (samples) never. The live value is on /metrics.
+    #[arg(long, default_value = "30s", value_parser = accord_crds::duration::parse_flag)]
     pub autoscaling_status_interval: Duration,
 }
 
@@ -95,7 +97,7 @@ impl PlacementKind for Scale {
             },
             // The autoscaler's stored state → the policy it is about.
             tasks: vec![Box::pin(trigger_on_changes(
-                ctx.autoscale.subscribe(),
+                crate::scale::autoscale_states(ctx).subscribe(),
                 ctx.store.keys().autoscale_prefix(),
                 objects,
                 trigger,
@@ -187,9 +189,7 @@ impl PlacementKind for Scale {
         // With autoscaling, the count divided is the one the autoscaler holds (spec is
         // never written); `spec.desiredReplicas` until it has decided one.
         let autoscaled = policy.spec.autoscaling.as_ref().map(|a| {
-            let state = self
-                .ctx
-                .autoscale
+            let state = crate::scale::autoscale_states(&self.ctx)
                 .get(&self.ctx.store.keys().autoscale(&ns, &policy.name_any()))
                 .map(|(s, _)| s);
             (Config::from_spec(a), state)

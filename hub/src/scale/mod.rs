@@ -8,7 +8,35 @@ pub mod controller;
 pub mod division;
 pub mod plan;
 
+use std::any::Any;
+
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+
+use crate::controllers::ControllerContext;
+use crate::store::{PrefixCache, Store, StoreError};
+
+/// Every autoscaled policy's state (`autoscale/`), written by the autoscaler and followed
+/// by the scale controller; kept for a leader's term among the controllers' extensions.
+pub type AutoscaleStates = PrefixCache<autoscale::engine::State>;
+
+/// Starts the term's [`AutoscaleStates`] (the kind's registered extension).
+pub fn start_autoscale_states(
+    store: Store,
+) -> BoxFuture<'static, Result<Box<dyn Any + Send + Sync>, StoreError>> {
+    Box::pin(async move {
+        let prefix = store.keys().autoscale_prefix();
+        let states = AutoscaleStates::start(store, prefix).await?;
+        Ok(Box::new(states) as Box<dyn Any + Send + Sync>)
+    })
+}
+
+/// The term's [`AutoscaleStates`].
+pub fn autoscale_states(ctx: &ControllerContext) -> &AutoscaleStates {
+    ctx.extensions
+        .get()
+        .expect("the CrossClusterScalePolicy kind registers its autoscale states")
+}
 
 /// A scale policy's decision data (the variant [`Decision::Scale`] of its placements
 /// record).

@@ -4,7 +4,7 @@
 //! its `caBundle` gets it back.
 //!
 //! Watches that one object by name and, when the `caBundle` of one of the Accord webhooks in
-//! it ([`WEBHOOKS`]) differs, merge-patches
+//! it ([`Webhook::is_accords`]) differs, merge-patches
 //! its `webhooks` with the observed `resourceVersion` (a concurrent change makes the patch
 //! fail and the next event retries). Every replica does it; they all write the same CA.
 //! An absent configuration (the hub run outside a cluster, a test registering its own) is
@@ -28,7 +28,7 @@ use kube::{Api, ResourceExt as _};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::{CONFIGURATION_NAME, WEBHOOKS};
+use super::{CONFIGURATION_NAME, Webhook};
 use crate::http::ReadinessGates;
 
 /// The merge patch that sets `caBundle` of every Accord webhook in `config`, or `None` when
@@ -40,10 +40,7 @@ pub fn ca_bundle_patch(
 ) -> Option<serde_json::Value> {
     let mut webhooks = config.webhooks.clone().unwrap_or_default();
     let mut changed = false;
-    for ours in webhooks
-        .iter_mut()
-        .filter(|w| WEBHOOKS.iter().any(|ours| ours.name == w.name))
-    {
+    for ours in webhooks.iter_mut().filter(|w| Webhook::is_accords(&w.name)) {
         if ours
             .client_config
             .ca_bundle

@@ -1,40 +1,17 @@
-//! The validating admission webhooks for FederatedKafkaTopics, PrometheusFederations,
-//! FederatedResources and FederatedKafkaUsers (`--webhook-addr`), listed in [`WEBHOOKS`].
+//! The validating admission webhooks of the kinds that have one (`--webhook-addr`), each
+//! an [`Admission`] the kind registers (`crate::kinds`); this module knows no kind.
 //!
 //! Every hub replica serves them over HTTPS with its serving certificate from the hub CA,
-//! each a pipeline of [`review::decode`] → a pure decision → [`review::response_body`]:
-//!
-//! - FederatedKafkaTopics on [`PATH`], decided by [`decide`](crate::kafka_topic::admission::decide) over a snapshot of the
-//!   webhook's own reflectors (so no API call is on the request path). It refuses topics
-//!   that break a `Deny` KafkaTopicPolicy (reason [`DENY_REASON`]) and topics whose Kafka
-//!   name an older FederatedKafkaTopic already has in one of their clusters (reason
-//!   [`ALREADY_MANAGED_REASON`]; [`DENY_REASON`] with both messages when both apply); it
-//!   admits topics that break an `Audit` policy with a warning per rule, an audit
-//!   annotation and a Warning Event `PolicyViolation`.
-//! - PrometheusFederations on [`FEDERATION_PATH`], decided by
-//!   [`decide_federation`](crate::promfed::admission::decide_federation) from the object alone: a `match[]` entry the agent's
-//!   selector parser refuses is refused with the parser's message (reason
-//!   [`INVALID_MATCH_REASON`]).
-//! - FederatedResources on [`RESOURCE_PATH`], decided by
-//!   [`decide_resource`](crate::federated_resource::admission::decide_resource) from the
-//!   object alone: a spec that fails the checks CEL cannot express (duplicate manifests, a
-//!   patch operation without its value, more than 512 KiB) is refused naming every failed
-//!   rule (reason [`INVALID_SPEC_REASON`]).
-//! - FederatedKafkaUsers on [`USER_PATH`], decided by
-//!   [`decide_user`](crate::kafka_user::admission::decide_user) over the KafkaTopicPolicies
-//!   and namespace labels of the same caches: a spec that fails its own checks (an
-//!   operation its resource type does not have) is refused naming every failed rule
-//!   (reason [`INVALID_SPEC_REASON`]); an `allow` ACL granting `All` or naming resource
-//!   `*` under a policy whose `users` block does not allow it is refused (`Deny`, reason
-//!   [`DENY_REASON`]) or admitted with a warning and an audit annotation (`Audit`).
+//! each a pipeline of [`review::decode`] → the kind's pure decision →
+//! [`review::response_body`]. A decision that reads the webhook's own caches waits a moment
+//! for their first list ([`listed_in_time`]) and is answered 503 otherwise; one that reads
+//! the object alone is answered from the first moment.
 //!
 //! The ValidatingWebhookConfiguration ([`CONFIGURATION_NAME`], rendered by
 //! `accord-hub install`, the Helm chart and the plain manifests) holds one webhook per
 //! kind, each with `failurePolicy: Ignore`: a hub that is down never blocks the API; the
-//! controller checks every topic, FederatedResource and FederatedKafkaUser spec again
-//! before acting on it, and the agent reports a selector it cannot use on the
-//! PrometheusFederation. [`ca_bundle`] keeps
-//! the `caBundle` of each equal to the hub CA.
+//! controllers check every spec again before acting on it. [`ca_bundle`] keeps the
+//! `caBundle` of each equal to the hub CA.
 
 pub mod ca_bundle;
 pub mod conversion;
@@ -42,34 +19,16 @@ pub mod review;
 pub mod server;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use crate::writes::{EventRecorder, Reporter};
-
-pub use crate::federated_resource::admission::INVALID_SPEC_REASON;
-pub use crate::kafka_topic::admission::{ALREADY_MANAGED_REASON, AUDIT_ANNOTATION, DENY_REASON};
-pub use crate::promfed::admission::INVALID_MATCH_REASON;
 
 use crate::pki::KeyPairPem;
 
 /// Name of the ValidatingWebhookConfiguration.
 pub const CONFIGURATION_NAME: &str = "accord-hub";
-/// Name of the FederatedKafkaTopic webhook in it.
-pub const WEBHOOK_NAME: &str = "federatedkafkatopics.accord.io";
-/// Path the FederatedKafkaTopic webhook is served on.
-pub const PATH: &str = "/validate-federatedkafkatopics";
-/// Name of the PrometheusFederation webhook in it.
-pub const FEDERATION_WEBHOOK_NAME: &str = "prometheusfederations.accord.io";
-/// Path the PrometheusFederation webhook is served on.
-pub const FEDERATION_PATH: &str = "/validate-prometheusfederations";
-/// Name of the FederatedResource webhook in it.
-pub const RESOURCE_WEBHOOK_NAME: &str = "federatedresources.accord.io";
-/// Path the FederatedResource webhook is served on.
-pub const RESOURCE_PATH: &str = "/validate-federatedresources";
-/// Name of the FederatedKafkaUser webhook in it.
-pub const USER_WEBHOOK_NAME: &str = "federatedkafkausers.accord.io";
-/// Path the FederatedKafkaUser webhook is served on.
-pub const USER_PATH: &str = "/validate-federatedkafkausers";
-
 /// One webhook of the configuration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Webhook {
@@ -81,29 +40,78 @@ pub struct Webhook {
     pub resource: &'static str,
 }
 
-/// Every webhook of the configuration, in its order.
-pub const WEBHOOKS: [Webhook; 4] = [
-    Webhook {
-        name: WEBHOOK_NAME,
-        path: PATH,
-        resource: "federatedkafkatopics",
+impl Webhook {
+    /// Whether a webhook of the configuration, by `name`, is one of Accord's (they are
+    /// all named `<plural>.accord.io`).
+    pub fn is_accords(name: &str) -> bool {
+        name.ends_with(".accord.io")
+    }
+}
+
+/// What one review comes to.
+pub enum Answer {
+    /// The decision on the review with this `uid`.
+    Decided {
+        /// `request.uid`, echoed.
+        uid: String,
+        /// The decision.
+        verdict: review::Verdict,
     },
-    Webhook {
-        name: FEDERATION_WEBHOOK_NAME,
-        path: FEDERATION_PATH,
-        resource: "prometheusfederations",
-    },
-    Webhook {
-        name: RESOURCE_WEBHOOK_NAME,
-        path: RESOURCE_PATH,
-        resource: "federatedresources",
-    },
-    Webhook {
-        name: USER_WEBHOOK_NAME,
-        path: USER_PATH,
-        resource: "federatedkafkausers",
-    },
-];
+    /// The body is not a review this webhook answers (HTTP 400 with the reason).
+    Malformed(review::ReviewError),
+    /// The caches the decision reads have not listed yet (HTTP 503; with
+    /// `failurePolicy: Ignore` the API server then admits, and the controller's own check
+    /// still applies).
+    NotListed,
+}
+
+impl Answer {
+    /// The answer of a decision that reads the object alone: `body` decoded as a review of
+    /// `K`, decided by `decide`.
+    pub fn of<K>(body: &[u8], decide: impl FnOnce(&review::Review<K>) -> review::Verdict) -> Self
+    where
+        K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>,
+    {
+        match review::decode::<K>(body) {
+            Ok(review) => Self::Decided {
+                verdict: decide(&review),
+                uid: review.uid,
+            },
+            Err(e) => Self::Malformed(e),
+        }
+    }
+}
+
+/// A kind's validating admission webhook.
+pub trait Admission: Send + Sync + 'static {
+    /// Its webhook in the configuration.
+    fn webhook(&self) -> Webhook;
+    /// Answers one review (`body`, an AdmissionReview as the API server sent it).
+    fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer>;
+}
+
+/// Resolves once every cache some admission reads has listed.
+pub type WhenListed = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Every kind's admission webhook and the caches they read.
+pub struct Admissions {
+    /// The webhooks, in the configuration's order.
+    pub reviews: Vec<Arc<dyn Admission>>,
+    /// Resolves once every cache the reviews read has listed (`/readyz`).
+    pub listed: WhenListed,
+    /// Keeps the caches' watches; resolves only when one of them stops, with why.
+    pub caches: BoxFuture<'static, String>,
+}
+
+/// How long a review waits for the caches' first list after a start; past it the webhook
+/// answers 503.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Waits up to a moment for `listed`; false when the caches have still not listed (answer
+/// [`Answer::NotListed`]).
+pub async fn listed_in_time(listed: impl Future<Output = ()>) -> bool {
+    tokio::time::timeout(READY_WAIT, listed).await.is_ok()
+}
 
 /// Default port of `--webhook-addr` and of the Service port.
 pub const DEFAULT_PORT: u16 = 9443;
@@ -119,9 +127,9 @@ pub enum WebhookError {
     /// The HTTPS server failed.
     #[error("the webhook's HTTPS server failed")]
     Serve(#[source] std::io::Error),
-    /// One of the webhook's reflectors stopped.
-    #[error(transparent)]
-    Cache(#[from] crate::kafka_topic::admission_cache::CacheStopped),
+    /// One of the webhook's caches stopped.
+    #[error("{0}")]
+    Cache(String),
     /// The `caBundle` keeper stopped.
     #[error("the webhook's caBundle keeper stopped")]
     CaBundle,
@@ -148,22 +156,34 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Runs the webhook on `listener`: its reflectors, the `caBundle` keeper and the HTTPS
-/// server. Returns only when one of them ends.
-pub async fn run(deps: WebhookDeps, listener: tokio::net::TcpListener) -> Result<(), WebhookError> {
-    let tls = server::tls_config(&deps.ca_pem, &deps.serving)?;
-    let (caches, reflectors) = crate::kafka_topic::admission_cache::Caches::new(deps.kube.clone());
-    let recorder = EventRecorder::new(
-        deps.kube.clone(),
+/// The recorder of the Events the webhook publishes (e.g. about an audited object).
+pub fn recorder(kube: kube::Client, replica: &str) -> EventRecorder {
+    EventRecorder::new(
+        kube,
         Reporter {
             controller: "accord-hub-webhook".into(),
-            instance: Some(deps.replica.clone()),
+            instance: Some(replica.to_owned()),
         },
-    );
+    )
+}
+
+/// Runs the webhook on `listener`: the admissions' caches, the `caBundle` keeper and the
+/// HTTPS server. Returns only when one of them ends.
+pub async fn run(
+    deps: WebhookDeps,
+    admissions: Admissions,
+    listener: tokio::net::TcpListener,
+) -> Result<(), WebhookError> {
+    let tls = server::tls_config(&deps.ca_pem, &deps.serving)?;
+    let Admissions {
+        reviews,
+        listed,
+        caches,
+    } = admissions;
     tokio::select! {
-        r = reflectors => r.map_err(WebhookError::from),
+        why = caches => Err(WebhookError::Cache(why)),
         () = ca_bundle::keep_ca_bundle(deps.kube.clone(), deps.ca_pem.clone(), deps.gates.clone()) => Err(WebhookError::CaBundle),
         () = ca_bundle::keep_crd_ca_bundles(deps.kube.clone(), deps.ca_pem.clone(), deps.gates.clone()) => Err(WebhookError::CaBundle),
-        r = server::serve(listener, tls, caches, recorder) => r,
+        r = server::serve(listener, tls, reviews, listed) => r,
     }
 }

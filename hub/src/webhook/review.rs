@@ -14,6 +14,10 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// `status.reason` of a refusal of a spec that fails its kind's own checks (those CEL
+/// cannot express), naming every failed rule.
+pub const INVALID_SPEC_REASON: &str = "INVALID_SPEC";
+
 /// API version of the reviews this webhook reads and writes.
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 

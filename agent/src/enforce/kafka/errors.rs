@@ -6,9 +6,12 @@
 
 use accord_kafka::KafkaError;
 
-// The prefixes stay where the topic judge and its tests have always read them.
 use crate::enforce::ApplyErrorKind;
-use crate::enforce::kafka_topic::judge::{AUTHENTICATION_PREFIX, UNREACHABLE_PREFIX};
+
+/// How messages of an unreachable Kafka begin (the status shows them as `Unavailable`).
+pub const UNREACHABLE_PREFIX: &str = "Kafka unreachable: ";
+/// How messages of a Kafka that refused the agent's credentials begin (`Unavailable`).
+pub const AUTHENTICATION_PREFIX: &str = "Kafka authentication failed: ";
 
 /// The kind of a failed Kafka request: the whole request failing (`Broker`, with a Kafka
 /// error code) or one item's error inside an answer (`Item`, its code).

@@ -1,7 +1,7 @@
 //! What the agent's Kafka enforcers share: how the member's Kafka is reached and told
 //! apart from a Kafka that answers "no".
 //!
-//! Topics ([`super::kafka_topic`]) and users ([`super::kafka_user`]) live in the same
+//! Topics and users (the `kafka_topic` and `kafka_user` enforcers) live in the same
 //! Kafka, so they read the same connection Secret with the same options
 //! ([`KafkaOptions`]: one `--kafka-secret`, one `--kafka-resync`, one probe), and a failure
 //! means the same for both: [`errors`] classifies it once. Each enforcer keeps its own

@@ -19,11 +19,22 @@ use tokio::sync::{Notify, watch};
 use tokio::time::MissedTickBehavior;
 use tracing::{info, warn};
 
-use super::errors::failure_message;
-pub use crate::enforce::kafka_topic::judge::Probe;
-use crate::enforce::kafka_topic::judge::UNREACHABLE_PREFIX;
+use super::errors::{UNREACHABLE_PREFIX, failure_message};
 use crate::enforce::{EventSink, WatchEvent};
 use crate::metrics::Metrics;
+
+/// What the last liveness probe of the member's Kafka said .
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Probe {
+    /// No probe has finished through the current connection yet.
+    #[default]
+    NotYet,
+    /// Kafka answered the last probe.
+    Answered,
+    /// Kafka did not answer the last probe in time, or refused it; the message says why
+    /// (`Kafka unreachable: …`, `Kafka authentication failed: …`).
+    Failed(String),
+}
 
 /// The resource name of the probe's verdict in watch events.
 pub const PROBES: &str = "kafkaprobes";
@@ -249,7 +260,7 @@ mod tests {
         };
         let message = outcome(Some(Err(e)), Duration::from_secs(2)).unwrap_err();
         assert!(
-            message.starts_with(crate::enforce::kafka_topic::judge::AUTHENTICATION_PREFIX),
+            message.starts_with(super::super::errors::AUTHENTICATION_PREFIX),
             "{message}"
         );
     }

@@ -18,30 +18,14 @@ use std::collections::BTreeMap;
 use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, Observed, PlacementState};
 use accord_kafka::{ConfigEntry, ConfigOp, ConfigSource, NewTopic};
 
+use crate::enforce::kafka::probe::Probe;
 use crate::enforce::{Action, ApplyError, ApplyErrorKind, Judgement};
 use crate::report::Report;
 
-/// How messages of an unreachable Kafka begin (the status shows them as `Unavailable`).
-pub const UNREACHABLE_PREFIX: &str = "Kafka unreachable: ";
-/// How messages of a Kafka that refused the agent's credentials begin (`Unavailable`).
-pub const AUTHENTICATION_PREFIX: &str = "Kafka authentication failed: ";
 /// How messages of a spec that Kafka cannot follow begin (`Error`).
 pub const NOT_SUPPORTED_PREFIX: &str = "NotSupported: ";
 /// The message of a topic whose deletion completed.
 pub const DELETED_MESSAGE: &str = "deleted";
-
-/// What the last liveness probe of the member's Kafka said (see [`super::probe`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Probe {
-    /// No probe has finished through the current connection yet.
-    #[default]
-    NotYet,
-    /// Kafka answered the last probe.
-    Answered,
-    /// Kafka did not answer the last probe in time, or refused it; the message says why
-    /// (`Kafka unreachable: …`, `Kafka authentication failed: …`).
-    Failed(String),
-}
 
 /// What the agent saw of one topic in its last look at Kafka.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -34,13 +34,8 @@ use self::judge::Verdict;
 use self::observe::{Shared, TOPICS, Target};
 use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
+use super::kafka::{KafkaOptions, PROBES};
 use super::kafka::{conflict, reowned};
-// The probe is shared with the user enforcer; its verdict is still judged here.
-pub use super::kafka::probe;
-pub use super::kafka::{
-    DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, DEFAULT_RESYNC, DEFAULT_SECRET, KafkaOptions,
-    PROBES, ProbeOptions, SECRETS,
-};
 use super::{Action, ApplyError, ApplyErrorKind, Enforcer, EventSink, Judgement, WatchEvent};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;

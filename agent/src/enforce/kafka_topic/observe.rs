@@ -18,8 +18,9 @@ use accord_kafka::{Admin, KafkaConfig, KafkaError};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
-use super::judge::{Plan, Probe, TopicSeen, shows, topic_settings};
+use super::judge::{Plan, TopicSeen, shows, topic_settings};
 pub use crate::enforce::kafka::errors::failure_message;
+use crate::enforce::kafka::probe::Probe;
 use crate::enforce::kafka::probe::{Endpoint, ProbeState, Probed};
 use crate::enforce::{EventSink, WatchEvent};
 use crate::metrics::Metrics;

@@ -1,6 +1,7 @@
-//! The webhook's own reflectors — FederatedKafkaTopics, KafkaTopicPolicies, Namespaces and
-//! ManagedClusters (metadata only for the last two) — run on every replica, leader or not,
-//! so that answering a review never calls the API server.
+//! The Kafka admissions' own reflectors — FederatedKafkaTopics, KafkaTopicPolicies,
+//! Namespaces and ManagedClusters (metadata only for the last two) — run on every replica,
+//! leader or not, so that answering a review never calls the API server. The topic and user
+//! admissions share them.
 //!
 //! Topics and policies are watched as [`Lenient`] objects: one stored object that does not
 //! fit the Rust type must not stop the watch (it is skipped when a review reads it).
@@ -20,7 +21,6 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use super::admission::Snapshot;
 use crate::controllers::Lenient;
 
 /// Stored topics, as the reflector keeps them.
@@ -181,44 +181,28 @@ impl Caches {
             .unwrap_or_default()
     }
 
-    /// What deciding a review of `topic` needs: every policy that decodes, the labels of the
-    /// topic's namespace, the stored topics with the same Kafka topic name, and the
-    /// ManagedClusters' labels (only when a selector has to be resolved).
-    pub fn snapshot(&self, topic: &FederatedKafkaTopic) -> Snapshot {
-        let policies = self.policies();
-        let namespace_labels = self.namespace_labels(topic.metadata.namespace.as_deref());
-        let name = topic.topic_name();
-        let same_name: Vec<FederatedKafkaTopic> = self
-            .topics
+    /// The stored FederatedKafkaTopics (that decode) whose Kafka topic name is `name`.
+    pub fn topics_named(&self, name: &str) -> Vec<FederatedKafkaTopic> {
+        self.topics
             .state()
             .iter()
             .filter(|t| stored_topic_name(t) == Some(name))
             .filter_map(|t| t.decode().ok())
-            .collect();
-        let selectors = topic.spec.placement.cluster_selector.is_some()
-            || same_name
-                .iter()
-                .any(|t| t.spec.placement.cluster_selector.is_some());
-        let clusters = if selectors && !same_name.is_empty() {
-            self.clusters
-                .state()
-                .iter()
-                .map(|c| {
-                    (
-                        c.metadata.name.clone().unwrap_or_default(),
-                        c.metadata.labels.clone().unwrap_or_default(),
-                    )
-                })
-                .collect()
-        } else {
-            BTreeMap::new()
-        };
-        Snapshot {
-            policies,
-            namespace_labels,
-            same_name,
-            clusters,
-        }
+            .collect()
+    }
+
+    /// Every ManagedCluster's labels, by cluster name.
+    pub fn cluster_labels(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        self.clusters
+            .state()
+            .iter()
+            .map(|c| {
+                (
+                    c.metadata.name.clone().unwrap_or_default(),
+                    c.metadata.labels.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
     }
 
     /// Waits up to `timeout` until topic `namespace/name` is stored; returns its reference
