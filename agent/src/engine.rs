@@ -757,9 +757,7 @@ impl Engine {
                         };
                         self.metrics
                             .field_repairs
-                            .get_or_create(&ResultLabel {
-                                result: result.to_owned(),
-                            })
+                            .get_or_create(&ResultLabel::of(result))
                             .inc();
                     }
                     match guard {

@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-pub use accord_common::metrics::KindLabel;
-use prometheus_client::encoding::EncodeLabelSet;
+pub use accord_common::metrics::{CategoryLabel, RequestLabel, ResultLabel};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -26,19 +25,19 @@ pub struct Metrics {
     /// Repairs of fields another writer changed, by result (`restored`, or `held` when the
     /// fight guard kept the agent from fighting that writer).
     pub field_repairs: Family<ResultLabel, Counter>,
-    /// Failed applies and other errors, by kind.
-    pub apply_errors: Family<KindLabel, Counter>,
+    /// Failed applies and other errors, by category.
+    pub apply_errors: Family<CategoryLabel, Counter>,
     /// Status reports sent to the hub.
     pub reports_sent: Counter,
     /// StatusAcks received, by result (`accepted`, `conflict`).
-    pub report_acks: Family<KindLabel, Counter>,
+    pub report_acks: Family<ResultLabel, Counter>,
     /// Policies whose latest observation the hub has not accepted yet.
     pub reports_pending: Gauge,
     /// 1 while this replica holds the agent Lease (active), 0 while it stands by.
     pub leader: Gauge,
     /// Requests sent to the member's Kafka, by request (`metadata`, `describe_configs`,
     /// `create_topics`, `create_partitions`, `incremental_alter_configs`, `delete_topics`).
-    pub kafka_requests: Family<KindLabel, Counter>,
+    pub kafka_requests: Family<RequestLabel, Counter>,
     /// Topics named in CreateTopics requests, by Kafka's answer for each (`created`,
     /// `already_exists`: a create sent again while the broker did not list the topic yet,
     /// `refused`).
@@ -47,13 +46,6 @@ pub struct Metrics {
     pub certificate_renewals: Family<ResultLabel, Counter>,
     /// `notAfter` of the client certificate in use, in seconds since the Unix epoch.
     pub certificate_expiry: Gauge,
-}
-
-/// Label of outcome counters whose label is named `result`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    /// The outcome, e.g. `ok`.
-    pub result: String,
 }
 
 impl Default for Metrics {
@@ -165,39 +157,39 @@ impl Metrics {
         }
     }
 
-    /// Counts an error of `kind`.
-    pub fn error(&self, kind: &str) {
-        self.apply_errors.get_or_create(&KindLabel::of(kind)).inc();
+    /// Counts an error of `category`.
+    pub fn error(&self, category: &str) {
+        self.apply_errors
+            .get_or_create(&CategoryLabel::of(category))
+            .inc();
     }
 
-    /// Counts a request of `kind` to the member's Kafka.
-    pub fn kafka_request(&self, kind: &str) {
+    /// Counts a `request` to the member's Kafka.
+    pub fn kafka_request(&self, request: &str) {
         self.kafka_requests
-            .get_or_create(&KindLabel::of(kind))
+            .get_or_create(&RequestLabel::of(request))
             .inc();
     }
 
     /// Counts one topic of a CreateTopics request by Kafka's answer for it.
     pub fn topic_create(&self, result: &str) {
         self.topic_creates
-            .get_or_create(&ResultLabel {
-                result: result.to_owned(),
-            })
+            .get_or_create(&ResultLabel::of(result))
             .inc();
     }
 
     /// Counts a certificate renewal outcome.
     pub fn renewal(&self, result: &str) {
         self.certificate_renewals
-            .get_or_create(&ResultLabel {
-                result: result.to_owned(),
-            })
+            .get_or_create(&ResultLabel::of(result))
             .inc();
     }
 
     /// Counts a StatusAck with `result`.
     pub fn ack(&self, result: &str) {
-        self.report_acks.get_or_create(&KindLabel::of(result)).inc();
+        self.report_acks
+            .get_or_create(&ResultLabel::of(result))
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -245,11 +237,11 @@ mod tests {
             "accord_agent_assignments_applied_total",
             "accord_agent_managed_policies",
             "accord_agent_scale_applies_total",
-            "accord_agent_apply_errors_total{kind=\"not_found\"} 1",
+            "accord_agent_apply_errors_total{category=\"not_found\"} 1",
             "accord_agent_status_reports_sent_total",
-            "accord_agent_status_acks_total{kind=\"accepted\"} 1",
+            "accord_agent_status_acks_total{result=\"accepted\"} 1",
             "accord_agent_status_reports_pending",
-            "accord_agent_kafka_requests_total{kind=\"create_topics\"} 1",
+            "accord_agent_kafka_requests_total{request=\"create_topics\"} 1",
             "accord_agent_kafka_topic_creates_total{result=\"already_exists\"} 1",
             "accord_agent_certificate_renewals_total{result=\"ok\"} 1",
             "accord_agent_certificate_expiry_timestamp_seconds 1700000000",

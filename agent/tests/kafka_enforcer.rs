@@ -273,7 +273,7 @@ fn someone_else(cluster: &KafkaCluster) -> Admin {
 
 /// Requests of `kind` the agent sent to Kafka (`accord_agent_kafka_requests_total`).
 fn kafka_requests(metrics: &Metrics, kind: &str) -> f64 {
-    let series = format!("accord_agent_kafka_requests_total{{kind=\"{kind}\"}} ");
+    let series = format!("accord_agent_kafka_requests_total{{request=\"{kind}\"}} ");
     metrics
         .encode()
         .lines()

@@ -147,7 +147,7 @@ async fn user_engine(client: &kube::Client, agent_ns: &str) -> Result<(EngineTas
 /// The agent's requests of `kind` to Kafka so far.
 fn requests(metrics: &Metrics, kind: &str) -> f64 {
     let text = metrics.encode();
-    let series = format!("accord_agent_kafka_requests_total{{kind=\"{kind}\"}} ");
+    let series = format!("accord_agent_kafka_requests_total{{request=\"{kind}\"}} ");
     text.lines()
         .find_map(|line| line.strip_prefix(series.as_str()))
         .and_then(|value| value.parse().ok())

@@ -359,7 +359,7 @@ fn conflicts_take_the_hubs_version_and_an_older_report_is_not_repeated() {
         ensure!(later.expected_version >= 51, "{later:?}");
         let text = metrics.encode();
         ensure!(
-            text.contains("accord_agent_status_acks_total{kind=\"conflict\"} 2"),
+            text.contains("accord_agent_status_acks_total{result=\"conflict\"} 2"),
             "{text}"
         );
         Ok(())

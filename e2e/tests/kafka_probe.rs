@@ -39,7 +39,7 @@ const APPLIES: [&str; 4] = [
 /// Requests of `kind` the agent sent to Kafka, from its `/metrics`.
 async fn kafka_requests(testbed: &Testbed, http: &str, kind: &str) -> Result<u64> {
     let text = agent_metrics(testbed, http).await?;
-    let series = format!("accord_agent_kafka_requests_total{{kind=\"{kind}\"}} ");
+    let series = format!("accord_agent_kafka_requests_total{{request=\"{kind}\"}} ");
     Ok(text
         .lines()
         .find_map(|l| l.strip_prefix(&series)?.trim().parse::<f64>().ok())

@@ -29,7 +29,7 @@ static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(2));
 const FM: &str = "accord-e2e-renewal";
 /// Name of the identity Secret of the agent that keeps its identity in one.
 const IDENTITY_SECRET: &str = "accord-agent-identity";
-/// Connection failures the agent counts (`accord_agent_apply_errors_total{kind}`): a
+/// Connection failures the agent counts (`accord_agent_apply_errors_total{category}`): a
 /// renewal must cause none of them.
 const CONNECT_FAILURES: [&str; 4] = ["dial", "refused", "stream", "identity"];
 
@@ -122,7 +122,7 @@ async fn ensure_no_failures(testbed: &Testbed, cluster: &str, http: &str) -> Res
         }
         for kind in CONNECT_FAILURES {
             if line.starts_with(&format!(
-                "accord_agent_apply_errors_total{{kind=\"{kind}\"}}"
+                "accord_agent_apply_errors_total{{category=\"{kind}\"}}"
             )) {
                 bail!("agent {cluster} counted a failed connection: {line}");
             }

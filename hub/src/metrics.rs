@@ -1,6 +1,6 @@
 //! The hub's Prometheus metrics, served as text on `/metrics`.
 
-pub use accord_common::metrics::KindLabel;
+pub use accord_common::metrics::{CategoryLabel, KindLabel, ResultLabel};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -24,14 +24,6 @@ pub struct DecisionLabel {
 pub struct PolicyLabel {
     /// `namespace/name` of the policy.
     pub policy: String,
-}
-
-/// Label of outcome counters whose label is named `result` (registrations: `ok`,
-/// `bad_token`, `rate_limited`, …; certificate renewals: `ok`, `denied`, …).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
-    /// The outcome, e.g. `ok`.
-    pub result: String,
 }
 
 /// Label of streams ended because the registry no longer accepts their certificate.
@@ -68,11 +60,11 @@ pub struct Metrics {
     /// Heartbeats received.
     pub heartbeats: Counter,
     /// Status reports by result (`accepted`, `conflict`).
-    pub status_reports: Family<KindLabel, Counter>,
+    pub status_reports: Family<ResultLabel, Counter>,
     /// Latency of etcd transactions issued for agents' reports.
     pub etcd_txn_seconds: Histogram,
-    /// Errors by kind.
-    pub errors: Family<KindLabel, Counter>,
+    /// Errors by category.
+    pub errors: Family<CategoryLabel, Counter>,
     /// ManagedCluster status writes.
     pub status_writes: Counter,
     /// Reconciles run, by kind.
@@ -110,9 +102,9 @@ impl Metrics {
         let is_leader = Gauge::default();
         let runtime_tasks = Gauge::default();
         let heartbeats = Counter::default();
-        let status_reports = Family::<KindLabel, Counter>::default();
+        let status_reports = Family::<ResultLabel, Counter>::default();
         let etcd_txn_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
-        let errors = Family::<KindLabel, Counter>::default();
+        let errors = Family::<CategoryLabel, Counter>::default();
         let status_writes = Counter::default();
         let reconciles = Family::<KindLabel, Counter>::default();
         registry.register(
@@ -221,25 +213,21 @@ impl Metrics {
     /// Counts a status report outcome.
     pub fn report(&self, result: &str) {
         self.status_reports
-            .get_or_create(&KindLabel::of(result))
+            .get_or_create(&ResultLabel::of(result))
             .inc();
     }
 
     /// Counts a certificate renewal outcome.
     pub fn renewal(&self, result: &str) {
         self.certificate_renewals
-            .get_or_create(&ResultLabel {
-                result: result.to_owned(),
-            })
+            .get_or_create(&ResultLabel::of(result))
             .inc();
     }
 
     /// Counts a registration that ended with `result`.
     pub fn registration(&self, result: &str) {
         self.registrations
-            .get_or_create(&ResultLabel {
-                result: result.to_owned(),
-            })
+            .get_or_create(&ResultLabel::of(result))
             .inc();
     }
 
@@ -263,9 +251,11 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts an error of `kind`.
-    pub fn error(&self, kind: &str) {
-        self.errors.get_or_create(&KindLabel::of(kind)).inc();
+    /// Counts an error of `category`.
+    pub fn error(&self, category: &str) {
+        self.errors
+            .get_or_create(&CategoryLabel::of(category))
+            .inc();
     }
 
     /// The Prometheus text exposition of every metric.

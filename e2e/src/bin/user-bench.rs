@@ -8,7 +8,7 @@
 //! - per member, how long until every user's placement is `Synced` in the status, and users
 //!   per second;
 //! - the Kafka requests each agent sent over that time (its `/metrics`,
-//!   `accord_agent_kafka_requests_total{kind}`), per user;
+//!   `accord_agent_kafka_requests_total{request}`), per user;
 //! - each agent's and the hub's resident memory and CPU time;
 //! - the writes the management kube-apiserver served from the first apply until every user
 //!   was Synced (its own `/metrics`), per user, the benchmark's own applies apart;
@@ -154,7 +154,7 @@ impl AgentCounts {
         let text = agent_metrics(testbed, http).await?;
         let mut kafka = BTreeMap::new();
         for (labels, value) in series(&text, KAFKA_REQUESTS) {
-            let kind = labels.get("kind").cloned().unwrap_or_default();
+            let kind = labels.get("request").cloned().unwrap_or_default();
             *kafka.entry(kind).or_insert(0.0) += value;
         }
         let rounds = AGENT_ROUNDS

@@ -13,10 +13,13 @@ use accord_crds::validate::Validate as _;
 use accord_crds::FederatedResource;
 use futures::future::BoxFuture;
 
-use crate::webhook::review::{ResourceReview, Verdict};
+use crate::webhook::review::{Review, Verdict};
 use crate::webhook::{Admission, Answer, Webhook};
 
 pub use crate::webhook::review::INVALID_SPEC_REASON;
+
+/// A review of a FederatedResource.
+pub type ResourceReview = Review<FederatedResource>;
 
 /// Decides one review.
 pub fn decide_resource(review: &ResourceReview) -> Verdict {

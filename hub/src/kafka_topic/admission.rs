@@ -1,6 +1,6 @@
 //! FederatedKafkaTopic admission (served by [`crate::webhook`]).
 //!
-//! The webhook's decision, pure: a [`TopicReview`] and a [`Snapshot`] of what the caches
+//! The webhook's decision, pure: a [`TopicReview`] and a [`TopicSnapshot`] of what the caches
 //! hold in, a [`Verdict`] out. No I/O, so every rule is tested without a cluster.
 //!
 //! - A CREATE, or an UPDATE that changes the spec, is checked against every
@@ -33,11 +33,14 @@ use futures::future::BoxFuture;
 use tracing::debug;
 
 use crate::kafka::admission_cache::Caches;
-use crate::webhook::review::{Operation, Refusal, TopicReview, Verdict};
+use crate::webhook::review::{Operation, Refusal, Review, Verdict};
 use crate::webhook::{Admission, Answer, EVENT_REASON, Webhook, listed_in_time};
 use crate::writes::{EventRecorder, EventType};
 
 pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
+
+/// A review of a FederatedKafkaTopic.
+pub type TopicReview = Review<FederatedKafkaTopic>;
 
 /// `status.reason` of a refusal for a Kafka topic name an older FederatedKafkaTopic
 /// already has in one of the same clusters (and no `Deny` policy broken).
@@ -48,7 +51,7 @@ const FORBIDDEN: u16 = 403;
 
 /// What the caches hold that a decision needs.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct TopicSnapshot {
     /// Every KafkaTopicPolicy.
     pub policies: Vec<KafkaTopicPolicy>,
     /// Labels of the topic's namespace (empty when the namespace is not cached yet).
@@ -62,7 +65,7 @@ pub struct Snapshot {
 
 /// What the webhook answers, and the Event to record for an audited topic.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Decision {
+pub struct TopicDecision {
     /// The answer.
     pub verdict: Verdict,
     /// A Warning Event `PolicyViolation` with this note is due on the topic (audited
@@ -80,8 +83,8 @@ pub struct Taken {
 }
 
 /// Decides one review.
-pub fn decide(review: &TopicReview, snapshot: &Snapshot) -> Decision {
-    let allow = Decision {
+pub fn decide_topic(review: &TopicReview, snapshot: &TopicSnapshot) -> TopicDecision {
+    let allow = TopicDecision {
         verdict: Verdict::allow(),
         event: None,
     };
@@ -123,7 +126,7 @@ pub fn decide(review: &TopicReview, snapshot: &Snapshot) -> Decision {
         } else {
             DENY_REASON
         };
-        return Decision {
+        return TopicDecision {
             verdict: Verdict {
                 refusal: Some(Refusal {
                     code: FORBIDDEN,
@@ -139,7 +142,7 @@ pub fn decide(review: &TopicReview, snapshot: &Snapshot) -> Decision {
         return allow;
     }
     let message = policy::message(&audited);
-    Decision {
+    TopicDecision {
         verdict: Verdict {
             refusal: None,
             warnings: audited
@@ -295,9 +298,9 @@ impl Admission for TopicAdmission {
                 (Operation::Create | Operation::Update, Some(topic)) => {
                     snapshot(&self.caches, topic)
                 }
-                _ => Snapshot::default(),
+                _ => TopicSnapshot::default(),
             };
-            let decision = decide(&review, &snapshot);
+            let decision = decide_topic(&review, &snapshot);
             if let (Some(note), Some(topic)) = (decision.event, &review.object) {
                 // Best effort and off the request path: the topic is not stored until
                 // admission ends, so the Event waits for the reflector to see it.
@@ -320,7 +323,7 @@ impl Admission for TopicAdmission {
 /// What deciding a review of `topic` needs from `caches`: every policy that decodes, the
 /// labels of the topic's namespace, the stored topics with the same Kafka topic name, and
 /// the ManagedClusters' labels (only when a selector has to be resolved).
-fn snapshot(caches: &Caches, topic: &FederatedKafkaTopic) -> Snapshot {
+fn snapshot(caches: &Caches, topic: &FederatedKafkaTopic) -> TopicSnapshot {
     let same_name = caches.topics_named(topic.topic_name());
     let selectors = topic.spec.placement.cluster_selector.is_some()
         || same_name
@@ -331,7 +334,7 @@ fn snapshot(caches: &Caches, topic: &FederatedKafkaTopic) -> Snapshot {
     } else {
         BTreeMap::new()
     };
-    Snapshot {
+    TopicSnapshot {
         policies: caches.policies(),
         namespace_labels: caches.namespace_labels(topic.metadata.namespace.as_deref()),
         same_name,
@@ -434,20 +437,20 @@ mod tests {
         )
     }
 
-    fn with_policies(policies: Vec<KafkaTopicPolicy>) -> Snapshot {
-        Snapshot {
+    fn with_policies(policies: Vec<KafkaTopicPolicy>) -> TopicSnapshot {
+        TopicSnapshot {
             policies,
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         }
     }
 
-    fn refusal(d: &Decision) -> &Refusal {
+    fn refusal(d: &TopicDecision) -> &Refusal {
         d.verdict.refusal.as_ref().expect("refused")
     }
 
     #[test]
     fn a_deny_policy_refuses_a_small_topic_naming_both_rules() {
-        let d = decide(
+        let d = decide_topic(
             &create(topic("a", "events", 6, 1, &["east"])),
             &with_policies(vec![policy("strict", Enforcement::Deny)]),
         );
@@ -472,7 +475,7 @@ mod tests {
 
     #[test]
     fn a_compliant_topic_is_allowed_without_warnings() {
-        let d = decide(
+        let d = decide_topic(
             &create(topic("a", "events", 12, 3, &["east"])),
             &with_policies(vec![policy("strict", Enforcement::Deny)]),
         );
@@ -482,7 +485,7 @@ mod tests {
 
     #[test]
     fn an_audit_policy_admits_with_one_warning_per_rule_an_annotation_and_an_event() {
-        let d = decide(
+        let d = decide_topic(
             &create(topic("a", "events", 6, 1, &["east"])),
             &with_policies(vec![policy("watch", Enforcement::Audit)]),
         );
@@ -502,7 +505,7 @@ mod tests {
     fn a_dry_run_records_no_event_but_still_warns() {
         let mut review = create(topic("a", "events", 6, 3, &["east"]));
         review.dry_run = true;
-        let d = decide(
+        let d = decide_topic(
             &review,
             &with_policies(vec![policy("watch", Enforcement::Audit)]),
         );
@@ -515,7 +518,7 @@ mod tests {
     fn deny_wins_over_audit_and_names_only_the_denying_rules() {
         let mut lenient = policy("lenient", Enforcement::Audit);
         lenient.spec.min_partitions = Some(100);
-        let d = decide(
+        let d = decide_topic(
             &create(topic("a", "events", 6, 3, &["east"])),
             &with_policies(vec![policy("strict", Enforcement::Deny), lenient]),
         );
@@ -533,7 +536,7 @@ mod tests {
         let old = topic("a", "events", 6, 1, &["east"]);
         let mut new = old.clone();
         new.metadata.finalizers = Some(vec![]);
-        let d = decide(
+        let d = decide_topic(
             &update(old, new),
             &with_policies(vec![policy("strict", Enforcement::Deny)]),
         );
@@ -545,7 +548,7 @@ mod tests {
         let old = topic("a", "events", 6, 1, &["east"]);
         let mut new = topic("a", "events", 7, 1, &["east"]);
         new.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        let d = decide(
+        let d = decide_topic(
             &update(old, new),
             &with_policies(vec![policy("strict", Enforcement::Deny)]),
         );
@@ -556,7 +559,7 @@ mod tests {
     fn an_update_that_changes_the_spec_is_checked() {
         let old = topic("a", "events", 12, 3, &["east"]);
         let new = topic("a", "events", 12, 1, &["east"]);
-        let d = decide(
+        let d = decide_topic(
             &update(old, new),
             &with_policies(vec![policy("strict", Enforcement::Deny)]),
         );
@@ -573,7 +576,7 @@ mod tests {
             old: None,
         };
         assert!(
-            decide(
+            decide_topic(
                 &review,
                 &with_policies(vec![policy("s", Enforcement::Deny)])
             )
@@ -585,11 +588,11 @@ mod tests {
     #[test]
     fn a_second_topic_with_the_same_name_in_the_same_cluster_is_refused_naming_the_owner() {
         let owner = created(topic("team-a", "events", 12, 3, &["east", "west"]), 0);
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![owner],
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
-        let d = decide(
+        let d = decide_topic(
             &create(topic("team-b", "events", 12, 3, &["west", "north"])),
             &snapshot,
         );
@@ -605,12 +608,12 @@ mod tests {
     #[test]
     fn the_same_name_in_other_clusters_is_fine() {
         let owner = created(topic("team-a", "events", 12, 3, &["east"]), 0);
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![owner],
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
         assert!(
-            decide(
+            decide_topic(
                 &create(topic("team-b", "events", 12, 3, &["west"])),
                 &snapshot
             )
@@ -644,13 +647,13 @@ mod tests {
             by_selector(topic("team-a", "events", 12, 3, &[]), "region", "eu"),
             0,
         );
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![owner.clone()],
             clusters: clusters.clone(),
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
         let newcomer = by_selector(topic("team-b", "events", 12, 3, &[]), "tier", "prod");
-        let r = decide(&create(newcomer), &snapshot);
+        let r = decide_topic(&create(newcomer), &snapshot);
         assert!(
             refusal(&r)
                 .message
@@ -659,9 +662,9 @@ mod tests {
         );
         // An explicit list against a selector, too.
         let listed = topic("team-c", "events", 12, 3, &["west"]);
-        assert!(decide(&create(listed), &snapshot).verdict.allowed());
+        assert!(decide_topic(&create(listed), &snapshot).verdict.allowed());
         let listed = topic("team-c", "events", 12, 3, &["east"]);
-        assert!(!decide(&create(listed), &snapshot).verdict.allowed());
+        assert!(!decide_topic(&create(listed), &snapshot).verdict.allowed());
     }
 
     #[test]
@@ -670,11 +673,11 @@ mod tests {
         owner.spec.topic_name = Some("shared".into());
         let mut newcomer = topic("team-b", "other", 12, 3, &["east"]);
         newcomer.spec.topic_name = Some("shared".into());
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![owner],
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
-        let d = decide(&create(newcomer), &snapshot);
+        let d = decide_topic(&create(newcomer), &snapshot);
         assert!(
             refusal(&d)
                 .message
@@ -686,29 +689,37 @@ mod tests {
     fn the_older_topic_may_still_change_its_spec_while_the_younger_may_not() {
         let older = created(topic("team-a", "events", 12, 3, &["east"]), 0);
         let younger = created(topic("team-b", "events", 12, 3, &["east"]), 10);
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![older.clone(), younger.clone()],
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
         let mut raised = older.clone();
         raised.spec.partitions = 24;
-        assert!(decide(&update(older, raised), &snapshot).verdict.allowed());
+        assert!(
+            decide_topic(&update(older, raised), &snapshot)
+                .verdict
+                .allowed()
+        );
         let mut raised = younger.clone();
         raised.spec.partitions = 24;
-        let d = decide(&update(younger, raised), &snapshot);
+        let d = decide_topic(&update(younger, raised), &snapshot);
         assert!(refusal(&d).message.contains("team-a/events"));
     }
 
     #[test]
     fn an_update_does_not_collide_with_itself() {
         let me = created(topic("team-a", "events", 12, 3, &["east"]), 0);
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![me.clone()],
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
         let mut raised = me.clone();
         raised.spec.partitions = 24;
-        assert!(decide(&update(me, raised), &snapshot).verdict.allowed());
+        assert!(
+            decide_topic(&update(me, raised), &snapshot)
+                .verdict
+                .allowed()
+        );
     }
 
     #[test]
@@ -722,12 +733,12 @@ mod tests {
     #[test]
     fn a_policy_violation_and_a_duplicate_are_reported_together_under_the_policy_reason() {
         let owner = created(topic("team-a", "events", 12, 3, &["east"]), 0);
-        let snapshot = Snapshot {
+        let snapshot = TopicSnapshot {
             same_name: vec![owner],
             policies: vec![policy("strict", Enforcement::Deny)],
-            ..Snapshot::default()
+            ..TopicSnapshot::default()
         };
-        let d = decide(
+        let d = decide_topic(
             &create(topic("team-b", "events", 6, 3, &["east"])),
             &snapshot,
         );

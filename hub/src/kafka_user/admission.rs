@@ -1,6 +1,6 @@
 //! FederatedKafkaUser admission (served by [`crate::webhook`]).
 //!
-//! The webhook's decision, pure: a [`UserReview`] and a [`Snapshot`] of the webhook's caches
+//! The webhook's decision, pure: a [`UserReview`] and a [`UserSnapshot`] of the webhook's caches
 //! in, a [`Verdict`] out, so every rule is tested without a cluster. On a CREATE, or an
 //! UPDATE that changes the spec of an object not being deleted:
 //!
@@ -49,7 +49,7 @@ const FORBIDDEN: u16 = 403;
 
 /// What the webhook's caches hold that a decision needs.
 #[derive(Clone, Debug, Default)]
-pub struct Snapshot {
+pub struct UserSnapshot {
     /// Every KafkaTopicPolicy that decodes.
     pub policies: Vec<KafkaTopicPolicy>,
     /// Labels of the user's namespace (empty when the namespace is not cached yet).
@@ -171,7 +171,7 @@ fn joined(violations: &[&UserViolation]) -> String {
 }
 
 /// Decides one review.
-pub fn decide_user(review: &UserReview, snapshot: &Snapshot) -> Verdict {
+pub fn decide_user(review: &UserReview, snapshot: &UserSnapshot) -> Verdict {
     let Some(user) = review.spec_to_decide(|u| &u.spec) else {
         return Verdict::allow();
     };
@@ -240,13 +240,13 @@ impl Admission for UserAdmission {
                 return Answer::NotListed;
             }
             let snapshot = match &review.object {
-                Some(user) => Snapshot {
+                Some(user) => UserSnapshot {
                     policies: self.caches.policies(),
                     namespace_labels: self
                         .caches
                         .namespace_labels(user.metadata.namespace.as_deref()),
                 },
-                None => Snapshot::default(),
+                None => UserSnapshot::default(),
             };
             Answer::Decided {
                 verdict: decide_user(&review, &snapshot),
@@ -312,8 +312,8 @@ mod tests {
         )
     }
 
-    fn snapshot(policies: Vec<KafkaTopicPolicy>) -> Snapshot {
-        Snapshot {
+    fn snapshot(policies: Vec<KafkaTopicPolicy>) -> UserSnapshot {
+        UserSnapshot {
             policies,
             namespace_labels: BTreeMap::new(),
         }
@@ -426,14 +426,17 @@ mod tests {
             ..LabelSelector::default()
         });
         let review = create(user(json!([topic_acl("orders.", &["All"])])));
-        let in_ns = |tier: &str| Snapshot {
+        let in_ns = |tier: &str| UserSnapshot {
             policies: vec![prod_only.clone()],
             namespace_labels: [("tier".to_owned(), tier.to_owned())].into(),
         };
         assert!(decide_user(&review, &in_ns("dev")).allowed());
         assert!(!decide_user(&review, &in_ns("prod")).allowed());
         // No policy at all: no such rule.
-        assert_eq!(decide_user(&review, &Snapshot::default()), Verdict::allow());
+        assert_eq!(
+            decide_user(&review, &UserSnapshot::default()),
+            Verdict::allow()
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! PrometheusFederation admission (served by [`crate::webhook`]).
 //!
-//! The webhook's decision on a PrometheusFederation, pure: a [`FederationReview`] in, a
+//! The webhook's decision on a PrometheusFederation, pure: a [`PromfedReview`] in, a
 //! [`Verdict`] out.
 //!
 //! Every `spec.match` entry must be a series selector the agent can narrow to a tenant;
@@ -16,14 +16,17 @@ use accord_common::promfed::check_selector;
 use accord_crds::PrometheusFederation;
 use futures::future::BoxFuture;
 
-use crate::webhook::review::{FederationReview, Verdict};
+use crate::webhook::review::{Review, Verdict};
 use crate::webhook::{Admission, Answer, Webhook};
+
+/// A review of a PrometheusFederation.
+pub type PromfedReview = Review<PrometheusFederation>;
 
 /// `status.reason` of a refusal for a `match[]` entry that is not a series selector.
 pub const INVALID_MATCH_REASON: &str = "INVALID_MATCH_SELECTOR";
 
 /// Decides one review.
-pub fn decide_federation(review: &FederationReview) -> Verdict {
+pub fn decide_promfed(review: &PromfedReview) -> Verdict {
     let Some(federation) = review.spec_to_decide(|f| &f.spec) else {
         return Verdict::allow();
     };
@@ -62,7 +65,7 @@ impl Admission for PromfedAdmission {
     fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
         Box::pin(std::future::ready(Answer::of::<PrometheusFederation>(
             &body,
-            decide_federation,
+            decide_promfed,
         )))
     }
 }
@@ -93,8 +96,8 @@ mod tests {
         operation: Operation,
         object: PrometheusFederation,
         old: Option<PrometheusFederation>,
-    ) -> FederationReview {
-        FederationReview {
+    ) -> PromfedReview {
+        PromfedReview {
             uid: "u".into(),
             operation,
             dry_run: false,
@@ -105,7 +108,7 @@ mod tests {
 
     #[test]
     fn a_selector_the_parser_refuses_is_refused_with_the_parsers_message() {
-        let verdict = decide_federation(&review(
+        let verdict = decide_promfed(&review(
             Operation::Create,
             federation(&["up", "{job=}"]),
             None,
@@ -129,7 +132,7 @@ mod tests {
 
     #[test]
     fn every_bad_selector_is_named() {
-        let verdict = decide_federation(&review(
+        let verdict = decide_promfed(&review(
             Operation::Create,
             federation(&["rate(up[5m])", "up", "{job=}"]),
             None,
@@ -144,7 +147,7 @@ mod tests {
 
     #[test]
     fn valid_selectors_are_allowed() {
-        let verdict = decide_federation(&review(
+        let verdict = decide_promfed(&review(
             Operation::Create,
             federation(&["up", r#"{job="api",code!~"5.."}"#, "{__name__=~'.+'}"]),
             None,
@@ -154,7 +157,7 @@ mod tests {
 
     #[test]
     fn an_update_that_changes_the_spec_is_checked() {
-        let verdict = decide_federation(&review(
+        let verdict = decide_promfed(&review(
             Operation::Update,
             federation(&["{job=}"]),
             Some(federation(&["up"])),
@@ -168,23 +171,22 @@ mod tests {
         let mut relabelled = stored.clone();
         relabelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
         assert!(
-            decide_federation(&review(Operation::Update, relabelled, Some(stored.clone())))
-                .allowed()
+            decide_promfed(&review(Operation::Update, relabelled, Some(stored.clone()))).allowed()
         );
         let mut deleted = federation(&["{job=}", "{x=}"]);
         deleted.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
-        assert!(decide_federation(&review(Operation::Update, deleted, Some(stored))).allowed());
+        assert!(decide_promfed(&review(Operation::Update, deleted, Some(stored))).allowed());
     }
 
     #[test]
     fn other_operations_are_allowed_without_looking() {
-        let delete = FederationReview {
+        let delete = PromfedReview {
             uid: "u".into(),
             operation: Operation::Other("DELETE".into()),
             dry_run: false,
             object: None,
             old: None,
         };
-        assert!(decide_federation(&delete).allowed());
+        assert!(decide_promfed(&delete).allowed());
     }
 }

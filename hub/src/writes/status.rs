@@ -855,7 +855,7 @@ mod tests {
             1,
             "not retried by itself"
         );
-        assert!(metrics.encode().contains(r#"kind="status_write"} 1"#));
+        assert!(metrics.encode().contains(r#"category="status_write"} 1"#));
         submit(&writer, "eu-1", &json!({}), json!({"phase": "Ready"}));
         writer.flush().await;
         assert_eq!(api.requests(Method::PATCH).len(), 2);

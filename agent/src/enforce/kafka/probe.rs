@@ -38,7 +38,7 @@ pub enum Probe {
 
 /// The resource name of the probe's verdict in watch events.
 pub const PROBES: &str = "kafkaprobes";
-/// The metric label of probe requests (`accord_agent_kafka_requests_total{kind="probe"}`).
+/// The metric label of probe requests (`accord_agent_kafka_requests_total{request="probe"}`).
 pub const PROBE_REQUEST: &str = "probe";
 
 /// How often and how patiently the member's Kafka is probed.

@@ -3,7 +3,7 @@
 //! ([`batch`]) go out together — in one round at most one AlterUserScramCredentials, one
 //! CreateAcls, one DeleteAcls and one AlterClientQuotas, sent concurrently, whatever the
 //! number of users — and each policy's apply gets its own user's result. Every request is
-//! counted in `accord_agent_kafka_requests_total{kind}`. Afterwards the observer is nudged
+//! counted in `accord_agent_kafka_requests_total{request}`. Afterwards the observer is nudged
 //! to look again.
 //!
 //! Salts and salted passwords go only into the AlterUserScramCredentials request: never
