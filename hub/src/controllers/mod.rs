@@ -16,9 +16,11 @@
 pub mod cluster_status;
 pub mod field_owners;
 pub mod lenient;
+pub mod name_claims;
 pub mod placement;
 pub mod reconcile_pace;
 pub mod secret_changes;
+pub mod tombstones;
 pub mod transitions;
 
 use std::any::{Any, TypeId};

@@ -24,6 +24,8 @@ pub mod reasons {
     pub const UNHEALTHY: &str = "Unhealthy";
     /// The object is healthy again.
     pub const HEALTHY: &str = "Healthy";
+    /// Ready=False while a deletion waits for the members.
+    pub const DELETING: &str = "Deleting";
     /// What the object delivered is removed from every member.
     pub const DELETED: &str = "Deleted";
     /// What the object delivered is left in every member without Accord's marks.

@@ -11,7 +11,6 @@ use std::time::Duration;
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
 use accord_crds::{FederatedResource, FederatedResourceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::Resource;
 use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
 
@@ -19,12 +18,12 @@ use super::plan::{self, ClusterPlan};
 use super::status::{StatusInputs, aggregate, drift_repairs};
 use super::{FINALIZER, FederatedResourceDecision, reasons};
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
-    StatusInput, Tombstoning, Trigger, Watched,
+    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
+    Trigger, Watched,
 };
+use crate::controllers::tombstones::{self, Tombstoned};
 use crate::controllers::transitions::{self, Meaning};
 use crate::controllers::{ControllerContext, ReconcileError};
-use crate::distribution::deletion::Progress;
 use crate::distribution::{PlacementRecord, reported};
 use crate::store::StatusRecord;
 
@@ -236,71 +235,70 @@ impl PlacementKind for FederatedResources {
         Some(FINALIZER)
     }
 
-    /// The tombstone is sent, and the object waits until every member reported what it
-    /// was sent removed (or orphaned), or the bound passed. Reads only metadata and the
-    /// record, so an object that does not decode is deleted too.
+    /// The deletion waits for the members ([`tombstones::finalize`]).
     async fn finalize(
         &self,
         object: &Watched<Self>,
         record: Option<(PlacementRecord<FederatedResourceDecision>, i64)>,
     ) -> Result<Finalized, ReconcileError> {
-        let ctx = &self.ctx;
-        let p = placement::policy_ref::<Self>(object);
-        let reference = object.object_ref(&());
-        let how = Tombstoning {
-            is_tombstone: |r: &PlacementRecord<FederatedResourceDecision>| r.decision.remove,
-            tombstone,
-            is_gone: is_removed,
-            timeout: self.options.deletion_timeout,
-        };
-        let progress = match placement::delete_in_members::<Self>(ctx, object, record, &how).await?
-        {
-            Deletion::NothingSent => return Ok(Finalized::Done),
-            Deletion::Sent { progress, .. } => progress,
-        };
-        match progress {
-            Progress::Done => {
-                let orphaned = object
-                    .pointer("/spec/deletionPolicy")
-                    .and_then(serde_json::Value::as_str)
-                    == Some("Orphan");
-                info!(policy = %p, orphaned, "delivered objects released in every member");
-                ctx.note(
-                    &reference,
-                    if orphaned {
-                        Note::normal(
-                            transitions::reasons::ORPHANED,
-                            "the delivered objects are left in every member, without Accord's marks",
-                        )
-                    } else {
-                        Note::normal(
-                            transitions::reasons::DELETED,
-                            "the delivered objects are removed from every member",
-                        )
-                    },
-                );
-                Ok(Finalized::Done)
-            }
-            Progress::Waiting { left, recheck } => {
-                tracing::debug!(policy = %p, ?left, "waiting for members to remove the objects");
-                Ok(Finalized::Waiting(recheck))
-            }
-            Progress::TimedOut { left } => {
-                let note = format!(
-                    "the delivered objects were not confirmed removed within {}s in cluster{} \
-                     {}; the FederatedResource is released and the objects may remain there",
-                    self.options.deletion_timeout.as_secs(),
-                    if left.len() == 1 { "" } else { "s" },
-                    reported::named(&left, ", ")
-                );
-                tracing::warn!(policy = %p, ?left, "{note}");
-                ctx.note(
-                    &reference,
-                    Note::warning(transitions::reasons::DELETION_INCOMPLETE, note),
-                );
-                Ok(Finalized::Done)
-            }
+        tombstones::finalize(self, &self.ctx, object, record).await
+    }
+}
+
+impl Tombstoned for FederatedResources {
+    fn is_tombstone(record: &PlacementRecord<FederatedResourceDecision>) -> bool {
+        record.decision.remove
+    }
+
+    fn tombstone(
+        record: &PlacementRecord<FederatedResourceDecision>,
+    ) -> Option<PlacementRecord<FederatedResourceDecision>> {
+        tombstone(record)
+    }
+
+    fn is_gone(report: &StatusRecord) -> bool {
+        is_removed(report)
+    }
+
+    fn deletion_timeout(&self) -> Duration {
+        self.options.deletion_timeout
+    }
+
+    fn removed(
+        &self,
+        object: &Watched<Self>,
+        _tombstone: &PlacementRecord<FederatedResourceDecision>,
+    ) -> Note {
+        let orphaned = object
+            .pointer("/spec/deletionPolicy")
+            .and_then(serde_json::Value::as_str)
+            == Some("Orphan");
+        if orphaned {
+            Note::normal(
+                transitions::reasons::ORPHANED,
+                "the delivered objects are left in every member, without Accord's marks",
+            )
+        } else {
+            Note::normal(
+                transitions::reasons::DELETED,
+                "the delivered objects are removed from every member",
+            )
         }
+    }
+
+    fn left_behind(
+        &self,
+        _object: &Watched<Self>,
+        _tombstone: &PlacementRecord<FederatedResourceDecision>,
+        left: &[String],
+    ) -> String {
+        format!(
+            "the delivered objects were not confirmed removed within {}s in cluster{} {}; \
+             the FederatedResource is released and the objects may remain there",
+            self.options.deletion_timeout.as_secs(),
+            if left.len() == 1 { "" } else { "s" },
+            reported::named(left, ", ")
+        )
     }
 }
 

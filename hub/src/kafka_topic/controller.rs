@@ -20,10 +20,10 @@
 
 use accord_common::distribution::PolicyKind;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use accord_crds::conditions::{self, types};
+use accord_crds::conditions::types;
 use accord_crds::kafka_topic::{
     DeletionPolicy, FederatedKafkaTopic, FederatedKafkaTopicStatus, KafkaTopicPolicy,
 };
@@ -32,29 +32,30 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 use tracing::info;
 
 use super::deletion;
 use super::policy::{self, Violation};
 use super::status::{StatusInputs, aggregate, notes};
-use super::{FINALIZER, KafkaTopicDecision, plan, policy_status, status};
+use super::{FINALIZER, KafkaTopicDecision, plan, policy_status};
+use crate::controllers::name_claims::NameClaims;
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
-    StatusInput, Tombstoning, Trigger, Watched, changed, object_name, trigger_all,
+    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
+    Trigger, Watched, changed, object_name, trigger_all,
 };
+use crate::controllers::tombstones::{self, Tombstoned};
 use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
-use crate::distribution::claim::{self, Claim, Claimed};
-use crate::distribution::deletion::Progress;
+use crate::distribution::claim::{self, Claim};
 use crate::distribution::reported::Placed;
 use crate::distribution::select::Clusters;
-use crate::writes::Pace;
+use crate::store::StatusRecord;
 
 /// Events the KafkaTopicPolicy reflector buffers for its status writer.
 const EVENT_BUFFER: usize = 1024;
@@ -103,7 +104,7 @@ pub struct KafkaTopics {
     policy_trigger: mpsc::UnboundedSender<ObjectRef<WatchedPolicy>>,
     /// Each topic's claimed name and generation as last seen, and the objects claiming each
     /// name.
-    seen: Mutex<Claimed<ObjectRef<Watched<KafkaTopics>>>>,
+    seen: NameClaims<KafkaTopics>,
 }
 
 /// What the status needs beyond the record: the policy rules the topic breaks.
@@ -155,37 +156,81 @@ impl KafkaTopics {
     /// The claims of every topic that names `topic_name`, except those whose deletion has
     /// already released them.
     fn claims(&self, topic_name: &str, clusters: &Clusters) -> Vec<Claim> {
-        placement::live_claims::<Self>(
-            &self.seen,
-            &self.topics,
-            topic_name,
-            watched_topic_name,
-            FINALIZER,
-            |t| claim(t, clusters),
+        self.seen
+            .live(&self.topics, topic_name, |t| claim(t, clusters))
+    }
+}
+
+impl Tombstoned for KafkaTopics {
+    fn is_tombstone(record: &PlacementRecord<KafkaTopicDecision>) -> bool {
+        deletion::is_tombstone(record)
+    }
+
+    fn tombstone(
+        record: &PlacementRecord<KafkaTopicDecision>,
+    ) -> Option<PlacementRecord<KafkaTopicDecision>> {
+        deletion::tombstone(record)
+    }
+
+    fn is_gone(report: &StatusRecord) -> bool {
+        deletion::is_gone(report)
+    }
+
+    fn deletion_timeout(&self) -> Duration {
+        self.options.deletion_timeout
+    }
+
+    fn nothing_sent(&self, _topic: &Watched<Self>) -> Option<Note> {
+        Some(Note::normal(
+            transitions::reasons::DELETED,
+            "the topic was not sent to any member",
+        ))
+    }
+
+    fn removed(
+        &self,
+        _topic: &Watched<Self>,
+        tombstone: &PlacementRecord<KafkaTopicDecision>,
+    ) -> Note {
+        Note::normal(
+            transitions::reasons::DELETED,
+            format!(
+                "topic {} deleted in every member",
+                tombstone.decision.spec.topic_name
+            ),
         )
     }
 
-    /// Shows a waiting deletion in the status: each member's placement as its agent
-    /// reports the tombstone, and `Ready=False`/`Deleting` naming the members left. An
-    /// object that does not decode keeps the status it has.
-    async fn show_deletion(
+    fn left_behind(
         &self,
-        watched: &Watched<Self>,
+        _topic: &Watched<Self>,
+        tombstone: &PlacementRecord<KafkaTopicDecision>,
+        left: &[String],
+    ) -> String {
+        deletion::incomplete_message(
+            &tombstone.decision.spec.topic_name,
+            left,
+            self.options.deletion_timeout,
+        )
+    }
+
+    /// Each member's placement as its agent reports the tombstone, and
+    /// `Ready=False`/`Deleting` naming the members left; whether a policy is broken no
+    /// longer matters.
+    fn deleting_status(
+        &self,
+        topic: &FederatedKafkaTopic,
         tombstone: &PlacementRecord<KafkaTopicDecision>,
         revision: i64,
         left: &[String],
         recheck: Duration,
-    ) -> Result<(), ReconcileError> {
-        let Ok(topic) = watched.decode() else {
-            return Ok(());
-        };
-        let old = topic.status.as_ref();
+    ) -> Option<FederatedKafkaTopicStatus> {
         let now = Time(Timestamp::now());
         let (reports, clusters) = (
             placement::reports(&self.ctx, tombstone),
             placement::clusters(&self.ctx),
         );
-        let mut status = aggregate(&StatusInputs {
+        let status = aggregate(&StatusInputs {
             placed: Placed {
                 shares: &tombstone.shares,
                 revision,
@@ -195,35 +240,18 @@ impl KafkaTopics {
             decision: Some(&tombstone.decision),
             violations: &[],
             generation: topic.metadata.generation,
-            old,
+            old: topic.status.as_ref(),
             now: &now,
         });
-        status.conditions = conditions::merge(
-            &status.conditions,
-            &[status::deleting_condition(left, recheck)],
+        let mut status = tombstones::with_condition::<Self>(
+            status,
+            tombstones::deleting_condition("deleting the topic in every member", left, recheck),
             topic.metadata.generation,
-            &now,
         );
-        // Whether a policy is broken no longer matters, and the bound's countdown alone
-        // is no reason to write.
         status
             .conditions
             .retain(|c| c.type_ != types::POLICY_VIOLATION);
-        let unchanged_but_countdown = old.is_some_and(|o| {
-            let ready = |s: &FederatedKafkaTopicStatus| {
-                conditions::find(&s.conditions, types::READY)
-                    .map(|c| (c.reason.clone(), c.status.clone()))
-            };
-            ready(o) == ready(&status) && o.placements == status.placements
-        });
-        if unchanged_but_countdown {
-            return Ok(());
-        }
-        let desired = serde_json::to_value(&status).map_err(crate::store::StoreError::Encode)?;
-        let current = watched.data.get("status").cloned().unwrap_or_default();
-        self.ctx
-            .submit_status(watched, current, desired, Pace::Prompt);
-        Ok(())
+        Some(status)
     }
 }
 
@@ -322,7 +350,7 @@ impl PlacementKind for KafkaTopics {
             namespaces: namespaces.clone(),
             trigger,
             policy_trigger,
-            seen: Mutex::default(),
+            seen: NameClaims::new(watched_topic_name, FINALIZER),
         };
         let policy_status = policy_status::run(
             ctx.clone(),
@@ -453,87 +481,19 @@ impl PlacementKind for KafkaTopics {
         (deletion_policy(topic) == DeletionPolicy::Delete).then_some(FINALIZER)
     }
 
-    /// A `Delete` deletion: the tombstone is sent, and the object waits until every member
-    /// reported the topic gone or the bound passed. Reads only metadata, the record and
-    /// `spec.deletionPolicy`, so an object that does not decode is deleted too.
+    /// A `Delete` deletion waits for the members ([`tombstones::finalize`]).
     async fn finalize(
         &self,
         topic: &Watched<Self>,
         record: Option<(PlacementRecord<KafkaTopicDecision>, i64)>,
     ) -> Result<Finalized, ReconcileError> {
-        let ctx = &self.ctx;
-        let p = placement::policy_ref::<Self>(topic);
-        let reference = topic.object_ref(&());
-        let how = Tombstoning {
-            is_tombstone: deletion::is_tombstone,
-            tombstone: deletion::tombstone,
-            is_gone: deletion::is_gone,
-            timeout: self.options.deletion_timeout,
-        };
-        let (tombstone, revision, progress) =
-            match placement::delete_in_members::<Self>(ctx, topic, record, &how).await? {
-                Deletion::NothingSent => {
-                    ctx.note(
-                        &reference,
-                        Note::normal(
-                            transitions::reasons::DELETED,
-                            "the topic was not sent to any member",
-                        ),
-                    );
-                    return Ok(Finalized::Done);
-                }
-                Deletion::Sent {
-                    tombstone,
-                    revision,
-                    progress,
-                } => (tombstone, revision, progress),
-            };
-        let topic_name = tombstone.decision.spec.topic_name.clone();
-        match progress {
-            Progress::Done => {
-                info!(topic = %p, "topic deleted in every member");
-                ctx.note(
-                    &reference,
-                    Note::normal(
-                        transitions::reasons::DELETED,
-                        format!("topic {topic_name} deleted in every member"),
-                    ),
-                );
-                Ok(Finalized::Done)
-            }
-            Progress::Waiting { left, recheck } => {
-                tracing::debug!(topic = %p, ?left, "waiting for members to delete the topic");
-                self.show_deletion(topic, &tombstone, revision, &left, recheck)
-                    .await?;
-                Ok(Finalized::Waiting(recheck))
-            }
-            Progress::TimedOut { left } => {
-                let note =
-                    deletion::incomplete_message(&topic_name, &left, self.options.deletion_timeout);
-                tracing::warn!(topic = %p, ?left, "{note}");
-                ctx.note(
-                    &reference,
-                    Note::warning(transitions::reasons::DELETION_INCOMPLETE, note),
-                );
-                Ok(Finalized::Done)
-            }
-        }
+        tombstones::finalize(self, &self.ctx, topic, record).await
     }
 
     /// A topic's name or generation change, or its deletion, re-checks every other topic
     /// of its old and new name and recounts the policies.
     fn on_object(&self, topic: &Watched<Self>, gone: bool) {
-        let key = object_name(topic);
-        let object = ObjectRef::from_obj(topic);
-        let now = (watched_topic_name(topic), topic.metadata.generation);
-        let releasing = topic.metadata.deletion_timestamp.is_some()
-            && !topic.finalizers().iter().any(|f| f == FINALIZER);
-        let changed = self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .observe(&object, &key, now, gone, releasing);
-        if let Some(others) = changed {
+        if let Some(others) = self.seen.observe(topic, gone) {
             for other in others {
                 let _ = self.trigger.send(other);
             }

@@ -36,8 +36,6 @@ pub mod reasons {
     pub const COMPLIANT: &str = "Compliant";
     /// Warning Event: a KafkaTopicPolicy is broken.
     pub const POLICY_VIOLATION_EVENT: &str = "PolicyViolation";
-    /// Ready=False while a `Delete` deletion waits for the members.
-    pub const DELETING: &str = "Deleting";
     /// KafkaTopicPolicy Ready=True: the policy is evaluated.
     pub const EVALUATED: &str = "Evaluated";
 }

@@ -147,21 +147,6 @@ pub fn policy_condition(violations: &[Violation]) -> Desired {
     }
 }
 
-/// `Ready=False`/`Deleting` while a `Delete` deletion waits for the clusters `left`, to be
-/// released anyway `recheck` from now.
-pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desired {
-    Desired::new(
-        types::READY,
-        Status::False,
-        reasons::DELETING,
-        format!(
-            "deleting the topic in every member; waiting for {} (released anyway within {}s)",
-            crate::distribution::reported::named(left, ", "),
-            recheck.as_secs().max(1)
-        ),
-    )
-}
-
 /// How the Events read a topic's status: `Applied` is told when the topic is sent (one
 /// Event per change), `Degraded` says whether it is healthy.
 const MEANING: Meaning = Meaning {
@@ -577,21 +562,6 @@ mod tests {
         let later = with(&down, Some(&first));
         assert!(conditions::status_changed(Some(&first), &later, |s| &mut s.conditions));
         assert!(conditions::status_changed(None, &first, |s| &mut s.conditions));
-    }
-
-    #[test]
-    fn a_waiting_deletion_names_the_clusters_left_and_the_bound() {
-        let d = deleting_condition(
-            &["b".to_owned(), "c".to_owned()],
-            std::time::Duration::from_secs(42),
-        );
-        assert_eq!(d.status, Status::False);
-        assert_eq!(d.reason, "Deleting");
-        assert!(
-            d.message.contains("waiting for b, c") && d.message.contains("42s"),
-            "{}",
-            d.message
-        );
     }
 
     #[test]

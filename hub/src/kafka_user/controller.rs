@@ -29,26 +29,26 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::runtime::reflector::{ObjectRef, Store as Reflector};
+use kube::runtime::reflector::Store as Reflector;
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::credential::{self, PasswordRef};
-use super::status::{StatusInputs, aggregate, deleting_condition, notes};
+use super::status::{StatusInputs, aggregate, notes};
 use super::{FINALIZER, KafkaUserDecision, plan, reasons};
+use crate::controllers::name_claims::NameClaims;
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Deletion, Finalized, Note, PlacementKind, Reported, Started,
-    StatusInput, Tombstoning, Trigger, Watched, object_name,
+    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
+    Trigger, Watched,
 };
+use crate::controllers::tombstones::{self, Tombstoned};
 use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, ReconcileError};
-use crate::distribution::claim::{self, Claim, Claimed};
-use crate::distribution::deletion::Progress;
+use crate::distribution::claim::{self, Claim};
 use crate::distribution::reported::{self as shown, Placed};
 use crate::distribution::select::Clusters;
 use crate::distribution::{PlacementRecord, ShareRecord};
 use crate::store::StatusRecord;
-use crate::writes::Pace;
 
 /// Default of `--user-deletion-timeout`.
 pub const DEFAULT_USER_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
@@ -86,7 +86,7 @@ pub struct KafkaUsers {
     users: Reflector<Watched<Self>>,
     trigger: Trigger<Self>,
     /// Each object's claimed user name and generation, and the objects claiming each.
-    seen: Mutex<Claimed<ObjectRef<Watched<KafkaUsers>>>>,
+    seen: NameClaims<KafkaUsers>,
     /// Password Secrets being generated (`namespace/name`), so one is created once.
     generating: Arc<Mutex<HashSet<String>>>,
 }
@@ -217,14 +217,8 @@ impl KafkaUsers {
     /// The claims of every object that names `username`, except those whose deletion has
     /// already released them.
     fn claims(&self, username: &str, clusters: &Clusters) -> Vec<Claim> {
-        placement::live_claims::<Self>(
-            &self.seen,
-            &self.users,
-            username,
-            watched_username,
-            FINALIZER,
-            |u| claim(u, clusters),
-        )
+        self.seen
+            .live(&self.users, username, |u| claim(u, clusters))
     }
 
     /// Creates the Secret `namespace/name` with a generated password, owned by `user`, in
@@ -286,27 +280,73 @@ impl KafkaUsers {
                 .remove(&key);
         });
     }
+}
 
-    /// Shows a waiting deletion in the status: each member's placement as its agent
-    /// reports the tombstone, and `Ready=False`/`Deleting` naming the members left.
-    fn show_deletion(
+impl Tombstoned for KafkaUsers {
+    fn is_tombstone(record: &PlacementRecord<KafkaUserDecision>) -> bool {
+        record.decision.spec.remove
+    }
+
+    fn tombstone(
+        record: &PlacementRecord<KafkaUserDecision>,
+    ) -> Option<PlacementRecord<KafkaUserDecision>> {
+        tombstone(record)
+    }
+
+    fn is_gone(report: &StatusRecord) -> bool {
+        is_removed(report)
+    }
+
+    fn deletion_timeout(&self) -> Duration {
+        self.options.deletion_timeout
+    }
+
+    fn removed(
         &self,
-        watched: &Watched<Self>,
+        user: &Watched<Self>,
+        _tombstone: &PlacementRecord<KafkaUserDecision>,
+    ) -> Note {
+        Note::normal(
+            transitions::reasons::DELETED,
+            format!(
+                "Kafka user {}: credential, ACLs and quotas removed in every member",
+                watched_username(user)
+            ),
+        )
+    }
+
+    fn left_behind(
+        &self,
+        user: &Watched<Self>,
+        _tombstone: &PlacementRecord<KafkaUserDecision>,
+        left: &[String],
+    ) -> String {
+        format!(
+            "Kafka user {} was not confirmed removed within {}s in cluster{} {}; the \
+             FederatedKafkaUser is released and the user may remain there",
+            watched_username(user),
+            self.options.deletion_timeout.as_secs(),
+            if left.len() == 1 { "" } else { "s" },
+            shown::named(left, ", ")
+        )
+    }
+
+    /// Each member's placement as its agent reports the tombstone, and
+    /// `Ready=False`/`Deleting` naming the members left.
+    fn deleting_status(
+        &self,
+        user: &FederatedKafkaUser,
         tombstone: &PlacementRecord<KafkaUserDecision>,
         revision: i64,
         left: &[String],
         recheck: Duration,
-    ) -> Result<(), ReconcileError> {
-        let Ok(user) = watched.decode() else {
-            return Ok(());
-        };
-        let old = user.status.as_ref();
+    ) -> Option<FederatedKafkaUserStatus> {
         let now = Time(Timestamp::now());
         let (reports, clusters) = (
             placement::reports(&self.ctx, tombstone),
             placement::clusters(&self.ctx),
         );
-        let mut status = aggregate(&StatusInputs {
+        let status = aggregate(&StatusInputs {
             placed: Placed {
                 shares: &tombstone.shares,
                 revision,
@@ -316,28 +356,14 @@ impl KafkaUsers {
             decision: Some(&tombstone.decision),
             waiting: None,
             generation: user.metadata.generation,
-            old,
+            old: user.status.as_ref(),
             now: &now,
         });
-        status.conditions = accord_crds::conditions::merge(
-            &status.conditions,
-            &[deleting_condition(left, recheck)],
+        Some(tombstones::with_condition::<Self>(
+            status,
+            tombstones::deleting_condition("removing the user in every member", left, recheck),
             user.metadata.generation,
-            &now,
-        );
-        // The bound's countdown (in Ready's message) alone is no reason to write.
-        let ready = |s: &FederatedKafkaUserStatus| {
-            accord_crds::conditions::find(&s.conditions, accord_crds::conditions::types::READY)
-                .map(|c| (c.reason.clone(), c.status.clone()))
-        };
-        if old.is_some_and(|o| ready(o) == ready(&status) && o.placements == status.placements) {
-            return Ok(());
-        }
-        let desired = serde_json::to_value(&status).map_err(crate::store::StoreError::Encode)?;
-        let current = watched.data.get("status").cloned().unwrap_or_default();
-        self.ctx
-            .submit_status(watched, current, desired, Pace::Prompt);
-        Ok(())
+        ))
     }
 }
 
@@ -373,7 +399,7 @@ impl PlacementKind for KafkaUsers {
                 options: options.clone(),
                 users,
                 trigger,
-                seen: Mutex::default(),
+                seen: NameClaims::new(watched_username, FINALIZER),
                 generating: Arc::default(),
             },
             tasks: vec![Box::pin(secret_changes)],
@@ -517,80 +543,19 @@ impl PlacementKind for KafkaUsers {
         (deletion_policy(user) == DeletionPolicy::Delete).then_some(FINALIZER)
     }
 
-    /// A `Delete` deletion: the tombstone is sent, and the object waits until every member
-    /// reported the user removed or the bound passed.
+    /// A `Delete` deletion waits for the members ([`tombstones::finalize`]).
     async fn finalize(
         &self,
         user: &Watched<Self>,
         record: Option<(PlacementRecord<KafkaUserDecision>, i64)>,
     ) -> Result<Finalized, ReconcileError> {
-        let ctx = &self.ctx;
-        let p = placement::policy_ref::<Self>(user);
-        let reference = user.object_ref(&());
-        let username = watched_username(user);
-        let how = Tombstoning {
-            is_tombstone: |r: &PlacementRecord<KafkaUserDecision>| r.decision.spec.remove,
-            tombstone,
-            is_gone: is_removed,
-            timeout: self.options.deletion_timeout,
-        };
-        let (tombstone, revision, progress) =
-            match placement::delete_in_members::<Self>(ctx, user, record, &how).await? {
-                Deletion::NothingSent => return Ok(Finalized::Done),
-                Deletion::Sent {
-                    tombstone,
-                    revision,
-                    progress,
-                } => (tombstone, revision, progress),
-            };
-        match progress {
-            Progress::Done => {
-                info!(user = %p, "Kafka user removed in every member");
-                ctx.note(
-                    &reference,
-                    Note::normal(
-                        transitions::reasons::DELETED,
-                        format!("Kafka user {username}: credential, ACLs and quotas removed in every member"),
-                    ),
-                );
-                Ok(Finalized::Done)
-            }
-            Progress::Waiting { left, recheck } => {
-                self.show_deletion(user, &tombstone, revision, &left, recheck)?;
-                Ok(Finalized::Waiting(recheck))
-            }
-            Progress::TimedOut { left } => {
-                let note = format!(
-                    "Kafka user {username} was not confirmed removed within {}s in cluster{} {}; \
-                     the FederatedKafkaUser is released and the user may remain there",
-                    self.options.deletion_timeout.as_secs(),
-                    if left.len() == 1 { "" } else { "s" },
-                    shown::named(&left, ", ")
-                );
-                warn!(user = %p, ?left, "{note}");
-                ctx.note(
-                    &reference,
-                    Note::warning(transitions::reasons::DELETION_INCOMPLETE, note),
-                );
-                Ok(Finalized::Done)
-            }
-        }
+        tombstones::finalize(self, &self.ctx, user, record).await
     }
 
     /// A user's name or generation change, or its deletion, re-checks every other object
     /// of its old and new user name.
     fn on_object(&self, user: &Watched<Self>, gone: bool) {
-        let key = object_name(user);
-        let object = ObjectRef::from_obj(user);
-        let now = (watched_username(user), user.metadata.generation);
-        let releasing = user.metadata.deletion_timestamp.is_some()
-            && !user.finalizers().iter().any(|f| f == FINALIZER);
-        let others = self
-            .seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .observe(&object, &key, now, gone, releasing);
-        for other in others.into_iter().flatten() {
+        for other in self.seen.observe(user, gone).into_iter().flatten() {
             let _ = self.trigger.send(other);
         }
     }

@@ -33,8 +33,6 @@ pub const FINALIZER: &str = "accord.io/kafka-user";
 pub mod reasons {
     /// Normal Event: the hub generated the password Secret.
     pub const PASSWORD_GENERATED: &str = "PasswordGenerated";
-    /// Ready=False while a `Delete` deletion waits for the members.
-    pub const DELETING: &str = "Deleting";
     /// Ready=False: the password Secret is not there (yet).
     pub const WAITING_FOR_PASSWORD: &str = "WaitingForPassword";
     /// Degraded=True: some clusters' brokers keep no ACLs (no authorizer); the credential

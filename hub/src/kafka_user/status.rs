@@ -146,21 +146,6 @@ pub fn placement(
     }
 }
 
-/// `Ready=False`/`Deleting` while a `Delete` deletion waits for the clusters `left`, to be
-/// released anyway `recheck` from now.
-pub fn deleting_condition(left: &[String], recheck: std::time::Duration) -> Desired {
-    Desired::new(
-        types::READY,
-        Status::False,
-        reasons::DELETING,
-        format!(
-            "removing the user in every member; waiting for {} (released anyway within {}s)",
-            reported::named(left, ", "),
-            recheck.as_secs().max(1)
-        ),
-    )
-}
-
 /// How the Events read a user's status: `Applied` is told when the user is sent (one Event
 /// per change), `Degraded` says whether it is healthy.
 const MEANING: Meaning = Meaning {
