@@ -48,13 +48,12 @@ pub trait Tombstoned: PlacementKind {
     /// The Event once every member removed what it was sent.
     fn removed(&self, object: &Watched<Self>, tombstone: &PlacementRecord<Self::Decision>) -> Note;
 
-    /// The Warning's message once the bound passed with the clusters `left` not done.
-    fn left_behind(
+    /// How the Warning once the bound passed names what the members were sent.
+    fn removal(
         &self,
         object: &Watched<Self>,
         tombstone: &PlacementRecord<Self::Decision>,
-        left: &[String],
-    ) -> String;
+    ) -> Removal;
 
     /// The status while the deletion waits for `left` (re-checked within `recheck`), or
     /// `None` to leave the status as it is (the default).
@@ -67,6 +66,36 @@ pub trait Tombstoned: PlacementKind {
         _recheck: Duration,
     ) -> Option<Self::Status> {
         None
+    }
+}
+
+/// How a Warning names what the members were sent, e.g. `topic orders was`, `deleted`,
+/// `the topic`: "topic orders was not confirmed deleted within 300s in cluster east; the
+/// FederatedKafkaTopic is released and the topic may remain there".
+pub struct Removal {
+    /// The sentence's subject with its verb: `topic orders was`, `the delivered objects
+    /// were`.
+    pub subject: String,
+    /// What removed means for it: `deleted`, `removed`.
+    pub gone: &'static str,
+    /// How the rest of the sentence names it: `the topic`, `the objects`.
+    pub it: &'static str,
+}
+
+impl Removal {
+    /// The Warning's message once `timeout` passed with the clusters `left` not done, for
+    /// an object of `kind`.
+    pub fn left_behind(&self, kind: &str, timeout: Duration, left: &[String]) -> String {
+        format!(
+            "{} not confirmed {} within {}s in cluster{} {}; the {kind} is released and {} may \
+             remain there",
+            self.subject,
+            self.gone,
+            timeout.as_secs(),
+            if left.len() == 1 { "" } else { "s" },
+            crate::distribution::reported::named(left, ", "),
+            self.it
+        )
     }
 }
 
@@ -143,7 +172,9 @@ pub async fn finalize<K: Tombstoned>(
             Ok(Finalized::Waiting(recheck))
         }
         Progress::TimedOut { left } => {
-            let note = kind.left_behind(object, &tombstone, &left);
+            let note =
+                kind.removal(object, &tombstone)
+                    .left_behind(K::KIND.as_str(), timeout, &left);
             warn!(policy = %p, ?left, "{note}");
             ctx.note(
                 &reference,
@@ -207,6 +238,29 @@ pub fn with_condition<K: PlacementKind>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_warning_names_what_was_left_the_clusters_and_the_bound() {
+        let removal = Removal {
+            subject: "topic events was".into(),
+            gone: "deleted",
+            it: "the topic",
+        };
+        assert_eq!(
+            removal.left_behind(
+                "FederatedKafkaTopic",
+                Duration::from_secs(300),
+                &["b".into(), "c".into()]
+            ),
+            "topic events was not confirmed deleted within 300s in clusters b, c; the \
+             FederatedKafkaTopic is released and the topic may remain there"
+        );
+        assert!(
+            removal
+                .left_behind("FederatedKafkaTopic", Duration::from_secs(1), &["b".into()])
+                .contains("in cluster b;")
+        );
+    }
 
     #[test]
     fn a_waiting_deletion_names_the_clusters_left_and_the_bound() {

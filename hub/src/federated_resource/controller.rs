@@ -21,10 +21,10 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
     Trigger, Watched,
 };
-use crate::controllers::tombstones::{self, Tombstoned};
+use crate::controllers::tombstones::{self, Removal, Tombstoned};
 use crate::controllers::transitions::{self, Meaning};
 use crate::controllers::{ControllerContext, ReconcileError};
-use crate::distribution::{PlacementRecord, reported};
+use crate::distribution::PlacementRecord;
 use crate::store::StatusRecord;
 
 /// Default of `--resource-deletion-timeout`.
@@ -286,19 +286,16 @@ impl Tombstoned for FederatedResources {
         }
     }
 
-    fn left_behind(
+    fn removal(
         &self,
         _object: &Watched<Self>,
         _tombstone: &PlacementRecord<FederatedResourceDecision>,
-        left: &[String],
-    ) -> String {
-        format!(
-            "the delivered objects were not confirmed removed within {}s in cluster{} {}; \
-             the FederatedResource is released and the objects may remain there",
-            self.options.deletion_timeout.as_secs(),
-            if left.len() == 1 { "" } else { "s" },
-            reported::named(left, ", ")
-        )
+    ) -> Removal {
+        Removal {
+            subject: "the delivered objects were".to_owned(),
+            gone: "removed",
+            it: "the objects",
+        }
     }
 }
 

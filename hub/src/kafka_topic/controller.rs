@@ -48,7 +48,7 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
     Trigger, Watched, changed, object_name, trigger_all,
 };
-use crate::controllers::tombstones::{self, Tombstoned};
+use crate::controllers::tombstones::{self, Removal, Tombstoned};
 use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
@@ -201,17 +201,16 @@ impl Tombstoned for KafkaTopics {
         )
     }
 
-    fn left_behind(
+    fn removal(
         &self,
         _topic: &Watched<Self>,
         tombstone: &PlacementRecord<KafkaTopicDecision>,
-        left: &[String],
-    ) -> String {
-        deletion::incomplete_message(
-            &tombstone.decision.spec.topic_name,
-            left,
-            self.options.deletion_timeout,
-        )
+    ) -> Removal {
+        Removal {
+            subject: format!("topic {} was", tombstone.decision.spec.topic_name),
+            gone: "deleted",
+            it: "the topic",
+        }
     }
 
     /// Each member's placement as its agent reports the tombstone, and

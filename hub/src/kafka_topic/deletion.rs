@@ -5,8 +5,6 @@
 //! that is gone or unreachable does not hold the object forever: after the bound the
 //! finalizer goes with what was left behind named.
 
-use std::time::Duration;
-
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState};
 
 use super::KafkaTopicDecision;
@@ -59,17 +57,6 @@ pub fn is_tombstone(record: &PlacementRecord<KafkaTopicDecision>) -> bool {
 pub fn is_gone(report: &StatusRecord) -> bool {
     report.state == PlacementState::Synced
         && matches!(&report.observed, Observed::KafkaTopic(t) if !t.exists)
-}
-
-/// The Warning Event's note when the bound passed.
-pub fn incomplete_message(topic_name: &str, left: &[String], timeout: Duration) -> String {
-    format!(
-        "topic {topic_name} was not confirmed deleted within {}s in cluster{} {}; the \
-         FederatedKafkaTopic is released and the topic may remain there",
-        timeout.as_secs(),
-        if left.len() == 1 { "" } else { "s" },
-        crate::distribution::reported::named(left, ", ")
-    )
 }
 
 #[cfg(test)]
@@ -189,15 +176,5 @@ mod tests {
         let t = tombstone(&record()).unwrap();
         let reports = HashMap::from([("a".to_owned(), report(10, false))]);
         assert!(remaining(&t, 10, &reports, |c| c != "b", is_gone).is_empty());
-    }
-
-    #[test]
-    fn the_warning_names_the_clusters_left_and_the_bound() {
-        let m = incomplete_message(
-            "events",
-            &["b".into(), "c".into()],
-            Duration::from_secs(300),
-        );
-        assert!(m.contains("clusters b, c") && m.contains("300s"), "{m}");
     }
 }

@@ -41,7 +41,7 @@ use crate::controllers::placement::{
     self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
     Trigger, Watched,
 };
-use crate::controllers::tombstones::{self, Tombstoned};
+use crate::controllers::tombstones::{self, Removal, Tombstoned};
 use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::claim::{self, Claim};
@@ -315,20 +315,16 @@ impl Tombstoned for KafkaUsers {
         )
     }
 
-    fn left_behind(
+    fn removal(
         &self,
         user: &Watched<Self>,
         _tombstone: &PlacementRecord<KafkaUserDecision>,
-        left: &[String],
-    ) -> String {
-        format!(
-            "Kafka user {} was not confirmed removed within {}s in cluster{} {}; the \
-             FederatedKafkaUser is released and the user may remain there",
-            watched_username(user),
-            self.options.deletion_timeout.as_secs(),
-            if left.len() == 1 { "" } else { "s" },
-            shown::named(left, ", ")
-        )
+    ) -> Removal {
+        Removal {
+            subject: format!("Kafka user {} was", watched_username(user)),
+            gone: "removed",
+            it: "the user",
+        }
     }
 
     /// Each member's placement as its agent reports the tombstone, and
