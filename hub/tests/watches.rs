@@ -71,7 +71,7 @@ fn every_watch_decodes_leniently() {
         ("agent/src/reload/mod.rs", 1, "ConfigMap"),
         ("hub/src/controllers/mod.rs", 1, "Lenient<ManagedCluster>"),
         (
-            "hub/src/controllers/placement.rs",
+            "hub/src/controllers/placement/run.rs",
             1,
             "Lenient<every placed kind>",
         ),

@@ -27,7 +27,8 @@ use tracing::info;
 
 use super::ScaleDecision;
 use super::autoscale::engine::{Config, State};
-use super::plan::{AggregateInputs, aggregate, plan, scale_spec, status_changed};
+use super::plan::{plan, scale_spec};
+use super::status::{AggregateInputs, aggregate, status_changed};
 use crate::controllers::field_owners::{ClaimedClusters, FieldClaim};
 use crate::controllers::placement::{
     DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger, Watched,

@@ -7,6 +7,7 @@ pub mod autoscaler;
 pub mod controller;
 pub mod division;
 pub mod plan;
+pub mod status;
 
 use std::any::Any;
 
