@@ -82,6 +82,100 @@ pub trait Enforcer: Send + 'static {
     ) -> BoxFuture<'static, Result<String, ApplyError>>;
 }
 
+/// The assignments of one kind in the book: each policy, its spec of the kind, and the
+/// whole assignment (revision, the shared spec).
+pub type Mine<'a, S> = [(&'a PolicyRef, &'a S, &'a Assigned)];
+
+/// An enforcer written against its own kind's spec. The engine drives it as an
+/// [`Enforcer`] (the implementation below), which hands each method only assignments of
+/// its kind: no enforcer checks the kind of what it is given.
+pub trait KindEnforcer: Send + 'static {
+    /// The kind's spec.
+    type Spec;
+
+    /// Short name, for logs and for routing its watch events.
+    const NAME: &'static str;
+
+    /// The kind's spec in `spec`, when it is an assignment of this kind.
+    fn spec(spec: &AssignmentSpec) -> Option<&Self::Spec>;
+
+    /// [`Enforcer::assign`] with the book's assignments of this kind.
+    fn assign(&mut self, mine: &Mine<'_, Self::Spec>, events: &EventSink);
+
+    /// [`Enforcer::reassigned`].
+    fn reassigned(&mut self) -> Vec<PolicyRef> {
+        Vec::new()
+    }
+
+    /// [`Enforcer::event`].
+    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef>;
+
+    /// [`Enforcer::look`] at a policy whose spec is `spec`.
+    fn look(
+        &self,
+        policy: &PolicyRef,
+        spec: &Self::Spec,
+        assigned: &Assigned,
+        apply_error: Option<&ApplyError>,
+    ) -> Option<Judgement>;
+
+    /// [`Enforcer::apply`] of a policy whose spec is `spec`.
+    fn apply(
+        &self,
+        policy: &PolicyRef,
+        spec: &Self::Spec,
+        assigned: &Assigned,
+    ) -> BoxFuture<'static, Result<String, ApplyError>>;
+}
+
+impl<E: KindEnforcer> Enforcer for E {
+    fn name(&self) -> &'static str {
+        E::NAME
+    }
+
+    fn enforces(&self, spec: &AssignmentSpec) -> bool {
+        E::spec(spec).is_some()
+    }
+
+    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+        let mine: Vec<_> = assigned
+            .iter()
+            .filter_map(|(policy, a)| Some((policy, E::spec(&a.spec)?, a)))
+            .collect();
+        KindEnforcer::assign(self, &mine, events);
+    }
+
+    fn reassigned(&mut self) -> Vec<PolicyRef> {
+        KindEnforcer::reassigned(self)
+    }
+
+    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+        KindEnforcer::event(self, event)
+    }
+
+    fn look(
+        &self,
+        policy: &PolicyRef,
+        assigned: &Assigned,
+        apply_error: Option<&ApplyError>,
+    ) -> Option<Judgement> {
+        let spec = E::spec(&assigned.spec)?;
+        KindEnforcer::look(self, policy, spec, assigned, apply_error)
+    }
+
+    fn apply(
+        &self,
+        policy: &PolicyRef,
+        assigned: &Assigned,
+    ) -> BoxFuture<'static, Result<String, ApplyError>> {
+        match E::spec(&assigned.spec) {
+            Some(spec) => KindEnforcer::apply(self, policy, spec, assigned),
+            // The engine routes only the kind's assignments here.
+            None => Box::pin(std::future::ready(Ok(String::new()))),
+        }
+    }
+}
+
 /// What an enforcer makes of one policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Judgement {

@@ -42,7 +42,7 @@ use self::discovery::Discovery;
 use self::judge::{Look, View, delivered_by};
 use self::manifest::{CRD_KIND, Gvk, Prepared, prepare_all};
 use self::objects::TypeWatch;
-use super::{ApplyError, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{ApplyError, EventSink, Judgement, KindEnforcer, Mine, WatchEvent};
 use crate::assignments::Assigned;
 
 /// The enforcer's name, in logs and watch events.
@@ -197,19 +197,11 @@ fn lose_interest(
 struct Held(Arc<AssignmentSpec>);
 
 impl Held {
-    /// `assigned` when it is a FederatedResource's.
-    fn of(assigned: &Arc<AssignmentSpec>) -> Option<Self> {
-        matches!(**assigned, AssignmentSpec::FederatedResource(_)).then(|| Self(assigned.clone()))
-    }
-
     fn spec(&self) -> &FederatedResourceSpec {
         static NONE: std::sync::LazyLock<FederatedResourceSpec> =
             std::sync::LazyLock::new(FederatedResourceSpec::default);
-        match &*self.0 {
-            AssignmentSpec::FederatedResource(spec) => spec,
-            // Never: `Held::of` takes FederatedResource assignments only.
-            _ => &NONE,
-        }
+        // Always some: only FederatedResource assignments are held.
+        <FederatedResourceEnforcer as KindEnforcer>::spec(&self.0).unwrap_or(&NONE)
     }
 
     /// Whether `assigned` is this same assignment (`Arc` equality of an `Eq` type looks at
@@ -246,30 +238,32 @@ fn policy_of(mark: &str) -> Option<PolicyRef> {
     ))
 }
 
-impl Enforcer for FederatedResourceEnforcer {
-    fn name(&self) -> &'static str {
-        NAME
+impl KindEnforcer for FederatedResourceEnforcer {
+    type Spec = FederatedResourceSpec;
+
+    const NAME: &'static str = NAME;
+
+    fn spec(spec: &AssignmentSpec) -> Option<&FederatedResourceSpec> {
+        match spec {
+            AssignmentSpec::FederatedResource(s) => Some(s),
+            _ => None,
+        }
     }
 
-    fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::FederatedResource(_))
-    }
-
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, mine: &Mine<'_, FederatedResourceSpec>, events: &EventSink) {
         // An unchanged spec is moved over, not copied again.
         let mut previous = std::mem::take(&mut self.held);
         let mut changed = HashSet::new();
-        let held: BTreeMap<PolicyRef, Held> = assigned
+        let held: BTreeMap<PolicyRef, Held> = mine
             .iter()
-            .filter_map(|(policy, a)| {
-                let new = Held::of(&a.spec)?;
+            .map(|&(policy, _, a)| {
                 let kept = previous
                     .remove_entry(policy)
                     .filter(|(_, held)| held.is(&a.spec));
-                Some(kept.unwrap_or_else(|| {
+                kept.unwrap_or_else(|| {
                     changed.insert(policy.clone());
-                    (policy.clone(), new)
-                }))
+                    (policy.clone(), Held(a.spec.clone()))
+                })
             })
             .collect();
         // What is left of the previous ones left this cluster.
@@ -418,12 +412,10 @@ impl Enforcer for FederatedResourceEnforcer {
     fn look(
         &self,
         policy: &PolicyRef,
+        spec: &FederatedResourceSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::FederatedResource(spec) = &*assigned.spec else {
-            return None;
-        };
         let manifests = self.prepared(policy, spec);
         let keys = Self::keys(&manifests, spec);
         let view = self.view(&keys)?;
@@ -442,12 +434,9 @@ impl Enforcer for FederatedResourceEnforcer {
     fn apply(
         &self,
         policy: &PolicyRef,
-        assigned: &Assigned,
+        spec: &FederatedResourceSpec,
+        _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::FederatedResource(spec) = &*assigned.spec else {
-            // The engine routes only FederatedResource assignments here.
-            return Box::pin(std::future::ready(Ok(String::new())));
-        };
         let manifests = self.prepared(policy, spec);
         let view = self.view(&Self::keys(&manifests, spec)).unwrap_or_default();
         let job = self.job(policy, spec.clone(), view);

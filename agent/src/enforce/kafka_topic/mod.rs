@@ -36,7 +36,9 @@ use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
 use super::kafka::{KafkaOptions, PROBES};
 use super::kafka::{conflict, reowned};
-use super::{Action, ApplyError, ApplyErrorKind, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{
+    Action, ApplyError, ApplyErrorKind, EventSink, Judgement, KindEnforcer, Mine, WatchEvent,
+};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
 use crate::report::Report;
@@ -138,22 +140,23 @@ impl KafkaTopicEnforcer {
     }
 }
 
-impl Enforcer for KafkaTopicEnforcer {
-    fn name(&self) -> &'static str {
-        "kafka_topic"
+impl KindEnforcer for KafkaTopicEnforcer {
+    type Spec = KafkaTopicSpec;
+
+    const NAME: &'static str = "kafka_topic";
+
+    fn spec(spec: &AssignmentSpec) -> Option<&KafkaTopicSpec> {
+        match spec {
+            AssignmentSpec::KafkaTopic(s) => Some(s),
+            _ => None,
+        }
     }
 
-    fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::KafkaTopic(_))
-    }
-
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, mine: &Mine<'_, KafkaTopicSpec>, events: &EventSink) {
         let before = std::mem::take(&mut self.topics);
         let mut keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (policy, a) in assigned {
-            if let AssignmentSpec::KafkaTopic(spec) = &*a.spec
-                && !spec.topic_name.is_empty()
-            {
+        for &(policy, spec, _) in mine {
+            if !spec.topic_name.is_empty() {
                 self.topics
                     .entry(spec.topic_name.clone())
                     .or_default()
@@ -235,12 +238,10 @@ impl Enforcer for KafkaTopicEnforcer {
     fn look(
         &self,
         policy: &PolicyRef,
+        spec: &KafkaTopicSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::KafkaTopic(spec) = &*assigned.spec else {
-            return None;
-        };
         let revision = assigned.revision;
         if let Some(message) = judge::invalid(spec) {
             let verdict = Verdict::Invalid(message);
@@ -282,12 +283,9 @@ impl Enforcer for KafkaTopicEnforcer {
     fn apply(
         &self,
         _policy: &PolicyRef,
-        assigned: &Assigned,
+        spec: &KafkaTopicSpec,
+        _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::KafkaTopic(spec) = &*assigned.spec else {
-            // The engine routes only topic assignments here.
-            return Box::pin(std::future::ready(Ok(String::new())));
-        };
         let Some(running) = &self.running else {
             return Box::pin(std::future::ready(Err(ApplyError::new(
                 ApplyErrorKind::Unavailable,

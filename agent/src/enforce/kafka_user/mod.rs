@@ -34,7 +34,9 @@ use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
 use super::kafka::{KafkaOptions, PROBES};
 use super::kafka::{conflict, reowned};
-use super::{Action, ApplyError, ApplyErrorKind, Enforcer, EventSink, Judgement, WatchEvent};
+use super::{
+    Action, ApplyError, ApplyErrorKind, EventSink, Judgement, KindEnforcer, Mine, WatchEvent,
+};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
 use crate::report::Report;
@@ -138,22 +140,23 @@ impl KafkaUserEnforcer {
     }
 }
 
-impl Enforcer for KafkaUserEnforcer {
-    fn name(&self) -> &'static str {
-        "kafka_user"
+impl KindEnforcer for KafkaUserEnforcer {
+    type Spec = KafkaUserSpec;
+
+    const NAME: &'static str = "kafka_user";
+
+    fn spec(spec: &AssignmentSpec) -> Option<&KafkaUserSpec> {
+        match spec {
+            AssignmentSpec::KafkaUser(s) => Some(s),
+            _ => None,
+        }
     }
 
-    fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::KafkaUser(_))
-    }
-
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, mine: &Mine<'_, KafkaUserSpec>, events: &EventSink) {
         let before: Vec<&String> = self.users.keys().collect();
         let mut users: BTreeMap<String, BTreeSet<PolicyRef>> = BTreeMap::new();
-        for (policy, a) in assigned {
-            if let AssignmentSpec::KafkaUser(spec) = &*a.spec
-                && !spec.username.is_empty()
-            {
+        for &(policy, spec, _) in mine {
+            if !spec.username.is_empty() {
                 users
                     .entry(spec.username.clone())
                     .or_default()
@@ -223,12 +226,10 @@ impl Enforcer for KafkaUserEnforcer {
     fn look(
         &self,
         policy: &PolicyRef,
+        spec: &KafkaUserSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::KafkaUser(spec) = &*assigned.spec else {
-            return None;
-        };
         let revision = assigned.revision;
         if let Some(message) = judge::invalid(spec) {
             return Some(Judgement {
@@ -269,14 +270,11 @@ impl Enforcer for KafkaUserEnforcer {
     fn apply(
         &self,
         _policy: &PolicyRef,
-        assigned: &Assigned,
+        spec: &KafkaUserSpec,
+        _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
         let ready = |result| -> BoxFuture<'static, Result<String, ApplyError>> {
             Box::pin(std::future::ready(result))
-        };
-        let AssignmentSpec::KafkaUser(spec) = &*assigned.spec else {
-            // The engine routes only user assignments here.
-            return ready(Ok(String::new()));
         };
         let Some(running) = &self.running else {
             return ready(Err(ApplyError::new(

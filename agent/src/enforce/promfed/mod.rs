@@ -35,7 +35,9 @@ use tracing::{debug, info, warn};
 
 use self::judge::{GroupRender, Verdict};
 use super::watch::ResourceWatch;
-use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent, server_side_apply};
+use super::{
+    Action, ApplyError, EventSink, Judgement, KindEnforcer, Mine, WatchEvent, server_side_apply,
+};
 use crate::assignments::Assigned;
 use crate::report::Report;
 
@@ -268,26 +270,27 @@ async fn delete_config_map(client: kube::Client, namespace: String) {
     }
 }
 
-impl Enforcer for PromfedEnforcer {
-    fn name(&self) -> &'static str {
-        "promfed"
+impl KindEnforcer for PromfedEnforcer {
+    type Spec = PromfedSpec;
+
+    const NAME: &'static str = "promfed";
+
+    fn spec(spec: &AssignmentSpec) -> Option<&PromfedSpec> {
+        match spec {
+            AssignmentSpec::Promfed(s) => Some(s),
+            _ => None,
+        }
     }
 
-    fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::Promfed(_))
-    }
-
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, mine: &Mine<'_, PromfedSpec>, events: &EventSink) {
         self.events = Some(events.clone());
         let before = std::mem::take(&mut self.groups);
-        for (policy, a) in assigned {
-            if let AssignmentSpec::Promfed(spec) = &*a.spec {
-                let namespace = self.group_namespace(spec);
-                self.groups
-                    .entry(namespace)
-                    .or_default()
-                    .insert(policy.clone(), spec.clone());
-            }
+        for &(policy, spec, _) in mine {
+            let namespace = self.group_namespace(spec);
+            self.groups
+                .entry(namespace)
+                .or_default()
+                .insert(policy.clone(), spec.clone());
         }
         // A group whose members changed renders differently for every member.
         let members = |g: &BTreeMap<PolicyRef, PromfedSpec>| -> BTreeSet<PolicyRef> {
@@ -423,12 +426,10 @@ impl Enforcer for PromfedEnforcer {
     fn look(
         &self,
         policy: &PolicyRef,
+        spec: &PromfedSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::Promfed(spec) = &*assigned.spec else {
-            return None;
-        };
         let namespace = self.group_namespace(spec);
         match self.not_ready(&namespace) {
             None => {}
@@ -472,12 +473,9 @@ impl Enforcer for PromfedEnforcer {
     fn apply(
         &self,
         policy: &PolicyRef,
-        assigned: &Assigned,
+        spec: &PromfedSpec,
+        _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::Promfed(spec) = &*assigned.spec else {
-            // The engine routes only federation assignments here.
-            return Box::pin(std::future::ready(Ok(String::new())));
-        };
         let namespace = self.group_namespace(spec);
         let current = self
             .config_map(&namespace)

@@ -8,7 +8,7 @@
 
 pub mod judge;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use accord_common::distribution::{AssignmentSpec, PlacementState, PolicyRef, ScaleSpec};
 use futures::future::BoxFuture;
@@ -20,7 +20,9 @@ use tracing::{debug, info};
 
 use self::judge::Verdict;
 use super::watch::ResourceWatch;
-use super::{Action, ApplyError, Enforcer, EventSink, Judgement, WatchEvent, server_side_apply};
+use super::{
+    Action, ApplyError, EventSink, Judgement, KindEnforcer, Mine, WatchEvent, server_side_apply,
+};
 use crate::assignments::Assigned;
 use crate::metrics::Metrics;
 use crate::report::Report;
@@ -97,21 +99,22 @@ fn watched(target: &ScaleSpec) -> bool {
     target.is_deployment() && !target.namespace.is_empty() && !target.name.is_empty()
 }
 
-impl Enforcer for ScaleEnforcer {
-    fn name(&self) -> &'static str {
-        "scale"
+impl KindEnforcer for ScaleEnforcer {
+    type Spec = ScaleSpec;
+
+    const NAME: &'static str = "scale";
+
+    fn spec(spec: &AssignmentSpec) -> Option<&ScaleSpec> {
+        match spec {
+            AssignmentSpec::Scale(s) => Some(s),
+            _ => None,
+        }
     }
 
-    fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        matches!(spec, AssignmentSpec::Scale(_))
-    }
-
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, mine: &Mine<'_, ScaleSpec>, events: &EventSink) {
         self.targets.clear();
-        for (policy, a) in assigned {
-            if let AssignmentSpec::Scale(s) = &*a.spec
-                && watched(s)
-            {
+        for &(policy, s, _) in mine {
+            if watched(s) {
                 self.targets
                     .entry((s.namespace.clone(), s.name.clone()))
                     .or_default()
@@ -175,12 +178,10 @@ impl Enforcer for ScaleEnforcer {
     fn look(
         &self,
         policy: &PolicyRef,
+        target: &ScaleSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let AssignmentSpec::Scale(target) = &*assigned.spec else {
-            return None;
-        };
         if !watched(target) {
             let verdict = judge::verdict(target, None, []);
             return Some(Judgement {
@@ -258,12 +259,10 @@ impl Enforcer for ScaleEnforcer {
     fn apply(
         &self,
         policy: &PolicyRef,
-        assigned: &Assigned,
+        target: &ScaleSpec,
+        _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let AssignmentSpec::Scale(target) = (*assigned.spec).clone() else {
-            // The engine routes only scale assignments here.
-            return Box::pin(std::future::ready(Ok(String::new())));
-        };
+        let target = target.clone();
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), &target.namespace);
         let metrics = self.metrics.clone();
         let policy = policy.clone();
