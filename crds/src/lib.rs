@@ -51,7 +51,7 @@ pub use scale::{
     CrossClusterScalePolicy, CrossClusterScalePolicySpec, CrossClusterScalePolicyStatus, Placement,
     PlacementState,
 };
-pub use summary::{PlacementSummary, StatusLimits};
+pub use summary::{HasPlacedStatus, PlacedStatus, PlacementSummary, StatusLimits};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -126,6 +126,66 @@ impl Default for StatusLimits {
     }
 }
 
+/// The status of a kind that places something in member clusters: its conditions, and
+/// its placements with their summary ([`StatusLimits::apply`]).
+pub trait PlacedStatus {
+    /// One cluster's line.
+    type Placement: HasState;
+
+    /// The conditions.
+    fn conditions_mut(
+        &mut self,
+    ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>;
+
+    /// Cuts the placements down to what `limits` lets the status list, setting the summary.
+    fn summarize(&mut self, limits: &StatusLimits);
+}
+
+/// An object of a kind that places something, with its [`PlacedStatus`].
+pub trait HasPlacedStatus {
+    /// Its status.
+    type Status: PlacedStatus;
+
+    /// Its status, as read.
+    fn placed_status(&self) -> Option<&Self::Status>;
+}
+
+macro_rules! placed_status {
+    ($($object:ty => $status:ty, $placement:ty;)*) => {
+        $(
+            impl PlacedStatus for $status {
+                type Placement = $placement;
+
+                fn conditions_mut(
+                    &mut self,
+                ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+                    &mut self.conditions
+                }
+
+                fn summarize(&mut self, limits: &StatusLimits) {
+                    self.summary = limits.apply(&mut self.placements);
+                }
+            }
+
+            impl HasPlacedStatus for $object {
+                type Status = $status;
+
+                fn placed_status(&self) -> Option<&$status> {
+                    self.status.as_ref()
+                }
+            }
+        )*
+    };
+}
+
+placed_status! {
+    crate::CrossClusterScalePolicy => crate::scale::CrossClusterScalePolicyStatus, crate::Placement;
+    crate::kafka_topic::FederatedKafkaTopic => crate::kafka_topic::FederatedKafkaTopicStatus, crate::TopicPlacement;
+    crate::FederatedKafkaUser => crate::kafka_user::FederatedKafkaUserStatus, crate::KafkaUserPlacement;
+    crate::PrometheusFederation => crate::promfed::PrometheusFederationStatus, crate::FederationPlacement;
+    crate::FederatedResource => crate::federated_resource::FederatedResourceStatus, crate::ResourcePlacement;
+}
+
 impl StatusLimits {
     /// Cuts `placements` down to what the status lists; the summary when it was cut (None,
     /// and the list unchanged, at or below the threshold).

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
 use accord_crds::{FederatedResource, FederatedResourceStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
 
@@ -107,18 +106,6 @@ impl PlacementKind for FederatedResources {
             tasks: vec![Box::pin(claims_changed), Box::pin(secret_changes)],
             listed: Box::pin(async { true }),
         }
-    }
-
-    fn status(object: &FederatedResource) -> Option<&FederatedResourceStatus> {
-        object.status.as_ref()
-    }
-
-    fn conditions(status: &mut FederatedResourceStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
-
-    fn summarize(status: &mut FederatedResourceStatus, limits: &accord_crds::StatusLimits) {
-        status.summary = limits.apply(&mut status.placements);
     }
 
     /// A cluster's labels also choose the overrides it gets, so an object with an override

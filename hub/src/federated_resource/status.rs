@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::plan::ClusterPlan;
-use crate::distribution::reported::{self, Placed, Shown};
+use crate::distribution::reported::{self, Placed};
 
 /// Condition type: every placement has every manifest applied.
 pub const APPLIED: &str = "Applied";
@@ -131,14 +131,7 @@ fn healthy(p: &ResourcePlacement) -> bool {
 /// `Applied` (every placement Synced), `Available` (and every manifest healthy) and
 /// `Degraded` (some placement in trouble, naming each).
 pub fn resource_conditions(placements: &[ResourcePlacement]) -> Vec<Desired> {
-    let shown: Vec<Shown<'_>> = placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect();
+    let shown = reported::shown(placements);
     let synced = format!(
         "every manifest is applied in {}",
         reported::clusters(placements.len())

@@ -29,7 +29,6 @@ use accord_crds::kafka_topic::{
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -372,18 +371,6 @@ impl PlacementKind for KafkaTopics {
             ],
             listed: Box::pin(listed),
         }
-    }
-
-    fn status(object: &FederatedKafkaTopic) -> Option<&FederatedKafkaTopicStatus> {
-        object.status.as_ref()
-    }
-
-    fn conditions(status: &mut FederatedKafkaTopicStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
-
-    fn summarize(status: &mut FederatedKafkaTopicStatus, limits: &accord_crds::StatusLimits) {
-        status.summary = limits.apply(&mut status.placements);
     }
 
     fn decide(

@@ -26,7 +26,7 @@ use accord_crds::kafka_topic::DeletionPolicy;
 use accord_crds::kafka_user::{FederatedKafkaUser, FederatedKafkaUserStatus};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::Store as Reflector;
@@ -401,18 +401,6 @@ impl PlacementKind for KafkaUsers {
             tasks: vec![Box::pin(secret_changes)],
             listed: Box::pin(async { true }),
         }
-    }
-
-    fn status(object: &FederatedKafkaUser) -> Option<&FederatedKafkaUserStatus> {
-        object.status.as_ref()
-    }
-
-    fn conditions(status: &mut FederatedKafkaUserStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
-
-    fn summarize(status: &mut FederatedKafkaUserStatus, limits: &accord_crds::StatusLimits) {
-        status.summary = limits.apply(&mut status.placements);
     }
 
     fn decide(

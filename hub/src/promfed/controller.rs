@@ -24,7 +24,6 @@ use accord_crds::validate::Validate;
 use accord_crds::{HUB_FIELD_MANAGER, PrometheusFederation, PrometheusFederationStatus};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
@@ -160,18 +159,6 @@ impl PlacementKind for Promfed {
             tasks: vec![Box::pin(global_changes)],
             listed: Box::pin(async { true }),
         }
-    }
-
-    fn status(object: &PrometheusFederation) -> Option<&PrometheusFederationStatus> {
-        object.status.as_ref()
-    }
-
-    fn conditions(status: &mut PrometheusFederationStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
-
-    fn summarize(status: &mut PrometheusFederationStatus, limits: &accord_crds::StatusLimits) {
-        status.summary = limits.apply(&mut status.placements);
     }
 
     fn decide(

@@ -83,14 +83,7 @@ pub fn federation_conditions(
     placements: &[FederationPlacement],
     global: Option<&GlobalTierStatus>,
 ) -> Vec<Desired> {
-    let mut shown: Vec<Shown<'_>> = placements
-        .iter()
-        .map(|p| Shown {
-            name: &p.cluster,
-            state: p.state,
-            message: p.message.as_deref(),
-        })
-        .collect();
+    let mut shown = reported::shown(placements);
     if let Some(g) = global {
         shown.push(Shown {
             name: "global tier",

@@ -20,7 +20,6 @@ use accord_crds::scale::{
     AutoscalingStatus, CrossClusterScalePolicy, CrossClusterScalePolicyStatus,
 };
 use accord_crds::validate::Validate;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
@@ -106,18 +105,6 @@ impl PlacementKind for Scale {
             ))],
             listed: Box::pin(async { true }),
         }
-    }
-
-    fn status(object: &CrossClusterScalePolicy) -> Option<&CrossClusterScalePolicyStatus> {
-        object.status.as_ref()
-    }
-
-    fn conditions(status: &mut CrossClusterScalePolicyStatus) -> &mut Vec<Condition> {
-        &mut status.conditions
-    }
-
-    fn summarize(status: &mut CrossClusterScalePolicyStatus, limits: &accord_crds::StatusLimits) {
-        status.summary = limits.apply(&mut status.placements);
     }
 
     fn status_changed(

@@ -147,11 +147,19 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
         + Debug
         + DeserializeOwned
         + Serialize
+        + accord_crds::HasPlacedStatus<Status = Self::Status>
         + Send
         + Sync
         + 'static;
     /// Its status.
-    type Status: Clone + Debug + PartialEq + Serialize + Send + Sync + 'static;
+    type Status: accord_crds::PlacedStatus
+        + Clone
+        + Debug
+        + PartialEq
+        + Serialize
+        + Send
+        + Sync
+        + 'static;
     /// The kind's own decision data in the placements record (opaque to distribution).
     type Decision: Clone + Debug + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static;
     /// What the decision hands the status aggregation beyond the record.
@@ -186,14 +194,20 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     ) -> Started<Self>;
 
     /// The object's status, as read.
-    fn status(object: &Self::Object) -> Option<&Self::Status>;
+    fn status(object: &Self::Object) -> Option<&Self::Status> {
+        accord_crds::HasPlacedStatus::placed_status(object)
+    }
 
     /// The status's conditions.
-    fn conditions(status: &mut Self::Status) -> &mut Vec<Condition>;
+    fn conditions(status: &mut Self::Status) -> &mut Vec<Condition> {
+        accord_crds::PlacedStatus::conditions_mut(status)
+    }
 
     /// Cuts the status's placements down to what `limits` lets it list, setting its summary
     /// ([`StatusLimits::apply`]); the full status stays available as the object's view.
-    fn summarize(status: &mut Self::Status, limits: &StatusLimits);
+    fn summarize(status: &mut Self::Status, limits: &StatusLimits) {
+        accord_crds::PlacedStatus::summarize(status, limits);
+    }
 
     /// True when `new` differs from `old` in anything worth a write: by default in
     /// anything but the conditions' timestamps.
