@@ -1,8 +1,8 @@
 //! The generic placement controller driven one step at a time: a real etcd (the store,
 //! the fence, the locks) and a fake management API server that records every write, with
-//! the real CrossClusterScalePolicy and FederatedKafkaTopic plug-ins. What is checked is
-//! what the controller writes and how often: records in etcd, status patches, Events and
-//! finalizers.
+//! the real CrossClusterScalePolicy and FederatedKafkaTopic plug-ins and a toy kind defined
+//! only here ([`toy`]). What is checked is what the controller writes and how often:
+//! records in etcd, status patches, Events and finalizers.
 
 mod fake_api;
 mod store_support;
@@ -586,4 +586,462 @@ async fn only_a_topic_whose_deletion_deletes_in_the_members_gets_a_finalizer() {
             "{name}"
         );
     }
+}
+
+/// A kind defined only here, as "Adding a kind" in docs/architecture.md asks of a new one:
+/// its CRD, status and decision types, a `PlacementKind` of a few lines, and the
+/// framework's capabilities it opts into — an exclusive name (`NameClaims`) and a deletion
+/// that waits for the members (`Tombstoned`). Its keys borrow the FederatedResource kind's
+/// name (the kinds the protocol names are a closed list) and no FederatedResource
+/// controller runs here.
+mod toy {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use accord_common::distribution::{AssignmentSpec, FederatedResourceSpec, PolicyKind};
+    use accord_crds::summary::HasState;
+    use accord_crds::{
+        HasPlacedStatus, PlacedStatus, PlacementState, PlacementSummary, StatusLimits,
+    };
+    use accord_hub::controllers::name_claims::NameClaims;
+    use accord_hub::controllers::placement::{
+        DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
+        Trigger, Watched, object_name,
+    };
+    use accord_hub::controllers::tombstones::{self, Removal, Tombstoned};
+    use accord_hub::controllers::{ControllerContext, ReconcileError};
+    use accord_hub::distribution::claim::{self, Claim};
+    use accord_hub::distribution::{PlacementRecord, ShareRecord, reported};
+    use accord_hub::store::StatusRecord;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use kube::CustomResource;
+    use kube::runtime::reflector::Store as Reflector;
+    use serde::{Deserialize, Serialize};
+
+    pub const FINALIZER: &str = "toy.accord.io/members";
+    pub const PATH: &str = "/apis/toy.accord.io/v1/namespaces/default/toys";
+
+    /// Claims `name` in `clusters`.
+    #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq)]
+    #[kube(
+        group = "toy.accord.io",
+        version = "v1",
+        kind = "Toy",
+        namespaced,
+        status = "ToyStatus",
+        schema = "disabled"
+    )]
+    pub struct ToySpec {
+        pub name: String,
+        pub clusters: Vec<String>,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+    pub struct ToyStatus {
+        #[serde(default)]
+        pub placements: Vec<ToyPlacement>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub summary: Option<PlacementSummary>,
+        #[serde(default)]
+        pub conditions: Vec<Condition>,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    pub struct ToyPlacement {
+        pub cluster: String,
+        pub state: PlacementState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub message: Option<String>,
+    }
+
+    impl HasState for ToyPlacement {
+        fn state(&self) -> PlacementState {
+            self.state
+        }
+    }
+
+    impl PlacedStatus for ToyStatus {
+        type Placement = ToyPlacement;
+
+        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+            &mut self.conditions
+        }
+
+        fn summarize(&mut self, limits: &StatusLimits) {
+            self.summary = limits.apply(&mut self.placements);
+        }
+    }
+
+    impl HasPlacedStatus for Toy {
+        type Status = ToyStatus;
+
+        fn placed_status(&self) -> Option<&ToyStatus> {
+            self.status.as_ref()
+        }
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+    pub struct ToyDecision {
+        pub name: String,
+        pub remove: bool,
+    }
+
+    pub struct Toys {
+        ctx: Arc<ControllerContext>,
+        objects: Reflector<Watched<Toys>>,
+        claims: NameClaims<Toys>,
+    }
+
+    fn name_of(toy: &Watched<Toys>) -> String {
+        toy.pointer("/spec/name")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    fn claim_of(toy: &Toy) -> Claim {
+        Claim {
+            object: object_name(toy),
+            created_unix_millis: toy
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
+            name: toy.spec.name.clone(),
+            clusters: toy.spec.clusters.clone(),
+        }
+    }
+
+    fn sent(remove: bool) -> AssignmentSpec {
+        AssignmentSpec::FederatedResource(FederatedResourceSpec {
+            remove,
+            ..FederatedResourceSpec::default()
+        })
+    }
+
+    impl PlacementKind for Toys {
+        type Object = Toy;
+        type Status = ToyStatus;
+        type Decision = ToyDecision;
+        type Facts = ();
+        type Options = ();
+
+        const CONTROLLER: &'static str = "Toy controller";
+        const KIND: PolicyKind = PolicyKind::FederatedResource;
+        const DECISION_TAG: &'static str = "toy";
+        const DECISION_LOCK: bool = false;
+
+        fn start(
+            ctx: &Arc<ControllerContext>,
+            objects: Reflector<Watched<Self>>,
+            _trigger: Trigger<Self>,
+            _options: &(),
+        ) -> Started<Self> {
+            Started {
+                kind: Self {
+                    ctx: ctx.clone(),
+                    objects,
+                    claims: NameClaims::new(name_of, FINALIZER),
+                },
+                tasks: Vec::new(),
+                listed: Box::pin(async { true }),
+            }
+        }
+
+        fn decide(&self, toy: &Toy, input: &DecideInput<'_, ToyDecision>) -> Decided<Self> {
+            if toy.spec.name.is_empty() {
+                return Decided::Invalid("spec.name: must not be empty".into());
+            }
+            let others: Vec<Claim> = self
+                .claims
+                .live(&self.objects, &toy.spec.name, |o| Some(claim_of(o)))
+                .into_iter()
+                .filter(|c| c.object != object_name(toy))
+                .collect();
+            let lost = claim::conflicts(&claim_of(toy), &others);
+            let shares = toy
+                .spec
+                .clusters
+                .iter()
+                .filter(|c| input.clusters.contains_key(*c))
+                .map(|c| match lost.get(c) {
+                    Some(owner) => ShareRecord {
+                        cluster: c.clone(),
+                        assignment: None,
+                        held_reason: Some(format!(
+                            "Conflict: {} belongs to {owner}",
+                            toy.spec.name
+                        )),
+                        hold: None,
+                    },
+                    None => ShareRecord {
+                        cluster: c.clone(),
+                        assignment: Some(sent(false)),
+                        held_reason: None,
+                        hold: None,
+                    },
+                })
+                .collect();
+            Decided::Record {
+                shares,
+                decision: ToyDecision {
+                    name: toy.spec.name.clone(),
+                    remove: false,
+                },
+                facts: (),
+                recheck_after: None,
+            }
+        }
+
+        async fn status_of(
+            &self,
+            _toy: &Toy,
+            input: StatusInput<'_, Self>,
+        ) -> Result<Reported<ToyStatus>, ReconcileError> {
+            let placements = input.placed().each(|share, report, cluster| {
+                let (state, message) =
+                    reported::state(share, input.revision, report, cluster, "agent disconnected");
+                ToyPlacement {
+                    cluster: share.cluster.clone(),
+                    state,
+                    message,
+                }
+            });
+            Ok(Reported {
+                status: ToyStatus {
+                    placements,
+                    ..ToyStatus::default()
+                },
+                notes: Vec::new(),
+                retry: None,
+            })
+        }
+
+        fn finalizer(_toy: &Watched<Self>) -> Option<&'static str> {
+            Some(FINALIZER)
+        }
+
+        async fn finalize(
+            &self,
+            toy: &Watched<Self>,
+            record: Option<(PlacementRecord<ToyDecision>, i64)>,
+        ) -> Result<Finalized, ReconcileError> {
+            tombstones::finalize(self, &self.ctx, toy, record).await
+        }
+
+        fn on_object(&self, toy: &Watched<Self>, gone: bool) {
+            let _ = self.claims.observe(toy, gone);
+        }
+    }
+
+    impl Tombstoned for Toys {
+        fn is_tombstone(record: &PlacementRecord<ToyDecision>) -> bool {
+            record.decision.remove
+        }
+
+        fn tombstone(
+            record: &PlacementRecord<ToyDecision>,
+        ) -> Option<PlacementRecord<ToyDecision>> {
+            let shares: Vec<ShareRecord> = record
+                .shares
+                .iter()
+                .filter(|s| s.assignment.is_some())
+                .map(|s| ShareRecord {
+                    assignment: Some(sent(true)),
+                    ..s.clone()
+                })
+                .collect();
+            (!shares.is_empty()).then(|| PlacementRecord {
+                shares,
+                decision: ToyDecision {
+                    remove: true,
+                    ..record.decision.clone()
+                },
+                ..record.clone()
+            })
+        }
+
+        fn is_gone(report: &StatusRecord) -> bool {
+            report.state == PlacementState::Synced && report.message == "removed"
+        }
+
+        fn deletion_timeout(&self) -> Duration {
+            Duration::from_secs(3600)
+        }
+
+        fn removed(&self, _toy: &Watched<Self>, tombstone: &PlacementRecord<ToyDecision>) -> Note {
+            Note::normal(
+                "Deleted",
+                format!("toy {} removed in every member", tombstone.decision.name),
+            )
+        }
+
+        fn removal(
+            &self,
+            _toy: &Watched<Self>,
+            tombstone: &PlacementRecord<ToyDecision>,
+        ) -> Removal {
+            Removal {
+                subject: format!("toy {} was", tombstone.decision.name),
+                gone: "removed",
+                it: "the toy",
+            }
+        }
+    }
+}
+
+/// Stores toy `name` claiming `claimed` in clusters a and b, created at `created`.
+fn put_toy(h: &Harness, name: &str, claimed: &str, created: &str) -> String {
+    let path = format!("{}/{name}", toy::PATH);
+    h.fake.put(
+        &path,
+        json!({
+            "apiVersion": "toy.accord.io/v1", "kind": "Toy",
+            "metadata": {"name": name, "namespace": "default", "generation": 1,
+                         "uid": format!("uid-{name}"), "resourceVersion": "1",
+                         "creationTimestamp": created},
+            "spec": {"name": claimed, "clusters": ["a", "b"]}
+        }),
+    );
+    path
+}
+
+fn toy_record(h: &Harness, name: &str) -> Option<(PlacementRecord<toy::ToyDecision>, i64)> {
+    let key = h
+        .store
+        .keys()
+        .placements(toy::Toys::KIND.as_str(), "default", name);
+    let (record, revision) = h.ctx.placements.get(&key)?;
+    record.typed(toy::Toys::DECISION_TAG).map(|r| (r, revision))
+}
+
+/// Stores cluster `cluster`'s report on toy `name` for `revision`, saying `message`.
+async fn toy_report(h: &Harness, cluster: &str, name: &str, revision: i64, message: &str) {
+    let kind = toy::Toys::KIND.as_str();
+    let key = h.store.keys().status(cluster, kind, "default", name);
+    let expected = h.ctx.statuses.get(&key).map_or(0, |(_, version)| version);
+    let record = StatusRecord {
+        resource_version: "1".into(),
+        generation: 1,
+        applied_revision: revision,
+        state: PlacementState::Synced,
+        message: message.to_owned(),
+        api_server_unavailable: false,
+        observed_unix_millis: 1,
+        observed: Observed::Nothing,
+    };
+    let outcome = h
+        .store
+        .write_status(cluster, kind, "default", name, &record, expected, None)
+        .await
+        .expect("writing a report");
+    let WriteOutcome::Accepted { version } = outcome else {
+        panic!("report refused: {outcome:?}")
+    };
+    h.ctx.statuses.wait_for_revision(version).await;
+}
+
+#[tokio::test]
+async fn a_kind_defined_only_in_a_test_gets_decisions_name_claims_and_a_deletion_that_waits() {
+    let h = harness("pc-toy").await;
+    let (controller, mut objects) = h.controller::<toy::Toys>();
+    let see = |objects: &mut Writer<Watched<toy::Toys>>, path: &str| {
+        let watched = h.watched::<toy::Toys>(path);
+        objects.apply_watcher_event(&watcher::Event::Apply((*watched).clone()));
+        controller.observe(&watched, false);
+        watched
+    };
+
+    // A spec the kind refuses: InvalidSpec, nothing placed.
+    let broken = put_toy(&h, "broken", "", "2026-01-01T00:00:00Z");
+    let watched = see(&mut objects, &broken);
+    controller.reconcile(watched).await.expect("reconciling");
+    h.flush().await;
+    let patches = h.patches(&format!("{broken}/status"));
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert_eq!(
+        patches[0]["status"]["conditions"][0]["reason"],
+        "InvalidSpec"
+    );
+    assert!(toy_record(&h, "broken").is_none());
+
+    // Two toys claim one name: the older keeps it in both clusters, the younger is held.
+    let older = put_toy(&h, "older", "shared", "2026-01-01T00:00:00Z");
+    let younger = put_toy(&h, "younger", "shared", "2026-01-02T00:00:00Z");
+    let (older_w, younger_w) = (see(&mut objects, &older), see(&mut objects, &younger));
+    controller.reconcile(older_w).await.expect("reconciling");
+    controller.reconcile(younger_w).await.expect("reconciling");
+    let (kept, revision) = toy_record(&h, "older").expect("the older toy's record");
+    assert!(
+        kept.shares.iter().all(|s| s.assignment.is_some()),
+        "{kept:?}"
+    );
+    let (held, _) = toy_record(&h, "younger").expect("the younger toy's record");
+    assert!(
+        held.shares.iter().all(|s| s.assignment.is_none()
+            && s.held_reason
+                .as_deref()
+                .is_some_and(|r| r.contains("default/older"))),
+        "{held:?}"
+    );
+    assert_eq!(
+        h.fake.get(&older).expect("the toy")["metadata"]["finalizers"],
+        json!([toy::FINALIZER])
+    );
+
+    // The older toy is deleted: the tombstone goes out and the object waits for both
+    // members; each reports it removed, and then the finalizer goes with one Event.
+    let mut deleting = h.fake.get(&older).expect("the toy");
+    deleting["metadata"]["deletionTimestamp"] =
+        json!(k8s_openapi::jiff::Timestamp::now().to_string());
+    h.fake.put(&older, deleting);
+    let watched = see(&mut objects, &older);
+    controller.reconcile(watched).await.expect("deleting");
+    let (tombstone, tomb_revision) = toy_record(&h, "older").expect("the tombstone");
+    assert!(tombstone.decision.remove && tomb_revision > revision);
+    assert_eq!(
+        h.fake.get(&older).expect("the toy")["metadata"]["finalizers"],
+        json!([toy::FINALIZER]),
+        "held while the members work"
+    );
+    toy_report(&h, "a", "older", tomb_revision, "removed").await;
+    controller
+        .reconcile(see(&mut objects, &older))
+        .await
+        .expect("deleting");
+    assert_eq!(
+        h.fake.get(&older).expect("the toy")["metadata"]["finalizers"],
+        json!([toy::FINALIZER]),
+        "b has not reported"
+    );
+    toy_report(&h, "b", "older", tomb_revision, "removed").await;
+    controller
+        .reconcile(see(&mut objects, &older))
+        .await
+        .expect("deleting");
+    let released = h.fake.get(&older).expect("the toy")["metadata"]["finalizers"].clone();
+    assert!(
+        released.as_array().is_none_or(Vec::is_empty),
+        "released: {released}"
+    );
+    assert!(
+        h.event_notes()
+            .await
+            .iter()
+            .any(|n| n == "toy shared removed in every member"),
+        "{:?}",
+        h.event_notes().await
+    );
+    assert!(toy_record(&h, "older").is_none(), "its record went");
+
+    // Gone, its claim goes too: the younger toy now gets the name.
+    let gone = h.watched::<toy::Toys>(&older);
+    objects.apply_watcher_event(&watcher::Event::Delete((*gone).clone()));
+    controller.observe(&gone, true);
+    controller
+        .reconcile(h.watched::<toy::Toys>(&younger))
+        .await
+        .expect("reconciling");
+    let (now, _) = toy_record(&h, "younger").expect("the younger toy's record");
+    assert!(now.shares.iter().all(|s| s.assignment.is_some()), "{now:?}");
 }

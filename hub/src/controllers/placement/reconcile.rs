@@ -76,6 +76,25 @@ impl<K: PlacementKind> Placements<K> {
         }
     }
 
+    /// Sees one watch event of `object` (`gone`: it is no more): its field claims, the
+    /// kind's `on_object`, and a gone object's pace forgotten.
+    pub fn observe(&self, object: &Watched<K>, gone: bool) {
+        let claims = if gone {
+            Vec::new()
+        } else {
+            K::field_claims(object)
+        };
+        self.ctx.field_owners.claim(
+            K::KIND,
+            FieldOwners::claimant(K::KIND, &object_name(object)),
+            claims,
+        );
+        self.kind.on_object(object, gone);
+        if gone {
+            self.pace.forget(&ObjectRef::from_obj(object));
+        }
+    }
+
     /// Reconciles one object: its deletion, or its decision, record and status.
     pub async fn reconcile(&self, watched: Arc<Watched<K>>) -> Result<Action, ReconcileError> {
         let holds: Vec<&str> = self.finalizers_held(&watched);

@@ -91,15 +91,8 @@ pub async fn run<K: PlacementKind>(
         .reflect_shared(writer)
         .for_each(move |event| {
             if let Some((o, gone)) = changed(&event) {
-                let claims = if gone { Vec::new() } else { K::field_claims(o) };
-                placements.ctx.field_owners.claim(
-                    K::KIND,
-                    FieldOwners::claimant(K::KIND, &object_name(o)),
-                    claims,
-                );
-                placements.kind.on_object(o, gone);
+                placements.observe(o, gone);
                 if gone {
-                    placements.pace.forget(&ObjectRef::from_obj(o));
                     let _ = cleanup.send(Cleanup::Gone(
                         o.namespace().unwrap_or_default(),
                         o.name_any(),
