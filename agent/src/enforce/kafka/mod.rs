@@ -22,7 +22,7 @@ use std::time::Duration;
 use accord_common::distribution::{PlacementState, PolicyRef};
 
 pub use self::probe::{DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, PROBES, ProbeOptions};
-use super::{Action, Judgement};
+use super::{Action, Judgement, WatchEvent};
 use crate::report::Report;
 
 /// Default name of the connection Secret in the agent's namespace.
@@ -68,6 +68,36 @@ pub fn reowned(
         .collect()
 }
 
+/// The policies a watch event of a Kafka enforcer concerns, when it is about what the
+/// enforcer keeps (`resource`, e.g. `kafkatopics`) or the probe: a changed object's
+/// `claimants`, every claimant when a look completed or failed or the probe's verdict
+/// changed. Any other event (the connection Secret's) is handed back.
+pub fn concerned(
+    resource: &'static str,
+    claimants: &BTreeMap<String, BTreeSet<PolicyRef>>,
+    event: WatchEvent,
+) -> Result<Vec<PolicyRef>, WatchEvent> {
+    let all = || claimants.values().flatten().cloned().collect();
+    match event {
+        WatchEvent::Changed {
+            resource: r, name, ..
+        } if r == resource => Ok(claimants
+            .get(&name)
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default()),
+        WatchEvent::Synced { resource: r, .. } | WatchEvent::Failed { resource: r, .. }
+            if r == resource =>
+        {
+            Ok(all())
+        }
+        // The probe's verdict changed: it bears on everything kept.
+        WatchEvent::Changed {
+            resource: PROBES, ..
+        } => Ok(all()),
+        other => Err(other),
+    }
+}
+
 /// The judgement of `policy` when another of the policies naming the same Kafka object
 /// (`claimants`, in policy order) got to it first: only the first manages it, the others are
 /// `Conflict` naming it and `what` (e.g. `topic orders`), and nothing is applied for them.
@@ -111,6 +141,39 @@ mod tests {
         ]);
         assert_eq!(reowned(&before, &after), [policy("b")]);
         assert_eq!(reowned(&after, &after), []);
+    }
+
+    #[test]
+    fn an_event_concerns_one_names_claimants_every_claimant_or_is_handed_back() {
+        let policy = |name: &str| PolicyRef {
+            kind: PolicyKind::FederatedKafkaTopic,
+            namespace: "default".into(),
+            name: name.into(),
+        };
+        let claimants = BTreeMap::from([
+            ("t".to_owned(), BTreeSet::from([policy("a")])),
+            ("u".to_owned(), BTreeSet::from([policy("b"), policy("c")])),
+        ]);
+        let changed = |resource, name: &str| WatchEvent::Changed {
+            resource,
+            namespace: String::new(),
+            name: name.into(),
+        };
+        let concerned = |event| concerned("kafkatopics", &claimants, event);
+        assert_eq!(
+            concerned(changed("kafkatopics", "u")).ok(),
+            Some(vec![policy("b"), policy("c")])
+        );
+        assert_eq!(concerned(changed("kafkatopics", "x")).ok(), Some(vec![]));
+        let every = Some(vec![policy("a"), policy("b"), policy("c")]);
+        assert_eq!(concerned(changed(PROBES, "probe")).ok(), every);
+        let synced = WatchEvent::Synced {
+            resource: "kafkatopics",
+            namespace: String::new(),
+        };
+        assert_eq!(concerned(synced).ok(), every);
+        assert!(concerned(changed("secrets", "kafka")).is_err());
+        assert!(concerned(changed("kafkausers", "u")).is_err());
     }
 
     #[test]

@@ -32,9 +32,9 @@ use tracing::info;
 
 use self::judge::Verdict;
 use self::observe::{Shared, TOPICS, Target};
+use super::kafka::KafkaOptions;
 use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
-use super::kafka::{KafkaOptions, PROBES};
 use super::kafka::{conflict, reowned};
 use super::{
     Action, ApplyError, ApplyErrorKind, EventSink, Judgement, KindEnforcer, Mine, WatchEvent,
@@ -203,28 +203,10 @@ impl KindEnforcer for KafkaTopicEnforcer {
     }
 
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
-        match event {
-            WatchEvent::Changed {
-                resource: TOPICS,
-                name,
-                ..
-            } => self
-                .topics
-                .get(&name)
-                .map(|set| set.iter().cloned().collect())
-                .unwrap_or_default(),
-            WatchEvent::Synced {
-                resource: TOPICS, ..
-            }
-            | WatchEvent::Failed {
-                resource: TOPICS, ..
-            }
-            // The probe's verdict changed: it bears on every topic.
-            | WatchEvent::Changed {
-                resource: PROBES, ..
-            } => self.all_policies(),
+        match super::kafka::concerned(TOPICS, &self.topics, event) {
+            Ok(policies) => policies,
             // The connection Secret's watch.
-            secret => {
+            Err(secret) => {
                 if self.link.event(secret) {
                     self.relinked();
                     self.all_policies()

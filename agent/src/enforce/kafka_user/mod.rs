@@ -30,9 +30,9 @@ use tokio::sync::Notify;
 use tracing::info;
 
 use self::observe::{Shared, Target, USERS};
+use super::kafka::KafkaOptions;
 use super::kafka::link::{KafkaLink, Link};
 use super::kafka::tasks::{Crew, Tasks};
-use super::kafka::{KafkaOptions, PROBES};
 use super::kafka::{conflict, reowned};
 use super::{
     Action, ApplyError, ApplyErrorKind, EventSink, Judgement, KindEnforcer, Mine, WatchEvent,
@@ -189,28 +189,10 @@ impl KindEnforcer for KafkaUserEnforcer {
     }
 
     fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
-        match event {
-            WatchEvent::Changed {
-                resource: USERS,
-                name,
-                ..
-            } => self
-                .users
-                .get(&name)
-                .map(|set| set.iter().cloned().collect())
-                .unwrap_or_default(),
-            WatchEvent::Synced {
-                resource: USERS, ..
-            }
-            | WatchEvent::Failed {
-                resource: USERS, ..
-            }
-            // The probe's verdict changed: it bears on every user.
-            | WatchEvent::Changed {
-                resource: PROBES, ..
-            } => self.all_policies(),
+        match super::kafka::concerned(USERS, &self.users, event) {
+            Ok(policies) => policies,
             // The connection Secret's watch.
-            secret => {
+            Err(secret) => {
                 if self.link.event(secret) {
                     // Every user is looked at afresh through the new connection.
                     observe::lock(&self.shared).reset(self.link.epoch());
