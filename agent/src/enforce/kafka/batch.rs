@@ -3,10 +3,14 @@
 //! Assignments message with a thousand policies arrives as a thousand applies back to back)
 //! go out together, one request of each kind Kafka's protocol batches.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use accord_kafka::Admin;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
+
+use crate::enforce::{ApplyError, ApplyErrorKind};
 
 /// How long after the latest plan the applier waits for another to join its requests
 /// (the engine issues the applies of one Assignments message back to back).
@@ -15,6 +19,45 @@ pub const COALESCE: Duration = Duration::from_millis(10);
 pub const COALESCE_MAX: Duration = Duration::from_millis(100);
 /// Plans in one round at most (bounds the size of one request).
 pub const MAX_BATCH: usize = 2000;
+
+/// One item's plan (a topic's, a user's) and where its result goes.
+pub struct Request<P> {
+    /// The item's name in Kafka.
+    pub name: String,
+    /// What to do to it.
+    pub plan: P,
+    /// The result of the apply.
+    pub reply: oneshot::Sender<Result<(), ApplyError>>,
+}
+
+/// The applier's loop: each round of `requests` goes to `execute` with the admin of the
+/// target published now (`admin_of`), or is answered "no Kafka connection" without one;
+/// the observer is nudged after each round. Ends when every sender is gone.
+pub async fn apply_rounds<T, P, F>(
+    mut requests: mpsc::UnboundedReceiver<Request<P>>,
+    target: watch::Receiver<T>,
+    admin_of: fn(&T) -> Option<Admin>,
+    nudge: Arc<Notify>,
+    execute: impl Fn(Admin, Vec<Request<P>>) -> F,
+) where
+    F: Future<Output = ()>,
+{
+    while let Some(round) = next_round(&mut requests).await {
+        let admin = admin_of(&target.borrow());
+        match admin {
+            Some(admin) => execute(admin, round).await,
+            None => {
+                for request in round {
+                    let _ = request.reply.send(Err(ApplyError::new(
+                        ApplyErrorKind::Unavailable,
+                        "no Kafka connection",
+                    )));
+                }
+            }
+        }
+        nudge.notify_one();
+    }
+}
 
 /// The next round: waits for a first request, then takes those that follow it within
 /// [`COALESCE`] of each other, for [`COALESCE_MAX`] and [`MAX_BATCH`] requests at most.

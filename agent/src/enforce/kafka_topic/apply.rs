@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use accord_kafka::{Admin, ConfigOp, ItemError, KafkaError, NewTopic};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info};
 
 use super::judge::Plan;
@@ -22,39 +22,28 @@ use crate::enforce::{ApplyError, ApplyErrorKind};
 use crate::metrics::Metrics;
 
 /// One topic's plan and where its result goes.
-pub struct Request {
-    /// The topic.
-    pub topic: String,
-    /// What to do to it.
-    pub plan: Plan,
-    /// The result of the apply.
-    pub reply: oneshot::Sender<Result<(), ApplyError>>,
-}
+pub type Request = batch::Request<Plan>;
 
 /// Applies the plans arriving on `requests` through the target's admin until the enforcer
 /// is gone.
 pub async fn run(
-    mut requests: mpsc::UnboundedReceiver<Request>,
+    requests: mpsc::UnboundedReceiver<Request>,
     target: watch::Receiver<Target>,
     shared: Shared,
     nudge: Arc<Notify>,
     metrics: Metrics,
 ) {
-    while let Some(batch) = batch::next_round(&mut requests).await {
-        let admin = target.borrow().admin.clone();
-        match admin {
-            Some(admin) => execute(&admin, batch, &shared, &metrics).await,
-            None => {
-                for request in batch {
-                    let _ = request.reply.send(Err(ApplyError::new(
-                        ApplyErrorKind::Unavailable,
-                        "no Kafka connection",
-                    )));
-                }
-            }
-        }
-        nudge.notify_one();
-    }
+    batch::apply_rounds(
+        requests,
+        target,
+        |t| t.admin.clone(),
+        nudge,
+        |admin, round| {
+            let (shared, metrics) = (shared.clone(), metrics.clone());
+            async move { execute(&admin, round, &shared, &metrics).await }
+        },
+    )
+    .await;
 }
 
 /// The per-topic outcome of one request: the request failed as a whole, or each topic's
@@ -76,13 +65,13 @@ async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &
     for request in &batch {
         match &request.plan {
             Plan::Create(topic) => creates.push(topic.clone()),
-            Plan::Delete => deletes.push(request.topic.clone()),
+            Plan::Delete => deletes.push(request.name.clone()),
             Plan::Alter(alter) => {
                 if let Some(p) = alter.partitions {
-                    partitions.push((request.topic.clone(), p));
+                    partitions.push((request.name.clone(), p));
                 }
                 if !alter.config.is_empty() {
-                    configs.push((request.topic.clone(), alter.config.clone()));
+                    configs.push((request.name.clone(), alter.config.clone()));
                 }
             }
         }
@@ -134,7 +123,7 @@ async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &
     }
     let mut answers = Vec::with_capacity(batch.len());
     for request in batch {
-        let topic = &request.topic;
+        let topic = &request.name;
         let result = match &request.plan {
             Plan::Create(t) => topic_result(&create, topic, "creating", |e| e.is_already_exists())
                 .inspect(|()| {
@@ -166,7 +155,7 @@ async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &
         let mut observations = observe::lock(shared);
         for (request, result) in &answers {
             if result.is_ok() {
-                observations.applied(request.topic.clone(), request.plan.clone());
+                observations.applied(request.name.clone(), request.plan.clone());
             }
         }
     }

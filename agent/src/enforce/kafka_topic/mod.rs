@@ -285,6 +285,13 @@ impl KindEnforcer for KafkaTopicEnforcer {
             return Box::pin(std::future::ready(Ok(seen.version.to_string())));
         };
         let topic = spec.topic_name.clone();
-        running.apply(|reply| apply::Request { topic, plan, reply }, seen.version)
+        running.apply(
+            |reply| apply::Request {
+                name: topic,
+                plan,
+                reply,
+            },
+            seen.version,
+        )
     }
 }

@@ -16,7 +16,7 @@ use accord_kafka::{
     AclBinding, Admin, ItemError, KafkaError, QuotaAlteration, ScramDeletion, ScramMechanism,
     ScramUpsertion,
 };
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info};
 
 use super::judge::{Plan, Upserted, describe};
@@ -27,39 +27,28 @@ use crate::enforce::{ApplyError, ApplyErrorKind};
 use crate::metrics::Metrics;
 
 /// One user's plan and where its result goes.
-pub struct Request {
-    /// The user.
-    pub user: String,
-    /// What to change.
-    pub plan: Plan,
-    /// The result of the apply.
-    pub reply: oneshot::Sender<Result<(), ApplyError>>,
-}
+pub type Request = batch::Request<Plan>;
 
 /// Applies the plans arriving on `requests` through the target's admin until the enforcer
 /// is gone.
 pub async fn run(
-    mut requests: mpsc::UnboundedReceiver<Request>,
+    requests: mpsc::UnboundedReceiver<Request>,
     target: watch::Receiver<Target>,
     shared: Shared,
     nudge: Arc<Notify>,
     metrics: Metrics,
 ) {
-    while let Some(round) = batch::next_round(&mut requests).await {
-        let admin = target.borrow().admin.clone();
-        match admin {
-            Some(admin) => execute(&admin, round, &shared, &metrics).await,
-            None => {
-                for request in round {
-                    let _ = request.reply.send(Err(ApplyError::new(
-                        ApplyErrorKind::Unavailable,
-                        "no Kafka connection",
-                    )));
-                }
-            }
-        }
-        nudge.notify_one();
-    }
+    batch::apply_rounds(
+        requests,
+        target,
+        |t| t.admin.clone(),
+        nudge,
+        |admin, round| {
+            let (shared, metrics) = (shared.clone(), metrics.clone());
+            async move { execute(&admin, round, &shared, &metrics).await }
+        },
+    )
+    .await;
 }
 
 /// The requests of one round, gathered from every plan; each item remembers which plan
@@ -78,7 +67,13 @@ struct Round {
 impl Round {
     fn of(requests: &[Request]) -> Self {
         let mut round = Self::default();
-        for (i, Request { user, plan, .. }) in requests.iter().enumerate() {
+        for (
+            i,
+            Request {
+                name: user, plan, ..
+            },
+        ) in requests.iter().enumerate()
+        {
             if let Some(credential) = &plan.upsert {
                 round.upsertions.push(ScramUpsertion {
                     user: user.clone(),
@@ -167,7 +162,9 @@ async fn execute(admin: &Admin, requests: Vec<Request>, shared: &Shared, metrics
     let deleted = per_plan(&delete, &round.deleted_for, |r| r.clone().map(drop));
     let mut answers = Vec::with_capacity(requests.len());
     for (i, request) in requests.into_iter().enumerate() {
-        let Request { user, plan, .. } = &request;
+        let Request {
+            name: user, plan, ..
+        } = &request;
         let credential = if plan.upsert.is_some() || plan.delete_credential {
             user_result(
                 &scram,
@@ -220,7 +217,9 @@ async fn execute(admin: &Admin, requests: Vec<Request>, shared: &Shared, metrics
     {
         let mut observations = observe::lock(shared);
         for (request, credential_done, result) in &answers {
-            let Request { user, plan, .. } = request;
+            let Request {
+                name: user, plan, ..
+            } = request;
             if *credential_done {
                 if let Some(credential) = &plan.upsert {
                     observations.upserted_now(user, Upserted::of(credential));
@@ -333,9 +332,9 @@ mod tests {
 
     fn request(user: &str, plan: Plan) -> Request {
         Request {
-            user: user.into(),
+            name: user.into(),
             plan,
-            reply: oneshot::channel().0,
+            reply: tokio::sync::oneshot::channel().0,
         }
     }
 

@@ -280,6 +280,13 @@ impl KindEnforcer for KafkaUserEnforcer {
             }
         };
         let user = spec.username.clone();
-        running.apply(|reply| apply::Request { user, plan, reply }, version)
+        running.apply(
+            |reply| apply::Request {
+                name: user,
+                plan,
+                reply,
+            },
+            version,
+        )
     }
 }
