@@ -13,6 +13,7 @@ pub mod batch;
 pub mod connection;
 pub mod errors;
 pub mod link;
+pub mod looks;
 pub mod probe;
 pub mod tasks;
 

@@ -13,13 +13,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use accord_common::runtime::{Retry, backoff};
+use accord_common::runtime::Retry;
 use accord_kafka::{Admin, KafkaConfig, KafkaError};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
 use super::judge::{Plan, TopicSeen, shows, topic_settings};
 pub use crate::enforce::kafka::errors::failure_message;
+use crate::enforce::kafka::looks::{self, SETTLING, SETTLING_LOOKS};
 use crate::enforce::kafka::probe::Probe;
 use crate::enforce::kafka::probe::{Endpoint, ProbeState, Probed};
 use crate::enforce::{EventSink, WatchEvent};
@@ -28,14 +29,6 @@ use crate::metrics::Metrics;
 /// The resource name of Kafka topics in watch events.
 pub const TOPICS: &str = "kafkatopics";
 
-/// The first retry of a failed look; later ones back off up to the resync interval.
-const FIRST_RETRY: Duration = Duration::from_millis(500);
-/// The interval of looks while an applied change does not show in Kafka's metadata yet.
-const SETTLING: Duration = Duration::from_millis(200);
-/// Looks an applied change may take to show before its topic is judged anyway (and the
-/// same plan may be sent again: a broker that acknowledged a CreateTopics sometimes lists
-/// the topic only once the create is sent again, answered `TOPIC_ALREADY_EXISTS`).
-const SETTLING_LOOKS: u32 = 25;
 /// Each time a topic's plan was judged again without showing, it waits twice the looks
 /// before the next time, up to `SETTLING_LOOKS << MAX_DOUBLINGS`: a broker slow to list
 /// acknowledged topics (20–48 s measured on cold brokers) gets each CreateTopics a handful
@@ -464,10 +457,7 @@ pub async fn run(
                 }
                 Err(_) => {
                     metrics.error("kafka_unavailable");
-                    delay = retry
-                        .get_or_insert_with(|| backoff(FIRST_RETRY, resync.max(FIRST_RETRY)))
-                        .next_delay()
-                        .min(resync);
+                    delay = looks::after_failure(&mut retry, resync);
                 }
             }
             let (out, settling) = {
@@ -478,20 +468,12 @@ pub async fn run(
             if settling {
                 delay = delay.min(SETTLING);
             }
-            for event in out {
-                if !events.send(event).await {
-                    return;
-                }
+            if !looks::tell(&events, out).await {
+                return;
             }
         }
-        tokio::select! {
-            changed = target.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            () = nudge.notified() => {}
-            () = tokio::time::sleep(delay) => {}
+        if !looks::until_next(&mut target, &nudge, delay).await {
+            return;
         }
     }
 }

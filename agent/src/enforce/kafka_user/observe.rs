@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use accord_common::runtime::{Retry, backoff};
+use accord_common::runtime::Retry;
 use accord_kafka::{
     AclBinding, AclFilter, Admin, KafkaConfig, KafkaError, ScramCredentialInfo, ScramMechanism,
 };
@@ -25,19 +25,13 @@ use tracing::debug;
 
 use super::judge::{Plan, Upserted, UserSeen, principal, shows};
 use crate::enforce::kafka::errors::{error_kind, failure_message};
+use crate::enforce::kafka::looks::{self, SETTLING, SETTLING_LOOKS};
 use crate::enforce::kafka::probe::{Endpoint, Probe, ProbeState, Probed};
 use crate::enforce::{ApplyError, ApplyErrorKind, EventSink, WatchEvent};
 use crate::metrics::Metrics;
 
 /// The resource name of Kafka users in watch events.
 pub const USERS: &str = "kafkausers";
-
-/// The first retry of a failed look; later ones back off up to the resync interval.
-const FIRST_RETRY: Duration = Duration::from_millis(500);
-/// The interval of looks while an applied change does not show in Kafka yet.
-const SETTLING: Duration = Duration::from_millis(200);
-/// Looks an applied change may take to show before its user is judged anyway.
-const SETTLING_LOOKS: u32 = 25;
 
 /// What the observer looks at: the connection and the assigned users.
 #[derive(Clone, Default)]
@@ -364,10 +358,7 @@ pub async fn run(
             if outcome.is_ok() {
                 retry = None;
             } else {
-                delay = retry
-                    .get_or_insert_with(|| backoff(FIRST_RETRY, resync.max(FIRST_RETRY)))
-                    .next_delay()
-                    .min(resync);
+                delay = looks::after_failure(&mut retry, resync);
             }
             let (out, settling) = {
                 let mut observations = lock(&shared);
@@ -377,20 +368,12 @@ pub async fn run(
             if settling {
                 delay = delay.min(SETTLING);
             }
-            for event in out {
-                if !events.send(event).await {
-                    return;
-                }
+            if !looks::tell(&events, out).await {
+                return;
             }
         }
-        tokio::select! {
-            changed = target.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-            () = nudge.notified() => {}
-            () = tokio::time::sleep(delay) => {}
+        if !looks::until_next(&mut target, &nudge, delay).await {
+            return;
         }
     }
 }
