@@ -34,7 +34,7 @@ use tracing::debug;
 
 use crate::kafka::admission_cache::Caches;
 use crate::webhook::review::{Operation, Refusal, Review, Verdict};
-use crate::webhook::{Admission, Answer, EVENT_REASON, Webhook, listed_in_time};
+use crate::webhook::{Admission, Answer, EVENT_REASON, Webhook, decode_once_listed};
 use crate::writes::{EventRecorder, EventType};
 
 pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
@@ -287,13 +287,15 @@ impl Admission for TopicAdmission {
 
     fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
-            let review = match crate::webhook::review::decode::<FederatedKafkaTopic>(&body) {
-                Ok(r) => r,
-                Err(e) => return Answer::Malformed(e),
+            let review = match decode_once_listed::<FederatedKafkaTopic>(
+                &body,
+                self.caches.wait_until_ready(),
+            )
+            .await
+            {
+                Ok(review) => review,
+                Err(answer) => return answer,
             };
-            if !listed_in_time(self.caches.wait_until_ready()).await {
-                return Answer::NotListed;
-            }
             let snapshot = match (&review.operation, &review.object) {
                 (Operation::Create | Operation::Update, Some(topic)) => {
                     snapshot(&self.caches, topic)

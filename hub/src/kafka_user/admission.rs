@@ -35,7 +35,7 @@ use futures::future::BoxFuture;
 
 use crate::kafka::admission_cache::Caches;
 use crate::webhook::review::{Refusal, Review, Verdict};
-use crate::webhook::{Admission, Answer, Webhook, listed_in_time};
+use crate::webhook::{Admission, Answer, Webhook, decode_once_listed};
 
 pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
 pub use crate::webhook::review::INVALID_SPEC_REASON;
@@ -232,13 +232,15 @@ impl Admission for UserAdmission {
 
     fn review(&self, body: axum::body::Bytes) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
-            let review = match crate::webhook::review::decode::<FederatedKafkaUser>(&body) {
-                Ok(r) => r,
-                Err(e) => return Answer::Malformed(e),
+            let review = match decode_once_listed::<FederatedKafkaUser>(
+                &body,
+                self.caches.wait_until_ready(),
+            )
+            .await
+            {
+                Ok(review) => review,
+                Err(answer) => return answer,
             };
-            if !listed_in_time(self.caches.wait_until_ready()).await {
-                return Answer::NotListed;
-            }
             let snapshot = match &review.object {
                 Some(user) => UserSnapshot {
                     policies: self.caches.policies(),

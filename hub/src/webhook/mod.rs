@@ -4,7 +4,7 @@
 //! Every hub replica serves them over HTTPS with its serving certificate from the hub CA,
 //! each a pipeline of [`review::decode`] → the kind's pure decision →
 //! [`review::response_body`]. A decision that reads the webhook's own caches waits a moment
-//! for their first list ([`listed_in_time`]) and is answered 503 otherwise; one that reads
+//! for their first list ([`decode_once_listed`]) and is answered 503 otherwise; one that reads
 //! the object alone is answered from the first moment.
 //!
 //! The ValidatingWebhookConfiguration ([`CONFIGURATION_NAME`], rendered by
@@ -107,10 +107,21 @@ pub struct Admissions {
 /// answers 503.
 const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Waits up to a moment for `listed`; false when the caches have still not listed (answer
-/// [`Answer::NotListed`]).
-pub async fn listed_in_time(listed: impl Future<Output = ()>) -> bool {
-    tokio::time::timeout(READY_WAIT, listed).await.is_ok()
+/// `body` decoded as a review of `K` once the caches a decision reads have `listed`
+/// (waiting a moment for their first list); otherwise the answer to give instead
+/// ([`Answer::Malformed`], [`Answer::NotListed`]).
+pub async fn decode_once_listed<K>(
+    body: &[u8],
+    listed: impl Future<Output = ()>,
+) -> Result<review::Review<K>, Answer>
+where
+    K: serde::de::DeserializeOwned + kube::Resource<DynamicType = ()>,
+{
+    let review = review::decode::<K>(body).map_err(Answer::Malformed)?;
+    if tokio::time::timeout(READY_WAIT, listed).await.is_err() {
+        return Err(Answer::NotListed);
+    }
+    Ok(review)
 }
 
 /// Default port of `--webhook-addr` and of the Service port.
