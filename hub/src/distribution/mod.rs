@@ -3,7 +3,8 @@
 //! ([`fanout`]), and the agents' reports come back as status records
 //! ([`crate::store::status`]) that the kind's controller aggregates into the CR's status.
 //!
-//! Adding a kind adds one [`record::Decision`] variant; the fan-out does not change.
+//! A kind's decision data is opaque here (a tagged value in the record, [`record`]); adding
+//! a kind changes nothing in this module.
 
 pub mod claim;
 pub mod deletion;

@@ -1,5 +1,5 @@
 //! FederatedKafkaTopic and KafkaTopicPolicy: the pure decisions of the Kafka controller
-//! ([`crate::controllers::kafka_topic`]) and the admission webhook — which KafkaTopicPolicy rules
+//! ([`controller`]) and the admission webhook — which KafkaTopicPolicy rules
 //! a topic breaks ([`policy`]), which FederatedKafkaTopic owns a topic name in a cluster
 //! when two name the same one ([`crate::distribution::claim`], [`plan::conflict_message`]), the one assignment every selected cluster
 //! gets ([`plan`]), the topic's and the policy's status ([`status`]), and when a deletion
@@ -40,8 +40,8 @@ pub mod reasons {
     pub const EVALUATED: &str = "Evaluated";
 }
 
-/// A FederatedKafkaTopic's decision data (the variant
-/// [`Decision::KafkaTopic`](crate::distribution::Decision::KafkaTopic) of its placements record).
+/// A FederatedKafkaTopic's decision data (stored under its tag, `topic`, in its placements
+/// record).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct KafkaTopicDecision {

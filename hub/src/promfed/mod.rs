@@ -1,6 +1,6 @@
 //! PrometheusFederation: the pure decisions of its controller
-//! ([`crate::controllers::promfed`]) — which member clusters a policy selects
-//! ([`select`]), the one assignment every selected cluster gets ([`plan`]), the policy's
+//! ([`controller`]) — which member clusters a policy selects
+//! ([`crate::distribution::select`]), the one assignment every selected cluster gets ([`plan`]), the policy's
 //! status from the agents' reports ([`status`]), and the hub's global tier: which member
 //! federation Prometheus servers the global Prometheus scrapes and what its reloader's
 //! answer means for each policy ([`global`]).
@@ -16,11 +16,9 @@ pub mod status;
 
 use serde::{Deserialize, Serialize};
 
-/// A federation policy's decision data (the variant [`Decision::Promfed`] of its
-/// placements record). Every selected cluster gets the same assignment, so the shares say
+/// A PrometheusFederation's decision data (stored under its tag in its placements
+/// record). Every selected cluster gets the same assignment, so the shares say
 /// everything; this is where data about the decision as a whole would go.
-///
-/// [`Decision::Promfed`]: crate::distribution::Decision::Promfed
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct PromfedDecision {}

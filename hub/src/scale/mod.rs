@@ -1,6 +1,6 @@
 //! CrossClusterScalePolicy: what a scale decision records beside the per-cluster
-//! assignments, and the pure planning and status aggregation ([`plan`]). The controller
-//! lives in [`crate::controllers::scale`].
+//! assignments, the pure planning ([`plan`]) and status aggregation ([`status`]). The
+//! controller is [`controller`], the autoscaler [`autoscaler`].
 
 pub mod autoscale;
 pub mod autoscaler;
@@ -39,10 +39,7 @@ pub fn autoscale_states(ctx: &ControllerContext) -> &AutoscaleStates {
         .expect("the CrossClusterScalePolicy kind registers its autoscale states")
 }
 
-/// A scale policy's decision data (the variant [`Decision::Scale`] of its placements
-/// record).
-///
-/// [`Decision::Scale`]: crate::distribution::Decision::Scale
+/// A scale policy's decision data (stored under its tag, `scale`, in its placements record).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ScaleDecision {

@@ -10,7 +10,7 @@
 //! assigned topic in one Metadata and one DescribeConfigs request each resync and right
 //! after applies, and feeds a cache; [`judge`] decides from it, purely; the applier
 //! ([`apply`]) gathers the plans of many topics into one request of each kind. Between
-//! looks, a liveness [`probe`] asks Kafka a cheap question every few seconds, so a broker
+//! looks, a liveness [`probe`](super::kafka::probe) asks Kafka a cheap question every few seconds, so a broker
 //! that stops answering makes its topics `Unavailable` within seconds rather than at the
 //! next look. Nothing runs — no watch, no connection, no probe — while no topic is assigned.
 //! The connection, the probe and the classification of Kafka's errors are shared with the
