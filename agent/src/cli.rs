@@ -1,5 +1,6 @@
 //! Command-line interface of `accord-agent`: `join`, `run`, `version`.
 
+use accord_crds::duration::parse_positive_flag;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,10 +74,10 @@ pub struct RunArgs {
     #[arg(long, env = "ACCORD_NAMESPACE", default_value = "accord-system")]
     pub namespace: String,
     /// Interval between heartbeats to the hub.
-    #[arg(long, env = "ACCORD_HEARTBEAT_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "ACCORD_HEARTBEAT_INTERVAL", default_value = "1s", value_parser = parse_positive_flag)]
     pub heartbeat_interval: Duration,
     /// Delay between a change and the status report about it (changes within it coalesce).
-    #[arg(long, env = "ACCORD_REPORT_DEBOUNCE", default_value = "100ms", value_parser = parse_duration)]
+    #[arg(long, env = "ACCORD_REPORT_DEBOUNCE", default_value = "100ms", value_parser = parse_positive_flag)]
     pub report_debounce: Duration,
     /// Secret in the agent's namespace holding this cluster's Kafka connection
     /// (bootstrap.servers, security.protocol, sasl.mechanism, sasl.username, sasl.password,
@@ -85,16 +86,16 @@ pub struct RunArgs {
     pub kafka_secret: String,
     /// Interval between two looks at every assigned Kafka topic and user (credentials,
     /// ACLs, quotas); out-of-band changes are repaired within it.
-    #[arg(long, env = "ACCORD_KAFKA_RESYNC", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "ACCORD_KAFKA_RESYNC", default_value = "30s", value_parser = parse_positive_flag)]
     pub kafka_resync: Duration,
     /// Interval between two liveness probes of the member's Kafka (one Metadata request for
     /// no topic) while topics or users are assigned: a Kafka that stops answering makes
     /// them Unavailable within about this interval and --kafka-probe-timeout.
-    #[arg(long, env = "ACCORD_KAFKA_PROBE_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "ACCORD_KAFKA_PROBE_INTERVAL", default_value = "5s", value_parser = parse_positive_flag)]
     pub kafka_probe_interval: Duration,
     /// How long one liveness probe of the member's Kafka may take before Kafka counts as
     /// unreachable; shorter than --kafka-probe-interval.
-    #[arg(long, env = "ACCORD_KAFKA_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "ACCORD_KAFKA_PROBE_TIMEOUT", default_value = "2s", value_parser = parse_positive_flag)]
     pub kafka_probe_timeout: Duration,
     /// The coordination.k8s.io Lease (in --namespace) that decides which agent replica is
     /// active; only its holder connects to the hub and applies.
@@ -194,8 +195,6 @@ fn parse_lease_duration(s: &str) -> Result<Duration, String> {
     }
     Ok(d)
 }
-
-use accord_crds::duration::parse_positive_flag as parse_duration;
 
 /// A Secret name: a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253).
 pub fn parse_secret_name(s: &str) -> Result<String, String> {

@@ -1,5 +1,6 @@
 //! Command-line interface of `accord-hub`.
 
+use accord_crds::duration::parse_flag;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -162,10 +163,10 @@ pub struct ServeArgs {
     tls_san: Vec<String>,
     /// How often the hub checks its agent streams for silence (agents heartbeat every
     /// second by default; see --heartbeat-timeout).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_flag)]
     heartbeat_interval: Duration,
     /// Silence after which an agent counts as unavailable.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = parse_flag)]
     heartbeat_timeout: Duration,
     /// TTL of this replica's presence lease, on which the `connected/` keys of its agents
     /// hang: when the replica dies, its clusters whose agents do not reconnect elsewhere
@@ -173,25 +174,25 @@ pub struct ServeArgs {
     /// replica removes a silent agent's key itself): a TTL as short as the heartbeat
     /// timeout was lost under load whenever etcd answered a refresh late, and with it every
     /// connected cluster at once.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = parse_flag)]
     presence_ttl: Duration,
     /// Leader election lease TTL: a crashed leader is replaced within it (a leader that
     /// stops hands over at once). As Kubernetes' own controllers' 15 s lease: a TTL of a few
     /// seconds was lost whenever etcd answered a refresh late, and every loss restarts the
     /// controllers, which re-list everything they watch.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = parse_flag)]
     election_ttl: Duration,
     /// Validity of agent client certificates (agents renew before expiry).
-    #[arg(long, default_value = "2160h", value_parser = parse_duration)]
+    #[arg(long, default_value = "2160h", value_parser = parse_flag)]
     agent_cert_validity: Duration,
     /// An object's status is written at most once per this window, however many member
     /// clusters report within it.
-    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    #[arg(long, default_value = "200ms", value_parser = parse_flag)]
     status_coalesce_window: Duration,
     /// A status that only shows progress (some member clusters have not reported on the
     /// current decision yet) is written at most once per this interval; a new decision and
     /// an outcome (every member reported) are written within the coalescing window.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_flag)]
     status_progress_interval: Duration,
     /// Most placements an object's status lists one by one. Above it, `status.placements`
     /// lists only those not Synced (up to --status-placements-listed) and `status.summary`
@@ -221,7 +222,7 @@ pub struct TokenCreateArgs {
     #[command(flatten)]
     state: StateArgs,
     /// How long the token stays valid.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, default_value = "24h", value_parser = parse_flag)]
     ttl: Duration,
     /// The hub's gRPC URL as member clusters reach it.
     #[arg(long, default_value = "https://127.0.0.1:7443")]
@@ -251,8 +252,6 @@ pub struct ClusterRevokeArgs {
     /// Name of the cluster to revoke.
     name: String,
 }
-
-use accord_crds::duration::parse_flag as parse_duration;
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {

@@ -19,6 +19,7 @@ pub mod annotations;
 pub mod compare;
 pub mod prometheus;
 
+use accord_crds::duration::{parse_flag, parse_positive_flag};
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -81,16 +82,12 @@ pub struct ReloadArgs {
     pub prometheus_url: String,
     /// How long to wait after a change for more changes before reloading (a burst of
     /// edits is one reload).
-    #[arg(long, env = "ACCORD_RELOAD_DEBOUNCE", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, env = "ACCORD_RELOAD_DEBOUNCE", default_value = "1s", value_parser = parse_flag)]
     pub debounce: Duration,
     /// How often to read Prometheus's targets for the scrape-errors annotation.
-    #[arg(long, env = "ACCORD_RELOAD_TARGETS_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
+    #[arg(long, env = "ACCORD_RELOAD_TARGETS_INTERVAL", default_value = "5s", value_parser = parse_positive_flag)]
     pub targets_interval: Duration,
 }
-
-use accord_crds::duration::{
-    parse_flag as parse_duration, parse_positive_flag as parse_positive_duration,
-};
 
 /// Why the reloader stopped.
 #[derive(Debug, thiserror::Error)]

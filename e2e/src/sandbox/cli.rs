@@ -1,5 +1,6 @@
 //! Command line of `accord-sandbox`: `up`, `status`, `down`, and the hidden daemon.
 
+use accord_crds::duration::parse_flag;
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -75,7 +76,7 @@ pub struct UpArgs {
     #[arg(long)]
     with_prometheus: bool,
     /// How long to wait for the sandbox to become ready (testbed build not included).
-    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    #[arg(long, default_value = "10m", value_parser = parse_flag)]
     timeout: Duration,
 }
 
@@ -107,8 +108,6 @@ pub struct DaemonArgs {
     #[arg(long)]
     agent_bin: PathBuf,
 }
-
-use accord_crds::duration::parse_flag as parse_duration;
 
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {

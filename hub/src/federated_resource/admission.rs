@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use crate::webhook::review::{Review, Verdict};
 use crate::webhook::{Admission, Answer, Webhook};
 
-pub use crate::webhook::review::INVALID_SPEC_REASON;
+use crate::webhook::review::INVALID_SPEC_REASON;
 
 /// A review of a FederatedResource.
 pub type ResourceReview = Review<FederatedResource>;

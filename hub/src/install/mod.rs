@@ -13,6 +13,7 @@ mod options;
 mod render;
 mod wait;
 
+use accord_crds::duration::parse_flag;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -180,10 +181,10 @@ pub struct InstallArgs {
     #[arg(long)]
     pub wait: bool,
     /// How long --wait waits.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = parse_flag)]
     pub timeout: Duration,
     /// Validity of the bootstrap token in the printed join line.
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, default_value = "24h", value_parser = parse_flag)]
     pub token_ttl: Duration,
 }
 
@@ -265,8 +266,6 @@ fn etcd_secret(
         "stringData": data,
     })))
 }
-
-use accord_crds::duration::parse_flag as parse_duration;
 
 /// Everything that can stop an installation.
 #[derive(Debug, thiserror::Error)]

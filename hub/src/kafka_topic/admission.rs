@@ -37,7 +37,7 @@ use crate::webhook::review::{Operation, Refusal, Review, Verdict};
 use crate::webhook::{Admission, Answer, EVENT_REASON, Webhook, decode_once_listed};
 use crate::writes::{EventRecorder, EventType};
 
-pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
+use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
 
 /// A review of a FederatedKafkaTopic.
 pub type TopicReview = Review<FederatedKafkaTopic>;

@@ -37,8 +37,8 @@ use crate::kafka::admission_cache::Caches;
 use crate::webhook::review::{Refusal, Review, Verdict};
 use crate::webhook::{Admission, Answer, Webhook, decode_once_listed};
 
-pub use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
-pub use crate::webhook::review::INVALID_SPEC_REASON;
+use crate::kafka::{AUDIT_ANNOTATION, DENY_REASON};
+use crate::webhook::review::INVALID_SPEC_REASON;
 
 /// A review of a FederatedKafkaUser.
 pub type UserReview = Review<FederatedKafkaUser>;
