@@ -458,18 +458,9 @@ fn with_etcd_unreachable_for_thirty_seconds_the_hub_stays_up_and_what_happened_m
 /// The key, create revision and lease of the current leader's election key.
 async fn leader_fence(store: &Store) -> Result<Fence> {
     let leader_kv = store
-        .client()
-        .get(
-            store.keys().election(),
-            Some(etcd_client::GetOptions::new().with_prefix().with_sort(
-                etcd_client::SortTarget::Create,
-                etcd_client::SortOrder::Ascend,
-            )),
-        )
+        .backend()
+        .leader(store.keys().election().into_bytes())
         .await?
-        .kvs()
-        .first()
-        .cloned()
         .context("no election key")?;
     Ok(Fence {
         key: leader_kv.key().to_vec(),
@@ -539,8 +530,9 @@ fn a_leader_frozen_past_its_election_lease_is_replaced_and_after_sigcont_is_fenc
                 "the old lease to expire",
                 Duration::from_secs(15),
                 || async {
-                    let ttl = store
-                        .client()
+                    let ttl = testbed
+                        .hub_etcd_client()
+                        .await?
                         .lease_time_to_live(old_fence.lease, None)
                         .await?;
                     Ok(if ttl.ttl() <= 0 {

@@ -120,19 +120,10 @@ fn exactly_one_hub_leads_and_a_killed_leader_is_replaced_within_the_election_ttl
 
         // The old leader's fence, read from etcd before it dies.
         let store = Store::from_client(testbed.hub_etcd_client().await?, Keyspace::new(prefix));
-        let mut client = store.client();
-        let leader_kv = client
-            .get(
-                store.keys().election(),
-                Some(etcd_client::GetOptions::new().with_prefix().with_sort(
-                    etcd_client::SortTarget::Create,
-                    etcd_client::SortOrder::Ascend,
-                )),
-            )
+        let leader_kv = store
+            .backend()
+            .leader(store.keys().election().into_bytes())
             .await?
-            .kvs()
-            .first()
-            .cloned()
             .context("no election key")?;
         let old_fence = Fence {
             key: leader_kv.key().to_vec(),

@@ -320,12 +320,7 @@ async fn wait_gone(api: &Api<FederatedKafkaTopic>, name: &str) -> Result<()> {
 
 async fn record_exists(store: &Store, ns: &str, name: &str) -> Result<bool> {
     let key = store.keys().placements(KIND, ns, name);
-    Ok(!store
-        .client()
-        .get(key.as_str(), None)
-        .await?
-        .kvs()
-        .is_empty())
+    Ok(store.get(key.as_str()).await?.is_some())
 }
 
 /// Waits until the placement record of `ns/name` is gone: the hub forgets an object when
@@ -643,9 +638,9 @@ fn a_deny_policy_stops_propagation_and_an_audit_policy_only_warns() {
         )
         .await?;
         let key = store.keys().placements(KIND, ns, "small");
-        let stored = store.client().get(key.as_str(), None).await?;
+        let stored = store.get(key.as_str()).await?;
         let record: serde_json::Value =
-            serde_json::from_slice(stored.kvs().first().context("record gone")?.value())?;
+            serde_json::from_slice(stored.context("record gone")?.value())?;
         ensure!(
             record["decision"]["topic"]["spec"]["partitions"] == 6,
             "the record changed: {record}"

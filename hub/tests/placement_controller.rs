@@ -1,11 +1,12 @@
-//! The generic placement controller driven one step at a time: a real etcd (the store,
-//! the fence, the locks) and a fake management API server that records every write, with
+//! The generic placement controller driven one step at a time: the store kept in memory
+//! (`Store::in_memory`: fenced transactions, watches, leases and locks as etcd keeps them,
+//! held to etcd's behaviour by `store_contract.rs`; no testbed needed) and a fake
+//! management API server that records every write, with
 //! the real CrossClusterScalePolicy and FederatedKafkaTopic plug-ins and a toy kind defined
 //! only here ([`toy`]). What is checked is what the controller writes and how often:
 //! records in etcd, status patches, Events and finalizers.
 
 mod fake_api;
-mod store_support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,16 +25,22 @@ use accord_hub::kafka_topic::controller::KafkaTopics;
 use accord_hub::metrics::Metrics;
 use accord_hub::scale::ScaleDecision;
 use accord_hub::scale::controller::Scale;
-use accord_hub::store::{LeaderElection, PrefixCache, StatusRecord, Store, WriteOutcome};
+use accord_hub::store::{Keyspace, LeaderElection, PrefixCache, StatusRecord, Store, WriteOutcome};
 use fake_api::FakeApi;
 use http::Method;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use store_support::{TTL, store};
 
 const POLICIES: &str = "/apis/accord.io/v1beta1/namespaces/default/crossclusterscalepolicies";
 const TOPICS: &str = "/apis/accord.io/v1beta1/namespaces/team/federatedkafkatopics";
+/// The leader's lease.
+const TTL: Duration = Duration::from_secs(2);
+
+/// A store of its own for `test`, in memory.
+fn store(test: &str) -> Store {
+    Store::in_memory(Keyspace::new(&format!("/placement-test/{test}/")))
+}
 
 /// One leading hub's context against the fake API, and the ManagedClusters it sees.
 struct Harness {
@@ -56,7 +63,7 @@ async fn harness(test: &str) -> Harness {
 }
 
 async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
-    let store = store(test).await;
+    let store = store(test);
     let election = Arc::new(
         LeaderElection::start(store.clone(), "hub-a".into(), TTL)
             .await

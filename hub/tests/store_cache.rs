@@ -2,7 +2,7 @@
 
 mod store_support;
 
-use accord_hub::store::{CacheEvent, PrefixCache, Store};
+use accord_hub::store::{CacheEvent, PrefixCache, Store, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use store_support::{PROMPTLY, within};
 use tokio::sync::broadcast;
@@ -143,8 +143,7 @@ async fn a_malformed_value_is_skipped_without_stalling_the_watch() {
             .unwrap();
     let mut events = cache.subscribe();
     store
-        .client()
-        .put(key(&store, "bad"), "not json", None)
+        .txn(Txn::new().and_then(vec![TxnOp::put(key(&store, "bad"), "not json", None)]))
         .await
         .unwrap();
     let good = store

@@ -4,8 +4,7 @@ mod store_support;
 
 use std::time::Duration;
 
-use accord_hub::store::{Fence, LeaderElection, Store, StoreError};
-use etcd_client::{Compare, CompareOp, TxnOp};
+use accord_hub::store::{Compare, CompareOp, Fence, LeaderElection, Store, StoreError, TxnOp};
 use store_support::{
     HelperProcess, MARGIN, PROMPTLY, TTL, helper_ready_and_wait, helper_store, unique_prefix,
     within,
@@ -124,12 +123,8 @@ async fn when_the_leader_dies_without_resigning_the_other_leads_within_the_ttl_a
         .fenced_put(&new_fence, &key, b"from the new leader".to_vec())
         .await
         .expect("the new leader's fenced write is applied");
-    let stored = survivor_store
-        .client()
-        .get(key.as_str(), None)
-        .await
-        .unwrap();
-    assert_eq!(stored.kvs()[0].value(), b"from the new leader");
+    let stored = survivor_store.get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(stored.value(), b"from the new leader");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,8 +141,8 @@ async fn revoking_the_leaders_lease_deposes_it_and_hands_leadership_to_the_other
     let mut deposed_state = deposed.subscribe();
 
     store_a
-        .client()
-        .lease_revoke(old_fence.lease)
+        .backend()
+        .revoke(old_fence.lease)
         .await
         .expect("revoking the leader's lease");
 
@@ -289,15 +284,7 @@ async fn a_fenced_txn_applies_its_ops_only_when_the_callers_compares_hold() {
         .await
         .unwrap();
     assert!(!missing.succeeded());
-    assert!(
-        store
-            .client()
-            .get(key.as_str(), None)
-            .await
-            .unwrap()
-            .kvs()
-            .is_empty()
-    );
+    assert!(store.get(key.as_str()).await.unwrap().is_none());
 
     let (created, revision) = store
         .fenced_txn_with_revision(
@@ -308,15 +295,15 @@ async fn a_fenced_txn_applies_its_ops_only_when_the_callers_compares_hold() {
         .await
         .unwrap();
     assert!(created.succeeded());
-    let stored = store.client().get(key.as_str(), None).await.unwrap();
-    assert_eq!(stored.kvs()[0].value(), b"v1");
-    assert_eq!(stored.kvs()[0].mod_revision(), revision);
+    let stored = store.get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(stored.value(), b"v1");
+    assert_eq!(stored.mod_revision(), revision);
 
     election.resign().await;
     let refused = store
         .fenced_txn(&fence, vec![], vec![TxnOp::put(key.as_str(), "v2", None)])
         .await;
     assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
-    let stored = store.client().get(key.as_str(), None).await.unwrap();
-    assert_eq!(stored.kvs()[0].value(), b"v1");
+    let stored = store.get(key.as_str()).await.unwrap().unwrap();
+    assert_eq!(stored.value(), b"v1");
 }

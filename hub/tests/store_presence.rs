@@ -43,19 +43,15 @@ async fn every_cluster_of_a_replica_hangs_on_one_of_its_few_leases() {
     let names: Vec<String> = (0..200).map(|i| format!("c-{i:03}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let (store, presence) = replica_holding("presence-shard-leases", &refs).await;
-    let listed = store
-        .client()
-        .get(
-            store.keys().connected_prefix(),
-            Some(etcd_client::GetOptions::new().with_prefix()),
-        )
+    let (listed, _) = store
+        .list_prefix(&store.keys().connected_prefix(), false)
         .await
         .unwrap();
-    assert_eq!(listed.kvs().len(), names.len());
+    assert_eq!(listed.len(), names.len());
     let leases = presence.leases();
     assert_eq!(leases.len(), accord_hub::store::presence::SHARDS);
     let mut used = std::collections::BTreeSet::new();
-    for (kv, name) in listed.kvs().iter().zip(&names) {
+    for (kv, name) in listed.iter().zip(&names) {
         assert_eq!(kv.lease(), presence.lease_of(name), "{name}");
         assert!(leases.contains(&kv.lease()));
         used.insert(kv.lease());
@@ -114,7 +110,7 @@ async fn the_connected_keys_of_a_replica_that_dies_vanish_when_its_lease_expires
 async fn a_live_replica_whose_lease_was_lost_announces_its_clusters_again_on_a_new_lease() {
     let (store, presence) = replica_holding("presence-regrant", &["eu"]).await;
     let old_lease = presence.lease_of("eu");
-    store.client().lease_revoke(old_lease).await.unwrap();
+    store.backend().revoke(old_lease).await.unwrap();
     assert_eq!(holder(&store, "eu").await, None, "revoking left the key");
     let kv = wait_until("the key to be written again", PROMPTLY, || {
         connected_key(&store, "eu")
@@ -135,19 +131,11 @@ async fn every_cluster_is_written_again_on_its_shards_new_lease_when_every_lease
     let (store, presence) = replica_holding("presence-regrant-many", &refs).await;
     let old_leases = presence.leases();
     for lease in &old_leases {
-        store.client().lease_revoke(*lease).await.unwrap();
+        store.backend().revoke(*lease).await.unwrap();
     }
     let prefix = store.keys().connected_prefix();
     wait_until("every key written again", PROMPTLY, || async {
-        let response = store
-            .client()
-            .get(
-                prefix.as_str(),
-                Some(etcd_client::GetOptions::new().with_prefix()),
-            )
-            .await
-            .unwrap();
-        let kvs = response.kvs();
+        let (kvs, _) = store.list_prefix(&prefix, false).await.unwrap();
         (kvs.len() == names.len()
             && kvs.iter().zip(&names).all(|(kv, name)| {
                 kv.lease() == presence.lease_of(name) && !old_leases.contains(&kv.lease())

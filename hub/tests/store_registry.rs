@@ -4,7 +4,7 @@ mod store_support;
 
 use std::collections::BTreeMap;
 
-use accord_hub::store::ClusterRecord;
+use accord_hub::store::{ClusterRecord, Txn, TxnOp};
 
 fn record(name: &str, spki: &str) -> ClusterRecord {
     ClusterRecord {
@@ -57,8 +57,11 @@ async fn a_malformed_record_does_not_hide_the_others_from_the_listing() {
     let store = store_support::store("registry-malformed").await;
     store.put_cluster(&record("good", "aa")).await.unwrap();
     store
-        .client()
-        .put(store.keys().cluster("bad"), "not json", None)
+        .txn(Txn::new().and_then(vec![TxnOp::put(
+            store.keys().cluster("bad"),
+            "not json",
+            None,
+        )]))
         .await
         .unwrap();
     let listed = store.list_clusters().await.unwrap();

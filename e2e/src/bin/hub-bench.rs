@@ -495,23 +495,11 @@ async fn session(
 /// is open on the agents' side and the hub does not know it.
 async fn explain_missing(store: &Store, agents: usize, down: &Down) -> Result<()> {
     let prefix = store.keys().connected_prefix();
-    let response = store
-        .client()
-        .kv_client()
-        .get(
-            prefix.as_str(),
-            Some(
-                etcd_client::GetOptions::new()
-                    .with_prefix()
-                    .with_keys_only(),
-            ),
-        )
-        .await?;
-    let connected: std::collections::BTreeSet<String> = response
-        .kvs()
+    let (listed, _) = store.list_prefix(&prefix, true).await?;
+    let connected: std::collections::BTreeSet<String> = listed
         .iter()
         .filter_map(|kv| {
-            kv.key_str()
+            std::str::from_utf8(kv.key())
                 .ok()?
                 .strip_prefix(prefix.as_str())
                 .map(str::to_owned)

@@ -9,10 +9,10 @@
 //! cooldown, rate limit and breaker go on where they were, and the next poll is due one
 //! interval after the last one, whoever made it.
 
+use crate::store::{Compare, CompareOp, TxnOp};
 use accord_common::runtime::{AbortOnDrop, backoff, unix_millis};
 use accord_crds::CrossClusterScalePolicy;
 use accord_crds::PlacementState;
-use etcd_client::{Compare, CompareOp, TxnOp};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event as WatchEvent};

@@ -9,10 +9,10 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use etcd_client::{Client, KvClient, Txn, TxnOp, TxnOpResponse, TxnResponse};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::{StoreError, error_chain, header_revision};
+use super::kv::{Backend, Txn, TxnOp, TxnOpResponse, TxnResponse};
+use super::{StoreError, error_chain};
 
 /// Most writes in one transaction (etcd's `--max-txn-ops` is 128 by default; each write is
 /// one op of the outer transaction).
@@ -44,10 +44,10 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Batcher {
-    /// Starts the batching task on `client`'s connection.
-    pub(crate) fn start(client: &Client) -> Self {
+    /// Starts the batching task on `backend`.
+    pub(crate) fn start(backend: Arc<dyn Backend>) -> Self {
         let (queue, pending) = mpsc::unbounded_channel();
-        tokio::spawn(run(client.kv_client(), pending));
+        tokio::spawn(run(backend, pending));
         Self { queue }
     }
 
@@ -72,7 +72,7 @@ fn ended() -> StoreError {
     StoreError::Unexpected("the etcd write batcher ended".into())
 }
 
-async fn run(kv: KvClient, mut pending: mpsc::UnboundedReceiver<Pending>) {
+async fn run(kv: Arc<dyn Backend>, mut pending: mpsc::UnboundedReceiver<Pending>) {
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     // A write for a key already in the forming batch waits for the next one (etcd refuses a
     // transaction that writes one key twice), as does one of another group.
@@ -112,15 +112,15 @@ async fn run(kv: KvClient, mut pending: mpsc::UnboundedReceiver<Pending>) {
     }
 }
 
-async fn apply(mut kv: KvClient, batch: Vec<Pending>) {
+async fn apply(kv: Arc<dyn Backend>, batch: Vec<Pending>) {
     let (ops, replies): (Vec<TxnOp>, Vec<oneshot::Sender<Answer>>) = batch
         .into_iter()
         .map(|p| (TxnOp::txn(p.txn), p.reply))
         .unzip();
     match kv.txn(Txn::new().and_then(ops)).await {
         Ok(response) => {
-            let revision = header_revision(response.header());
-            let mut parts = response.op_responses().into_iter();
+            let revision = response.revision;
+            let mut parts = response.responses.into_iter();
             for reply in replies {
                 let answer = match parts.next() {
                     Some(TxnOpResponse::Txn(part)) => Ok((part, revision)),

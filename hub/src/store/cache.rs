@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use accord_common::runtime::{AbortOnDrop, Retry, backoff};
 use dashmap::DashMap;
-use etcd_client::{EventType, KeyValue, WatchOptions};
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 
-use super::{Store, StoreError, decode, header_revision, log_error};
+use super::kv::{EventType, KeyValue, WatchRequest};
+use super::{Store, StoreError, decode, log_error};
 
 /// Events buffered per subscriber before it lags.
 const EVENT_BUFFER: usize = 4096;
@@ -291,41 +292,38 @@ async fn follow<T: DeserializeOwned + Clone>(
     shared: &CacheState<T>,
     revision: &mut i64,
 ) -> WatchEnd {
-    let options = WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(*revision + 1)
-        .with_progress_notify();
-    let mut stream = match store
-        .client()
-        .watch_client()
-        .watch(shared.prefix.as_str(), Some(options))
-        .await
-    {
+    let request = WatchRequest {
+        key: shared.prefix.clone().into_bytes(),
+        prefix: true,
+        start_revision: *revision + 1,
+        progress_notify: true,
+    };
+    let mut stream = match store.backend().watch(request).await {
         Ok(stream) => stream,
         Err(e) => return WatchEnd::Broken(e.into()),
     };
     loop {
-        let response = match stream.message().await {
-            Ok(Some(response)) => response,
-            Ok(None) => {
+        let response = match stream.next().await {
+            Some(Ok(response)) => response,
+            None => {
                 return WatchEnd::Broken(StoreError::Unexpected("watch stream ended".into()));
             }
-            Err(e) => return WatchEnd::Broken(e.into()),
+            Some(Err(e)) => return WatchEnd::Broken(e.into()),
         };
-        if response.canceled() {
-            if response.compact_revision() > 0 {
+        if response.canceled {
+            if response.compact_revision > 0 {
                 return WatchEnd::Compacted;
             }
             return WatchEnd::Broken(StoreError::Unexpected(format!(
                 "watch canceled: {}",
-                response.cancel_reason()
+                response.cancel_reason
             )));
         }
         let mut seen = *revision;
         let mut announced = Vec::new();
-        for event in response.events() {
-            let Some(kv) = event.kv() else { continue };
-            announced.extend(match event.event_type() {
+        for event in &response.events {
+            let kv = &event.kv;
+            announced.extend(match event.event_type {
                 EventType::Put => shared.apply_put(kv),
                 EventType::Delete => {
                     shared.apply_delete(String::from_utf8_lossy(kv.key()).into_owned())
@@ -336,8 +334,8 @@ async fn follow<T: DeserializeOwned + Clone>(
         // Only a progress notification (no events, not the creation answer) vouches that
         // every change up to its header revision was delivered: while a watch catches up,
         // event batches carry the store's current revision in their header.
-        if response.events().is_empty() && !response.created() {
-            seen = seen.max(header_revision(response.header()));
+        if response.events.is_empty() && !response.created {
+            seen = seen.max(response.revision);
         }
         *revision = seen;
         shared.advance(seen);

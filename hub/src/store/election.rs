@@ -10,14 +10,13 @@
 use std::time::Duration;
 
 use accord_common::runtime::{Retry, backoff};
-use etcd_client::{
-    Compare, CompareOp, EventType, LeaderKey, ResignOptions, WatchOptions, WatchStream,
-};
+use futures::StreamExt;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::kv::{Compare, CompareOp, EventType, LeaderKey, Range, WatchRequest, WatchStream};
 use super::lease::Lease;
-use super::{Store, StoreError, header_revision, log_error};
+use super::{Store, StoreError, log_error};
 
 /// Longest pause between two campaigns after failures.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(5);
@@ -113,22 +112,11 @@ impl LeaderElection {
 
     /// The identity of the current leader, if there is one.
     pub async fn current_leader(store: &Store) -> Result<Option<String>, StoreError> {
-        match store
-            .client()
-            .election_client()
-            .leader(store.keys().election())
-            .await
-        {
-            Ok(response) => Ok(response
-                .kv()
-                .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())),
-            Err(etcd_client::Error::GRpcStatus(status))
-                if status.message().contains("no leader") =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
+        let leader = store
+            .backend()
+            .leader(store.keys().election().into_bytes())
+            .await?;
+        Ok(leader.map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
     }
 
     /// Gives up leadership (or candidacy) at once and stops campaigning. Takes `&self` so
@@ -225,16 +213,18 @@ async fn term(
     state: &watch::Sender<Option<Fence>>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<TermEnd, StoreError> {
-    let client = store.client();
-    let leases = store.lease_connection();
     let lease = tokio::select! {
         () = stopped(shutdown) => return Ok(TermEnd::Shutdown),
-        lease = Lease::grant(&leases, ttl) => lease?,
+        lease = Lease::grant(store, ttl) => lease?,
     };
     let name = store.keys().election();
-    let mut elections = client.election_client();
-    let campaign = elections.campaign(name.clone(), identity, lease.id());
-    let mut won = tokio::select! {
+    let backend = store.backend().clone();
+    let campaign = backend.campaign(
+        name.clone().into_bytes(),
+        identity.as_bytes().to_vec(),
+        lease.id(),
+    );
+    let leader = tokio::select! {
         () = stopped(shutdown) => {
             // Revoking the lease deletes the candidate key, leaving the queue.
             if let Err(e) = lease.revoke().await {
@@ -248,16 +238,10 @@ async fn term(
             Err(e) => return abandon(&lease, e.into()),
         },
     };
-    let Some(leader) = won.take_leader() else {
-        return abandon(
-            &lease,
-            StoreError::Unexpected("campaign answered without a leader key".into()),
-        );
-    };
     let fence = Fence {
-        key: leader.key().to_vec(),
-        revision: leader.rev(),
-        lease: leader.lease(),
+        key: leader.key.clone(),
+        revision: leader.revision,
+        lease: leader.lease,
     };
     // Watch the key from just after its creation, so a deletion that happened before the
     // watch started is still seen.
@@ -271,7 +255,7 @@ async fn term(
     let end = tokio::select! {
         () = stopped(shutdown) => {
             state.send_replace(None);
-            resign(store, &name, &leader).await;
+            resign(store, leader).await;
             if let Err(e) = lease.revoke().await {
                 log_error("revoking the election lease failed", &e);
             }
@@ -300,18 +284,8 @@ fn abandon(lease: &Lease, e: StoreError) -> Result<TermEnd, StoreError> {
     Err(e)
 }
 
-async fn resign(store: &Store, name: &str, leader: &LeaderKey) {
-    let key = LeaderKey::new()
-        .with_name(name)
-        .with_key(leader.key())
-        .with_rev(leader.rev())
-        .with_lease(leader.lease());
-    if let Err(e) = store
-        .client()
-        .election_client()
-        .resign(Some(ResignOptions::new().with_leader(key)))
-        .await
-    {
+async fn resign(store: &Store, leader: LeaderKey) {
+    if let Err(e) = store.backend().resign(leader).await {
         log_error(
             "resigning leadership failed; revoking the lease instead",
             &e.into(),
@@ -332,12 +306,12 @@ impl KeyWatch {
 
     async fn open_from(store: &Store, fence: &Fence, from: i64) -> Result<Self, StoreError> {
         let stream = store
-            .client()
-            .watch_client()
-            .watch(
-                fence.key.clone(),
-                Some(WatchOptions::new().with_start_revision(from)),
-            )
+            .backend()
+            .watch(WatchRequest {
+                key: fence.key.clone(),
+                start_revision: from,
+                ..WatchRequest::default()
+            })
             .await?;
         Ok(Self { stream })
     }
@@ -345,36 +319,32 @@ impl KeyWatch {
     /// Resolves once the key has been deleted; errors when etcd cannot be reached.
     async fn deleted(&mut self, store: &Store, fence: &Fence) -> Result<(), StoreError> {
         loop {
-            match self.stream.message().await {
-                Ok(Some(response)) if response.canceled() => {}
-                Ok(Some(response)) => {
+            match self.stream.next().await {
+                Some(Ok(response)) if response.canceled => {}
+                Some(Ok(response)) => {
                     if response
-                        .events()
+                        .events
                         .iter()
-                        .any(|e| e.event_type() == EventType::Delete)
+                        .any(|e| e.event_type == EventType::Delete)
                     {
                         return Ok(());
                     }
                     continue;
                 }
-                Ok(None) => {}
-                Err(e) => log_error("watch on the election key broke", &e.into()),
+                None => {}
+                Some(Err(e)) => log_error("watch on the election key broke", &e.into()),
             }
             // The watch ended (compaction, a broken stream): look at the key itself and
             // watch again from there.
-            let current = store
-                .client()
-                .kv_client()
-                .get(fence.key.clone(), None)
-                .await?;
+            let current = store.backend().range(Range::key(fence.key.clone())).await?;
             let still_ours = current
-                .kvs()
+                .kvs
                 .first()
                 .is_some_and(|kv| kv.create_revision() == fence.revision);
             if !still_ours {
                 return Ok(());
             }
-            let from = header_revision(current.header()) + 1;
+            let from = current.revision + 1;
             *self = Self::open_from(store, fence, from).await?;
         }
     }

@@ -22,12 +22,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use super::kv::{Compare, CompareOp, Range, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{Store, StoreError, decode, encode, header_revision, log_error};
+use super::{Store, StoreError, decode, encode, log_error};
 
 /// How often a replica compares the store's revision with the highest it has seen.
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(2);
@@ -79,9 +79,9 @@ impl Store {
     /// does not decode).
     pub async fn read_or_create_epoch(&self) -> Result<EpochReading, StoreError> {
         let key = self.epoch_key();
-        let response = self.client().kv_client().get(key.as_str(), None).await?;
-        let store_revision = header_revision(response.header());
-        if let Some(kv) = response.kvs().first() {
+        let response = self.backend().range(Range::key(key.as_str())).await?;
+        let store_revision = response.revision;
+        if let Some(kv) = response.kvs.first() {
             match decode::<EpochRecord>(kv) {
                 Ok(record) if record.epoch != 0 => {
                     return Ok(EpochReading {
@@ -133,8 +133,8 @@ impl Store {
             )])
             .and_then(vec![TxnOp::put(key.as_str(), encode(&record)?, None)])
             .or_else(vec![TxnOp::get(key.as_str(), None)]);
-        let response = self.client().kv_client().txn(txn).await?;
-        let store_revision = header_revision(response.header());
+        let response = self.txn(txn).await?;
+        let store_revision = response.revision;
         if response.succeeded() {
             info!(
                 epoch = record.epoch,
@@ -148,8 +148,8 @@ impl Store {
                 store_revision,
             });
         }
-        let current = response.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(get) => get.kvs().first().cloned(),
+        let current = response.responses.into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(kvs) => kvs.into_iter().next(),
             _ => None,
         });
         match current {

@@ -9,12 +9,14 @@
 use std::time::Duration;
 
 use accord_common::runtime::{Retry, backoff};
-use etcd_client::{Client, LeaseClient, LeaseKeepAliveStream, LeaseKeeper};
+use std::sync::Arc;
+
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::{StoreError, error_chain, ttl_seconds};
+use super::kv::{Backend, KeepAlive};
+use super::{Store, StoreError, error_chain, ttl_seconds};
 
 /// Shortest pause between two refreshes.
 const MIN_REFRESH_INTERVAL: Duration = Duration::from_millis(100);
@@ -27,7 +29,7 @@ pub struct Lease {
     id: i64,
     ttl: Duration,
     lost: watch::Receiver<bool>,
-    client: Client,
+    backend: Arc<dyn Backend>,
     task: JoinHandle<()>,
 }
 
@@ -44,25 +46,24 @@ impl std::fmt::Debug for Lease {
 impl Lease {
     /// Grants a lease of `ttl` (rounded up to whole seconds; etcd may raise it to its own
     /// minimum) and starts keeping it alive.
-    pub async fn grant(client: &Client, ttl: Duration) -> Result<Self, StoreError> {
-        let mut leases = client.lease_client();
+    pub async fn grant(store: &Store, ttl: Duration) -> Result<Self, StoreError> {
+        let backend = store.backend().clone();
         let asked_at = Instant::now();
-        let granted = leases.grant(ttl_seconds(ttl), None).await?;
-        if !granted.error().is_empty() {
-            return Err(StoreError::Unexpected(format!(
-                "lease grant failed: {}",
-                granted.error()
-            )));
-        }
-        let id = granted.id();
-        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(1));
+        let (id, granted) = backend.grant(ttl_seconds(ttl)).await?;
+        let ttl = Duration::from_secs(u64::try_from(granted).unwrap_or(1));
         let (lost_tx, lost) = watch::channel(false);
-        let task = tokio::spawn(keep_alive(leases, id, ttl, asked_at + ttl, lost_tx));
+        let task = tokio::spawn(keep_alive(
+            backend.clone(),
+            id,
+            ttl,
+            asked_at + ttl,
+            lost_tx,
+        ));
         Ok(Self {
             id,
             ttl,
             lost,
-            client: client.clone(),
+            backend,
             task,
         })
     }
@@ -93,7 +94,7 @@ impl Lease {
     /// Stops refreshing and revokes the lease, deleting every key attached to it.
     pub async fn revoke(self) -> Result<(), StoreError> {
         self.task.abort();
-        match self.client.lease_client().revoke(self.id).await {
+        match self.backend.revoke(self.id).await {
             Ok(_) => Ok(()),
             Err(e) if is_lease_not_found(&e) => Ok(()),
             Err(e) => Err(e.into()),
@@ -105,10 +106,10 @@ impl Lease {
     pub(crate) fn revoke_in_background(&self) {
         self.task.abort();
         let id = self.id;
-        let client = self.client.clone();
+        let backend = self.backend.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(e) = client.lease_client().revoke(id).await
+                if let Err(e) = backend.revoke(id).await
                     && !is_lease_not_found(&e)
                 {
                     tracing::debug!(lease = id, error = %error_chain(&e), "revoking lease failed; it expires by itself");
@@ -135,7 +136,7 @@ pub(crate) fn is_lease_not_found(e: &etcd_client::Error) -> bool {
 
 /// Refreshes lease `id` until it is lost; then flips `lost` to `true`.
 async fn keep_alive(
-    mut leases: LeaseClient,
+    leases: Arc<dyn Backend>,
     id: i64,
     ttl: Duration,
     mut deadline: Instant,
@@ -146,13 +147,13 @@ async fn keep_alive(
     'reconnect: loop {
         let opened_at = Instant::now();
         let opened = tokio::time::timeout_at(deadline, leases.keep_alive(id)).await;
-        let (mut keeper, mut stream) = match opened {
+        let mut keeper = match opened {
             Err(_elapsed) => break 'reconnect,
-            Ok(Ok(pair)) => {
+            Ok(Ok(keeper)) => {
                 // Opening the stream sent a refresh that etcd accepted.
                 deadline = opened_at + ttl;
                 reconnect_delays = reconnect_backoff(interval);
-                pair
+                keeper
             }
             Ok(Err(e)) if is_lease_not_found(&e) => break 'reconnect,
             Ok(Err(e)) => {
@@ -168,7 +169,7 @@ async fn keep_alive(
         };
         loop {
             tokio::time::sleep(interval).await;
-            match refresh(&mut keeper, &mut stream, deadline).await {
+            match refresh(keeper.as_mut(), deadline).await {
                 Refresh::Renewed { sent_at, ttl } => deadline = sent_at + ttl,
                 Refresh::Gone => break 'reconnect,
                 Refresh::Failed(reason) => {
@@ -195,23 +196,15 @@ enum Refresh {
     Failed(String),
 }
 
-async fn refresh(
-    keeper: &mut LeaseKeeper,
-    stream: &mut LeaseKeepAliveStream,
-    deadline: Instant,
-) -> Refresh {
+async fn refresh(keeper: &mut dyn KeepAlive, deadline: Instant) -> Refresh {
     let sent_at = Instant::now();
-    if let Err(e) = keeper.keep_alive().await {
-        return Refresh::Failed(error_chain(&e));
-    }
-    match tokio::time::timeout_at(deadline, stream.message()).await {
+    match tokio::time::timeout_at(deadline, keeper.refresh()).await {
         Err(_elapsed) => Refresh::Failed("no keepalive answer before the lease deadline".into()),
         Ok(Err(e)) => Refresh::Failed(error_chain(&e)),
-        Ok(Ok(None)) => Refresh::Failed("keepalive stream closed".into()),
-        Ok(Ok(Some(response))) if response.ttl() <= 0 => Refresh::Gone,
-        Ok(Ok(Some(response))) => Refresh::Renewed {
+        Ok(Ok(ttl)) if ttl <= 0 => Refresh::Gone,
+        Ok(Ok(ttl)) => Refresh::Renewed {
             sent_at,
-            ttl: Duration::from_secs(u64::try_from(response.ttl()).unwrap_or(0)),
+            ttl: Duration::from_secs(u64::try_from(ttl).unwrap_or(0)),
         },
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, LockOptions};
+use super::kv::{Compare, CompareOp};
 
 use super::lease::Lease;
 use super::{Store, StoreError, check_segment};
@@ -33,7 +33,7 @@ impl Store {
         check_segment("kind", kind)?;
         check_segment("namespace", ns)?;
         check_segment("name", name)?;
-        let lease = Lease::grant(&self.lease_connection(), ttl).await?;
+        let lease = Lease::grant(self, ttl).await?;
         // Revokes the lease if this future is dropped while waiting in the queue.
         let mut pending = PolicyLock {
             key: Vec::new(),
@@ -42,12 +42,12 @@ impl Store {
         };
         let lease_id = pending.lease_id();
         let name = self.keys().lock(kind, ns, name);
-        let mut locks = self.client().lock_client();
+        let backend = self.backend().clone();
         let locked = tokio::select! {
-            locked = locks.lock(name, Some(LockOptions::new().with_lease(lease_id))) => locked?,
+            locked = backend.lock(name.into_bytes(), lease_id) => locked?,
             () = pending.lease().lost() => return Err(StoreError::LeaseLost { lease: lease_id }),
         };
-        pending.key = locked.key().to_vec();
+        pending.key = locked;
         Ok(pending)
     }
 }
@@ -87,12 +87,7 @@ impl PolicyLock {
             .lease
             .take()
             .expect("a PolicyLock always holds its lease");
-        let unlocked = self
-            .store
-            .client()
-            .lock_client()
-            .unlock(self.key.clone())
-            .await;
+        let unlocked = self.store.backend().unlock(self.key.clone()).await;
         // Revoking the lease frees the lock as well, so try it even when unlock failed.
         let revoked = lease.revoke().await;
         unlocked?;

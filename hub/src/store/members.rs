@@ -29,9 +29,9 @@ impl Store {
     /// and putting them back once they do. With one endpoint there is nothing to choose:
     /// it waits forever.
     pub async fn follow_members(self) {
-        if self.endpoints.len() < 2 {
+        let Some(etcd) = self.etcd.clone().filter(|_| self.endpoints.len() >= 2) else {
             return std::future::pending().await;
-        }
+        };
         let mut out: BTreeSet<String> = self.unreached.iter().cloned().collect();
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
         loop {
@@ -44,14 +44,14 @@ impl Store {
                         endpoint,
                         "etcd member does not answer; sending it no requests"
                     );
-                    for client in [&self.client, &self.leases] {
+                    for client in etcd.connections() {
                         if let Err(e) = client.remove_endpoint(endpoint).await {
                             warn!(endpoint, error = %e, "could not take the member out");
                         }
                     }
                 } else if !leave && out.remove(endpoint) {
                     info!(endpoint, "etcd member answers again; sending it requests");
-                    for client in [&self.client, &self.leases] {
+                    for client in etcd.connections() {
                         if let Err(e) = client.add_endpoint(endpoint).await {
                             warn!(endpoint, error = %e, "could not put the member back");
                         }

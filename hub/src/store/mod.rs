@@ -10,11 +10,14 @@ pub mod cache;
 pub mod connection;
 pub mod election;
 pub mod epoch;
+pub mod etcd;
 pub mod health;
 pub mod keys;
+pub mod kv;
 pub mod lease;
 pub mod lock;
 pub mod members;
+pub mod memory;
 pub mod presence;
 pub mod registry;
 pub mod status;
@@ -22,10 +25,9 @@ pub mod tokens;
 
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-    TxnOpResponse, TxnResponse,
-};
+use std::sync::Arc;
+
+use etcd_client::{Client, ConnectOptions, GetOptions};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -34,9 +36,15 @@ pub use connection::{
     ConnectFailure, ConnectionError, EtcdConnection, EtcdFiles, EtcdTls, EtcdUser,
 };
 pub use election::{Fence, LeaderElection};
+pub use etcd::EtcdBackend;
 pub use keys::Keyspace;
+pub use kv::{
+    Backend, Compare, CompareOp, KeyValue, PutOptions, Range, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
+};
 pub use lease::Lease;
 pub use lock::PolicyLock;
+pub use memory::MemoryBackend;
 pub use presence::ReplicaPresence;
 pub use registry::ClusterRecord;
 pub use status::{Refusal, ReportOrder, StatusRecord, WriteOutcome};
@@ -207,26 +215,10 @@ pub(crate) enum Lane {
     Leased = 1,
 }
 
-/// The revision in a response header (0 when etcd sent none).
-pub(crate) fn header_revision(header: Option<&etcd_client::ResponseHeader>) -> i64 {
-    header.map(|h| h.revision()).unwrap_or_default()
-}
-
 /// Keys a listing asks etcd for at once (see [`Store::list_prefix`]).
 pub const LIST_PAGE_KEYS: i64 = 1000;
 
-/// The first key after every key that starts with `prefix` (etcd's range end for it).
-fn prefix_end(prefix: &[u8]) -> Vec<u8> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Every byte was 0xff: the range runs to the end of the keyspace.
-    vec![0]
-}
+use kv::prefix_end;
 
 /// Seconds of a TTL as etcd leases take them: rounded up, at least one.
 pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
@@ -234,12 +226,13 @@ pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
     i64::try_from(millis.div_ceil(1000)).unwrap_or(i64::MAX)
 }
 
-/// The hub's handle on etcd: a client and the keyspace it works in. Cheap to clone.
+/// The hub's handle on etcd: a [`Backend`] (etcd, or memory in tests) and the keyspace it
+/// works in. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    client: Client,
-    /// A second connection for lease keepalives only (see [`Store::lease_connection`]).
-    leases: Client,
+    backend: Arc<dyn Backend>,
+    /// The same backend when it is etcd's, for its member rotation (see [`members`]).
+    etcd: Option<EtcdBackend>,
     keys: Keyspace,
     /// The endpoints connected to, as given (see [`members`]); empty for a wrapped client.
     endpoints: std::sync::Arc<[String]>,
@@ -314,9 +307,10 @@ impl Store {
                 .await
                 .map_err(failed)?;
         }
+        let etcd = EtcdBackend::new(client, leases);
         Ok(Self {
-            client,
-            leases,
+            backend: Arc::new(etcd.clone()),
+            etcd: Some(etcd),
             keys,
             // As the client names them (it adds a scheme where there is none).
             endpoints: connection.endpoints.iter().map(|e| named(e)).collect(),
@@ -332,9 +326,14 @@ impl Store {
 
     /// Wraps an existing client (leases share its connection).
     pub fn from_client(client: Client, keys: Keyspace) -> Self {
+        Self::with_backend(Arc::new(EtcdBackend::new(client.clone(), client)), keys)
+    }
+
+    /// A store on `backend` (for example a [`MemoryBackend`] in tests).
+    pub fn with_backend(backend: Arc<dyn Backend>, keys: Keyspace) -> Self {
         Self {
-            leases: client.clone(),
-            client,
+            backend,
+            etcd: None,
             keys,
             endpoints: std::sync::Arc::new([]),
             unreached: std::sync::Arc::new([]),
@@ -342,14 +341,19 @@ impl Store {
         }
     }
 
+    /// A store kept in this process's memory (see [`MemoryBackend`]); for tests.
+    pub fn in_memory(keys: Keyspace) -> Self {
+        Self::with_backend(Arc::new(MemoryBackend::new()), keys)
+    }
+
     /// The keyspace this store works in.
     pub fn keys(&self) -> &Keyspace {
         &self.keys
     }
 
-    /// A clone of the etcd client (clones share one connection).
-    pub fn client(&self) -> Client {
-        self.client.clone()
+    /// The backend, for reads and writes the store has no method for (tools, tests).
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
     }
 
     /// Applies `txn` (which writes `key` only) batched with other callers' transactions of
@@ -360,26 +364,33 @@ impl Store {
         group: i64,
         key: String,
         txn: Txn,
-    ) -> Result<(etcd_client::TxnResponse, i64), StoreError> {
+    ) -> Result<(TxnResponse, i64), StoreError> {
         self.batchers[lane as usize]
-            .get_or_init(|| batch::Batcher::start(&self.client))
+            .get_or_init(|| batch::Batcher::start(self.backend.clone()))
             .txn(key, group, txn)
             .await
     }
 
-    /// The client for granting and refreshing leases: its own connection, so that the
-    /// keepalives of the election, presence and lock leases never queue behind the
-    /// thousands of reads and transactions of a connect or report storm on the main one
-    /// (a refresh that comes back late loses the lease, and with it leadership or every
-    /// connected cluster).
-    pub fn lease_connection(&self) -> Client {
-        self.leases.clone()
-    }
-
     /// Asks etcd for its status: `Ok` when the cluster answers (for `/readyz`).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.client.maintenance_client().status().await?;
+        self.backend.status().await?;
         Ok(())
+    }
+
+    /// Reads `key`: its value and revisions, if it exists.
+    pub async fn get(&self, key: impl Into<Vec<u8>>) -> Result<Option<KeyValue>, StoreError> {
+        Ok(self
+            .backend
+            .range(Range::key(key))
+            .await?
+            .kvs
+            .into_iter()
+            .next())
+    }
+
+    /// Applies `txn` as it is (no fence, no batching).
+    pub async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
+        Ok(self.backend.txn(txn).await?)
     }
 
     /// Waits until etcd answers, retrying with backoff and logging each failure: a hub
@@ -401,9 +412,8 @@ impl Store {
         &self,
         key: &str,
     ) -> Result<Option<(T, i64)>, StoreError> {
-        let response = self.client.kv_client().get(key, None).await?;
-        match response.kvs().first() {
-            Some(kv) => Ok(Some((decode(kv)?, kv.mod_revision()))),
+        match self.get(key).await? {
+            Some(kv) => Ok(Some((decode(&kv)?, kv.mod_revision()))),
             None => Ok(None),
         }
     }
@@ -417,25 +427,27 @@ impl Store {
         &self,
         prefix: &str,
         keys_only: bool,
-    ) -> Result<(Vec<etcd_client::KeyValue>, i64), StoreError> {
+    ) -> Result<(Vec<KeyValue>, i64), StoreError> {
         let end = prefix_end(prefix.as_bytes());
         let mut from = prefix.as_bytes().to_vec();
         let mut revision = 0;
         let mut kvs = Vec::new();
         loop {
-            let mut options = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(LIST_PAGE_KEYS)
-                .with_revision(revision);
-            if keys_only {
-                options = options.with_keys_only();
-            }
-            let mut page = self.client.kv_client().get(from, Some(options)).await?;
+            let page = self
+                .backend
+                .range(Range {
+                    key: from,
+                    end: end.clone(),
+                    limit: LIST_PAGE_KEYS,
+                    revision,
+                    keys_only,
+                })
+                .await?;
             if revision == 0 {
-                revision = header_revision(page.header());
+                revision = page.revision;
             }
-            let more = page.more();
-            let taken = page.take_kvs();
+            let more = page.more;
+            let taken = page.kvs;
             let Some(last) = taken.last() else {
                 break;
             };
@@ -480,18 +492,16 @@ impl Store {
         key: &str,
         value: &T,
     ) -> Result<i64, StoreError> {
-        let response = self
-            .client
-            .kv_client()
-            .put(key, encode(value)?, None)
-            .await?;
-        Ok(header_revision(response.header()))
+        let put = Txn::new().and_then(vec![TxnOp::put(key, encode(value)?, None)]);
+        Ok(self.txn(put).await?.revision)
     }
 
     /// Deletes `key`; returns whether it existed.
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
-        let response = self.client.kv_client().delete(key, None).await?;
-        Ok(response.deleted() > 0)
+        let response = self
+            .txn(Txn::new().and_then(vec![TxnOp::delete(key, None)]))
+            .await?;
+        Ok(deleted(&response))
     }
 
     /// A transaction that applies `ops` only while `fence` is current: its election key
@@ -523,12 +533,12 @@ impl Store {
         let txn = Txn::new()
             .when(vec![fence.compare()])
             .and_then(vec![TxnOp::txn(inner)]);
-        let response = self.client.kv_client().txn(txn).await?;
+        let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(StoreError::Fenced);
         }
-        let revision = header_revision(response.header());
-        match response.op_responses().into_iter().next() {
+        let revision = response.revision;
+        match response.responses.into_iter().next() {
             Some(TxnOpResponse::Txn(inner)) => Ok((inner, revision)),
             other => Err(StoreError::Unexpected(format!(
                 "fenced txn answered {other:?} instead of a nested txn response"
@@ -547,11 +557,11 @@ impl Store {
         let txn = Txn::new()
             .when(vec![fence.compare()])
             .and_then(vec![TxnOp::put(key, value, None)]);
-        let response = self.client.kv_client().txn(txn).await?;
+        let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(StoreError::Fenced);
         }
-        Ok(header_revision(response.header()))
+        Ok(response.revision)
     }
 
     /// Deletes `key` only while `fence` is current; returns whether it existed.
@@ -559,14 +569,11 @@ impl Store {
         let txn = Txn::new()
             .when(vec![fence.compare()])
             .and_then(vec![TxnOp::delete(key, None)]);
-        let response = self.client.kv_client().txn(txn).await?;
+        let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(StoreError::Fenced);
         }
-        Ok(response
-            .op_responses()
-            .into_iter()
-            .any(|r| matches!(r, TxnOpResponse::Delete(d) if d.deleted() > 0)))
+        Ok(deleted(&response))
     }
 
     /// Puts `value` at `key` attached to `lease`.
@@ -598,9 +605,16 @@ impl Store {
         let txn = Txn::new()
             .when(vec![Compare::value(key, CompareOp::Equal, value)])
             .and_then(vec![TxnOp::delete(key, None)]);
-        let response = self.client.kv_client().txn(txn).await?;
-        Ok(response.succeeded())
+        Ok(self.txn(txn).await?.succeeded())
     }
+}
+
+/// Whether a delete of `response` removed a key.
+fn deleted(response: &TxnResponse) -> bool {
+    response
+        .responses
+        .iter()
+        .any(|r| matches!(r, TxnOpResponse::Delete(n) if *n > 0))
 }
 
 /// Logs a background failure with its whole error chain.

@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
+use super::kv::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use accord_common::runtime::backoff;
 use dashmap::DashMap;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use futures::StreamExt as _;
 use serde::{Deserialize, Serialize};
 use tokio::sync::RwLock;
@@ -110,10 +110,8 @@ fn shard_of(cluster: &str) -> usize {
 impl ReplicaPresence {
     /// Grants this replica's leases (`ttl`) and keeps them alive.
     pub async fn start(store: Store, replica: String, ttl: Duration) -> Result<Self, StoreError> {
-        let connection = store.lease_connection();
         let leases: Vec<Lease> =
-            futures::future::try_join_all((0..SHARDS).map(|_| Lease::grant(&connection, ttl)))
-                .await?;
+            futures::future::try_join_all((0..SHARDS).map(|_| Lease::grant(&store, ttl))).await?;
         let shared = Arc::new(PresenceState {
             store,
             replica,
@@ -209,14 +207,9 @@ impl ReplicaPresence {
         cluster: &str,
     ) -> Result<Option<String>, StoreError> {
         check_segment("cluster", cluster)?;
-        let response = store
-            .client()
-            .kv_client()
-            .get(store.keys().connected(cluster), None)
-            .await?;
-        Ok(response
-            .kvs()
-            .first()
+        Ok(store
+            .get(store.keys().connected(cluster))
+            .await?
             .and_then(|kv| serde_json::from_slice::<ConnectedRecord>(kv.value()).ok())
             .map(|r| r.replica))
     }
@@ -279,14 +272,13 @@ impl ReplicaPresence {
 
     /// A new lease of `grace` that nobody refreshes.
     async fn grant_grace(&self, grace: Duration) -> Result<i64, StoreError> {
-        let granted = self
+        let (granted, _) = self
             .shared
             .store
-            .client()
-            .lease_client()
-            .grant(ttl_seconds(grace), None)
+            .backend()
+            .grant(ttl_seconds(grace))
             .await?;
-        Ok(granted.id())
+        Ok(granted)
     }
 
     /// Re-puts `connected/<cluster>` on `lease` if it still holds `value` (the record this
@@ -309,7 +301,7 @@ impl ReplicaPresence {
                 value,
                 Some(PutOptions::new().with_lease(lease)),
             )]);
-        let response = self.shared.store.client().kv_client().txn(txn).await?;
+        let response = self.shared.store.txn(txn).await?;
         Ok(response.succeeded())
     }
 
@@ -319,9 +311,9 @@ impl ReplicaPresence {
             task.abort();
         }
         // The tasks owned the leases; revoke them by id.
-        let mut leases = self.shared.store.client().lease_client();
+        let backend = self.shared.store.backend();
         for id in self.leases() {
-            match leases.revoke(id).await {
+            match backend.revoke(id).await {
                 Ok(_) => {}
                 Err(e) if super::lease::is_lease_not_found(&e) => {}
                 Err(e) => return Err(e.into()),
@@ -356,7 +348,7 @@ async fn keep_present(shared: Arc<PresenceState>, shard: usize, mut lease: Lease
         );
         let mut delays = backoff(Duration::from_millis(50), MAX_REGRANT_DELAY);
         lease = loop {
-            match Lease::grant(&shared.store.lease_connection(), ttl).await {
+            match Lease::grant(&shared.store, ttl).await {
                 Ok(lease) => break lease,
                 Err(e) => {
                     log_error("re-granting the presence lease failed", &e);
@@ -412,10 +404,6 @@ async fn reannounce(
             )
         })
         .collect::<Vec<_>>();
-    store
-        .client()
-        .kv_client()
-        .txn(Txn::new().and_then(puts))
-        .await?;
+    store.txn(Txn::new().and_then(puts)).await?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+use super::kv::{Compare, CompareOp, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, check_segment, encode};
@@ -75,7 +75,7 @@ impl Store {
                 0,
             )])
             .and_then(vec![TxnOp::put(key.as_str(), encode(rec)?, None)]);
-        Ok(self.client().kv_client().txn(txn).await?.succeeded())
+        Ok(self.txn(txn).await?.succeeded())
     }
 
     /// The record of cluster `name` with its `mod_revision`, for a conditional update
@@ -105,7 +105,7 @@ impl Store {
                 mod_revision,
             )])
             .and_then(vec![TxnOp::put(key.as_str(), encode(rec)?, None)]);
-        Ok(self.client().kv_client().txn(txn).await?.succeeded())
+        Ok(self.txn(txn).await?.succeeded())
     }
 
     /// Every registered cluster, sorted by name.

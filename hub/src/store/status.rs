@@ -4,8 +4,8 @@
 
 use std::cmp::Ordering;
 
+use super::kv::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use accord_common::distribution::{Observed, PlacementState};
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, check_segment, encode};
@@ -241,12 +241,10 @@ impl Store {
             return Ok(WriteOutcome::Accepted { version: revision });
         }
         let current = response
-            .op_responses()
-            .into_iter()
+            .responses
+            .iter()
             .find_map(|op| match op {
-                TxnOpResponse::Get(get) => {
-                    Some(get.kvs().first().map_or(0, |kv| kv.mod_revision()))
-                }
+                TxnOpResponse::Get(kvs) => Some(kvs.first().map_or(0, |kv| kv.mod_revision())),
                 _ => None,
             })
             .unwrap_or_default();

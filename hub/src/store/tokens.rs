@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use accord_common::runtime::unix_millis;
 
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use super::kv::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
@@ -138,11 +138,7 @@ impl Store {
                 description: description.to_owned(),
                 created_unix: now / 1000,
             };
-            let lease = self
-                .client()
-                .lease_client()
-                .grant(ttl_seconds(lease_ttl), None)
-                .await?;
+            let (lease, _) = self.backend().grant(ttl_seconds(lease_ttl)).await?;
             let key = self.keys().token(&token.id);
             let txn = Txn::new()
                 .when(vec![Compare::create_revision(
@@ -153,13 +149,13 @@ impl Store {
                 .and_then(vec![TxnOp::put(
                     key.as_str(),
                     encode(&record)?,
-                    Some(PutOptions::new().with_lease(lease.id())),
+                    Some(PutOptions::new().with_lease(lease)),
                 )]);
-            if self.client().kv_client().txn(txn).await?.succeeded() {
+            if self.txn(txn).await?.succeeded() {
                 return Ok(token);
             }
             // The id is taken (one chance in ~2 billion); the lease is not needed.
-            let _ = self.client().lease_client().revoke(lease.id()).await;
+            let _ = self.backend().revoke(lease).await;
         }
         Err(StoreError::Unexpected(
             "could not find an unused bootstrap token id".into(),
@@ -171,11 +167,10 @@ impl Store {
     async fn valid_token(&self, token: &BootstrapToken) -> Result<(TokenRecord, i64), TokenError> {
         let key = self.keys().token(&token.id);
         let presented = Sha256::digest(token.secret.as_bytes());
-        let response = self.client().kv_client().get(key.as_str(), None).await?;
-        let Some(kv) = response.kvs().first() else {
+        let Some(kv) = self.get(key.as_str()).await? else {
             return Err(TokenError::Unknown);
         };
-        let record: TokenRecord = decode(kv)?;
+        let record: TokenRecord = decode(&kv)?;
         let stored = hex::decode(&record.secret_sha256).unwrap_or_default();
         if !constant_time_eq(&stored, &presented) {
             return Err(TokenError::Unknown);
@@ -219,7 +214,7 @@ impl Store {
                     // Keep the record on its lease, so it still disappears after the grace.
                     Some(PutOptions::new().with_ignore_lease()),
                 )]);
-            if self.client().kv_client().txn(txn).await?.succeeded() {
+            if self.txn(txn).await?.succeeded() {
                 return Ok(());
             }
         }

@@ -18,9 +18,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use accord_hub::store::presence::ConnectedRecord;
-use accord_hub::store::{Keyspace, ReplicaPresence, Store};
+use accord_hub::store::{KeyValue, Keyspace, ReplicaPresence, Store};
 use anyhow::{Context as _, Result, bail};
-use etcd_client::KeyValue;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 /// Lease TTL of the elections, locks and presences under test (etcd's minimum lease TTL is
@@ -279,14 +278,7 @@ pub async fn connected_holder(store: &Store, cluster: &str) -> Option<String> {
 
 /// `cluster`'s `connected/` key as etcd has it (value and lease), if there is one.
 pub async fn connected_key(store: &Store, cluster: &str) -> Option<KeyValue> {
-    store
-        .client()
-        .get(store.keys().connected(cluster), None)
-        .await
-        .unwrap()
-        .kvs()
-        .first()
-        .cloned()
+    store.get(store.keys().connected(cluster)).await.unwrap()
 }
 
 /// Checks `condition` with a growing interval until it yields a value; panics with `what`

@@ -40,7 +40,7 @@ pub async fn write_record<K: PlacementKind>(
         .keys()
         .placements(p.kind.as_str(), &p.namespace, &p.name);
     let value = crate::store::encode_large(&record.stored(K::DECISION_TAG))?;
-    let put = vec![etcd_client::TxnOp::put(key, value, None)];
+    let put = vec![crate::store::TxnOp::put(key, value, None)];
     let (response, revision) = if K::DECISION_LOCK {
         let lock = tokio::time::timeout(
             LOCK_WAIT,
