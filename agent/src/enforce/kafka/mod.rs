@@ -4,17 +4,22 @@
 //! Topics and users (the `kafka_topic` and `kafka_user` enforcers) live in the same
 //! Kafka, so they read the same connection Secret with the same options
 //! ([`KafkaOptions`]: one `--kafka-secret`, one `--kafka-resync`, one probe), and a failure
-//! means the same for both: [`errors`] classifies it once. Each enforcer keeps its own
+//! means the same for both: [`errors`] classifies it once. Both are one enforcer,
+//! [`resource::KafkaEnforcer`], instantiated per kind ([`resource::KafkaResource`]: the
+//! kind's judge, its Kafka requests, its look at the brokers). Each instance keeps its own
 //! [`link::KafkaLink`] (its own watch of that one Secret, started only while it has work),
-//! its own liveness [`probe`] and its own applier, whose plans it gathers into few requests
-//! with [`batch`]; [`tasks`] runs its observer, applier and probe while it has work.
+//! its own [`observe`]r, its own liveness [`probe`] and its own applier, whose plans it
+//! gathers into few requests with [`batch`]; [`tasks`] runs its observer, applier and probe
+//! while it has work.
 
 pub mod batch;
 pub mod connection;
 pub mod errors;
 pub mod link;
 pub mod looks;
+pub mod observe;
 pub mod probe;
+pub mod resource;
 pub mod tasks;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -4,17 +4,17 @@
 //! message with a thousand topics arrives as a thousand applies back to back) go out
 //! together — one CreateTopics, one CreatePartitions, one IncrementalAlterConfigs, one
 //! DeleteTopics — and each policy's apply gets its own topic's result. Afterwards the
-//! observer is nudged to look again.
+//! observer is nudged to look again. The applier's loop is the Kafka enforcer's; what is
+//! here is the topics' round ([`execute`], their
+//! [`KafkaResource::execute`](crate::enforce::kafka::resource::KafkaResource::execute)).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use accord_kafka::{Admin, ConfigOp, ItemError, KafkaError, NewTopic};
-use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info};
 
 use super::judge::Plan;
-use super::observe::{self, Shared, Target, failure_message};
+use super::observe::{self, Shared, failure_message};
 use crate::enforce::kafka::batch;
 pub use crate::enforce::kafka::batch::{COALESCE, COALESCE_MAX, MAX_BATCH};
 pub use crate::enforce::kafka::errors::{code_kind, error_kind};
@@ -23,28 +23,6 @@ use crate::metrics::Metrics;
 
 /// One topic's plan and where its result goes.
 pub type Request = batch::Request<Plan>;
-
-/// Applies the plans arriving on `requests` through the target's admin until the enforcer
-/// is gone.
-pub async fn run(
-    requests: mpsc::UnboundedReceiver<Request>,
-    target: watch::Receiver<Target>,
-    shared: Shared,
-    nudge: Arc<Notify>,
-    metrics: Metrics,
-) {
-    batch::apply_rounds(
-        requests,
-        target,
-        |t| t.admin.clone(),
-        nudge,
-        |admin, round| {
-            let (shared, metrics) = (shared.clone(), metrics.clone());
-            async move { execute(&admin, round, &shared, &metrics).await }
-        },
-    )
-    .await;
-}
 
 /// The per-topic outcome of one request: the request failed as a whole, or each topic's
 /// result.
@@ -57,7 +35,7 @@ fn outcome(result: Result<BTreeMap<String, Result<(), ItemError>>, KafkaError>) 
 /// Sends one request of each kind the batch needs, concurrently, and answers every plan
 /// — after noting the plans that succeeded for the observer, whose next look the engine
 /// waits for.
-async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &Metrics) {
+pub async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metrics: &Metrics) {
     let mut creates: Vec<NewTopic> = Vec::new();
     let mut partitions: Vec<(String, i32)> = Vec::new();
     let mut configs: Vec<(String, Vec<ConfigOp>)> = Vec::new();

@@ -27,10 +27,12 @@ pub const NOT_SUPPORTED_PREFIX: &str = "NotSupported: ";
 /// The message of a topic whose deletion completed.
 pub const DELETED_MESSAGE: &str = "deleted";
 
-/// What the agent saw of one topic in its last look at Kafka.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What the agent saw of one topic in its last look at Kafka (a topic Kafka's answer left
+/// out is absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum TopicSeen {
     /// Kafka has no topic of that name.
+    #[default]
     Absent,
     /// The topic exists.
     Present {

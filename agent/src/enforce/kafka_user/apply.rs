@@ -4,23 +4,23 @@
 //! CreateAcls, one DeleteAcls and one AlterClientQuotas, sent concurrently, whatever the
 //! number of users — and each policy's apply gets its own user's result. Every request is
 //! counted in `accord_agent_kafka_requests_total{request}`. Afterwards the observer is nudged
-//! to look again.
+//! to look again. The applier's loop is the Kafka enforcer's; what is here is the users'
+//! round ([`execute`], their
+//! [`KafkaResource::execute`](crate::enforce::kafka::resource::KafkaResource::execute)).
 //!
 //! Salts and salted passwords go only into the AlterUserScramCredentials request: never
 //! into a log line or a message.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use accord_kafka::{
     AclBinding, Admin, ItemError, KafkaError, QuotaAlteration, ScramDeletion, ScramMechanism,
     ScramUpsertion,
 };
-use tokio::sync::{Notify, mpsc, watch};
 use tracing::{debug, info};
 
 use super::judge::{Plan, Upserted, describe};
-use super::observe::{self, Shared, Target};
+use super::observe::{self, Shared};
 use crate::enforce::kafka::batch;
 use crate::enforce::kafka::errors::{code_kind, error_kind, failure_message};
 use crate::enforce::{ApplyError, ApplyErrorKind};
@@ -28,28 +28,6 @@ use crate::metrics::Metrics;
 
 /// One user's plan and where its result goes.
 pub type Request = batch::Request<Plan>;
-
-/// Applies the plans arriving on `requests` through the target's admin until the enforcer
-/// is gone.
-pub async fn run(
-    requests: mpsc::UnboundedReceiver<Request>,
-    target: watch::Receiver<Target>,
-    shared: Shared,
-    nudge: Arc<Notify>,
-    metrics: Metrics,
-) {
-    batch::apply_rounds(
-        requests,
-        target,
-        |t| t.admin.clone(),
-        nudge,
-        |admin, round| {
-            let (shared, metrics) = (shared.clone(), metrics.clone());
-            async move { execute(&admin, round, &shared, &metrics).await }
-        },
-    )
-    .await;
-}
 
 /// The requests of one round, gathered from every plan; each item remembers which plan
 /// (by index in the round) it came from.
@@ -114,7 +92,7 @@ fn answer<T>(result: Result<T, KafkaError>) -> Answer<T> {
 
 /// Sends one request of each kind the round needs, concurrently, and answers every plan —
 /// after noting for the observer what succeeded.
-async fn execute(admin: &Admin, requests: Vec<Request>, shared: &Shared, metrics: &Metrics) {
+pub async fn execute(admin: &Admin, requests: Vec<Request>, shared: &Shared, metrics: &Metrics) {
     let round = Round::of(&requests);
     debug!(
         users = requests.len(),

@@ -3,8 +3,10 @@
 //! `User:<name>`, its client quotas; all of them removed when asked — and reports what the
 //! brokers hold.
 //!
-//! It reaches Kafka as the topic enforcer does, through the same connection Secret and
-//! options ([`KafkaOptions`], [`KafkaLink`]), with its own watch of that Secret, its own
+//! It is the Kafka enforcer ([`KafkaEnforcer`]) of [`Users`]: what is here is only what users
+//! have of their own. It reaches Kafka as the topic enforcer does, through the same
+//! connection Secret and options ([`KafkaOptions`](super::kafka::KafkaOptions),
+//! [`KafkaLink`](super::kafka::link::KafkaLink)), with its own watch of that Secret, its own
 //! liveness [`probe`](super::kafka::probe) and its own client. The parts: the observer
 //! ([`observe`]) looks at every user in three requests whatever their number, each resync
 //! and right after applies, and feeds a cache; [`judge`] decides from it, purely; the
@@ -19,131 +21,44 @@ pub mod apply;
 pub mod judge;
 pub mod observe;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use accord_common::distribution::{
-    AssignmentSpec, KafkaUserSpec, Observed, PlacementState, PolicyRef,
-};
-use futures::future::BoxFuture;
-use tokio::sync::Notify;
-use tracing::info;
+use accord_common::distribution::{AssignmentSpec, KafkaUserSpec, Observed, PlacementState};
+use accord_kafka::{Admin, KafkaError};
 
-use self::observe::{Shared, Target, USERS};
-use super::kafka::KafkaOptions;
-use super::kafka::link::{KafkaLink, Link};
-use super::kafka::tasks::{Crew, Tasks};
-use super::kafka::{conflict, reowned};
-use super::{
-    Action, ApplyError, ApplyErrorKind, EventSink, Judgement, KindEnforcer, Mine, WatchEvent,
-};
-use crate::assignments::Assigned;
+use self::judge::{Plan, Upserted, UserSeen};
+use super::kafka::batch::Request;
+use super::kafka::observe::{Seen, Shared};
+use super::kafka::probe::Probe;
+use super::kafka::resource::{KafkaEnforcer, KafkaResource};
+use super::{Action, ApplyError, Judgement, Mine};
 use crate::metrics::Metrics;
 use crate::report::Report;
 
-/// What runs while users are assigned (besides the Secret watch): the observer, the
-/// applier and the probe.
-type Running = Tasks<Target, apply::Request>;
-
 /// Keeps Kafka users.
-pub struct KafkaUserEnforcer {
-    options: KafkaOptions,
-    metrics: Metrics,
-    /// Assigned policies by user name; the first one owns the user.
-    users: BTreeMap<String, BTreeSet<PolicyRef>>,
-    /// Policies [`Enforcer::reassigned`] hands the engine: claimants of a name whose owner
-    /// changed at the last assignment.
-    reowned: Vec<PolicyRef>,
-    link: KafkaLink,
-    shared: Shared,
-    nudge: Arc<Notify>,
-    running: Option<Running>,
-}
+pub type KafkaUserEnforcer = KafkaEnforcer<Users>;
 
-impl KafkaUserEnforcer {
-    /// An enforcer reading its connection Secret (`options.secret`) in `namespace` through
-    /// `client`, counting its Kafka requests in `metrics`.
-    pub fn new(
-        client: kube::Client,
-        namespace: String,
-        options: KafkaOptions,
-        metrics: Metrics,
-    ) -> Self {
-        Self {
-            link: KafkaLink::new(client, namespace, &options, "kafka_user"),
-            options,
-            metrics,
-            users: BTreeMap::new(),
-            reowned: Vec::new(),
-            shared: Arc::new(Mutex::new(observe::Observations::default())),
-            nudge: Arc::new(Notify::new()),
-            running: None,
-        }
-    }
+/// Kafka users, as the Kafka enforcer keeps them.
+#[derive(Debug)]
+pub struct Users;
 
-    fn all_policies(&self) -> Vec<PolicyRef> {
-        self.users.values().flatten().cloned().collect()
-    }
-
-    fn target(&self) -> Target {
-        Target {
-            admin: self.link.admin(),
-            config: self.link.config(),
-            users: Arc::new(self.users.keys().cloned().collect()),
-            epoch: self.link.epoch(),
-        }
-    }
-
-    fn start(&mut self, events: &EventSink) -> Running {
-        self.link.watch(events);
-        let crew = Crew {
-            shared: self.shared.clone(),
-            nudge: self.nudge.clone(),
-            options: self.options.clone(),
-            metrics: self.metrics.clone(),
-        };
-        Tasks::spawn(self.target(), events, crew, observe::run, apply::run)
-    }
-
-    /// Tells the observer, the applier and the probe the current connection and users.
-    fn publish(&self) {
-        if let Some(running) = &self.running {
-            running.publish(self.target());
-        }
-    }
-
-    /// The report of a user that cannot be looked at now, with what was last seen of it:
-    /// `Unavailable` when Kafka cannot be reached, `Error` when it refused (`error` says
-    /// which and why).
-    fn unlooked(&self, spec: &KafkaUserSpec, error: &ApplyError, revision: i64) -> Judgement {
-        let state = match error.kind {
-            ApplyErrorKind::Unavailable => PlacementState::Unavailable,
-            _ => PlacementState::Error,
-        };
-        let observations = observe::lock(&self.shared);
-        let observed = observations
-            .user(&spec.username)
-            .map_or(Observed::Nothing, |s| {
-                Observed::KafkaUser(judge::observed(
-                    spec,
-                    &s.seen,
-                    observations.upserted(&spec.username),
-                ))
-            });
-        Judgement {
-            report: Report {
-                observed,
-                ..Report::without_object(state, error.message.clone(), revision)
-            },
-            action: Action::Unknown,
-        }
-    }
-}
-
-impl KindEnforcer for KafkaUserEnforcer {
+impl KafkaResource for Users {
     type Spec = KafkaUserSpec;
+    type Seen = UserSeen;
+    type Plan = Plan;
+    type Ask = ();
+    /// Kafka unreachable (`Unavailable`) or refusing the request (`Error`: its message
+    /// names the missing ACL).
+    type Failure = ApplyError;
+    /// The credential this agent last upserted for each user, through this connection.
+    type Kept = HashMap<String, Upserted>;
 
     const NAME: &'static str = "kafka_user";
+    const RESOURCE: &'static str = observe::USERS;
+    const ITEM: &'static str = "user";
+    /// A look asks about every user in three requests whatever their number.
+    const PARTIAL_LOOKS: bool = false;
+    const MAX_DOUBLINGS: u32 = 0;
 
     fn spec(spec: &AssignmentSpec) -> Option<&KafkaUserSpec> {
         match spec {
@@ -152,141 +67,84 @@ impl KindEnforcer for KafkaUserEnforcer {
         }
     }
 
-    fn assign(&mut self, mine: &Mine<'_, KafkaUserSpec>, events: &EventSink) {
-        let before: Vec<&String> = self.users.keys().collect();
-        let mut users: BTreeMap<String, BTreeSet<PolicyRef>> = BTreeMap::new();
-        for &(policy, spec, _) in mine {
-            if !spec.username.is_empty() {
-                users
-                    .entry(spec.username.clone())
-                    .or_default()
-                    .insert(policy.clone());
-            }
-        }
-        // Spec changes need no look (every binding and quota of an assigned user is in the
-        // cache); a user added or gone does.
-        let users_changed = users.keys().ne(before);
-        self.reowned = reowned(&self.users, &users);
-        self.users = users;
-        if self.users.is_empty() {
-            self.running = None;
-            if self.link.close() {
-                info!("no Kafka users assigned; closing the Kafka connection");
-            }
-            observe::lock(&self.shared).reset(self.link.epoch());
-            return;
-        }
-        if self.running.is_none() {
-            info!(users = self.users.len(), "Kafka users assigned");
-            self.running = Some(self.start(events));
-        } else if users_changed {
-            self.publish();
-        }
+    fn name(spec: &KafkaUserSpec) -> &str {
+        &spec.username
     }
 
-    fn reassigned(&mut self) -> Vec<PolicyRef> {
-        std::mem::take(&mut self.reowned)
+    fn what(spec: &KafkaUserSpec) -> String {
+        format!("Kafka user {}", spec.username)
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
-        match super::kafka::concerned(USERS, &self.users, event) {
-            Ok(policies) => policies,
-            // The connection Secret's watch.
-            Err(secret) => {
-                if self.link.event(secret) {
-                    // Every user is looked at afresh through the new connection.
-                    observe::lock(&self.shared).reset(self.link.epoch());
-                    self.publish();
-                    self.all_policies()
-                } else {
-                    Vec::new()
-                }
-            }
-        }
+    /// Spec changes need no look (every binding and quota of an assigned user is in the
+    /// cache); a user added or gone does.
+    fn asks(_mine: &Mine<'_, KafkaUserSpec>) -> BTreeMap<String, ()> {
+        BTreeMap::new()
     }
 
-    fn look(
-        &self,
-        policy: &PolicyRef,
+    fn invalid(spec: &KafkaUserSpec, revision: i64) -> Option<Judgement> {
+        Some(Judgement {
+            report: Report::without_object(PlacementState::Error, judge::invalid(spec)?, revision),
+            action: Action::Settled,
+        })
+    }
+
+    fn observed(spec: &KafkaUserSpec, seen: &UserSeen, kept: &Self::Kept) -> Observed {
+        Observed::KafkaUser(judge::observed(spec, seen, kept.get(&spec.username)))
+    }
+
+    fn judge(
+        revision: i64,
         spec: &KafkaUserSpec,
-        assigned: &Assigned,
+        seen: &Seen<UserSeen>,
+        kept: &Self::Kept,
+        probe: &Probe,
         apply_error: Option<&ApplyError>,
-    ) -> Option<Judgement> {
-        let revision = assigned.revision;
-        if let Some(message) = judge::invalid(spec) {
-            return Some(Judgement {
-                report: Report::without_object(PlacementState::Error, message, revision),
-                action: Action::Settled,
-            });
-        }
-        // Another policy got to this user first: only one may manage it.
-        let what = format!("Kafka user {}", spec.username);
-        if let Some(conflict) = conflict(self.users.get(&spec.username), policy, &what, revision) {
-            return Some(conflict);
-        }
-        match self.link.state() {
-            Link::Waiting => return None,
-            Link::Broken(message) => {
-                let error = ApplyError::new(ApplyErrorKind::Unavailable, message.clone());
-                return Some(self.unlooked(spec, &error, revision));
-            }
-            Link::Ready { .. } => {}
-        }
-        let observations = observe::lock(&self.shared);
-        if let Some(error) = observations.error().cloned() {
-            drop(observations);
-            return Some(self.unlooked(spec, &error, revision));
-        }
-        let seen = observations.user(&spec.username)?;
-        Some(judge::judge(
+    ) -> Judgement {
+        let upserted = kept.get(&spec.username);
+        judge::judge(
             revision,
             spec,
             &seen.seen,
             seen.version,
-            observations.upserted(&spec.username),
-            observations.probe(),
+            upserted,
+            probe,
             apply_error,
-        ))
+        )
     }
 
-    fn apply(
-        &self,
-        _policy: &PolicyRef,
-        spec: &KafkaUserSpec,
-        _assigned: &Assigned,
-    ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let ready = |result| -> BoxFuture<'static, Result<String, ApplyError>> {
-            Box::pin(std::future::ready(result))
-        };
-        let Some(running) = &self.running else {
-            return ready(Err(ApplyError::new(
-                ApplyErrorKind::Unavailable,
-                "no Kafka connection",
-            )));
-        };
-        let (plan, version) = {
-            let observations = observe::lock(&self.shared);
-            let Some(seen) = observations.user(&spec.username) else {
-                return ready(Err(ApplyError::new(
-                    ApplyErrorKind::Unavailable,
-                    "the user has not been looked at in Kafka yet",
-                )));
-            };
-            let upserted = observations.upserted(&spec.username);
-            match judge::verdict(spec, &seen.seen, upserted) {
-                Ok(verdict) if !verdict.plan.is_empty() => (verdict.plan, seen.version),
-                // Nothing to do after all: the same version, so the engine judges again.
-                _ => return ready(Ok(seen.version.to_string())),
-            }
-        };
-        let user = spec.username.clone();
-        running.apply(
-            |reply| apply::Request {
-                name: user,
-                plan,
-                reply,
-            },
-            version,
-        )
+    fn plan(spec: &KafkaUserSpec, seen: &UserSeen, kept: &Self::Kept) -> Option<Plan> {
+        judge::verdict(spec, seen, kept.get(&spec.username))
+            .ok()
+            .map(|verdict| verdict.plan)
+            .filter(|plan| !plan.is_empty())
+    }
+
+    fn shows(plan: &Plan, seen: &UserSeen) -> bool {
+        judge::shows(plan, seen)
+    }
+
+    /// What was upserted for a user no longer assigned is forgotten with it.
+    fn retain(kept: &mut Self::Kept, assigned: &BTreeSet<&String>) {
+        kept.retain(|user, _| assigned.contains(user));
+    }
+
+    fn noticed(_name: &str, _before: Option<&UserSeen>, _now: &UserSeen) {}
+
+    async fn look(
+        admin: &Admin,
+        names: &[String],
+        _asks: &BTreeMap<String, ()>,
+        metrics: &Metrics,
+    ) -> Result<BTreeMap<String, UserSeen>, KafkaError> {
+        observe::look(admin, names, metrics).await
+    }
+
+    async fn execute(
+        admin: &Admin,
+        round: Vec<Request<Plan>>,
+        shared: &Shared<Self>,
+        metrics: &Metrics,
+    ) {
+        apply::execute(admin, round, shared, metrics).await;
     }
 }

@@ -1,10 +1,11 @@
-//! The agent's view of its Kafka's users: one task that looks at every assigned user in
-//! three requests whatever their number — DescribeUserScramCredentials for every user,
-//! DescribeAcls for every principal (grouped by principal here), DescribeClientQuotas for
+//! The agent's view of its Kafka's users: the Kafka observer
+//! ([`kafka::observe`](crate::enforce::kafka::observe)) looks at every assigned user in
+//! three requests ([`look`]) whatever their number — DescribeUserScramCredentials for every
+//! user, DescribeAcls for every principal (grouped by principal here), DescribeClientQuotas for
 //! every user entity — each resync interval, right after applies, and as soon as the
 //! connection or the set of assigned users changes. It keeps what it saw where the judge
 //! reads it ([`Observations`]) and tells the engine which users changed through the same
-//! [`WatchEvent`]s a Kubernetes watch sends.
+//! [`WatchEvent`](crate::enforce::WatchEvent)s a Kubernetes watch sends.
 //!
 //! Kafka has no watch for credentials, ACLs or quotas, so out-of-band drift (an ACL
 //! deleted, a credential removed) is seen at the next resync at the latest. A failed look
@@ -13,242 +14,43 @@
 //! bounded by the resync interval.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use accord_common::runtime::Retry;
-use accord_kafka::{
-    AclBinding, AclFilter, Admin, KafkaConfig, KafkaError, ScramCredentialInfo, ScramMechanism,
-};
-use tokio::sync::{Notify, watch};
+use accord_kafka::{AclBinding, AclFilter, Admin, KafkaError, ScramCredentialInfo, ScramMechanism};
 use tracing::debug;
 
-use super::judge::{Plan, Upserted, UserSeen, principal, shows};
-use crate::enforce::kafka::errors::{error_kind, failure_message};
-use crate::enforce::kafka::looks::{self, SETTLING, SETTLING_LOOKS};
-use crate::enforce::kafka::probe::{Endpoint, Probe, ProbeState, Probed};
-use crate::enforce::{ApplyError, ApplyErrorKind, EventSink, WatchEvent};
+use super::Users;
+use super::judge::{Upserted, UserSeen, principal};
+use crate::enforce::kafka::observe;
+pub use crate::enforce::kafka::observe::lock;
 use crate::metrics::Metrics;
 
 /// The resource name of Kafka users in watch events.
 pub const USERS: &str = "kafkausers";
 
-/// What the observer looks at: the connection and the assigned users.
-#[derive(Clone, Default)]
-pub struct Target {
-    /// The admin client, when there is a connection.
-    pub admin: Option<Admin>,
-    /// The connection's configuration, when there is one (the probe's own client).
-    pub config: Option<Arc<KafkaConfig>>,
-    /// Every assigned user name, sorted.
-    pub users: Arc<Vec<String>>,
-    /// Bumped when the connection changes: looks made through an older one are dropped.
-    pub epoch: u64,
-}
-
-impl Endpoint for Target {
-    /// The connection, while users are assigned.
-    fn endpoint(&self) -> Option<(u64, Arc<KafkaConfig>)> {
-        let config = self.config.clone().filter(|_| !self.users.is_empty())?;
-        Some((self.epoch, config))
-    }
-}
-
-/// One user as last seen.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Seen {
-    /// Changes whenever what was seen changes, or an apply to the user completed and shows:
-    /// the version an apply is decided on.
-    pub version: u64,
-    /// What was seen.
-    pub seen: UserSeen,
-}
-
-/// A plan applied to a user, and how many looks did not show it yet.
-type Applied = BTreeMap<String, (Plan, u32)>;
-
-/// What the observer last saw, shared with the enforcer and the applier (locked only
-/// briefly, never across an await).
-#[derive(Debug, Default)]
-pub struct Observations {
-    users: HashMap<String, Seen>,
-    /// Why the last look failed, while it stands.
-    error: Option<ApplyError>,
-    /// Whether a look through the current connection succeeded yet.
-    looked: bool,
-    probe: ProbeState,
-    epoch: u64,
-    next_version: u64,
-    /// Users applied to since the last look began. A look that shows the plan's effect
-    /// reports the user (even if nothing else changed, so the engine stops waiting for the
-    /// apply's result); until then the user keeps its version, so the engine does not apply
-    /// the same plan again, and the observer looks again soon.
-    applied: Applied,
-    /// The credential this agent last upserted for each user, through this connection.
-    upserted: HashMap<String, Upserted>,
-}
-
-impl Probed for Observations {
-    fn probe_state(&mut self) -> &mut ProbeState {
-        &mut self.probe
-    }
-}
+/// What the observer last saw of the users, and the credentials this agent upserted.
+pub type Observations = observe::Observations<Users>;
 
 /// [`Observations`] shared between the observer, the applier, the probe and the enforcer.
-pub type Shared = Arc<Mutex<Observations>>;
+pub type Shared = observe::Shared<Users>;
 
-/// Locks the observations; a panic elsewhere while holding the lock leaves them usable.
-pub fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Observations> {
-    shared
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+/// Plans applied to users, with how many looks did not show each yet.
+pub type Applied = observe::Applied<Users>;
 
 impl Observations {
-    /// What was last seen of `user` (`None` before the first look since it was assigned).
-    pub fn user(&self, user: &str) -> Option<&Seen> {
-        self.users.get(user)
-    }
-
     /// The credential this agent last upserted for `user`, if it did through this
     /// connection.
     pub fn upserted(&self, user: &str) -> Option<&Upserted> {
-        self.upserted.get(user)
-    }
-
-    /// Why the last look failed, while it stands.
-    pub fn error(&self) -> Option<&ApplyError> {
-        self.error.as_ref()
-    }
-
-    /// What the last probe through the current connection said.
-    pub fn probe(&self) -> &Probe {
-        self.probe.probe()
-    }
-
-    /// Forgets everything: the connection changed to `epoch` (another Kafka, perhaps, where
-    /// nothing this agent upserted is known to be in place).
-    pub fn reset(&mut self, epoch: u64) {
-        *self = Self {
-            epoch,
-            next_version: self.next_version,
-            ..Self::default()
-        };
-        self.probe.reset(epoch);
+        self.kept().get(user)
     }
 
     /// Notes that `credential` was upserted for `user`.
     pub fn upserted_now(&mut self, user: &str, credential: Upserted) {
-        self.upserted.insert(user.to_owned(), credential);
+        self.kept_mut().insert(user.to_owned(), credential);
     }
 
     /// Notes that `user`'s credential was deleted.
     pub fn credential_deleted(&mut self, user: &str) {
-        self.upserted.remove(user);
-    }
-
-    /// Notes that `plan` was applied to `user`.
-    pub fn applied(&mut self, user: String, plan: Plan) {
-        self.applied.insert(user, (plan, 0));
-    }
-
-    /// A look begins: takes the users applied to so far.
-    pub fn begin(&mut self) -> Applied {
-        std::mem::take(&mut self.applied)
-    }
-
-    /// Whether an applied change waits to show in Kafka (the next look comes soon).
-    pub fn settling(&self) -> bool {
-        !self.applied.is_empty()
-    }
-
-    fn bump(&mut self) -> u64 {
-        self.next_version += 1;
-        self.next_version
-    }
-
-    /// Records a look at every user in `users` (all assigned) through connection `epoch`,
-    /// begun with `applied` (from [`Self::begin`]); answers what to tell the engine.
-    pub fn record(
-        &mut self,
-        epoch: u64,
-        users: &[String],
-        outcome: Result<BTreeMap<String, UserSeen>, ApplyError>,
-        mut applied: Applied,
-    ) -> Vec<WatchEvent> {
-        if epoch != self.epoch {
-            // Made through a connection that has been replaced since.
-            return Vec::new();
-        }
-        let mut seen = match outcome {
-            Ok(seen) => seen,
-            Err(error) => {
-                for (user, entry) in applied {
-                    // A plan applied while this look ran is the newer one.
-                    self.applied.entry(user).or_insert(entry);
-                }
-                if self.error.as_ref() == Some(&error) {
-                    return Vec::new();
-                }
-                let message = error.message.clone();
-                self.error = Some(error);
-                return vec![WatchEvent::Failed {
-                    resource: USERS,
-                    namespace: String::new(),
-                    message,
-                }];
-            }
-        };
-        let recovered = self.error.take().is_some() || !self.looked;
-        self.looked = true;
-        // Users no longer assigned are forgotten, so one assigned again is looked at anew.
-        let assigned: BTreeSet<&String> = users.iter().collect();
-        self.users.retain(|user, _| assigned.contains(user));
-        self.upserted.retain(|user, _| assigned.contains(user));
-        let mut changed = Vec::new();
-        for user in users {
-            let now = seen.remove(user).unwrap_or_default();
-            if self.applied.contains_key(user) {
-                // Applied to while this look ran: it may not show that yet; the next look
-                // (soon) tells.
-                continue;
-            }
-            let news = match applied.remove(user) {
-                Some((plan, looks))
-                    if !recovered && !shows(&plan, &now) && looks + 1 < SETTLING_LOOKS =>
-                {
-                    // Not visible yet: keep the version the apply was decided on.
-                    if let Some(s) = self.users.get_mut(user) {
-                        s.seen = now;
-                    }
-                    self.applied.insert(user.clone(), (plan, looks + 1));
-                    continue;
-                }
-                // Shows (or never will): the engine waits for this user's next version.
-                Some(_) => true,
-                None => recovered || self.users.get(user).map(|s| &s.seen) != Some(&now),
-            };
-            if news {
-                let version = self.bump();
-                self.users.insert(user.clone(), Seen { version, seen: now });
-                changed.push(user.clone());
-            }
-        }
-        if recovered {
-            // Every user is to be judged again (each got a new version).
-            return vec![WatchEvent::Synced {
-                resource: USERS,
-                namespace: String::new(),
-            }];
-        }
-        changed
-            .into_iter()
-            .map(|name| WatchEvent::Changed {
-                resource: USERS,
-                namespace: String::new(),
-                name,
-            })
-            .collect()
+        self.kept_mut().remove(user);
     }
 }
 
@@ -331,62 +133,15 @@ pub async fn look(
     ))
 }
 
-/// Looks at the target's users whenever `resync` passes, `nudge` is notified or the target
-/// changes, until the engine is gone.
-pub async fn run(
-    mut target: watch::Receiver<Target>,
-    nudge: Arc<Notify>,
-    shared: Shared,
-    events: EventSink,
-    resync: Duration,
-    metrics: Metrics,
-) {
-    let mut retry: Option<Retry> = None;
-    loop {
-        let t = target.borrow_and_update().clone();
-        let mut delay = resync;
-        if let Some(admin) = t.admin.as_ref().filter(|_| !t.users.is_empty()) {
-            let applied = lock(&shared).begin();
-            let outcome = look(admin, &t.users, &metrics).await.map_err(|e| {
-                let kind = error_kind(&e);
-                metrics.error(match kind {
-                    ApplyErrorKind::Unavailable => "kafka_unavailable",
-                    other => other.as_str(),
-                });
-                ApplyError::new(kind, failure_message(&e))
-            });
-            if outcome.is_ok() {
-                retry = None;
-            } else {
-                delay = looks::after_failure(&mut retry, resync);
-            }
-            let (out, settling) = {
-                let mut observations = lock(&shared);
-                let out = observations.record(t.epoch, &t.users, outcome, applied);
-                (out, observations.settling())
-            };
-            if settling {
-                delay = delay.min(SETTLING);
-            }
-            if !looks::tell(&events, out).await {
-                return;
-            }
-        }
-        if !looks::until_next(&mut target, &nudge, delay).await {
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use accord_kafka::{AclOperation, AclPatternType, AclPermission, AclResourceType};
 
     use super::*;
-
-    fn names(list: &[&str]) -> Vec<String> {
-        list.iter().map(|s| (*s).to_owned()).collect()
-    }
+    use crate::enforce::kafka::looks::SETTLING_LOOKS;
+    use crate::enforce::kafka::observe::testing::{changed, looks_until_told, names};
+    use crate::enforce::kafka_user::judge::Plan;
+    use crate::enforce::{ApplyError, ApplyErrorKind, WatchEvent};
 
     fn binding(principal: &str, topic: &str) -> AclBinding {
         AclBinding {
@@ -405,16 +160,6 @@ mod tests {
             scram_iterations: Some(iterations),
             ..UserSeen::default()
         }
-    }
-
-    fn changed(events: &[WatchEvent]) -> Vec<String> {
-        events
-            .iter()
-            .filter_map(|e| match e {
-                WatchEvent::Changed { name, .. } => Some(name.clone()),
-                _ => None,
-            })
-            .collect()
     }
 
     fn upsert_plan() -> Plan {
@@ -497,10 +242,10 @@ mod tests {
         let first = BTreeMap::from([("alice".to_owned(), with_credential(8192))]);
         let events = o.record(0, &users, Ok(first.clone()), Applied::new());
         assert!(matches!(events.as_slice(), [WatchEvent::Synced { .. }]));
-        assert_eq!(o.user("bob").unwrap().seen, UserSeen::default());
+        assert_eq!(o.item("bob").unwrap().seen, UserSeen::default());
         let (va, vb) = (
-            o.user("alice").unwrap().version,
-            o.user("bob").unwrap().version,
+            o.item("alice").unwrap().version,
+            o.item("bob").unwrap().version,
         );
         // Nothing changed: nothing to tell.
         assert!(o.record(0, &users, Ok(first), Applied::new()).is_empty());
@@ -513,8 +258,8 @@ mod tests {
             changed(&o.record(0, &users, Ok(next), Applied::new())),
             ["bob"]
         );
-        assert_eq!(o.user("alice").unwrap().version, va);
-        assert_ne!(o.user("bob").unwrap().version, vb);
+        assert_eq!(o.item("alice").unwrap().version, va);
+        assert_ne!(o.item("bob").unwrap().version, vb);
     }
 
     #[test]
@@ -522,18 +267,18 @@ mod tests {
         let mut o = Observations::default();
         let users = names(&["alice"]);
         o.record(0, &users, Ok(BTreeMap::new()), Applied::new());
-        let before = o.user("alice").unwrap().version;
+        let before = o.item("alice").unwrap().version;
         o.applied("alice".into(), upsert_plan());
         assert!(o.settling());
         let applied = o.begin();
         assert!(o.begin().is_empty(), "taken once");
         assert!(o.record(0, &users, Ok(BTreeMap::new()), applied).is_empty());
-        assert_eq!(o.user("alice").unwrap().version, before);
+        assert_eq!(o.item("alice").unwrap().version, before);
         assert!(o.settling(), "looks again soon");
         let applied = o.begin();
         let shows = BTreeMap::from([("alice".to_owned(), with_credential(8192))]);
         assert_eq!(changed(&o.record(0, &users, Ok(shows), applied)), ["alice"]);
-        assert_ne!(o.user("alice").unwrap().version, before);
+        assert_ne!(o.item("alice").unwrap().version, before);
         assert!(!o.settling());
     }
 
@@ -542,18 +287,8 @@ mod tests {
         let mut o = Observations::default();
         let users = names(&["alice"]);
         o.record(0, &users, Ok(BTreeMap::new()), Applied::new());
-        o.applied("alice".into(), upsert_plan());
-        let mut looks = 0;
-        loop {
-            looks += 1;
-            let applied = o.begin();
-            let events = o.record(0, &users, Ok(BTreeMap::new()), applied);
-            if !events.is_empty() {
-                assert_eq!(changed(&events), ["alice"]);
-                break;
-            }
-            assert!(looks < 100, "never reported");
-        }
+        let (looks, events) = looks_until_told(&mut o, &users, "alice", upsert_plan(), 100);
+        assert_eq!(changed(&events), ["alice"]);
         assert_eq!(looks, SETTLING_LOOKS);
     }
 
@@ -571,16 +306,16 @@ mod tests {
             matches!(events.as_slice(), [WatchEvent::Failed { message, .. }] if message == "CLUSTER_AUTHORIZATION_FAILED")
         );
         assert_eq!(o.error(), Some(&refused));
-        assert_eq!(o.user("alice").unwrap().seen, with_credential(8192));
+        assert_eq!(o.item("alice").unwrap().seen, with_credential(8192));
         let applied = o.begin();
         assert_eq!(applied.len(), 1, "the applied user waits for a good look");
         assert!(o.record(0, &users, Err(refused), applied).is_empty());
-        let before = o.user("alice").unwrap().version;
+        let before = o.item("alice").unwrap().version;
         let applied = o.begin();
         let events = o.record(0, &users, Ok(seen), applied);
         assert!(matches!(events.as_slice(), [WatchEvent::Synced { .. }]));
         assert_eq!(o.error(), None);
-        assert_ne!(o.user("alice").unwrap().version, before);
+        assert_ne!(o.item("alice").unwrap().version, before);
     }
 
     #[test]
@@ -597,20 +332,20 @@ mod tests {
         );
         assert!(o.upserted("alice").is_some());
         o.reset(1);
-        assert!(o.user("alice").is_none());
+        assert!(o.item("alice").is_none());
         assert!(o.upserted("alice").is_none());
         assert!(
             o.record(0, &users, Ok(BTreeMap::new()), Applied::new())
                 .is_empty()
         );
-        assert!(o.user("alice").is_none());
+        assert!(o.item("alice").is_none());
         assert!(
             !o.record(1, &users, Ok(BTreeMap::new()), Applied::new())
                 .is_empty()
         );
         // Versions keep growing across connections: an apply decided before is not
         // mistaken for one decided after.
-        assert!(o.user("alice").unwrap().version > 1);
+        assert!(o.item("alice").unwrap().version > 1);
     }
 
     #[test]
@@ -630,9 +365,9 @@ mod tests {
             },
         );
         o.record(0, &names(&["alice"]), Ok(BTreeMap::new()), Applied::new());
-        assert!(o.user("bob").is_none());
+        assert!(o.item("bob").is_none());
         assert!(o.upserted("bob").is_none());
-        assert!(o.user("alice").is_some());
+        assert!(o.item("alice").is_some());
         o.upserted_now(
             "alice",
             Upserted {
