@@ -20,7 +20,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_common::distribution::{AssignmentSpec, PlacedRef};
 use serde::{Deserialize, Serialize};
 
 /// One policy's assignment as held by the agent.
@@ -38,7 +38,7 @@ pub struct Assigned {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Incoming {
     /// The policy.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Hub revision at which it last changed.
     pub revision: i64,
     /// What it asks for.
@@ -64,7 +64,7 @@ pub struct Update {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Removed {
     /// The policy.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Hub revision at which its assignment ended.
     pub revision: i64,
 }
@@ -73,9 +73,9 @@ pub struct Removed {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
     /// Policies added or changed.
-    pub upserted: Vec<PolicyRef>,
+    pub upserted: Vec<PlacedRef>,
     /// Policies no longer managed.
-    pub removed: Vec<PolicyRef>,
+    pub removed: Vec<PlacedRef>,
     /// Items skipped because the agent holds the same or a newer revision.
     pub stale: usize,
     /// The message came from another store epoch: every held revision was forgotten
@@ -95,14 +95,14 @@ impl Applied {
 pub struct AssignmentBook {
     last_applied_revision: i64,
     store_epoch: u64,
-    policies: BTreeMap<PolicyRef, Assigned>,
+    policies: BTreeMap<PlacedRef, Assigned>,
 }
 
 impl AssignmentBook {
     /// A book holding `policies`, last applied at `last_applied_revision`.
     pub fn from_parts(
         last_applied_revision: i64,
-        policies: impl IntoIterator<Item = (PolicyRef, Assigned)>,
+        policies: impl IntoIterator<Item = (PlacedRef, Assigned)>,
     ) -> Self {
         Self {
             last_applied_revision,
@@ -128,12 +128,12 @@ impl AssignmentBook {
     }
 
     /// The managed policies.
-    pub fn policies(&self) -> &BTreeMap<PolicyRef, Assigned> {
+    pub fn policies(&self) -> &BTreeMap<PlacedRef, Assigned> {
         &self.policies
     }
 
     /// One policy's assignment.
-    pub fn get(&self, policy: &PolicyRef) -> Option<&Assigned> {
+    pub fn get(&self, policy: &PlacedRef) -> Option<&Assigned> {
         self.policies.get(policy)
     }
 
@@ -176,7 +176,7 @@ impl AssignmentBook {
                 }
             }
         }
-        let ended: Vec<PolicyRef> = if update.full {
+        let ended: Vec<PlacedRef> = if update.full {
             self.policies
                 .iter()
                 .filter(|(key, held)| !listed.contains(*key) && held.revision <= update.revision)
@@ -213,11 +213,11 @@ impl AssignmentBook {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
     use accord_common::distribution::{KafkaTopicSpec, ScaleSpec};
 
-    fn key(name: &str) -> PolicyRef {
-        PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", name)
+    fn key(name: &str) -> PlacedRef {
+        PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", name)
     }
 
     fn scale(name: &str, replicas: i32) -> AssignmentSpec {
@@ -254,7 +254,7 @@ mod tests {
         }
     }
 
-    fn delta(revision: i64, items: Vec<Incoming>, removed: Vec<PolicyRef>) -> Update {
+    fn delta(revision: i64, items: Vec<Incoming>, removed: Vec<PlacedRef>) -> Update {
         Update {
             revision,
             full: false,
@@ -380,7 +380,7 @@ mod tests {
     #[test]
     fn assignments_of_every_kind_are_held_alike() {
         let mut book = AssignmentBook::default();
-        let topic = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", "t");
+        let topic = PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", "t");
         let applied = book.apply(full(
             4,
             vec![Incoming {

@@ -2,7 +2,7 @@
 //! Kind-neutral: the shared vocabulary (`accord_common::distribution`) translates each
 //! kind's spec and observation.
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef, state_to_proto};
+use accord_common::distribution::{AssignmentSpec, PlacedRef, state_to_proto};
 use accord_proto::v1::{Assignments, StatusReport};
 
 use crate::assignments::{Incoming, Removed, Update};
@@ -20,7 +20,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
         .into_iter()
         .filter_map(|item| {
             Some(Incoming {
-                policy: PolicyRef::from_proto(item.policy.as_ref()?).ok()?,
+                policy: PlacedRef::from_proto(item.policy.as_ref()?).ok()?,
                 revision: item.revision,
                 spec: AssignmentSpec::from_proto(item.spec?),
             })
@@ -36,7 +36,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
             .iter()
             .filter_map(|r| {
                 Some(Removed {
-                    policy: PolicyRef::from_proto(r.policy.as_ref()?).ok()?,
+                    policy: PlacedRef::from_proto(r.policy.as_ref()?).ok()?,
                     revision: r.revision,
                 })
             })
@@ -48,7 +48,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
 
 /// The StatusReport of `report` about `policy`.
 pub fn status_report(
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     report: &Report,
     expected_version: i64,
     observed_unix_millis: i64,
@@ -70,7 +70,7 @@ pub fn status_report(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
     use accord_common::distribution::{Observed, PlacementState, ScaleObserved, ScaleSpec};
     use accord_proto::v1::{
         Assignment, KafkaTopicAssignment, ObjectRef, ScaleStatus, assignment, status_report,
@@ -129,7 +129,7 @@ mod tests {
         assert_eq!(
             u.removed,
             vec![Removed {
-                policy: PolicyRef::from_proto(&policy).unwrap(),
+                policy: PlacedRef::from_proto(&policy).unwrap(),
                 revision: 10,
             }]
         );
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn a_report_carries_every_observed_field() {
-        let key = PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web");
+        let key = PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web");
         let report = Report {
             state: PlacementState::Synced,
             message: String::new(),

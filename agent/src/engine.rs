@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_common::distribution::{AssignmentSpec, PlacedRef};
 use accord_common::runtime::{AbortOnDrop, Retry, backoff, unix_millis};
 use accord_proto::v1::{
     AgentMessage, HubMessage, MemberHealth, RefusalReason, StatusAck, agent_message, hub_message,
@@ -101,7 +101,7 @@ pub enum Input {
     /// An apply finished.
     Applied {
         /// The policy applied.
-        policy: PolicyRef,
+        policy: PlacedRef,
         /// What was applied (boxed: the largest input by far).
         spec: Arc<AssignmentSpec>,
         /// Version of the object the apply was decided on.
@@ -376,10 +376,10 @@ struct Engine {
     rx: mpsc::Receiver<Input>,
     tx: mpsc::Sender<Input>,
     book: AssignmentBook,
-    policies: BTreeMap<PolicyRef, PolicyRuntime>,
+    policies: BTreeMap<PlacedRef, PolicyRuntime>,
     enforcers: Vec<Box<dyn Enforcer>>,
     stream: Option<Stream>,
-    timers: BinaryHeap<Reverse<(Instant, PolicyRef)>>,
+    timers: BinaryHeap<Reverse<(Instant, PlacedRef)>>,
     /// Repairs made, and fights held off ([`crate::enforce::fight`]).
     fights: FightGuard,
     persist_tx: watch::Sender<Snapshot>,
@@ -463,7 +463,7 @@ impl Engine {
             ),
             None => {}
         }
-        let keys: Vec<PolicyRef> = self.book.policies().keys().cloned().collect();
+        let keys: Vec<PlacedRef> = self.book.policies().keys().cloned().collect();
         for key in &keys {
             self.policies.insert(key.clone(), PolicyRuntime::default());
         }
@@ -686,7 +686,7 @@ impl Engine {
     // ---- reconcile ------------------------------------------------------------------
 
     /// Has the policy's enforcer judge it, applies if needed, and updates its report.
-    fn reconcile(&mut self, key: &PolicyRef) {
+    fn reconcile(&mut self, key: &PlacedRef) {
         let Some(assigned) = self.book.get(key).cloned() else {
             return;
         };
@@ -790,7 +790,7 @@ impl Engine {
     fn spawn_apply(
         &self,
         enforcer: usize,
-        policy: PolicyRef,
+        policy: PlacedRef,
         assigned: Assigned,
         from_version: String,
     ) {
@@ -811,7 +811,7 @@ impl Engine {
 
     fn applied(
         &mut self,
-        key: PolicyRef,
+        key: PlacedRef,
         spec: &Arc<AssignmentSpec>,
         from_version: String,
         result: Result<String, Box<ApplyError>>,
@@ -855,7 +855,7 @@ impl Engine {
     // ---- reports --------------------------------------------------------------------
 
     /// Takes a fresh observation of `key` and schedules its report if the hub lacks it.
-    fn observed(&mut self, key: &PolicyRef, mut report: Report, now: Instant) {
+    fn observed(&mut self, key: &PlacedRef, mut report: Report, now: Instant) {
         let debounce = self.config.report_debounce;
         if let Some(down) = self.health.as_ref().filter(|h| !h.api_server_available)
             && report.state != accord_common::distribution::PlacementState::Synced
@@ -879,7 +879,7 @@ impl Engine {
         self.update_pending(key);
     }
 
-    fn update_pending(&mut self, key: &PolicyRef) {
+    fn update_pending(&mut self, key: &PlacedRef) {
         let Some(rt) = self.policies.get_mut(key) else {
             return;
         };
@@ -924,7 +924,7 @@ impl Engine {
 
     /// Sends the latest observation of `key` if connected, nothing is in flight and the
     /// hub lacks it.
-    fn flush_report(&mut self, key: &PolicyRef) {
+    fn flush_report(&mut self, key: &PlacedRef) {
         let Some(stream) = &self.stream else {
             return;
         };
@@ -961,7 +961,7 @@ impl Engine {
         let Some(policy) = ack
             .policy
             .as_ref()
-            .and_then(|p| PolicyRef::from_proto(p).ok())
+            .and_then(|p| PlacedRef::from_proto(p).ok())
         else {
             debug!("StatusAck without a policy of a known kind");
             return;
@@ -1021,7 +1021,7 @@ impl Engine {
             self.send(agent_message::Body::MemberHealth(health));
         }
         // Acknowledgements are implied by Hello's last applied revision.
-        let keys: Vec<PolicyRef> = self.policies.keys().cloned().collect();
+        let keys: Vec<PlacedRef> = self.policies.keys().cloned().collect();
         for key in keys {
             if let Some(rt) = self.policies.get_mut(&key) {
                 rt.tracker.reconnected();
@@ -1073,7 +1073,7 @@ impl Engine {
         self.send(agent_message::Body::MemberHealth(health));
         if became {
             // Every placement's report depends on it.
-            let keys: Vec<PolicyRef> = self.policies.keys().cloned().collect();
+            let keys: Vec<PlacedRef> = self.policies.keys().cloned().collect();
             for key in &keys {
                 self.reconcile(key);
             }

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef, ScaleSpec};
+use accord_common::distribution::{AssignmentSpec, PlacedRef, ScaleSpec};
 use accord_crds::AGENT_FIELD_MANAGER;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -103,7 +103,7 @@ impl PersistError {
 #[serde(rename_all = "camelCase")]
 pub struct SavedPolicy {
     /// The policy on the hub.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Revision of its assignment.
     pub revision: i64,
     /// What it asks of this cluster.
@@ -161,7 +161,7 @@ struct LegacyState {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LegacyPolicy {
-    policy: PolicyRef,
+    policy: PlacedRef,
     revision: i64,
     scale: ScaleSpec,
 }
@@ -392,10 +392,10 @@ mod tests {
     use super::*;
     use crate::assignments::{Incoming, Update};
     use accord_common::distribution::KafkaTopicSpec;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
 
-    fn web() -> PolicyRef {
-        PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web")
+    fn web() -> PlacedRef {
+        PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web")
     }
 
     fn frontend() -> ScaleSpec {
@@ -415,7 +415,7 @@ mod tests {
                     spec: AssignmentSpec::Scale(frontend()),
                 },
                 Incoming {
-                    policy: PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", "events"),
+                    policy: PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", "events"),
                     revision: 9,
                     spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                         topic_name: "events".into(),
@@ -461,8 +461,8 @@ mod tests {
             full: true,
             items: (0..1000)
                 .map(|i| Incoming {
-                    policy: PolicyRef::new(
-                        PolicyKind::FederatedKafkaTopic,
+                    policy: PlacedRef::new(
+                        PlacedKind::FederatedKafkaTopic,
                         "team",
                         &format!("topic-{i:04}"),
                     ),

@@ -14,7 +14,7 @@ use accord_agent::metrics::Metrics;
 use accord_agent::persist::{PersistError, SavedState, StateStore};
 use accord_agent::report::Report;
 use accord_common::distribution::{
-    AssignmentSpec, KafkaTopicSpec, Observed, PlacementState, PolicyKind, PolicyRef, ScaleObserved,
+    AssignmentSpec, KafkaTopicSpec, Observed, PlacedKind, PlacedRef, PlacementState, ScaleObserved,
     ScaleSpec,
 };
 use accord_proto::v1::{
@@ -102,7 +102,7 @@ fn changed(name: &str) -> WatchEvent {
 /// Enforces scale assignments on the fake cluster.
 struct FakeEnforcer {
     world: SharedWorld,
-    assigned: BTreeMap<PolicyRef, Assigned>,
+    assigned: BTreeMap<PlacedRef, Assigned>,
 }
 
 fn scale_of(assigned: &Assigned) -> &ScaleSpec {
@@ -121,14 +121,14 @@ impl Enforcer for FakeEnforcer {
         matches!(spec, AssignmentSpec::Scale(_))
     }
 
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, assigned: &BTreeMap<PlacedRef, Assigned>, events: &EventSink) {
         let mut world = self.world.lock().unwrap();
         world.sink = Some(events.clone());
         world.assigns += 1;
         self.assigned = assigned.clone();
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         let WatchEvent::Changed { name, .. } = event else {
             return Vec::new();
         };
@@ -141,7 +141,7 @@ impl Enforcer for FakeEnforcer {
 
     fn look(
         &self,
-        _policy: &PolicyRef,
+        _policy: &PlacedRef,
         assigned: &Assigned,
         _apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
@@ -188,7 +188,7 @@ impl Enforcer for FakeEnforcer {
 
     fn apply(
         &self,
-        _policy: &PolicyRef,
+        _policy: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
         let world = self.world.clone();
@@ -372,8 +372,8 @@ impl Hub {
     }
 }
 
-fn policy(name: &str) -> PolicyRef {
-    PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", name)
+fn policy(name: &str) -> PlacedRef {
+    PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", name)
 }
 
 fn scale(name: &str, revision: i64, replicas: i32) -> Assignment {
@@ -683,7 +683,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
     let store = Arc::new(MemoryStore::default());
     let (world, _applied) = world(&[]);
     let mut hub = Hub::connect(start(store.clone(), &world)).await;
-    let topic = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", "events");
+    let topic = PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", "events");
     hub.assign(
         6,
         vec![Assignment {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use accord_agent::identity;
 use accord_agent::persist::{ConfigMapStore, SavedPolicy, SavedState};
-use accord_common::distribution::{AssignmentSpec, PolicyKind, PolicyRef, ScaleSpec};
+use accord_common::distribution::{AssignmentSpec, PlacedKind, PlacedRef, ScaleSpec};
 use accord_crds::ManagedCluster;
 use accord_crds::conditions;
 use accord_e2e::agent_sim;
@@ -111,7 +111,7 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
                 cluster: CLUSTER.into(),
                 last_applied_revision: 1,
                 policies: vec![SavedPolicy {
-                    policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "e2e-web"),
+                    policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "e2e-web"),
                     revision: 1,
                     spec: AssignmentSpec::Scale(ScaleSpec::deployment(ns, "web", 2, "req-e2e")).into(),
                 }],

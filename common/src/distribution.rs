@@ -1,5 +1,5 @@
-//! The distribution path's vocabulary, shared by hub and agent: which policy an assignment
-//! comes from, what it asks of one member cluster (one variant per kind), what the agent
+//! The distribution path's vocabulary, shared by hub and agent: which placed object an
+//! assignment comes from, what it asks of one member cluster (one variant per kind), what the agent
 //! observed there, and where the placement stands — with their translation to and from the
 //! `accord.v1` messages at the edge.
 //!
@@ -16,13 +16,14 @@ use serde::{Deserialize, Serialize};
 /// Placement state, as the CRD status, the hub's records and the protocol spell it.
 pub use accord_crds::PlacementState;
 
-/// The kinds of policy the hub distributes. Serialises (and reads) as the kind's name, as
+/// The kinds of object the hub places (a "placed object" is an object of one of these kinds;
+/// "policy" names KafkaTopicPolicy only). Serialises (and reads) as the kind's name, as
 /// in etcd keys (`placements/<kind>/…`), stored records and the protocol's `ObjectRef.kind`.
 ///
-/// A name that is none of these is an [`UnknownPolicyKind`] error where it is read: the
+/// A name that is none of these is an [`UnknownPlacedKind`] error where it is read: the
 /// protocol's edges refuse or skip it, and a stored document holding one is unreadable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum PolicyKind {
+pub enum PlacedKind {
     /// `CrossClusterScalePolicy`.
     CrossClusterScalePolicy,
     /// `FederatedKafkaTopic`.
@@ -35,9 +36,9 @@ pub enum PolicyKind {
     FederatedKafkaUser,
 }
 
-impl PolicyKind {
+impl PlacedKind {
     /// Every kind.
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PlacedKind; 5] = [
         Self::CrossClusterScalePolicy,
         Self::FederatedKafkaTopic,
         Self::PrometheusFederation,
@@ -57,42 +58,42 @@ impl PolicyKind {
     }
 }
 
-impl fmt::Display for PolicyKind {
+impl fmt::Display for PlacedKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// A policy kind name that is none of [`PolicyKind`]'s.
+/// A kind name that is none of [`PlacedKind`]'s.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy kind {0:?}")]
-pub struct UnknownPolicyKind(pub String);
+#[error("unknown placed kind {0:?}")]
+pub struct UnknownPlacedKind(pub String);
 
-impl FromStr for PolicyKind {
-    type Err = UnknownPolicyKind;
+impl FromStr for PlacedKind {
+    type Err = UnknownPlacedKind;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|k| k.as_str() == name)
-            .ok_or_else(|| UnknownPolicyKind(name.to_owned()))
+            .ok_or_else(|| UnknownPlacedKind(name.to_owned()))
     }
 }
 
-/// Identifies a policy on the hub (and hence its placements key and status records).
+/// Identifies a placed object on the hub (and hence its placements key and status records).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct PolicyRef {
+pub struct PlacedRef {
     /// Kind.
-    pub kind: PolicyKind,
+    pub kind: PlacedKind,
     /// Namespace on the hub (empty for cluster-scoped kinds).
     pub namespace: String,
     /// Name on the hub.
     pub name: String,
 }
 
-impl PolicyRef {
+impl PlacedRef {
     /// A reference from its parts.
-    pub fn new(kind: PolicyKind, namespace: &str, name: &str) -> Self {
+    pub fn new(kind: PlacedKind, namespace: &str, name: &str) -> Self {
         Self {
             kind,
             namespace: namespace.to_owned(),
@@ -110,12 +111,12 @@ impl PolicyRef {
     }
 
     /// From a protocol object reference; an error when its kind is not one of ours.
-    pub fn from_proto(r: &pb::ObjectRef) -> Result<Self, UnknownPolicyKind> {
+    pub fn from_proto(r: &pb::ObjectRef) -> Result<Self, UnknownPlacedKind> {
         Ok(Self::new(r.kind.parse()?, &r.namespace, &r.name))
     }
 }
 
-impl fmt::Display for PolicyRef {
+impl fmt::Display for PlacedRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.namespace.is_empty() {
             write!(f, "{}/{}", self.kind, self.name)
@@ -1007,35 +1008,35 @@ mod tests {
 
     #[test]
     fn policy_kinds_read_and_write_the_names_keys_and_records_use() {
-        for kind in PolicyKind::ALL {
-            assert_eq!(kind.as_str().parse::<PolicyKind>(), Ok(kind));
+        for kind in PlacedKind::ALL {
+            assert_eq!(kind.as_str().parse::<PlacedKind>(), Ok(kind));
             assert_eq!(
                 serde_json::to_value(kind).unwrap(),
                 serde_json::Value::String(kind.as_str().to_owned())
             );
         }
-        let r = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "events");
+        let r = PlacedRef::new(PlacedKind::FederatedKafkaTopic, "ns", "events");
         assert_eq!(
             serde_json::to_string(&r).unwrap(),
             r#"{"kind":"FederatedKafkaTopic","namespace":"ns","name":"events"}"#
         );
-        assert_eq!(PolicyRef::from_proto(&r.to_proto()), Ok(r));
+        assert_eq!(PlacedRef::from_proto(&r.to_proto()), Ok(r));
     }
 
     #[test]
     fn an_unknown_policy_kind_is_an_error_from_the_wire_and_from_storage() {
         assert_eq!(
-            "FederatedKafkaGroup".parse::<PolicyKind>(),
-            Err(UnknownPolicyKind("FederatedKafkaGroup".into()))
+            "FederatedKafkaGroup".parse::<PlacedKind>(),
+            Err(UnknownPlacedKind("FederatedKafkaGroup".into()))
         );
         let wire = pb::ObjectRef {
             kind: "FederatedKafkaGroup".into(),
             namespace: "ns".into(),
             name: "app".into(),
         };
-        assert!(PolicyRef::from_proto(&wire).is_err());
+        assert!(PlacedRef::from_proto(&wire).is_err());
         let stored = r#"{"kind":"FederatedKafkaGroup","namespace":"ns","name":"app"}"#;
-        assert!(serde_json::from_str::<PolicyRef>(stored).is_err());
+        assert!(serde_json::from_str::<PlacedRef>(stored).is_err());
     }
 
     #[test]

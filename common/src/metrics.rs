@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 /// Label of counters by Accord kind (`kind="CrossClusterScalePolicy"`, …).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabel {
-    /// The kind, as `PolicyKind` names it.
+    /// The kind, as `PlacedKind` names it.
     pub kind: String,
 }
 

@@ -5,7 +5,7 @@
 //! when the policy is deleted. The reloader itself is played by this test, writing the
 //! annotations `accord-agent reload` writes.
 
-use accord_common::distribution::{PlacementState, PolicyKind, PolicyRef};
+use accord_common::distribution::{PlacedKind, PlacedRef, PlacementState};
 use accord_common::promfed::{
     ANN_CONFIG_HASH, ANN_LOADED_HASH, ANN_RELOAD_HASH, ANN_RELOAD_STATE, CONFIG_KEY,
     GLOBAL_CONFIG_MAP_NAME, global_job_name,
@@ -81,7 +81,7 @@ fn the_global_tier_follows_the_policy_and_the_reloaders_answer_and_goes_with_it(
         policies.create(&PostParams::default(), &policy).await?;
 
         // The global ConfigMap: one job, for the member with an endpoint.
-        let policy_ref = PolicyRef::new(PolicyKind::PrometheusFederation, NS, POLICY);
+        let policy_ref = PlacedRef::new(PlacedKind::PrometheusFederation, NS, POLICY);
         let east_job = global_job_name(&policy_ref, "fed-east");
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), HUB_NAMESPACE);
         let (hash, yaml) = until("the global tier's ConfigMap", STEP, || async {

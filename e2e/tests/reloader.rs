@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use accord_common::distribution::{PolicyKind, PolicyRef, PromfedSpec};
+use accord_common::distribution::{PlacedKind, PlacedRef, PromfedSpec};
 use accord_common::promfed::{
     CONFIG_MAP_NAME, MemberPolicy, STATE_ERROR, STATE_SYNCED, STATE_UNAVAILABLE, SourceTarget,
     TenantSources, config_hash, empty_config, render_member,
@@ -41,7 +41,7 @@ const RELOAD_LOG: &str = "POST /-/reload";
 /// source Service, selecting `matcher`, every `interval`.
 fn member_config(policy: &str, tenants: &[&str], matcher: &str, interval: &str) -> String {
     let policy = MemberPolicy {
-        policy: PolicyRef::new(PolicyKind::PrometheusFederation, "team", policy),
+        policy: PlacedRef::new(PlacedKind::PrometheusFederation, "team", policy),
         spec: PromfedSpec {
             matchers: vec![matcher.to_owned()],
             scrape_interval: interval.to_owned(),

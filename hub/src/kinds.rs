@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use futures::FutureExt as _;
 
 use crate::controllers::{Controller, Registered};
@@ -70,7 +70,7 @@ pub fn registered(options: &KindOptions) -> Registered {
 
 /// The kinds whose objects claim fields of other kinds' deliveries
 /// ([`crate::controllers::placement::PlacementKind::field_claims`]).
-pub const FIELD_CLAIMANTS: &[PolicyKind] = &[PolicyKind::CrossClusterScalePolicy];
+pub const FIELD_CLAIMANTS: &[PlacedKind] = &[PlacedKind::CrossClusterScalePolicy];
 
 /// What each kind adds to its assignments when they are sent and never stores
 /// ([`crate::distribution::secrets`]).

@@ -6,7 +6,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use accord_common::distribution::{PolicyKind, PolicyRef};
+use accord_common::distribution::{PlacedKind, PlacedRef};
 use anyhow::{Context, bail};
 use axum::Router;
 use axum::extract::{Path, State};
@@ -42,7 +42,7 @@ fn key(kind: &str, namespace: &str, name: &str) -> String {
 
 impl Views {
     /// Keeps `status` (the whole of it) as `policy`'s view.
-    pub fn set(&self, policy: &PolicyRef, status: impl View + 'static) {
+    pub fn set(&self, policy: &PlacedRef, status: impl View + 'static) {
         self.0.insert(
             key(policy.kind.as_str(), &policy.namespace, &policy.name),
             Arc::new(status),
@@ -50,7 +50,7 @@ impl Views {
     }
 
     /// Forgets `policy`'s view.
-    pub fn remove(&self, policy: &PolicyRef) {
+    pub fn remove(&self, policy: &PlacedRef) {
         self.0
             .remove(&key(policy.kind.as_str(), &policy.namespace, &policy.name));
     }
@@ -61,7 +61,7 @@ impl Views {
     }
 
     /// The view of `kind/namespace/name`.
-    pub fn get(&self, kind: PolicyKind, namespace: &str, name: &str) -> Option<Arc<dyn View>> {
+    pub fn get(&self, kind: PlacedKind, namespace: &str, name: &str) -> Option<Arc<dyn View>> {
         self.0
             .get(&key(kind.as_str(), namespace, name))
             .map(|v| v.clone())
@@ -104,13 +104,13 @@ async fn serve_view(
 
 /// A kind as users name it: the kind (any case), its plural or its short names, as its
 /// CRD declares them.
-pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
-    if let Ok(kind) = PolicyKind::from_str(s) {
+pub fn parse_kind(s: &str) -> anyhow::Result<PlacedKind> {
+    if let Ok(kind) = PlacedKind::from_str(s) {
         return Ok(kind);
     }
     let lower = s.to_ascii_lowercase();
     let crds = accord_crds::all_crds();
-    let names_of = |kind: PolicyKind| {
+    let names_of = |kind: PlacedKind| {
         crds.iter()
             .find(|c| c.spec.names.kind == kind.as_str())
             .map(|c| {
@@ -121,14 +121,14 @@ pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
             })
             .unwrap_or_default()
     };
-    if let Some(kind) = PolicyKind::ALL
+    if let Some(kind) = PlacedKind::ALL
         .into_iter()
         .find(|k| names_of(*k).contains(&lower))
     {
         return Ok(kind);
     }
-    let known: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
-    let short: Vec<String> = PolicyKind::ALL
+    let known: Vec<&str> = PlacedKind::ALL.iter().map(|k| k.as_str()).collect();
+    let short: Vec<String> = PlacedKind::ALL
         .into_iter()
         .filter_map(|k| names_of(k).into_iter().next())
         .collect();
@@ -140,7 +140,7 @@ pub fn parse_kind(s: &str) -> anyhow::Result<PolicyKind> {
 }
 
 /// `KIND/NAMESPACE/NAME` as `accord-hub placements` takes it.
-pub fn parse_object(s: &str) -> anyhow::Result<(PolicyKind, String, String)> {
+pub fn parse_object(s: &str) -> anyhow::Result<(PlacedKind, String, String)> {
     let parts: Vec<&str> = s.split('/').collect();
     let [kind, namespace, name] = parts[..] else {
         bail!("expected KIND/NAMESPACE/NAME, e.g. FederatedKafkaTopic/default/orders; got {s:?}")
@@ -217,19 +217,19 @@ mod tests {
         for s in ["FederatedKafkaTopic", "federatedkafkatopics", "fkt", "FKT"] {
             assert_eq!(
                 parse_kind(s).unwrap(),
-                PolicyKind::FederatedKafkaTopic,
+                PlacedKind::FederatedKafkaTopic,
                 "{s}"
             );
         }
         assert_eq!(
             parse_kind("ccsp").unwrap(),
-            PolicyKind::CrossClusterScalePolicy
+            PlacedKind::CrossClusterScalePolicy
         );
         assert_eq!(
             parse_kind("pfed").unwrap(),
-            PolicyKind::PrometheusFederation
+            PlacedKind::PrometheusFederation
         );
-        assert_eq!(parse_kind("fres").unwrap(), PolicyKind::FederatedResource);
+        assert_eq!(parse_kind("fres").unwrap(), PlacedKind::FederatedResource);
         let e = parse_kind("Deployment").unwrap_err().to_string();
         assert!(e.contains("unknown kind") && e.contains("fkt"), "{e}");
     }
@@ -239,7 +239,7 @@ mod tests {
         let (kind, ns, name) = parse_object("fkt/default/orders").unwrap();
         assert_eq!(
             (kind, ns.as_str(), name.as_str()),
-            (PolicyKind::FederatedKafkaTopic, "default", "orders")
+            (PlacedKind::FederatedKafkaTopic, "default", "orders")
         );
         for bad in ["fkt/orders", "fkt//orders", "fkt/default/orders/x", ""] {
             let e = parse_object(bad).unwrap_err().to_string();
@@ -250,13 +250,13 @@ mod tests {
     #[test]
     fn a_view_is_kept_per_object_until_removed_or_the_term_ends() {
         let views = Views::default();
-        let a = PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "a");
-        let b = PolicyRef::new(PolicyKind::PrometheusFederation, "ns", "a");
+        let a = PlacedRef::new(PlacedKind::FederatedKafkaTopic, "ns", "a");
+        let b = PlacedRef::new(PlacedKind::PrometheusFederation, "ns", "a");
         views.set(&a, serde_json::json!({"placements": [{"cluster": "c1"}]}));
         views.set(&b, serde_json::json!({}));
         assert!(
             views
-                .get(PolicyKind::FederatedKafkaTopic, "ns", "a")
+                .get(PlacedKind::FederatedKafkaTopic, "ns", "a")
                 .unwrap()
                 .json()
                 .unwrap()
@@ -265,18 +265,18 @@ mod tests {
         views.remove(&a);
         assert!(
             views
-                .get(PolicyKind::FederatedKafkaTopic, "ns", "a")
+                .get(PlacedKind::FederatedKafkaTopic, "ns", "a")
                 .is_none()
         );
         assert!(
             views
-                .get(PolicyKind::PrometheusFederation, "ns", "a")
+                .get(PlacedKind::PrometheusFederation, "ns", "a")
                 .is_some()
         );
         views.clear();
         assert!(
             views
-                .get(PolicyKind::PrometheusFederation, "ns", "a")
+                .get(PlacedKind::PrometheusFederation, "ns", "a")
                 .is_none()
         );
     }

@@ -11,7 +11,7 @@ mod fake_api;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use accord_common::distribution::{Observed, PlacementState, ScaleObserved};
 use accord_hub::connections::Connections;
 use accord_hub::controllers::placement::{PlacementKind, Placements, Watched};
@@ -178,7 +178,7 @@ impl Harness {
 
     fn scale_record(&self, name: &str) -> Option<(PlacementRecord<ScaleDecision>, i64)> {
         let key = self.store.keys().placements(
-            PolicyKind::CrossClusterScalePolicy.as_str(),
+            PlacedKind::CrossClusterScalePolicy.as_str(),
             "default",
             name,
         );
@@ -206,7 +206,7 @@ impl Harness {
         };
         let key = self.store.keys().status(
             cluster,
-            PolicyKind::CrossClusterScalePolicy.as_str(),
+            PlacedKind::CrossClusterScalePolicy.as_str(),
             "default",
             name,
         );
@@ -219,7 +219,7 @@ impl Harness {
             .store
             .write_status(
                 cluster,
-                PolicyKind::CrossClusterScalePolicy.as_str(),
+                PlacedKind::CrossClusterScalePolicy.as_str(),
                 "default",
                 name,
                 &record,
@@ -494,7 +494,7 @@ async fn a_deleted_object_holding_an_old_finalizer_loses_its_records_then_the_fi
         .wait_for_revision(h.ctx.placements.revision())
         .await;
     let key = h.store.keys().placements(
-        PolicyKind::CrossClusterScalePolicy.as_str(),
+        PlacedKind::CrossClusterScalePolicy.as_str(),
         "default",
         "web",
     );
@@ -528,7 +528,7 @@ async fn records_of_objects_that_are_gone_are_swept() {
     controller.sweep().await;
     let key = |name| {
         h.store.keys().placements(
-            PolicyKind::CrossClusterScalePolicy.as_str(),
+            PlacedKind::CrossClusterScalePolicy.as_str(),
             "default",
             name,
         )
@@ -605,7 +605,7 @@ mod toy {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use accord_common::distribution::{AssignmentSpec, FederatedResourceSpec, PolicyKind};
+    use accord_common::distribution::{AssignmentSpec, FederatedResourceSpec, PlacedKind};
     use accord_crds::summary::HasState;
     use accord_crds::{
         HasPlacedStatus, PlacedStatus, PlacementState, PlacementSummary, StatusLimits,
@@ -734,7 +734,7 @@ mod toy {
         type Options = ();
 
         const CONTROLLER: &'static str = "Toy controller";
-        const KIND: PolicyKind = PolicyKind::FederatedResource;
+        const KIND: PlacedKind = PlacedKind::FederatedResource;
         const DECISION_TAG: &'static str = "toy";
         const DECISION_LOCK: bool = false;
 

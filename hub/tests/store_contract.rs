@@ -300,7 +300,7 @@ async fn a_revoked_lease_takes_its_keys_and_its_holder_learns_it(store: Store) {
         .expect("the connected key");
     assert_eq!(kv.lease(), presence.lease_of("eu"));
     let lock = store
-        .lock_policy("CrossClusterScalePolicy", "ns", "web", TTL)
+        .lock_placement("CrossClusterScalePolicy", "ns", "web", TTL)
         .await
         .unwrap();
     store.backend().revoke(lock.lease_id()).await.unwrap();
@@ -356,10 +356,10 @@ async fn a_lease_nobody_refreshes_expires_with_its_keys(store: Store) {
 }
 
 async fn one_lock_holder_at_a_time_and_the_next_gets_it_on_unlock(store: Store) {
-    let held = store.lock_policy("K", "ns", "p", TTL).await.unwrap();
+    let held = store.lock_placement("K", "ns", "p", TTL).await.unwrap();
     let waiting = {
         let store = store.clone();
-        tokio::spawn(async move { store.lock_policy("K", "ns", "p", TTL).await })
+        tokio::spawn(async move { store.lock_placement("K", "ns", "p", TTL).await })
     };
     // The holder's compare holds while it holds the lock.
     let under_lock = Txn::new()

@@ -25,7 +25,7 @@ fn helper_entry_point_does_nothing_outside_a_helper_process() {
         let (mode, store) = helper_store().await.unwrap();
         assert_eq!(mode, "lock-holder");
         let lock = store
-            .lock_policy(KIND, "default", "web", TTL)
+            .lock_placement(KIND, "default", "web", TTL)
             .await
             .unwrap();
         helper_ready_and_wait(&hex::encode(lock.key())).await
@@ -47,7 +47,7 @@ async fn two_contenders_never_hold_one_policy_lock_together() {
         contenders.push(tokio::spawn(async move {
             for _ in 0..ROUNDS {
                 let lock = store
-                    .lock_policy(KIND, "default", "web", TTL)
+                    .lock_placement(KIND, "default", "web", TTL)
                     .await
                     .expect("locking");
                 let before = holders.fetch_add(1, Ordering::SeqCst);
@@ -81,13 +81,13 @@ async fn two_contenders_never_hold_one_policy_lock_together() {
 async fn locks_of_different_policies_do_not_block_each_other() {
     let store = store_support::store("independent-locks").await;
     let web = store
-        .lock_policy(KIND, "default", "web", TTL)
+        .lock_placement(KIND, "default", "web", TTL)
         .await
         .unwrap();
     let api = within(
         "the lock of another policy",
         PROMPTLY,
-        store.lock_policy(KIND, "default", "api", TTL),
+        store.lock_placement(KIND, "default", "api", TTL),
     )
     .await
     .unwrap();
@@ -101,9 +101,9 @@ async fn a_holder_whose_lease_is_revoked_loses_the_lock_to_the_waiting_contender
     let prefix = unique_prefix("lease-revoked");
     let first = store_support::store_at(&prefix).await;
     let second = store_support::store_at(&prefix).await;
-    let held = first.lock_policy(KIND, "ns", "p", TTL).await.unwrap();
+    let held = first.lock_placement(KIND, "ns", "p", TTL).await.unwrap();
 
-    let waiting = tokio::spawn(async move { second.lock_policy(KIND, "ns", "p", TTL).await });
+    let waiting = tokio::spawn(async move { second.lock_placement(KIND, "ns", "p", TTL).await });
     first
         .backend()
         .revoke(held.lease_id())
@@ -138,7 +138,7 @@ async fn a_holder_killed_with_sigkill_releases_the_lock_when_its_lease_ends() {
 
     let contender = {
         let store = store.clone();
-        tokio::spawn(async move { store.lock_policy(KIND, "default", "web", TTL).await })
+        tokio::spawn(async move { store.lock_placement(KIND, "default", "web", TTL).await })
     };
     // While the child lives the contender waits: the child's key is the only one that
     // counts as holding.
@@ -165,14 +165,14 @@ async fn dropping_a_held_lock_releases_it_without_waiting_for_its_lease() {
     let long_ttl = Duration::from_secs(60);
     let store = store_support::store("drop-releases").await;
     let held = store
-        .lock_policy(KIND, "default", "web", long_ttl)
+        .lock_placement(KIND, "default", "web", long_ttl)
         .await
         .unwrap();
     drop(held);
     let again = within(
         "the lock to be free again",
         PROMPTLY,
-        store.lock_policy(KIND, "default", "web", long_ttl),
+        store.lock_placement(KIND, "default", "web", long_ttl),
     )
     .await
     .unwrap();
@@ -181,7 +181,7 @@ async fn dropping_a_held_lock_releases_it_without_waiting_for_its_lease() {
     let third = within(
         "the lock to be free after a release in the background",
         PROMPTLY,
-        store.lock_policy(KIND, "default", "web", long_ttl),
+        store.lock_placement(KIND, "default", "web", long_ttl),
     )
     .await
     .unwrap();
@@ -194,12 +194,12 @@ async fn a_cancelled_wait_leaves_the_queue() {
     let prefix = unique_prefix("cancelled-wait");
     let store = store_support::store_at(&prefix).await;
     let held = store
-        .lock_policy(KIND, "default", "web", long_ttl)
+        .lock_placement(KIND, "default", "web", long_ttl)
         .await
         .unwrap();
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
-        store.lock_policy(KIND, "default", "web", long_ttl),
+        store.lock_placement(KIND, "default", "web", long_ttl),
     )
     .await;
     assert!(cancelled.is_err(), "got a lock that is held");
@@ -208,7 +208,7 @@ async fn a_cancelled_wait_leaves_the_queue() {
     let next = within(
         "the lock after the holder released it",
         PROMPTLY,
-        store.lock_policy(KIND, "default", "web", long_ttl),
+        store.lock_placement(KIND, "default", "web", long_ttl),
     )
     .await
     .unwrap();
@@ -218,7 +218,7 @@ async fn a_cancelled_wait_leaves_the_queue() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_names_with_a_slash_are_refused() {
     let store = store_support::store("bad-names").await;
-    let refused = store.lock_policy(KIND, "a/b", "web", TTL).await;
+    let refused = store.lock_placement(KIND, "a/b", "web", TTL).await;
     assert!(
         matches!(
             refused,

@@ -194,7 +194,10 @@ async fn records_of_different_clusters_and_policies_are_independent() {
             .unwrap(),
     );
     assert_eq!(
-        store.delete_policy_status(KIND, "ns", "web").await.unwrap(),
+        store
+            .delete_placement_status(KIND, "ns", "web")
+            .await
+            .unwrap(),
         2
     );
     assert_eq!(

@@ -30,7 +30,7 @@ pub mod watch;
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::{AssignmentSpec, PlacementState, PolicyRef};
+use accord_common::distribution::{AssignmentSpec, PlacedRef, PlacementState};
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
@@ -50,25 +50,25 @@ pub trait Enforcer: Send + 'static {
     /// it takes those it [`enforces`](Self::enforces)): start what needs watching, stop what
     /// no longer does. Watches report through `events`. The engine looks at every new or
     /// changed policy afterwards.
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink);
+    fn assign(&mut self, assigned: &BTreeMap<PlacedRef, Assigned>, events: &EventSink);
 
     /// After [`assign`](Self::assign): the unchanged policies whose judgement the new book
     /// changed all the same — those naming an object (a topic, a Kafka user) whose owner
     /// went or came, so that a `Conflict` left behind takes the object over. The engine
     /// looks at them again.
-    fn reassigned(&mut self) -> Vec<PolicyRef> {
+    fn reassigned(&mut self) -> Vec<PlacedRef> {
         Vec::new()
     }
 
     /// One of its watches saw something; returns the policies to look at again.
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef>;
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef>;
 
     /// Judges one policy from what the watches hold, without I/O. `apply_error` is the
     /// last failed apply, while it stands. `None` while its caches are not
     /// filled yet: an event follows when they are.
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement>;
@@ -77,14 +77,14 @@ pub trait Enforcer: Send + 'static {
     /// the one the apply was decided on when it changed nothing).
     fn apply(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>>;
 }
 
 /// The assignments of one kind in the book: each policy, its spec of the kind, and the
 /// whole assignment (revision, the shared spec).
-pub type Mine<'a, S> = [(&'a PolicyRef, &'a S, &'a Assigned)];
+pub type Mine<'a, S> = [(&'a PlacedRef, &'a S, &'a Assigned)];
 
 /// An enforcer written against its own kind's spec. The engine drives it as an
 /// [`Enforcer`] (the implementation below), which hands each method only assignments of
@@ -103,17 +103,17 @@ pub trait KindEnforcer: Send + 'static {
     fn assign(&mut self, mine: &Mine<'_, Self::Spec>, events: &EventSink);
 
     /// [`Enforcer::reassigned`].
-    fn reassigned(&mut self) -> Vec<PolicyRef> {
+    fn reassigned(&mut self) -> Vec<PlacedRef> {
         Vec::new()
     }
 
     /// [`Enforcer::event`].
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef>;
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef>;
 
     /// [`Enforcer::look`] at a policy whose spec is `spec`.
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &Self::Spec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -122,7 +122,7 @@ pub trait KindEnforcer: Send + 'static {
     /// [`Enforcer::apply`] of a policy whose spec is `spec`.
     fn apply(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &Self::Spec,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>>;
@@ -137,7 +137,7 @@ impl<E: KindEnforcer> Enforcer for E {
         E::spec(spec).is_some()
     }
 
-    fn assign(&mut self, assigned: &BTreeMap<PolicyRef, Assigned>, events: &EventSink) {
+    fn assign(&mut self, assigned: &BTreeMap<PlacedRef, Assigned>, events: &EventSink) {
         let mine: Vec<_> = assigned
             .iter()
             .filter_map(|(policy, a)| Some((policy, E::spec(&a.spec)?, a)))
@@ -145,17 +145,17 @@ impl<E: KindEnforcer> Enforcer for E {
         KindEnforcer::assign(self, &mine, events);
     }
 
-    fn reassigned(&mut self) -> Vec<PolicyRef> {
+    fn reassigned(&mut self) -> Vec<PlacedRef> {
         KindEnforcer::reassigned(self)
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         KindEnforcer::event(self, event)
     }
 
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
@@ -165,7 +165,7 @@ impl<E: KindEnforcer> Enforcer for E {
 
     fn apply(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
         match E::spec(&assigned.spec) {
@@ -387,7 +387,7 @@ where
 }
 
 /// The report on an assignment no enforcer of this agent version takes: held, and said so.
-pub fn unenforced_report(policy: &PolicyRef, assigned: &Assigned) -> Report {
+pub fn unenforced_report(policy: &PlacedRef, assigned: &Assigned) -> Report {
     Report::without_object(
         PlacementState::Error,
         format!(

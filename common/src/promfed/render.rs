@@ -7,7 +7,7 @@
 
 use std::fmt::Write as _;
 
-use crate::distribution::{PolicyRef, PromfedSpec};
+use crate::distribution::{PlacedRef, PromfedSpec};
 
 use super::config_hash;
 use super::selector::{SelectorError, narrow, narrow_with};
@@ -59,7 +59,7 @@ pub struct TenantSources {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberPolicy {
     /// The PrometheusFederation on the hub.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Its assignment.
     pub spec: PromfedSpec,
     /// The tenants and their sources in this cluster.
@@ -70,7 +70,7 @@ pub struct MemberPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GlobalTarget {
     /// The PrometheusFederation on the hub.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Its assignment (matchers, interval, timeout).
     pub spec: PromfedSpec,
     /// The member cluster's name, put on every series as label `cluster`.
@@ -127,13 +127,13 @@ pub enum RenderError {
 }
 
 /// Name of the member job of `policy` for `tenant`: `accord/<ns>/<name>/<tenant>`.
-pub fn member_job_name(policy: &PolicyRef, tenant: &str) -> String {
+pub fn member_job_name(policy: &PlacedRef, tenant: &str) -> String {
     format!("accord/{}/{}/{}", policy.namespace, policy.name, tenant)
 }
 
 /// Name of the global job of `policy` for member `cluster`:
 /// `accord-global/<ns>/<name>/<cluster>`.
-pub fn global_job_name(policy: &PolicyRef, cluster: &str) -> String {
+pub fn global_job_name(policy: &PlacedRef, cluster: &str) -> String {
     format!(
         "accord-global/{}/{}/{}",
         policy.namespace, policy.name, cluster
@@ -233,7 +233,7 @@ pub fn render_global(targets: &[GlobalTarget]) -> Result<Rendered, RenderError> 
 }
 
 fn narrowed(
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     selectors: &[String],
     narrow_one: impl Fn(&str) -> Result<String, SelectorError>,
 ) -> Result<Vec<String>, RenderError> {
@@ -411,11 +411,11 @@ fn parse_url(url: &str) -> Result<Endpoint, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distribution::PolicyKind;
+    use crate::distribution::PlacedKind;
     use crate::promfed::validate::validate;
 
-    fn policy(name: &str) -> PolicyRef {
-        PolicyRef::new(PolicyKind::PrometheusFederation, "team", name)
+    fn policy(name: &str) -> PlacedRef {
+        PlacedRef::new(PlacedKind::PrometheusFederation, "team", name)
     }
 
     fn spec(matchers: &[&str]) -> PromfedSpec {

@@ -24,7 +24,7 @@
 //! cargo run --release -p accord-e2e --bin propagation-bench -- --changes 100 --failovers 5
 //! ```
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use accord_crds::CrossClusterScalePolicy;
 use accord_e2e::Testbed;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind};
@@ -186,7 +186,7 @@ async fn main() -> Result<()> {
     };
     let mut members = watch_members(&testbed, "web").await;
     let key = Keyspace::new(HUB_PREFIX).placements(
-        PolicyKind::CrossClusterScalePolicy.as_str(),
+        PlacedKind::CrossClusterScalePolicy.as_str(),
         NS,
         "web",
     );

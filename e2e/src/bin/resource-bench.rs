@@ -39,7 +39,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use accord_common::runtime::AbortOnDrop;
 use accord_e2e::apiserver_writes::{Meter, Report, WriteKind, Writes};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
@@ -540,7 +540,7 @@ async fn run(testbed: &Testbed, args: &Args) -> Result<()> {
     let keyspace = Keyspace::new(HUB_PREFIX);
     let mut records = Vec::new();
     for target in &targets {
-        let key = keyspace.placements(PolicyKind::FederatedResource.as_str(), NS, target);
+        let key = keyspace.placements(PlacedKind::FederatedResource.as_str(), NS, target);
         records.push(RecordWatch::start(testbed, key).await?);
     }
     for (e, target) in targets.iter().enumerate() {

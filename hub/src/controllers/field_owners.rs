@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use accord_crds::ClusterPlacement;
 use tokio::sync::watch;
 
@@ -51,9 +51,9 @@ pub type Owned = BTreeMap<(String, String, String, String), String>;
 #[derive(Default)]
 struct State {
     /// Claimant ("Kind namespace/name") → its kind and claims.
-    claims: BTreeMap<String, (PolicyKind, Vec<FieldClaim>)>,
+    claims: BTreeMap<String, (PlacedKind, Vec<FieldClaim>)>,
     /// Claiming kinds whose objects have not been listed yet.
-    unlisted: BTreeSet<PolicyKind>,
+    unlisted: BTreeSet<PlacedKind>,
 }
 
 /// Every kind's field claims.
@@ -64,7 +64,7 @@ pub struct FieldOwners {
 
 impl FieldOwners {
     /// Claims of the kinds `claimants`; [`Self::ready`] once each has listed.
-    pub fn new(claimants: &[PolicyKind]) -> Self {
+    pub fn new(claimants: &[PlacedKind]) -> Self {
         Self {
             state: Mutex::new(State {
                 claims: BTreeMap::new(),
@@ -83,12 +83,12 @@ impl FieldOwners {
     }
 
     /// The claimant's name for an object of `kind` (`namespace/name`).
-    pub fn claimant(kind: PolicyKind, object: &str) -> String {
+    pub fn claimant(kind: PlacedKind, object: &str) -> String {
         format!("{} {object}", kind.as_str())
     }
 
     /// `claimant` (of `kind`) claims exactly `claims` now (none: it claims nothing).
-    pub fn claim(&self, kind: PolicyKind, claimant: String, claims: Vec<FieldClaim>) {
+    pub fn claim(&self, kind: PlacedKind, claimant: String, claims: Vec<FieldClaim>) {
         let mut state = self.state();
         let changed = if claims.is_empty() {
             state.claims.remove(&claimant).is_some()
@@ -104,7 +104,7 @@ impl FieldOwners {
 
     /// `kind`'s objects were (re)listed and `present` are the claimants among them: claims
     /// of that kind's objects gone meanwhile go.
-    pub fn listed(&self, kind: PolicyKind, present: &BTreeSet<String>) {
+    pub fn listed(&self, kind: PlacedKind, present: &BTreeSet<String>) {
         let mut state = self.state();
         let before = state.claims.len();
         state
@@ -173,14 +173,14 @@ mod tests {
         }
     }
 
-    const SCALE: PolicyKind = PolicyKind::CrossClusterScalePolicy;
+    const SCALE: PlacedKind = PlacedKind::CrossClusterScalePolicy;
 
     #[test]
     fn ready_once_every_claiming_kind_listed() {
         let owners = FieldOwners::new(&[SCALE]);
         let mut changes = owners.subscribe();
         assert!(!owners.ready());
-        owners.listed(PolicyKind::FederatedResource, &BTreeSet::new());
+        owners.listed(PlacedKind::FederatedResource, &BTreeSet::new());
         assert!(!owners.ready());
         owners.listed(SCALE, &BTreeSet::new());
         assert!(owners.ready());

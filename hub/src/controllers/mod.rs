@@ -430,7 +430,7 @@ pub struct Registered {
     pub controllers: Vec<Controller>,
     /// The kinds whose objects claim fields of other kinds' deliveries
     /// ([`placement::PlacementKind::field_claims`]).
-    pub field_claimants: &'static [accord_common::distribution::PolicyKind],
+    pub field_claimants: &'static [accord_common::distribution::PlacedKind],
     /// What the kinds keep for a term beyond the context.
     pub extensions: Vec<StartExtension>,
 }

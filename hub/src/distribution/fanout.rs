@@ -16,7 +16,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 use tracing::debug;
 
-use accord_common::distribution::PolicyRef;
+use accord_common::distribution::PlacedRef;
 
 use super::record::PlacementRecord;
 use crate::connections::Connections;
@@ -149,7 +149,7 @@ fn clusters_of(record: &PlacementRecord) -> HashSet<String> {
 }
 
 /// Which policy each key holds and which clusters it names, as the cache has them now.
-fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PolicyRef, HashSet<String>)> {
+fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PlacedRef, HashSet<String>)> {
     let mut known = HashMap::new();
     cache.visit(|k, r, _| {
         known.insert(k.to_owned(), (r.policy.clone(), clusters_of(r)));
@@ -349,10 +349,10 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
 
-    fn policy(name: &str) -> PolicyRef {
-        PolicyRef::new(PolicyKind::FederatedKafkaTopic, "default", name)
+    fn policy(name: &str) -> PlacedRef {
+        PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", name)
     }
 
     fn item(name: &str, revision: i64) -> Assignment {

@@ -7,7 +7,7 @@
 //! here: stored as `{"<tag>": {...}}` under `decision`, read and written by the kind in its
 //! own type ([`PlacementRecord::typed`], [`PlacementRecord::stored`]).
 
-use accord_common::distribution::{AssignmentSpec, PolicyRef};
+use accord_common::distribution::{AssignmentSpec, PlacedRef};
 use accord_proto::v1::Assignment;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -82,7 +82,7 @@ impl ShareRecord {
 #[serde(rename_all = "camelCase")]
 pub struct PlacementRecord<D = serde_json::Value> {
     /// The policy.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// `metadata.generation` of the policy the decision was made for.
     pub generation: i64,
     /// When it was decided, Unix milliseconds.
@@ -148,7 +148,7 @@ impl<D: Serialize> PlacementRecord<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::{PolicyKind, ScaleSpec};
+    use accord_common::distribution::{PlacedKind, ScaleSpec};
     use accord_proto::v1::assignment;
 
     /// A kind's decision data, as any kind defines its own.
@@ -161,7 +161,7 @@ mod tests {
 
     fn record(shares: &[(&str, i32)]) -> PlacementRecord<Made> {
         PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
+            policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: shares

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyKind};
+use accord_common::distribution::{AssignmentSpec, Observed, PlacedKind, PlacementState};
 use accord_crds::{FederatedResource, FederatedResourceStatus};
 use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
@@ -74,7 +74,7 @@ impl PlacementKind for FederatedResources {
     type Options = FederatedResourceOptions;
 
     const CONTROLLER: &'static str = "FederatedResource controller";
-    const KIND: PolicyKind = PolicyKind::FederatedResource;
+    const KIND: PlacedKind = PlacedKind::FederatedResource;
     const DECISION_TAG: &'static str = "federatedResource";
     // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
     const DECISION_LOCK: bool = false;
@@ -336,7 +336,7 @@ fn tombstone(
 mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
-    use accord_common::distribution::{FederatedResourceObserved, PolicyRef};
+    use accord_common::distribution::{FederatedResourceObserved, PlacedRef};
 
     fn share(cluster: &str, sent: bool) -> ShareRecord {
         ShareRecord {
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn the_tombstone_removes_only_where_something_was_sent() {
         let record = PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::FederatedResource, "team", "app"),
+            policy: PlacedRef::new(PlacedKind::FederatedResource, "team", "app"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![share("east", true), share("ghost", false)],

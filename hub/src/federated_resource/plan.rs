@@ -457,8 +457,8 @@ mod tests {
             &[],
         );
         let previous = PlacementRecord {
-            policy: accord_common::distribution::PolicyRef::new(
-                accord_common::distribution::PolicyKind::FederatedResource,
+            policy: accord_common::distribution::PlacedRef::new(
+                accord_common::distribution::PlacedKind::FederatedResource,
                 "team",
                 "app",
             ),
@@ -504,8 +504,8 @@ mod tests {
             &[],
         );
         let record = |shares: Vec<ShareRecord>| PlacementRecord {
-            policy: accord_common::distribution::PolicyRef::new(
-                accord_common::distribution::PolicyKind::FederatedResource,
+            policy: accord_common::distribution::PlacedRef::new(
+                accord_common::distribution::PlacedKind::FederatedResource,
                 "team",
                 "app",
             ),

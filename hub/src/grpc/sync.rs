@@ -28,7 +28,7 @@ use tracing::{debug, info, warn};
 
 use super::AgentFacing;
 use super::renewal::{self, StreamCertificate};
-use accord_common::distribution::{Observed, PolicyKind, state_from_proto};
+use accord_common::distribution::{Observed, PlacedKind, state_from_proto};
 use accord_common::runtime::{error_chain, unix_millis};
 
 use crate::connections::Connection;
@@ -466,7 +466,7 @@ pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord
             "status report policy needs a kind and a name",
         ));
     }
-    if let Err(e) = policy.kind.parse::<PolicyKind>() {
+    if let Err(e) = policy.kind.parse::<PlacedKind>() {
         return Err(Status::invalid_argument(format!(
             "status report about an {e}"
         )));

@@ -18,7 +18,7 @@
 //! the topics there. The KafkaTopicPolicy status writer ([`super::policy_status`]) shares
 //! this kind's reflectors.
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,7 +261,7 @@ impl PlacementKind for KafkaTopics {
     type Options = KafkaTopicOptions;
 
     const CONTROLLER: &'static str = "FederatedKafkaTopic controller";
-    const KIND: PolicyKind = PolicyKind::FederatedKafkaTopic;
+    const KIND: PlacedKind = PlacedKind::FederatedKafkaTopic;
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "topic";

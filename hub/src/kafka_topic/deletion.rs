@@ -64,7 +64,7 @@ mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
     use crate::distribution::deletion::remaining;
-    use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PolicyKind, PolicyRef};
+    use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PlacedKind, PlacedRef};
     use std::collections::HashMap;
 
     fn spec() -> KafkaTopicSpec {
@@ -78,7 +78,7 @@ mod tests {
 
     fn record() -> PlacementRecord<KafkaTopicDecision> {
         PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::FederatedKafkaTopic, "ns", "events"),
+            policy: PlacedRef::new(PlacedKind::FederatedKafkaTopic, "ns", "events"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![

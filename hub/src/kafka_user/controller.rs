@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use accord_common::distribution::{
-    AssignmentSpec, KafkaUserSpec, Observed, PlacementState, PolicyKind,
+    AssignmentSpec, KafkaUserSpec, Observed, PlacedKind, PlacementState,
 };
 use accord_crds::kafka_topic::DeletionPolicy;
 use accord_crds::kafka_user::{FederatedKafkaUser, FederatedKafkaUserStatus};
@@ -371,7 +371,7 @@ impl PlacementKind for KafkaUsers {
     type Options = KafkaUserOptions;
 
     const CONTROLLER: &'static str = "FederatedKafkaUser controller";
-    const KIND: PolicyKind = PolicyKind::FederatedKafkaUser;
+    const KIND: PlacedKind = PlacedKind::FederatedKafkaUser;
     const DECISION_TAG: &'static str = "kafkaUser";
     // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
     const DECISION_LOCK: bool = false;
@@ -592,7 +592,7 @@ mod tests {
     #[test]
     fn a_cluster_leaving_the_selection_is_told_to_remove_the_user_until_it_reports_it_gone() {
         use crate::distribution::select::SelectedCluster;
-        use accord_common::distribution::{KafkaUserObserved, PolicyRef};
+        use accord_common::distribution::{KafkaUserObserved, PlacedRef};
         let sent = |cluster: &str, remove: bool| ShareRecord {
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::KafkaUser(KafkaUserSpec {
@@ -604,7 +604,7 @@ mod tests {
             hold: None,
         };
         let previous = PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::FederatedKafkaUser, "team", "u"),
+            policy: PlacedRef::new(PlacedKind::FederatedKafkaUser, "team", "u"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![
@@ -658,7 +658,7 @@ mod tests {
 
     #[test]
     fn the_tombstone_removes_where_the_user_was_sent_and_carries_no_credential() {
-        use accord_common::distribution::{PolicyRef, ScramCredential};
+        use accord_common::distribution::{PlacedRef, ScramCredential};
         let spec = KafkaUserSpec {
             username: "u".into(),
             credential: Some(ScramCredential {
@@ -668,7 +668,7 @@ mod tests {
             ..Default::default()
         };
         let record = PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::FederatedKafkaUser, "team", "u"),
+            policy: PlacedRef::new(PlacedKind::FederatedKafkaUser, "team", "u"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![

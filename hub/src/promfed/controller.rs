@@ -13,11 +13,11 @@
 //! Triggers beyond the generic ones: any change of the global ConfigMap (every
 //! global-enabled policy).
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use accord_common::distribution::{PlacementState, PolicyRef};
+use accord_common::distribution::{PlacedRef, PlacementState};
 use accord_crds::conditions::types;
 use accord_crds::promfed::GlobalTierStatus;
 use accord_crds::validate::Validate;
@@ -84,7 +84,7 @@ struct GlobalView {
     /// Hash of the config written (`None`: no global-enabled policy, no ConfigMap).
     hash: Option<String>,
     /// Each global-enabled policy's part.
-    parts: BTreeMap<PolicyRef, PolicyPart>,
+    parts: BTreeMap<PlacedRef, PolicyPart>,
     /// What the reloader last said.
     reload: ReloadStatus,
 }
@@ -104,7 +104,7 @@ impl PlacementKind for Promfed {
     type Options = PromfedOptions;
 
     const CONTROLLER: &'static str = "PrometheusFederation controller";
-    const KIND: PolicyKind = PolicyKind::PrometheusFederation;
+    const KIND: PlacedKind = PlacedKind::PrometheusFederation;
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "federation";
@@ -356,7 +356,7 @@ fn global_policy(policy: &Watched<Promfed>, clusters: &Clusters) -> Option<Globa
 }
 
 /// A global-enabled policy's `status.global` from one rendering.
-fn view_status(policy: &PolicyRef, view: &GlobalView) -> GlobalTierStatus {
+fn view_status(policy: &PlacedRef, view: &GlobalView) -> GlobalTierStatus {
     match (view.parts.get(policy), &view.hash) {
         (Some(part), Some(hash)) => global::tier_status(policy, part, hash, &view.reload),
         // The store has not caught up with this policy yet; its next reconcile will.
@@ -426,7 +426,7 @@ mod tests {
         let g = global_policy(&good, &clusters).unwrap();
         assert_eq!(
             g.policy,
-            PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", "p")
+            PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", "p")
         );
         assert_eq!(
             g.members,

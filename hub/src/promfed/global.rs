@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::{PlacementState, PolicyRef, PromfedSpec};
+use accord_common::distribution::{PlacedRef, PlacementState, PromfedSpec};
 use accord_crds::promfed::GlobalTierStatus;
 
 use accord_common::promfed::{self, GlobalTarget, ReloadStatus, RenderError, Rendered};
@@ -33,7 +33,7 @@ pub struct GlobalMember {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GlobalPolicy {
     /// The policy.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Its assignment (matchers, interval, timeout).
     pub spec: PromfedSpec,
     /// Its selected clusters that exist.
@@ -57,7 +57,7 @@ pub struct GlobalPlan {
     /// Every job's target, of every policy that renders.
     pub targets: Vec<GlobalTarget>,
     /// Each global-enabled policy's part.
-    pub parts: BTreeMap<PolicyRef, PolicyPart>,
+    pub parts: BTreeMap<PlacedRef, PolicyPart>,
 }
 
 /// Which members the global Prometheus federates for each policy. A policy whose jobs do
@@ -108,7 +108,7 @@ pub fn render(plan: &GlobalPlan) -> Result<Option<Rendered>, RenderError> {
 /// loaded and what the reloader last said: Synced once Prometheus loaded exactly that
 /// config, Error or Unavailable when the reloader says so about it, Pending otherwise.
 pub fn tier_status(
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     part: &PolicyPart,
     config_hash: &str,
     reload: &ReloadStatus,
@@ -157,11 +157,11 @@ pub fn tier_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
 
     fn policy(name: &str, members: &[(&str, Option<&str>)]) -> GlobalPolicy {
         GlobalPolicy {
-            policy: PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", name),
+            policy: PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", name),
             spec: PromfedSpec {
                 matchers: vec!["{job=\"x\"}".into()],
                 scrape_interval: "30s".into(),

@@ -10,7 +10,7 @@
 //! A deleted policy's autoscaling state goes with its records; the member workloads keep
 //! their replicas and are no longer managed.
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,7 +80,7 @@ impl PlacementKind for Scale {
     type Options = ScaleOptions;
 
     const CONTROLLER: &'static str = "CrossClusterScalePolicy controller";
-    const KIND: PolicyKind = PolicyKind::CrossClusterScalePolicy;
+    const KIND: PlacedKind = PlacedKind::CrossClusterScalePolicy;
     const DECISION_TAG: &'static str = "scale";
     const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
 
@@ -570,9 +570,9 @@ mod tests {
     #[test]
     fn the_request_id_alone_is_not_a_new_decision() {
         use crate::distribution::ShareRecord;
-        use accord_common::distribution::{PolicyRef, ScaleSpec};
+        use accord_common::distribution::{PlacedRef, ScaleSpec};
         let record = |replicas: i32, id: &str| PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
+            policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![ShareRecord {

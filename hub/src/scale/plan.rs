@@ -261,7 +261,7 @@ mod tests {
     use crate::distribution::select::ClusterInfo;
     use crate::scale::status::{AggregateInputs, aggregate, status_changed};
     use crate::store::StatusRecord;
-    use accord_common::distribution::{Observed, PolicyKind, PolicyRef, ScaleObserved};
+    use accord_common::distribution::{Observed, PlacedKind, PlacedRef, ScaleObserved};
     use accord_crds::PlacementState;
     use accord_crds::conditions;
     use accord_crds::scale::CrossClusterScalePolicyStatus;
@@ -305,7 +305,7 @@ mod tests {
 
     fn record_of(p: &Plan) -> PlacementRecord<ScaleDecision> {
         PlacementRecord {
-            policy: PolicyRef::new(PolicyKind::CrossClusterScalePolicy, "default", "web"),
+            policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: p.shares.clone(),

@@ -58,7 +58,7 @@ impl Keyspace {
         self.key(&["connected", ""])
     }
 
-    /// `placements/<kind>/<ns>/<name>`: one key per policy with every cluster's share.
+    /// `placements/<kind>/<ns>/<name>`: one key per placed object with every cluster's share.
     pub fn placements(&self, kind: &str, namespace: &str, name: &str) -> String {
         self.key(&["placements", kind, namespace, name])
     }
@@ -68,7 +68,7 @@ impl Keyspace {
         self.key(&["placements", ""])
     }
 
-    /// `status/<cluster>/<kind>/<ns>/<name>`: a cluster's last status report for a policy.
+    /// `status/<cluster>/<kind>/<ns>/<name>`: a cluster's last status report for a placed object.
     pub fn status(&self, cluster: &str, kind: &str, namespace: &str, name: &str) -> String {
         self.key(&["status", cluster, kind, namespace, name])
     }
@@ -78,7 +78,7 @@ impl Keyspace {
         self.key(&["status", ""])
     }
 
-    /// `locks/<kind>/<ns>/<name>`: the scaling lock of a policy.
+    /// `locks/<kind>/<ns>/<name>`: the decision lock of a placed object.
     pub fn lock(&self, kind: &str, namespace: &str, name: &str) -> String {
         self.key(&["locks", kind, namespace, name])
     }
@@ -88,7 +88,7 @@ impl Keyspace {
         self.key(&["election", "hub"])
     }
 
-    /// `autoscale/<ns>/<name>`: autoscaling engine state of a policy.
+    /// `autoscale/<ns>/<name>`: autoscaling engine state of a CrossClusterScalePolicy.
     pub fn autoscale(&self, namespace: &str, name: &str) -> String {
         self.key(&["autoscale", namespace, name])
     }

@@ -1,4 +1,4 @@
-//! Per-policy scaling locks through etcd's Lock API, each on its own lease: when the holder
+//! Per-object decision locks (`locks/<kind>/<ns>/<name>`) through etcd's Lock API, each on its own lease: when the holder
 //! dies its lease expires and etcd frees the lock.
 
 use std::time::Duration;
@@ -8,34 +8,34 @@ use super::kv::{Compare, CompareOp};
 use super::lease::Lease;
 use super::{Store, StoreError, check_segment};
 
-/// A held scaling lock. Release it with [`PolicyLock::unlock`]; dropping it revokes its
+/// A held scaling lock. Release it with [`PlacementLock::unlock`]; dropping it revokes its
 /// lease from a spawned task (best effort — otherwise the lease expires after its TTL).
 #[derive(Debug)]
-pub struct PolicyLock {
+pub struct PlacementLock {
     key: Vec<u8>,
     store: Store,
     lease: Option<Lease>,
 }
 
 impl Store {
-    /// Waits until this process holds the scaling lock of policy `kind/ns/name`, on a fresh
+    /// Waits until this process holds the decision lock of object `kind/ns/name`, on a fresh
     /// lease of `ttl` that is kept alive while the lock is held.
     ///
     /// The wait has no deadline of its own; wrap the call in `tokio::time::timeout` to
     /// bound it. Cancelling the wait leaves the queue (its lease is revoked).
-    pub async fn lock_policy(
+    pub async fn lock_placement(
         &self,
         kind: &str,
         ns: &str,
         name: &str,
         ttl: Duration,
-    ) -> Result<PolicyLock, StoreError> {
+    ) -> Result<PlacementLock, StoreError> {
         check_segment("kind", kind)?;
         check_segment("namespace", ns)?;
         check_segment("name", name)?;
         let lease = Lease::grant(self, ttl).await?;
         // Revokes the lease if this future is dropped while waiting in the queue.
-        let mut pending = PolicyLock {
+        let mut pending = PlacementLock {
             key: Vec::new(),
             store: self.clone(),
             lease: Some(lease),
@@ -52,7 +52,7 @@ impl Store {
     }
 }
 
-impl PolicyLock {
+impl PlacementLock {
     /// The lock's key in etcd (`<lock name>/<lease hex>`); it exists exactly while the lock
     /// is held.
     pub fn key(&self) -> &[u8] {
@@ -86,7 +86,7 @@ impl PolicyLock {
         let lease = self
             .lease
             .take()
-            .expect("a PolicyLock always holds its lease");
+            .expect("a PlacementLock always holds its lease");
         let unlocked = self.store.backend().unlock(self.key.clone()).await;
         // Revoking the lease frees the lock as well, so try it even when unlock failed.
         let revoked = lease.revoke().await;
@@ -103,11 +103,11 @@ impl PolicyLock {
     fn lease(&self) -> &Lease {
         self.lease
             .as_ref()
-            .expect("a PolicyLock always holds its lease")
+            .expect("a PlacementLock always holds its lease")
     }
 }
 
-impl Drop for PolicyLock {
+impl Drop for PlacementLock {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {
             lease.revoke_in_background();

@@ -43,7 +43,7 @@ pub use kv::{
     TxnResponse,
 };
 pub use lease::Lease;
-pub use lock::PolicyLock;
+pub use lock::PlacementLock;
 pub use memory::MemoryBackend;
 pub use presence::ReplicaPresence;
 pub use registry::ClusterRecord;

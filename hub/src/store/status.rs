@@ -268,7 +268,7 @@ impl Store {
 
     /// Deletes every cluster's status record of policy `kind/ns/name`; returns how many
     /// there were.
-    pub async fn delete_policy_status(
+    pub async fn delete_placement_status(
         &self,
         kind: &str,
         ns: &str,

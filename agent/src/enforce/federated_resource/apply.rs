@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use accord_common::distribution::{FederatedResourceSpec, ManifestKey, PolicyRef};
+use accord_common::distribution::{FederatedResourceSpec, ManifestKey, PlacedRef};
 use accord_common::runtime::{backoff, unix_millis};
 use accord_crds::{
     DELIVERED_BY_FEDERATED_RESOURCE, DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION,
@@ -37,7 +37,7 @@ use super::manifest::{
 use crate::enforce::{ApplyError, ApplyErrorKind};
 
 /// What the enforcer remembers of its policies, shared by its applies and looks.
-pub type SharedMemory = Arc<Mutex<HashMap<PolicyRef, Memory>>>;
+pub type SharedMemory = Arc<Mutex<HashMap<PlacedRef, Memory>>>;
 
 /// How long an apply waits for a CRD it applied to be established before applying the
 /// manifests of its kinds (they are `Pending` and retried if it takes longer).
@@ -75,7 +75,7 @@ pub struct ApplyJob {
     /// The namespaces this agent has seen exist, shared by every apply.
     pub namespaces: KnownNamespaces,
     /// The policy.
-    pub policy: PolicyRef,
+    pub policy: PlacedRef,
     /// Its assignment.
     pub spec: FederatedResourceSpec,
     /// What the watches showed when the apply was decided.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use accord_common::distribution::{
     FederatedResourceObserved, FederatedResourceSpec, ManifestKey, ManifestObserved, Observed,
-    PlacementState, PolicyRef, health::MISSING,
+    PlacedRef, PlacementState, health::MISSING,
 };
 use accord_crds::{
     DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FEDERATED_RESOURCE_CREATED_ANNOTATION,
@@ -482,7 +482,7 @@ pub fn summarize(manifests: &[ManifestObserved]) -> (PlacementState, String) {
 /// One look at a policy: everything [`judge`] decides from.
 pub struct Look<'a> {
     /// The policy.
-    pub policy: &'a PolicyRef,
+    pub policy: &'a PlacedRef,
     /// Its assignment.
     pub spec: &'a FederatedResourceSpec,
     /// Revision of the assignment.
@@ -706,13 +706,13 @@ pub fn judge(look: &Look<'_>) -> Judgement {
 mod tests {
     use super::*;
     use accord_common::distribution::health::{HEALTHY, PROGRESSING};
-    use accord_common::distribution::{FeedbackRule, PolicyKind};
+    use accord_common::distribution::{FeedbackRule, PlacedKind};
     use serde_json::json;
 
     use crate::enforce::federated_resource::manifest::prepare_all;
 
-    fn policy() -> PolicyRef {
-        PolicyRef::new(PolicyKind::FederatedResource, "team", "bundle")
+    fn policy() -> PlacedRef {
+        PlacedRef::new(PlacedKind::FederatedResource, "team", "bundle")
     }
 
     fn config_map(name: &str) -> Value {

@@ -2,7 +2,7 @@
 //! object each one is ([`ManifestKey`]), in which order they go, what is stripped, which
 //! namespace they get, Accord's marks and the hash that tells a changed manifest.
 
-use accord_common::distribution::{DeliveredSecret, FederatedResourceSpec, ManifestKey, PolicyRef};
+use accord_common::distribution::{DeliveredSecret, FederatedResourceSpec, ManifestKey, PlacedRef};
 use accord_crds::federated_resource::CLUSTER_SCOPED_KINDS;
 use accord_crds::{
     DELIVERED_BY_FEDERATED_RESOURCE, FEDERATED_RESOURCE_ANNOTATION,
@@ -122,7 +122,7 @@ impl Prepared {
 
 /// The value of [`FEDERATED_RESOURCE_ANNOTATION`] on what `policy` delivers:
 /// `<hub namespace>/<name>`.
-pub fn policy_mark(policy: &PolicyRef) -> String {
+pub fn policy_mark(policy: &PlacedRef) -> String {
     format!("{}/{}", policy.namespace, policy.name)
 }
 
@@ -147,7 +147,7 @@ pub fn gvk_of(manifest: &Value) -> Option<Gvk> {
 /// whether a type is namespaced (the member's discovery, or a hint before it answered).
 pub fn prepare_all(
     spec: &FederatedResourceSpec,
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     namespaced: impl Fn(&Gvk) -> bool,
 ) -> Vec<Prepared> {
     // Delivered Secrets go before the other namespaced objects, which may refer to them.
@@ -226,7 +226,7 @@ pub fn prepare(
     index: usize,
     manifest: &Value,
     default_namespace: &str,
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     created: &str,
     namespaced: bool,
 ) -> Prepared {
@@ -416,11 +416,11 @@ fn truncate(s: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
     use serde_json::json;
 
-    fn policy() -> PolicyRef {
-        PolicyRef::new(PolicyKind::FederatedResource, "team", "bundle")
+    fn policy() -> PlacedRef {
+        PlacedRef::new(PlacedKind::FederatedResource, "team", "bundle")
     }
 
     fn spec(manifests: Vec<Value>) -> FederatedResourceSpec {
@@ -572,7 +572,7 @@ mod tests {
         assert_eq!(h(&a), h(&same));
         assert_ne!(h(&a), h(&changed));
         // Another policy's marks make another object to apply.
-        let other = PolicyRef::new(PolicyKind::FederatedResource, "team", "other");
+        let other = PlacedRef::new(PlacedKind::FederatedResource, "team", "other");
         let h_other = prepare(0, &a, "team", &other, "", true)
             .valid()
             .unwrap()

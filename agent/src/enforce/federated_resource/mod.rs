@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, PoisonError};
 
 use accord_common::distribution::{
-    AssignmentSpec, FederatedResourceSpec, ManifestKey, PolicyKind, PolicyRef,
+    AssignmentSpec, FederatedResourceSpec, ManifestKey, PlacedKind, PlacedRef,
 };
 use accord_common::runtime::AbortOnDrop;
 use futures::future::BoxFuture;
@@ -68,17 +68,17 @@ pub struct FederatedResourceEnforcer {
     namespaces: KnownNamespaces,
     memory: SharedMemory,
     /// The assignments held.
-    held: BTreeMap<PolicyRef, Held>,
+    held: BTreeMap<PlacedRef, Held>,
     /// Policies by the objects they name (delivered or pruned): type, namespace, name.
-    interest: HashMap<(Gvk, String, String), BTreeSet<PolicyRef>>,
+    interest: HashMap<(Gvk, String, String), BTreeSet<PlacedRef>>,
     /// The objects each held policy names, with the scopes they were worked out with:
     /// kept while its spec and those scopes stay, so a change to one policy prepares only
     /// that one's manifests, not every policy's.
-    names: HashMap<PolicyRef, Named>,
+    names: HashMap<PlacedRef, Named>,
     watches: BTreeMap<Gvk, TypeWatch>,
     by_resource: HashMap<&'static str, Gvk>,
     /// Removals of what policies that left delivered.
-    removing: HashMap<PolicyRef, AbortOnDrop>,
+    removing: HashMap<PlacedRef, AbortOnDrop>,
 }
 
 impl FederatedResourceEnforcer {
@@ -100,7 +100,7 @@ impl FederatedResourceEnforcer {
     }
 
     /// The manifests of `spec` prepared with what discovery says now.
-    fn prepared(&self, policy: &PolicyRef, spec: &FederatedResourceSpec) -> Vec<Prepared> {
+    fn prepared(&self, policy: &PlacedRef, spec: &FederatedResourceSpec) -> Vec<Prepared> {
         prepare_all(spec, policy, |gvk| self.discovery.namespaced(gvk))
     }
 
@@ -144,7 +144,7 @@ impl FederatedResourceEnforcer {
             .collect()
     }
 
-    fn policies_using(&self, gvk: &Gvk) -> Vec<PolicyRef> {
+    fn policies_using(&self, gvk: &Gvk) -> Vec<PlacedRef> {
         self.held
             .iter()
             .filter(|(_, held)| types_of(held.spec()).contains(gvk))
@@ -152,7 +152,7 @@ impl FederatedResourceEnforcer {
             .collect()
     }
 
-    fn job(&self, policy: &PolicyRef, spec: FederatedResourceSpec, view: View) -> ApplyJob {
+    fn job(&self, policy: &PlacedRef, spec: FederatedResourceSpec, view: View) -> ApplyJob {
         let before = self
             .memory
             .lock()
@@ -175,8 +175,8 @@ impl FederatedResourceEnforcer {
 
 /// Drops `policy` from the interest in `keys`.
 fn lose_interest(
-    interest: &mut HashMap<(Gvk, String, String), BTreeSet<PolicyRef>>,
-    policy: &PolicyRef,
+    interest: &mut HashMap<(Gvk, String, String), BTreeSet<PlacedRef>>,
+    policy: &PlacedRef,
     keys: &[ManifestKey],
 ) {
     for key in keys {
@@ -229,10 +229,10 @@ fn types_of(spec: &FederatedResourceSpec) -> BTreeSet<Gvk> {
 }
 
 /// The FederatedResource a delivered object's annotation names (`<namespace>/<name>`).
-fn policy_of(mark: &str) -> Option<PolicyRef> {
+fn policy_of(mark: &str) -> Option<PlacedRef> {
     let (namespace, name) = mark.split_once('/')?;
-    Some(PolicyRef::new(
-        PolicyKind::FederatedResource,
+    Some(PlacedRef::new(
+        PlacedKind::FederatedResource,
         namespace,
         name,
     ))
@@ -254,7 +254,7 @@ impl KindEnforcer for FederatedResourceEnforcer {
         // An unchanged spec is moved over, not copied again.
         let mut previous = std::mem::take(&mut self.held);
         let mut changed = HashSet::new();
-        let held: BTreeMap<PolicyRef, Held> = mine
+        let held: BTreeMap<PlacedRef, Held> = mine
             .iter()
             .map(|&(policy, _, a)| {
                 let kept = previous
@@ -302,7 +302,7 @@ impl KindEnforcer for FederatedResourceEnforcer {
                 .entry(gvk.clone())
                 .or_insert_with(|| discovery.namespaced(gvk)),
         };
-        let gone: Vec<PolicyRef> = self
+        let gone: Vec<PlacedRef> = self
             .names
             .keys()
             .filter(|policy| !self.held.contains_key(*policy))
@@ -365,7 +365,7 @@ impl KindEnforcer for FederatedResourceEnforcer {
         }
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         match event {
             WatchEvent::Changed {
                 resource,
@@ -411,7 +411,7 @@ impl KindEnforcer for FederatedResourceEnforcer {
 
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &FederatedResourceSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -433,7 +433,7 @@ impl KindEnforcer for FederatedResourceEnforcer {
 
     fn apply(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &FederatedResourceSpec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {

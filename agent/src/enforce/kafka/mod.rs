@@ -25,7 +25,7 @@ pub mod tasks;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use accord_common::distribution::{PlacementState, PolicyRef};
+use accord_common::distribution::{PlacedRef, PlacementState};
 
 pub use self::probe::{DEFAULT_PROBE_INTERVAL, DEFAULT_PROBE_TIMEOUT, PROBES, ProbeOptions};
 use super::{Action, Judgement, WatchEvent};
@@ -62,9 +62,9 @@ impl Default for KafkaOptions {
 /// The policies naming an object (by name in `after`) whose owner — the first claimant —
 /// is not the one it was in `before`: each one's judgement may have changed.
 pub fn reowned(
-    before: &BTreeMap<String, BTreeSet<PolicyRef>>,
-    after: &BTreeMap<String, BTreeSet<PolicyRef>>,
-) -> Vec<PolicyRef> {
+    before: &BTreeMap<String, BTreeSet<PlacedRef>>,
+    after: &BTreeMap<String, BTreeSet<PlacedRef>>,
+) -> Vec<PlacedRef> {
     after
         .iter()
         .filter(|(name, claimants)| {
@@ -80,9 +80,9 @@ pub fn reowned(
 /// changed. Any other event (the connection Secret's) is handed back.
 pub fn concerned(
     resource: &'static str,
-    claimants: &BTreeMap<String, BTreeSet<PolicyRef>>,
+    claimants: &BTreeMap<String, BTreeSet<PlacedRef>>,
     event: WatchEvent,
-) -> Result<Vec<PolicyRef>, WatchEvent> {
+) -> Result<Vec<PlacedRef>, WatchEvent> {
     let all = || claimants.values().flatten().cloned().collect();
     match event {
         WatchEvent::Changed {
@@ -108,8 +108,8 @@ pub fn concerned(
 /// (`claimants`, in policy order) got to it first: only the first manages it, the others are
 /// `Conflict` naming it and `what` (e.g. `topic orders`), and nothing is applied for them.
 pub fn conflict(
-    claimants: Option<&BTreeSet<PolicyRef>>,
-    policy: &PolicyRef,
+    claimants: Option<&BTreeSet<PlacedRef>>,
+    policy: &PlacedRef,
     what: &str,
     revision: i64,
 ) -> Option<Judgement> {
@@ -126,14 +126,14 @@ pub fn conflict(
 
 #[cfg(test)]
 mod tests {
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
 
     use super::*;
 
     #[test]
     fn a_name_whose_owner_went_has_its_claimants_looked_at_again() {
-        let policy = |name: &str| PolicyRef {
-            kind: PolicyKind::FederatedKafkaUser,
+        let policy = |name: &str| PlacedRef {
+            kind: PlacedKind::FederatedKafkaUser,
             namespace: "default".into(),
             name: name.into(),
         };
@@ -151,8 +151,8 @@ mod tests {
 
     #[test]
     fn an_event_concerns_one_names_claimants_every_claimant_or_is_handed_back() {
-        let policy = |name: &str| PolicyRef {
-            kind: PolicyKind::FederatedKafkaTopic,
+        let policy = |name: &str| PlacedRef {
+            kind: PlacedKind::FederatedKafkaTopic,
             namespace: "default".into(),
             name: name.into(),
         };
@@ -184,8 +184,8 @@ mod tests {
 
     #[test]
     fn the_first_policy_naming_an_object_manages_it_and_the_others_are_conflicts() {
-        let policy = |name: &str| PolicyRef {
-            kind: PolicyKind::FederatedKafkaUser,
+        let policy = |name: &str| PlacedRef {
+            kind: PlacedKind::FederatedKafkaUser,
             namespace: "default".into(),
             name: name.into(),
         };

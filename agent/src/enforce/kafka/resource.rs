@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use accord_common::distribution::{AssignmentSpec, Observed, PlacementState, PolicyRef};
+use accord_common::distribution::{AssignmentSpec, Observed, PlacedRef, PlacementState};
 use accord_kafka::{Admin, KafkaError};
 use futures::future::BoxFuture;
 use tokio::sync::{Notify, mpsc, watch};
@@ -135,10 +135,10 @@ pub struct KafkaEnforcer<K: KafkaResource> {
     options: KafkaOptions,
     metrics: Metrics,
     /// Assigned policies by object name; the first one owns the object.
-    claimants: BTreeMap<String, BTreeSet<PolicyRef>>,
+    claimants: BTreeMap<String, BTreeSet<PlacedRef>>,
     /// Policies [`KindEnforcer::reassigned`] hands the engine: claimants of a name whose
     /// owner changed at the last assignment.
-    reowned: Vec<PolicyRef>,
+    reowned: Vec<PlacedRef>,
     /// What looks ask about each assigned object ([`KafkaResource::asks`]).
     asks: observe::Asks<K>,
     link: KafkaLink,
@@ -169,7 +169,7 @@ impl<K: KafkaResource> KafkaEnforcer<K> {
         }
     }
 
-    fn all_policies(&self) -> Vec<PolicyRef> {
+    fn all_policies(&self) -> Vec<PlacedRef> {
         self.claimants.values().flatten().cloned().collect()
     }
 
@@ -236,7 +236,7 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
     }
 
     fn assign(&mut self, mine: &Mine<'_, K::Spec>, events: &EventSink) {
-        let mut claimants: BTreeMap<String, BTreeSet<PolicyRef>> = BTreeMap::new();
+        let mut claimants: BTreeMap<String, BTreeSet<PlacedRef>> = BTreeMap::new();
         for &(policy, spec, _) in mine {
             let name = K::name(spec);
             if !name.is_empty() {
@@ -281,11 +281,11 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
         }
     }
 
-    fn reassigned(&mut self) -> Vec<PolicyRef> {
+    fn reassigned(&mut self) -> Vec<PlacedRef> {
         std::mem::take(&mut self.reowned)
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         match concerned(K::RESOURCE, &self.claimants, event) {
             Ok(policies) => policies,
             // The connection Secret's watch.
@@ -304,7 +304,7 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &K::Spec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -346,7 +346,7 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     fn apply(
         &self,
-        _policy: &PolicyRef,
+        _policy: &PlacedRef,
         spec: &K::Spec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accord_common::distribution::PolicyRef;
+use accord_common::distribution::PlacedRef;
 use accord_common::distribution::{Observed, PlacementState, PromfedObserved, PromfedSpec};
 use accord_common::promfed::{
     self, CONFIG_KEY, MemberPolicy, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
@@ -115,13 +115,13 @@ pub struct GroupRender {
     /// The whole config.
     pub rendered: Rendered,
     /// Each policy's part, or why it could not be rendered.
-    pub policies: BTreeMap<PolicyRef, Result<PolicyJobs, String>>,
+    pub policies: BTreeMap<PlacedRef, Result<PolicyJobs, String>>,
 }
 
 /// Renders the whole config of one ConfigMap namespace from `policies`, given the cluster's
 /// Namespaces and federation-source Services. A policy that cannot be rendered is left out.
 pub fn render_group(
-    policies: &BTreeMap<PolicyRef, PromfedSpec>,
+    policies: &BTreeMap<PlacedRef, PromfedSpec>,
     namespaces: &[&Namespace],
     services: &[&Service],
 ) -> GroupRender {
@@ -234,7 +234,7 @@ pub enum Verdict {
 /// Judges `policy` against the ConfigMap of its namespace (absent: not written yet).
 pub fn verdict(
     render: &GroupRender,
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     config_map: Option<&ConfigMap>,
 ) -> Verdict {
     match render.policies.get(policy) {
@@ -270,7 +270,7 @@ pub fn verdict(
 /// What to tell the hub about `policy` (assigned at `applied_revision`).
 pub fn report(
     render: &GroupRender,
-    policy: &PolicyRef,
+    policy: &PlacedRef,
     applied_revision: i64,
     verdict: &Verdict,
     config_map: Option<&ConfigMap>,
@@ -388,7 +388,7 @@ pub fn slim_config_map(config_map: &mut ConfigMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accord_common::distribution::PolicyKind;
+    use accord_common::distribution::PlacedKind;
     use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -443,8 +443,8 @@ mod tests {
         }
     }
 
-    fn policy(name: &str) -> PolicyRef {
-        PolicyRef::new(PolicyKind::PrometheusFederation, "monitoring", name)
+    fn policy(name: &str) -> PlacedRef {
+        PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", name)
     }
 
     fn config_map(render: &GroupRender, annotations: &[(&str, &str)]) -> ConfigMap {

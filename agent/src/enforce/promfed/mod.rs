@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, PlacementState, PolicyRef, PromfedSpec};
+use accord_common::distribution::{AssignmentSpec, PlacedRef, PlacementState, PromfedSpec};
 use accord_common::promfed::CONFIG_MAP_NAME;
 use accord_common::runtime::{AbortOnDrop, backoff};
 use futures::future::BoxFuture;
@@ -97,7 +97,7 @@ pub struct PromfedEnforcer {
     /// Namespace of the ConfigMap when a policy names none: the agent's.
     agent_namespace: String,
     /// Assigned policies by ConfigMap namespace.
-    groups: BTreeMap<String, BTreeMap<PolicyRef, PromfedSpec>>,
+    groups: BTreeMap<String, BTreeMap<PlacedRef, PromfedSpec>>,
     services: Option<Watched<Service>>,
     namespaces: Option<Watched<Namespace>>,
     /// ConfigMap `prometheus-federation` by namespace: the agent's own and every group's.
@@ -131,14 +131,14 @@ impl PromfedEnforcer {
         }
     }
 
-    fn all_policies(&self) -> Vec<PolicyRef> {
+    fn all_policies(&self) -> Vec<PlacedRef> {
         self.groups
             .values()
             .flat_map(|g| g.keys().cloned())
             .collect()
     }
 
-    fn by_labels(&self) -> Vec<PolicyRef> {
+    fn by_labels(&self) -> Vec<PlacedRef> {
         self.groups
             .values()
             .flat_map(|g| g.iter())
@@ -293,7 +293,7 @@ impl KindEnforcer for PromfedEnforcer {
                 .insert(policy.clone(), spec.clone());
         }
         // A group whose members changed renders differently for every member.
-        let members = |g: &BTreeMap<PolicyRef, PromfedSpec>| -> BTreeSet<PolicyRef> {
+        let members = |g: &BTreeMap<PlacedRef, PromfedSpec>| -> BTreeSet<PlacedRef> {
             g.keys().cloned().collect()
         };
         for (namespace, group) in &self.groups {
@@ -355,7 +355,7 @@ impl KindEnforcer for PromfedEnforcer {
         self.deleting.retain(|ns, _| !groups.contains_key(ns));
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         match event {
             WatchEvent::Changed {
                 resource: CONFIG_MAPS,
@@ -425,7 +425,7 @@ impl KindEnforcer for PromfedEnforcer {
 
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &PromfedSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -472,7 +472,7 @@ impl KindEnforcer for PromfedEnforcer {
 
     fn apply(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         spec: &PromfedSpec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {

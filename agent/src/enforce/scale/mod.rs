@@ -10,7 +10,7 @@ pub mod judge;
 
 use std::collections::{BTreeSet, HashMap};
 
-use accord_common::distribution::{AssignmentSpec, PlacementState, PolicyRef, ScaleSpec};
+use accord_common::distribution::{AssignmentSpec, PlacedRef, PlacementState, ScaleSpec};
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -70,7 +70,7 @@ pub struct ScaleEnforcer {
     client: kube::Client,
     metrics: Metrics,
     /// Assigned policies by target Deployment (namespace, name); the first one owns it.
-    targets: HashMap<(String, String), BTreeSet<PolicyRef>>,
+    targets: HashMap<(String, String), BTreeSet<PlacedRef>>,
     namespaces: HashMap<String, NamespaceWatch>,
 }
 
@@ -85,7 +85,7 @@ impl ScaleEnforcer {
         }
     }
 
-    fn in_namespace(&self, namespace: &str) -> Vec<PolicyRef> {
+    fn in_namespace(&self, namespace: &str) -> Vec<PlacedRef> {
         self.targets
             .iter()
             .filter(|((ns, _), _)| ns == namespace)
@@ -132,7 +132,7 @@ impl KindEnforcer for ScaleEnforcer {
         }
     }
 
-    fn event(&mut self, event: WatchEvent) -> Vec<PolicyRef> {
+    fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         match event {
             WatchEvent::Changed {
                 resource: DEPLOYMENTS,
@@ -177,7 +177,7 @@ impl KindEnforcer for ScaleEnforcer {
 
     fn look(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         target: &ScaleSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -258,7 +258,7 @@ impl KindEnforcer for ScaleEnforcer {
 
     fn apply(
         &self,
-        policy: &PolicyRef,
+        policy: &PlacedRef,
         target: &ScaleSpec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {

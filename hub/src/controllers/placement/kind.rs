@@ -170,7 +170,7 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// The controller's name, for logs and supervision.
     const CONTROLLER: &'static str;
     /// Kind name in keys and policy references.
-    const KIND: PolicyKind;
+    const KIND: PlacedKind;
     /// Key of the decision data in the stored record.
     const DECISION_TAG: &'static str;
     /// Finalizers earlier hub versions put on every object of the kind, released when such
@@ -339,6 +339,6 @@ pub fn object_name(o: &impl ResourceExt) -> String {
 }
 
 /// The policy reference of an object of kind `K`.
-pub fn policy_ref<K: PlacementKind>(o: &impl ResourceExt) -> PolicyRef {
-    PolicyRef::new(K::KIND, &o.namespace().unwrap_or_default(), &o.name_any())
+pub fn policy_ref<K: PlacementKind>(o: &impl ResourceExt) -> PlacedRef {
+    PlacedRef::new(K::KIND, &o.namespace().unwrap_or_default(), &o.name_any())
 }

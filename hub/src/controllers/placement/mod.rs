@@ -22,7 +22,7 @@
 //! records of the kind, and whatever the kind adds ([`Started::tasks`] send to its
 //! [`Trigger`]).
 
-use accord_common::distribution::PolicyKind;
+use accord_common::distribution::PlacedKind;
 use accord_crds::StatusLimits;
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -30,7 +30,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::PolicyRef;
+use accord_common::distribution::PlacedRef;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use k8s_openapi::NamespaceResourceScope;

@@ -334,7 +334,7 @@ impl<K: PlacementKind> Placements<K> {
             return Ok(());
         }
         self.shown.remove(&(namespace.to_owned(), name.to_owned()));
-        let p = PolicyRef::new(K::KIND, namespace, name);
+        let p = PlacedRef::new(K::KIND, namespace, name);
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(namespace, name).await?;
         info!(policy = %p, "gone: its placements and reports are removed");

@@ -16,7 +16,7 @@ pub fn clusters(ctx: &ControllerContext) -> Clusters {
 /// The stored record of `policy`, read as kind `K`'s, with its revision.
 pub fn stored_record<K: PlacementKind>(
     ctx: &ControllerContext,
-    policy: &PolicyRef,
+    policy: &PlacedRef,
 ) -> Option<(PlacementRecord<K::Decision>, i64)> {
     let key = ctx
         .store
@@ -45,7 +45,7 @@ pub async fn write_record<K: PlacementKind>(
         let lock = tokio::time::timeout(
             LOCK_WAIT,
             ctx.store
-                .lock_policy(p.kind.as_str(), &p.namespace, &p.name, LOCK_TTL),
+                .lock_placement(p.kind.as_str(), &p.namespace, &p.name, LOCK_TTL),
         )
         .await
         .map_err(|_| ReconcileError::LockTimeout(format!("{}/{}", p.namespace, p.name)))??;
@@ -83,7 +83,7 @@ pub fn reports<D>(
 
 pub(super) fn reports_of(
     ctx: &ControllerContext,
-    p: &PolicyRef,
+    p: &PlacedRef,
     shares: &[ShareRecord],
 ) -> HashMap<String, StatusRecord> {
     shares
@@ -101,7 +101,7 @@ pub(super) fn reports_of(
 /// Removes `policy`'s placements record and every status record about it.
 pub async fn remove_records(
     ctx: &ControllerContext,
-    policy: &PolicyRef,
+    policy: &PlacedRef,
 ) -> Result<(), ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
     let key = ctx
@@ -110,7 +110,7 @@ pub async fn remove_records(
         .placements(policy.kind.as_str(), &policy.namespace, &policy.name);
     ctx.store.fenced_delete(&fence, &key).await?;
     ctx.store
-        .delete_policy_status(policy.kind.as_str(), &policy.namespace, &policy.name)
+        .delete_placement_status(policy.kind.as_str(), &policy.namespace, &policy.name)
         .await?;
     ctx.views.remove(policy);
     Ok(())
