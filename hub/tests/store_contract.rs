@@ -421,17 +421,8 @@ async fn concurrent_reports_are_batched_and_each_keeps_its_own_precondition(stor
         observed: Observed::Scale(ScaleObserved::default()),
         api_server_unavailable: false,
     };
-    let kind = "CrossClusterScalePolicy";
-    let writes = (0..200).map(|i| {
-        let store = store.clone();
-        let record = report(&i.to_string());
-        async move {
-            store
-                .write_status(&format!("c{i}"), kind, "ns", "web", &record, 0, None)
-                .await
-        }
-    });
-    let outcomes = futures::future::join_all(writes).await;
+    // 200 reports at once, each the first of its cluster: every one is accepted.
+    let outcomes = report_all(&store, report("first")).await;
     assert!(
         outcomes
             .iter()
@@ -439,20 +430,32 @@ async fn concurrent_reports_are_batched_and_each_keeps_its_own_precondition(stor
         "every first report is accepted"
     );
     // Written again with the same precondition, each is refused on its own.
-    let again = (0..200).map(|i| {
-        let store = store.clone();
-        let record = report("x");
-        async move {
-            store
-                .write_status(&format!("c{i}"), kind, "ns", "web", &record, 0, None)
-                .await
-        }
-    });
-    let outcomes = futures::future::join_all(again).await;
+    let outcomes = report_all(&store, report("again")).await;
     assert!(
         outcomes
             .iter()
             .all(|o| matches!(o, Ok(WriteOutcome::Conflict { .. }))),
         "every stale report is refused"
     );
+}
+
+/// `record` written as the first report (expected version 0) of 200 clusters at once.
+async fn report_all(store: &Store, record: StatusRecord) -> Vec<Result<WriteOutcome, StoreError>> {
+    let writes = (0..200).map(|i| {
+        let (store, record) = (store.clone(), record.clone());
+        async move {
+            store
+                .write_status(
+                    &format!("c{i}"),
+                    "CrossClusterScalePolicy",
+                    "ns",
+                    "web",
+                    &record,
+                    0,
+                    None,
+                )
+                .await
+        }
+    });
+    futures::future::join_all(writes).await
 }

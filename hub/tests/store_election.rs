@@ -4,7 +4,7 @@ mod store_support;
 
 use std::time::Duration;
 
-use accord_hub::store::{Compare, CompareOp, Fence, LeaderElection, Store, StoreError, TxnOp};
+use accord_hub::store::{Fence, LeaderElection, Store, StoreError};
 use store_support::{
     HelperProcess, MARGIN, PROMPTLY, TTL, helper_ready_and_wait, helper_store, unique_prefix,
     within,
@@ -264,46 +264,4 @@ async fn a_leader_process_killed_with_sigkill_is_replaced_within_the_ttl() {
         .fenced_put(&child_fence, "x", b"from the dead".to_vec())
         .await;
     assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fenced_txn_applies_its_ops_only_when_the_callers_compares_hold() {
-    let store = store_support::store("fenced-txn").await;
-    let election = LeaderElection::start(store.clone(), "solo".into(), TTL)
-        .await
-        .unwrap();
-    let fence = within("leadership", PROMPTLY, election.wait_for_leadership()).await;
-    let key = format!("{}placements/k", store.keys().prefix());
-
-    let missing = store
-        .fenced_txn(
-            &fence,
-            vec![Compare::version(key.as_str(), CompareOp::Greater, 0)],
-            vec![TxnOp::put(key.as_str(), "never", None)],
-        )
-        .await
-        .unwrap();
-    assert!(!missing.succeeded());
-    assert!(store.get(key.as_str()).await.unwrap().is_none());
-
-    let (created, revision) = store
-        .fenced_txn_with_revision(
-            &fence,
-            vec![Compare::create_revision(key.as_str(), CompareOp::Equal, 0)],
-            vec![TxnOp::put(key.as_str(), "v1", None)],
-        )
-        .await
-        .unwrap();
-    assert!(created.succeeded());
-    let stored = store.get(key.as_str()).await.unwrap().unwrap();
-    assert_eq!(stored.value(), b"v1");
-    assert_eq!(stored.mod_revision(), revision);
-
-    election.resign().await;
-    let refused = store
-        .fenced_txn(&fence, vec![], vec![TxnOp::put(key.as_str(), "v2", None)])
-        .await;
-    assert!(matches!(refused, Err(StoreError::Fenced)), "{refused:?}");
-    let stored = store.get(key.as_str()).await.unwrap().unwrap();
-    assert_eq!(stored.value(), b"v1");
 }
