@@ -471,6 +471,10 @@ impl Validate for FederatedResourceSpec {
     }
 }
 
+crate::placed_status! {
+    FederatedResource => FederatedResourceStatus, ResourcePlacement;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -285,3 +285,7 @@ pub struct KafkaTopicPolicyStatus {
     #[schemars(schema_with = "bounds::conditions")]
     pub conditions: Vec<Condition>,
 }
+
+crate::placed_status! {
+    FederatedKafkaTopic => FederatedKafkaTopicStatus, TopicPlacement;
+}

@@ -766,6 +766,10 @@ pub struct KafkaUserPlacement {
     pub message: Option<String>,
 }
 
+crate::placed_status! {
+    FederatedKafkaUser => FederatedKafkaUserStatus, KafkaUserPlacement;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

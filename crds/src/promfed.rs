@@ -201,3 +201,7 @@ pub struct FederationPlacement {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }
+
+crate::placed_status! {
+    PrometheusFederation => PrometheusFederationStatus, FederationPlacement;
+}

@@ -637,3 +637,7 @@ pub struct AutoscalingStatus {
     #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
     pub tokens_left: Option<i32>,
 }
+
+crate::placed_status! {
+    CrossClusterScalePolicy => CrossClusterScalePolicyStatus, Placement;
+}

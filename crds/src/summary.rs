@@ -77,36 +77,6 @@ pub trait HasState {
     fn state(&self) -> PlacementState;
 }
 
-impl HasState for crate::Placement {
-    fn state(&self) -> PlacementState {
-        self.state
-    }
-}
-
-impl HasState for crate::TopicPlacement {
-    fn state(&self) -> PlacementState {
-        self.state
-    }
-}
-
-impl HasState for crate::ResourcePlacement {
-    fn state(&self) -> PlacementState {
-        self.state
-    }
-}
-
-impl HasState for crate::KafkaUserPlacement {
-    fn state(&self) -> PlacementState {
-        self.state
-    }
-}
-
-impl HasState for crate::FederationPlacement {
-    fn state(&self) -> PlacementState {
-        self.state
-    }
-}
-
 /// How many placements a status lists: all of them up to `threshold`; above it, only those
 /// not `Synced`, at most `listed`, with a [`PlacementSummary`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,10 +120,21 @@ pub trait HasPlacedStatus {
     fn placed_status(&self) -> Option<&Self::Status>;
 }
 
+/// Makes a kind's status a [`PlacedStatus`], its object a [`HasPlacedStatus`] and its
+/// per-cluster line a [`HasState`]: `placed_status! { Object => Status, Placement; }`, in
+/// the kind's own file. The status has `conditions`, `placements` and `summary`; the line
+/// has `state`.
+#[macro_export]
 macro_rules! placed_status {
     ($($object:ty => $status:ty, $placement:ty;)*) => {
         $(
-            impl PlacedStatus for $status {
+            impl $crate::summary::HasState for $placement {
+                fn state(&self) -> $crate::PlacementState {
+                    self.state
+                }
+            }
+
+            impl $crate::summary::PlacedStatus for $status {
                 type Placement = $placement;
 
                 fn conditions_mut(
@@ -162,12 +143,12 @@ macro_rules! placed_status {
                     &mut self.conditions
                 }
 
-                fn summarize(&mut self, limits: &StatusLimits) {
+                fn summarize(&mut self, limits: &$crate::summary::StatusLimits) {
                     self.summary = limits.apply(&mut self.placements);
                 }
             }
 
-            impl HasPlacedStatus for $object {
+            impl $crate::summary::HasPlacedStatus for $object {
                 type Status = $status;
 
                 fn placed_status(&self) -> Option<&$status> {
@@ -176,14 +157,6 @@ macro_rules! placed_status {
             }
         )*
     };
-}
-
-placed_status! {
-    crate::CrossClusterScalePolicy => crate::scale::CrossClusterScalePolicyStatus, crate::Placement;
-    crate::kafka_topic::FederatedKafkaTopic => crate::kafka_topic::FederatedKafkaTopicStatus, crate::TopicPlacement;
-    crate::FederatedKafkaUser => crate::kafka_user::FederatedKafkaUserStatus, crate::KafkaUserPlacement;
-    crate::PrometheusFederation => crate::promfed::PrometheusFederationStatus, crate::FederationPlacement;
-    crate::FederatedResource => crate::federated_resource::FederatedResourceStatus, crate::ResourcePlacement;
 }
 
 impl StatusLimits {

@@ -606,10 +606,7 @@ mod toy {
     use std::time::Duration;
 
     use accord_common::distribution::{AssignmentSpec, FederatedResourceSpec, PlacedKind};
-    use accord_crds::summary::HasState;
-    use accord_crds::{
-        HasPlacedStatus, PlacedStatus, PlacementState, PlacementSummary, StatusLimits,
-    };
+    use accord_crds::{PlacementState, PlacementSummary};
     use accord_hub::controllers::name_claims::NameClaims;
     use accord_hub::controllers::placement::{
         DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
@@ -661,30 +658,8 @@ mod toy {
         pub message: Option<String>,
     }
 
-    impl HasState for ToyPlacement {
-        fn state(&self) -> PlacementState {
-            self.state
-        }
-    }
-
-    impl PlacedStatus for ToyStatus {
-        type Placement = ToyPlacement;
-
-        fn conditions_mut(&mut self) -> &mut Vec<Condition> {
-            &mut self.conditions
-        }
-
-        fn summarize(&mut self, limits: &StatusLimits) {
-            self.summary = limits.apply(&mut self.placements);
-        }
-    }
-
-    impl HasPlacedStatus for Toy {
-        type Status = ToyStatus;
-
-        fn placed_status(&self) -> Option<&ToyStatus> {
-            self.status.as_ref()
-        }
+    accord_crds::placed_status! {
+        Toy => ToyStatus, ToyPlacement;
     }
 
     #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
