@@ -22,6 +22,7 @@ pub mod duration;
 pub mod federated_resource;
 pub mod kafka_topic;
 pub mod kafka_user;
+pub mod kinds;
 pub mod managed_cluster;
 pub mod messages;
 pub mod placement;
@@ -54,7 +55,6 @@ pub use scale::{
 pub use summary::{HasPlacedStatus, PlacedStatus, PlacementSummary, StatusLimits};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::CustomResourceExt;
 
 /// API group of every Accord resource.
 pub const GROUP: &str = "accord.io";
@@ -90,18 +90,11 @@ pub const HUB_FIELD_MANAGER: &str = "accord-hub";
 /// Every CRD Accord defines, in a stable order, each serving v1beta1 (storage) and the
 /// deprecated v1alpha1 ([`versions::with_served_versions`]).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    [
-        ManagedCluster::crd(),
-        CrossClusterScalePolicy::crd(),
-        FederatedKafkaTopic::crd(),
-        KafkaTopicPolicy::crd(),
-        PrometheusFederation::crd(),
-        FederatedResource::crd(),
-        FederatedKafkaUser::crd(),
-    ]
-    .into_iter()
-    .map(versions::with_served_versions)
-    .collect()
+    kinds::all()
+        .iter()
+        .map(kinds::Kind::crd)
+        .map(versions::with_served_versions)
+        .collect()
 }
 
 /// [`all_crds`] with `spec.conversion` naming the hub's webhook Service in `namespace` at

@@ -3,49 +3,31 @@
 //! message the Rust side can produce is one a CEL rule in the CRDs carries. And every
 //! integer in every CRD has schema bounds its Rust type can hold.
 
+use accord_crds::kinds::{self, Kind};
 use accord_crds::testdata::{InvalidCase, examples, invalid_cases};
 use accord_crds::validate::{Validate, ValidationErrors};
-use accord_crds::{
-    CrossClusterScalePolicy, FederatedKafkaTopic, FederatedKafkaUser, FederatedResource,
-    KafkaTopicPolicy, ManagedCluster, PrometheusFederation, render_all_crds_yaml,
-};
+use accord_crds::{FederatedKafkaUser, FederatedResource, render_all_crds_yaml};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     JSONSchemaProps, JSONSchemaPropsOrArray,
 };
 use serde_json::Value;
 
+/// The kind of `obj`, from the one list of kinds.
+fn kind_of(obj: &Value) -> Kind {
+    let name = obj["kind"].as_str().unwrap_or_default();
+    kinds::named(name).unwrap_or_else(|| panic!("unknown kind {name}"))
+}
+
 /// Deserialises an object by its kind and runs its Rust-side validation.
 fn validate(obj: &Value) -> Result<(), ValidationErrors> {
-    fn typed<T: serde::de::DeserializeOwned>(obj: &Value) -> T {
-        serde_json::from_value(obj.clone()).unwrap_or_else(|e| panic!("{e}: {obj}"))
-    }
-    match obj["kind"].as_str().unwrap() {
-        "ManagedCluster" => typed::<ManagedCluster>(obj).spec.validate(),
-        "CrossClusterScalePolicy" => typed::<CrossClusterScalePolicy>(obj).spec.validate(),
-        "FederatedKafkaTopic" => typed::<FederatedKafkaTopic>(obj).spec.validate(),
-        "KafkaTopicPolicy" => typed::<KafkaTopicPolicy>(obj).spec.validate(),
-        "PrometheusFederation" => typed::<PrometheusFederation>(obj).spec.validate(),
-        "FederatedResource" => typed::<FederatedResource>(obj).spec.validate(),
-        "FederatedKafkaUser" => typed::<FederatedKafkaUser>(obj).spec.validate(),
-        other => panic!("unknown kind {other}"),
-    }
+    kind_of(obj)
+        .validate_object(obj)
+        .unwrap_or_else(|e| panic!("{e}: {obj}"))
 }
 
 /// Whether the object decodes into its kind's Rust type (spec and status).
 fn decodes(obj: &Value) -> Result<(), serde_json::Error> {
-    fn typed<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<(), serde_json::Error> {
-        serde_json::from_value::<T>(obj.clone()).map(|_| ())
-    }
-    match obj["kind"].as_str().unwrap() {
-        "ManagedCluster" => typed::<ManagedCluster>(obj),
-        "CrossClusterScalePolicy" => typed::<CrossClusterScalePolicy>(obj),
-        "FederatedKafkaTopic" => typed::<FederatedKafkaTopic>(obj),
-        "KafkaTopicPolicy" => typed::<KafkaTopicPolicy>(obj),
-        "PrometheusFederation" => typed::<PrometheusFederation>(obj),
-        "FederatedResource" => typed::<FederatedResource>(obj),
-        "FederatedKafkaUser" => typed::<FederatedKafkaUser>(obj),
-        other => panic!("unknown kind {other}"),
-    }
+    kind_of(obj).validate_object(obj).map(|_| ())
 }
 
 /// The root schema of the CRD for `kind`.

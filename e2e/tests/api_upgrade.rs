@@ -45,16 +45,20 @@ const NEW: &str = "v1beta1";
 const ETCD_PREFIX: &str = "/api-upgrade/";
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Every Accord kind: (kind, plural, namespaced).
-const KINDS: [(&str, &str, bool); 7] = [
-    ("ManagedCluster", "managedclusters", false),
-    ("CrossClusterScalePolicy", "crossclusterscalepolicies", true),
-    ("FederatedKafkaTopic", "federatedkafkatopics", true),
-    ("KafkaTopicPolicy", "kafkatopicpolicies", false),
-    ("PrometheusFederation", "prometheusfederations", true),
-    ("FederatedResource", "federatedresources", true),
-    ("FederatedKafkaUser", "federatedkafkausers", true),
-];
+/// Every Accord kind: (kind, plural, namespaced), from the one list of kinds.
+fn kinds() -> Vec<(String, String, bool)> {
+    accord_crds::kinds::all()
+        .iter()
+        .map(|k| {
+            let crd = k.crd();
+            (
+                k.name(),
+                crd.spec.names.plural,
+                crd.spec.scope == "Namespaced",
+            )
+        })
+        .collect()
+}
 
 const TOPIC_CLUSTERS: [&str; 2] = ["us-central1", "eu-west1"];
 
@@ -137,13 +141,13 @@ fn old_objects() -> Vec<Value> {
 
 /// The API of `kind` in `version`, in [`NAMESPACE`] when namespaced.
 fn api(client: &kube::Client, kind: &str, version: &str) -> Result<Api<DynamicObject>> {
-    let (_, plural, namespaced) = KINDS
-        .iter()
-        .find(|(k, _, _)| *k == kind)
+    let (_, plural, namespaced) = kinds()
+        .into_iter()
+        .find(|(k, _, _)| k == kind)
         .with_context(|| format!("unknown kind {kind}"))?;
     let gvk = GroupVersionKind::gvk("accord.io", version, kind);
-    let resource = ApiResource::from_gvk_with_plural(&gvk, plural);
-    Ok(if *namespaced {
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+    Ok(if namespaced {
         Api::namespaced_with(client.clone(), NAMESPACE, &resource)
     } else {
         Api::all_with(client.clone(), &resource)
@@ -209,7 +213,7 @@ async fn stored_api_versions(testbed: &Testbed) -> Result<BTreeMap<String, Strin
 async fn stored_versions(client: &kube::Client) -> Result<BTreeMap<String, Vec<String>>> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut all = BTreeMap::new();
-    for (_, plural, _) in KINDS {
+    for (_, plural, _) in kinds() {
         let name = format!("{plural}.accord.io");
         let crd = crds.get(&name).await?;
         let stored = crd
@@ -226,7 +230,7 @@ async fn stored_versions(client: &kube::Client) -> Result<BTreeMap<String, Vec<S
 fn new_crds(dir: &Path, url: &str, ca: &ByteString) -> Result<Vec<CustomResourceDefinition>> {
     let crds = accord_e2e::crds::converting_at(accord_e2e::crds::read_dir(dir)?, url, ca)?;
     ensure!(
-        crds.len() == KINDS.len(),
+        crds.len() == kinds().len(),
         "{} CRDs in {}",
         crds.len(),
         dir.display()
@@ -378,7 +382,7 @@ async fn objects_written_as_v1alpha1_are_migrated_to_v1beta1_and_read_in_both_ve
         output_text(&run)
     );
     let run_out = String::from_utf8_lossy(&run.stdout);
-    for (kind, _, _) in KINDS {
+    for (kind, _, _) in kinds() {
         ensure!(
             run_out.contains(&format!("{kind}: 1/1 rewritten")),
             "no final line for {kind}:\n{run_out}"
@@ -408,15 +412,15 @@ async fn objects_written_as_v1alpha1_are_migrated_to_v1beta1_and_read_in_both_ve
         String::from_utf8_lossy(&again.stdout)
             .matches("nothing to do")
             .count()
-            == KINDS.len(),
+            == kinds().len(),
         "a second run should find nothing to do:\n{}",
         output_text(&again)
     );
 
     // e) Every object reads in both versions, v1beta1 with the fields moved.
-    for (kind, plural, _) in KINDS {
+    for (kind, plural, _) in kinds() {
         for version in [OLD, NEW] {
-            let items = kubectl_list(&testbed, plural, version).await?;
+            let items = kubectl_list(&testbed, &plural, version).await?;
             let expected = objects.iter().filter(|o| o["kind"] == kind).count();
             ensure!(
                 items.len() == expected
@@ -539,12 +543,12 @@ async fn objects_written_as_v1alpha1_are_migrated_to_v1beta1_and_read_in_both_ve
         Duration::from_secs(90),
         || async {
             let mut waiting = Vec::new();
-            for (kind, _, _) in KINDS {
+            for (kind, _, _) in kinds() {
                 // A ManagedCluster's status is its agent's report; none runs here.
                 if kind == "ManagedCluster" {
                     continue;
                 }
-                for item in api(&client, kind, NEW)?.list(&Default::default()).await? {
+                for item in api(&client, &kind, NEW)?.list(&Default::default()).await? {
                     let generation = item.metadata.generation;
                     let observed = item.data["status"]["observedGeneration"].as_i64();
                     if observed.is_none() || observed != generation {

@@ -9,11 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use accord_crds::validate::Validate;
-use accord_crds::{
-    CrossClusterScalePolicySpec, FederatedKafkaTopicSpec, FederatedKafkaUserSpec,
-    FederatedResourceSpec, KafkaTopicPolicySpec, ManagedClusterSpec, PrometheusFederationSpec,
-};
 use accord_hub::grpc::sync::translate_report;
 use accord_proto::v1::{AgentMessage, HubMessage, RegisterRequest, agent_message};
 use proptest::prelude::*;
@@ -126,31 +121,21 @@ fn example_specs() -> Vec<(String, Value)> {
             specs.push((kind, doc["spec"].clone()));
         }
     }
-    assert!(specs.len() >= 5, "expected an example of every kind");
+    for kind in accord_crds::kinds::all() {
+        assert!(
+            specs.iter().any(|(name, _)| *name == kind.name()),
+            "no example of {kind:?} in deploy/examples"
+        );
+    }
     specs
 }
 
 /// Deserializes `spec` as `kind`'s spec and validates it; `true` if it deserialized.
 fn validate_as(kind: &str, spec: Value) -> bool {
-    fn check<T: serde::de::DeserializeOwned + Validate>(spec: Value) -> bool {
-        match serde_json::from_value::<T>(spec) {
-            Ok(spec) => {
-                let _ = spec.validate();
-                true
-            }
-            Err(_) => false,
-        }
-    }
-    match kind {
-        "CrossClusterScalePolicy" => check::<CrossClusterScalePolicySpec>(spec),
-        "FederatedKafkaTopic" => check::<FederatedKafkaTopicSpec>(spec),
-        "KafkaTopicPolicy" => check::<KafkaTopicPolicySpec>(spec),
-        "ManagedCluster" => check::<ManagedClusterSpec>(spec),
-        "PrometheusFederation" => check::<PrometheusFederationSpec>(spec),
-        "FederatedResource" => check::<FederatedResourceSpec>(spec),
-        "FederatedKafkaUser" => check::<FederatedKafkaUserSpec>(spec),
-        other => panic!("an example of unknown kind {other}"),
-    }
+    accord_crds::kinds::named(kind)
+        .unwrap_or_else(|| panic!("an example of unknown kind {kind}"))
+        .validate_spec(spec)
+        .is_ok()
 }
 
 /// Paths (object keys / array indexes) of every node of a JSON tree.
@@ -225,10 +210,8 @@ proptest! {
         bytes in prop::collection::vec(any::<u8>(), 0..256)
     ) {
         if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
-            for kind in ["CrossClusterScalePolicy", "FederatedKafkaTopic", "KafkaTopicPolicy",
-                         "ManagedCluster", "PrometheusFederation", "FederatedResource",
-                         "FederatedKafkaUser"] {
-                validate_as(kind, value.clone());
+            for kind in accord_crds::kinds::all() {
+                let _ = kind.validate_spec(value.clone());
             }
         }
     }
