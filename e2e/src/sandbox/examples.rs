@@ -19,44 +19,7 @@ use crate::fleet::AGENT_NAMESPACE;
 use crate::promfed::TENANT_JOB;
 
 /// The example files, embedded so an installed binary needs no checkout.
-pub const EXAMPLE_FILES: &[(&str, &str)] = &[
-    (
-        "crossclusterscalepolicy-autoscaling.yaml",
-        include_str!("../../../deploy/examples/crossclusterscalepolicy-autoscaling.yaml"),
-    ),
-    (
-        "crossclusterscalepolicy.yaml",
-        include_str!("../../../deploy/examples/crossclusterscalepolicy.yaml"),
-    ),
-    (
-        "federatedkafkatopic.yaml",
-        include_str!("../../../deploy/examples/federatedkafkatopic.yaml"),
-    ),
-    (
-        "federatedkafkauser.yaml",
-        include_str!("../../../deploy/examples/federatedkafkauser.yaml"),
-    ),
-    (
-        "federatedresource-mysql.yaml",
-        include_str!("../../../deploy/examples/federatedresource-mysql.yaml"),
-    ),
-    (
-        "federatedresource.yaml",
-        include_str!("../../../deploy/examples/federatedresource.yaml"),
-    ),
-    (
-        "kafkatopicpolicy.yaml",
-        include_str!("../../../deploy/examples/kafkatopicpolicy.yaml"),
-    ),
-    (
-        "managedcluster.yaml",
-        include_str!("../../../deploy/examples/managedcluster.yaml"),
-    ),
-    (
-        "prometheusfederation.yaml",
-        include_str!("../../../deploy/examples/prometheusfederation.yaml"),
-    ),
-];
+pub const EXAMPLE_FILES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 
 /// Kind of the scale policy.
 pub const CCSP: &str = "CrossClusterScalePolicy";
@@ -308,6 +271,14 @@ pub fn plan_objects(objects: Vec<Value>, fit: &Fit<'_>) -> Result<Plan> {
                     plan.federation = Some(fit_federation(&mut object)?);
                 }
                 fit.prometheus_url.is_some()
+            }
+            // Any other placed kind: its clusters become the sandbox's members. A kind whose
+            // example needs more (a broker, a Secret, a server) has an arm of its own above.
+            _ if object["spec"]["placement"]["clusters"].is_array() => {
+                let placement = &mut object["spec"]["placement"];
+                placement["clusters"] =
+                    json!(fit_cluster_list(&placement["clusters"], fit, &rename));
+                true
             }
             other => bail!("example of unexpected kind {other:?}"),
         };
@@ -1018,6 +989,32 @@ mod tests {
                 global: true,
             })
         );
+    }
+
+    #[test]
+    fn a_placed_kind_without_an_arm_of_its_own_gets_the_members_and_anything_else_is_refused() {
+        let names = members(&["member-1", "member-2"]);
+        let fit = Fit {
+            members: &names,
+            ..Fit::default()
+        };
+        let new_kind = json!({
+            "apiVersion": "accord.io/v1beta1",
+            "kind": "FederatedKafkaGroup",
+            "metadata": {"name": "g", "namespace": "team"},
+            "spec": {"placement": {"clusters": ["us-central1"]}},
+        });
+        let plan = plan_objects(vec![new_kind], &fit).unwrap();
+        let placed = example(&plan, "FederatedKafkaGroup", "g");
+        assert_eq!(
+            placed["spec"]["placement"]["clusters"],
+            json!(["member-1", "member-2"])
+        );
+        assert!(plan.mgmt_namespaces.iter().any(|n| n == "team"));
+
+        let unplaced = json!({"apiVersion": "v1", "kind": "Widget", "metadata": {"name": "w"}});
+        let err = plan_objects(vec![unplaced], &fit).unwrap_err().to_string();
+        assert!(err.contains("unexpected kind \"Widget\""), "{err}");
     }
 
     #[test]
