@@ -169,6 +169,22 @@ fn the_hub_charts_crd_templates_are_generated() {
 }
 
 #[test]
+fn the_hub_charts_cluster_rules_are_generated() {
+    let path = chart("accord-hub").join("templates/_cluster_rules.tpl");
+    let text = accord_hub::install::helm_cluster_rules_template().unwrap();
+    if std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/templates/_cluster_rules.tpl: {e}"));
+    assert!(
+        committed == text,
+        "deploy/helm/accord-hub/templates/_cluster_rules.tpl is stale; regenerate with \
+         `ACCORD_UPDATE_CHARTS=1 cargo test -p accord-hub --test install_helm`"
+    );
+}
+
+#[test]
 fn the_hub_charts_default_values_are_installs_defaults() {
     let values = yaml_file(&chart("accord-hub").join("values.yaml"));
     let chart_yaml = yaml_file(&chart("accord-hub").join("Chart.yaml"));
