@@ -1,18 +1,29 @@
-//! The leader's controllers and `/readyz`, against a real etcd and a management cluster that
-//! never answers: a leader whose controllers have not listed their objects is not ready, a
+//! The leader's controllers and `/readyz`, on the store kept in memory (no testbed) and a
+//! management cluster that never answers: a leader whose controllers have not listed their objects is not ready, a
 //! follower is, and leadership moving moves the gate with it.
 
-mod store_support;
-
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use accord_hub::connections::Connections;
 use accord_hub::controllers::{self, ControllerDeps, ControllerError};
 use accord_hub::http::{Readiness, ReadinessGates};
 use accord_hub::metrics::Metrics;
-use accord_hub::store::{LeaderElection, PrefixCache, Store};
-use store_support::{PROMPTLY, TTL, store_at, unique_prefix, wait_until, within};
+use accord_hub::store::{Backend, Keyspace, LeaderElection, MemoryBackend, PrefixCache, Store};
 use tokio::task::JoinHandle;
+
+/// The leader's lease.
+const TTL: Duration = Duration::from_secs(2);
+/// Deadline for what should happen promptly.
+const PROMPTLY: Duration = Duration::from_secs(15);
+
+/// Awaits `future`, panicking with `what` if it takes longer than `timeout`.
+async fn within<T>(what: &str, timeout: Duration, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(timeout, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
+}
 
 /// One hub replica's controllers, with its readiness and metrics.
 struct Replica {
@@ -64,18 +75,22 @@ async fn replica(store: Store, name: &str) -> Replica {
 }
 
 async fn wait_ready(r: &Replica, want: bool, what: &str) {
-    wait_until(what, PROMPTLY, || async {
-        (r.ready.get() == want).then_some(())
+    within(what, PROMPTLY, async {
+        while r.ready.get() != want {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     })
     .await;
 }
 
 #[tokio::test]
 async fn a_leader_is_ready_only_once_its_controllers_listed_and_a_follower_is_ready() {
-    let prefix = unique_prefix("controllers-ready");
-    let a = replica(store_at(&prefix).await, "a").await;
+    // Two replicas on one store.
+    let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let store = || Store::with_backend(backend.clone(), Keyspace::new("/controllers-ready/"));
+    let a = replica(store(), "a").await;
     within("a leads", PROMPTLY, a.election.wait_for_leadership()).await;
-    let b = replica(store_at(&prefix).await, "b").await;
+    let b = replica(store(), "b").await;
 
     wait_ready(&a, false, "the leader to wait for its controllers").await;
     assert_eq!(a.metrics.is_leader.get(), 1);
