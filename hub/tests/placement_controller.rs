@@ -1,4 +1,6 @@
-//! The generic placement controller driven one step at a time: the store kept in memory
+//! The generic placement controller driven one step at a time, on a paused clock (Tokio's:
+//! time advances only when every task waits, so the suite takes a fraction of a second and
+//! no wait depends on the machine's speed): the store kept in memory
 //! (`Store::in_memory`: fenced transactions, watches, leases and locks as etcd keeps them,
 //! held to etcd's behaviour by `store_contract.rs`; no testbed needed) and a fake
 //! management API server that records every write, with
@@ -262,7 +264,7 @@ fn replicas(record: &PlacementRecord<ScaleDecision>) -> Vec<i32> {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_object_that_does_not_decode_says_so_once_in_its_status_and_one_event() {
     let h = harness("pc-undecodable").await;
     let (controller, _) = h.controller::<Scale>();
@@ -296,7 +298,7 @@ async fn an_object_that_does_not_decode_says_so_once_in_its_status_and_one_event
     assert_eq!(h.event_notes().await.len(), 1, "no second Event");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_decision_is_written_once_announced_once_and_an_unchanged_status_costs_nothing() {
     let h = harness("pc-once").await;
     let (controller, _) = h.controller::<Scale>();
@@ -335,7 +337,7 @@ async fn a_decision_is_written_once_announced_once_and_an_unchanged_status_costs
     assert_eq!(h.event_notes().await.len(), 1, "no new Event");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_selection_change_is_a_new_decision_with_an_event_of_its_own() {
     let mut h = harness("pc-selection").await;
     let (controller, _) = h.controller::<Scale>();
@@ -365,7 +367,7 @@ async fn a_selection_change_is_a_new_decision_with_an_event_of_its_own() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn many_reports_within_the_window_make_one_status_write() {
     let h = harness("pc-coalesce").await;
     let (controller, _) = h.controller::<Scale>();
@@ -396,7 +398,7 @@ async fn many_reports_within_the_window_make_one_status_write() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn progress_waits_for_the_outcome_and_a_replaced_decision_does_not() {
     // A progress interval no test run reaches: only an outcome or a replaced decision can
     // end the wait.
@@ -449,7 +451,7 @@ async fn progress_waits_for_the_outcome_and_a_replaced_decision_does_not() {
     assert_eq!(stored["status"]["desiredReplicas"], 20);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_replica_that_no_longer_leads_writes_no_record() {
     let h = harness("pc-fenced").await;
     let (controller, _) = h.controller::<Scale>();
@@ -467,7 +469,7 @@ async fn a_replica_that_no_longer_leads_writes_no_record() {
     assert!(h.event_notes().await.is_empty(), "nothing announced");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_deleted_object_holding_an_old_finalizer_loses_its_records_then_the_finalizer() {
     let h = harness("pc-legacy-finalizer").await;
     let (controller, _) = h.controller::<Scale>();
@@ -513,7 +515,7 @@ async fn a_deleted_object_holding_an_old_finalizer_loses_its_records_then_the_fi
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn records_of_objects_that_are_gone_are_swept() {
     let h = harness("pc-sweep").await;
     let (controller, mut objects) = h.controller::<Scale>();
@@ -549,7 +551,7 @@ async fn records_of_objects_that_are_gone_are_swept() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn only_a_topic_whose_deletion_deletes_in_the_members_gets_a_finalizer() {
     let h = harness("pc-topic-finalizer").await;
     let (controller, _) = h.controller::<KafkaTopics>();
@@ -923,7 +925,7 @@ async fn toy_report(h: &Harness, cluster: &str, name: &str, revision: i64, messa
     h.ctx.statuses.wait_for_revision(version).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_kind_defined_only_in_a_test_gets_decisions_name_claims_and_a_deletion_that_waits() {
     let h = harness("pc-toy").await;
     let (controller, mut objects) = h.controller::<toy::Toys>();
