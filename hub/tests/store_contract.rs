@@ -193,7 +193,7 @@ async fn a_conditional_write_on_a_stale_revision_changes_nothing_and_reads_the_c
             first,
         )])
         .and_then(vec![TxnOp::put(key.as_str(), "{\"n\":3}", None)])
-        .or_else(vec![TxnOp::get(key.as_str(), None)]);
+        .or_else(vec![TxnOp::get(key.as_str())]);
     let answer = store.txn(stale).await.unwrap();
     assert!(!answer.succeeded());
     match answer.op_responses().as_slice() {

@@ -132,7 +132,7 @@ impl Store {
                 seen.version,
             )])
             .and_then(vec![TxnOp::put(key.as_str(), encode(&record)?, None)])
-            .or_else(vec![TxnOp::get(key.as_str(), None)]);
+            .or_else(vec![TxnOp::get(key.as_str())]);
         let response = self.txn(txn).await?;
         let store_revision = response.revision;
         if response.succeeded() {

@@ -231,13 +231,13 @@ impl TxnOp {
         }
     }
 
-    /// Reads `key` (etcd-client's shape: no options are used).
-    pub fn get(key: impl Into<Vec<u8>>, _options: Option<()>) -> Self {
+    /// Reads `key`.
+    pub fn get(key: impl Into<Vec<u8>>) -> Self {
         TxnOp::Get { key: key.into() }
     }
 
-    /// Deletes `key` (etcd-client's shape: no options are used).
-    pub fn delete(key: impl Into<Vec<u8>>, _options: Option<()>) -> Self {
+    /// Deletes `key`.
+    pub fn delete(key: impl Into<Vec<u8>>) -> Self {
         TxnOp::Delete { key: key.into() }
     }
 
@@ -477,4 +477,16 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     }
     // Every byte was 0xff: the range runs to the end of the keyspace.
     vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_ends_at_the_next_key_after_all_it_covers() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+    }
 }

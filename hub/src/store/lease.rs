@@ -6,11 +6,10 @@
 //! gone, or when no refresh got through before its deadline — the process then must assume
 //! that etcd already expired it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use accord_common::runtime::{Retry, backoff};
-use std::sync::Arc;
-
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;

@@ -16,8 +16,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::kv::{
-    Backend, EventType, KeepAlive, KeyValue, KvError, KvFuture, LeaderKey, Range, RangeResponse,
-    Txn, TxnOp, TxnOpResponse, TxnResponse, WatchEvent, WatchRequest, WatchResponse, WatchStream,
+    Backend, Compare, CompareOp, EventType, KeepAlive, KeyValue, KvError, KvFuture, LeaderKey,
+    PutOptions, Range, RangeResponse, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchEvent,
+    WatchRequest, WatchResponse, WatchStream, prefix_end,
 };
 
 /// etcd's answer for a lease that does not exist.
@@ -388,18 +389,14 @@ impl MemoryBackend {
         let answer = f(&mut state);
         let revision = state.revision;
         drop(state);
-        self.revisions.send_if_modified(|r| {
-            let changed = *r != revision;
-            *r = revision;
-            changed
-        });
+        announce(&self.revisions, revision);
         answer
     }
 
     /// The key of `name` with the lowest create revision (the leader, the lock's holder).
     fn first_under(&self, name: &[u8]) -> Option<KeyValue> {
         let prefix = [name, b"/"].concat();
-        let end = super::kv::prefix_end(&prefix);
+        let end = prefix_end(&prefix);
         let state = self.state();
         let listed = state.range(&Range {
             key: prefix,
@@ -425,7 +422,7 @@ impl MemoryBackend {
             let put = Txn::new().and_then(vec![TxnOp::put(
                 key.clone(),
                 value,
-                Some(super::kv::PutOptions::new().with_lease(lease)),
+                Some(PutOptions::new().with_lease(lease)),
             )]);
             state.txn(&put)?;
             Ok(state.current(&key).cloned().unwrap_or_default())
@@ -489,12 +486,23 @@ async fn reap(state: Weak<Mutex<State>>, revisions: watch::Sender<i64>) {
         }
         let revision = state.revision;
         drop(state);
-        revisions.send_if_modified(|r| {
-            let changed = *r != revision;
-            *r = revision;
-            changed
-        });
+        announce(&revisions, revision);
     }
+}
+
+/// Tells the callers waiting on a change (elections, locks) that the store is at
+/// `revision`, when it moved.
+fn announce(revisions: &watch::Sender<i64>, revision: i64) {
+    revisions.send_if_modified(|r| {
+        let changed = *r != revision;
+        *r = revision;
+        changed
+    });
+}
+
+/// When a lease of `ttl` seconds refreshed now expires.
+fn expiry(ttl: i64) -> Instant {
+    Instant::now() + Duration::from_secs(ttl.unsigned_abs())
 }
 
 struct MemoryKeepAlive {
@@ -507,7 +515,7 @@ impl MemoryBackend {
         let mut state = self.state();
         match state.leases.get_mut(&id) {
             Some(lease) => {
-                lease.deadline = Instant::now() + Duration::from_secs(lease.ttl.unsigned_abs());
+                lease.deadline = expiry(lease.ttl);
                 lease.ttl
             }
             None => 0,
@@ -534,7 +542,7 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             let (sender, receiver) = mpsc::unbounded_channel();
             let end = if request.prefix {
-                super::kv::prefix_end(&request.key)
+                prefix_end(&request.key)
             } else {
                 Vec::new()
             };
@@ -587,7 +595,7 @@ impl Backend for MemoryBackend {
                 id,
                 Lease {
                     ttl,
-                    deadline: Instant::now() + Duration::from_secs(ttl.unsigned_abs()),
+                    deadline: expiry(ttl),
                 },
             );
             Ok((id, ttl))
@@ -638,9 +646,9 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             self.change(|state| {
                 let ours = Txn::new()
-                    .when(vec![super::kv::Compare::create_revision(
+                    .when(vec![Compare::create_revision(
                         leader.key.clone(),
-                        super::kv::CompareOp::Equal,
+                        CompareOp::Equal,
                         leader.revision,
                     )])
                     .and_then(vec![TxnOp::Delete { key: leader.key }]);

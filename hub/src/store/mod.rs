@@ -23,9 +23,8 @@ pub mod registry;
 pub mod status;
 pub mod tokens;
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use serde::Serialize;
@@ -217,8 +216,6 @@ pub(crate) enum Lane {
 
 /// Keys a listing asks etcd for at once (see [`Store::list_prefix`]).
 pub const LIST_PAGE_KEYS: i64 = 1000;
-
-use kv::prefix_end;
 
 /// Seconds of a TTL as etcd leases take them: rounded up, at least one.
 pub(crate) fn ttl_seconds(ttl: Duration) -> i64 {
@@ -428,7 +425,7 @@ impl Store {
         prefix: &str,
         keys_only: bool,
     ) -> Result<(Vec<KeyValue>, i64), StoreError> {
-        let end = prefix_end(prefix.as_bytes());
+        let end = kv::prefix_end(prefix.as_bytes());
         let mut from = prefix.as_bytes().to_vec();
         let mut revision = 0;
         let mut kvs = Vec::new();
@@ -499,7 +496,7 @@ impl Store {
     /// Deletes `key`; returns whether it existed.
     pub async fn delete(&self, key: &str) -> Result<bool, StoreError> {
         let response = self
-            .txn(Txn::new().and_then(vec![TxnOp::delete(key, None)]))
+            .txn(Txn::new().and_then(vec![TxnOp::delete(key)]))
             .await?;
         Ok(deleted(&response))
     }
@@ -568,7 +565,7 @@ impl Store {
     pub async fn fenced_delete(&self, fence: &Fence, key: &str) -> Result<bool, StoreError> {
         let txn = Txn::new()
             .when(vec![fence.compare()])
-            .and_then(vec![TxnOp::delete(key, None)]);
+            .and_then(vec![TxnOp::delete(key)]);
         let response = self.txn(txn).await?;
         if !response.succeeded() {
             return Err(StoreError::Fenced);
@@ -604,7 +601,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let txn = Txn::new()
             .when(vec![Compare::value(key, CompareOp::Equal, value)])
-            .and_then(vec![TxnOp::delete(key, None)]);
+            .and_then(vec![TxnOp::delete(key)]);
         Ok(self.txn(txn).await?.succeeded())
     }
 }
@@ -659,13 +656,6 @@ mod tests {
         assert_eq!(err.kind(), "decode");
         assert!(!err.is_transient());
         assert!(StoreError::LeaseLost { lease: 1 }.is_transient());
-    }
-
-    #[test]
-    fn a_prefix_ends_at_the_next_key_after_all_it_covers() {
-        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
-        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
-        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
     }
 
     #[test]

@@ -232,7 +232,7 @@ impl Store {
                 expected_version,
             )])
             .and_then(vec![TxnOp::put(key.as_str(), value, None)])
-            .or_else(vec![TxnOp::get(key.as_str(), None)]);
+            .or_else(vec![TxnOp::get(key.as_str())]);
         // Reports from every stream share transactions: one etcd request and apply for many.
         let (response, revision) = self
             .batched_txn(super::Lane::Reports, 0, key.clone(), txn)
