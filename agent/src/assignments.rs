@@ -1,20 +1,20 @@
-//! Assignment bookkeeping: which policies this cluster holds, at which hub revision, and
+//! Assignment bookkeeping: which placed objects this cluster holds, at which hub revision, and
 //! how a full or delta Assignments message changes that. Pure and kind-neutral: no
 //! Kubernetes, no gRPC, and no knowledge of what an assignment asks for.
 //!
 //! Rules (protocol `accord.v1`, see `docs/architecture.md`):
-//! - an item is taken only if its revision is newer than the one held for its policy;
-//! - a full message is the complete set at its revision: a held policy it does not list
+//! - an item is taken only if its revision is newer than the one held for its placed object;
+//! - a full message is the complete set at its revision: a held placed object it does not list
 //!   stops being managed, unless what is held is newer than the message;
-//! - a delta's `removed` ends management of a policy only if the removal's revision is
-//!   newer than the one held for that policy;
+//! - a delta's `removed` ends management of a placed object only if the removal's revision is
+//!   newer than the one held for that placed object;
 //! - the agent's last applied revision only grows — within one store epoch. Revisions only
 //!   compare within one epoch of the hub's etcd keyspace: a message from another epoch (the
 //!   store was restored and its revisions went backwards) makes the book forget every
 //!   revision it holds before the message is applied, so a full set from the new epoch
 //!   replaces everything.
 //!
-//! A policy that stops being managed is simply forgotten: what it made in the cluster stays
+//! A placed object that stops being managed is simply forgotten: what it made in the cluster stays
 //! as it is.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,12 +23,12 @@ use std::sync::Arc;
 use accord_common::distribution::{AssignmentSpec, PlacedRef};
 use serde::{Deserialize, Serialize};
 
-/// One policy's assignment as held by the agent.
+/// One placed object's assignment as held by the agent.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Assigned {
     /// Hub revision at which the assignment last changed.
     pub revision: i64,
-    /// What the policy asks of this cluster: shared, so the enforcers, the saved state and
+    /// What the placed object asks of this cluster: shared, so the enforcers, the saved state and
     /// the book hold one copy, and an unchanged assignment is told by pointer, not by
     /// comparing what it holds (a thousand FederatedResources' manifests on every change).
     pub spec: Arc<AssignmentSpec>,
@@ -37,8 +37,8 @@ pub struct Assigned {
 /// One assignment of an incoming message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Incoming {
-    /// The policy.
-    pub policy: PlacedRef,
+    /// The placed object.
+    pub placed: PlacedRef,
     /// Hub revision at which it last changed.
     pub revision: i64,
     /// What it asks for.
@@ -54,17 +54,17 @@ pub struct Update {
     pub full: bool,
     /// Assignments added or changed.
     pub items: Vec<Incoming>,
-    /// Policies whose assignment ended (deltas only).
+    /// Placed objects whose assignment ended (deltas only).
     pub removed: Vec<Removed>,
     /// Store epoch the message's revisions belong to (0: the hub did not say).
     pub store_epoch: u64,
 }
 
-/// A policy whose assignment ended, at `revision`.
+/// A placed object whose assignment ended, at `revision`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Removed {
-    /// The policy.
-    pub policy: PlacedRef,
+    /// The placed object.
+    pub placed: PlacedRef,
     /// Hub revision at which its assignment ended.
     pub revision: i64,
 }
@@ -72,9 +72,9 @@ pub struct Removed {
 /// What applying an [`Update`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Applied {
-    /// Policies added or changed.
+    /// Placed objects added or changed.
     pub upserted: Vec<PlacedRef>,
-    /// Policies no longer managed.
+    /// Placed objects no longer managed.
     pub removed: Vec<PlacedRef>,
     /// Items skipped because the agent holds the same or a newer revision.
     pub stale: usize,
@@ -84,7 +84,7 @@ pub struct Applied {
 }
 
 impl Applied {
-    /// Whether the set of managed policies changed.
+    /// Whether the set of managed placed objects changed.
     pub fn changed(&self) -> bool {
         !self.upserted.is_empty() || !self.removed.is_empty() || self.epoch_changed
     }
@@ -95,19 +95,19 @@ impl Applied {
 pub struct AssignmentBook {
     last_applied_revision: i64,
     store_epoch: u64,
-    policies: BTreeMap<PlacedRef, Assigned>,
+    placed: BTreeMap<PlacedRef, Assigned>,
 }
 
 impl AssignmentBook {
-    /// A book holding `policies`, last applied at `last_applied_revision`.
+    /// A book holding `placed`, last applied at `last_applied_revision`.
     pub fn from_parts(
         last_applied_revision: i64,
-        policies: impl IntoIterator<Item = (PlacedRef, Assigned)>,
+        placed: impl IntoIterator<Item = (PlacedRef, Assigned)>,
     ) -> Self {
         Self {
             last_applied_revision,
             store_epoch: 0,
-            policies: policies.into_iter().collect(),
+            placed: placed.into_iter().collect(),
         }
     }
 
@@ -127,14 +127,14 @@ impl AssignmentBook {
         self.last_applied_revision
     }
 
-    /// The managed policies.
-    pub fn policies(&self) -> &BTreeMap<PlacedRef, Assigned> {
-        &self.policies
+    /// The managed placed objects.
+    pub fn placed(&self) -> &BTreeMap<PlacedRef, Assigned> {
+        &self.placed
     }
 
-    /// One policy's assignment.
-    pub fn get(&self, policy: &PlacedRef) -> Option<&Assigned> {
-        self.policies.get(policy)
+    /// One placed object's assignment.
+    pub fn get(&self, placed: &PlacedRef) -> Option<&Assigned> {
+        self.placed.get(placed)
     }
 
     /// Applies an Assignments message and says what changed.
@@ -146,15 +146,15 @@ impl AssignmentBook {
             // revision of the new epoch replace it.
             self.store_epoch = update.store_epoch;
             self.last_applied_revision = 0;
-            for held in self.policies.values_mut() {
+            for held in self.placed.values_mut() {
                 held.revision = 0;
             }
             applied.epoch_changed = true;
         }
         let mut listed = BTreeSet::new();
         for item in update.items {
-            listed.insert(item.policy.clone());
-            match self.policies.get(&item.policy) {
+            listed.insert(item.placed.clone());
+            match self.placed.get(&item.placed) {
                 // The same revision again is news only when it brings data that is never
                 // saved (a delivered Secret's), which a restart from the saved state lacks.
                 Some(held)
@@ -165,19 +165,19 @@ impl AssignmentBook {
                     applied.stale += 1
                 }
                 _ => {
-                    self.policies.insert(
-                        item.policy.clone(),
+                    self.placed.insert(
+                        item.placed.clone(),
                         Assigned {
                             revision: item.revision,
                             spec: Arc::new(item.spec),
                         },
                     );
-                    applied.upserted.push(item.policy);
+                    applied.upserted.push(item.placed);
                 }
             }
         }
         let ended: Vec<PlacedRef> = if update.full {
-            self.policies
+            self.placed
                 .iter()
                 .filter(|(key, held)| !listed.contains(*key) && held.revision <= update.revision)
                 .map(|(key, _)| key.clone())
@@ -193,15 +193,15 @@ impl AssignmentBook {
                     } else {
                         update.revision
                     };
-                    self.policies
-                        .get(&removal.policy)
+                    self.placed
+                        .get(&removal.placed)
                         .is_some_and(|held| held.revision < ended_at)
                 })
-                .map(|removal| removal.policy)
+                .map(|removal| removal.placed)
                 .collect()
         };
         for key in ended {
-            if self.policies.remove(&key).is_some() {
+            if self.placed.remove(&key).is_some() {
                 applied.removed.push(key);
             }
         }
@@ -238,7 +238,7 @@ mod tests {
 
     fn item(name: &str, revision: i64, replicas: i32) -> Incoming {
         Incoming {
-            policy: key(name),
+            placed: key(name),
             revision,
             spec: scale(name, replicas),
         }
@@ -261,7 +261,7 @@ mod tests {
             items,
             removed: removed
                 .into_iter()
-                .map(|policy| Removed { policy, revision })
+                .map(|placed| Removed { placed, revision })
                 .collect(),
             store_epoch: 0,
         }
@@ -313,7 +313,7 @@ mod tests {
             })
         };
         let incoming = |spec| Incoming {
-            policy: key("a"),
+            placed: key("a"),
             revision: 5,
             spec,
         };
@@ -330,17 +330,17 @@ mod tests {
     }
 
     #[test]
-    fn a_full_set_ends_management_of_policies_it_does_not_list() {
+    fn a_full_set_ends_management_of_placed_objects_it_does_not_list() {
         let mut book = AssignmentBook::default();
         book.apply(full(5, vec![item("a", 4, 1), item("b", 5, 2)]));
         let applied = book.apply(full(9, vec![item("b", 5, 2)]));
         assert_eq!(applied.removed, vec![key("a")]);
         assert!(applied.upserted.is_empty());
-        assert_eq!(book.policies().len(), 1);
+        assert_eq!(book.placed().len(), 1);
     }
 
     #[test]
-    fn a_full_set_older_than_a_held_policy_keeps_that_policy() {
+    fn a_full_set_older_than_a_held_assignment_keeps_it() {
         let mut book = AssignmentBook::default();
         book.apply(delta(12, vec![item("new", 12, 4)], vec![]));
         let applied = book.apply(full(10, vec![]));
@@ -355,7 +355,7 @@ mod tests {
         book.apply(full(3, vec![item("a", 3, 1)]));
         let applied = book.apply(full(3, vec![]));
         assert_eq!(applied.removed, vec![key("a")]);
-        assert!(book.policies().is_empty());
+        assert!(book.placed().is_empty());
     }
 
     #[test]
@@ -369,12 +369,12 @@ mod tests {
     }
 
     #[test]
-    fn a_delta_leaves_unlisted_policies_alone() {
+    fn a_delta_leaves_unlisted_assignments_alone() {
         let mut book = AssignmentBook::default();
         book.apply(delta(5, vec![item("a", 5, 1)], vec![]));
         let applied = book.apply(delta(6, vec![item("b", 6, 1)], vec![]));
         assert!(applied.removed.is_empty());
-        assert_eq!(book.policies().len(), 2);
+        assert_eq!(book.placed().len(), 2);
     }
 
     #[test]
@@ -384,7 +384,7 @@ mod tests {
         let applied = book.apply(full(
             4,
             vec![Incoming {
-                policy: topic.clone(),
+                placed: topic.clone(),
                 revision: 4,
                 spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec::default()),
             }],
@@ -409,11 +409,11 @@ mod tests {
         let mut update = delta(12, vec![], vec![]);
         update.removed = vec![
             Removed {
-                policy: key("a"),
+                placed: key("a"),
                 revision: 6,
             },
             Removed {
-                policy: key("b"),
+                placed: key("b"),
                 revision: 8,
             },
         ];

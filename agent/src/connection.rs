@@ -249,7 +249,7 @@ async fn session(
             member_health: engine.member_health(),
         })),
     };
-    // The engine's messages are few (one report in flight per policy, acks), so their
+    // The engine's messages are few (one report in flight per placed object, acks), so their
     // queue is unbounded and the engine never waits on the hub; heartbeats queue at most
     // one, so a stalled stream does not pile them up.
     let (outbox, outbox_rx) = mpsc::unbounded_channel();

@@ -9,10 +9,10 @@ use crate::assignments::{Incoming, Removed, Update};
 use crate::report::Report;
 
 /// An Assignments message as an [`Update`], and how many items were dropped because they
-/// name no policy, a policy of a kind this agent does not know, or carry no spec (the hub
-/// never sends such items to an agent of its own version; a kind added later arrives with a
-/// spec this agent cannot decode either). Removals of unknown kinds are dropped too: nothing
-/// of theirs is held.
+/// name no placed object, a placed object of a kind this agent does not know, or carry no
+/// spec (the hub never sends such items to an agent of its own version; a kind added later
+/// arrives with a spec this agent cannot decode either). Removals of unknown kinds are
+/// dropped too: nothing of theirs is held.
 pub fn update(message: Assignments) -> (Update, usize) {
     let total = message.items.len();
     let items: Vec<Incoming> = message
@@ -20,7 +20,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
         .into_iter()
         .filter_map(|item| {
             Some(Incoming {
-                policy: PlacedRef::from_proto(item.policy.as_ref()?).ok()?,
+                placed: PlacedRef::from_proto(item.placed.as_ref()?).ok()?,
                 revision: item.revision,
                 spec: AssignmentSpec::from_proto(item.spec?),
             })
@@ -36,7 +36,7 @@ pub fn update(message: Assignments) -> (Update, usize) {
             .iter()
             .filter_map(|r| {
                 Some(Removed {
-                    policy: PlacedRef::from_proto(r.policy.as_ref()?).ok()?,
+                    placed: PlacedRef::from_proto(r.placed.as_ref()?).ok()?,
                     revision: r.revision,
                 })
             })
@@ -46,15 +46,15 @@ pub fn update(message: Assignments) -> (Update, usize) {
     (update, malformed)
 }
 
-/// The StatusReport of `report` about `policy`.
+/// The StatusReport of `report` about `placed`.
 pub fn status_report(
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     report: &Report,
     expected_version: i64,
     observed_unix_millis: i64,
 ) -> StatusReport {
     StatusReport {
-        policy: Some(policy.to_proto()),
+        placed: Some(placed.to_proto()),
         resource_version: report.resource_version.clone(),
         generation: report.generation,
         expected_version,
@@ -77,8 +77,8 @@ mod tests {
     };
 
     #[test]
-    fn items_of_every_kind_become_specs_and_items_without_a_policy_or_spec_are_dropped() {
-        let policy = ObjectRef {
+    fn items_of_every_kind_become_specs_and_items_without_a_placed_object_or_spec_are_dropped() {
+        let placed = ObjectRef {
             kind: "CrossClusterScalePolicy".into(),
             namespace: "default".into(),
             name: "web".into(),
@@ -88,7 +88,7 @@ mod tests {
             full: false,
             items: vec![
                 Assignment {
-                    policy: Some(policy.clone()),
+                    placed: Some(placed.clone()),
                     revision: 11,
                     spec: Some(
                         AssignmentSpec::Scale(ScaleSpec::deployment("prod", "frontend", 7, "01J"))
@@ -96,26 +96,26 @@ mod tests {
                     ),
                 },
                 Assignment {
-                    policy: Some(ObjectRef {
+                    placed: Some(ObjectRef {
                         kind: "FederatedKafkaTopic".into(),
-                        ..policy.clone()
+                        ..placed.clone()
                     }),
                     revision: 12,
                     spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
                 },
                 Assignment {
-                    policy: None,
+                    placed: None,
                     revision: 12,
                     spec: None,
                 },
                 Assignment {
-                    policy: Some(policy.clone()),
+                    placed: Some(placed.clone()),
                     revision: 12,
                     spec: None,
                 },
             ],
             removed: vec![accord_proto::v1::Removal {
-                policy: Some(policy.clone()),
+                placed: Some(placed.clone()),
                 revision: 10,
             }],
             store_epoch: 0xfeed,
@@ -129,7 +129,7 @@ mod tests {
         assert_eq!(
             u.removed,
             vec![Removed {
-                policy: PlacedRef::from_proto(&policy).unwrap(),
+                placed: PlacedRef::from_proto(&placed).unwrap(),
                 revision: 10,
             }]
         );
@@ -146,12 +146,12 @@ mod tests {
         let message = Assignments {
             revision: 3,
             items: vec![Assignment {
-                policy: Some(unknown.clone()),
+                placed: Some(unknown.clone()),
                 revision: 3,
                 spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
             }],
             removed: vec![accord_proto::v1::Removal {
-                policy: Some(unknown),
+                placed: Some(unknown),
                 revision: 2,
             }],
             ..Assignments::default()
@@ -180,7 +180,7 @@ mod tests {
             api_server_unavailable: false,
         };
         let s = status_report(&key, &report, 40, 1_700_000_000_000);
-        assert_eq!(s.policy, Some(key.to_proto()));
+        assert_eq!(s.placed, Some(key.to_proto()));
         assert_eq!(s.state, accord_proto::v1::PlacementState::Synced as i32);
         assert_eq!(s.expected_version, 40);
         assert_eq!(s.resource_version, "881");

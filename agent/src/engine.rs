@@ -11,7 +11,7 @@
 //! The rules it keeps, whatever the kind:
 //! - save, then acknowledge: an Ack for a revision goes out only once the state holding it
 //!   is saved ([`StateStore`]), so an agent restarted after an Ack enforces what it acked;
-//! - per policy: the enforcer judges → apply if needed (one at a time, with backoff on
+//! - per placed object: the enforcer judges → apply if needed (one at a time, with backoff on
 //!   errors and on fights with another writer) → the report, debounced and sent under
 //!   optimistic concurrency ([`ReportTracker`]);
 //! - an assignment no enforcer takes is held, saved, acknowledged and reported as an error;
@@ -100,8 +100,8 @@ pub enum Input {
     },
     /// An apply finished.
     Applied {
-        /// The policy applied.
-        policy: PlacedRef,
+        /// The placed object applied.
+        placed: PlacedRef,
         /// What was applied (boxed: the largest input by far).
         spec: Arc<AssignmentSpec>,
         /// Version of the object the apply was decided on.
@@ -246,7 +246,7 @@ pub fn start_with(
         rx,
         tx: tx.clone(),
         book: AssignmentBook::default(),
-        policies: BTreeMap::new(),
+        placed: BTreeMap::new(),
         enforcers,
         stream: None,
         timers: BinaryHeap::new(),
@@ -325,9 +325,9 @@ async fn persist_loop(
     }
 }
 
-/// Per-policy state of the engine.
+/// Per-object state of the engine.
 #[derive(Default)]
-struct PolicyRuntime {
+struct PlacedRuntime {
     /// An apply is running.
     applying: bool,
     /// Version the object had when the last successful apply was decided: while the
@@ -349,7 +349,7 @@ struct PolicyRuntime {
     tracker: ReportTracker,
 }
 
-impl PolicyRuntime {
+impl PlacedRuntime {
     fn delay(&mut self) -> Duration {
         self.retry.get_or_insert_with(apply_backoff).next_delay()
     }
@@ -376,7 +376,7 @@ struct Engine {
     rx: mpsc::Receiver<Input>,
     tx: mpsc::Sender<Input>,
     book: AssignmentBook,
-    policies: BTreeMap<PlacedRef, PolicyRuntime>,
+    placed: BTreeMap<PlacedRef, PlacedRuntime>,
     enforcers: Vec<Box<dyn Enforcer>>,
     stream: Option<Stream>,
     timers: BinaryHeap<Reverse<(Instant, PlacedRef)>>,
@@ -442,7 +442,7 @@ impl Engine {
                     || loaded.state.cluster.is_empty() =>
             {
                 info!(
-                    policies = loaded.state.policies.len(),
+                    placed = loaded.state.assignments.len(),
                     revision = loaded.state.last_applied_revision,
                     store_epoch = loaded.store_epoch,
                     migrated = loaded.migrated,
@@ -463,9 +463,9 @@ impl Engine {
             ),
             None => {}
         }
-        let keys: Vec<PlacedRef> = self.book.policies().keys().cloned().collect();
+        let keys: Vec<PlacedRef> = self.book.placed().keys().cloned().collect();
         for key in &keys {
-            self.policies.insert(key.clone(), PolicyRuntime::default());
+            self.placed.insert(key.clone(), PlacedRuntime::default());
         }
         self.book_changed();
         for key in &keys {
@@ -477,8 +477,8 @@ impl Engine {
     }
 
     /// Handles `first` and whatever is queued behind it already, taking consecutive
-    /// Assignments messages together: the hub sends one message per changed policy, and a
-    /// thousand policies changed at once would otherwise tell the enforcers, save the state
+    /// Assignments messages together: the hub sends one message per changed placed object, and a
+    /// thousand placed objects changed at once would otherwise tell the enforcers, save the state
     /// and judge the book a thousand times over.
     fn handle_queued(&mut self, first: Input) {
         let mut batch = Vec::new();
@@ -526,11 +526,11 @@ impl Engine {
             }
             Input::Watch { enforcer, event } => self.watch_event(enforcer, event),
             Input::Applied {
-                policy,
+                placed,
                 spec,
                 from_version,
                 result,
-            } => self.applied(policy, &spec, from_version, result),
+            } => self.applied(placed, &spec, from_version, result),
             Input::Persisted { seq } => self.persisted(seq),
             Input::Health(health) => self.health_changed(health),
         }
@@ -539,7 +539,7 @@ impl Engine {
     // ---- assignments ----------------------------------------------------------------
 
     /// Applies Assignments messages received one after another, in order; the enforcers
-    /// are told, the state saved and the upserted policies judged once for all of them.
+    /// are told, the state saved and the upserted placed objects judged once for all of them.
     fn assignments(&mut self, messages: Vec<accord_proto::v1::Assignments>) {
         let Some(last_revision) = messages.iter().map(|m| m.revision).max() else {
             return;
@@ -553,7 +553,8 @@ impl Engine {
             if malformed > 0 {
                 warn!(
                     revision,
-                    malformed, "ignoring assignments without a policy of a known kind or a spec"
+                    malformed,
+                    "ignoring assignments without a placed object of a known kind or a spec"
                 );
             }
             let full = update.full;
@@ -583,14 +584,14 @@ impl Engine {
             );
             for key in &applied.removed {
                 upserted.remove(key);
-                if let Some(rt) = self.policies.remove(key)
+                if let Some(rt) = self.placed.remove(key)
                     && rt.pending
                 {
                     self.pending_reports -= 1;
                 }
             }
             for key in &applied.upserted {
-                let rt = self.policies.entry(key.clone()).or_default();
+                let rt = self.placed.entry(key.clone()).or_default();
                 // A new assignment starts over: no old error or backoff applies to it.
                 rt.settled();
             }
@@ -600,7 +601,7 @@ impl Engine {
         info!(
             revision = last_revision,
             upserted = upserted.len(),
-            policies = self.book.policies().len(),
+            placed = self.book.placed().len(),
             "applied assignments"
         );
         let book_changed = changed || self.book.last_applied_revision() != before;
@@ -632,7 +633,7 @@ impl Engine {
     }
 
     /// Publishes the revision, tells every enforcer what it now enforces and looks again at
-    /// the unchanged policies that this changed for all the same.
+    /// the unchanged placed objects that this changed for all the same.
     fn book_changed(&mut self) {
         self.status
             .last_applied_revision
@@ -641,12 +642,12 @@ impl Engine {
             .store_epoch
             .store(self.book.store_epoch(), Ordering::Relaxed);
         self.metrics
-            .managed_policies
-            .set(i64::try_from(self.book.policies().len()).unwrap_or(i64::MAX));
+            .managed_objects
+            .set(i64::try_from(self.book.placed().len()).unwrap_or(i64::MAX));
         let mut reassigned = Vec::new();
         for enforcer in &mut self.enforcers {
             let events = EventSink::new(self.tx.clone(), enforcer.name());
-            enforcer.assign(self.book.policies(), &events);
+            enforcer.assign(self.book.placed(), &events);
             reassigned.extend(enforcer.reassigned());
         }
         for key in &reassigned {
@@ -685,7 +686,7 @@ impl Engine {
 
     // ---- reconcile ------------------------------------------------------------------
 
-    /// Has the policy's enforcer judge it, applies if needed, and updates its report.
+    /// Has the placed object's enforcer judge it, applies if needed, and updates its report.
     fn reconcile(&mut self, key: &PlacedRef) {
         let Some(assigned) = self.book.get(key).cloned() else {
             return;
@@ -700,7 +701,7 @@ impl Engine {
             self.observed(key, report, now);
             return;
         };
-        let Some(rt) = self.policies.get_mut(key) else {
+        let Some(rt) = self.placed.get_mut(key) else {
             return;
         };
         let Some(judgement) = self.enforcers[index].look(key, &assigned, rt.apply_error.as_ref())
@@ -716,10 +717,10 @@ impl Engine {
             } => (Action::Apply { from_version }, Some(repair)),
             other => (other, None),
         };
-        let policy = key.to_string();
+        let placed = key.to_string();
         let held = repair
             .as_ref()
-            .and_then(|r| self.fights.held(&policy, r, now));
+            .and_then(|r| self.fights.held(&placed, r, now));
         if let Some((until, message)) = held {
             // Not fighting: say so, and look again when the hold ends.
             report.state = accord_common::distribution::PlacementState::Conflict;
@@ -747,7 +748,7 @@ impl Engine {
                     self.timers.push(Reverse((at, key.clone())));
                 } else {
                     let guard = match &repair {
-                        Some(r) => self.fights.repair(&policy, r, now),
+                        Some(r) => self.fights.repair(&placed, r, now),
                         None => Guard::Restore,
                     };
                     if repair.is_some() {
@@ -762,7 +763,7 @@ impl Engine {
                     }
                     match guard {
                         Guard::Hold { until, message } => {
-                            warn!(policy = %key, %message, "not restoring fields another writer keeps changing");
+                            warn!(placed = %key, %message, "not restoring fields another writer keeps changing");
                             report.state = accord_common::distribution::PlacementState::Conflict;
                             report.message = message;
                             rt.retry_at = Some(until);
@@ -790,17 +791,17 @@ impl Engine {
     fn spawn_apply(
         &self,
         enforcer: usize,
-        policy: PlacedRef,
+        placed: PlacedRef,
         assigned: Assigned,
         from_version: String,
     ) {
-        let apply = self.enforcers[enforcer].apply(&policy, &assigned);
+        let apply = self.enforcers[enforcer].apply(&placed, &assigned);
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let result = apply.await.map_err(Box::new);
             let _ = tx
                 .send(Input::Applied {
-                    policy,
+                    placed,
                     spec: assigned.spec,
                     from_version,
                     result,
@@ -819,7 +820,7 @@ impl Engine {
         // `Arc` equality of an `Eq` type looks at the pointer first: an unchanged
         // assignment costs no comparison of what it holds.
         let same = self.book.get(&key).is_some_and(|a| a.spec == *spec);
-        let Some(rt) = self.policies.get_mut(&key) else {
+        let Some(rt) = self.placed.get_mut(&key) else {
             return;
         };
         rt.applying = false;
@@ -844,7 +845,7 @@ impl Engine {
                     // Deleted under the apply: the watch reports it.
                     rt.apply_error = None;
                 } else {
-                    warn!(policy = %key, error = %e, "apply failed; retrying with backoff");
+                    warn!(placed = %key, error = %e, "apply failed; retrying with backoff");
                     rt.apply_error = Some(*e);
                 }
             }
@@ -866,7 +867,7 @@ impl Engine {
             report.message = format!("{API_SERVER_UNAVAILABLE}: {}", down.message);
             report.api_server_unavailable = true;
         }
-        let Some(rt) = self.policies.get_mut(key) else {
+        let Some(rt) = self.placed.get_mut(key) else {
             return;
         };
         let wants = rt.tracker.wants(&report);
@@ -880,7 +881,7 @@ impl Engine {
     }
 
     fn update_pending(&mut self, key: &PlacedRef) {
-        let Some(rt) = self.policies.get_mut(key) else {
+        let Some(rt) = self.placed.get_mut(key) else {
             return;
         };
         let pending = rt
@@ -905,13 +906,13 @@ impl Engine {
             }
         }
         for key in due {
-            let Some(rt) = self.policies.get_mut(&key) else {
+            let Some(rt) = self.placed.get_mut(&key) else {
                 continue;
             };
             if rt.retry_at.is_some_and(|at| at <= now) {
                 self.reconcile(&key);
             }
-            let Some(rt) = self.policies.get_mut(&key) else {
+            let Some(rt) = self.placed.get_mut(&key) else {
                 continue;
             };
             if rt.debounce_at.is_some_and(|at| at <= now) {
@@ -928,7 +929,7 @@ impl Engine {
         let Some(stream) = &self.stream else {
             return;
         };
-        let Some(rt) = self.policies.get_mut(key) else {
+        let Some(rt) = self.placed.get_mut(key) else {
             return;
         };
         if rt.tracker.in_flight() {
@@ -952,18 +953,18 @@ impl Engine {
         };
         if stream.outbox.send(message).is_ok() {
             self.metrics.reports_sent.inc();
-            debug!(policy = %key, state = %report.state, expected, "sent status report");
+            debug!(placed = %key, state = %report.state, expected, "sent status report");
         }
         self.update_pending(key);
     }
 
     fn status_ack(&mut self, ack: StatusAck) {
-        let Some(policy) = ack
-            .policy
+        let Some(placed) = ack
+            .placed
             .as_ref()
             .and_then(|p| PlacedRef::from_proto(p).ok())
         else {
-            debug!("StatusAck without a policy of a known kind");
+            debug!("StatusAck without a placed object of a known kind");
             return;
         };
         match ack.result {
@@ -972,43 +973,43 @@ impl Engine {
             None => {}
         }
         let reason = RefusalReason::try_from(ack.reason).unwrap_or_default();
-        let Some(rt) = self.policies.get_mut(&policy) else {
+        let Some(rt) = self.placed.get_mut(&placed) else {
             // No longer managed: nothing to follow up.
             return;
         };
         match ack.result {
             Some(status_ack::Result::Accepted(version)) => {
                 rt.tracker.accepted_at(version);
-                self.flush_report(&policy);
+                self.flush_report(&placed);
             }
             Some(status_ack::Result::Conflict(current)) => {
                 match reason {
                     // Dropped: the tracker remembers the refused report, so only a fresh
                     // observation that differs from it goes out.
                     RefusalReason::OlderReport => {
-                        debug!(%policy, current, "the hub holds a newer report; dropped this one");
+                        debug!(%placed, current, "the hub holds a newer report; dropped this one");
                     }
                     RefusalReason::StaleVersion => {
-                        debug!(%policy, current, "the hub's record changed; reporting again");
+                        debug!(%placed, current, "the hub's record changed; reporting again");
                     }
                     RefusalReason::Unspecified => {}
                 }
                 match rt.tracker.conflict(current) {
                     AfterConflict::Resend | AfterConflict::ResendIfNewer => {
                         // A fresh observation, stamped with the current time.
-                        self.reconcile(&policy);
-                        self.flush_report(&policy);
+                        self.reconcile(&placed);
+                        self.flush_report(&placed);
                     }
                     AfterConflict::GiveUp => warn!(
-                        %policy,
+                        %placed,
                         current,
-                        "the hub keeps refusing this policy's reports; waiting for the next change"
+                        "the hub keeps refusing this placed object's reports; waiting for the next change"
                     ),
                 }
             }
-            None => debug!(%policy, "StatusAck without a result"),
+            None => debug!(%placed, "StatusAck without a result"),
         }
-        self.update_pending(&policy);
+        self.update_pending(&placed);
         self.metrics.reports_pending.set(self.pending_reports);
     }
 
@@ -1021,9 +1022,9 @@ impl Engine {
             self.send(agent_message::Body::MemberHealth(health));
         }
         // Acknowledgements are implied by Hello's last applied revision.
-        let keys: Vec<PlacedRef> = self.policies.keys().cloned().collect();
+        let keys: Vec<PlacedRef> = self.placed.keys().cloned().collect();
         for key in keys {
-            if let Some(rt) = self.policies.get_mut(&key) {
+            if let Some(rt) = self.placed.get_mut(&key) {
                 rt.tracker.reconnected();
                 rt.debounce_at = None;
             }
@@ -1073,7 +1074,7 @@ impl Engine {
         self.send(agent_message::Body::MemberHealth(health));
         if became {
             // Every placement's report depends on it.
-            let keys: Vec<PlacedRef> = self.policies.keys().cloned().collect();
+            let keys: Vec<PlacedRef> = self.placed.keys().cloned().collect();
             for key in &keys {
                 self.reconcile(key);
             }

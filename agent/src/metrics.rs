@@ -18,8 +18,8 @@ pub struct Metrics {
     pub reconnects: Counter,
     /// Assignments messages applied (each acknowledged once persisted).
     pub assignments_applied: Counter,
-    /// Policies this cluster enforces.
-    pub managed_policies: Gauge,
+    /// Placed objects this cluster enforces.
+    pub managed_objects: Gauge,
     /// Server-side applies of replicas that succeeded.
     pub scale_applies: Counter,
     /// Repairs of fields another writer changed, by result (`restored`, or `held` when the
@@ -31,7 +31,7 @@ pub struct Metrics {
     pub reports_sent: Counter,
     /// StatusAcks received, by result (`accepted`, `conflict`).
     pub report_acks: Family<ResultLabel, Counter>,
-    /// Policies whose latest observation the hub has not accepted yet.
+    /// Placed objects whose latest observation the hub has not accepted yet.
     pub reports_pending: Gauge,
     /// 1 while this replica holds the agent Lease (active), 0 while it stands by.
     pub leader: Gauge,
@@ -63,7 +63,7 @@ impl Metrics {
             connected: Gauge::default(),
             reconnects: Counter::default(),
             assignments_applied: Counter::default(),
-            managed_policies: Gauge::default(),
+            managed_objects: Gauge::default(),
             scale_applies: Counter::default(),
             field_repairs: Family::default(),
             apply_errors: Family::default(),
@@ -102,9 +102,9 @@ impl Metrics {
             metrics.assignments_applied.clone(),
         );
         registry.register(
-            "managed_policies",
-            "Policies this cluster enforces",
-            metrics.managed_policies.clone(),
+            "managed_objects",
+            "Placed objects this cluster enforces",
+            metrics.managed_objects.clone(),
         );
         registry.register(
             "scale_applies",
@@ -133,7 +133,7 @@ impl Metrics {
         );
         registry.register(
             "status_reports_pending",
-            "Policies whose latest observation the hub has not accepted yet",
+            "Placed objects whose latest observation the hub has not accepted yet",
             metrics.reports_pending.clone(),
         );
         registry.register(
@@ -235,7 +235,7 @@ mod tests {
             "accord_agent_connected 1",
             "accord_agent_reconnects_total 1",
             "accord_agent_assignments_applied_total",
-            "accord_agent_managed_policies",
+            "accord_agent_managed_objects",
             "accord_agent_scale_applies_total",
             "accord_agent_apply_errors_total{category=\"not_found\"} 1",
             "accord_agent_status_reports_sent_total",

@@ -7,8 +7,8 @@
 //! {"scale": {...}}}]}`, one spec variant per kind. `storeEpoch` (the hub store epoch the
 //! revisions belong to) is optional: a document without it was written before epochs
 //! existed and holds epoch 0, and agents that do not know it ignore it, so it needs no new
-//! version. The first format (no `version`, a `scale` object per policy) is read and migrated;
-//! a version this agent does not know, or a document it cannot read, is ignored with a
+//! version. The first format (no `version`, a `scale` object per placed object) is read and
+//! migrated; a version this agent does not know, or a document it cannot read, is ignored with a
 //! warning: the hub resends the assignments when the agent connects.
 //!
 //! Where the document lives is a [`StateStore`]: the ConfigMap in a cluster
@@ -98,12 +98,14 @@ impl PersistError {
     }
 }
 
-/// One saved policy.
+/// One saved assignment. The document's keys `policy` and `policies` are the names of
+/// the first format, kept so that every saved state stays readable.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
-pub struct SavedPolicy {
-    /// The policy on the hub.
-    pub policy: PlacedRef,
+pub struct SavedAssignment {
+    /// The placed object on the hub.
+    #[serde(rename = "policy")]
+    pub placed: PlacedRef,
     /// Revision of its assignment.
     pub revision: i64,
     /// What it asks of this cluster.
@@ -118,8 +120,9 @@ pub struct SavedState {
     pub cluster: String,
     /// Highest applied hub revision.
     pub last_applied_revision: i64,
-    /// Managed policies.
-    pub policies: Vec<SavedPolicy>,
+    /// The assignments of every managed placed object.
+    #[serde(rename = "policies")]
+    pub assignments: Vec<SavedAssignment>,
 }
 
 /// A decoded document.
@@ -148,20 +151,22 @@ fn is_zero(value: &u64) -> bool {
     *value == 0
 }
 
-/// The first format: no version, and every policy scaled a workload.
+/// The first format: no version, and every placed object scaled a workload.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LegacyState {
     #[serde(default)]
     cluster: String,
     last_applied_revision: i64,
-    policies: Vec<LegacyPolicy>,
+    #[serde(rename = "policies")]
+    assignments: Vec<LegacyAssignment>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct LegacyPolicy {
-    policy: PlacedRef,
+struct LegacyAssignment {
+    #[serde(rename = "policy")]
+    placed: PlacedRef,
     revision: i64,
     scale: ScaleSpec,
 }
@@ -172,11 +177,11 @@ impl SavedState {
         Self {
             cluster: cluster.to_owned(),
             last_applied_revision: book.last_applied_revision(),
-            policies: book
-                .policies()
+            assignments: book
+                .placed()
                 .iter()
-                .map(|(policy, assigned)| SavedPolicy {
-                    policy: policy.clone(),
+                .map(|(placed, assigned)| SavedAssignment {
+                    placed: placed.clone(),
                     revision: assigned.revision,
                     spec: assigned.spec.clone(),
                 })
@@ -188,9 +193,9 @@ impl SavedState {
     pub fn into_book(self) -> AssignmentBook {
         AssignmentBook::from_parts(
             self.last_applied_revision,
-            self.policies.into_iter().map(|p| {
+            self.assignments.into_iter().map(|p| {
                 (
-                    p.policy,
+                    p.placed,
                     Assigned {
                         revision: p.revision,
                         spec: p.spec,
@@ -226,11 +231,11 @@ impl SavedState {
                 let state = SavedState {
                     cluster: legacy.cluster,
                     last_applied_revision: legacy.last_applied_revision,
-                    policies: legacy
-                        .policies
+                    assignments: legacy
+                        .assignments
                         .into_iter()
-                        .map(|p| SavedPolicy {
-                            policy: p.policy,
+                        .map(|p| SavedAssignment {
+                            placed: p.placed,
                             revision: p.revision,
                             spec: Arc::new(AssignmentSpec::Scale(p.scale)),
                         })
@@ -410,12 +415,12 @@ mod tests {
             full: true,
             items: vec![
                 Incoming {
-                    policy: web(),
+                    placed: web(),
                     revision: 8,
                     spec: AssignmentSpec::Scale(frontend()),
                 },
                 Incoming {
-                    policy: PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", "events"),
+                    placed: PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", "events"),
                     revision: 9,
                     spec: AssignmentSpec::KafkaTopic(KafkaTopicSpec {
                         topic_name: "events".into(),
@@ -461,7 +466,7 @@ mod tests {
             full: true,
             items: (0..1000)
                 .map(|i| Incoming {
-                    policy: PlacedRef::new(
+                    placed: PlacedRef::new(
                         PlacedKind::FederatedKafkaTopic,
                         "team",
                         &format!("topic-{i:04}"),
@@ -533,8 +538,8 @@ mod tests {
             SavedState {
                 cluster: "member-1".into(),
                 last_applied_revision: 9,
-                policies: vec![SavedPolicy {
-                    policy: web(),
+                assignments: vec![SavedAssignment {
+                    placed: web(),
                     revision: 8,
                     spec: AssignmentSpec::Scale(frontend()).into(),
                 }],
@@ -563,7 +568,10 @@ mod tests {
         }
         // The same document with a known kind reads.
         let known = r#"{"version":2,"cluster":"x","lastAppliedRevision":1,"policies":[{"policy":{"kind":"CrossClusterScalePolicy","namespace":"","name":"n"},"revision":1,"spec":{"scale":{"apiVersion":"apps/v1","kind":"Deployment","namespace":"d","name":"n","replicas":1,"scaleRequestId":""}}}]}"#;
-        assert_eq!(SavedState::decode(known).unwrap().state.policies.len(), 1);
+        assert_eq!(
+            SavedState::decode(known).unwrap().state.assignments.len(),
+            1
+        );
         assert!(
             SavedState::decode(r#"{"version":3}"#)
                 .unwrap_err()
@@ -577,7 +585,7 @@ mod tests {
         let state = SavedState {
             cluster: "member-1".into(),
             last_applied_revision: 9,
-            policies: vec![],
+            assignments: vec![],
         };
         let epoch = u64::MAX - 5;
         let document = state.encode_with_epoch(epoch).unwrap();

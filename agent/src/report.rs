@@ -1,9 +1,9 @@
-//! What the agent tells the hub about one policy ([`Report`], the same shape for every
-//! kind), and the optimistic concurrency of those reports, per policy. Pure: the engine
+//! What the agent tells the hub about one placed object ([`Report`], the same shape for every
+//! kind), and the optimistic concurrency of those reports, per placed object. Pure: the engine
 //! feeds it what it sent and what the hub answered, and asks whether a fresh observation
 //! should go out.
 //!
-//! The hub keeps one status record per (cluster, policy) and writes a report only when its
+//! The hub keeps one status record per (cluster, placed object) and writes a report only when its
 //! `expected_version` is the record's current version and the report is not older than
 //! the record. So the agent keeps the last accepted version; on `conflict` it takes the
 //! hub's current version and sends a fresh observation. If the hub refused a report whose
@@ -12,7 +12,7 @@
 
 use accord_common::distribution::{Observed, PlacementState};
 
-/// One observation of a policy's object, without the time it was made or the hub record
+/// One observation of a placed object's object, without the time it was made or the hub record
 /// it supersedes; two equal reports say the same thing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -48,7 +48,7 @@ impl Report {
     }
 }
 
-/// Consecutive conflicts for one policy before the agent waits for the next change.
+/// Consecutive conflicts for one placed object before the agent waits for the next change.
 pub const MAX_CONFLICTS: u32 = 5;
 
 /// What to do after a conflict.
@@ -70,7 +70,7 @@ struct InFlight {
     expected_version: i64,
 }
 
-/// The reporting state of one policy.
+/// The reporting state of one placed object.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReportTracker {
     expected_version: i64,

@@ -141,7 +141,7 @@ impl Enforcer for FakeEnforcer {
 
     fn look(
         &self,
-        _policy: &PlacedRef,
+        _placed: &PlacedRef,
         assigned: &Assigned,
         _apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
@@ -188,7 +188,7 @@ impl Enforcer for FakeEnforcer {
 
     fn apply(
         &self,
-        _policy: &PlacedRef,
+        _placed: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
         let world = self.world.clone();
@@ -320,7 +320,7 @@ impl Hub {
 
     async fn accept(&self, report: &StatusReport, version: i64) {
         self.send(hub_message::Body::StatusAck(StatusAck {
-            policy: report.policy.clone(),
+            placed: report.placed.clone(),
             result: Some(status_ack::Result::Accepted(version)),
             ..Default::default()
         }))
@@ -372,13 +372,13 @@ impl Hub {
     }
 }
 
-fn policy(name: &str) -> PlacedRef {
+fn placed(name: &str) -> PlacedRef {
     PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", name)
 }
 
 fn scale(name: &str, revision: i64, replicas: i32) -> Assignment {
     Assignment {
-        policy: Some(policy(name).to_proto()),
+        placed: Some(placed(name).to_proto()),
         revision,
         spec: Some(
             AssignmentSpec::Scale(ScaleSpec::deployment(
@@ -398,9 +398,9 @@ fn observed(report: &StatusReport) -> Observed {
 
 fn replicas_in(state: &SavedState, name: &str) -> Option<(i64, i32)> {
     state
-        .policies
+        .assignments
         .iter()
-        .find(|p| p.policy == policy(name))
+        .find(|p| p.placed == placed(name))
         .map(|p| match &*p.spec {
             AssignmentSpec::Scale(s) => (p.revision, s.replicas),
             other => panic!("{other:?}"),
@@ -467,7 +467,7 @@ async fn deltas_queued_together_are_taken_together_and_acked_once_saved() {
     let mut hub = Hub::connect(start(store.clone(), &world)).await;
     let assigns_before = world.lock().unwrap().assigns;
 
-    // Fifty deltas, one policy each, queued before the engine runs again (as a hub sends
+    // Fifty deltas, one placed object each, queued before the engine runs again (as a hub sends
     // a thousand placements written at once).
     for (i, name) in names.iter().enumerate() {
         let revision = 10 + i64::try_from(i).unwrap();
@@ -496,11 +496,11 @@ async fn deltas_queued_together_are_taken_together_and_acked_once_saved() {
         let revision = 10 + i64::try_from(i).unwrap();
         assert_eq!(replicas_in(&state, name), Some((revision, 2)), "{name}");
     }
-    // Every policy is judged and reported.
+    // Every placed object is judged and reported.
     let mut unreported: BTreeSet<String> = names.iter().cloned().collect();
     while !unreported.is_empty() {
         let report = hub.report("a report of each policy", |_| true).await;
-        if let Some(p) = &report.policy {
+        if let Some(p) = &report.placed {
             unreported.remove(&p.name);
         }
     }
@@ -526,7 +526,7 @@ async fn a_message_that_changes_nothing_is_acked_without_a_save() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn only_a_newer_revision_of_a_policy_replaces_what_is_held() {
+async fn only_a_newer_revision_of_an_assignment_replaces_what_is_held() {
     let store = Arc::new(MemoryStore::default());
     let (world, mut applied) = world(&[("web", 1)]);
     let mut hub = Hub::connect(start(store.clone(), &world)).await;
@@ -538,7 +538,7 @@ async fn only_a_newer_revision_of_a_policy_replaces_what_is_held() {
         Some(("web".into(), 3))
     );
 
-    // An older and then an equal revision of the policy, in newer messages: both ignored.
+    // An older and then an equal revision of the placed object, in newer messages: both ignored.
     hub.assign(6, vec![scale("web", 4, 9)]).await;
     hub.ack(6).await;
     hub.assign(7, vec![scale("web", 5, 9)]).await;
@@ -687,7 +687,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
     hub.assign(
         6,
         vec![Assignment {
-            policy: Some(topic.to_proto()),
+            placed: Some(topic.to_proto()),
             revision: 6,
             spec: Some(
                 AssignmentSpec::KafkaTopic(KafkaTopicSpec {
@@ -704,7 +704,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
     .await;
     hub.ack(6).await;
     let report = hub.report("the error report", |_| true).await;
-    assert_eq!(report.policy, Some(topic.to_proto()));
+    assert_eq!(report.placed, Some(topic.to_proto()));
     assert_eq!(report.state(), pb::PlacementState::Error);
     assert!(
         report
@@ -716,8 +716,8 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
     assert_eq!(report.applied_revision, 6);
     assert_eq!(observed(&report), Observed::Nothing);
     let held = store.state();
-    assert_eq!(held.policies.len(), 1);
-    assert_eq!(held.policies[0].policy, topic);
+    assert_eq!(held.assignments.len(), 1);
+    assert_eq!(held.assignments[0].placed, topic);
 }
 
 // ---- store epochs and member health ----------------------------------------------------
@@ -804,7 +804,7 @@ async fn a_removal_older_than_the_held_assignment_is_ignored() {
             revision: 12,
             full: false,
             removed: vec![pb::Removal {
-                policy: Some(policy("web").to_proto()),
+                placed: Some(placed("web").to_proto()),
                 revision,
             }],
             ..Default::default()

@@ -80,7 +80,7 @@ fn policy_ref(name: &str) -> ObjectRef {
 /// The assignment of FederatedResource `hub-team/<name>` delivering `spec`.
 fn item(name: &str, revision: i64, spec: FederatedResourceSpec) -> Assignment {
     Assignment {
-        policy: Some(policy_ref(name)),
+        placed: Some(policy_ref(name)),
         revision,
         spec: Some(AssignmentSpec::FederatedResource(spec).to_proto()),
     }

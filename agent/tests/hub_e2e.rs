@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use accord_agent::identity;
-use accord_agent::persist::{ConfigMapStore, SavedPolicy, SavedState};
+use accord_agent::persist::{ConfigMapStore, SavedAssignment, SavedState};
 use accord_common::distribution::{AssignmentSpec, PlacedKind, PlacedRef, ScaleSpec};
 use accord_crds::ManagedCluster;
 use accord_crds::conditions;
@@ -110,8 +110,8 @@ fn the_agent_enforces_while_cut_off_then_connects_heartbeats_and_gets_its_report
             .save_state(&SavedState {
                 cluster: CLUSTER.into(),
                 last_applied_revision: 1,
-                policies: vec![SavedPolicy {
-                    policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "e2e-web"),
+                assignments: vec![SavedAssignment {
+                    placed: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "e2e-web"),
                     revision: 1,
                     spec: AssignmentSpec::Scale(ScaleSpec::deployment(ns, "web", 2, "req-e2e")).into(),
                 }],

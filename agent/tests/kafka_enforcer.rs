@@ -169,7 +169,7 @@ fn topic_item(
     removed: &[&str],
 ) -> Assignment {
     Assignment {
-        policy: Some(topic_policy(name)),
+        placed: Some(topic_policy(name)),
         revision,
         spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment {
             topic_name: name.into(),
@@ -511,7 +511,7 @@ fn drift_is_repaired_within_the_resync_interval_and_a_topic_deleted_out_of_band_
             .reports
             .iter()
             .rev()
-            .find(|r| r.policy.as_ref().is_some_and(|p| p.name == name))
+            .find(|r| r.placed.as_ref().is_some_and(|p| p.name == name))
             .cloned()
             .context("no report")?;
         if !synced_with(&last, 2) {
@@ -770,13 +770,13 @@ fn a_second_policy_naming_the_same_topic_is_a_conflict_and_changes_nothing() {
         // Another FederatedKafkaTopic (sorting after the first) naming the same topic with
         // more partitions.
         let mut second = topic_item("k2-shared", 7, 4, &[], &[]);
-        second.policy = Some(topic_policy("k2-shared-too"));
+        second.placed = Some(topic_policy("k2-shared-too"));
         hub.assign(7, true, vec![first, second], vec![]).await;
         hub.report_until("k2-shared", "Synced", |r| synced_with(r, 2))
             .await?;
         // It may have come before the first one's Synced.
         let conflict = |r: &StatusReport| {
-            r.policy.as_ref().is_some_and(|p| p.name == "k2-shared-too")
+            r.placed.as_ref().is_some_and(|p| p.name == "k2-shared-too")
                 && r.state() == PlacementState::Conflict
         };
         let r = match hub.reports.iter().find(|r| conflict(r)).cloned() {

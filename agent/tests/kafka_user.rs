@@ -218,7 +218,7 @@ fn user(
 /// The assignment of FederatedKafkaUser `default/<username>` at `revision`.
 fn item(revision: i64, spec: &KafkaUserSpec) -> Assignment {
     Assignment {
-        policy: Some(ObjectRef {
+        placed: Some(ObjectRef {
             kind: "FederatedKafkaUser".into(),
             namespace: "default".into(),
             name: spec.username.clone(),
@@ -552,7 +552,7 @@ fn twenty_users_take_one_request_of_each_kind_and_are_removed_the_same_way() {
         )
         .await;
         let spec_of = |r: &StatusReport| {
-            let name = r.policy.as_ref().map(|p| p.name.clone());
+            let name = r.placed.as_ref().map(|p| p.name.clone());
             specs.iter().find(|s| Some(&s.username) == name.as_ref())
         };
         hub.reports_until_each(&names, "Synced", |r| {

@@ -440,8 +440,8 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
         ensure!(saved.cluster == "member-1", "{saved:?}");
         ensure!(saved.last_applied_revision == 21, "{saved:?}");
         ensure!(
-            saved.policies.len() == 1
-                && matches!(&*saved.policies[0].spec, AssignmentSpec::Scale(s) if s.replicas == 3),
+            saved.assignments.len() == 1
+                && matches!(&*saved.assignments[0].spec, AssignmentSpec::Scale(s) if s.replicas == 3),
             "{saved:?}"
         );
 
@@ -472,7 +472,7 @@ fn assignments_are_saved_and_a_fresh_agent_enforces_them_without_a_hub() {
         )?
         .state;
         ensure!(
-            saved.policies.is_empty() && saved.last_applied_revision == 30,
+            saved.assignments.is_empty() && saved.last_applied_revision == 30,
             "{saved:?}"
         );
         Ok(())
@@ -539,7 +539,7 @@ fn a_configmap_in_the_first_format_is_enforced_and_rewritten_in_the_current_one(
         ensure!(!saved.migrated, "{document}");
         ensure!(saved.state.last_applied_revision == 12, "{document}");
         ensure!(
-            matches!(&saved.state.policies[..], [p] if p.revision == 11
+            matches!(&saved.state.assignments[..], [p] if p.revision == 11
                 && matches!(&*p.spec, AssignmentSpec::Scale(s) if s.replicas == 3)),
             "{document}"
         );

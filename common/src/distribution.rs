@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use accord_crds::PlacementState;
 
 /// The kinds of object the hub places (a "placed object" is an object of one of these kinds;
-/// "policy" names KafkaTopicPolicy only). Serialises (and reads) as the kind's name, as
+/// "placed object" names KafkaTopicPolicy only). Serialises (and reads) as the kind's name, as
 /// in etcd keys (`placements/<kind>/…`), stored records and the protocol's `ObjectRef.kind`.
 ///
 /// A name that is none of these is an [`UnknownPlacedKind`] error where it is read: the
@@ -383,7 +383,7 @@ pub struct ScramCredential {
     /// SHA-256 of mechanism, iterations, salt and salted password, hex: the agent upserts
     /// the credential when it changes, and only then.
     pub hash: String,
-    /// The Secret (in the policy's namespace of the management cluster) holding the
+    /// The Secret (in the placed object's namespace of the management cluster) holding the
     /// password, and its key: where a hub replica reads it to derive the salted password.
     pub secret_name: String,
     /// The key in that Secret.
@@ -499,7 +499,7 @@ pub struct KafkaUserSpec {
 // Quotas are finite numbers (the CRD bounds them), so equality is total here.
 impl Eq for KafkaUserSpec {}
 
-/// What one policy asks of one member cluster: one variant per kind.
+/// What one placed object asks of one member cluster: one variant per kind.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum AssignmentSpec {
@@ -1007,7 +1007,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_kinds_read_and_write_the_names_keys_and_records_use() {
+    fn placed_kinds_read_and_write_the_names_keys_and_records_use() {
         for kind in PlacedKind::ALL {
             assert_eq!(kind.as_str().parse::<PlacedKind>(), Ok(kind));
             assert_eq!(
@@ -1024,7 +1024,7 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_policy_kind_is_an_error_from_the_wire_and_from_storage() {
+    fn an_unknown_placed_kind_is_an_error_from_the_wire_and_from_storage() {
         assert_eq!(
             "FederatedKafkaGroup".parse::<PlacedKind>(),
             Err(UnknownPlacedKind("FederatedKafkaGroup".into()))

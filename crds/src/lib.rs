@@ -65,7 +65,7 @@ pub const CATEGORY: &str = "accord";
 
 /// Annotation stamped on every member object an agent scales: the id of the scaling decision.
 pub const SCALE_REQUEST_ANNOTATION: &str = "accord.io/scale-request-id";
-/// Label on objects Accord creates in member clusters, naming the policy that owns them.
+/// Label on objects Accord creates in member clusters, naming the placed object that owns them.
 pub const OWNED_BY_LABEL: &str = "accord.io/owned-by";
 /// Label that marks a tenant's Prometheus Service as a federation source.
 pub const FEDERATION_SOURCE_LABEL: &str = "accord.io/federation-source";

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use crate::{bounds, messages};
 
 /// A member cluster of the federation. Created when the cluster's agent registers with a
-/// bootstrap token (or beforehand by an administrator); policies select clusters by name or
+/// bootstrap token (or beforehand by an administrator); placed objects select clusters by name or
 /// by this object's metadata labels.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -47,7 +47,7 @@ use crate::{bounds, messages};
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedClusterSpec {
-    /// Default share hint for policies that select this cluster by label rather than
+    /// Default share hint for placed objects that select this cluster by label rather than
     /// listing it with a weight. 1 to 10,000; 1 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = bounds::MAX_WEIGHT))]
@@ -62,7 +62,7 @@ pub struct ManagedClusterSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unschedulable: bool,
 
-    /// Taints keep placements away from this cluster unless a policy tolerates them.
+    /// Taints keep placements away from this cluster unless a placed object tolerates them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub taints: Vec<ClusterTaint>,

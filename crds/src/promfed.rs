@@ -169,7 +169,7 @@ pub struct PrometheusFederationStatus {
 pub struct GlobalTierStatus {
     /// Pending, Synced, Unavailable or Error.
     pub state: crate::PlacementState,
-    /// Global federation jobs of this policy (one per member cluster with a
+    /// Global federation jobs of this PrometheusFederation (one per member cluster with a
     /// federationEndpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]

@@ -125,7 +125,7 @@ fn a_killed_etcd_leader_costs_no_stream_report_join_or_assignment() {
         for revision in 1..=REPORTS {
             before
                 .report(StatusReport {
-                    policy: Some(report_on.clone()),
+                    placed: Some(report_on.clone()),
                     resource_version: revision.to_string(),
                     generation: 1,
                     expected_version: version,
@@ -172,7 +172,7 @@ fn a_killed_etcd_leader_costs_no_stream_report_join_or_assignment() {
                     hub_message::Body::Assignments(a) => a
                         .items
                         .iter()
-                        .any(|i| i.policy.as_ref().is_some_and(|p| p.name == "after-kill"))
+                        .any(|i| i.placed.as_ref().is_some_and(|p| p.name == "after-kill"))
                         .then_some(()),
                     _ => None,
                 },

@@ -380,7 +380,7 @@ fn with_etcd_unreachable_for_thirty_seconds_the_hub_stays_up_and_what_happened_m
         // A report and an edit made while the hub cannot reach its store.
         let marker = 4242;
         agents[0].report(StatusReport {
-            policy: Some(accord_e2e::agent_sim::policy(
+            placed: Some(accord_e2e::agent_sim::policy(
                 "CrossClusterScalePolicy",
                 "default",
                 policy,
@@ -794,7 +794,7 @@ fn a_soak_of_agents_churning_leaves_hub_memory_tasks_and_streams_flat() {
             round += 1;
             for agent in &agents {
                 agent.report(StatusReport {
-                    policy: Some(accord_e2e::agent_sim::policy("CrossClusterScalePolicy", "default", &format!("soak-{}", round % 7))),
+                    placed: Some(accord_e2e::agent_sim::policy("CrossClusterScalePolicy", "default", &format!("soak-{}", round % 7))),
                     resource_version: round.to_string(),
                     generation: 1,
                     expected_version: 0,

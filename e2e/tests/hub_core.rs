@@ -446,7 +446,7 @@ fn an_agent_cannot_speak_for_another_cluster() {
             .send_as(
                 "ident-b",
                 agent_message::Body::StatusReport(StatusReport {
-                    policy: Some(policy("CrossClusterScalePolicy", "default", "web")),
+                    placed: Some(policy("CrossClusterScalePolicy", "default", "web")),
                     ..Default::default()
                 }),
             )
@@ -491,7 +491,7 @@ fn status_reports_are_written_with_optimistic_concurrency() {
         let mut stream =
             AgentStream::open(agent_sim::connect(&hub.grpc, &id).await?, "occ-a").await?;
         let report = |expected: i64, applied: i64, rv: &str| StatusReport {
-            policy: Some(policy("CrossClusterScalePolicy", "default", "web")),
+            placed: Some(policy("CrossClusterScalePolicy", "default", "web")),
             resource_version: rv.into(),
             generation: 1,
             expected_version: expected,
@@ -629,7 +629,7 @@ fn an_agent_that_stops_reading_and_heartbeating_is_ended_not_left_half_open() {
                 for i in 0..20000 {
                     let name = format!("p-{i}-{padding}");
                     let report = StatusReport {
-                        policy: Some(policy("CrossClusterScalePolicy", "default", &name)),
+                        placed: Some(policy("CrossClusterScalePolicy", "default", &name)),
                         state: accord_proto::v1::PlacementState::Synced as i32,
                         applied_revision: 1,
                         ..Default::default()
@@ -796,7 +796,7 @@ fn every_stream_of_a_connect_storm_through_a_slow_store_is_counted_and_served() 
                                     // Served: one report, answered with an ack.
                                     reported = true;
                                     let report = StatusReport {
-                                        policy: Some(policy("CrossClusterScalePolicy", "default", "storm")),
+                                        placed: Some(policy("CrossClusterScalePolicy", "default", "storm")),
                                         state: accord_proto::v1::PlacementState::Synced as i32,
                                         applied_revision: 1,
                                         ..Default::default()

@@ -173,7 +173,7 @@ async fn play(
     while let Some(Ok(msg)) = stream.next().await {
         match msg.body {
             Some(hub_message::Body::Assignments(a)) => {
-                for r in a.removed.into_iter().filter_map(|r| r.policy) {
+                for r in a.removed.into_iter().filter_map(|r| r.placed) {
                     removed
                         .lock()
                         .unwrap()
@@ -181,7 +181,7 @@ async fn play(
                 }
                 for item in a.items {
                     let (Some(policy), Some(assignment::Spec::KafkaTopic(topic))) =
-                        (item.policy, item.spec)
+                        (item.placed, item.spec)
                     else {
                         continue;
                     };
@@ -195,7 +195,7 @@ async fn play(
                             topic: topic.clone(),
                         });
                     let report = StatusReport {
-                        policy: Some(policy),
+                        placed: Some(policy),
                         expected_version: versions.get(&object).copied().unwrap_or(0),
                         state: PbState::Synced as i32,
                         message: if topic.delete {
@@ -218,7 +218,7 @@ async fn play(
                 }
             }
             Some(hub_message::Body::StatusAck(ack)) => {
-                let Some(policy) = ack.policy else { continue };
+                let Some(policy) = ack.placed else { continue };
                 let object = format!("{}/{}", policy.namespace, policy.name);
                 match ack.result {
                     Some(status_ack::Result::Accepted(v)) => {

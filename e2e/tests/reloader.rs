@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use accord_common::distribution::{PlacedKind, PlacedRef, PromfedSpec};
 use accord_common::promfed::{
-    CONFIG_MAP_NAME, MemberPolicy, STATE_ERROR, STATE_SYNCED, STATE_UNAVAILABLE, SourceTarget,
+    CONFIG_MAP_NAME, MemberPromfed, STATE_ERROR, STATE_SYNCED, STATE_UNAVAILABLE, SourceTarget,
     TenantSources, config_hash, empty_config, render_member,
 };
 use accord_e2e::SharedTestbed;
@@ -40,8 +40,8 @@ const RELOAD_LOG: &str = "POST /-/reload";
 /// A member config as the agent renders it: one policy federating `tenants`, each with one
 /// source Service, selecting `matcher`, every `interval`.
 fn member_config(policy: &str, tenants: &[&str], matcher: &str, interval: &str) -> String {
-    let policy = MemberPolicy {
-        policy: PlacedRef::new(PlacedKind::PrometheusFederation, "team", policy),
+    let policy = MemberPromfed {
+        placed: PlacedRef::new(PlacedKind::PrometheusFederation, "team", policy),
         spec: PromfedSpec {
             matchers: vec![matcher.to_owned()],
             scrape_interval: interval.to_owned(),

@@ -138,7 +138,7 @@ async fn refused(hub: &HubProcess<'_>, identity: &AgentIdentity) -> Result<()> {
 async fn answers(stream: &mut AgentStream, applied: i64) -> Result<()> {
     stream
         .report(StatusReport {
-            policy: Some(policy("CrossClusterScalePolicy", "default", "web")),
+            placed: Some(policy("CrossClusterScalePolicy", "default", "web")),
             resource_version: applied.to_string(),
             generation: 1,
             state: PlacementState::Synced as i32,

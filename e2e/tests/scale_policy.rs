@@ -229,7 +229,7 @@ fn sixty_forty_of_twelve_runs_seven_and_five_ready_pods_and_changes_converge() {
         for agent in fed.agents.values() {
             until(&format!("{} manages no policy", agent.name), Duration::from_secs(30), || async {
                 let text = accord_e2e::fleet::agent_metrics(testbed, &agent.http).await?;
-                Ok(match accord_e2e::hub::parse_metric(&text, "accord_agent_managed_policies") {
+                Ok(match accord_e2e::hub::parse_metric(&text, "accord_agent_managed_objects") {
                     Some(0.0) => Check::Ready(()),
                     other => Check::NotYet(format!("managed policies {other:?}")),
                 })

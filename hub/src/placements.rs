@@ -41,18 +41,18 @@ fn key(kind: &str, namespace: &str, name: &str) -> String {
 }
 
 impl Views {
-    /// Keeps `status` (the whole of it) as `policy`'s view.
-    pub fn set(&self, policy: &PlacedRef, status: impl View + 'static) {
+    /// Keeps `status` (the whole of it) as `placed`'s view.
+    pub fn set(&self, placed: &PlacedRef, status: impl View + 'static) {
         self.0.insert(
-            key(policy.kind.as_str(), &policy.namespace, &policy.name),
+            key(placed.kind.as_str(), &placed.namespace, &placed.name),
             Arc::new(status),
         );
     }
 
-    /// Forgets `policy`'s view.
-    pub fn remove(&self, policy: &PlacedRef) {
+    /// Forgets `placed`'s view.
+    pub fn remove(&self, placed: &PlacedRef) {
         self.0
-            .remove(&key(policy.kind.as_str(), &policy.namespace, &policy.name));
+            .remove(&key(placed.kind.as_str(), &placed.namespace, &placed.name));
     }
 
     /// Forgets every view (the term ended).

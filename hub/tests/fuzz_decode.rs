@@ -40,9 +40,9 @@ fn handle(message: AgentMessage) {
         Ok(&message)
     );
     if let Some(agent_message::Body::StatusReport(report)) = message.body
-        && let Ok((policy, record)) = translate_report(report)
+        && let Ok((placed, record)) = translate_report(report)
     {
-        assert!(!policy.kind.is_empty() && !policy.name.is_empty());
+        assert!(!placed.kind.is_empty() && !placed.name.is_empty());
         // The record is stored as JSON: it must encode.
         serde_json::to_vec(&record).expect("a translated record encodes");
     }
@@ -262,7 +262,7 @@ fn a_huge_length_prefix_fails_at_once_without_allocating_it() {
                 AgentMessage::decode(bytes.as_slice()).is_err(),
                 "field {field} claiming {claimed} bytes decoded"
             );
-            // Nested: a StatusReport whose policy claims the huge length.
+            // Nested: a StatusReport whose placed object claims the huge length.
             let mut inner = key(1, 2);
             inner.extend(varint(claimed));
             inner.extend([0u8; 8]);

@@ -13,7 +13,7 @@ const AGENT_SERIES: &[&str] = &[
     "accord_agent_connected",
     "accord_agent_reconnects_total",
     "accord_agent_assignments_applied_total",
-    "accord_agent_managed_policies",
+    "accord_agent_managed_objects",
     "accord_agent_scale_applies_total",
     "accord_agent_apply_errors_total",
     "accord_agent_status_reports_sent_total",

@@ -15,6 +15,6 @@ pub mod v1 {
 }
 
 /// Largest message either side accepts on the Sync stream (4 MiB): enough for a full
-/// Assignments message of a few thousand policies, small enough that a misbehaving peer
+/// Assignments message of a few thousand placed objects, small enough that a misbehaving peer
 /// cannot make the other allocate without bound.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;

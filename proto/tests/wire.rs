@@ -47,12 +47,12 @@ fn assignments_revision_is_field_one() {
 #[test]
 fn status_ack_accepted_and_conflict_keep_their_numbers() {
     let accepted = StatusAck {
-        policy: None,
+        placed: None,
         result: Some(status_ack::Result::Accepted(3)),
         ..Default::default()
     };
     let conflict = StatusAck {
-        policy: None,
+        placed: None,
         result: Some(status_ack::Result::Conflict(4)),
         reason: RefusalReason::StaleVersion as i32,
     };
@@ -65,7 +65,7 @@ fn the_store_epoch_removals_renewal_and_member_health_have_their_own_numbers() {
     let a = Assignments {
         store_epoch: 7,
         removed: vec![Removal {
-            policy: None,
+            placed: None,
             revision: 3,
         }],
         ..Default::default()

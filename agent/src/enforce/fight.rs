@@ -46,7 +46,7 @@ struct Fight {
     seen: Instant,
 }
 
-/// Repairs by (policy, object, fields, other manager).
+/// Repairs by (placed object, object, fields, other manager).
 #[derive(Debug, Default)]
 pub struct FightGuard {
     fights: HashMap<(String, Repair), Fight>,
@@ -62,21 +62,21 @@ impl FightGuard {
     /// A fight quiet for this long is forgotten (the next hold starts short again).
     const FORGET_AFTER: Duration = Duration::from_secs(30 * 60);
 
-    /// Whether `repair` (for `policy`) is held at `now`: the message to report.
-    pub fn held(&self, policy: &str, repair: &Repair, now: Instant) -> Option<(Instant, String)> {
+    /// Whether `repair` (for `placed`) is held at `now`: the message to report.
+    pub fn held(&self, placed: &str, repair: &Repair, now: Instant) -> Option<(Instant, String)> {
         self.fights
-            .get(&(policy.to_owned(), repair.clone()))
+            .get(&(placed.to_owned(), repair.clone()))
             .and_then(|f| f.held.clone())
             .filter(|(until, _)| *until > now)
     }
 
-    /// The engine is about to make `repair` for `policy` at `now`: make it, or hold.
-    pub fn repair(&mut self, policy: &str, repair: &Repair, now: Instant) -> Guard {
+    /// The engine is about to make `repair` for `placed` at `now`: make it, or hold.
+    pub fn repair(&mut self, placed: &str, repair: &Repair, now: Instant) -> Guard {
         self.fights
             .retain(|_, f| now.saturating_duration_since(f.seen) < Self::FORGET_AFTER);
         let fight = self
             .fights
-            .entry((policy.to_owned(), repair.clone()))
+            .entry((placed.to_owned(), repair.clone()))
             .or_insert(Fight {
                 last_repair: None,
                 held: None,
@@ -218,7 +218,7 @@ mod tests {
             guard.repair("p", &keda, t2 + Duration::from_secs(30)),
             Guard::Hold { .. }
         ));
-        // Another manager, policy or field is another fight.
+        // Another manager, placed object or field is another fight.
         assert_eq!(guard.repair("p", &repair("kubectl"), t2), Guard::Restore);
         assert_eq!(guard.repair("q", &keda, t2), Guard::Restore);
         // Held out: one repair; fought again at once: held twice as long.

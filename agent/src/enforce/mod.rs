@@ -1,11 +1,11 @@
 //! Enforcers: one per kind of assignment, each making the member cluster match what its
-//! policies ask, behind the one [`Enforcer`] trait the kind-neutral engine drives.
+//! placed objects ask, behind the one [`Enforcer`] trait the kind-neutral engine drives.
 //!
 //! An enforcer has three parts, with I/O only at the ends:
 //! - what it watches for what it is assigned ([`Enforcer::assign`], [`Enforcer::event`]):
 //!   its watches feed caches it owns and tell the engine, through an [`EventSink`], which
-//!   of its policies to look at again;
-//! - a pure judgement of one policy from those caches ([`Enforcer::look`]): what to report
+//!   of its placed objects to look at again;
+//! - a pure judgement of one placed object from those caches ([`Enforcer::look`]): what to report
 //!   and whether an apply is needed;
 //! - an async apply ([`Enforcer::apply`]), whose result comes back to the engine.
 //!
@@ -46,13 +46,13 @@ pub trait Enforcer: Send + 'static {
     /// Whether this enforcer takes assignments like `spec`.
     fn enforces(&self, spec: &AssignmentSpec) -> bool;
 
-    /// The book is now `assigned` (every policy of every kind, each time the book changes;
+    /// The book is now `assigned` (every placed object of every kind, each time the book changes;
     /// it takes those it [`enforces`](Self::enforces)): start what needs watching, stop what
     /// no longer does. Watches report through `events`. The engine looks at every new or
-    /// changed policy afterwards.
+    /// changed placed object afterwards.
     fn assign(&mut self, assigned: &BTreeMap<PlacedRef, Assigned>, events: &EventSink);
 
-    /// After [`assign`](Self::assign): the unchanged policies whose judgement the new book
+    /// After [`assign`](Self::assign): the unchanged placed objects whose judgement the new book
     /// changed all the same — those naming an object (a topic, a Kafka user) whose owner
     /// went or came, so that a `Conflict` left behind takes the object over. The engine
     /// looks at them again.
@@ -60,15 +60,15 @@ pub trait Enforcer: Send + 'static {
         Vec::new()
     }
 
-    /// One of its watches saw something; returns the policies to look at again.
+    /// One of its watches saw something; returns the placed objects to look at again.
     fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef>;
 
-    /// Judges one policy from what the watches hold, without I/O. `apply_error` is the
+    /// Judges one placed object from what the watches hold, without I/O. `apply_error` is the
     /// last failed apply, while it stands. `None` while its caches are not
     /// filled yet: an event follows when they are.
     fn look(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement>;
@@ -77,12 +77,12 @@ pub trait Enforcer: Send + 'static {
     /// the one the apply was decided on when it changed nothing).
     fn apply(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>>;
 }
 
-/// The assignments of one kind in the book: each policy, its spec of the kind, and the
+/// The assignments of one kind in the book: each placed object, its spec of the kind, and the
 /// whole assignment (revision, the shared spec).
 pub type Mine<'a, S> = [(&'a PlacedRef, &'a S, &'a Assigned)];
 
@@ -110,19 +110,19 @@ pub trait KindEnforcer: Send + 'static {
     /// [`Enforcer::event`].
     fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef>;
 
-    /// [`Enforcer::look`] at a policy whose spec is `spec`.
+    /// [`Enforcer::look`] at a placed object whose spec is `spec`.
     fn look(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &Self::Spec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement>;
 
-    /// [`Enforcer::apply`] of a policy whose spec is `spec`.
+    /// [`Enforcer::apply`] of a placed object whose spec is `spec`.
     fn apply(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &Self::Spec,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>>;
@@ -140,7 +140,7 @@ impl<E: KindEnforcer> Enforcer for E {
     fn assign(&mut self, assigned: &BTreeMap<PlacedRef, Assigned>, events: &EventSink) {
         let mine: Vec<_> = assigned
             .iter()
-            .filter_map(|(policy, a)| Some((policy, E::spec(&a.spec)?, a)))
+            .filter_map(|(placed, a)| Some((placed, E::spec(&a.spec)?, a)))
             .collect();
         KindEnforcer::assign(self, &mine, events);
     }
@@ -155,28 +155,28 @@ impl<E: KindEnforcer> Enforcer for E {
 
     fn look(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
         let spec = E::spec(&assigned.spec)?;
-        KindEnforcer::look(self, policy, spec, assigned, apply_error)
+        KindEnforcer::look(self, placed, spec, assigned, apply_error)
     }
 
     fn apply(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
         match E::spec(&assigned.spec) {
-            Some(spec) => KindEnforcer::apply(self, policy, spec, assigned),
+            Some(spec) => KindEnforcer::apply(self, placed, spec, assigned),
             // The engine routes only the kind's assignments here.
             None => Box::pin(std::future::ready(Ok(String::new()))),
         }
     }
 }
 
-/// What an enforcer makes of one policy.
+/// What an enforcer makes of one placed object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Judgement {
     /// What to tell the hub.
@@ -387,14 +387,14 @@ where
 }
 
 /// The report on an assignment no enforcer of this agent version takes: held, and said so.
-pub fn unenforced_report(policy: &PlacedRef, assigned: &Assigned) -> Report {
+pub fn unenforced_report(placed: &PlacedRef, assigned: &Assigned) -> Report {
     Report::without_object(
         PlacementState::Error,
         format!(
             "accord-agent {} does not enforce {} assignments ({} work); it holds the \
              assignment and enforces it once upgraded",
             env!("CARGO_PKG_VERSION"),
-            policy.kind,
+            placed.kind,
             assigned.spec.work()
         ),
         assigned.revision,

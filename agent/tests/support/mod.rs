@@ -42,7 +42,7 @@ pub fn scale_item(
     request_id: &str,
 ) -> Assignment {
     Assignment {
-        policy: Some(policy(policy_name)),
+        placed: Some(policy(policy_name)),
         revision,
         spec: Some(assignment::Spec::Scale(ScaleAssignment {
             api_version: "apps/v1".into(),
@@ -113,7 +113,7 @@ impl ScriptedHub {
                     removed: removed
                         .into_iter()
                         .map(|policy| Removal {
-                            policy: Some(policy),
+                            placed: Some(policy),
                             revision,
                         })
                         .collect(),
@@ -128,7 +128,7 @@ impl ScriptedHub {
         self.engine
             .hub_message(HubMessage {
                 body: Some(hub_message::Body::StatusAck(StatusAck {
-                    policy: Some(policy.clone()),
+                    placed: Some(policy.clone()),
                     result: Some(result),
                     ..Default::default()
                 })),
@@ -149,7 +149,7 @@ impl ScriptedHub {
                 if self.auto_accept {
                     let version = self.next_version;
                     self.next_version += 1;
-                    let policy = report.policy.clone().context("report without a policy")?;
+                    let policy = report.placed.clone().context("report without a policy")?;
                     self.answer(&policy, status_ack::Result::Accepted(version))
                         .await;
                 }
@@ -181,7 +181,7 @@ impl ScriptedHub {
             })?;
             if let Some(agent_message::Body::StatusReport(report)) = message.body
                 && report
-                    .policy
+                    .placed
                     .as_ref()
                     .is_some_and(|p| p.name == policy_name)
                 && matches(&report)
@@ -212,7 +212,7 @@ impl ScriptedHub {
                 format!("waiting for reports with {what}; none yet on {missing:?}")
             })?;
             if let Some(agent_message::Body::StatusReport(report)) = message.body
-                && let Some(name) = report.policy.as_ref().map(|p| p.name.clone())
+                && let Some(name) = report.placed.as_ref().map(|p| p.name.clone())
                 && policy_names.contains(&name)
                 && !found.contains_key(&name)
                 && matches(&report)

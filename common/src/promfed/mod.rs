@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 pub use render::{
-    GlobalTarget, MemberPolicy, RenderError, Rendered, SourceTarget, TenantSources, empty_config,
+    GlobalTarget, MemberPromfed, RenderError, Rendered, SourceTarget, TenantSources, empty_config,
     global_job_name, member_job_name, render_global, render_member,
 };
 pub use selector::{SelectorError, check_selector, narrow, narrow_with};

@@ -1,5 +1,6 @@
 //! Rendering the whole config of a federation Prometheus: one `/federate` job per
-//! (policy, tenant) for a member cluster, one per (policy, member) for the global tier.
+//! (PrometheusFederation, tenant) for a member cluster, one per (PrometheusFederation,
+//! member) for the global tier.
 //!
 //! Pure and deterministic: jobs are sorted, targets sorted and deduplicated, and every
 //! string is written as a double-quoted (JSON-escaped) YAML scalar, so equal inputs give
@@ -46,7 +47,7 @@ impl SourceTarget {
     }
 }
 
-/// The sources found for one tenant (namespace) of a policy.
+/// The sources found for one tenant (namespace) of a PrometheusFederation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantSources {
     /// The tenant's namespace; its series are the ones with `namespace="<this>"`.
@@ -57,9 +58,9 @@ pub struct TenantSources {
 
 /// One PrometheusFederation assigned to a member cluster, with the sources found there.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MemberPolicy {
+pub struct MemberPromfed {
     /// The PrometheusFederation on the hub.
-    pub policy: PlacedRef,
+    pub placed: PlacedRef,
     /// Its assignment.
     pub spec: PromfedSpec,
     /// The tenants and their sources in this cluster.
@@ -70,7 +71,7 @@ pub struct MemberPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GlobalTarget {
     /// The PrometheusFederation on the hub.
-    pub policy: PlacedRef,
+    pub placed: PlacedRef,
     /// Its assignment (matchers, interval, timeout).
     pub spec: PromfedSpec,
     /// The member cluster's name, put on every series as label `cluster`.
@@ -94,24 +95,25 @@ pub struct Rendered {
 /// Why a config could not be rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    /// A `match[]` selector of a policy could not be narrowed.
-    #[error("{policy}: match[] {selector:?} cannot be used")]
+    /// A `match[]` selector of a PrometheusFederation could not be narrowed.
+    #[error("{placed}: match[] {selector:?} cannot be used")]
     Selector {
-        /// The policy whose selector it is.
-        policy: String,
+        /// The PrometheusFederation whose selector it is.
+        placed: String,
         /// The selector.
         selector: String,
         /// Why.
         #[source]
         source: SelectorError,
     },
-    /// A policy has no `match[]` selector at all (`/federate` would return nothing).
-    #[error("{policy}: no match[] selector")]
+    /// A PrometheusFederation has no `match[]` selector at all (`/federate` would return nothing).
+    #[error("{placed}: no match[] selector")]
     NoSelector {
-        /// The policy.
-        policy: String,
+        /// The PrometheusFederation.
+        placed: String,
     },
-    /// Two jobs would have the same name (the same tenant or cluster twice for a policy).
+    /// Two jobs would have the same name (the same tenant or cluster twice for a
+    /// PrometheusFederation).
     #[error("job {0:?} would be rendered twice")]
     DuplicateJob(String),
     /// A member's federation URL is not `http(s)://host[:port][/path]`.
@@ -126,17 +128,17 @@ pub enum RenderError {
     },
 }
 
-/// Name of the member job of `policy` for `tenant`: `accord/<ns>/<name>/<tenant>`.
-pub fn member_job_name(policy: &PlacedRef, tenant: &str) -> String {
-    format!("accord/{}/{}/{}", policy.namespace, policy.name, tenant)
+/// Name of the member job of `placed` for `tenant`: `accord/<ns>/<name>/<tenant>`.
+pub fn member_job_name(placed: &PlacedRef, tenant: &str) -> String {
+    format!("accord/{}/{}/{}", placed.namespace, placed.name, tenant)
 }
 
-/// Name of the global job of `policy` for member `cluster`:
+/// Name of the global job of `placed` for member `cluster`:
 /// `accord-global/<ns>/<name>/<cluster>`.
-pub fn global_job_name(policy: &PlacedRef, cluster: &str) -> String {
+pub fn global_job_name(placed: &PlacedRef, cluster: &str) -> String {
     format!(
         "accord-global/{}/{}/{}",
-        policy.namespace, policy.name, cluster
+        placed.namespace, placed.name, cluster
     )
 }
 
@@ -163,26 +165,27 @@ struct Job {
 }
 
 /// Renders the whole config of a member cluster's federation Prometheus: one job per
-/// (policy, tenant with at least one source), sorted by policy then tenant.
+/// (PrometheusFederation, tenant with at least one source), sorted by PrometheusFederation
+/// then tenant.
 ///
 /// Every `match[]` is narrowed with `namespace="<tenant>"`, the job keeps only series
 /// whose `namespace` is the tenant, and sets `tenant="<tenant>"` (after `honor_labels`,
 /// so a source cannot spoof it).
-pub fn render_member(policies: &[MemberPolicy]) -> Result<Rendered, RenderError> {
-    let mut sorted: Vec<&MemberPolicy> = policies.iter().collect();
-    sorted.sort_by(|a, b| a.policy.cmp(&b.policy));
+pub fn render_member(placed: &[MemberPromfed]) -> Result<Rendered, RenderError> {
+    let mut sorted: Vec<&MemberPromfed> = placed.iter().collect();
+    sorted.sort_by(|a, b| a.placed.cmp(&b.placed));
     let mut jobs = Vec::new();
-    for policy in sorted {
-        let spec = &policy.spec;
-        let mut tenants: Vec<&TenantSources> = policy.tenants.iter().collect();
+    for placed in sorted {
+        let spec = &placed.spec;
+        let mut tenants: Vec<&TenantSources> = placed.tenants.iter().collect();
         tenants.sort_by(|a, b| a.namespace.cmp(&b.namespace));
         for tenant in tenants.into_iter().filter(|t| !t.targets.is_empty()) {
-            let matchers = narrowed(&policy.policy, &spec.matchers, |s| {
+            let matchers = narrowed(&placed.placed, &spec.matchers, |s| {
                 narrow(s, NAMESPACE_LABEL, &tenant.namespace)
             })?;
             let limit = (spec.sample_limit > 0).then_some(spec.sample_limit);
             jobs.push(Job {
-                name: member_job_name(&policy.policy, &tenant.namespace),
+                name: member_job_name(&placed.placed, &tenant.namespace),
                 scheme: None,
                 metrics_path: "/federate".to_owned(),
                 matchers,
@@ -199,12 +202,13 @@ pub fn render_member(policies: &[MemberPolicy]) -> Result<Rendered, RenderError>
     finish(jobs)
 }
 
-/// Renders the whole config of the global-tier Prometheus: one job per (policy, member),
-/// sorted by policy then cluster, scraping `<url>/federate` with the policy's `match[]`
-/// narrowed to tenant series (`tenant!=""`) and setting `cluster="<cluster>"`.
+/// Renders the whole config of the global-tier Prometheus: one job per
+/// (PrometheusFederation, member), sorted by PrometheusFederation then cluster, scraping
+/// `<url>/federate` with the PrometheusFederation's `match[]` narrowed to tenant series
+/// (`tenant!=""`) and setting `cluster="<cluster>"`.
 pub fn render_global(targets: &[GlobalTarget]) -> Result<Rendered, RenderError> {
     let mut sorted: Vec<&GlobalTarget> = targets.iter().collect();
-    sorted.sort_by(|a, b| (&a.policy, &a.cluster).cmp(&(&b.policy, &b.cluster)));
+    sorted.sort_by(|a, b| (&a.placed, &a.cluster).cmp(&(&b.placed, &b.cluster)));
     let mut jobs = Vec::new();
     for target in sorted {
         let endpoint = parse_url(&target.url).map_err(|reason| RenderError::Url {
@@ -212,11 +216,11 @@ pub fn render_global(targets: &[GlobalTarget]) -> Result<Rendered, RenderError> 
             url: target.url.clone(),
             reason,
         })?;
-        let matchers = narrowed(&target.policy, &target.spec.matchers, |s| {
+        let matchers = narrowed(&target.placed, &target.spec.matchers, |s| {
             narrow_with(s, TENANT_LABEL, "!=", "")
         })?;
         jobs.push(Job {
-            name: global_job_name(&target.policy, &target.cluster),
+            name: global_job_name(&target.placed, &target.cluster),
             scheme: Some(endpoint.scheme),
             metrics_path: format!("{}/federate", endpoint.path),
             matchers,
@@ -233,19 +237,19 @@ pub fn render_global(targets: &[GlobalTarget]) -> Result<Rendered, RenderError> 
 }
 
 fn narrowed(
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     selectors: &[String],
     narrow_one: impl Fn(&str) -> Result<String, SelectorError>,
 ) -> Result<Vec<String>, RenderError> {
     if selectors.is_empty() {
         return Err(RenderError::NoSelector {
-            policy: policy.to_string(),
+            placed: placed.to_string(),
         });
     }
     let mut out = Vec::new();
     for selector in selectors {
         let narrowed = narrow_one(selector).map_err(|source| RenderError::Selector {
-            policy: policy.to_string(),
+            placed: placed.to_string(),
             selector: selector.clone(),
             source,
         })?;
@@ -414,7 +418,7 @@ mod tests {
     use crate::distribution::PlacedKind;
     use crate::promfed::validate::validate;
 
-    fn policy(name: &str) -> PlacedRef {
+    fn placed(name: &str) -> PlacedRef {
         PlacedRef::new(PlacedKind::PrometheusFederation, "team", name)
     }
 
@@ -441,18 +445,18 @@ mod tests {
         }
     }
 
-    fn two_policies() -> Vec<MemberPolicy> {
+    fn two_promfeds() -> Vec<MemberPromfed> {
         vec![
-            MemberPolicy {
-                policy: policy("web"),
+            MemberPromfed {
+                placed: placed("web"),
                 spec: PromfedSpec {
                     sample_limit: 5000,
                     ..spec(&[r#"{__name__=~".+"}"#, "up"])
                 },
                 tenants: vec![tenant("b", &["prom"]), tenant("a", &["prom-2", "prom-1"])],
             },
-            MemberPolicy {
-                policy: policy("api"),
+            MemberPromfed {
+                placed: placed("api"),
                 spec: spec(&["http_requests_total"]),
                 tenants: vec![tenant("a", &["prom"]), tenant("empty", &[])],
             },
@@ -482,8 +486,8 @@ mod tests {
     }
 
     #[test]
-    fn a_member_config_has_one_job_per_policy_and_tenant_with_sources_sorted() {
-        let rendered = render_member(&two_policies()).unwrap();
+    fn a_member_config_has_one_job_per_promfed_and_tenant_with_sources_sorted() {
+        let rendered = render_member(&two_promfeds()).unwrap();
         assert_eq!(rendered.jobs, 3);
         assert_eq!(rendered.hash, config_hash(&rendered.yaml));
         let names = validate(&rendered.yaml).unwrap().jobs;
@@ -500,7 +504,7 @@ mod tests {
 
     #[test]
     fn a_member_job_is_rendered_exactly() {
-        let rendered = render_member(&two_policies()[..1]).unwrap();
+        let rendered = render_member(&two_promfeds()[..1]).unwrap();
         let expected = r#"scrape_configs:
   - job_name: "accord/team/web/a"
     honor_labels: true
@@ -534,13 +538,13 @@ mod tests {
 
     #[test]
     fn rendering_is_deterministic_whatever_the_input_order() {
-        let mut reversed = two_policies();
+        let mut reversed = two_promfeds();
         reversed.reverse();
         for p in &mut reversed {
             p.tenants.reverse();
         }
         assert_eq!(
-            render_member(&two_policies()).unwrap(),
+            render_member(&two_promfeds()).unwrap(),
             render_member(&reversed).unwrap()
         );
     }
@@ -550,8 +554,8 @@ mod tests {
         let rendered = render_member(&[]).unwrap();
         assert_eq!(rendered.yaml, "scrape_configs: []\n");
         assert_eq!(rendered.jobs, 0);
-        let only_empty = vec![MemberPolicy {
-            policy: policy("x"),
+        let only_empty = vec![MemberPromfed {
+            placed: placed("x"),
             spec: spec(&["up"]),
             tenants: vec![tenant("a", &[])],
         }];
@@ -568,8 +572,8 @@ mod tests {
         assert_eq!(body_size_limit(Some(65536)), "64MB");
         assert_eq!(body_size_limit(Some(1500)), "1500KB");
         assert_eq!(body_size_limit(Some(10_000_000)), "10000000KB");
-        let unlimited = MemberPolicy {
-            policy: policy("x"),
+        let unlimited = MemberPromfed {
+            placed: placed("x"),
             spec: spec(&["up"]),
             tenants: vec![tenant("a", &["p"])],
         };
@@ -579,9 +583,9 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_selector_or_a_duplicate_tenant_is_an_error_naming_the_policy() {
-        let bad = MemberPolicy {
-            policy: policy("x"),
+    fn a_bad_selector_or_a_duplicate_tenant_is_an_error_naming_the_promfed() {
+        let bad = MemberPromfed {
+            placed: placed("x"),
             spec: spec(&["rate(up[5m])"]),
             tenants: vec![tenant("a", &["p"])],
         };
@@ -595,8 +599,8 @@ mod tests {
             "{err}"
         );
 
-        let twice = MemberPolicy {
-            policy: policy("x"),
+        let twice = MemberPromfed {
+            placed: placed("x"),
             spec: spec(&["up"]),
             tenants: vec![tenant("a", &["p"]), tenant("a", &["q"])],
         };
@@ -605,8 +609,8 @@ mod tests {
             RenderError::DuplicateJob("accord/team/x/a".into())
         );
 
-        let none = MemberPolicy {
-            policy: policy("x"),
+        let none = MemberPromfed {
+            placed: placed("x"),
             spec: spec(&[]),
             tenants: vec![tenant("a", &["p"])],
         };
@@ -624,7 +628,7 @@ mod tests {
 
     fn global(cluster: &str, url: &str) -> GlobalTarget {
         GlobalTarget {
-            policy: policy("web"),
+            placed: placed("web"),
             spec: spec(&[r#"{__name__=~".+"}"#]),
             cluster: cluster.into(),
             url: url.into(),

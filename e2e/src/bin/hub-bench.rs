@@ -394,7 +394,7 @@ async fn session(
                 let report = AgentMessage {
                     cluster: String::new(),
                     body: Some(agent_message::Body::StatusReport(StatusReport {
-                        policy: Some(policy("CrossClusterScalePolicy", "bench", "web")),
+                        placed: Some(policy("CrossClusterScalePolicy", "bench", "web")),
                         resource_version: state.applied.to_string(),
                         generation: 1,
                         expected_version: state.expected,
@@ -417,7 +417,7 @@ async fn session(
                             // Apply instantly: report the topic as asked.
                             for item in assignments.items {
                                 let (Some(p), Some(assignment::Spec::KafkaTopic(topic))) =
-                                    (item.policy, item.spec)
+                                    (item.placed, item.spec)
                                 else {
                                     continue;
                                 };
@@ -432,7 +432,7 @@ async fn session(
                                     s.latest = Some((stream_no, item.revision));
                                 });
                                 let report = StatusReport {
-                                    policy: Some(p),
+                                    placed: Some(p),
                                     state: accord_proto::v1::PlacementState::Synced as i32,
                                     applied_revision: item.revision,
                                     observed: Some(status_report::Observed::KafkaTopic(
@@ -454,7 +454,7 @@ async fn session(
                         }
                         _ => continue,
                     };
-                    if a.policy.as_ref().is_some_and(|p| p.name == FANOUT_TOPIC) {
+                    if a.placed.as_ref().is_some_and(|p| p.name == FANOUT_TOPIC) {
                         let (stored, next) = state.reports.answered(a.result);
                         if let Some(revision) = stored {
                             let now = Instant::now();

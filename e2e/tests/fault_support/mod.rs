@@ -376,18 +376,18 @@ async fn session(
                         let now = Instant::now();
                         for item in a.items {
                             if let Some(accord_proto::v1::assignment::Spec::Scale(s)) = item.spec {
-                                let policy = item.policy.map(|p| p.name).unwrap_or_default();
+                                let policy = item.placed.map(|p| p.name).unwrap_or_default();
                                 l.shares.push((now, SeenShare { policy, replicas: Some(s.replicas), scale_request_id: s.scale_request_id }));
                             }
                         }
                         for removal in a.removed {
-                            let policy = removal.policy.map(|p| p.name).unwrap_or_default();
+                            let policy = removal.placed.map(|p| p.name).unwrap_or_default();
                             l.shares.push((now, SeenShare { policy, replicas: None, scale_request_id: String::new() }));
                         }
                     }
                     Some(hub_message::Body::StatusAck(ack)) => {
-                        let acked = ack.policy.as_ref().map(|p| p.name.clone());
-                        l.pending_reports.retain(|r| r.policy.as_ref().map(|p| p.name.clone()) != acked);
+                        let acked = ack.placed.as_ref().map(|p| p.name.clone());
+                        l.pending_reports.retain(|r| r.placed.as_ref().map(|p| p.name.clone()) != acked);
                     }
                     _ => {}
                 }

@@ -89,7 +89,7 @@ pub enum ReconcileError {
     /// etcd failed, or this replica lost leadership mid-way.
     #[error("etcd")]
     Store(#[from] crate::store::StoreError),
-    /// The policy's lock could not be taken in time.
+    /// The placed object's lock could not be taken in time.
     #[error("timed out waiting for the lock of {0}")]
     LockTimeout(String),
     /// This replica is not the leader.
@@ -173,9 +173,9 @@ pub struct ControllerContext {
     /// Every write to the management API server beyond the placements: aggregated Events
     /// and coalesced status writes.
     pub writes: Writes,
-    /// Every policy's placements record.
+    /// Every placed object's placements record.
     pub placements: PrefixCache<PlacementRecord>,
-    /// Every cluster's last report on every policy.
+    /// Every cluster's last report on every placed object.
     pub statuses: PrefixCache<StatusRecord>,
     /// What the registered kinds keep for the term beyond this context
     /// ([`Registered::extensions`]), by type.
@@ -587,7 +587,7 @@ async fn lead(deps: &ControllerDeps, options: &ControllerOptions) -> Result<(), 
             .reflect_shared(writer)
             .for_each(|_| futures::future::ready(())),
     );
-    // Controllers start once the ManagedCluster list is in: a policy reconciled by a new
+    // Controllers start once the ManagedCluster list is in: a placed object reconciled by a new
     // leader against an empty list counts every cluster as unregistered and moves its whole
     // share away (to 0 everywhere) until the list arrives a moment later.
     if clusters.wait_until_ready().await.is_err() {

@@ -122,14 +122,14 @@ pub async fn finalize<K: Tombstoned>(
     object: &Watched<K>,
     record: Option<(PlacementRecord<K::Decision>, i64)>,
 ) -> Result<Finalized, ReconcileError> {
-    let p = placement::policy_ref::<K>(object);
+    let p = placement::placed_ref::<K>(object);
     let reference = object.object_ref(&());
     let sent = match record {
         Some((record, revision)) if K::is_tombstone(&record) => Some((record, revision)),
         Some((record, _)) => match K::tombstone(&record) {
             Some(t) => {
                 let revision = placement::write_record::<K>(ctx, &t).await?;
-                info!(policy = %t.policy, revision, "removing what the members were sent");
+                info!(placed = %t.placed, revision, "removing what the members were sent");
                 Some((t, revision))
             }
             None => None,
@@ -162,12 +162,12 @@ pub async fn finalize<K: Tombstoned>(
         timeout,
     ) {
         Progress::Done => {
-            info!(policy = %p, "what the members were sent is removed in every member");
+            info!(placed = %p, "what the members were sent is removed in every member");
             ctx.note(&reference, kind.removed(object, &tombstone));
             Ok(Finalized::Done)
         }
         Progress::Waiting { left, recheck } => {
-            debug!(policy = %p, ?left, "waiting for members to remove what they were sent");
+            debug!(placed = %p, ?left, "waiting for members to remove what they were sent");
             show_deletion(kind, ctx, object, &tombstone, revision, &left, recheck)?;
             Ok(Finalized::Waiting(recheck))
         }
@@ -175,7 +175,7 @@ pub async fn finalize<K: Tombstoned>(
             let note =
                 kind.removal(object, &tombstone)
                     .left_behind(K::KIND.as_str(), timeout, &left);
-            warn!(policy = %p, ?left, "{note}");
+            warn!(placed = %p, ?left, "{note}");
             ctx.note(
                 &reference,
                 Note::warning(super::transitions::reasons::DELETION_INCOMPLETE, note),

@@ -1,9 +1,9 @@
 //! Fans placements of every kind out to the agent streams this replica holds.
 //!
-//! Every replica watches `placements/` (one key per policy). One policy change is one etcd
-//! write; each replica turns the watch event into a delta for the clusters it holds — an
-//! upsert for clusters with a share, a removal for clusters that had one and no longer do —
-//! and a cluster that connects gets the full set of its assignments.
+//! Every replica watches `placements/` (one key per placed object). One placed object
+//! change is one etcd write; each replica turns the watch event into a delta for the
+//! clusters it holds — an upsert for clusters with a share, a removal for clusters that had
+//! one and no longer do — and a cluster that connects gets the full set of its assignments.
 //!
 //! Every message carries the [store epoch](crate::store::epoch). When it changes (the
 //! store was restored), every stream this replica holds gets its full set again, so the
@@ -148,11 +148,11 @@ fn clusters_of(record: &PlacementRecord) -> HashSet<String> {
     record.shares.iter().map(|s| s.cluster.clone()).collect()
 }
 
-/// Which policy each key holds and which clusters it names, as the cache has them now.
+/// Which placed object each key holds and which clusters it names, as the cache has them now.
 fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PlacedRef, HashSet<String>)> {
     let mut known = HashMap::new();
     cache.visit(|k, r, _| {
-        known.insert(k.to_owned(), (r.policy.clone(), clusters_of(r)));
+        known.insert(k.to_owned(), (r.placed.clone(), clusters_of(r)));
     });
     known
 }
@@ -163,13 +163,13 @@ fn known_of(cache: &PrefixCache<PlacementRecord>) -> HashMap<String, (PlacedRef,
 const MAX_BATCH: usize = 1024;
 
 /// The deltas for each cluster gathered from one batch of cache events, the latest per
-/// policy.
+/// placed object.
 #[derive(Default)]
 struct Deltas {
     by_cluster: HashMap<String, HashMap<String, Delta>>,
 }
 
-/// One policy's change for one cluster.
+/// One placed object's change for one cluster.
 enum Delta {
     Upsert(Box<Assignment>),
     Removed(Removal),
@@ -235,7 +235,7 @@ async fn run(
 ) {
     let mut events = cache.subscribe();
     let mut epochs = epoch.subscribe();
-    // Which policy each key holds and which clusters it named, to send removals.
+    // Which placed object each key holds and which clusters it named, to send removals.
     let mut known = known_of(&cache);
     let out = Out {
         connections: &connections,
@@ -276,7 +276,7 @@ async fn run(
                     let now: HashSet<String> = clusters_of(&value);
                     let before = known.remove(&key).map(|(_, c)| c).unwrap_or_default();
                     let removal = || Removal {
-                        policy: Some(value.policy.to_proto()),
+                        placed: Some(value.placed.to_proto()),
                         revision: mod_revision,
                     };
                     for share in &value.shares {
@@ -296,18 +296,18 @@ async fn run(
                             deltas.remove(cluster, &key, removal());
                         }
                     }
-                    known.insert(key, (value.policy.clone(), now));
+                    known.insert(key, (value.placed.clone(), now));
                 }
                 Ok(CacheEvent::Delete { key }) => {
-                    if let Some((policy, clusters)) = known.remove(&key) {
+                    if let Some((placed, clusters)) = known.remove(&key) {
                         let revision = cache.revision();
-                        let removed: ObjectRef = policy.to_proto();
+                        let removed: ObjectRef = placed.to_proto();
                         for cluster in clusters {
                             deltas.remove(
                                 &cluster,
                                 &key,
                                 Removal {
-                                    policy: Some(removed.clone()),
+                                    placed: Some(removed.clone()),
                                     revision,
                                 },
                             );
@@ -351,13 +351,13 @@ mod tests {
     use super::*;
     use accord_common::distribution::PlacedKind;
 
-    fn policy(name: &str) -> PlacedRef {
+    fn placed(name: &str) -> PlacedRef {
         PlacedRef::new(PlacedKind::FederatedKafkaTopic, "default", name)
     }
 
     fn item(name: &str, revision: i64) -> Assignment {
         Assignment {
-            policy: Some(policy(name).to_proto()),
+            placed: Some(placed(name).to_proto()),
             revision,
             spec: None,
         }
@@ -365,13 +365,13 @@ mod tests {
 
     fn removal(name: &str, revision: i64) -> Removal {
         Removal {
-            policy: Some(policy(name).to_proto()),
+            placed: Some(placed(name).to_proto()),
             revision,
         }
     }
 
     #[test]
-    fn a_batch_sends_each_cluster_one_message_with_the_latest_change_of_each_policy() {
+    fn a_batch_sends_each_cluster_one_message_with_the_latest_change_of_each_placed_object() {
         let mut deltas = Deltas::default();
         deltas.upsert("east", "k/a", item("a", 5));
         deltas.upsert("west", "k/a", item("a", 5));

@@ -1,4 +1,4 @@
-//! The kind-neutral distribution path: a policy's decision becomes one placements record
+//! The kind-neutral distribution path: a placed object's decision becomes one placements record
 //! in etcd ([`record`]), every replica fans it out to the agent streams it holds
 //! ([`fanout`]), and the agents' reports come back as status records
 //! ([`crate::store::status`]) that the kind's controller aggregates into the CR's status.

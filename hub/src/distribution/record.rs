@@ -1,5 +1,5 @@
-//! The placements record of a policy (`placements/<kind>/<ns>/<name>`, one etcd key per
-//! policy): every cluster's typed assignment, and the kind's own decision data beside it.
+//! The placements record of a placed object (`placements/<kind>/<ns>/<name>`, one etcd key per
+//! placed object): every cluster's typed assignment, and the kind's own decision data beside it.
 //!
 //! The record is kind-neutral: what a cluster is asked to do is an
 //! [`AssignmentSpec`](accord_common::distribution::AssignmentSpec), and what only one kind
@@ -53,7 +53,7 @@ pub enum Hold {
     /// No cluster was available, so the cluster kept the count it was last told: its
     /// share never moved away.
     KeptLastCount,
-    /// Another policy owns what this one would write there (e.g. an older topic of the
+    /// Another placed object owns what this one would write there (e.g. an older topic of the
     /// same name).
     Conflict,
     /// A policy of the hub does not allow sending it (e.g. a Deny KafkaTopicPolicy).
@@ -76,18 +76,20 @@ impl ShareRecord {
     }
 }
 
-/// A policy's decision, as stored in etcd; `D` is the kind's own decision data (opaque
+/// A placed object's decision, as stored in etcd; `D` is the kind's own decision data (opaque
 /// JSON, `{"<tag>": {...}}`, where the record is read kind-neutrally).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PlacementRecord<D = serde_json::Value> {
-    /// The policy.
-    pub policy: PlacedRef,
-    /// `metadata.generation` of the policy the decision was made for.
+    /// The placed object (stored under its first name, `policy`, so that every stored
+    /// record stays readable).
+    #[serde(rename = "policy")]
+    pub placed: PlacedRef,
+    /// `metadata.generation` of the placed object the decision was made for.
     pub generation: i64,
     /// When it was decided, Unix milliseconds.
     pub decided_unix_millis: i64,
-    /// Every cluster's share, in the policy's order.
+    /// Every cluster's share, in the placed object's order.
     pub shares: Vec<ShareRecord>,
     /// The kind's own decision data.
     pub decision: D,
@@ -108,7 +110,7 @@ impl<D> PlacementRecord<D> {
     pub fn assignment_of(&self, share: &ShareRecord, revision: i64) -> Option<Assignment> {
         let spec = share.assignment.as_ref()?;
         Some(Assignment {
-            policy: Some(self.policy.to_proto()),
+            placed: Some(self.placed.to_proto()),
             revision,
             spec: Some(spec.to_proto()),
         })
@@ -117,7 +119,7 @@ impl<D> PlacementRecord<D> {
     /// The same record with other decision data.
     fn with_decision<E>(&self, decision: E) -> PlacementRecord<E> {
         PlacementRecord {
-            policy: self.policy.clone(),
+            placed: self.placed.clone(),
             generation: self.generation,
             decided_unix_millis: self.decided_unix_millis,
             shares: self.shares.clone(),
@@ -161,7 +163,7 @@ mod tests {
 
     fn record(shares: &[(&str, i32)]) -> PlacementRecord<Made> {
         PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
+            placed: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: shares

@@ -126,11 +126,11 @@ impl Secrets {
     /// Adds what is never stored to an assignment about to be sent, as this replica sees
     /// the Secrets now, through every registered [`Enclose`].
     pub fn enclose(&self, item: &mut Assignment) {
-        let (Some(policy), Some(spec)) = (item.policy.as_ref(), item.spec.as_mut()) else {
+        let (Some(placed), Some(spec)) = (item.placed.as_ref(), item.spec.as_mut()) else {
             return;
         };
         for enclose in self.enclosers {
-            enclose(self, &policy.namespace, spec);
+            enclose(self, &placed.namespace, spec);
         }
     }
 }

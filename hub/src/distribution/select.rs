@@ -1,5 +1,5 @@
 //! The member clusters as every kind sees them ([`ClusterInfo`], read field by field from
-//! the shared ManagedCluster reflector) and which of them a policy selects: the clusters
+//! the shared ManagedCluster reflector) and which of them a placed object selects: the clusters
 //! by name (in the spec's order, unknown names kept so that status can say so) or a label
 //! selector over the ManagedClusters' labels (by name order). Any kind with
 //! `spec.placement` (`clusters` or `clusterSelector`) selects this way.
@@ -143,7 +143,7 @@ pub fn available(names: &[&str]) -> Clusters {
         .collect()
 }
 
-/// One cluster a policy selects.
+/// One cluster a placed object selects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SelectedCluster {
     /// Its name.

@@ -183,7 +183,7 @@ impl PlacementKind for FederatedResources {
         revision: i64,
     ) -> Option<Note> {
         let clusters: Vec<&str> = record.shares.iter().map(|s| s.cluster.as_str()).collect();
-        info!(policy = %record.policy, ?clusters, revision, "resource placements");
+        info!(placed = %record.placed, ?clusters, revision, "resource placements");
         None
     }
 
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn the_tombstone_removes_only_where_something_was_sent() {
         let record = PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::FederatedResource, "team", "app"),
+            placed: PlacedRef::new(PlacedKind::FederatedResource, "team", "app"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![share("east", true), share("ghost", false)],

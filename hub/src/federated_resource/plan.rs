@@ -210,7 +210,7 @@ fn leave_replicas(
     let mut left = Vec::new();
     for m in manifests.iter_mut() {
         let k = key_of(m, namespace);
-        let Some(policy) = scaled.get(&(
+        let Some(placed) = scaled.get(&(
             cluster.to_owned(),
             k.namespace.clone(),
             k.kind.clone(),
@@ -221,7 +221,7 @@ fn leave_replicas(
         if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
             spec.remove("replicas");
         }
-        left.push(format!("spec.replicas of {k} is left to {policy}"));
+        left.push(format!("spec.replicas of {k} is left to {placed}"));
     }
     left
 }
@@ -457,7 +457,7 @@ mod tests {
             &[],
         );
         let previous = PlacementRecord {
-            policy: accord_common::distribution::PlacedRef::new(
+            placed: accord_common::distribution::PlacedRef::new(
                 accord_common::distribution::PlacedKind::FederatedResource,
                 "team",
                 "app",
@@ -504,7 +504,7 @@ mod tests {
             &[],
         );
         let record = |shares: Vec<ShareRecord>| PlacementRecord {
-            policy: accord_common::distribution::PlacedRef::new(
+            placed: accord_common::distribution::PlacedRef::new(
                 accord_common::distribution::PlacedKind::FederatedResource,
                 "team",
                 "app",

@@ -137,7 +137,7 @@ struct Session {
     /// The client certificate the stream was opened with (the key a renewal replaces).
     certificate: StreamCertificate,
     tx: mpsc::Sender<Result<HubMessage, Status>>,
-    /// Per policy (`kind/namespace/name`), the version and order of the record this stream
+    /// Per placed object (`kind/namespace/name`), the version and order of the record this stream
     /// wrote last: the agent's next report names that version, and is then stored in one
     /// etcd transaction without reading the record back.
     written: std::sync::Mutex<HashMap<String, (i64, ReportOrder)>>,
@@ -281,8 +281,8 @@ impl Session {
         renewed: &mut bool,
     ) -> Result<(), Status> {
         let s = &self.shared;
-        // Reports are stored concurrently: an agent has at most one report per policy in
-        // flight, so reports about different policies are independent, and storing them
+        // Reports are stored concurrently: an agent has at most one report per placed object in
+        // flight, so reports about different placed objects are independent, and storing them
         // one after another would bound a member's reports by etcd's round trip.
         let mut stored = FuturesUnordered::new();
         loop {
@@ -398,8 +398,8 @@ impl Session {
     async fn store_report(&self, report: StatusReport) -> Result<HubMessage, Status> {
         let s = &self.shared;
         let expected_version = report.expected_version;
-        let (policy, record) = translate_report(report)?;
-        let written_key = format!("{}/{}/{}", policy.kind, policy.namespace, policy.name);
+        let (placed, record) = translate_report(report)?;
+        let written_key = format!("{}/{}/{}", placed.kind, placed.namespace, placed.name);
         let known = self
             .written
             .lock()
@@ -412,9 +412,9 @@ impl Session {
             .store
             .write_status(
                 &self.cluster,
-                &policy.kind,
-                &policy.namespace,
-                &policy.name,
+                &placed.kind,
+                &placed.namespace,
+                &placed.name,
                 &record,
                 expected_version,
                 known.as_ref(),
@@ -447,7 +447,7 @@ impl Session {
         };
         Ok(HubMessage {
             body: Some(hub_message::Body::StatusAck(StatusAck {
-                policy: Some(policy),
+                placed: Some(placed),
                 result: Some(result),
                 reason: reason.map_or(0, |r| r.to_proto() as i32),
             })),
@@ -455,18 +455,18 @@ impl Session {
     }
 }
 
-/// A report's policy and the status record to store, or `INVALID_ARGUMENT` saying what is
-/// missing: a policy with a known kind and a name, and a known placement state.
+/// A report's placed object and the status record to store, or `INVALID_ARGUMENT` saying what is
+/// missing: a placed object with a known kind and a name, and a known placement state.
 pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord), Status> {
-    let policy = report
-        .policy
-        .ok_or_else(|| Status::invalid_argument("status report without a policy"))?;
-    if policy.kind.is_empty() || policy.name.is_empty() {
+    let placed = report
+        .placed
+        .ok_or_else(|| Status::invalid_argument("status report without a placed object"))?;
+    if placed.kind.is_empty() || placed.name.is_empty() {
         return Err(Status::invalid_argument(
-            "status report policy needs a kind and a name",
+            "status report placed object needs a kind and a name",
         ));
     }
-    if let Err(e) = policy.kind.parse::<PlacedKind>() {
+    if let Err(e) = placed.kind.parse::<PlacedKind>() {
         return Err(Status::invalid_argument(format!(
             "status report about an {e}"
         )));
@@ -487,7 +487,7 @@ pub fn translate_report(report: StatusReport) -> Result<(ObjectRef, StatusRecord
         observed: Observed::from_proto(report.observed),
         api_server_unavailable: report.api_server_unavailable,
     };
-    Ok((policy, record))
+    Ok((placed, record))
 }
 
 #[cfg(test)]
@@ -498,7 +498,7 @@ mod tests {
 
     fn report(state: i32) -> StatusReport {
         StatusReport {
-            policy: Some(ObjectRef {
+            placed: Some(ObjectRef {
                 kind: "CrossClusterScalePolicy".into(),
                 namespace: "default".into(),
                 name: "web".into(),
@@ -521,9 +521,9 @@ mod tests {
 
     #[test]
     fn a_report_becomes_a_typed_record_with_the_request_id_in_its_observation() {
-        let (policy, record) =
+        let (placed, record) =
             translate_report(report(state_to_proto(PlacementState::Synced) as i32)).unwrap();
-        assert_eq!(policy.name, "web");
+        assert_eq!(placed.name, "web");
         assert_eq!(record.state, PlacementState::Synced);
         assert_eq!(
             record.observed.scale(),
@@ -557,13 +557,13 @@ mod tests {
             assert_eq!(err.code(), tonic::Code::InvalidArgument, "{state}");
         }
         let mut nameless = report(state_to_proto(PlacementState::Synced) as i32);
-        nameless.policy = None;
+        nameless.placed = None;
         assert_eq!(
             translate_report(nameless).unwrap_err().code(),
             tonic::Code::InvalidArgument
         );
         let mut unknown = report(state_to_proto(PlacementState::Synced) as i32);
-        unknown.policy.as_mut().unwrap().kind = "FederatedKafkaGroup".into();
+        unknown.placed.as_mut().unwrap().kind = "FederatedKafkaGroup".into();
         let err = translate_report(unknown).unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(err.message().contains("FederatedKafkaGroup"), "{err}");

@@ -320,8 +320,8 @@ fn cluster_role_binding(ns: &str) -> Value {
 ///   limited to a name). `accord-hub token create` run in the hub's pod needs the same read.
 /// - the global federation tier's ConfigMap, by name: `get`, and `list`/`watch` (the
 ///   leader watches it with a `metadata.name` field selector for the reloader's answers),
-///   `patch` (server-side apply) and `delete` (when no policy enables the global tier);
-///   `create`, because an apply that creates it is authorised as a create.
+///   `patch` (server-side apply) and `delete` (when no PrometheusFederation enables the
+/// global tier);   `create`, because an apply that creates it is authorised as a create.
 pub fn hub_namespace_rules() -> Value {
     json!([
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [CA_SECRET_NAME], "verbs": ["get"] },

@@ -426,7 +426,7 @@ impl PlacementKind for KafkaTopics {
             .map(|s| s.cluster.as_str())
             .collect();
         // The clusters are counted, not named: a topic may be sent to thousands.
-        info!(topic = %record.policy, clusters = sent.len(), revision, "topic placements");
+        info!(topic = %record.placed, clusters = sent.len(), revision, "topic placements");
         let spec = &record.decision.spec;
         (!sent.is_empty()).then(|| {
             Note::normal(

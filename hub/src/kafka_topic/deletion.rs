@@ -78,7 +78,7 @@ mod tests {
 
     fn record() -> PlacementRecord<KafkaTopicDecision> {
         PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::FederatedKafkaTopic, "ns", "events"),
+            placed: PlacedRef::new(PlacedKind::FederatedKafkaTopic, "ns", "events"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![

@@ -482,7 +482,7 @@ impl PlacementKind for KafkaUsers {
             .map(|s| s.cluster.as_str())
             .collect();
         // The clusters are counted, not named: a user may be sent to thousands.
-        info!(user = %record.policy, clusters = sent.len(), revision, "user placements");
+        info!(user = %record.placed, clusters = sent.len(), revision, "user placements");
         let spec = &record.decision.spec;
         (!sent.is_empty()).then(|| {
             Note::normal(
@@ -604,7 +604,7 @@ mod tests {
             hold: None,
         };
         let previous = PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::FederatedKafkaUser, "team", "u"),
+            placed: PlacedRef::new(PlacedKind::FederatedKafkaUser, "team", "u"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![
@@ -668,7 +668,7 @@ mod tests {
             ..Default::default()
         };
         let record = PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::FederatedKafkaUser, "team", "u"),
+            placed: PlacedRef::new(PlacedKind::FederatedKafkaUser, "team", "u"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![

@@ -3,15 +3,15 @@
 //! keeps its assignment and its placement shows `Unavailable`.
 //!
 //! The global tier is one ConfigMap (`prometheus-federation-global` in the hub's
-//! federation namespace) rendered from every policy with `spec.global.enabled`. Any
-//! policy's status aggregation renders it again from the stores
+//! federation namespace) rendered from every PrometheusFederation with `spec.global.enabled`. Any
+//! PrometheusFederation's status aggregation renders it again from the stores
 //! ([`Promfed::sync_global`], serialised, written with server-side apply only when its
-//! hash changed, deleted when no global-enabled policy is left) and reads the reloader's
-//! annotations back into its own `status.global`; so do an invalid policy (its jobs go)
-//! and a deleted one.
+//! hash changed, deleted when no global-enabled PrometheusFederation is left) and reads the
+//! reloader's annotations back into its own `status.global`; so do an invalid
+//! PrometheusFederation (its jobs go) and a deleted one.
 //!
 //! Triggers beyond the generic ones: any change of the global ConfigMap (every
-//! global-enabled policy).
+//! global-enabled PrometheusFederation).
 
 use accord_common::distribution::PlacedKind;
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ use tokio::sync::Mutex;
 use tracing::{debug, info};
 
 use super::PromfedDecision;
-use super::global::{self, GlobalMember, GlobalPolicy, PolicyPart};
+use super::global::{self, GlobalMember, GlobalPromfed, PromfedPart};
 use super::plan::{self, PlanError};
 use super::status::{StatusInputs, aggregate, global_error};
 use crate::controllers::placement::{
@@ -69,28 +69,28 @@ pub struct PromfedOptions {
     pub namespace: Option<String>,
 }
 
-/// The PrometheusFederation plug-in: its policies, the global ConfigMap as watched, and
-/// the lock that serialises renderings of the global tier.
+/// The PrometheusFederation plug-in: its PrometheusFederations, the global ConfigMap as
+/// watched, and the lock that serialises renderings of the global tier.
 pub struct Promfed {
     ctx: Arc<ControllerContext>,
     namespace: String,
-    policies: Reflector<Watched<Self>>,
+    placed: Reflector<Watched<Self>>,
     global: Reflector<ConfigMap>,
     global_lock: Mutex<()>,
 }
 
 /// The global tier as one rendering left it.
 struct GlobalView {
-    /// Hash of the config written (`None`: no global-enabled policy, no ConfigMap).
+    /// Hash of the config written (`None`: no global-enabled PrometheusFederation, no ConfigMap).
     hash: Option<String>,
-    /// Each global-enabled policy's part.
-    parts: BTreeMap<PlacedRef, PolicyPart>,
+    /// Each global-enabled PrometheusFederation's part.
+    parts: BTreeMap<PlacedRef, PromfedPart>,
     /// What the reloader last said.
     reload: ReloadStatus,
 }
 
-fn global_enabled(policy: &Watched<Promfed>) -> bool {
-    policy
+fn global_enabled(placed: &Watched<Promfed>) -> bool {
+    placed
         .pointer("/spec/global/enabled")
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(false)
@@ -114,7 +114,7 @@ impl PlacementKind for Promfed {
 
     fn start(
         ctx: &Arc<ControllerContext>,
-        policies: Reflector<Watched<Self>>,
+        placed: Reflector<Watched<Self>>,
         trigger: Trigger<Self>,
         options: &PromfedOptions,
     ) -> Started<Self> {
@@ -124,7 +124,7 @@ impl PlacementKind for Promfed {
             .unwrap_or_else(|| ctx.namespace.clone());
         // The global ConfigMap, watched by name: the reloader's answers arrive here.
         let (global, global_writer) = reflector::store::<ConfigMap>();
-        let ps = policies.clone();
+        let ps = placed.clone();
         let global_changes = accord_common::watch::watcher(
             Api::<ConfigMap>::namespaced(ctx.kube.clone(), &namespace),
             watcher::Config::default().fields(&format!(
@@ -152,7 +152,7 @@ impl PlacementKind for Promfed {
             kind: Self {
                 ctx: ctx.clone(),
                 namespace,
-                policies,
+                placed,
                 global,
                 global_lock: Mutex::new(()),
             },
@@ -163,15 +163,15 @@ impl PlacementKind for Promfed {
 
     fn decide(
         &self,
-        policy: &PrometheusFederation,
+        placed: &PrometheusFederation,
         input: &DecideInput<'_, PromfedDecision>,
     ) -> Decided<Self> {
-        if let Err(errors) = policy.spec.validate() {
+        if let Err(errors) = placed.spec.validate() {
             return Decided::Invalid(errors.to_string());
         }
-        let planned = select_clusters(&policy.spec.placement, input.clusters)
+        let planned = select_clusters(&placed.spec.placement, input.clusters)
             .map_err(PlanError::from)
-            .and_then(|selected| Ok((selected, plan::assignment(&policy.spec)?)));
+            .and_then(|selected| Ok((selected, plan::assignment(&placed.spec)?)));
         match planned {
             Ok((selected, assignment)) => Decided::Record {
                 shares: plan::shares(&selected, &assignment),
@@ -185,23 +185,23 @@ impl PlacementKind for Promfed {
 
     fn announce(
         &self,
-        _policy: &PrometheusFederation,
+        _placed: &PrometheusFederation,
         record: &crate::distribution::PlacementRecord<PromfedDecision>,
         revision: i64,
     ) -> Option<Note> {
         let clusters: Vec<&str> = record.shares.iter().map(|s| s.cluster.as_str()).collect();
-        info!(policy = %record.policy, ?clusters, revision, "federation placements");
+        info!(placed = %record.placed, ?clusters, revision, "federation placements");
         None
     }
 
     async fn status_of(
         &self,
-        policy: &PrometheusFederation,
+        placed: &PrometheusFederation,
         input: StatusInput<'_, Self>,
     ) -> Result<Reported<PrometheusFederationStatus>, ReconcileError> {
-        let p = placement::policy_ref::<Self>(policy);
+        let p = placement::placed_ref::<Self>(placed);
         let global = self.sync_global().await;
-        let enabled = policy.spec.global.as_ref().is_some_and(|g| g.enabled);
+        let enabled = placed.spec.global.as_ref().is_some_and(|g| g.enabled);
         let global_status = enabled.then(|| match &global {
             Ok(view) => view_status(&p, view),
             Err(e) => GlobalTierStatus {
@@ -216,18 +216,18 @@ impl PlacementKind for Promfed {
                 )),
             },
         });
-        let old = policy.status.as_ref();
+        let old = placed.status.as_ref();
         let status = aggregate(&StatusInputs {
             placed: input.placed(),
             global: global_status.as_ref(),
-            generation: policy.metadata.generation,
+            generation: placed.metadata.generation,
             old,
             now: input.now,
         });
         let mut notes = transitions::of_statuses(
             old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
             (&status.placements, &status.conditions),
-            policy.metadata.generation,
+            placed.metadata.generation,
             MEANING,
         );
         notes.extend(
@@ -241,33 +241,34 @@ impl PlacementKind for Promfed {
         })
     }
 
-    async fn invalid(&self, _policy: &Watched<Self>) -> Result<(), ReconcileError> {
+    async fn invalid(&self, _placed: &Watched<Self>) -> Result<(), ReconcileError> {
         // Its global jobs, if an earlier version had any, go.
         self.sync_global().await.map(drop)
     }
 
     async fn forget(&self, _namespace: &str, _name: &str) -> Result<(), ReconcileError> {
-        // The policy is gone (or being deleted), so this rendering leaves its jobs out.
+        // The PrometheusFederation is gone (or being deleted), so this rendering leaves its
+        // jobs out.
         self.sync_global().await.map(drop)
     }
 }
 
 impl Promfed {
-    /// Renders the global tier from every global-enabled policy in the store (skipping any
-    /// being deleted or that the hub cannot act on), writes the ConfigMap when its hash
-    /// changed, deletes it when no such policy is left, and returns what the reloader last
-    /// said about it.
+    /// Renders the global tier from every global-enabled PrometheusFederation in the store
+    /// (skipping any being deleted or that the hub cannot act on), writes the ConfigMap
+    /// when its hash changed, deletes it when no such PrometheusFederation is left, and
+    /// returns what the reloader last said about it.
     async fn sync_global(&self) -> Result<GlobalView, ReconcileError> {
         let _serialised = self.global_lock.lock().await;
         let clusters = placement::clusters(&self.ctx);
-        let policies: Vec<GlobalPolicy> = self
-            .policies
+        let placed: Vec<GlobalPromfed> = self
+            .placed
             .state()
             .iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none() && global_enabled(p))
-            .filter_map(|p| global_policy(p, &clusters))
+            .filter_map(|p| global_promfed(p, &clusters))
             .collect();
-        let planned = global::plan(&policies);
+        let planned = global::plan(&placed);
         let rendered = global::render(&planned).map_err(|e| ReconcileError::Kind {
             category: "render",
             message: format!("rendering the global tier: {e}"),
@@ -280,7 +281,9 @@ impl Promfed {
                     .delete(promfed::GLOBAL_CONFIG_MAP_NAME, &DeleteParams::default())
                     .await
                 {
-                    Ok(_) => info!("no policy enables the global tier: its ConfigMap is deleted"),
+                    Ok(_) => info!(
+                        "no PrometheusFederation enables the global tier: its ConfigMap is deleted"
+                    ),
                     Err(kube::Error::Api(s)) if s.code == 404 => {}
                     Err(e) => return Err(e.into()),
                 }
@@ -317,7 +320,7 @@ impl Promfed {
     }
 
     /// The global ConfigMap as last seen: from the watch once it has listed, read directly
-    /// until then (so that a watch that cannot list never stalls the policies).
+    /// until then (so that a watch that cannot list never stalls the PrometheusFederations).
     async fn current_global(&self, api: &Api<ConfigMap>) -> Result<Option<ConfigMap>, kube::Error> {
         // Polled once: ready at once when the watch has listed.
         let listed = tokio::time::timeout(Duration::ZERO, self.global.wait_until_ready())
@@ -331,15 +334,15 @@ impl Promfed {
     }
 }
 
-/// A global-enabled policy as the global tier needs it; `None` for one the hub cannot act
-/// on (its own reconcile says why in its status).
-fn global_policy(policy: &Watched<Promfed>, clusters: &Clusters) -> Option<GlobalPolicy> {
-    let decoded: PrometheusFederation = policy.decode().ok()?;
+/// A global-enabled PrometheusFederation as the global tier needs it; `None` for one the
+/// hub cannot act on (its own reconcile says why in its status).
+fn global_promfed(placed: &Watched<Promfed>, clusters: &Clusters) -> Option<GlobalPromfed> {
+    let decoded: PrometheusFederation = placed.decode().ok()?;
     decoded.spec.validate().ok()?;
     let selected = select_clusters(&decoded.spec.placement, clusters).ok()?;
     let spec = plan::assignment(&decoded.spec).ok()?;
-    Some(GlobalPolicy {
-        policy: placement::policy_ref::<Promfed>(policy),
+    Some(GlobalPromfed {
+        placed: placement::placed_ref::<Promfed>(placed),
         spec,
         members: selected
             .into_iter()
@@ -355,11 +358,11 @@ fn global_policy(policy: &Watched<Promfed>, clusters: &Clusters) -> Option<Globa
     })
 }
 
-/// A global-enabled policy's `status.global` from one rendering.
-fn view_status(policy: &PlacedRef, view: &GlobalView) -> GlobalTierStatus {
-    match (view.parts.get(policy), &view.hash) {
-        (Some(part), Some(hash)) => global::tier_status(policy, part, hash, &view.reload),
-        // The store has not caught up with this policy yet; its next reconcile will.
+/// A global-enabled PrometheusFederation's `status.global` from one rendering.
+fn view_status(placed: &PlacedRef, view: &GlobalView) -> GlobalTierStatus {
+    match (view.parts.get(placed), &view.hash) {
+        (Some(part), Some(hash)) => global::tier_status(placed, part, hash, &view.reload),
+        // The store has not caught up with this PrometheusFederation yet; its next reconcile will.
         _ => GlobalTierStatus {
             state: PlacementState::Pending,
             jobs: None,
@@ -395,7 +398,7 @@ mod tests {
     use crate::distribution::select::ClusterInfo;
 
     #[test]
-    fn only_decodable_valid_global_policies_join_the_global_tier() {
+    fn only_decodable_valid_global_promfeds_join_the_global_tier() {
         let clusters: Clusters = [
             (
                 "east".to_owned(),
@@ -423,9 +426,9 @@ mod tests {
             "global": {"enabled": true},
         }));
         assert!(global_enabled(&good));
-        let g = global_policy(&good, &clusters).unwrap();
+        let g = global_promfed(&good, &clusters).unwrap();
         assert_eq!(
-            g.policy,
+            g.placed,
             PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", "p")
         );
         assert_eq!(
@@ -448,11 +451,11 @@ mod tests {
             "match": [],
             "global": {"enabled": true},
         }));
-        assert!(global_policy(&invalid, &clusters).is_none());
+        assert!(global_promfed(&invalid, &clusters).is_none());
         let undecodable = object(serde_json::json!({
             "placement": {"clusters": ["east"]}, "match": ["up"], "global": {"enabled": true},
         }));
-        assert!(global_policy(&undecodable, &clusters).is_none());
+        assert!(global_promfed(&undecodable, &clusters).is_none());
     }
 
     #[test]

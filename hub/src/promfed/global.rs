@@ -1,11 +1,12 @@
 //! The global tier: one Prometheus on the management side that federates every member's
 //! federation Prometheus for every PrometheusFederation with `spec.global.enabled`. Here:
-//! which member endpoints it scrapes for each policy ([`plan`]), its whole config
-//! ([`render`]), and what the reloader's answer means for one policy ([`tier_status`]).
+//! which member endpoints it scrapes for each PrometheusFederation ([`plan`]), its whole config
+//! ([`render`]), and what the reloader's answer means for one PrometheusFederation
+//! ([`tier_status`]).
 //!
 //! The hub learns where a member's federation Prometheus is from the ManagedCluster's
-//! `spec.federationEndpoint`; a selected cluster without one is left out, and the policy's
-//! `status.global.message` says so.
+//! `spec.federationEndpoint`; a selected cluster without one is left out, and the
+//! PrometheusFederation's `status.global.message` says so.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +21,7 @@ pub const WAITING_FOR_RELOADER: &str = "waiting for the global Prometheus's relo
 const RELOAD_ERROR: &str = "Error";
 const RELOAD_UNAVAILABLE: &str = "Unavailable";
 
-/// One selected member cluster of a global-enabled policy.
+/// One selected member cluster of a global-enabled PrometheusFederation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GlobalMember {
     /// Cluster name.
@@ -29,20 +30,20 @@ pub struct GlobalMember {
     pub endpoint: Option<String>,
 }
 
-/// A policy with `spec.global.enabled` and the member clusters it selects.
+/// A PrometheusFederation with `spec.global.enabled` and the member clusters it selects.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GlobalPolicy {
-    /// The policy.
-    pub policy: PlacedRef,
+pub struct GlobalPromfed {
+    /// The PrometheusFederation.
+    pub placed: PlacedRef,
     /// Its assignment (matchers, interval, timeout).
     pub spec: PromfedSpec,
     /// Its selected clusters that exist.
     pub members: Vec<GlobalMember>,
 }
 
-/// One policy's part of the global tier.
+/// One PrometheusFederation's part of the global tier.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PolicyPart {
+pub struct PromfedPart {
     /// Clusters the global Prometheus federates for it (one job each).
     pub federated: Vec<String>,
     /// Selected clusters left out: no `spec.federationEndpoint`.
@@ -54,26 +55,26 @@ pub struct PolicyPart {
 /// The global tier's inputs, planned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GlobalPlan {
-    /// Every job's target, of every policy that renders.
+    /// Every job's target, of every PrometheusFederation that renders.
     pub targets: Vec<GlobalTarget>,
-    /// Each global-enabled policy's part.
-    pub parts: BTreeMap<PlacedRef, PolicyPart>,
+    /// Each global-enabled PrometheusFederation's part.
+    pub parts: BTreeMap<PlacedRef, PromfedPart>,
 }
 
-/// Which members the global Prometheus federates for each policy. A policy whose jobs do
-/// not render is left out with its error, so that one bad policy never takes the others'
-/// global series away.
-pub fn plan(policies: &[GlobalPolicy]) -> GlobalPlan {
+/// Which members the global Prometheus federates for each PrometheusFederation. A
+/// PrometheusFederation whose jobs do not render is left out with its error, so that one
+/// bad PrometheusFederation never takes the others' global series away.
+pub fn plan(placed: &[GlobalPromfed]) -> GlobalPlan {
     let mut out = GlobalPlan::default();
-    for p in policies {
-        let mut part = PolicyPart::default();
+    for p in placed {
+        let mut part = PromfedPart::default();
         let mut targets = Vec::new();
         for m in &p.members {
             match &m.endpoint {
                 Some(url) => {
                     part.federated.push(m.cluster.clone());
                     targets.push(GlobalTarget {
-                        policy: p.policy.clone(),
+                        placed: p.placed.clone(),
                         spec: p.spec.clone(),
                         cluster: m.cluster.clone(),
                         url: url.clone(),
@@ -89,14 +90,14 @@ pub fn plan(policies: &[GlobalPolicy]) -> GlobalPlan {
                 part.federated.clear();
             }
         }
-        out.parts.insert(p.policy.clone(), part);
+        out.parts.insert(p.placed.clone(), part);
     }
     out
 }
 
-/// The global Prometheus's whole config, or `None` when no policy enables the global tier
-/// (the ConfigMap is then deleted). A policy with no federated member still keeps the
-/// ConfigMap, with no job of its own.
+/// The global Prometheus's whole config, or `None` when no PrometheusFederation enables the
+/// global tier (the ConfigMap is then deleted). A PrometheusFederation with no federated
+/// member still keeps the ConfigMap, with no job of its own.
 pub fn render(plan: &GlobalPlan) -> Result<Option<Rendered>, RenderError> {
     if plan.parts.is_empty() {
         return Ok(None);
@@ -104,12 +105,12 @@ pub fn render(plan: &GlobalPlan) -> Result<Option<Rendered>, RenderError> {
     promfed::render_global(&plan.targets).map(Some)
 }
 
-/// One policy's `status.global`, from its part, the hash of the config the hub wants
+/// One PrometheusFederation's `status.global`, from its part, the hash of the config the hub wants
 /// loaded and what the reloader last said: Synced once Prometheus loaded exactly that
 /// config, Error or Unavailable when the reloader says so about it, Pending otherwise.
 pub fn tier_status(
-    policy: &PlacedRef,
-    part: &PolicyPart,
+    placed: &PlacedRef,
+    part: &PromfedPart,
     config_hash: &str,
     reload: &ReloadStatus,
 ) -> GlobalTierStatus {
@@ -117,7 +118,9 @@ pub fn tier_status(
     let (state, detail) = if let Some(e) = &part.error {
         (
             PlacementState::Error,
-            Some(format!("this policy's global jobs cannot be rendered: {e}")),
+            Some(format!(
+                "this PrometheusFederation's global jobs cannot be rendered: {e}"
+            )),
         )
     } else if reload.loaded_hash.as_deref() == Some(config_hash) {
         (PlacementState::Synced, None)
@@ -135,7 +138,7 @@ pub fn tier_status(
     for cluster in &part.federated {
         if let Some(err) = reload
             .scrape_errors
-            .get(&promfed::global_job_name(policy, cluster))
+            .get(&promfed::global_job_name(placed, cluster))
         {
             message.push(format!("scraping cluster {cluster} fails: {err}"));
         }
@@ -159,9 +162,9 @@ mod tests {
     use super::*;
     use accord_common::distribution::PlacedKind;
 
-    fn policy(name: &str, members: &[(&str, Option<&str>)]) -> GlobalPolicy {
-        GlobalPolicy {
-            policy: PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", name),
+    fn placed(name: &str, members: &[(&str, Option<&str>)]) -> GlobalPromfed {
+        GlobalPromfed {
+            placed: PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", name),
             spec: PromfedSpec {
                 matchers: vec!["{job=\"x\"}".into()],
                 scrape_interval: "30s".into(),
@@ -195,12 +198,12 @@ mod tests {
 
     #[test]
     fn every_member_with_an_endpoint_is_one_target_and_the_others_are_named() {
-        let p = policy("a", &[("east", Some("http://east:9090")), ("west", None)]);
+        let p = placed("a", &[("east", Some("http://east:9090")), ("west", None)]);
         let planned = plan(std::slice::from_ref(&p));
         assert_eq!(planned.targets.len(), 1);
         assert_eq!(planned.targets[0].cluster, "east");
         assert_eq!(planned.targets[0].url, "http://east:9090");
-        let part = &planned.parts[&p.policy];
+        let part = &planned.parts[&p.placed];
         assert_eq!(part.federated, vec!["east".to_owned()]);
         assert_eq!(part.without_endpoint, vec!["west".to_owned()]);
         let rendered = render(&planned).unwrap().unwrap();
@@ -209,16 +212,16 @@ mod tests {
     }
 
     #[test]
-    fn no_global_policy_means_no_config_and_one_without_members_keeps_an_empty_one() {
+    fn no_global_promfed_means_no_config_and_one_without_members_keeps_an_empty_one() {
         assert_eq!(render(&plan(&[])).unwrap(), None);
-        let rendered = render(&plan(&[policy("a", &[])])).unwrap().unwrap();
+        let rendered = render(&plan(&[placed("a", &[])])).unwrap().unwrap();
         assert_eq!(rendered.jobs, 0);
     }
 
     #[test]
-    fn the_config_does_not_depend_on_the_order_policies_are_listed_in() {
-        let a = policy("a", &[("east", Some("http://east:9090"))]);
-        let b = policy("b", &[("west", Some("https://west.example/prom"))]);
+    fn the_config_does_not_depend_on_the_order_promfeds_are_listed_in() {
+        let a = placed("a", &[("east", Some("http://east:9090"))]);
+        let b = placed("b", &[("west", Some("https://west.example/prom"))]);
         let ab = render(&plan(&[a.clone(), b.clone()])).unwrap().unwrap();
         let ba = render(&plan(&[b, a])).unwrap().unwrap();
         assert_eq!(ab.hash, ba.hash);
@@ -226,26 +229,26 @@ mod tests {
     }
 
     #[test]
-    fn a_policy_that_does_not_render_is_left_out_with_its_error_and_the_others_stay() {
-        let good = policy("good", &[("east", Some("http://east:9090"))]);
-        let bad = policy("bad", &[("east", Some("not a url"))]);
+    fn a_promfed_that_does_not_render_is_left_out_with_its_error_and_the_others_stay() {
+        let good = placed("good", &[("east", Some("http://east:9090"))]);
+        let bad = placed("bad", &[("east", Some("not a url"))]);
         let planned = plan(&[good.clone(), bad.clone()]);
         assert_eq!(planned.targets.len(), 1);
-        assert_eq!(planned.targets[0].policy, good.policy);
-        let part = &planned.parts[&bad.policy];
+        assert_eq!(planned.targets[0].placed, good.placed);
+        let part = &planned.parts[&bad.placed];
         assert!(part.error.is_some());
         assert!(part.federated.is_empty());
-        let st = tier_status(&bad.policy, part, "h", &ReloadStatus::default());
+        let st = tier_status(&bad.placed, part, "h", &ReloadStatus::default());
         assert_eq!(st.state, PlacementState::Error);
         assert_eq!(st.jobs, Some(0));
     }
 
     #[test]
     fn synced_only_once_the_reloader_confirms_the_current_hash() {
-        let p = policy("a", &[("east", Some("http://east:9090"))]);
-        let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
+        let p = placed("a", &[("east", Some("http://east:9090"))]);
+        let part = &plan(std::slice::from_ref(&p)).parts[&p.placed];
         let st = tier_status(
-            &p.policy,
+            &p.placed,
             part,
             "new",
             &reload(Some("old"), Some("old"), Some("Synced"), ""),
@@ -254,7 +257,7 @@ mod tests {
         assert_eq!(st.message.as_deref(), Some(WAITING_FOR_RELOADER));
         assert_eq!(st.config_hash.as_deref(), Some("new"));
         let st = tier_status(
-            &p.policy,
+            &p.placed,
             part,
             "new",
             &reload(Some("new"), Some("new"), Some("Synced"), ""),
@@ -266,20 +269,20 @@ mod tests {
 
     #[test]
     fn the_reloaders_error_or_unavailability_counts_only_for_the_current_hash() {
-        let p = policy("a", &[("east", Some("http://east:9090"))]);
-        let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
+        let p = placed("a", &[("east", Some("http://east:9090"))]);
+        let part = &plan(std::slice::from_ref(&p)).parts[&p.placed];
         let refused = reload(
             Some("old"),
             Some("new"),
             Some("Error"),
             "bad config: line 3",
         );
-        let st = tier_status(&p.policy, part, "new", &refused);
+        let st = tier_status(&p.placed, part, "new", &refused);
         assert_eq!(st.state, PlacementState::Error);
         assert_eq!(st.message.as_deref(), Some("bad config: line 3"));
         let down = reload(Some("old"), Some("new"), Some("Unavailable"), "unreachable");
         assert_eq!(
-            tier_status(&p.policy, part, "new", &down).state,
+            tier_status(&p.placed, part, "new", &down).state,
             PlacementState::Unavailable
         );
         let stale = reload(
@@ -289,21 +292,21 @@ mod tests {
             "about something else",
         );
         assert_eq!(
-            tier_status(&p.policy, part, "new", &stale).state,
+            tier_status(&p.placed, part, "new", &stale).state,
             PlacementState::Pending
         );
     }
 
     #[test]
     fn missing_endpoints_and_failing_scrapes_are_in_the_message() {
-        let p = policy("a", &[("east", Some("http://east:9090")), ("west", None)]);
-        let part = &plan(std::slice::from_ref(&p)).parts[&p.policy];
+        let p = placed("a", &[("east", Some("http://east:9090")), ("west", None)]);
+        let part = &plan(std::slice::from_ref(&p)).parts[&p.placed];
         let mut r = reload(Some("h"), Some("h"), Some("Synced"), "");
         r.scrape_errors.insert(
-            promfed::global_job_name(&p.policy, "east"),
+            promfed::global_job_name(&p.placed, "east"),
             "connection refused".into(),
         );
-        let st = tier_status(&p.policy, part, "h", &r);
+        let st = tier_status(&p.placed, part, "h", &r);
         assert_eq!(st.state, PlacementState::Synced);
         let message = st.message.unwrap();
         assert!(

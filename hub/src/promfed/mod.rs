@@ -1,9 +1,9 @@
 //! PrometheusFederation: the pure decisions of its controller
-//! ([`controller`]) — which member clusters a policy selects
-//! ([`crate::distribution::select`]), the one assignment every selected cluster gets ([`plan`]), the policy's
-//! status from the agents' reports ([`status`]), and the hub's global tier: which member
-//! federation Prometheus servers the global Prometheus scrapes and what its reloader's
-//! answer means for each policy ([`global`]).
+//! ([`controller`]) — which member clusters a PrometheusFederation selects
+//! ([`crate::distribution::select`]), the one assignment every selected cluster gets
+//! ([`plan`]), the PrometheusFederation's status from the agents' reports ([`status`]), and
+//! the hub's global tier: which member federation Prometheus servers the global Prometheus
+//! scrapes and what its reloader's answer means for each PrometheusFederation ([`global`]).
 //!
 //! Unlike scaling, federation has no failover: every selected cluster gets the same
 //! assignment, and a disconnected cluster keeps it.

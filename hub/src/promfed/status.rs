@@ -18,22 +18,22 @@ pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};
 pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; its federation \
      Prometheus keeps the config it last loaded (values are as last reported)";
 
-/// Everything the status of a policy is computed from.
+/// Everything the status of a PrometheusFederation is computed from.
 #[derive(Debug, Clone, Copy)]
 pub struct StatusInputs<'a> {
     /// The shares, the reports and the clusters.
     pub placed: Placed<'a>,
-    /// The global tier's status, when the policy enables it.
+    /// The global tier's status, when the PrometheusFederation enables it.
     pub global: Option<&'a GlobalTierStatus>,
-    /// `metadata.generation` of the policy.
+    /// `metadata.generation` of the PrometheusFederation.
     pub generation: Option<i64>,
-    /// The status the policy shows now.
+    /// The status the PrometheusFederation shows now.
     pub old: Option<&'a PrometheusFederationStatus>,
     /// The time to stamp on conditions that change now.
     pub now: &'a Time,
 }
 
-/// The status a policy should show.
+/// The status a PrometheusFederation should show.
 pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
     let revision = inputs.placed.revision;
     let placements: Vec<FederationPlacement> = inputs
@@ -211,7 +211,7 @@ mod tests {
     }
 
     #[test]
-    fn every_placement_synced_and_the_global_tier_loaded_make_the_policy_ready() {
+    fn every_placement_synced_and_the_global_tier_loaded_make_the_promfed_ready() {
         let clusters = available(&["a", "b"]);
         let reports = [
             ("a", report(PlacementState::Synced, 10, "h1", "")),
@@ -236,7 +236,7 @@ mod tests {
     }
 
     #[test]
-    fn a_global_tier_not_yet_confirmed_keeps_the_policy_not_ready() {
+    fn a_global_tier_not_yet_confirmed_keeps_the_promfed_not_ready() {
         let clusters = available(&["a"]);
         let reports = [("a", report(PlacementState::Synced, 10, "h1", ""))];
         let global = GlobalTierStatus {
@@ -275,7 +275,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_and_disconnected_clusters_degrade_the_policy_and_are_named() {
+    fn errors_and_disconnected_clusters_degrade_the_promfed_and_are_named() {
         let mut clusters = available(&["a", "b"]);
         clusters.insert("c".into(), ClusterInfo::default());
         let reports = [

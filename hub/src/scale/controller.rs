@@ -256,7 +256,7 @@ impl PlacementKind for Scale {
                 )
             })
             .collect();
-        info!(policy = %record.policy, id = %decision.scale_request_id, shares = ?counts, "scaling decision");
+        info!(placed = %record.placed, id = %decision.scale_request_id, shares = ?counts, "scaling decision");
         let shares = counts
             .iter()
             .map(|(c, r)| format!("{c}={r}"))
@@ -572,7 +572,7 @@ mod tests {
         use crate::distribution::ShareRecord;
         use accord_common::distribution::{PlacedRef, ScaleSpec};
         let record = |replicas: i32, id: &str| PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
+            placed: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![ShareRecord {

@@ -305,7 +305,7 @@ mod tests {
 
     fn record_of(p: &Plan) -> PlacementRecord<ScaleDecision> {
         PlacementRecord {
-            policy: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
+            placed: PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web"),
             generation: 1,
             decided_unix_millis: 0,
             shares: p.shares.clone(),

@@ -1,4 +1,4 @@
-//! The hub's state in etcd: keyspace, leader election with fencing, per-policy locks,
+//! The hub's state in etcd: keyspace, leader election with fencing, per-object locks,
 //! optimistic-concurrency status records, bootstrap tokens, the cluster registry, replica
 //! presence and watch-fed caches.
 //!

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, check_segment, encode};
 
-/// The last status a cluster reported for one policy.
+/// The last status a cluster reported for one placed object.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct StatusRecord {
     /// `metadata.resourceVersion` of the member object the report describes (numeric in
@@ -266,7 +266,7 @@ impl Store {
         self.get_json(&key).await
     }
 
-    /// Deletes every cluster's status record of policy `kind/ns/name`; returns how many
+    /// Deletes every cluster's status record of placed object `kind/ns/name`; returns how many
     /// there were.
     pub async fn delete_placement_status(
         &self,

@@ -32,11 +32,11 @@ use super::judge::{
     not_served_message, verdict, version, version_keys,
 };
 use super::manifest::{
-    CRD_KIND, Desired, Gvk, NAMESPACE_KIND, Prepared, policy_mark, prepare_all, unmark_patch,
+    CRD_KIND, Desired, Gvk, NAMESPACE_KIND, Prepared, placed_mark, prepare_all, unmark_patch,
 };
 use crate::enforce::{ApplyError, ApplyErrorKind};
 
-/// What the enforcer remembers of its policies, shared by its applies and looks.
+/// What the enforcer remembers of its FederatedResources, shared by its applies and looks.
 pub type SharedMemory = Arc<Mutex<HashMap<PlacedRef, Memory>>>;
 
 /// How long an apply waits for a CRD it applied to be established before applying the
@@ -44,7 +44,8 @@ pub type SharedMemory = Arc<Mutex<HashMap<PlacedRef, Memory>>>;
 const CRD_ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Types whose objects keep a namespace Accord created from being deleted with the
-/// policy (besides the types the policy delivers): what usually lives in a namespace.
+/// FederatedResource (besides the types the FederatedResource delivers): what usually lives
+/// in a namespace.
 const NAMESPACE_CONTENT: &[(&str, &str)] = &[
     ("v1", "ConfigMap"),
     ("v1", "Service"),
@@ -65,7 +66,7 @@ const NAMESPACE_DEFAULTS: &[(&str, &str)] = &[
     ("ServiceAccount", "default"),
 ];
 
-/// One apply of one policy's assignment.
+/// One apply of one FederatedResource's assignment.
 #[derive(Clone)]
 pub struct ApplyJob {
     /// Client of the member cluster.
@@ -74,15 +75,15 @@ pub struct ApplyJob {
     pub discovery: Discovery,
     /// The namespaces this agent has seen exist, shared by every apply.
     pub namespaces: KnownNamespaces,
-    /// The policy.
-    pub policy: PlacedRef,
+    /// The FederatedResource.
+    pub placed: PlacedRef,
     /// Its assignment.
     pub spec: FederatedResourceSpec,
     /// What the watches showed when the apply was decided.
     pub view: View,
-    /// What was remembered of the policy then.
+    /// What was remembered of the FederatedResource then.
     pub before: Memory,
-    /// Where to record the outcomes (`None`: a removal after the policy left).
+    /// Where to record the outcomes (`None`: a removal after the FederatedResource left).
     pub memory: Option<SharedMemory>,
 }
 
@@ -162,7 +163,7 @@ impl ApplyJob {
     /// Applies the assignment (or removes what it delivered); answers the version of its
     /// objects afterwards, or an error when any manifest failed.
     pub async fn run(self) -> Result<String, ApplyError> {
-        let mark = policy_mark(&self.policy);
+        let mark = placed_mark(&self.placed);
         let mut versions: HashMap<ManifestKey, Option<String>> = HashMap::new();
         let mut failures = Vec::new();
         let mut outcomes = BTreeMap::new();
@@ -219,7 +220,7 @@ impl ApplyJob {
                     if matches!(applied.outcome, Outcome::Applied { .. }) {
                         if drift {
                             drift_repairs += 1;
-                            info!(policy = %self.policy, object = %desired.key, "restored fields changed out of band");
+                            info!(placed = %self.placed, object = %desired.key, "restored fields changed out of band");
                         }
                         versions.insert(desired.key.clone(), applied.version);
                     }
@@ -280,12 +281,12 @@ impl ApplyJob {
         }
     }
 
-    /// Changes what the enforcer remembers of the policy (nothing for a removal after the
-    /// policy left).
+    /// Changes what the enforcer remembers of the FederatedResource (nothing for a removal
+    /// after the FederatedResource left).
     fn record(&self, change: impl FnOnce(&mut Memory)) {
         if let Some(memory) = &self.memory {
             let mut memory = memory.lock().unwrap_or_else(PoisonError::into_inner);
-            change(memory.entry(self.policy.clone()).or_default());
+            change(memory.entry(self.placed.clone()).or_default());
         }
     }
 
@@ -307,7 +308,7 @@ impl ApplyJob {
 
     /// The manifests prepared with what the discovery cache holds.
     fn prepared_cached(&self) -> Vec<Prepared> {
-        prepare_all(&self.spec, &self.policy, |gvk| {
+        prepare_all(&self.spec, &self.placed, |gvk| {
             self.discovery.namespaced(gvk)
         })
     }
@@ -357,7 +358,8 @@ impl ApplyJob {
         if let Err((kind, message)) = self.ensure_namespace(&key.namespace, mark).await {
             return Applied::failed(kind, message);
         }
-        // Before taking an object not seen with this policy's marks: is it someone else's?
+        // Before taking an object not seen with this FederatedResource's marks: is it
+        // someone else's?
         let seen_ours = self
             .view
             .object(key)
@@ -370,7 +372,7 @@ impl ApplyJob {
                     if delivered_by(&existing) != mark {
                         match claim(desired, &existing, mark, self.spec.adopt) {
                             Claim::Conflict(message) => {
-                                debug!(policy = %self.policy, object = %key, "{message}");
+                                debug!(placed = %self.placed, object = %key, "{message}");
                                 return Applied {
                                     outcome: Outcome::Conflict {
                                         message,
@@ -381,10 +383,10 @@ impl ApplyJob {
                                 };
                             }
                             Claim::Take { from } if from.is_empty() => {
-                                info!(policy = %self.policy, object = %key, "adopting an existing object");
+                                info!(placed = %self.placed, object = %key, "adopting an existing object");
                             }
                             Claim::Take { from } => {
-                                info!(policy = %self.policy, object = %key, from = %from, "taking the object over from a younger FederatedResource");
+                                info!(placed = %self.placed, object = %key, from = %from, "taking the object over from a younger FederatedResource");
                             }
                         }
                     }
@@ -415,7 +417,7 @@ impl ApplyJob {
                 if key.kind == CRD_KIND {
                     self.await_established(&key.name).await;
                 }
-                debug!(policy = %self.policy, object = %key, "applied");
+                debug!(placed = %self.placed, object = %key, "applied");
                 Applied {
                     outcome: Outcome::Applied {
                         fields: accord_fields(&applied).cloned(),
@@ -439,7 +441,7 @@ impl ApplyJob {
             Err(e) => {
                 let verb = if exists { "patch" } else { "create" };
                 let (kind, message) = refusal(&e, verb, &plural);
-                warn!(policy = %self.policy, object = %key, error = %message, "apply refused");
+                warn!(placed = %self.placed, object = %key, error = %message, "apply refused");
                 Applied::failed(kind, message)
             }
         }
@@ -496,12 +498,12 @@ impl ApplyJob {
                 let (kind, message) = refusal(&e, "create", "namespaces");
                 (kind, format!("creating namespace {name}: {message}"))
             })?;
-        info!(policy = %self.policy, namespace = name, "created namespace");
+        info!(placed = %self.placed, namespace = name, "created namespace");
         self.namespaces.insert(name);
         Ok(())
     }
 
-    /// Deletes (or orphans) object `key` if it carries this policy's annotation.
+    /// Deletes (or orphans) object `key` if it carries this FederatedResource's annotation.
     async fn remove(
         &self,
         key: &ManifestKey,
@@ -574,14 +576,14 @@ impl ApplyJob {
                 } else {
                     "deleted"
                 };
-                info!(policy = %self.policy, object = %key, "{verb}");
+                info!(placed = %self.placed, object = %key, "{verb}");
                 versions.insert(key.clone(), None);
             }
             Err((kind, message)) => fail(kind, message),
         }
     }
 
-    /// Deletes the namespaces this policy's objects live in that Accord created for it
+    /// Deletes the namespaces this FederatedResource's objects live in that Accord created for it
     /// (they carry its marks and are not manifests themselves) once nothing is left in
     /// them. Best effort: a namespace whose content cannot be listed stays.
     async fn remove_created_namespaces(&self, manifests: &[Prepared], mark: &str) {
@@ -635,7 +637,7 @@ impl ApplyJob {
             match api.delete(name, &DeleteParams::background()).await {
                 Ok(_) => {
                     self.namespaces.forget(name);
-                    info!(policy = %self.policy, namespace = name, "deleted the namespace Accord created")
+                    info!(placed = %self.placed, namespace = name, "deleted the namespace Accord created")
                 }
                 Err(e) => {
                     debug!(namespace = name, error = %e, "could not delete the namespace Accord created")
@@ -681,21 +683,21 @@ impl ApplyJob {
     }
 }
 
-/// Removes (or orphans) what `job`'s policy delivered, retrying with backoff until done:
-/// the policy left this cluster's assignments, so nothing else will ask again (the task
+/// Removes (or orphans) what `job`'s FederatedResource delivered, retrying with backoff until done:
+/// the FederatedResource left this cluster's assignments, so nothing else will ask again (the task
 /// is aborted if it comes back).
 pub async fn remove_in_background(job: ApplyJob) {
     let mut retry = backoff(Duration::from_secs(1), Duration::from_secs(60));
-    let policy = job.policy.clone();
+    let placed = job.placed.clone();
     loop {
         match job.clone().run().await {
             Ok(_) => {
-                info!(%policy, "removed what the policy delivered: it left this cluster");
+                info!(%placed, "removed what the FederatedResource delivered: it left this cluster");
                 return;
             }
             Err(e) => {
                 let delay = retry.next_delay();
-                warn!(%policy, error = %e, "removing what the policy delivered failed; retrying in {delay:?}");
+                warn!(%placed, error = %e, "removing what the FederatedResource delivered failed; retrying in {delay:?}");
                 tokio::time::sleep(delay).await;
             }
         }

@@ -3,12 +3,13 @@
 //! apply, decide each manifest's state and health, the placement's report and whether to
 //! apply.
 //!
-//! An object is Accord's for a policy when it carries [`OWNED_BY_LABEL`] (the watches see
-//! only those) and [`FEDERATED_RESOURCE_ANNOTATION`] naming the policy. It needs an apply
-//! when it is missing, when its [`MANIFEST_HASH_ANNOTATION`] is not the manifest's hash,
-//! when nothing was recorded of it since the agent started, or when it drifted: the fields
-//! Accord's field manager owns (`managedFields`, `fieldsV1`) are not the ones recorded
-//! after the last apply, because another manager took some.
+//! An object is Accord's for a FederatedResource when it carries [`OWNED_BY_LABEL`] (the
+//! watches see only those) and [`FEDERATED_RESOURCE_ANNOTATION`] naming the
+//! FederatedResource. It needs an apply when it is missing, when its
+//! [`MANIFEST_HASH_ANNOTATION`] is not the manifest's hash, when nothing was recorded of it
+//! since the agent started, or when it drifted: the fields Accord's field manager owns
+//! (`managedFields`, `fieldsV1`) are not the ones recorded after the last apply, because
+//! another manager took some.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use serde_json::Value;
 
 use super::feedback;
 use super::health::health;
-use super::manifest::{Desired, Gvk, Prepared, policy_mark};
+use super::manifest::{Desired, Gvk, Prepared, placed_mark};
 use crate::enforce::fight::{lost_fields, owner_of, render};
 use crate::enforce::{Action, ApplyError, ApplyErrorKind, Judgement, Repair};
 use crate::report::Report;
@@ -42,7 +43,7 @@ pub enum Outcome {
     },
     /// Not applied: the member does not serve the type yet.
     Pending(String),
-    /// Not applied: the object exists and is not this policy's to take.
+    /// Not applied: the object exists and is not this FederatedResource's to take.
     Conflict {
         /// Why.
         message: String,
@@ -63,7 +64,7 @@ pub struct Recorded {
     pub outcome: Outcome,
 }
 
-/// What the enforcer remembers of one policy between its applies and looks.
+/// What the enforcer remembers of one FederatedResource between its applies and looks.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Memory {
     /// The last apply's outcome per object.
@@ -74,7 +75,7 @@ pub struct Memory {
     pub last_drift_unix_millis: i64,
 }
 
-/// What the watches show of the objects one policy names.
+/// What the watches show of the objects one FederatedResource names.
 #[derive(Clone, Debug, Default)]
 pub struct View {
     /// Objects carrying Accord's delivery label, by key.
@@ -110,7 +111,7 @@ pub fn delivered_by(object: &DynamicObject) -> &str {
         .map_or("", String::as_str)
 }
 
-/// Whether `object` carries Accord's delivery marks for the policy marked `mark`: the
+/// Whether `object` carries Accord's delivery marks for the FederatedResource marked `mark`: the
 /// only objects Accord ever deletes or orphans.
 pub fn is_marked_for(object: &DynamicObject, mark: &str) -> bool {
     let labelled = object
@@ -176,10 +177,10 @@ pub enum Verdict {
         /// The fields Accord no longer owns (`spec.replicas`).
         fields: Vec<String>,
     },
-    /// Someone else's, and this policy may take it ([`claim`]): apply.
+    /// Someone else's, and this FederatedResource may take it ([`claim`]): apply.
     Adopt {
         /// The FederatedResource that delivers it now ("" when none: an object Accord
-        /// did not create, and the policy adopts).
+        /// did not create, and the FederatedResource adopts).
         from: String,
     },
     /// The member does not serve its type yet: retried.
@@ -240,10 +241,10 @@ pub fn conflict_message(key: &ManifestKey, delivered_by: &str) -> String {
     }
 }
 
-/// What a policy may do with an object that exists without its mark.
+/// What a FederatedResource may do with an object that exists without its mark.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
-    /// Take it: Accord did not create it and the policy adopts, or a younger
+    /// Take it: Accord did not create it and the FederatedResource adopts, or a younger
     /// FederatedResource delivers it (`from`).
     Take {
         /// The FederatedResource delivering it now ("" for none).
@@ -253,13 +254,13 @@ pub enum Claim {
     Conflict(String),
 }
 
-/// What the policy marked `mark`, applying `desired`, may do with `existing`, which does
-/// not carry that mark. An object Accord did not create is taken only when the policy
+/// What the FederatedResource marked `mark`, applying `desired`, may do with `existing`, which does
+/// not carry that mark. An object Accord did not create is taken only when the FederatedResource
 /// adopts. Of two FederatedResources delivering one object, the older (by
 /// `creationTimestamp`, then by name) keeps it, whichever applied first: so every member
 /// ends with the same owner whatever the order the applies came in. An object whose
 /// owner's creation time is unknown (delivered before Accord recorded it) stays with that
-/// owner, and a policy whose own is unknown takes nothing.
+/// owner, and a FederatedResource whose own is unknown takes nothing.
 pub fn claim(desired: &Desired, existing: &DynamicObject, mark: &str, adopt: bool) -> Claim {
     let by = delivered_by(existing);
     let take = if by.is_empty() {
@@ -304,7 +305,7 @@ pub fn object_name(key: &ManifestKey) -> String {
 }
 
 /// What `desired` needs, from its watched object `live` (one carrying Accord's label),
-/// what was recorded of the last apply and the policy's marks.
+/// what was recorded of the last apply and the FederatedResource's marks.
 pub fn verdict(
     desired: &Desired,
     live: Option<&DynamicObject>,
@@ -479,10 +480,10 @@ pub fn summarize(manifests: &[ManifestObserved]) -> (PlacementState, String) {
     )
 }
 
-/// One look at a policy: everything [`judge`] decides from.
+/// One look at a FederatedResource: everything [`judge`] decides from.
 pub struct Look<'a> {
-    /// The policy.
-    pub policy: &'a PlacedRef,
+    /// The FederatedResource.
+    pub placed: &'a PlacedRef,
     /// Its assignment.
     pub spec: &'a FederatedResourceSpec,
     /// Revision of the assignment.
@@ -536,9 +537,9 @@ pub fn view_version(keys: &[&ManifestKey], view: &View) -> String {
     }))
 }
 
-/// Judges one policy.
+/// Judges one FederatedResource.
 pub fn judge(look: &Look<'_>) -> Judgement {
-    let mark = policy_mark(look.policy);
+    let mark = placed_mark(look.placed);
     let spec = look.spec;
     let view = look.view;
     let memory = look.memory;
@@ -549,7 +550,7 @@ pub fn judge(look: &Look<'_>) -> Judgement {
         .map(|d| &d.key)
         .collect();
     // Objects an earlier spec delivered (or, on removal, every one): still there with
-    // this policy's marks?
+    // this FederatedResource's marks?
     let leaving: Vec<&ManifestKey> = spec
         .prune
         .iter()
@@ -711,7 +712,7 @@ mod tests {
 
     use crate::enforce::federated_resource::manifest::prepare_all;
 
-    fn policy() -> PlacedRef {
+    fn placed() -> PlacedRef {
         PlacedRef::new(PlacedKind::FederatedResource, "team", "bundle")
     }
 
@@ -733,7 +734,7 @@ mod tests {
     }
 
     fn prepared(spec: &FederatedResourceSpec) -> Vec<Prepared> {
-        prepare_all(spec, &policy(), |gvk| !gvk.cluster_scoped_by_hint())
+        prepare_all(spec, &placed(), |gvk| !gvk.cluster_scoped_by_hint())
     }
 
     fn fields(replicas: bool) -> Value {
@@ -780,9 +781,9 @@ mod tests {
         memory: Option<&Memory>,
         apply_error: Option<&ApplyError>,
     ) -> Judgement {
-        let policy = policy();
+        let placed = placed();
         judge(&Look {
-            policy: &policy,
+            placed: &placed,
             spec,
             revision: 7,
             manifests,
@@ -970,7 +971,7 @@ mod tests {
             }
             other
         };
-        let mark = policy_mark(&policy());
+        let mark = placed_mark(&placed());
         let take = |other: &DynamicObject| claim(d, other, &mark, false);
         // A younger one delivers it: taken, and reported as being taken over.
         let younger = delivered_by("ops/shared", Some("2026-03-01T00:00:00Z"));
@@ -1006,7 +1007,7 @@ mod tests {
         // As old with a greater name: the smaller name (this one) takes it.
         let tie = delivered_by("zzz/shared", Some("2026-01-02T00:00:00Z"));
         assert!(matches!(take(&tie), Claim::Take { .. }));
-        // A policy whose own age is unknown takes nothing.
+        // A FederatedResource whose own age is unknown takes nothing.
         let unknown = FederatedResourceSpec {
             created: String::new(),
             ..spec.clone()
@@ -1195,7 +1196,7 @@ mod tests {
     }
 
     #[test]
-    fn removal_is_synced_and_removed_once_nothing_carries_the_policys_marks() {
+    fn removal_is_synced_and_removed_once_nothing_carries_the_federated_resources_marks() {
         let mut spec = spec(vec![config_map("a"), deployment("web")]);
         let (manifests, view, memory) = synced(&spec);
         spec.remove = true;
@@ -1215,7 +1216,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pruned_object_is_removed_only_while_it_carries_the_policys_annotation() {
+    fn a_pruned_object_is_removed_only_while_it_carries_the_federated_resources_annotation() {
         let old = spec(vec![config_map("a"), config_map("old")]);
         let (old_manifests, view, memory) = synced(&old);
         let old_key = old_manifests[1].key().clone();

@@ -120,10 +120,10 @@ impl Prepared {
     }
 }
 
-/// The value of [`FEDERATED_RESOURCE_ANNOTATION`] on what `policy` delivers:
+/// The value of [`FEDERATED_RESOURCE_ANNOTATION`] on what `placed` delivers:
 /// `<hub namespace>/<name>`.
-pub fn policy_mark(policy: &PlacedRef) -> String {
-    format!("{}/{}", policy.namespace, policy.name)
+pub fn placed_mark(placed: &PlacedRef) -> String {
+    format!("{}/{}", placed.namespace, placed.name)
 }
 
 /// Where a manifest goes in the apply order: CustomResourceDefinitions, then Namespaces,
@@ -143,11 +143,11 @@ pub fn gvk_of(manifest: &Value) -> Option<Gvk> {
     (!api_version.is_empty() && !kind.is_empty()).then(|| Gvk::new(api_version, kind))
 }
 
-/// Every manifest of `spec` prepared for `policy`, in apply order; `namespaced` says
+/// Every manifest of `spec` prepared for `placed`, in apply order; `namespaced` says
 /// whether a type is namespaced (the member's discovery, or a hint before it answered).
 pub fn prepare_all(
     spec: &FederatedResourceSpec,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     namespaced: impl Fn(&Gvk) -> bool,
 ) -> Vec<Prepared> {
     // Delivered Secrets go before the other namespaced objects, which may refer to them.
@@ -157,7 +157,7 @@ pub fn prepare_all(
                 usize::MAX,
                 &secret_manifest(secret),
                 &spec.namespace,
-                policy,
+                placed,
                 &spec.created,
                 true,
             )
@@ -182,7 +182,7 @@ pub fn prepare_all(
                 index,
                 manifest,
                 &spec.namespace,
-                policy,
+                placed,
                 &spec.created,
                 scope.unwrap_or(true),
             )
@@ -220,13 +220,13 @@ fn secret_manifest(secret: &DeliveredSecret) -> Value {
 
 /// Prepares manifest number `index`: strips what the server owns, sets its namespace
 /// (`default_namespace` when a namespaced manifest names none; none for a cluster-scoped
-/// one), adds Accord's marks for `policy` (created at `created`, RFC 3339, when known) and
+/// one), adds Accord's marks for `placed` (created at `created`, RFC 3339, when known) and
 /// the hash.
 pub fn prepare(
     index: usize,
     manifest: &Value,
     default_namespace: &str,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     created: &str,
     namespaced: bool,
 ) -> Prepared {
@@ -305,7 +305,7 @@ pub fn prepare(
         metadata,
         "annotations",
         FEDERATED_RESOURCE_ANNOTATION,
-        &policy_mark(policy),
+        &placed_mark(placed),
     );
     // A manifest may not forge the marks only Accord sets.
     if let Some(annotations) = metadata
@@ -419,7 +419,7 @@ mod tests {
     use accord_common::distribution::PlacedKind;
     use serde_json::json;
 
-    fn policy() -> PlacedRef {
+    fn placed() -> PlacedRef {
         PlacedRef::new(PlacedKind::FederatedResource, "team", "bundle")
     }
 
@@ -445,7 +445,7 @@ mod tests {
                    "metadata": {"name": "dbs.example.com"}}),
             json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "c"}}),
         ];
-        let order: Vec<String> = prepare_all(&spec(manifests), &policy(), hinted)
+        let order: Vec<String> = prepare_all(&spec(manifests), &placed(), hinted)
             .iter()
             .map(|p| p.key().name.clone())
             .collect();
@@ -453,7 +453,8 @@ mod tests {
     }
 
     #[test]
-    fn a_namespaced_manifest_without_a_namespace_gets_the_policys_and_a_cluster_scoped_one_none() {
+    fn a_namespaced_manifest_without_a_namespace_gets_the_federated_resources_and_a_cluster_scoped_one_none()
+     {
         let manifests = vec![
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "other"}}),
@@ -463,7 +464,7 @@ mod tests {
         ];
         // The member says Widgets are cluster-scoped, which no hint knows.
         let namespaced = |gvk: &Gvk| gvk.kind != "Widget" && hinted(gvk);
-        let prepared = prepare_all(&spec(manifests), &policy(), namespaced);
+        let prepared = prepare_all(&spec(manifests), &placed(), namespaced);
         let namespaces: Vec<(&str, Option<&Value>)> = prepared
             .iter()
             .map(|p| {
@@ -495,7 +496,7 @@ mod tests {
             0,
             &manifest,
             "team",
-            &policy(),
+            &placed(),
             "2026-01-02T03:04:05Z",
             true,
         ) else {
@@ -536,7 +537,7 @@ mod tests {
             "status": {"readyReplicas": 2}
         });
         let created = "2026-01-02T03:04:05Z";
-        let Prepared::Valid(d) = prepare(0, &manifest, "team", &policy(), created, true) else {
+        let Prepared::Valid(d) = prepare(0, &manifest, "team", &placed(), created, true) else {
             panic!("valid");
         };
         assert_eq!(
@@ -563,7 +564,7 @@ mod tests {
         let mut changed = a.clone();
         changed["data"]["k"] = json!("2");
         let h = |m: &Value| {
-            prepare(0, m, "team", &policy(), "", true)
+            prepare(0, m, "team", &placed(), "", true)
                 .valid()
                 .unwrap()
                 .hash
@@ -571,7 +572,7 @@ mod tests {
         };
         assert_eq!(h(&a), h(&same));
         assert_ne!(h(&a), h(&changed));
-        // Another policy's marks make another object to apply.
+        // Another FederatedResource's marks make another object to apply.
         let other = PlacedRef::new(PlacedKind::FederatedResource, "team", "other");
         let h_other = prepare(0, &a, "team", &other, "", true)
             .valid()
@@ -596,7 +597,7 @@ mod tests {
             ),
         ];
         for (manifest, message) in cases {
-            match prepare(0, &manifest, "team", &policy(), "", true) {
+            match prepare(0, &manifest, "team", &placed(), "", true) {
                 Prepared::Invalid(i) => assert_eq!(i.message, message),
                 Prepared::Valid(d) => panic!("{d:?}"),
             }

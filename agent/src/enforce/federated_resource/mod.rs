@@ -2,8 +2,8 @@
 //! with server-side apply (field manager `accord`, forced), keeps them as the manifests say
 //! (an owned field another manager changed is restored and counted as drift), reports each
 //! object's state and health and the feedback values read back from them, and removes (or
-//! orphans) what it delivered when asked, when a manifest goes, or when the policy leaves
-//! this cluster.
+//! orphans) what it delivered when asked, when a manifest goes, or when the
+//! FederatedResource leaves this cluster.
 //!
 //! The pipeline, with I/O only at the ends:
 //! - [`objects`]: one watch per type the assignments name, of the objects carrying
@@ -53,7 +53,7 @@ pub const NAME: &str = "federated_resource";
 /// deliver that operator's custom resources.
 pub const AGGREGATE_TO_AGENT_LABEL: &str = "accord.io/aggregate-to-agent";
 
-/// How many policies' applies (or removals) run at once. The member API server serves the
+/// How many FederatedResources' applies (or removals) run at once. The member API server serves the
 /// agent's requests as one flow (API Priority and Fairness queues them together), so
 /// without a bound a thousand applies at once put the agent's own Lease renewal behind
 /// them: the renewal missed its deadline and every write stopped for 15–20 s at a time.
@@ -69,15 +69,15 @@ pub struct FederatedResourceEnforcer {
     memory: SharedMemory,
     /// The assignments held.
     held: BTreeMap<PlacedRef, Held>,
-    /// Policies by the objects they name (delivered or pruned): type, namespace, name.
+    /// FederatedResources by the objects they name (delivered or pruned): type, namespace, name.
     interest: HashMap<(Gvk, String, String), BTreeSet<PlacedRef>>,
-    /// The objects each held policy names, with the scopes they were worked out with:
-    /// kept while its spec and those scopes stay, so a change to one policy prepares only
-    /// that one's manifests, not every policy's.
+    /// The objects each held FederatedResource names, with the scopes they were worked out with:
+    /// kept while its spec and those scopes stay, so a change to one FederatedResource
+    /// prepares only that one's manifests, not every FederatedResource's.
     names: HashMap<PlacedRef, Named>,
     watches: BTreeMap<Gvk, TypeWatch>,
     by_resource: HashMap<&'static str, Gvk>,
-    /// Removals of what policies that left delivered.
+    /// Removals of what FederatedResources that left delivered.
     removing: HashMap<PlacedRef, AbortOnDrop>,
 }
 
@@ -100,8 +100,8 @@ impl FederatedResourceEnforcer {
     }
 
     /// The manifests of `spec` prepared with what discovery says now.
-    fn prepared(&self, policy: &PlacedRef, spec: &FederatedResourceSpec) -> Vec<Prepared> {
-        prepare_all(spec, policy, |gvk| self.discovery.namespaced(gvk))
+    fn prepared(&self, placed: &PlacedRef, spec: &FederatedResourceSpec) -> Vec<Prepared> {
+        prepare_all(spec, placed, |gvk| self.discovery.namespaced(gvk))
     }
 
     /// What the watches show of `keys`; `None` while a watch of their types has not
@@ -144,7 +144,7 @@ impl FederatedResourceEnforcer {
             .collect()
     }
 
-    fn policies_using(&self, gvk: &Gvk) -> Vec<PlacedRef> {
+    fn placed_using(&self, gvk: &Gvk) -> Vec<PlacedRef> {
         self.held
             .iter()
             .filter(|(_, held)| types_of(held.spec()).contains(gvk))
@@ -152,19 +152,19 @@ impl FederatedResourceEnforcer {
             .collect()
     }
 
-    fn job(&self, policy: &PlacedRef, spec: FederatedResourceSpec, view: View) -> ApplyJob {
+    fn job(&self, placed: &PlacedRef, spec: FederatedResourceSpec, view: View) -> ApplyJob {
         let before = self
             .memory
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(policy)
+            .get(placed)
             .cloned()
             .unwrap_or_default();
         ApplyJob {
             client: self.client.clone(),
             discovery: self.discovery.clone(),
             namespaces: self.namespaces.clone(),
-            policy: policy.clone(),
+            placed: placed.clone(),
             spec,
             view,
             before,
@@ -173,17 +173,17 @@ impl FederatedResourceEnforcer {
     }
 }
 
-/// Drops `policy` from the interest in `keys`.
+/// Drops `placed` from the interest in `keys`.
 fn lose_interest(
     interest: &mut HashMap<(Gvk, String, String), BTreeSet<PlacedRef>>,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     keys: &[ManifestKey],
 ) {
     for key in keys {
         let entry = (Gvk::of(key), key.namespace.clone(), key.name.clone());
-        if let Some(policies) = interest.get_mut(&entry) {
-            policies.remove(policy);
-            if policies.is_empty() {
+        if let Some(interested) = interest.get_mut(&entry) {
+            interested.remove(placed);
+            if interested.is_empty() {
                 interest.remove(&entry);
             }
         }
@@ -191,7 +191,7 @@ fn lose_interest(
 }
 
 /// A held assignment: the book's own spec (shared, so an unchanged one is told by pointer,
-/// not by comparing a thousand policies' manifests on every change), which is a
+/// not by comparing a thousand FederatedResources' manifests on every change), which is a
 /// FederatedResource's.
 #[derive(Clone)]
 struct Held(Arc<AssignmentSpec>);
@@ -211,7 +211,8 @@ impl Held {
     }
 }
 
-/// The objects one policy names, and the scopes of their types when they were worked out.
+/// The objects one FederatedResource names, and the scopes of their types when they were
+/// worked out.
 struct Named {
     scopes: Vec<(Gvk, bool)>,
     keys: Vec<ManifestKey>,
@@ -229,7 +230,7 @@ fn types_of(spec: &FederatedResourceSpec) -> BTreeSet<Gvk> {
 }
 
 /// The FederatedResource a delivered object's annotation names (`<namespace>/<name>`).
-fn policy_of(mark: &str) -> Option<PlacedRef> {
+fn placed_of(mark: &str) -> Option<PlacedRef> {
     let (namespace, name) = mark.split_once('/')?;
     Some(PlacedRef::new(
         PlacedKind::FederatedResource,
@@ -256,44 +257,44 @@ impl KindEnforcer for FederatedResourceEnforcer {
         let mut changed = HashSet::new();
         let held: BTreeMap<PlacedRef, Held> = mine
             .iter()
-            .map(|&(policy, _, a)| {
+            .map(|&(placed, _, a)| {
                 let kept = previous
-                    .remove_entry(policy)
+                    .remove_entry(placed)
                     .filter(|(_, held)| held.is(&a.spec));
                 kept.unwrap_or_else(|| {
-                    changed.insert(policy.clone());
-                    (policy.clone(), Held(a.spec.clone()))
+                    changed.insert(placed.clone());
+                    (placed.clone(), Held(a.spec.clone()))
                 })
             })
             .collect();
         // What is left of the previous ones left this cluster.
         self.held = previous;
         self.removing
-            .retain(|policy, task| !held.contains_key(policy) && !task.0.is_finished());
-        for (policy, gone) in &self.held {
-            if held.contains_key(policy) || self.removing.contains_key(policy) {
+            .retain(|placed, task| !held.contains_key(placed) && !task.0.is_finished());
+        for (placed, gone) in &self.held {
+            if held.contains_key(placed) || self.removing.contains_key(placed) {
                 continue;
             }
             let spec = gone.spec();
-            info!(%policy, orphan = spec.orphan, "the policy left this cluster; removing what it delivered");
+            info!(%placed, orphan = spec.orphan, "the FederatedResource left this cluster; removing what it delivered");
             let spec = FederatedResourceSpec {
                 remove: true,
                 ..spec.clone()
             };
             let job = ApplyJob {
                 memory: None,
-                ..self.job(policy, spec, View::default())
+                ..self.job(placed, spec, View::default())
             };
             let task = tokio::spawn(bounded(self.applies.clone(), remove_in_background(job)));
-            self.removing.insert(policy.clone(), AbortOnDrop(task));
+            self.removing.insert(placed.clone(), AbortOnDrop(task));
         }
         self.memory
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|policy, _| held.contains_key(policy));
+            .retain(|placed, _| held.contains_key(placed));
         self.held = held;
-        // Interest changes only for policies that came, went or changed (or whose types'
-        // scope discovery learnt since): an edit of one policy costs that one.
+        // Interest changes only for FederatedResources that came, went or changed (or whose types'
+        // scope discovery learnt since): an edit of one FederatedResource costs that one.
         let mut scopes: HashMap<Gvk, bool> = HashMap::new();
         let discovery = &self.discovery;
         let mut scope = |gvk: &Gvk| match scopes.get(gvk) {
@@ -305,17 +306,17 @@ impl KindEnforcer for FederatedResourceEnforcer {
         let gone: Vec<PlacedRef> = self
             .names
             .keys()
-            .filter(|policy| !self.held.contains_key(*policy))
+            .filter(|placed| !self.held.contains_key(*placed))
             .cloned()
             .collect();
-        for policy in gone {
-            if let Some(named) = self.names.remove(&policy) {
-                lose_interest(&mut self.interest, &policy, &named.keys);
+        for placed in gone {
+            if let Some(named) = self.names.remove(&placed) {
+                lose_interest(&mut self.interest, &placed, &named.keys);
             }
         }
-        for (policy, held) in &self.held {
-            let current = !changed.contains(policy)
-                && self.names.get(policy).is_some_and(|named| {
+        for (placed, held) in &self.held {
+            let current = !changed.contains(placed)
+                && self.names.get(placed).is_some_and(|named| {
                     named
                         .scopes
                         .iter()
@@ -324,11 +325,11 @@ impl KindEnforcer for FederatedResourceEnforcer {
             if current {
                 continue;
             }
-            if let Some(named) = self.names.remove(policy) {
-                lose_interest(&mut self.interest, policy, &named.keys);
+            if let Some(named) = self.names.remove(placed) {
+                lose_interest(&mut self.interest, placed, &named.keys);
             }
             let spec = held.spec();
-            let manifests = prepare_all(spec, policy, |gvk| discovery.namespaced(gvk));
+            let manifests = prepare_all(spec, placed, |gvk| discovery.namespaced(gvk));
             let named = Named {
                 scopes: types_of(spec)
                     .into_iter()
@@ -343,9 +344,9 @@ impl KindEnforcer for FederatedResourceEnforcer {
                 self.interest
                     .entry((Gvk::of(key), key.namespace.clone(), key.name.clone()))
                     .or_default()
-                    .insert(policy.clone());
+                    .insert(placed.clone());
             }
-            self.names.insert(policy.clone(), named);
+            self.names.insert(placed.clone(), named);
         }
         let mut types: BTreeSet<Gvk> = BTreeSet::new();
         for (gvk, _) in self.names.values().flat_map(|named| &named.scopes) {
@@ -375,18 +376,18 @@ impl KindEnforcer for FederatedResourceEnforcer {
                 let Some(gvk) = self.by_resource.get(resource).cloned() else {
                     return Vec::new();
                 };
-                let mut policies = self
+                let mut interested = self
                     .interest
                     .get(&(gvk.clone(), namespace.clone(), name.clone()))
                     .cloned()
                     .unwrap_or_default();
-                // The object names its policy.
+                // The object names its FederatedResource.
                 if let Some(watch) = self.watches.get(&gvk)
                     && let Some(object) = watch.cache().objects.get(&(namespace, name))
-                    && let Some(policy) = policy_of(delivered_by(object))
-                    && self.held.contains_key(&policy)
+                    && let Some(placed) = placed_of(delivered_by(object))
+                    && self.held.contains_key(&placed)
                 {
-                    policies.insert(policy);
+                    interested.insert(placed);
                 }
                 if gvk.kind == CRD_KIND {
                     // A CRD changed: the types waiting for one may be served now.
@@ -397,50 +398,50 @@ impl KindEnforcer for FederatedResourceEnforcer {
                         .filter(|(_, w)| w.cache().served == Some(false))
                         .map(|(gvk, _)| gvk.clone())
                         .collect();
-                    policies.extend(waiting.iter().flat_map(|gvk| self.policies_using(gvk)));
+                    interested.extend(waiting.iter().flat_map(|gvk| self.placed_using(gvk)));
                 }
-                policies.into_iter().collect()
+                interested.into_iter().collect()
             }
             WatchEvent::Synced { resource, .. } | WatchEvent::Failed { resource, .. } => self
                 .by_resource
                 .get(resource)
-                .map(|gvk| self.policies_using(gvk))
+                .map(|gvk| self.placed_using(gvk))
                 .unwrap_or_default(),
         }
     }
 
     fn look(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &FederatedResourceSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let manifests = self.prepared(policy, spec);
+        let manifests = self.prepared(placed, spec);
         let keys = Self::keys(&manifests, spec);
         let view = self.view(&keys)?;
         let memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
         Some(judge::judge(&Look {
-            policy,
+            placed,
             spec,
             revision: assigned.revision,
             manifests: &manifests,
             view: &view,
-            memory: memory.get(policy),
+            memory: memory.get(placed),
             apply_error,
         }))
     }
 
     fn apply(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &FederatedResourceSpec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        let manifests = self.prepared(policy, spec);
+        let manifests = self.prepared(placed, spec);
         let view = self.view(&Self::keys(&manifests, spec)).unwrap_or_default();
-        let job = self.job(policy, spec.clone(), view);
-        debug!(%policy, manifests = spec.manifests.len(), remove = spec.remove, "applying");
+        let job = self.job(placed, spec.clone(), view);
+        debug!(%placed, manifests = spec.manifests.len(), remove = spec.remove, "applying");
         Box::pin(bounded(self.applies.clone(), job.run()))
     }
 }

@@ -1,6 +1,6 @@
-//! How a Kafka applier gathers the plans of many policies into one round of requests. The
-//! engine applies per policy; plans queued within a few milliseconds of each other (an
-//! Assignments message with a thousand policies arrives as a thousand applies back to back)
+//! How a Kafka applier gathers the plans of many placed objects into one round of requests. The
+//! engine applies per placed object; plans queued within a few milliseconds of each other (an
+//! Assignments message with a thousand placed objects arrives as a thousand applies back to back)
 //! go out together, one request of each kind Kafka's protocol batches.
 
 use std::sync::Arc;

@@ -59,7 +59,7 @@ impl Default for KafkaOptions {
     }
 }
 
-/// The policies naming an object (by name in `after`) whose owner — the first claimant —
+/// The placed objects naming an object (by name in `after`) whose owner — the first claimant —
 /// is not the one it was in `before`: each one's judgement may have changed.
 pub fn reowned(
     before: &BTreeMap<String, BTreeSet<PlacedRef>>,
@@ -74,7 +74,7 @@ pub fn reowned(
         .collect()
 }
 
-/// The policies a watch event of a Kafka enforcer concerns, when it is about what the
+/// The placed objects a watch event of a Kafka enforcer concerns, when it is about what the
 /// enforcer keeps (`resource`, e.g. `kafkatopics`) or the probe: a changed object's
 /// `claimants`, every claimant when a look completed or failed or the probe's verdict
 /// changed. Any other event (the connection Secret's) is handed back.
@@ -104,20 +104,20 @@ pub fn concerned(
     }
 }
 
-/// The judgement of `policy` when another of the policies naming the same Kafka object
-/// (`claimants`, in policy order) got to it first: only the first manages it, the others are
+/// The judgement of `placed` when another of the placed objects naming the same Kafka object
+/// (`claimants`, in placed object order) got to it first: only the first manages it, the others are
 /// `Conflict` naming it and `what` (e.g. `topic orders`), and nothing is applied for them.
 pub fn conflict(
     claimants: Option<&BTreeSet<PlacedRef>>,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     what: &str,
     revision: i64,
 ) -> Option<Judgement> {
-    let owner = claimants?.first().filter(|owner| *owner != policy)?;
+    let owner = claimants?.first().filter(|owner| *owner != placed)?;
     Some(Judgement {
         report: Report::without_object(
             PlacementState::Conflict,
-            format!("policy {owner} already manages {what} in this cluster"),
+            format!("placed object {owner} already manages {what} in this cluster"),
             revision,
         ),
         action: Action::Settled,
@@ -132,33 +132,33 @@ mod tests {
 
     #[test]
     fn a_name_whose_owner_went_has_its_claimants_looked_at_again() {
-        let policy = |name: &str| PlacedRef {
+        let placed = |name: &str| PlacedRef {
             kind: PlacedKind::FederatedKafkaUser,
             namespace: "default".into(),
             name: name.into(),
         };
         let before = BTreeMap::from([
-            ("u".to_owned(), BTreeSet::from([policy("a"), policy("b")])),
-            ("v".to_owned(), BTreeSet::from([policy("c"), policy("d")])),
+            ("u".to_owned(), BTreeSet::from([placed("a"), placed("b")])),
+            ("v".to_owned(), BTreeSet::from([placed("c"), placed("d")])),
         ]);
         let after = BTreeMap::from([
-            ("u".to_owned(), BTreeSet::from([policy("b")])),
-            ("v".to_owned(), BTreeSet::from([policy("c")])),
+            ("u".to_owned(), BTreeSet::from([placed("b")])),
+            ("v".to_owned(), BTreeSet::from([placed("c")])),
         ]);
-        assert_eq!(reowned(&before, &after), [policy("b")]);
+        assert_eq!(reowned(&before, &after), [placed("b")]);
         assert_eq!(reowned(&after, &after), []);
     }
 
     #[test]
     fn an_event_concerns_one_names_claimants_every_claimant_or_is_handed_back() {
-        let policy = |name: &str| PlacedRef {
+        let placed = |name: &str| PlacedRef {
             kind: PlacedKind::FederatedKafkaTopic,
             namespace: "default".into(),
             name: name.into(),
         };
         let claimants = BTreeMap::from([
-            ("t".to_owned(), BTreeSet::from([policy("a")])),
-            ("u".to_owned(), BTreeSet::from([policy("b"), policy("c")])),
+            ("t".to_owned(), BTreeSet::from([placed("a")])),
+            ("u".to_owned(), BTreeSet::from([placed("b"), placed("c")])),
         ]);
         let changed = |resource, name: &str| WatchEvent::Changed {
             resource,
@@ -168,10 +168,10 @@ mod tests {
         let concerned = |event| concerned("kafkatopics", &claimants, event);
         assert_eq!(
             concerned(changed("kafkatopics", "u")).ok(),
-            Some(vec![policy("b"), policy("c")])
+            Some(vec![placed("b"), placed("c")])
         );
         assert_eq!(concerned(changed("kafkatopics", "x")).ok(), Some(vec![]));
-        let every = Some(vec![policy("a"), policy("b"), policy("c")]);
+        let every = Some(vec![placed("a"), placed("b"), placed("c")]);
         assert_eq!(concerned(changed(PROBES, "probe")).ok(), every);
         let synced = WatchEvent::Synced {
             resource: "kafkatopics",
@@ -183,24 +183,24 @@ mod tests {
     }
 
     #[test]
-    fn the_first_policy_naming_an_object_manages_it_and_the_others_are_conflicts() {
-        let policy = |name: &str| PlacedRef {
+    fn the_first_placed_object_naming_an_object_manages_it_and_the_others_are_conflicts() {
+        let placed = |name: &str| PlacedRef {
             kind: PlacedKind::FederatedKafkaUser,
             namespace: "default".into(),
             name: name.into(),
         };
-        let claimants = BTreeSet::from([policy("b"), policy("a")]);
+        let claimants = BTreeSet::from([placed("b"), placed("a")]);
         assert_eq!(
-            conflict(Some(&claimants), &policy("a"), "Kafka user u", 3),
+            conflict(Some(&claimants), &placed("a"), "Kafka user u", 3),
             None
         );
-        let j = conflict(Some(&claimants), &policy("b"), "Kafka user u", 3).unwrap();
+        let j = conflict(Some(&claimants), &placed("b"), "Kafka user u", 3).unwrap();
         assert_eq!(j.report.state, PlacementState::Conflict);
         assert_eq!(
             j.report.message,
-            "policy FederatedKafkaUser/default/a already manages Kafka user u in this cluster"
+            "placed object FederatedKafkaUser/default/a already manages Kafka user u in this cluster"
         );
         assert_eq!(j.action, Action::Settled);
-        assert_eq!(conflict(None, &policy("a"), "Kafka user u", 3), None);
+        assert_eq!(conflict(None, &placed("a"), "Kafka user u", 3), None);
     }
 }

@@ -2,7 +2,7 @@
 //! supplies to it ([`KafkaResource`]): its spec and names, what a look asks Kafka and sees,
 //! its judge, its plans and the requests that carry them out — and nothing else.
 //!
-//! The enforcer keeps the objects assigned to this cluster (one policy per object name:
+//! The enforcer keeps the objects assigned to this cluster (one placed object per object name:
 //! the first manages it, the others are `Conflict`), its connection to the member's Kafka
 //! ([`KafkaLink`], from the connection Secret), and while anything is assigned its tasks:
 //! the observer ([`observe::run`]), the applier ([`apply_rounds`] of the kind's requests)
@@ -134,9 +134,9 @@ type Running<K> = Tasks<Target<K>, Request<<K as KafkaResource>::Plan>>;
 pub struct KafkaEnforcer<K: KafkaResource> {
     options: KafkaOptions,
     metrics: Metrics,
-    /// Assigned policies by object name; the first one owns the object.
+    /// Assigned placed objects by object name; the first one owns the object.
     claimants: BTreeMap<String, BTreeSet<PlacedRef>>,
-    /// Policies [`KindEnforcer::reassigned`] hands the engine: claimants of a name whose
+    /// Placed objects [`KindEnforcer::reassigned`] hands the engine: claimants of a name whose
     /// owner changed at the last assignment.
     reowned: Vec<PlacedRef>,
     /// What looks ask about each assigned object ([`KafkaResource::asks`]).
@@ -169,7 +169,7 @@ impl<K: KafkaResource> KafkaEnforcer<K> {
         }
     }
 
-    fn all_policies(&self) -> Vec<PlacedRef> {
+    fn all_placed(&self) -> Vec<PlacedRef> {
         self.claimants.values().flatten().cloned().collect()
     }
 
@@ -237,13 +237,13 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     fn assign(&mut self, mine: &Mine<'_, K::Spec>, events: &EventSink) {
         let mut claimants: BTreeMap<String, BTreeSet<PlacedRef>> = BTreeMap::new();
-        for &(policy, spec, _) in mine {
+        for &(placed, spec, _) in mine {
             let name = K::name(spec);
             if !name.is_empty() {
                 claimants
                     .entry(name.to_owned())
                     .or_default()
-                    .insert(policy.clone());
+                    .insert(placed.clone());
             }
         }
         let asks = K::asks(mine);
@@ -287,14 +287,14 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         match concerned(K::RESOURCE, &self.claimants, event) {
-            Ok(policies) => policies,
+            Ok(placed) => placed,
             // The connection Secret's watch.
             Err(secret) => {
                 if self.link.event(secret) {
                     // Every object is looked at afresh through the new connection.
                     lock(&self.shared).reset(self.link.epoch());
                     self.publish();
-                    self.all_policies()
+                    self.all_placed()
                 } else {
                     Vec::new()
                 }
@@ -304,7 +304,7 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     fn look(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &K::Spec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -313,9 +313,9 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
         if let Some(invalid) = K::invalid(spec, revision) {
             return Some(invalid);
         }
-        // Another policy got to this object first: only one may manage it.
+        // Another placed object got to this object first: only one may manage it.
         let name = K::name(spec);
-        if let Some(conflict) = conflict(self.claimants.get(name), policy, &K::what(spec), revision)
+        if let Some(conflict) = conflict(self.claimants.get(name), placed, &K::what(spec), revision)
         {
             return Some(conflict);
         }
@@ -346,7 +346,7 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     fn apply(
         &self,
-        _policy: &PlacedRef,
+        _placed: &PlacedRef,
         spec: &K::Spec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {

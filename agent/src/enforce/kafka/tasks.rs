@@ -36,8 +36,8 @@ pub struct Crew<O> {
 /// The running tasks of one Kafka enforcer, for targets `T` and plan requests `R`.
 pub struct Tasks<T, R> {
     target: watch::Sender<T>,
-    /// Unbounded: at most one plan per assigned policy is ever waiting (the engine applies
-    /// one at a time per policy), and queuing without waiting lets the applies of one
+    /// Unbounded: at most one plan per assigned placed object is ever waiting (the engine applies
+    /// one at a time per placed object), and queuing without waiting lets the applies of one
     /// engine pass join the same requests.
     applies: mpsc::UnboundedSender<R>,
     _observer: AbortOnDrop,

@@ -1,19 +1,19 @@
 //! Pure decisions about the federation config of one ConfigMap namespace: which tenant
-//! namespaces and sources each policy federates, the whole config rendered from every policy
-//! assigned there, whether the ConfigMap holds it, and what Prometheus (through the reloader's
-//! annotations) said about it. No API calls happen here.
+//! namespaces and sources each PrometheusFederation federates, the whole config rendered
+//! from every PrometheusFederation assigned there, whether the ConfigMap holds it, and what
+//! Prometheus (through the reloader's annotations) said about it. No API calls happen here.
 //!
 //! Every PrometheusFederation whose ConfigMap lives in the same namespace shares one config
-//! (one federation Prometheus per namespace). A policy that cannot be rendered — a `match[]`
-//! selector that cannot be narrowed to its tenants, say — is left out of the shared config and
-//! reported as `Error`; the others are rendered without it.
+//! (one federation Prometheus per namespace). A PrometheusFederation that cannot be
+//! rendered — a `match[]` selector that cannot be narrowed to its tenants, say — is left
+//! out of the shared config and reported as `Error`; the others are rendered without it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use accord_common::distribution::PlacedRef;
 use accord_common::distribution::{Observed, PlacementState, PromfedObserved, PromfedSpec};
 use accord_common::promfed::{
-    self, CONFIG_KEY, MemberPolicy, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
+    self, CONFIG_KEY, MemberPromfed, ReloadStatus, Rendered, SOURCE_LABEL, SourceTarget,
     TenantSources,
 };
 use accord_common::runtime::error_chain;
@@ -98,38 +98,39 @@ pub fn sources_in(tenant: &str, services: &[&Service]) -> Vec<SourceTarget> {
     targets
 }
 
-/// What one policy contributes to its namespace's config.
+/// What one PrometheusFederation contributes to its namespace's config.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyJobs {
+pub struct PromfedJobs {
     /// Jobs (tenants with at least one source) rendered.
     pub jobs: usize,
-    /// Job names, to find this policy's scrape errors.
+    /// Job names, to find this PrometheusFederation's scrape errors.
     pub job_names: Vec<String>,
     /// Tenants without any source, said in the report.
     pub tenants_without_sources: Vec<String>,
 }
 
-/// The config of one ConfigMap namespace, rendered from every policy assigned there.
+/// The config of one ConfigMap namespace, rendered from every PrometheusFederation assigned there.
 #[derive(Clone, Debug)]
 pub struct GroupRender {
     /// The whole config.
     pub rendered: Rendered,
-    /// Each policy's part, or why it could not be rendered.
-    pub policies: BTreeMap<PlacedRef, Result<PolicyJobs, String>>,
+    /// Each PrometheusFederation's part, or why it could not be rendered.
+    pub promfeds: BTreeMap<PlacedRef, Result<PromfedJobs, String>>,
 }
 
-/// Renders the whole config of one ConfigMap namespace from `policies`, given the cluster's
-/// Namespaces and federation-source Services. A policy that cannot be rendered is left out.
+/// Renders the whole config of one ConfigMap namespace from `promfeds`, given the
+/// cluster's Namespaces and federation-source Services. A PrometheusFederation that cannot
+/// be rendered is left out.
 pub fn render_group(
-    policies: &BTreeMap<PlacedRef, PromfedSpec>,
+    promfeds: &BTreeMap<PlacedRef, PromfedSpec>,
     namespaces: &[&Namespace],
     services: &[&Service],
 ) -> GroupRender {
     let mut parts = BTreeMap::new();
     let mut good = Vec::new();
-    for (policy, spec) in policies {
-        let member = tenants(spec, namespaces).map(|tenants| MemberPolicy {
-            policy: policy.clone(),
+    for (placed, spec) in promfeds {
+        let member = tenants(spec, namespaces).map(|tenants| MemberPromfed {
+            placed: placed.clone(),
             spec: spec.clone(),
             tenants: tenants
                 .into_iter()
@@ -147,11 +148,11 @@ pub fn render_group(
                 .iter()
                 .filter(|t| !t.targets.is_empty())
                 .collect();
-            let jobs = PolicyJobs {
+            let jobs = PromfedJobs {
                 jobs: with_sources.len(),
                 job_names: with_sources
                     .iter()
-                    .map(|t| promfed::member_job_name(policy, &t.namespace))
+                    .map(|t| promfed::member_job_name(placed, &t.namespace))
                     .collect(),
                 tenants_without_sources: member
                     .tenants
@@ -163,7 +164,7 @@ pub fn render_group(
             good.push(member);
             Ok(jobs)
         });
-        parts.insert(policy.clone(), part);
+        parts.insert(placed.clone(), part);
     }
     let rendered = match promfed::render_member(&good) {
         Ok(rendered) => rendered,
@@ -179,7 +180,7 @@ pub fn render_group(
     };
     GroupRender {
         rendered,
-        policies: parts,
+        promfeds: parts,
     }
 }
 
@@ -214,10 +215,10 @@ pub fn is_ours(config_map: &ConfigMap) -> bool {
             == Some(OWNED_BY)
 }
 
-/// What the agent makes of one policy's placement.
+/// What the agent makes of one PrometheusFederation's placement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// The policy cannot be rendered; the message says why.
+    /// The PrometheusFederation cannot be rendered; the message says why.
     Invalid(String),
     /// A ConfigMap of that name exists and the agent did not write it.
     Foreign,
@@ -231,16 +232,16 @@ pub enum Verdict {
     Failed(PlacementState, String),
 }
 
-/// Judges `policy` against the ConfigMap of its namespace (absent: not written yet).
+/// Judges `placed` against the ConfigMap of its namespace (absent: not written yet).
 pub fn verdict(
     render: &GroupRender,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     config_map: Option<&ConfigMap>,
 ) -> Verdict {
-    match render.policies.get(policy) {
+    match render.promfeds.get(placed) {
         Some(Ok(_)) => {}
         Some(Err(message)) => return Verdict::Invalid(message.clone()),
-        None => return Verdict::Invalid("the policy is not rendered".to_owned()),
+        None => return Verdict::Invalid("the PrometheusFederation is not rendered".to_owned()),
     }
     let Some(config_map) = config_map else {
         return Verdict::NeedsApply;
@@ -267,17 +268,17 @@ pub fn verdict(
     Verdict::Waiting
 }
 
-/// What to tell the hub about `policy` (assigned at `applied_revision`).
+/// What to tell the hub about `placed` (assigned at `applied_revision`).
 pub fn report(
     render: &GroupRender,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
     applied_revision: i64,
     verdict: &Verdict,
     config_map: Option<&ConfigMap>,
     apply_error: Option<&ApplyError>,
 ) -> Report {
     let short = render.rendered.hash.get(..12).unwrap_or_default();
-    let part = render.policies.get(policy).and_then(|p| p.as_ref().ok());
+    let part = render.promfeds.get(placed).and_then(|p| p.as_ref().ok());
     let namespace = config_map
         .and_then(|c| c.metadata.namespace.clone())
         .unwrap_or_default();
@@ -443,7 +444,7 @@ mod tests {
         }
     }
 
-    fn policy(name: &str) -> PlacedRef {
+    fn placed(name: &str) -> PlacedRef {
         PlacedRef::new(PlacedKind::PrometheusFederation, "monitoring", name)
     }
 
@@ -491,23 +492,23 @@ mod tests {
     }
 
     #[test]
-    fn policies_of_one_namespace_share_one_config_and_a_bad_one_is_left_out() {
+    fn promfeds_of_one_namespace_share_one_config_and_a_bad_one_is_left_out() {
         let s_a = service("team-a", "prom", &[("web", 9090)], true);
         let s_b = service("team-b", "prom", &[("web", 9090)], true);
-        let mut policies = BTreeMap::new();
-        policies.insert(policy("one"), spec(&["team-a"], &["{job=\"x\"}"]));
-        policies.insert(policy("two"), spec(&["team-b", "team-c"], &["up"]));
-        let good = render_group(&policies, &[], &[&s_a, &s_b]);
+        let mut promfeds = BTreeMap::new();
+        promfeds.insert(placed("one"), spec(&["team-a"], &["{job=\"x\"}"]));
+        promfeds.insert(placed("two"), spec(&["team-b", "team-c"], &["up"]));
+        let good = render_group(&promfeds, &[], &[&s_a, &s_b]);
         assert_eq!(good.rendered.jobs, 2);
-        let two = good.policies[&policy("two")].as_ref().unwrap();
+        let two = good.promfeds[&placed("two")].as_ref().unwrap();
         assert_eq!(
             (two.jobs, two.tenants_without_sources.clone()),
             (1, vec!["team-c".to_owned()])
         );
 
-        policies.insert(policy("bad"), spec(&["team-a"], &["{job=~\"x\""]));
-        let with_bad = render_group(&policies, &[], &[&s_a, &s_b]);
-        let message = with_bad.policies[&policy("bad")].as_ref().unwrap_err();
+        promfeds.insert(placed("bad"), spec(&["team-a"], &["{job=~\"x\""]));
+        let with_bad = render_group(&promfeds, &[], &[&s_a, &s_b]);
+        let message = with_bad.promfeds[&placed("bad")].as_ref().unwrap_err();
         // Which selector, and why the parser refused it.
         assert!(
             message.contains(r#"match[] "{job=~\"x\"" cannot be used: invalid series selector"#)
@@ -516,10 +517,10 @@ mod tests {
         );
         assert_eq!(
             with_bad.rendered.hash, good.rendered.hash,
-            "the bad policy changes nothing"
+            "the bad PrometheusFederation changes nothing"
         );
         assert!(matches!(
-            verdict(&with_bad, &policy("bad"), None),
+            verdict(&with_bad, &placed("bad"), None),
             Verdict::Invalid(_)
         ));
     }
@@ -527,10 +528,10 @@ mod tests {
     #[test]
     fn the_verdict_follows_the_config_map_and_the_reloader() {
         let s_a = service("team-a", "prom", &[("web", 9090)], true);
-        let policies: BTreeMap<_, _> = [(policy("one"), spec(&["team-a"], &["up"]))].into();
-        let render = render_group(&policies, &[], &[&s_a]);
+        let promfeds: BTreeMap<_, _> = [(placed("one"), spec(&["team-a"], &["up"]))].into();
+        let render = render_group(&promfeds, &[], &[&s_a]);
         let hash = render.rendered.hash.clone();
-        let p = policy("one");
+        let p = placed("one");
         assert_eq!(verdict(&render, &p, None), Verdict::NeedsApply);
 
         let written = config_map(&render, &[]);

@@ -1,19 +1,19 @@
 //! The Prometheus federation enforcer (PrometheusFederation): renders the whole config of
-//! each federation Prometheus from every policy assigned to its namespace, keeps it in
-//! ConfigMap `prometheus-federation` there, and reports what the reloader beside Prometheus
-//! (`accord-agent reload`) confirmed.
+//! each federation Prometheus from every PrometheusFederation assigned to its namespace,
+//! keeps it in ConfigMap `prometheus-federation` there, and reports what the reloader
+//! beside Prometheus (`accord-agent reload`) confirmed.
 //!
 //! It watches the federation-source Services of the whole cluster (label
-//! `accord.io/federation-source=true`), the Namespaces when a policy selects tenants by
-//! label, and ConfigMap `prometheus-federation` (field selector) in its own namespace and in
-//! each namespace a policy names — per namespace, because the agent may touch ConfigMaps
-//! only where it is granted to (its own namespace by its manifests; another one by a Role
-//! there, as `deploy/manifests/prometheus-federation.yaml` grants in `monitoring`). Delivery
-//! is the reloader's part: it writes the file, reloads Prometheus, checks what Prometheus
-//! loaded and annotates the ConfigMap; those annotations come back here through the
-//! ConfigMap watch and become the placement's state. A ConfigMap the agent wrote for a
-//! namespace that no policy uses any more is deleted (one left behind in the agent's own
-//! namespace while the agent was down, too).
+//! `accord.io/federation-source=true`), the Namespaces when a PrometheusFederation selects
+//! tenants by label, and ConfigMap `prometheus-federation` (field selector) in its own
+//! namespace and in each namespace a PrometheusFederation names — per namespace, because
+//! the agent may touch ConfigMaps only where it is granted to (its own namespace by its
+//! manifests; another one by a Role there, as `deploy/manifests/prometheus-federation.yaml`
+//! grants in `monitoring`). Delivery is the reloader's part: it writes the file, reloads
+//! Prometheus, checks what Prometheus loaded and annotates the ConfigMap; those annotations
+//! come back here through the ConfigMap watch and become the placement's state. A ConfigMap
+//! the agent wrote for a namespace that no PrometheusFederation uses any more is deleted
+//! (one left behind in the agent's own namespace while the agent was down, too).
 
 pub mod judge;
 
@@ -94,22 +94,22 @@ where
 /// Renders and delivers federation configs.
 pub struct PromfedEnforcer {
     client: kube::Client,
-    /// Namespace of the ConfigMap when a policy names none: the agent's.
+    /// Namespace of the ConfigMap when a PrometheusFederation names none: the agent's.
     agent_namespace: String,
-    /// Assigned policies by ConfigMap namespace.
+    /// Assigned PrometheusFederations by ConfigMap namespace.
     groups: BTreeMap<String, BTreeMap<PlacedRef, PromfedSpec>>,
     services: Option<Watched<Service>>,
     namespaces: Option<Watched<Namespace>>,
     /// ConfigMap `prometheus-federation` by namespace: the agent's own and every group's.
     config_maps: HashMap<String, Watched<ConfigMap>>,
-    /// Deletions of ConfigMaps no policy uses any more, by namespace.
+    /// Deletions of ConfigMaps no PrometheusFederation uses any more, by namespace.
     deleting: HashMap<String, AbortOnDrop>,
     events: Option<EventSink>,
 }
 
 impl PromfedEnforcer {
     /// An enforcer acting through `client`; ConfigMaps go to `agent_namespace` unless a
-    /// policy names another.
+    /// PrometheusFederation names another.
     pub fn new(client: kube::Client, agent_namespace: String) -> Self {
         Self {
             client,
@@ -131,7 +131,7 @@ impl PromfedEnforcer {
         }
     }
 
-    fn all_policies(&self) -> Vec<PlacedRef> {
+    fn all_placed(&self) -> Vec<PlacedRef> {
         self.groups
             .values()
             .flat_map(|g| g.keys().cloned())
@@ -211,7 +211,7 @@ impl PromfedEnforcer {
             .get(&ObjectRef::new(CONFIG_MAP_NAME).within(namespace))
     }
 
-    /// Deletes the agent's ConfigMaps in the watched namespaces that no policy uses.
+    /// Deletes the agent's ConfigMaps in the watched namespaces that no PrometheusFederation uses.
     fn sweep(&mut self) {
         self.deleting.retain(|_, task| !task.0.is_finished());
         let orphans: Vec<String> = self
@@ -234,8 +234,8 @@ impl PromfedEnforcer {
         }
     }
 
-    /// Has the engine look at every policy of the group in `namespace` again (its shared
-    /// config changed because a policy joined or left it).
+    /// Has the engine look at every PrometheusFederation of the group in `namespace` again
+    /// (its shared config changed because a PrometheusFederation joined or left it).
     fn nudge(&self, namespace: &str) {
         let Some(events) = self.events.clone() else {
             return;
@@ -254,7 +254,7 @@ impl PromfedEnforcer {
 }
 
 /// Deletes ConfigMap `prometheus-federation` in `namespace`, retrying with backoff until it
-/// is gone (the task is aborted if a policy takes the namespace again).
+/// is gone (the task is aborted if a PrometheusFederation takes the namespace again).
 async fn delete_config_map(client: kube::Client, namespace: String) {
     let api: Api<ConfigMap> = Api::namespaced(client, &namespace);
     let mut retry = backoff(Duration::from_millis(500), Duration::from_secs(30));
@@ -285,12 +285,12 @@ impl KindEnforcer for PromfedEnforcer {
     fn assign(&mut self, mine: &Mine<'_, PromfedSpec>, events: &EventSink) {
         self.events = Some(events.clone());
         let before = std::mem::take(&mut self.groups);
-        for &(policy, spec, _) in mine {
+        for &(placed, spec, _) in mine {
             let namespace = self.group_namespace(spec);
             self.groups
                 .entry(namespace)
                 .or_default()
-                .insert(policy.clone(), spec.clone());
+                .insert(placed.clone(), spec.clone());
         }
         // A group whose members changed renders differently for every member.
         let members = |g: &BTreeMap<PlacedRef, PromfedSpec>| -> BTreeSet<PlacedRef> {
@@ -372,7 +372,7 @@ impl KindEnforcer for PromfedEnforcer {
                 resource: NAMESPACES,
                 ..
             } => self.by_labels(),
-            WatchEvent::Changed { .. } => self.all_policies(),
+            WatchEvent::Changed { .. } => self.all_placed(),
             WatchEvent::Synced {
                 resource,
                 namespace,
@@ -388,7 +388,7 @@ impl KindEnforcer for PromfedEnforcer {
                 if resource == CONFIG_MAPS {
                     self.sweep();
                 }
-                self.all_policies()
+                self.all_placed()
             }
             WatchEvent::Failed {
                 resource,
@@ -415,7 +415,7 @@ impl KindEnforcer for PromfedEnforcer {
                 };
                 // Once listed, a cache stays valid while its watch retries.
                 if changed.is_some() {
-                    self.all_policies()
+                    self.all_placed()
                 } else {
                     Vec::new()
                 }
@@ -425,7 +425,7 @@ impl KindEnforcer for PromfedEnforcer {
 
     fn look(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &PromfedSpec,
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
@@ -447,7 +447,7 @@ impl KindEnforcer for PromfedEnforcer {
         }
         let render = self.render(&namespace)?;
         let config_map = self.config_map(&namespace);
-        let verdict = judge::verdict(&render, policy, config_map.as_deref());
+        let verdict = judge::verdict(&render, placed, config_map.as_deref());
         let action = match verdict {
             Verdict::NeedsApply => Action::Apply {
                 from_version: config_map
@@ -460,7 +460,7 @@ impl KindEnforcer for PromfedEnforcer {
         Some(Judgement {
             report: judge::report(
                 &render,
-                policy,
+                placed,
                 assigned.revision,
                 &verdict,
                 config_map.as_deref(),
@@ -472,7 +472,7 @@ impl KindEnforcer for PromfedEnforcer {
 
     fn apply(
         &self,
-        policy: &PlacedRef,
+        placed: &PlacedRef,
         spec: &PromfedSpec,
         _assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
@@ -486,13 +486,13 @@ impl KindEnforcer for PromfedEnforcer {
         };
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &namespace);
         let patch = judge::config_map_patch(&namespace, &render.rendered);
-        let policy = policy.clone();
+        let placed = placed.clone();
         let hash = render.rendered.hash.clone();
         let jobs = render.rendered.jobs;
         Box::pin(async move {
             let object = format!("ConfigMap {namespace}/{CONFIG_MAP_NAME}");
             let version = server_side_apply(api, CONFIG_MAP_NAME, &patch, object).await?;
-            info!(%policy, %namespace, %hash, jobs, "wrote federation config");
+            info!(%placed, %namespace, %hash, jobs, "wrote federation config");
             Ok(version)
         })
     }

@@ -169,19 +169,20 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
 
     /// The controller's name, for logs and supervision.
     const CONTROLLER: &'static str;
-    /// Kind name in keys and policy references.
+    /// Kind name in keys and placed object references.
     const KIND: PlacedKind;
     /// Key of the decision data in the stored record.
     const DECISION_TAG: &'static str;
     /// Finalizers earlier hub versions put on every object of the kind, released when such
     /// an object is deleted.
     const LEGACY_FINALIZERS: &'static [&'static str] = &[];
-    /// Whether a decision is written under the policy's etcd lock (`locks/<kind>/<ns>/<name>`).
-    /// Scaling decisions are (DESIGN: locks serialise them per policy). A kind whose records
-    /// only this controller writes may do without: the leadership fence keeps a deposed
-    /// leader out and kube-runtime never reconciles one object twice at once, while the
-    /// lock costs four more etcd requests per decision (grant, lock, unlock, revoke), which
-    /// bounded a thousand new topics to about 80 decisions a second.
+    /// Whether a decision is written under the placed object's etcd lock
+    /// (`locks/<kind>/<ns>/<name>`). Scaling decisions are (DESIGN: locks serialise them
+    /// per placed object). A kind whose records only this controller writes may do without:
+    /// the leadership fence keeps a deposed leader out and kube-runtime never reconciles
+    /// one object twice at once, while the lock costs four more etcd requests per decision
+    /// (grant, lock, unlock, revoke), which bounded a thousand new topics to about 80
+    /// decisions a second.
     const DECISION_LOCK: bool = true;
 
     /// Starts the kind: `objects` is the controller's reflector of its objects, `trigger`
@@ -216,8 +217,9 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     }
 
     /// Whether a change of ManagedCluster `cluster` may concern `object`: by default when
-    /// it names the cluster in `spec.placement.clusters` or selects by `spec.placement.clusterSelector`. Read
-    /// from the stored spec, so an object that does not decode costs nothing here.
+    /// it names the cluster in `spec.placement.clusters` or selects by
+    /// `spec.placement.clusterSelector`. Read from the stored spec, so an object that does
+    /// not decode costs nothing here.
     fn may_select(object: &Watched<Self>, cluster: &str) -> bool {
         selection_may_include(object, cluster)
     }
@@ -338,7 +340,7 @@ pub fn object_name(o: &impl ResourceExt) -> String {
     }
 }
 
-/// The policy reference of an object of kind `K`.
-pub fn policy_ref<K: PlacementKind>(o: &impl ResourceExt) -> PlacedRef {
+/// The placed object reference of an object of kind `K`.
+pub fn placed_ref<K: PlacementKind>(o: &impl ResourceExt) -> PlacedRef {
     PlacedRef::new(K::KIND, &o.namespace().unwrap_or_default(), &o.name_any())
 }

@@ -4,7 +4,7 @@
 //! For each object of the kind: lenient decode (one that does not decode gets
 //! `Ready=False`/`InvalidSpec` and never stops the others) → the kind's pure decision from
 //! the spec, the ManagedClusters and the stored record → same-decision check → a new
-//! decision written fenced by leadership and under the policy's lock, then read back from
+//! decision written fenced by leadership and under the placed object's lock, then read back from
 //! the cache → the agents' reports → the kind's status aggregation → one coalesced status
 //! write when it changed, and Events on transitions only.
 //!

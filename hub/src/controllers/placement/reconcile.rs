@@ -161,7 +161,7 @@ impl<K: PlacementKind> Placements<K> {
         now: &Time,
     ) -> Result<Action, ReconcileError> {
         let ctx = &self.ctx;
-        let p = policy_ref::<K>(object);
+        let p = placed_ref::<K>(object);
         let clusters = clusters(ctx);
         let previous = stored_record::<K>(ctx, &p);
         let decided = self.kind.decide(
@@ -188,7 +188,7 @@ impl<K: PlacementKind> Placements<K> {
                 recheck_after,
             } => {
                 let mut record = PlacementRecord {
-                    policy: p.clone(),
+                    placed: p.clone(),
                     generation: object.meta().generation.unwrap_or_default(),
                     decided_unix_millis: now.0.as_millisecond(),
                     shares,
@@ -199,7 +199,7 @@ impl<K: PlacementKind> Placements<K> {
                     _ => {
                         K::name_decision(&mut record, &ulid::Ulid::new().to_string());
                         let revision = write_record::<K>(ctx, &record).await?;
-                        debug!(policy = %p, revision, "placements written");
+                        debug!(placed = %p, revision, "placements written");
                         if let Some(note) = self.kind.announce(object, &record, revision) {
                             ctx.note(&object.object_ref(&()), note);
                         }
@@ -285,7 +285,7 @@ impl<K: PlacementKind> Placements<K> {
         status_patch: Option<serde_json::Value>,
     ) -> Result<Action, ReconcileError> {
         // Nothing is placed for it any more: no view to serve.
-        self.ctx.views.remove(&policy_ref::<K>(watched));
+        self.ctx.views.remove(&placed_ref::<K>(watched));
         if let Some(patch) = status_patch {
             let current = current_status(watched);
             let mut desired = current.clone();
@@ -307,7 +307,7 @@ impl<K: PlacementKind> Placements<K> {
     /// An object being deleted that holds one of the kind's finalizers: the kind's work
     /// first (when it asked for the finalizer), then the records, then the release.
     async fn delete(&self, watched: &Watched<K>, holds: &[&str]) -> Result<Action, ReconcileError> {
-        let p = policy_ref::<K>(watched);
+        let p = placed_ref::<K>(watched);
         if K::finalizer(watched).is_some_and(|f| holds.contains(&f)) {
             let record = stored_record::<K>(&self.ctx, &p);
             if let Finalized::Waiting(after) = self.kind.finalize(watched, record).await? {
@@ -320,7 +320,7 @@ impl<K: PlacementKind> Placements<K> {
         for f in holds {
             self.remove_finalizer(watched, f).await?;
         }
-        info!(policy = %p, "deleted: its placements and reports are removed");
+        info!(placed = %p, "deleted: its placements and reports are removed");
         Ok(Action::await_change())
     }
 
@@ -337,7 +337,7 @@ impl<K: PlacementKind> Placements<K> {
         let p = PlacedRef::new(K::KIND, namespace, name);
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(namespace, name).await?;
-        info!(policy = %p, "gone: its placements and reports are removed");
+        info!(placed = %p, "gone: its placements and reports are removed");
         Ok(())
     }
 

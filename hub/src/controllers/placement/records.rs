@@ -1,11 +1,11 @@
 //! The records a decision reads and writes: the placements record in etcd (fenced, under
-//! the policy's lock where the kind asks), the agents' reports on it, and their keys.
+//! the placed object's lock where the kind asks), the agents' reports on it, and their keys.
 
 use super::*;
 
-/// TTL of a policy's lock; a hub that dies holding it frees it within this.
+/// TTL of a placed object's lock; a hub that dies holding it frees it within this.
 pub(super) const LOCK_TTL: Duration = Duration::from_secs(5);
-/// Longest wait for a policy's lock.
+/// Longest wait for a placed object's lock.
 pub(super) const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// Every ManagedCluster as the controllers see it.
@@ -13,20 +13,20 @@ pub fn clusters(ctx: &ControllerContext) -> Clusters {
     ctx.cluster_index.snapshot()
 }
 
-/// The stored record of `policy`, read as kind `K`'s, with its revision.
+/// The stored record of `placed`, read as kind `K`'s, with its revision.
 pub fn stored_record<K: PlacementKind>(
     ctx: &ControllerContext,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
 ) -> Option<(PlacementRecord<K::Decision>, i64)> {
     let key = ctx
         .store
         .keys()
-        .placements(policy.kind.as_str(), &policy.namespace, &policy.name);
+        .placements(placed.kind.as_str(), &placed.namespace, &placed.name);
     let (record, revision) = ctx.placements.get(&key)?;
     record.typed(K::DECISION_TAG).map(|typed| (typed, revision))
 }
 
-/// Writes `record` as kind `K`'s, fenced by leadership (and under the policy's lock where
+/// Writes `record` as kind `K`'s, fenced by leadership (and under the placed object's lock where
 /// the kind asks for it, [`PlacementKind::DECISION_LOCK`]), and waits until the cache has
 /// it; returns its revision.
 pub async fn write_record<K: PlacementKind>(
@@ -34,7 +34,7 @@ pub async fn write_record<K: PlacementKind>(
     record: &PlacementRecord<K::Decision>,
 ) -> Result<i64, ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
-    let p = &record.policy;
+    let p = &record.placed;
     let key = ctx
         .store
         .keys()
@@ -55,7 +55,7 @@ pub async fn write_record<K: PlacementKind>(
             .await;
         // The decision does not wait for the release (two more etcd round trips on its
         // path): revoking the lock's lease deletes its key, and a next decision of the same
-        // policy queues behind it until then.
+        // placed object queues behind it until then.
         lock.release_in_background();
         written?
     } else {
@@ -73,12 +73,12 @@ pub async fn write_record<K: PlacementKind>(
     Ok(revision)
 }
 
-/// The agents' last reports on `record`'s policy, by cluster.
+/// The agents' last reports on `record`'s placed object, by cluster.
 pub fn reports<D>(
     ctx: &ControllerContext,
     record: &PlacementRecord<D>,
 ) -> HashMap<String, StatusRecord> {
-    reports_of(ctx, &record.policy, &record.shares)
+    reports_of(ctx, &record.placed, &record.shares)
 }
 
 pub(super) fn reports_of(
@@ -98,21 +98,21 @@ pub(super) fn reports_of(
         .collect()
 }
 
-/// Removes `policy`'s placements record and every status record about it.
+/// Removes `placed`'s placements record and every status record about it.
 pub async fn remove_records(
     ctx: &ControllerContext,
-    policy: &PlacedRef,
+    placed: &PlacedRef,
 ) -> Result<(), ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
     let key = ctx
         .store
         .keys()
-        .placements(policy.kind.as_str(), &policy.namespace, &policy.name);
+        .placements(placed.kind.as_str(), &placed.namespace, &placed.name);
     ctx.store.fenced_delete(&fence, &key).await?;
     ctx.store
-        .delete_placement_status(policy.kind.as_str(), &policy.namespace, &policy.name)
+        .delete_placement_status(placed.kind.as_str(), &placed.namespace, &placed.name)
         .await?;
-    ctx.views.remove(policy);
+    ctx.views.remove(placed);
     Ok(())
 }
 
@@ -121,11 +121,11 @@ pub async fn remove_records(
 pub struct StatusKey<'a> {
     /// The reporting cluster.
     pub cluster: &'a str,
-    /// The policy's kind.
+    /// The placed object's kind.
     pub kind: &'a str,
-    /// The policy's namespace.
+    /// The placed object's namespace.
     pub namespace: &'a str,
-    /// The policy's name.
+    /// The placed object's name.
     pub name: &'a str,
 }
 
