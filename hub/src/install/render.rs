@@ -321,7 +321,7 @@ fn cluster_role_binding(ns: &str) -> Value {
 /// - the global federation tier's ConfigMap, by name: `get`, and `list`/`watch` (the
 ///   leader watches it with a `metadata.name` field selector for the reloader's answers),
 ///   `patch` (server-side apply) and `delete` (when no PrometheusFederation enables the
-/// global tier);   `create`, because an apply that creates it is authorised as a create.
+///   global tier); `create`, because an apply that creates it is authorised as a create.
 pub fn hub_namespace_rules() -> Value {
     json!([
         { "apiGroups": [""], "resources": ["secrets"], "resourceNames": [CA_SECRET_NAME], "verbs": ["get"] },
