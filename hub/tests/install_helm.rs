@@ -169,17 +169,17 @@ fn the_hub_charts_crd_templates_are_generated() {
 }
 
 #[test]
-fn the_hub_charts_cluster_rules_are_generated() {
-    let path = chart("accord-hub").join("templates/_cluster_rules.tpl");
-    let text = accord_hub::install::helm_cluster_rules_template().unwrap();
+fn the_hub_charts_rules_and_webhooks_are_generated() {
+    let path = chart("accord-hub").join("templates/_generated.tpl");
+    let text = accord_hub::install::helm_generated_template().unwrap();
     if std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1") {
         std::fs::write(&path, &text).unwrap();
     }
     let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/templates/_cluster_rules.tpl: {e}"));
+        .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/templates/_generated.tpl: {e}"));
     assert!(
         committed == text,
-        "deploy/helm/accord-hub/templates/_cluster_rules.tpl is stale; regenerate with \
+        "deploy/helm/accord-hub/templates/_generated.tpl is stale; regenerate with \
          `ACCORD_UPDATE_CHARTS=1 cargo test -p accord-hub --test install_helm`"
     );
 }

@@ -31,9 +31,9 @@ pub use options::{
     InstallOptions, OptionsError, Resources, ServiceType, default_image,
 };
 pub use render::{
-    HELM_KEEP_ANNOTATION, RenderError, accord_plurals, crds, dry_run_output,
-    helm_cluster_rules_template, helm_crd_templates, hub_cluster_rules, hub_namespace_rules,
-    render, render_yaml, webhook_configuration,
+    HELM_KEEP_ANNOTATION, RenderError, accord_plurals, crds, dry_run_output, helm_crd_templates,
+    helm_generated_template, hub_cluster_rules, hub_namespace_rules, render, render_yaml,
+    webhook_configuration,
 };
 pub use wait::{Progress, WaitError, deployment_progress};
 
