@@ -29,8 +29,8 @@ use kube::Api;
 
 pub use render::{
     AGENT_NAME, AgentManifestOptions, DEFAULT_HTTP_PORT, IdentityMaterial, agent_args,
-    agent_cluster_rules, agent_namespace_rules, default_image, dry_run_output, identity_secret,
-    render,
+    agent_cluster_rules, agent_namespace_rules, default_image, dry_run_output,
+    helm_generated_template, identity_secret, render,
 };
 
 use crate::cli::{DEFAULT_IDENTITY_SECRET, parse_secret_name};
