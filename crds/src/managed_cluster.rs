@@ -57,12 +57,16 @@ pub struct ManagedClusterSpec {
     )]
     pub weight: Option<i32>,
 
-    /// Drain switch: when true the cluster receives no new placements and its current
-    /// shares move to other clusters, while its agent stays connected.
+    /// Drain switch: when true the cluster receives no new placement of any kind (what it
+    /// holds stays), and a CrossClusterScalePolicy's share moves to the other clusters,
+    /// while its agent stays connected.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unschedulable: bool,
 
-    /// Taints keep placements away from this cluster unless a placed object tolerates them.
+    /// Taints keep placements away from this cluster unless the object's
+    /// `spec.placement.tolerations` tolerate them: NoSchedule (no new placement),
+    /// NoExecute (existing ones leave too), PreferNoSchedule (replicas only when the other
+    /// clusters have no room).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub taints: Vec<ClusterTaint>,

@@ -164,3 +164,16 @@ pub const REQUEST_PERCENTAGE_RANGE: &str = "requestPercentage must be greater th
 pub const CONTROLLER_MUTATION_RATE_RANGE: &str = "controllerMutationRate must be greater than 0 and at most 1,000,000 partition mutations a second";
 /// More ACL entries than a FederatedKafkaUser may list.
 pub const USER_ACLS_COUNT: &str = "acls may list at most 100 entries";
+
+/// A toleration with `operator: Exists` and a `value`.
+pub const TOLERATION_EXISTS_VALUE: &str =
+    "a toleration with operator Exists matches any value: leave value out";
+/// A toleration without a key that is not `Exists`.
+pub const TOLERATION_EMPTY_KEY: &str =
+    "a toleration needs a key unless its operator is Exists (which then tolerates every taint)";
+/// `tolerationSeconds` without `effect: NoExecute`.
+pub const TOLERATION_SECONDS_EFFECT: &str = "tolerationSeconds applies only to effect NoExecute";
+/// `tolerationSeconds` out of range.
+pub const TOLERATION_SECONDS_RANGE: &str = "tolerationSeconds must be 0 to 86,400";
+/// Too many tolerations.
+pub const TOLERATIONS_COUNT: &str = "tolerations may list at most 50 entries";

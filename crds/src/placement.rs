@@ -4,7 +4,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::managed_cluster::TaintEffect;
 use crate::messages;
+
+/// Most tolerations one placement may list.
+pub const MAX_TOLERATIONS: usize = 50;
+
+/// Most seconds a NoExecute toleration may keep a placement on a tainted cluster (a day).
+pub const MAX_TOLERATION_SECONDS: i64 = 86_400;
 
 /// The member clusters an object is placed in: by name or by ManagedCluster labels, exactly
 /// one of the two.
@@ -20,6 +27,69 @@ pub struct ClusterPlacement {
     /// Member clusters by ManagedCluster labels. Set this or clusters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<LabelSelector>,
+    /// Taints of ManagedClusters (`spec.taints`) this object tolerates. A cluster with a
+    /// NoSchedule taint it does not tolerate gets no new placement (one it has stays); a
+    /// NoExecute taint also takes an existing placement away, after `tolerationSeconds`
+    /// when a toleration gives them; a PreferNoSchedule taint is avoided where another
+    /// cluster can take the place (divided replicas) and otherwise ignored. At most 50.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A taint this object tolerates: one with `key` (any key when empty, with `Exists`), the
+/// `value` (`Equal`, the default) or any value (`Exists`), and `effect` (any when unset).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("!has(self.operator) || self.operator != 'Exists' || !has(self.value)").message(messages::TOLERATION_EXISTS_VALUE))]
+#[x_kube(validation = Rule::new("has(self.key) || (has(self.operator) && self.operator == 'Exists')").message(messages::TOLERATION_EMPTY_KEY))]
+#[x_kube(validation = Rule::new("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')").message(messages::TOLERATION_SECONDS_EFFECT))]
+#[serde(rename_all = "camelCase")]
+pub struct Toleration {
+    /// The taint key; unset with `Exists` tolerates every taint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub key: Option<String>,
+    /// `Equal` (the default: the taint's value must be `value`) or `Exists` (any value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<TolerationOperator>,
+    /// The taint value `Equal` compares with (unset matches a taint without a value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub value: Option<String>,
+    /// The effect tolerated; unset tolerates every effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect: Option<TaintEffect>,
+    /// With effect NoExecute: how long a placement stays on a cluster after the hub saw
+    /// the taint (unset: for ever). 0 to 86,400.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_TOLERATION_SECONDS))]
+    #[x_kube(validation = Rule::new(format!("self >= 0 && self <= {MAX_TOLERATION_SECONDS}")).message(messages::TOLERATION_SECONDS_RANGE))]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// How a toleration compares the taint's value.
+#[derive(schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TolerationOperator {
+    /// The values are equal.
+    Equal,
+    /// Any value.
+    Exists,
+}
+
+impl Toleration {
+    /// Whether this toleration tolerates a taint of `key`, `value` and `effect`.
+    pub fn tolerates(&self, key: &str, value: Option<&str>, effect: TaintEffect) -> bool {
+        if self.effect.is_some_and(|e| e != effect) {
+            return false;
+        }
+        match self.operator.unwrap_or(TolerationOperator::Equal) {
+            TolerationOperator::Exists => self.key.as_deref().is_none_or(|k| k == key),
+            TolerationOperator::Equal => {
+                self.key.as_deref() == Some(key)
+                    && self.value.as_deref().unwrap_or("") == value.unwrap_or("")
+            }
+        }
+    }
 }
 
 impl ClusterPlacement {
@@ -31,15 +101,15 @@ impl ClusterPlacement {
     {
         Self {
             clusters: Some(names.into_iter().map(Into::into).collect()),
-            cluster_selector: None,
+            ..Self::default()
         }
     }
 
     /// A placement in the clusters whose labels `selector` matches.
     pub fn selector(selector: LabelSelector) -> Self {
         Self {
-            clusters: None,
             cluster_selector: Some(selector),
+            ..Self::default()
         }
     }
 }

@@ -145,6 +145,39 @@ pub(crate) fn check_cluster_selection(errs: &mut ValidationErrors, placement: &C
             m::CLUSTER_NAME,
         );
     }
+    errs.check(
+        placement.tolerations.len() <= crate::placement::MAX_TOLERATIONS,
+        "spec.placement.tolerations",
+        m::TOLERATIONS_COUNT,
+    );
+    for (i, t) in placement.tolerations.iter().enumerate() {
+        use crate::managed_cluster::TaintEffect;
+        use crate::placement::TolerationOperator;
+        let path = format!("spec.placement.tolerations[{i}]");
+        let exists = t.operator == Some(TolerationOperator::Exists);
+        errs.check(
+            !exists || t.value.is_none(),
+            path.clone(),
+            m::TOLERATION_EXISTS_VALUE,
+        );
+        errs.check(
+            t.key.is_some() || exists,
+            path.clone(),
+            m::TOLERATION_EMPTY_KEY,
+        );
+        if let Some(seconds) = t.toleration_seconds {
+            errs.check(
+                t.effect == Some(TaintEffect::NoExecute),
+                path.clone(),
+                m::TOLERATION_SECONDS_EFFECT,
+            );
+            errs.check(
+                (0..=crate::placement::MAX_TOLERATION_SECONDS).contains(&seconds),
+                format!("{path}.tolerationSeconds"),
+                m::TOLERATION_SECONDS_RANGE,
+            );
+        }
+    }
 }
 
 impl Validate for ManagedClusterSpec {

@@ -955,3 +955,155 @@ fn neither_a_member_hpa_nor_a_scale_policy_fights_the_delivery() {
         Ok(())
     });
 }
+
+/// Sets ManagedCluster `cluster`'s `spec.taints` and `spec.unschedulable` (a merge patch,
+/// as an administrator would make it).
+async fn taint_cluster(
+    testbed: &Testbed,
+    cluster: &str,
+    taints: Value,
+    drained: bool,
+) -> Result<()> {
+    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    api.patch(
+        cluster,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": taints, "unschedulable": drained}})),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits until member `member` holds ConfigMap `name` in `ns` (`present`) or not.
+async fn config_map_on(
+    testbed: &Testbed,
+    member: usize,
+    ns: &str,
+    name: &str,
+    present: bool,
+) -> Result<()> {
+    let what = format!(
+        "ConfigMap {ns}/{name} {} member {member}",
+        if present { "on" } else { "gone from" }
+    );
+    until(&what, STEP, || async {
+        let found = config_maps(testbed, member, ns)
+            .get_opt(name)
+            .await?
+            .is_some();
+        Ok(if found == present {
+            Check::Ready(())
+        } else {
+            Check::NotYet(format!("present: {found}"))
+        })
+    })
+    .await
+}
+
+#[test]
+fn taints_and_the_drain_switch_keep_deliveries_out_and_no_execute_takes_them_away() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-t";
+        let ns = "fres-taints";
+        let _fleet = fleet(testbed, prefix, &[]).await?;
+        let cluster = |i: usize| format!("{prefix}-{i}");
+        let object = |name: &str, tolerations: Value| {
+            json!({
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "placement": {"clusters": [cluster(0), cluster(1), cluster(2)],
+                                  "tolerations": tolerations},
+                    "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name}, "data": {"a": "b"}}],
+                }
+            })
+        };
+        let placement_of = |s: &accord_crds::FederatedResourceStatus, i: usize| {
+            s.placements
+                .iter()
+                .find(|p| p.cluster == cluster(i))
+                .cloned()
+        };
+
+        // A NoSchedule taint on member 1: a new delivery goes to 0 and 2 only, and the
+        // status says why not to 1.
+        let no_schedule = json!([{"key": "accord.io/maintenance", "effect": "NoSchedule"}]);
+        taint_cluster(testbed, &cluster(1), no_schedule.clone(), false).await?;
+        apply(testbed, ns, &object("first", json!([]))).await?;
+        config_map_on(testbed, 0, ns, "first", true).await?;
+        config_map_on(testbed, 2, ns, "first", true).await?;
+        let held = wait_status(testbed, ns, "first", "member 1 held by its taint", |s| {
+            placement_of(s, 1).filter(|p| {
+                p.state == PlacementState::Pending
+                    && p.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("accord.io/maintenance:NoSchedule"))
+            })
+        })
+        .await?;
+        ensure!(
+            config_maps(testbed, 1, ns)
+                .get_opt("first")
+                .await?
+                .is_none(),
+            "{held:?}"
+        );
+
+        // Tolerating it, the delivery reaches member 1 too.
+        let tolerate = json!([{"key": "accord.io/maintenance", "operator": "Exists"}]);
+        apply(testbed, ns, &object("first", tolerate)).await?;
+        config_map_on(testbed, 1, ns, "first", true).await?;
+
+        // Without the toleration again, NoSchedule leaves what member 1 holds alone; NoExecute
+        // takes it away (the default deletionPolicy Delete removes the ConfigMap).
+        apply(testbed, ns, &object("first", json!([]))).await?;
+        wait_status(testbed, ns, "first", "the new generation applied", |s| {
+            (condition(s, "Applied").as_deref() == Some("True")
+                && placement_of(s, 1).is_some_and(|p| p.state == PlacementState::Synced))
+            .then_some(())
+        })
+        .await?;
+        config_map_on(testbed, 1, ns, "first", true).await?;
+        let no_execute = json!([{"key": "accord.io/maintenance", "effect": "NoExecute"}]);
+        taint_cluster(testbed, &cluster(1), no_execute, false).await?;
+        config_map_on(testbed, 1, ns, "first", false).await?;
+
+        // A drained member 2 gets no new delivery and keeps what it holds.
+        taint_cluster(testbed, &cluster(2), json!([]), true).await?;
+        apply(testbed, ns, &object("second", json!([]))).await?;
+        config_map_on(testbed, 0, ns, "second", true).await?;
+        wait_status(testbed, ns, "second", "member 2 held as drained", |s| {
+            placement_of(s, 2).filter(|p| {
+                p.state == PlacementState::Pending
+                    && p.message
+                        .as_deref()
+                        .is_some_and(|m| m.contains("unschedulable"))
+            })
+        })
+        .await?;
+        ensure!(
+            config_maps(testbed, 2, ns)
+                .get_opt("second")
+                .await?
+                .is_none(),
+            "drained, yet delivered"
+        );
+        ensure!(
+            config_maps(testbed, 2, ns)
+                .get_opt("first")
+                .await?
+                .is_some(),
+            "a drain took away what member 2 held"
+        );
+
+        taint_cluster(testbed, &cluster(1), json!([]), false).await?;
+        taint_cluster(testbed, &cluster(2), json!([]), false).await?;
+        config_map_on(testbed, 1, ns, "first", true).await?;
+        config_map_on(testbed, 2, ns, "second", true).await?;
+        Ok(())
+    });
+}

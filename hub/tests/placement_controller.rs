@@ -20,8 +20,8 @@ use accord_hub::controllers::placement::{PlacementKind, Placements, Watched};
 use accord_hub::controllers::{
     ClusterObject, ControllerContext, ControllerDeps, ControllerOptions, ReconcileError,
 };
-use accord_hub::distribution::PlacementRecord;
 use accord_hub::distribution::select::{ClusterIndex, ClusterIndexWriter};
+use accord_hub::distribution::{Hold, PlacementRecord};
 use accord_hub::http::{Readiness, ReadinessGates};
 use accord_hub::kafka_topic::controller::KafkaTopics;
 use accord_hub::metrics::Metrics;
@@ -112,10 +112,15 @@ async fn harness_with(test: &str, options: ControllerOptions) -> Harness {
 impl Harness {
     /// Sets ManagedCluster `name`'s availability.
     fn cluster(&mut self, name: &str, available: bool) {
+        self.cluster_with(name, available, json!({}));
+    }
+
+    /// Sets ManagedCluster `name`'s availability and `spec`.
+    fn cluster_with(&mut self, name: &str, available: bool, spec: Value) {
         let mc = ClusterObject::from_value(json!({
             "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
             "metadata": {"name": name},
-            "spec": {},
+            "spec": spec,
             "status": {"conditions": [{
                 "type": "Available", "status": if available { "True" } else { "False" },
                 "reason": "Test", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"
@@ -1028,4 +1033,87 @@ async fn a_kind_defined_only_in_a_test_gets_decisions_name_claims_and_a_deletion
         .expect("reconciling");
     let (now, _) = toy_record(&h, "younger").expect("the younger toy's record");
     assert!(now.shares.iter().all(|s| s.assignment.is_some()), "{now:?}");
+}
+
+/// Shares of toy `name`: cluster → the hold, or `None` where something was sent.
+fn toy_holds(h: &Harness, name: &str) -> Vec<(String, Option<Hold>)> {
+    let (record, _) = toy_record(h, name).expect("the toy's record");
+    record
+        .shares
+        .iter()
+        .map(|s| {
+            (
+                s.cluster.clone(),
+                s.assignment.is_none().then_some(s.hold).flatten(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn taints_and_the_drain_switch_keep_every_kind_out_of_a_cluster_unless_tolerated() {
+    let mut h = harness("pc-taints").await;
+    let (controller, mut objects) = h.controller::<toy::Toys>();
+    let taint = |effect: &str| json!({"taints": [{"key": "maintenance", "effect": effect}]});
+    let decide = |h: &Harness, objects: &mut Writer<Watched<toy::Toys>>, path: &str| {
+        let watched = h.watched::<toy::Toys>(path);
+        objects.apply_watcher_event(&watcher::Event::Apply((*watched).clone()));
+        controller.reconcile(watched)
+    };
+    let a = || ("a".to_owned(), None);
+
+    // A NoSchedule taint keeps a new placement out of b.
+    h.cluster_with("b", true, taint("NoSchedule"));
+    let first = put_toy(&h, "first", "one", "2026-01-01T00:00:00Z");
+    decide(&h, &mut objects, &first).await.expect("reconciling");
+    assert_eq!(
+        toy_holds(&h, "first"),
+        [a(), ("b".to_owned(), Some(Hold::Tainted))]
+    );
+    let (record, _) = toy_record(&h, "first").expect("the record");
+    assert!(
+        record.shares[1]
+            .held_reason
+            .as_deref()
+            .is_some_and(|r| r.contains("maintenance:NoSchedule")),
+        "{record:?}"
+    );
+
+    // Untainted, b gets it; tainted NoSchedule again, b keeps what it holds.
+    h.cluster("b", true);
+    decide(&h, &mut objects, &first).await.expect("reconciling");
+    assert_eq!(toy_holds(&h, "first"), [a(), ("b".to_owned(), None)]);
+    h.cluster_with("b", true, taint("NoSchedule"));
+    decide(&h, &mut objects, &first).await.expect("reconciling");
+    assert_eq!(toy_holds(&h, "first"), [a(), ("b".to_owned(), None)]);
+
+    // NoExecute takes it away, unless the object tolerates it.
+    h.cluster_with("b", true, taint("NoExecute"));
+    decide(&h, &mut objects, &first).await.expect("reconciling");
+    assert_eq!(
+        toy_holds(&h, "first"),
+        [a(), ("b".to_owned(), Some(Hold::Tainted))]
+    );
+    let tolerant = put_toy(&h, "tolerant", "two", "2026-01-01T00:00:00Z");
+    let mut object = h.fake.get(&tolerant).expect("the toy");
+    object["spec"]["placement"] = json!({"tolerations": [
+        {"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}]});
+    h.fake.put(&tolerant, object);
+    decide(&h, &mut objects, &tolerant)
+        .await
+        .expect("reconciling");
+    assert_eq!(toy_holds(&h, "tolerant"), [a(), ("b".to_owned(), None)]);
+
+    // A drained cluster gets nothing new; what it holds stays.
+    h.cluster_with("a", true, json!({"unschedulable": true}));
+    let third = put_toy(&h, "third", "three", "2026-01-01T00:00:00Z");
+    decide(&h, &mut objects, &third).await.expect("reconciling");
+    assert_eq!(
+        toy_holds(&h, "third")[0],
+        ("a".to_owned(), Some(Hold::Unschedulable))
+    );
+    decide(&h, &mut objects, &tolerant)
+        .await
+        .expect("reconciling");
+    assert_eq!(toy_holds(&h, "tolerant"), [a(), ("b".to_owned(), None)]);
 }

@@ -13,6 +13,7 @@ pub mod record;
 pub mod reported;
 pub mod secrets;
 pub mod select;
+pub mod taints;
 
 pub use fanout::Fanout;
 pub use record::{Hold, PlacementRecord, ShareRecord};

@@ -43,6 +43,8 @@ pub enum Hold {
     Unavailable,
     /// The cluster is unschedulable (drained): it gets nothing.
     Unschedulable,
+    /// The cluster has a taint the object does not tolerate (or no longer does).
+    Tainted,
     /// The cluster returned after its share moved away and waits out the return cooldown
     /// before its share moves back.
     #[serde(rename_all = "camelCase")]

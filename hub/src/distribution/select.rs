@@ -28,6 +28,8 @@ pub struct ClusterInfo {
     pub available_since_unix: i64,
     /// `spec.unschedulable`: drained, it gets no new share.
     pub unschedulable: bool,
+    /// `spec.taints`, with when the [`ClusterIndex`] first saw each.
+    pub taints: Vec<super::taints::SeenTaint>,
     /// `spec` as stored, for the fields only one kind reads (e.g. `federationEndpoint`).
     pub spec: serde_json::Value,
 }
@@ -46,6 +48,10 @@ impl ClusterInfo {
                 .pointer("/spec/unschedulable")
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
+            taints: mc
+                .pointer("/spec")
+                .map(super::taints::taints_of)
+                .unwrap_or_default(),
             spec: mc.pointer("/spec").cloned().unwrap_or_default(),
         }
     }
@@ -86,6 +92,13 @@ impl ClusterIndex {
         }
     }
 
+    /// The view of `mc` to keep, its taints dated from `before` (the cluster as shown).
+    fn dated(mc: &ClusterObject, before: Option<&ClusterInfo>) -> ClusterInfo {
+        let mut info = ClusterInfo::of(mc);
+        super::taints::carry_since(&mut info.taints, before, unix_now());
+        info
+    }
+
     fn update(&self, change: impl FnOnce(&mut Clusters)) {
         change(
             &mut self
@@ -110,15 +123,18 @@ impl ClusterIndexWriter {
     pub fn apply(&mut self, event: &kube::runtime::watcher::Event<ClusterObject>) {
         use kube::runtime::watcher::Event;
         match event {
-            Event::Apply(mc) => self
-                .index
-                .update(|c| drop(c.insert(mc.name_any(), ClusterInfo::of(mc)))),
+            Event::Apply(mc) => self.index.update(|c| {
+                let info = ClusterIndex::dated(mc, c.get(&mc.name_any()));
+                c.insert(mc.name_any(), info);
+            }),
             Event::Delete(mc) => self.index.update(|c| drop(c.remove(&mc.name_any()))),
             Event::Init => self.relisted = Some(Clusters::new()),
             Event::InitApply(mc) => {
+                let shown = self.index.snapshot();
+                let info = ClusterIndex::dated(mc, shown.get(&mc.name_any()));
                 self.relisted
                     .get_or_insert_with(Clusters::new)
-                    .insert(mc.name_any(), ClusterInfo::of(mc));
+                    .insert(mc.name_any(), info);
             }
             Event::InitDone => {
                 let listed = self.relisted.take().unwrap_or_default();
@@ -126,6 +142,13 @@ impl ClusterIndexWriter {
             }
         }
     }
+}
+
+/// Now, Unix seconds.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// `names` as available clusters, for tests.

@@ -380,10 +380,7 @@ mod tests {
                 partitions,
                 replication_factor: rf,
                 config: BTreeMap::new(),
-                placement: accord_crds::ClusterPlacement {
-                    clusters: Some(clusters.iter().map(|c| (*c).to_owned()).collect()),
-                    cluster_selector: None,
-                },
+                placement: accord_crds::ClusterPlacement::clusters(clusters.iter().copied()),
                 deletion_policy: None,
             },
         );

@@ -94,10 +94,7 @@ mod tests {
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
-                placement: accord_crds::ClusterPlacement {
-                    clusters: Some(vec!["a".into()]),
-                    cluster_selector: None,
-                },
+                placement: accord_crds::ClusterPlacement::clusters(["a"]),
                 deletion_policy: None,
             },
         )

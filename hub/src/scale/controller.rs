@@ -83,6 +83,9 @@ impl PlacementKind for Scale {
     const KIND: PlacedKind = PlacedKind::CrossClusterScalePolicy;
     const DECISION_TAG: &'static str = "scale";
     const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
+    /// The division holds tainted and drained clusters itself (their replicas go to the
+    /// others): see `plan`.
+    const HOLDS_TAINTED: bool = false;
 
     fn start(
         ctx: &Arc<ControllerContext>,

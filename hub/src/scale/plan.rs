@@ -3,13 +3,14 @@
 //! aggregated from the agents' reports is [`super::status`].
 
 use accord_common::distribution::{AssignmentSpec, ScaleSpec};
-use accord_crds::scale::CrossClusterScalePolicySpec;
+use accord_crds::scale::{ClusterShare, CrossClusterScalePolicySpec};
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::ScaleDecision;
 use super::division::{Candidate, Division, divide};
 use crate::distribution::select::Clusters;
+use crate::distribution::taints::{self, Verdict};
 use crate::distribution::{Hold, PlacementRecord, ShareRecord};
 
 /// The outcome of planning one policy.
@@ -66,9 +67,36 @@ pub fn plan(
     let mut held: HashMap<&str, (Hold, String)> = HashMap::new();
     let mut moved_away = Vec::new();
     let mut recheck_after: Option<i64> = None;
+    let tolerations = spec
+        .placement
+        .as_ref()
+        .map_or(&[][..], |p| p.tolerations.as_slice());
+    // Clusters with a PreferNoSchedule taint the policy does not tolerate: used only when
+    // the others cannot hold the replicas.
+    let mut avoided: Vec<(Candidate, String)> = Vec::new();
+    // Those of them used: they get what the others have no room for.
+    let mut spill: Vec<Candidate> = Vec::new();
     for d in &spec.distribution {
         let view = clusters.get(&d.cluster);
-        let out = if !spec.failover.enabled {
+        let holds = previous
+            .and_then(|p| p.share(&d.cluster))
+            .is_some_and(|s| s.had_share() && scale_spec(s).is_some_and(|a| a.replicas > 0));
+        let judged = view.map(|v| taints::judge(v, tolerations, holds, now_unix));
+        if let Some(at) = judged.as_ref().and_then(|j| j.recheck_at_unix) {
+            let wait = at - now_unix;
+            recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+        }
+        let tainted = match judged.map(|j| j.verdict) {
+            Some(Verdict::Held(Hold::Tainted, reason)) => Some(Out::Held(Hold::Tainted, reason)),
+            Some(Verdict::Avoid(reason)) => {
+                avoided.push((candidate_of(d), reason));
+                continue;
+            }
+            _ => None,
+        };
+        let out = if tainted.is_some() {
+            tainted
+        } else if !spec.failover.enabled {
             None
         } else {
             match view {
@@ -127,15 +155,7 @@ pub fn plan(
                 }
             }
         };
-        let candidate = Candidate {
-            cluster: d.cluster.clone(),
-            weight: u32::try_from(d.weight.max(1)).unwrap_or(1),
-            min: d
-                .min_replicas
-                .and_then(|m| u32::try_from(m).ok())
-                .unwrap_or(0),
-            max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
-        };
+        let candidate = candidate_of(d);
         match out {
             Some(Out::Held(hold, r)) => {
                 held.insert(d.cluster.as_str(), (hold, r));
@@ -151,6 +171,27 @@ pub fn plan(
             }
         }
     }
+    let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
+    let room: Option<u64> = candidates
+        .iter()
+        .map(|c| c.max.map(u64::from))
+        .sum::<Option<u64>>();
+    if !candidates.is_empty() && room.is_none_or(|r| r >= u64::from(total)) {
+        for (c, reason) in &avoided {
+            held.insert(
+                c.cluster.as_str(),
+                (
+                    Hold::Tainted,
+                    format!("{reason}; the other clusters have room for every replica"),
+                ),
+            );
+        }
+    } else {
+        for (c, _) in avoided {
+            home.push(c.clone());
+            spill.push(c);
+        }
+    }
     let previous_count = |cluster: &str| -> u32 {
         previous
             .and_then(|p| p.share(cluster))
@@ -162,7 +203,8 @@ pub fn plan(
     // fails over to its standby replica): moving everything to nowhere would scale every
     // cluster to 0 the moment an agent reconnects. Each keeps the count it was last given;
     // pods keep running where they are, and no share moved anywhere.
-    let hold_previous = spec.failover.enabled && candidates.is_empty() && !held.is_empty();
+    let hold_previous =
+        spec.failover.enabled && candidates.is_empty() && spill.is_empty() && !held.is_empty();
     if hold_previous {
         moved_away.clear();
         if previous.is_some() {
@@ -173,13 +215,23 @@ pub fn plan(
             }
         }
     }
-    let total = u32::try_from(spec.desired_replicas.max(0)).unwrap_or(0);
-    let (division, infeasible) = match divide(total, &candidates) {
+    let divided = |total: u32, among: &[Candidate]| match divide(total, among) {
         Division::Exact(shares) => (shares, None),
         Division::Infeasible {
             reason,
             best_effort,
         } => (best_effort, Some(reason.to_string())),
+    };
+    let (division, infeasible) = if spill.is_empty() {
+        divided(total, &candidates)
+    } else {
+        // The others first, up to their room; the avoided clusters the rest.
+        let first = u32::try_from(room.unwrap_or(0).min(u64::from(total))).unwrap_or(total);
+        let (mut division, infeasible) = divided(first, &candidates);
+        let (rest, rest_infeasible) = divided(total - first, &spill);
+        division.extend(rest);
+        candidates.extend(spill);
+        (division, infeasible.or(rest_infeasible))
     };
     // What a cluster whose share moved away keeps: what it was last told to run, but never
     // more than its share if every such cluster were back, so the overshoot of the total is
@@ -244,6 +296,19 @@ pub fn plan(
         infeasible,
         moved_away,
         recheck_after: recheck_after.map(|s| Duration::from_secs(s.max(1) as u64)),
+    }
+}
+
+/// The division's view of a distribution entry.
+fn candidate_of(d: &ClusterShare) -> Candidate {
+    Candidate {
+        cluster: d.cluster.clone(),
+        weight: u32::try_from(d.weight.max(1)).unwrap_or(1),
+        min: d
+            .min_replicas
+            .and_then(|m| u32::try_from(m).ok())
+            .unwrap_or(0),
+        max: d.max_replicas.and_then(|m| u32::try_from(m).ok()),
     }
 }
 
@@ -697,6 +762,84 @@ mod tests {
             100,
         );
         assert_eq!(replicas(&p), vec![12, 0]);
+    }
+
+    fn tainted(effect: &str, since: i64) -> ClusterInfo {
+        let mut c = up(0);
+        c.taints = crate::distribution::taints::taints_of(
+            &serde_json::json!({"taints": [{"key": "maintenance", "effect": effect}]}),
+        );
+        c.taints[0].since_unix = since;
+        c
+    }
+
+    #[test]
+    fn an_untolerated_no_execute_taint_moves_the_share_and_a_toleration_delays_it() {
+        let views = views(&[("a", up(0)), ("b", tainted("NoExecute", 100))]);
+        let p = plan(&two_clusters(), "default", &views, None, 100);
+        assert_eq!(replicas(&p), vec![12, 0]);
+        assert_eq!(p.shares[1].hold, Some(Hold::Tainted));
+        assert!(
+            p.shares[1]
+                .held_reason
+                .as_deref()
+                .unwrap()
+                .contains("maintenance:NoExecute"),
+            "{:?}",
+            p.shares[1]
+        );
+
+        let mut tolerant = two_clusters();
+        tolerant.placement = Some(
+            serde_json::from_value(serde_json::json!({"clusters": ["a", "b"],
+                "tolerations": [{"key": "maintenance", "operator": "Exists",
+                                 "effect": "NoExecute", "tolerationSeconds": 30}]}))
+            .unwrap(),
+        );
+        let within = plan(&tolerant, "default", &views, None, 110);
+        assert_eq!(replicas(&within), vec![7, 5]);
+        assert_eq!(within.recheck_after, Some(Duration::from_secs(20)));
+        let after = plan(&tolerant, "default", &views, None, 130);
+        assert_eq!(replicas(&after), vec![12, 0]);
+    }
+
+    #[test]
+    fn a_no_schedule_taint_keeps_a_new_share_out_but_not_a_running_one() {
+        let fleet = views(&[("a", up(0)), ("b", tainted("NoSchedule", 0))]);
+        let first = plan(&two_clusters(), "default", &fleet, None, 100);
+        assert_eq!(replicas(&first), vec![12, 0]);
+        let untainted = views(&[("a", up(0)), ("b", up(0))]);
+        let running = plan(&two_clusters(), "default", &untainted, None, 100);
+        let record = PlacementRecord {
+            placed: accord_common::distribution::PlacedRef::new(
+                accord_common::distribution::PlacedKind::CrossClusterScalePolicy,
+                "default",
+                "web",
+            ),
+            generation: 1,
+            decided_unix_millis: 50_000,
+            shares: running.shares,
+            decision: ScaleDecision {
+                desired_replicas: 12,
+                scale_request_id: "r".into(),
+                infeasible: None,
+                moved_away: Vec::new(),
+            },
+        };
+        let kept = plan(&two_clusters(), "default", &fleet, Some(&record), 100);
+        assert_eq!(replicas(&kept), vec![7, 5]);
+    }
+
+    #[test]
+    fn a_prefer_no_schedule_cluster_is_used_only_when_the_others_lack_room() {
+        let views = views(&[("a", up(0)), ("b", tainted("PreferNoSchedule", 0))]);
+        let p = plan(&two_clusters(), "default", &views, None, 100);
+        assert_eq!(replicas(&p), vec![12, 0]);
+        let capped = spec(
+            "targetRef: {name: frontend}\ndesiredReplicas: 12\ndistribution:\n- {cluster: a, weight: 60, maxReplicas: 8}\n- {cluster: b, weight: 40}\n",
+        );
+        let p = plan(&capped, "default", &views, None, 100);
+        assert_eq!(replicas(&p), vec![8, 4]);
     }
 
     fn report(state: PlacementState, id: &str, ready: i32) -> StatusRecord {

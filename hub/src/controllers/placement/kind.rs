@@ -185,6 +185,15 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// decisions a second.
     const DECISION_LOCK: bool = true;
 
+    /// Whether the framework holds back, after the kind decided, the shares of clusters
+    /// whose taints or drain switch do not allow a placement of the object
+    /// ([`crate::distribution::taints::hold_tainted`], reading `spec.placement.tolerations`
+    /// as stored): right for a kind that sends every selected cluster its own copy. A kind
+    /// that divides something among the clusters (CrossClusterScalePolicy) says `false`
+    /// and reads [`crate::distribution::taints::judge`] in its division, so that what a held
+    /// cluster would have had goes to the others.
+    const HOLDS_TAINTED: bool = true;
+
     /// Starts the kind: `objects` is the controller's reflector of its objects, `trigger`
     /// reconciles one of them.
     fn start(

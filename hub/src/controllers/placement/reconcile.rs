@@ -2,6 +2,7 @@
 //! Events, the finalizer and deletion ([`Placements`]).
 
 use super::*;
+use crate::distribution::taints;
 
 /// The generic controller of kind `K`: its steps, which [`run`] drives from the watches
 /// (public so that they can be driven one at a time against a fake API server).
@@ -182,11 +183,33 @@ impl<K: PlacementKind> Placements<K> {
                 None => (Err(shown), facts, None),
             },
             Decided::Record {
-                shares,
+                mut shares,
                 decision,
                 facts,
-                recheck_after,
+                mut recheck_after,
             } => {
+                if K::HOLDS_TAINTED {
+                    let now_unix = now.0.as_second();
+                    let tolerations = taints::tolerations_of(watched.pointer("/spec/placement"));
+                    let held_before = |cluster: &str| {
+                        previous
+                            .as_ref()
+                            .and_then(|(r, _)| r.share(cluster))
+                            .is_some_and(|s| s.assignment.is_some())
+                    };
+                    let recheck = taints::hold_tainted(
+                        &mut shares,
+                        &clusters,
+                        &tolerations,
+                        held_before,
+                        now_unix,
+                    );
+                    if let Some(at) = recheck {
+                        let wait =
+                            Duration::from_secs(u64::try_from(at - now_unix).unwrap_or(0).max(1));
+                        recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+                    }
+                }
                 let mut record = PlacementRecord {
                     placed: p.clone(),
                     generation: object.meta().generation.unwrap_or_default(),

@@ -1,0 +1,380 @@
+//! Which selected clusters may hold a placement, for every kind: a ManagedCluster's taints
+//! (`spec.taints`) against the object's `spec.placement.tolerations`, and its drain switch
+//! (`spec.unschedulable`).
+//!
+//! - `NoSchedule` (not tolerated) and `unschedulable`: no new placement; a cluster that
+//!   holds one keeps it.
+//! - `NoExecute` (not tolerated): no placement, and one held is taken away — at once, or
+//!   `tolerationSeconds` after the hub first saw the taint when a toleration gives them.
+//! - `PreferNoSchedule` (not tolerated): avoided where another cluster can take the place
+//!   (divided replicas); a kind that sends every selected cluster its own copy has nothing
+//!   to move, so there it changes nothing.
+//!
+//! [`judge`] is the one rule; [`hold_tainted`] applies it to the shares of a kind that
+//! sends every selected cluster the same content (the framework does that after the kind
+//! decided), and CrossClusterScalePolicy's division reads [`judge`] itself.
+
+use accord_crds::managed_cluster::TaintEffect;
+use accord_crds::placement::Toleration;
+
+use super::record::{Hold, ShareRecord};
+use super::select::{ClusterInfo, Clusters};
+
+/// A ManagedCluster taint as the hub sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeenTaint {
+    /// Its key.
+    pub key: String,
+    /// Its value, if any.
+    pub value: Option<String>,
+    /// Its effect.
+    pub effect: TaintEffect,
+    /// When this hub first saw it, Unix seconds (0 where not tracked: the reflector's own
+    /// view, compared only for changes).
+    pub since_unix: i64,
+}
+
+impl SeenTaint {
+    /// `key=value:Effect`, as kubectl writes a taint.
+    pub fn shown(&self) -> String {
+        match &self.value {
+            Some(v) => format!("{}={v}:{:?}", self.key, self.effect),
+            None => format!("{}:{:?}", self.key, self.effect),
+        }
+    }
+
+    fn same(&self, other: &Self) -> bool {
+        self.key == other.key && self.value == other.value && self.effect == other.effect
+    }
+}
+
+/// The taints of a stored ManagedCluster `spec`, each read on its own so that one that does
+/// not decode leaves the others (the CRD's schema keeps such a taint out in the first place).
+pub fn taints_of(spec: &serde_json::Value) -> Vec<SeenTaint> {
+    spec.get("taints")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            serde_json::from_value::<accord_crds::managed_cluster::ClusterTaint>(t.clone()).ok()
+        })
+        .map(|t| SeenTaint {
+            key: t.key,
+            value: t.value,
+            effect: t.effect,
+            since_unix: 0,
+        })
+        .collect()
+}
+
+/// `taints` with the time each was first seen: from `before` (the same cluster's previous
+/// view) where it was there already, `now_unix` where it is new.
+pub fn carry_since(taints: &mut [SeenTaint], before: Option<&ClusterInfo>, now_unix: i64) {
+    for taint in taints {
+        taint.since_unix = before
+            .and_then(|b| b.taints.iter().find(|t| t.same(taint)))
+            .map_or(now_unix, |t| t.since_unix);
+    }
+}
+
+/// What a cluster's taints and drain switch allow an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// It may hold a placement.
+    Eligible,
+    /// It may, but only where no other cluster can take the place (PreferNoSchedule).
+    Avoid(String),
+    /// It may not: no placement (and why).
+    Held(Hold, String),
+}
+
+/// The verdict on one cluster, and when it changes by itself (a NoExecute toleration's
+/// seconds running out), Unix seconds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    /// What the cluster is allowed.
+    pub verdict: Verdict,
+    /// When to judge again without any event.
+    pub recheck_at_unix: Option<i64>,
+}
+
+/// The one rule: may `cluster` hold a placement of an object with `tolerations`, given
+/// whether it `holds` one now?
+pub fn judge(
+    cluster: &ClusterInfo,
+    tolerations: &[Toleration],
+    holds: bool,
+    now_unix: i64,
+) -> Judgement {
+    let tolerating = |t: &SeenTaint| {
+        tolerations
+            .iter()
+            .filter(|tol| tol.tolerates(&t.key, t.value.as_deref(), t.effect))
+            // The most generous toleration wins: none without seconds means for ever.
+            .map(|tol| tol.toleration_seconds)
+            .max_by_key(|s| s.map_or(i64::MAX, |s| s))
+    };
+    let mut recheck_at_unix = None;
+    let mut avoid = None;
+    let mut refused = None;
+    for taint in &cluster.taints {
+        let tolerated = tolerating(taint);
+        match (taint.effect, tolerated) {
+            (TaintEffect::NoExecute, None) => {
+                return Judgement {
+                    verdict: Verdict::Held(Hold::Tainted, untolerated(taint)),
+                    recheck_at_unix: None,
+                };
+            }
+            (TaintEffect::NoExecute, Some(Some(seconds))) => {
+                let ends = taint.since_unix.saturating_add(seconds);
+                if now_unix >= ends {
+                    return Judgement {
+                        verdict: Verdict::Held(
+                            Hold::Tainted,
+                            format!(
+                                "the cluster has taint {}, tolerated for {seconds}s, which ended",
+                                taint.shown()
+                            ),
+                        ),
+                        recheck_at_unix: None,
+                    };
+                }
+                recheck_at_unix = Some(recheck_at_unix.map_or(ends, |r: i64| r.min(ends)));
+            }
+            (TaintEffect::NoSchedule, None) if !holds => {
+                refused.get_or_insert_with(|| untolerated(taint));
+            }
+            (TaintEffect::PreferNoSchedule, None) => {
+                avoid.get_or_insert_with(|| untolerated(taint));
+            }
+            _ => {}
+        }
+    }
+    let verdict = if let Some(reason) = refused {
+        Verdict::Held(Hold::Tainted, reason)
+    } else if cluster.unschedulable && !holds {
+        Verdict::Held(
+            Hold::Unschedulable,
+            "the cluster is unschedulable (drained): no new placement".to_owned(),
+        )
+    } else if let Some(reason) = avoid {
+        Verdict::Avoid(reason)
+    } else {
+        Verdict::Eligible
+    };
+    Judgement {
+        verdict,
+        recheck_at_unix,
+    }
+}
+
+fn untolerated(taint: &SeenTaint) -> String {
+    format!(
+        "the cluster has taint {}, which this object does not tolerate",
+        taint.shown()
+    )
+}
+
+/// The tolerations of a stored object's `spec.placement` (none when they do not decode:
+/// the spec's own validation refuses such an object first).
+pub fn tolerations_of(spec_placement: Option<&serde_json::Value>) -> Vec<Toleration> {
+    spec_placement
+        .and_then(|p| p.get("tolerations"))
+        .and_then(|t| serde_json::from_value(t.clone()).ok())
+        .unwrap_or_default()
+}
+
+/// Holds back the shares of a kind that sends every selected cluster the same content
+/// where the cluster's taints or drain switch do not allow a placement ([`judge`]; a share
+/// the previous decision sent counts as held now: `held_before`). Returns when to decide
+/// again without any event (a NoExecute toleration running out), Unix seconds.
+pub fn hold_tainted(
+    shares: &mut [ShareRecord],
+    clusters: &Clusters,
+    tolerations: &[Toleration],
+    held_before: impl Fn(&str) -> bool,
+    now_unix: i64,
+) -> Option<i64> {
+    let mut recheck: Option<i64> = None;
+    for share in shares.iter_mut().filter(|s| s.assignment.is_some()) {
+        let Some(cluster) = clusters.get(&share.cluster) else {
+            continue;
+        };
+        let judgement = judge(cluster, tolerations, held_before(&share.cluster), now_unix);
+        if let Some(at) = judgement.recheck_at_unix {
+            recheck = Some(recheck.map_or(at, |r| r.min(at)));
+        }
+        if let Verdict::Held(hold, reason) = judgement.verdict {
+            share.assignment = None;
+            share.hold = Some(hold);
+            share.held_reason = Some(reason);
+        }
+    }
+    recheck
+}
+
+#[cfg(test)]
+mod tests {
+    use accord_crds::placement::TolerationOperator;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn cluster(taints: &[(&str, Option<&str>, TaintEffect, i64)], drained: bool) -> ClusterInfo {
+        ClusterInfo {
+            available: true,
+            unschedulable: drained,
+            taints: taints
+                .iter()
+                .map(|(k, v, e, since)| SeenTaint {
+                    key: (*k).to_owned(),
+                    value: v.map(str::to_owned),
+                    effect: *e,
+                    since_unix: *since,
+                })
+                .collect(),
+            ..ClusterInfo::default()
+        }
+    }
+
+    fn toleration(key: &str, effect: Option<TaintEffect>, seconds: Option<i64>) -> Toleration {
+        Toleration {
+            key: Some(key.to_owned()),
+            operator: Some(TolerationOperator::Exists),
+            effect,
+            toleration_seconds: seconds,
+            ..Toleration::default()
+        }
+    }
+
+    use TaintEffect::{NoExecute, NoSchedule, PreferNoSchedule};
+
+    #[test]
+    fn no_schedule_keeps_new_placements_out_and_lets_existing_ones_stay() {
+        let c = cluster(&[("maintenance", None, NoSchedule, 0)], false);
+        let new = judge(&c, &[], false, 10);
+        assert!(
+            matches!(&new.verdict, Verdict::Held(Hold::Tainted, r) if r.contains("maintenance:NoSchedule")),
+            "{new:?}"
+        );
+        assert_eq!(judge(&c, &[], true, 10).verdict, Verdict::Eligible);
+        let tolerated = [toleration("maintenance", Some(NoSchedule), None)];
+        assert_eq!(judge(&c, &tolerated, false, 10).verdict, Verdict::Eligible);
+    }
+
+    #[test]
+    fn a_drained_cluster_gets_nothing_new_and_keeps_what_it_has() {
+        let c = cluster(&[], true);
+        assert!(matches!(
+            judge(&c, &[], false, 0).verdict,
+            Verdict::Held(Hold::Unschedulable, _)
+        ));
+        assert_eq!(judge(&c, &[], true, 0).verdict, Verdict::Eligible);
+    }
+
+    #[test]
+    fn no_execute_takes_placements_away_after_the_tolerated_seconds() {
+        let c = cluster(&[("zone-down", Some("eu"), NoExecute, 100)], false);
+        assert!(matches!(
+            judge(&c, &[], true, 100).verdict,
+            Verdict::Held(Hold::Tainted, _)
+        ));
+        let for_30 = [toleration("zone-down", Some(NoExecute), Some(30))];
+        let within = judge(&c, &for_30, true, 129);
+        assert_eq!(within.verdict, Verdict::Eligible);
+        assert_eq!(within.recheck_at_unix, Some(130));
+        let after = judge(&c, &for_30, true, 130);
+        assert!(
+            matches!(&after.verdict, Verdict::Held(Hold::Tainted, r) if r.contains("tolerated for 30s")),
+            "{after:?}"
+        );
+        let for_ever = [toleration("zone-down", None, None)];
+        assert_eq!(
+            judge(&c, &for_ever, true, 1_000_000),
+            Judgement {
+                verdict: Verdict::Eligible,
+                recheck_at_unix: None
+            }
+        );
+    }
+
+    #[test]
+    fn prefer_no_schedule_is_only_avoided() {
+        let c = cluster(&[("spot", None, PreferNoSchedule, 0)], false);
+        assert!(matches!(
+            judge(&c, &[], false, 0).verdict,
+            Verdict::Avoid(_)
+        ));
+        let tolerated = [toleration("spot", None, None)];
+        assert_eq!(judge(&c, &tolerated, false, 0).verdict, Verdict::Eligible);
+    }
+
+    #[test]
+    fn an_equal_toleration_needs_the_same_value_and_an_empty_exists_tolerates_all() {
+        let c = cluster(&[("team", Some("a"), NoSchedule, 0)], false);
+        let equal = |v: &str| Toleration {
+            key: Some("team".into()),
+            value: Some(v.into()),
+            ..Toleration::default()
+        };
+        assert_eq!(
+            judge(&c, &[equal("a")], false, 0).verdict,
+            Verdict::Eligible
+        );
+        assert!(matches!(
+            judge(&c, &[equal("b")], false, 0).verdict,
+            Verdict::Held(..)
+        ));
+        let everything = Toleration {
+            operator: Some(TolerationOperator::Exists),
+            ..Toleration::default()
+        };
+        assert_eq!(
+            judge(&c, &[everything], false, 0).verdict,
+            Verdict::Eligible
+        );
+    }
+
+    #[test]
+    fn taints_keep_the_time_they_were_first_seen() {
+        let before = cluster(&[("a", None, NoExecute, 5)], false);
+        let mut now = taints_of(&serde_json::json!({"taints": [
+            {"key": "a", "effect": "NoExecute"},
+            {"key": "b", "value": "x", "effect": "NoSchedule"},
+            {"key": "bad", "effect": "Sometimes"},
+        ]}));
+        carry_since(&mut now, Some(&before), 50);
+        let since: Vec<(&str, i64)> = now.iter().map(|t| (t.key.as_str(), t.since_unix)).collect();
+        assert_eq!(since, [("a", 5), ("b", 50)]);
+    }
+
+    fn effect() -> impl Strategy<Value = TaintEffect> {
+        prop_oneof![Just(NoSchedule), Just(PreferNoSchedule), Just(NoExecute)]
+    }
+
+    proptest! {
+        /// No placement, new or kept, on a NoExecute taint nothing tolerates; no new
+        /// placement on a NoSchedule one; PreferNoSchedule never holds anything back.
+        #[test]
+        fn untolerated_hard_taints_hold_placements_back(
+            taints in proptest::collection::vec(("[ab]", effect()), 0..4),
+            tolerated in proptest::collection::vec("[ab]", 0..2),
+            holds in any::<bool>(),
+            drained in any::<bool>(),
+        ) {
+            let seen: Vec<(&str, Option<&str>, TaintEffect, i64)> =
+                taints.iter().map(|(k, e)| (k.as_str(), None, *e, 0)).collect();
+            let c = cluster(&seen, drained);
+            let tolerations: Vec<Toleration> =
+                tolerated.iter().map(|k| toleration(k, None, None)).collect();
+            let untolerated = |effect| taints.iter().any(|(k, e)| *e == effect && !tolerated.contains(k));
+            let verdict = judge(&c, &tolerations, holds, 1_000).verdict;
+            let hard = untolerated(NoExecute) || (!holds && (untolerated(NoSchedule) || drained));
+            prop_assert_eq!(matches!(verdict, Verdict::Held(..)), hard, "{:?}", verdict);
+            if !hard {
+                prop_assert_eq!(matches!(verdict, Verdict::Avoid(_)), untolerated(PreferNoSchedule));
+            }
+        }
+    }
+}
