@@ -717,3 +717,55 @@ fn each_of_three_decisions_has_a_scale_decision_event_naming_its_own_request_id(
         Ok(())
     });
 }
+
+/// Sets ManagedCluster `cluster`'s `spec.taints`.
+async fn taint_cluster(testbed: &Testbed, cluster: &str, taints: serde_json::Value) -> Result<()> {
+    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
+    api.patch(
+        cluster,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"taints": taints}})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[test]
+fn a_no_execute_taint_moves_a_share_unless_tolerated_and_its_removal_brings_it_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let ns = "ccsp-taints";
+        let fed = Fleet::start(testbed, "hub-taints", "/e2e-taints/", &[], &[("taint-1", 0), ("taint-2", 1)]).await?;
+        for m in 0..2 {
+            apply_deployment(testbed, m, ns, "frontend", 1).await?;
+        }
+        let dist = serde_json::json!([{"cluster": "taint-1", "weight": 60}, {"cluster": "taint-2", "weight": 40}]);
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 12, dist.clone(), serde_json::json!({}))).await?;
+        wait_replicas(testbed, ns, "frontend", &[(0, 7), (1, 5)], Duration::from_secs(60)).await?;
+
+        // NoExecute on taint-2: its share goes to taint-1 and the status says why.
+        taint_cluster(testbed, "taint-2", serde_json::json!([{"key": "accord.io/maintenance", "effect": "NoExecute"}])).await?;
+        wait_replicas(testbed, ns, "frontend", &[(0, 12), (1, 0)], Duration::from_secs(60)).await?;
+        let status = policy_status(testbed, ns, "web").await?.unwrap_or_default();
+        let held = status.placements.iter().find(|p| p.cluster == "taint-2").context("no taint-2 placement")?;
+        ensure!(
+            held.message.as_deref().is_some_and(|m| m.contains("accord.io/maintenance:NoExecute")),
+            "{held:?}"
+        );
+
+        // Tolerated (through spec.placement), the share comes back.
+        let tolerant = serde_json::json!({"placement": {"clusters": ["taint-1", "taint-2"],
+            "tolerations": [{"key": "accord.io/maintenance", "operator": "Exists", "effect": "NoExecute"}]}});
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 12, dist.clone(), tolerant)).await?;
+        wait_replicas(testbed, ns, "frontend", &[(0, 7), (1, 5)], Duration::from_secs(60)).await?;
+
+        // Without the toleration again it leaves; the taint removed, it returns.
+        apply_policy(testbed, ns, policy("web", ns, "frontend", 12, dist, serde_json::json!({}))).await?;
+        wait_replicas(testbed, ns, "frontend", &[(0, 12), (1, 0)], Duration::from_secs(60)).await?;
+        taint_cluster(testbed, "taint-2", serde_json::json!([])).await?;
+        wait_replicas(testbed, ns, "frontend", &[(0, 7), (1, 5)], Duration::from_secs(60)).await?;
+        drop(fed);
+        Ok(())
+    });
+}
