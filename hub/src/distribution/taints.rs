@@ -18,7 +18,7 @@ use accord_crds::managed_cluster::TaintEffect;
 use accord_crds::placement::Toleration;
 
 use super::record::{Hold, ShareRecord};
-use super::select::{ClusterInfo, Clusters};
+use super::select::{ClusterInfo, Clusters, SelectedCluster};
 
 /// A ManagedCluster taint as the hub sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,6 +214,55 @@ pub fn hold_tainted(
     recheck
 }
 
+/// The selected clusters split by [`judge`], for a kind that needs to know before it
+/// decides (FederatedKafkaUser removes the user where a placement is taken away).
+#[derive(Debug, Default)]
+pub struct Partition {
+    /// Clusters that may hold a placement (unregistered ones too: the kind says so).
+    pub eligible: Vec<SelectedCluster>,
+    /// Shares of the clusters held back, each with its hold and reason.
+    pub held: Vec<ShareRecord>,
+    /// When to decide again without any event, Unix seconds.
+    pub recheck_at_unix: Option<i64>,
+}
+
+/// Splits `selected` into the clusters that may hold a placement and those held back
+/// ([`judge`]; `held_before` says where the previous decision sent something).
+pub fn partition(
+    selected: Vec<SelectedCluster>,
+    clusters: &Clusters,
+    tolerations: &[Toleration],
+    held_before: impl Fn(&str) -> bool,
+    now_unix: i64,
+) -> Partition {
+    let mut out = Partition::default();
+    for c in selected {
+        let Some(info) = clusters.get(&c.name) else {
+            out.eligible.push(c);
+            continue;
+        };
+        let judgement = judge(info, tolerations, held_before(&c.name), now_unix);
+        if let Some(at) = judgement.recheck_at_unix {
+            out.recheck_at_unix = Some(out.recheck_at_unix.map_or(at, |r| r.min(at)));
+        }
+        match judgement.verdict {
+            Verdict::Held(hold, reason) => out.held.push(ShareRecord {
+                cluster: c.name,
+                assignment: None,
+                held_reason: Some(reason),
+                hold: Some(hold),
+            }),
+            Verdict::Eligible | Verdict::Avoid(_) => out.eligible.push(c),
+        }
+    }
+    out
+}
+
+/// `at` (Unix seconds) as a wait from `now_unix`, at least a second.
+pub fn wait_until(at: i64, now_unix: i64) -> std::time::Duration {
+    std::time::Duration::from_secs(u64::try_from(at - now_unix).unwrap_or(0).max(1))
+}
+
 #[cfg(test)]
 mod tests {
     use accord_crds::placement::TolerationOperator;
@@ -347,6 +396,43 @@ mod tests {
         carry_since(&mut now, Some(&before), 50);
         let since: Vec<(&str, i64)> = now.iter().map(|t| (t.key.as_str(), t.since_unix)).collect();
         assert_eq!(since, [("a", 5), ("b", 50)]);
+    }
+
+    #[test]
+    fn a_partition_keeps_unregistered_clusters_for_the_kind_and_holds_the_tainted() {
+        let clusters: Clusters = [
+            ("a".to_owned(), cluster(&[], false)),
+            ("b".to_owned(), cluster(&[("x", None, NoExecute, 0)], false)),
+            ("c".to_owned(), cluster(&[("m", None, NoExecute, 0)], false)),
+        ]
+        .into_iter()
+        .collect();
+        let selected = ["a", "b", "c", "ghost"]
+            .map(|n| SelectedCluster {
+                name: n.to_owned(),
+                known: n != "ghost",
+            })
+            .to_vec();
+        let tolerate_c = Toleration {
+            key: Some("m".into()),
+            operator: Some(TolerationOperator::Exists),
+            effect: Some(NoExecute),
+            toleration_seconds: Some(60),
+            ..Toleration::default()
+        };
+        // c is tolerated for 60 s from 0: eligible at 10, re-decided at 60.
+        let part = partition(selected, &clusters, &[tolerate_c], |_| true, 10);
+        let eligible: Vec<&str> = part.eligible.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(eligible, ["a", "c", "ghost"]);
+        assert_eq!(part.held.len(), 1);
+        assert_eq!(
+            (part.held[0].cluster.as_str(), part.held[0].hold),
+            ("b", Some(Hold::Tainted))
+        );
+        assert!(part.held[0].assignment.is_none());
+        assert_eq!(part.recheck_at_unix, Some(60));
+        assert_eq!(wait_until(60, 10), std::time::Duration::from_secs(50));
+        assert_eq!(wait_until(5, 10), std::time::Duration::from_secs(1));
     }
 
     fn effect() -> impl Strategy<Value = TaintEffect> {

@@ -47,7 +47,7 @@ use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::claim::{self, Claim};
 use crate::distribution::reported::{self as shown, Placed};
 use crate::distribution::select::Clusters;
-use crate::distribution::{PlacementRecord, ShareRecord};
+use crate::distribution::{PlacementRecord, ShareRecord, taints};
 use crate::store::StatusRecord;
 
 /// Default of `--user-deletion-timeout`.
@@ -373,6 +373,9 @@ impl PlacementKind for KafkaUsers {
     const CONTROLLER: &'static str = "FederatedKafkaUser controller";
     const KIND: PlacedKind = PlacedKind::FederatedKafkaUser;
     const DECISION_TAG: &'static str = "kafkaUser";
+    /// Its decision holds tainted and drained clusters itself: a placement taken away
+    /// removes the user there under `Delete`.
+    const HOLDS_TAINTED: bool = false;
     // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
     const DECISION_LOCK: bool = false;
 
@@ -413,6 +416,29 @@ impl PlacementKind for KafkaUsers {
                 Ok(s) => s,
                 Err(why) => return Decided::Invalid(why),
             };
+        // Taints and the drain switch first: a cluster whose placement is taken away
+        // (NoExecute) leaves as a deselected one does — with `Delete`, the user is removed
+        // there, never left behind unmanaged.
+        let now_unix = input.now_millis / 1000;
+        let sent_before = |cluster: &str| {
+            input
+                .previous
+                .and_then(|p| p.share(cluster))
+                .and_then(|s| s.assignment.as_ref())
+                .is_some_and(|a| matches!(a, AssignmentSpec::KafkaUser(u) if !u.remove))
+        };
+        let taints::Partition {
+            eligible: selected,
+            held: tainted,
+            recheck_at_unix,
+        } = taints::partition(
+            selected,
+            input.clusters,
+            &user.spec.placement.tolerations,
+            sent_before,
+            now_unix,
+        );
+        let recheck_after = recheck_at_unix.map(|at| taints::wait_until(at, now_unix));
         let namespace = user.namespace().unwrap_or_default();
         let generated = user.spec.authentication.password_secret_ref.is_none();
         let at = match &user.spec.authentication.password_secret_ref {
@@ -455,17 +481,30 @@ impl PlacementKind for KafkaUsers {
             None => BTreeMap::new(),
         };
         let (mut shares, decision) = plan::decide(&selected, &spec, &conflicts);
+        let mut removing = Vec::new();
         if let Some(previous) = input.previous
             && user.spec.deletion_policy() == DeletionPolicy::Delete
         {
             let reports = placement::reports(&self.ctx, previous);
-            shares.extend(leaving(previous, &selected, &reports));
+            removing = leaving(previous, &selected, &reports);
         }
+        for mut held in tainted {
+            match removing.iter_mut().find(|r| r.cluster == held.cluster) {
+                Some(r) => {
+                    let why = held.held_reason.take().unwrap_or_default();
+                    r.held_reason = Some(format!(
+                        "{why}: removing the user from this cluster's Kafka"
+                    ));
+                }
+                None => shares.push(held),
+            }
+        }
+        shares.extend(removing);
         Decided::Record {
             shares,
             decision,
             facts: UserFacts::default(),
-            recheck_after: None,
+            recheck_after,
         }
     }
 

@@ -205,8 +205,7 @@ impl<K: PlacementKind> Placements<K> {
                         now_unix,
                     );
                     if let Some(at) = recheck {
-                        let wait =
-                            Duration::from_secs(u64::try_from(at - now_unix).unwrap_or(0).max(1));
+                        let wait = taints::wait_until(at, now_unix);
                         recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
                     }
                 }
