@@ -57,6 +57,23 @@ pub async fn agent_metrics(testbed: &Testbed, http: &str) -> Result<String> {
         .await?)
 }
 
+/// Merges `patch` into ManagedCluster `cluster` on the management cluster, as an
+/// administrator would (e.g. `{"spec": {"taints": [...], "unschedulable": true}}`).
+pub async fn patch_managed_cluster(
+    testbed: &Testbed,
+    cluster: &str,
+    patch: serde_json::Value,
+) -> Result<()> {
+    let api: Api<accord_crds::ManagedCluster> = Api::all(testbed.mgmt().client());
+    api.patch(
+        cluster,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Creates `name` on `cluster` if it does not exist.
 pub async fn ensure_namespace(cluster: &Cluster, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(cluster.client());

@@ -10,8 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use accord_crds::{
-    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FederatedResource, ManagedCluster,
-    PlacementState,
+    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FederatedResource, PlacementState,
 };
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::kafka_topic_scenario::wait_event;
@@ -209,14 +208,12 @@ async fn member_password(testbed: &Testbed, member: usize, ns: &str, password: &
 }
 
 async fn label_cluster(testbed: &Testbed, cluster: &str, labels: Value) -> Result<()> {
-    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
-    api.patch(
+    accord_e2e::fleet::patch_managed_cluster(
+        testbed,
         cluster,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        json!({"metadata": {"labels": labels}}),
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 #[test]
@@ -956,22 +953,15 @@ fn neither_a_member_hpa_nor_a_scale_policy_fights_the_delivery() {
     });
 }
 
-/// Sets ManagedCluster `cluster`'s `spec.taints` and `spec.unschedulable` (a merge patch,
-/// as an administrator would make it).
+/// Sets ManagedCluster `cluster`'s `spec.taints` and `spec.unschedulable`.
 async fn taint_cluster(
     testbed: &Testbed,
     cluster: &str,
     taints: Value,
     drained: bool,
 ) -> Result<()> {
-    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
-    api.patch(
-        cluster,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"taints": taints, "unschedulable": drained}})),
-    )
-    .await?;
-    Ok(())
+    let patch = json!({"spec": {"taints": taints, "unschedulable": drained}});
+    accord_e2e::fleet::patch_managed_cluster(testbed, cluster, patch).await
 }
 
 /// Waits until member `member` holds ConfigMap `name` in `ns` (`present`) or not.

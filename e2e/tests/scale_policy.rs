@@ -720,14 +720,12 @@ fn each_of_three_decisions_has_a_scale_decision_event_naming_its_own_request_id(
 
 /// Sets ManagedCluster `cluster`'s `spec.taints`.
 async fn taint_cluster(testbed: &Testbed, cluster: &str, taints: serde_json::Value) -> Result<()> {
-    let api: Api<ManagedCluster> = Api::all(testbed.mgmt().client());
-    api.patch(
+    accord_e2e::fleet::patch_managed_cluster(
+        testbed,
         cluster,
-        &PatchParams::default(),
-        &Patch::Merge(serde_json::json!({"spec": {"taints": taints}})),
+        serde_json::json!({"spec": {"taints": taints}}),
     )
-    .await?;
-    Ok(())
+    .await
 }
 
 #[test]
