@@ -745,12 +745,16 @@ fn a_no_execute_taint_moves_a_share_unless_tolerated_and_its_removal_brings_it_b
         // NoExecute on taint-2: its share goes to taint-1 and the status says why.
         taint_cluster(testbed, "taint-2", serde_json::json!([{"key": "accord.io/maintenance", "effect": "NoExecute"}])).await?;
         wait_replicas(testbed, ns, "frontend", &[(0, 12), (1, 0)], Duration::from_secs(60)).await?;
-        let status = policy_status(testbed, ns, "web").await?.unwrap_or_default();
-        let held = status.placements.iter().find(|p| p.cluster == "taint-2").context("no taint-2 placement")?;
-        ensure!(
-            held.message.as_deref().is_some_and(|m| m.contains("accord.io/maintenance:NoExecute")),
-            "{held:?}"
-        );
+        until("taint-2's placement names the taint", Duration::from_secs(60), || async {
+            let status = policy_status(testbed, ns, "web").await?.unwrap_or_default();
+            let held = status.placements.iter().find(|p| p.cluster == "taint-2").context("no taint-2 placement")?;
+            Ok(if held.message.as_deref().is_some_and(|m| m.contains("accord.io/maintenance:NoExecute")) {
+                Check::Ready(())
+            } else {
+                Check::NotYet(format!("{held:?}"))
+            })
+        })
+        .await?;
 
         // Tolerated (through spec.placement), the share comes back.
         let tolerant = serde_json::json!({"placement": {"clusters": ["taint-1", "taint-2"],
