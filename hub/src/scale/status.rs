@@ -50,6 +50,7 @@ pub fn aggregate(inputs: &AggregateInputs<'_>) -> CrossClusterScalePolicyStatus 
         last_scale_time: Some(inputs.decided_at.clone()),
         placements,
         summary: None,
+        selection: None,
         autoscaling: old.and_then(|o| o.autoscaling.clone()),
         conditions: conditions::merge(
             old_conditions,
@@ -97,14 +98,10 @@ fn placement(
             })),
         )
     } else if let Some(r) = current {
-        // A cluster back from a failover says why it runs what it runs until its share
-        // returns.
+        // A share held back (a failover, a taint, the drain switch) says why it runs what
+        // it runs, also once the agent has done it.
         let message = Some(r.message.clone()).filter(|m| !m.is_empty());
-        let moved_away = inputs.decision.moved_away.contains(&share.cluster);
-        (
-            r.state,
-            message.or_else(|| share.held_reason.clone().filter(|_| moved_away)),
-        )
+        (r.state, message.or_else(|| share.held_reason.clone()))
     } else if let Some(r) = report.filter(|r| is_trouble(r.state)) {
         // The agent could not act on an earlier decision either; say why.
         (r.state, Some(r.message.clone()))
