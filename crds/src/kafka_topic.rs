@@ -137,6 +137,10 @@ pub struct FederatedKafkaTopicStatus {
     /// not `Synced`, up to `--status-placements-listed`; `accord-hub placements` shows all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<crate::PlacementSummary>,
+    /// How many clusters were considered, where the object is placed and why the others
+    /// are not: counts by reason, at most 20 clusters named per reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<crate::SelectionSummary>,
     /// `Ready`, `Degraded`, `PolicyViolation`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "bounds::conditions")]

@@ -52,7 +52,10 @@ pub use scale::{
     CrossClusterScalePolicy, CrossClusterScalePolicySpec, CrossClusterScalePolicyStatus, Placement,
     PlacementState,
 };
-pub use summary::{HasPlacedStatus, PlacedStatus, PlacementSummary, StatusLimits};
+pub use summary::{
+    HasPlacedStatus, LeftOut, LeftOutReason, PlacedStatus, PlacementSummary, SelectionSummary,
+    StatusLimits,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 

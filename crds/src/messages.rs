@@ -177,3 +177,14 @@ pub const TOLERATION_SECONDS_EFFECT: &str = "tolerationSeconds applies only to e
 pub const TOLERATION_SECONDS_RANGE: &str = "tolerationSeconds must be 0 to 86,400";
 /// Too many tolerations.
 pub const TOLERATIONS_COUNT: &str = "tolerations may list at most 50 entries";
+/// Too many preference groups.
+pub const PREFERENCES_COUNT: &str = "preferences may list at most 10 groups";
+/// `numberOfClusters` out of range.
+pub const NUMBER_OF_CLUSTERS_RANGE: &str = "numberOfClusters must be 1 to 10,000";
+/// `minGroups` or `maxGroups` out of range.
+pub const SPREAD_GROUPS_RANGE: &str = "minGroups and maxGroups must be 1 to 1,000";
+/// `minGroups` above `numberOfClusters`.
+pub const SPREAD_MIN_ABOVE_COUNT: &str =
+    "spread.minGroups must not be greater than numberOfClusters (each group needs a cluster)";
+/// `minGroups` above `maxGroups`.
+pub const SPREAD_MIN_ABOVE_MAX: &str = "spread.minGroups must not be greater than spread.maxGroups";

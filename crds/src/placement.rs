@@ -13,10 +13,20 @@ pub const MAX_TOLERATIONS: usize = 50;
 /// Most seconds a NoExecute toleration may keep a placement on a tainted cluster (a day).
 pub const MAX_TOLERATION_SECONDS: i64 = 86_400;
 
+/// Most preference groups one placement may list.
+pub const MAX_PREFERENCES: usize = 10;
+
+/// Most clusters `numberOfClusters` may ask for.
+pub const MAX_NUMBER_OF_CLUSTERS: i32 = 10_000;
+
+/// Most groups a spread constraint may name in `minGroups` or `maxGroups`.
+pub const MAX_SPREAD_GROUPS: i32 = 1_000;
+
 /// The member clusters an object is placed in: by name or by ManagedCluster labels, exactly
 /// one of the two.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[x_kube(validation = Rule::new("has(self.clusters) != has(self.clusterSelector)").message(messages::CLUSTERS_XOR_SELECTOR))]
+#[x_kube(validation = Rule::new("!has(self.numberOfClusters) || !has(self.spread) || !has(self.spread.minGroups) || self.spread.minGroups <= self.numberOfClusters").message(messages::SPREAD_MIN_ABOVE_COUNT))]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterPlacement {
     /// Member clusters by name. Set this or clusterSelector.
@@ -35,6 +45,65 @@ pub struct ClusterPlacement {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub tolerations: Vec<Toleration>,
+    /// Ordered fallback groups among the selected clusters, each a ManagedCluster label
+    /// selector: the first group with enough eligible clusters (`numberOfClusters`, or one)
+    /// is used and the others are left out; when no group has enough, the first that has
+    /// any; when none has any, the first. Eligible: available, not drained, no taint this
+    /// object does not tolerate (NoSchedule, NoExecute). A region outage moves the
+    /// placement to the next group, and it comes back when a cluster of the first is
+    /// eligible again. At most 10.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub preferences: Vec<PlacementPreference>,
+    /// How many of the selected clusters to place in (1 to 10,000); unset: every one.
+    /// Only eligible clusters are chosen (see `preferences`); a cluster placed stays while
+    /// it is eligible, so unrelated fleet changes move nothing; new ones are chosen
+    /// PreferNoSchedule-tainted last, then by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_NUMBER_OF_CLUSTERS))]
+    #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {MAX_NUMBER_OF_CLUSTERS}")).message(messages::NUMBER_OF_CLUSTERS_RANGE))]
+    pub number_of_clusters: Option<i32>,
+    /// Spread the chosen clusters over the values of a ManagedCluster label (region,
+    /// zone, provider, …). With it only eligible clusters are chosen, as with
+    /// `numberOfClusters`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread: Option<Spread>,
+}
+
+/// One fallback group of `spec.placement.preferences`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementPreference {
+    /// A name the status uses for the group (its index when unset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub name: Option<String>,
+    /// The ManagedClusters of the group, by labels.
+    pub cluster_selector: LabelSelector,
+}
+
+/// `spec.placement.spread`: the chosen clusters spread over the values of one label.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[x_kube(validation = Rule::new("!has(self.minGroups) || !has(self.maxGroups) || self.minGroups <= self.maxGroups").message(messages::SPREAD_MIN_ABOVE_MAX))]
+#[serde(rename_all = "camelCase")]
+pub struct Spread {
+    /// The ManagedCluster label whose values are the groups (e.g. `region`). A cluster
+    /// without it is in no group and is not chosen.
+    #[schemars(length(min = 1, max = 317))]
+    pub by_label: String,
+    /// Fewest groups to place in (1 to 1,000). When the eligible clusters cannot cover
+    /// them, nothing new is placed (clusters placed before keep their placement) and the
+    /// status says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_SPREAD_GROUPS))]
+    #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {MAX_SPREAD_GROUPS}")).message(messages::SPREAD_GROUPS_RANGE))]
+    pub min_groups: Option<i32>,
+    /// Most groups to place in (1 to 1,000): the groups already placed in first, then
+    /// those with the most eligible clusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_SPREAD_GROUPS))]
+    #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {MAX_SPREAD_GROUPS}")).message(messages::SPREAD_GROUPS_RANGE))]
+    pub max_groups: Option<i32>,
 }
 
 /// A taint this object tolerates: one with `key` (any key when empty, with `Exists`), the
@@ -93,6 +162,12 @@ impl Toleration {
 }
 
 impl ClusterPlacement {
+    /// Whether the placement chooses among the selected clusters (`preferences`,
+    /// `numberOfClusters` or `spread`) rather than taking every one.
+    pub fn chooses(&self) -> bool {
+        !self.preferences.is_empty() || self.number_of_clusters.is_some() || self.spread.is_some()
+    }
+
     /// A placement in the named clusters.
     pub fn clusters<I, S>(names: I) -> Self
     where

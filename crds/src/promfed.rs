@@ -154,6 +154,10 @@ pub struct PrometheusFederationStatus {
     /// not `Synced`, up to `--status-placements-listed`; `accord-hub placements` shows all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<crate::PlacementSummary>,
+    /// How many clusters were considered, where the object is placed and why the others
+    /// are not: counts by reason, at most 20 clusters named per reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selection: Option<crate::SelectionSummary>,
     /// The global tier on the hub, when `spec.global.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalTierStatus>,

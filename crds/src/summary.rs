@@ -107,7 +107,14 @@ pub trait PlacedStatus {
         &mut self,
     ) -> &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>;
 
-    /// Cuts the placements down to what `limits` lets the status list, setting the summary.
+    /// The explanation of the clusters left out (`status.selection`).
+    fn selection(&self) -> Option<&SelectionSummary>;
+
+    /// The same, to set.
+    fn selection_mut(&mut self) -> &mut Option<SelectionSummary>;
+
+    /// Cuts the placements down to what `limits` lets the status list, setting the summary,
+    /// and the clusters named in `status.selection` to [`MAX_NAMED_LEFT_OUT`] per reason.
     fn summarize(&mut self, limits: &StatusLimits);
 }
 
@@ -122,7 +129,7 @@ pub trait HasPlacedStatus {
 
 /// Makes a kind's status a [`PlacedStatus`], its object a [`HasPlacedStatus`] and its
 /// per-cluster line a [`HasState`]: `placed_status! { Object => Status, Placement; }`, in
-/// the kind's own file. The status has `conditions`, `placements` and `summary`; the line
+/// the kind's own file. The status has `conditions`, `placements`, `summary` and `selection`; the line
 /// has `state`.
 #[macro_export]
 macro_rules! placed_status {
@@ -143,8 +150,17 @@ macro_rules! placed_status {
                     &mut self.conditions
                 }
 
+                fn selection(&self) -> Option<&$crate::SelectionSummary> {
+                    self.selection.as_ref()
+                }
+
+                fn selection_mut(&mut self) -> &mut Option<$crate::SelectionSummary> {
+                    &mut self.selection
+                }
+
                 fn summarize(&mut self, limits: &$crate::summary::StatusLimits) {
                     self.summary = limits.apply(&mut self.placements);
+                    self.selection = self.selection.take().map($crate::SelectionSummary::bounded);
                 }
             }
 
@@ -284,5 +300,111 @@ mod tests {
                 ..StateCounts::default()
             }
         );
+    }
+}
+
+/// Most clusters a status names for each reason in `status.selection.leftOut`
+/// (`accord-hub placements KIND/NAMESPACE/NAME --explain` names them all).
+pub const MAX_NAMED_LEFT_OUT: usize = 20;
+
+/// How many clusters an object considered, where it is placed, and why the others are
+/// not: `status.selection`, the same in every kind.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SelectionSummary {
+    /// Clusters considered: every ManagedCluster, and clusters named in
+    /// `spec.placement.clusters` that do not exist.
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub considered: i32,
+    /// Clusters placed in and available.
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub placed: i32,
+    /// The other clusters, counted by reason (and taint).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+    /// What the placement asks for that the fleet cannot give now (a spread's
+    /// `minGroups`): nothing new is placed until it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsatisfied: Option<String>,
+    /// The decision in one line.
+    pub message: String,
+}
+
+/// Clusters left out for one reason.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeftOut {
+    /// Why.
+    pub reason: LeftOutReason,
+    /// The taint (`key=value:Effect`) for `Tainted`, the group used for
+    /// `FallbackNotReached`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// How many clusters.
+    #[schemars(range(min = 0, max = bounds::MAX_STATUS_COUNT))]
+    pub count: i32,
+    /// The clusters by name, at most 20 (none for `NotSelected`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<String>,
+}
+
+/// Why a cluster holds no placement of an object (or one it cannot use yet).
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+pub enum LeftOutReason {
+    /// `spec.placement` does not select it (not named, labels do not match, or in no
+    /// preference group).
+    NotSelected,
+    /// Named in `spec.placement.clusters`, but there is no such ManagedCluster.
+    NotFound,
+    /// In a preference group after the one used.
+    FallbackNotReached,
+    /// Its agent is not connected: a placement waits for it, or (where the placement
+    /// chooses) it is not chosen.
+    Unavailable,
+    /// Drained (`spec.unschedulable`).
+    Unschedulable,
+    /// A taint the object does not tolerate.
+    Tainted,
+    /// Eligible, but `numberOfClusters` were chosen elsewhere.
+    NumberOfClusters,
+    /// Left out by `spec.placement.spread` (a group not chosen, or no value of its label).
+    Spread,
+    /// Another object owns what this one would write there.
+    Conflict,
+    /// A policy of the hub refuses it.
+    Refused,
+    /// Returned after a failover; waits out the return cooldown.
+    ReturnCooldown,
+}
+
+impl LeftOutReason {
+    /// How the reason reads in a sentence ("2 tainted").
+    pub fn words(self) -> &'static str {
+        match self {
+            Self::NotSelected => "not selected",
+            Self::NotFound => "not found",
+            Self::FallbackNotReached => "in a fallback group not reached",
+            Self::Unavailable => "unavailable",
+            Self::Unschedulable => "unschedulable",
+            Self::Tainted => "tainted",
+            Self::NumberOfClusters => "beyond numberOfClusters",
+            Self::Spread => "left out by spread",
+            Self::Conflict => "in conflict",
+            Self::Refused => "refused by policy",
+            Self::ReturnCooldown => "in return cooldown",
+        }
+    }
+}
+
+impl SelectionSummary {
+    /// The summary as a status shows it: at most [`MAX_NAMED_LEFT_OUT`] clusters named per
+    /// reason.
+    pub fn bounded(mut self) -> Self {
+        for l in &mut self.left_out {
+            l.clusters.truncate(MAX_NAMED_LEFT_OUT);
+        }
+        self
     }
 }

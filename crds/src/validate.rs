@@ -178,6 +178,39 @@ pub(crate) fn check_cluster_selection(errs: &mut ValidationErrors, placement: &C
             );
         }
     }
+    errs.check(
+        placement.preferences.len() <= crate::placement::MAX_PREFERENCES,
+        "spec.placement.preferences",
+        m::PREFERENCES_COUNT,
+    );
+    if let Some(n) = placement.number_of_clusters {
+        errs.check(
+            (1..=crate::placement::MAX_NUMBER_OF_CLUSTERS).contains(&n),
+            "spec.placement.numberOfClusters",
+            m::NUMBER_OF_CLUSTERS_RANGE,
+        );
+    }
+    if let Some(spread) = &placement.spread {
+        let groups = 1..=crate::placement::MAX_SPREAD_GROUPS;
+        for (field, value) in [
+            ("minGroups", spread.min_groups),
+            ("maxGroups", spread.max_groups),
+        ] {
+            if let Some(v) = value {
+                errs.check(
+                    groups.contains(&v),
+                    format!("spec.placement.spread.{field}"),
+                    m::SPREAD_GROUPS_RANGE,
+                );
+            }
+        }
+        if let (Some(min), Some(max)) = (spread.min_groups, spread.max_groups) {
+            errs.check(min <= max, "spec.placement.spread", m::SPREAD_MIN_ABOVE_MAX);
+        }
+        if let (Some(min), Some(n)) = (spread.min_groups, placement.number_of_clusters) {
+            errs.check(min <= n, "spec.placement", m::SPREAD_MIN_ABOVE_COUNT);
+        }
+    }
 }
 
 impl Validate for ManagedClusterSpec {

@@ -653,6 +653,8 @@ mod toy {
         pub placements: Vec<ToyPlacement>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub summary: Option<PlacementSummary>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub selection: Option<accord_crds::SelectionSummary>,
         #[serde(default)]
         pub conditions: Vec<Condition>,
     }
@@ -735,6 +737,11 @@ mod toy {
                 tasks: Vec::new(),
                 listed: Box::pin(async { true }),
             }
+        }
+
+        /// A toy places by its own list of clusters.
+        fn placement(_toy: &Toy) -> Option<&accord_crds::ClusterPlacement> {
+            None
         }
 
         fn decide(&self, toy: &Toy, input: &DecideInput<'_, ToyDecision>) -> Decided<Self> {

@@ -6,6 +6,7 @@
 //! A kind's decision data is opaque here (a tagged value in the record, [`record`]); adding
 //! a kind changes nothing in this module.
 
+pub mod choose;
 pub mod claim;
 pub mod deletion;
 pub mod fanout;

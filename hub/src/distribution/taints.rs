@@ -96,6 +96,8 @@ pub struct Judgement {
     pub verdict: Verdict,
     /// When to judge again without any event.
     pub recheck_at_unix: Option<i64>,
+    /// The taint that holds the cluster back or has it avoided (`key=value:Effect`).
+    pub taint: Option<String>,
 }
 
 /// The one rule: may `cluster` hold a placement of an object with `tolerations`, given
@@ -124,6 +126,7 @@ pub fn judge(
                 return Judgement {
                     verdict: Verdict::Held(Hold::Tainted, untolerated(taint)),
                     recheck_at_unix: None,
+                    taint: Some(taint.shown()),
                 };
             }
             (TaintEffect::NoExecute, Some(Some(seconds))) => {
@@ -138,34 +141,39 @@ pub fn judge(
                             ),
                         ),
                         recheck_at_unix: None,
+                        taint: Some(taint.shown()),
                     };
                 }
                 recheck_at_unix = Some(recheck_at_unix.map_or(ends, |r: i64| r.min(ends)));
             }
             (TaintEffect::NoSchedule, None) if !holds => {
-                refused.get_or_insert_with(|| untolerated(taint));
+                refused.get_or_insert_with(|| (untolerated(taint), taint.shown()));
             }
             (TaintEffect::PreferNoSchedule, None) => {
-                avoid.get_or_insert_with(|| untolerated(taint));
+                avoid.get_or_insert_with(|| (untolerated(taint), taint.shown()));
             }
             _ => {}
         }
     }
-    let verdict = if let Some(reason) = refused {
-        Verdict::Held(Hold::Tainted, reason)
+    let (verdict, taint) = if let Some((reason, shown)) = refused {
+        (Verdict::Held(Hold::Tainted, reason), Some(shown))
     } else if cluster.unschedulable && !holds {
-        Verdict::Held(
-            Hold::Unschedulable,
-            "the cluster is unschedulable (drained): no new placement".to_owned(),
+        (
+            Verdict::Held(
+                Hold::Unschedulable,
+                "the cluster is unschedulable (drained): no new placement".to_owned(),
+            ),
+            None,
         )
-    } else if let Some(reason) = avoid {
-        Verdict::Avoid(reason)
+    } else if let Some((reason, shown)) = avoid {
+        (Verdict::Avoid(reason), Some(shown))
     } else {
-        Verdict::Eligible
+        (Verdict::Eligible, None)
     };
     Judgement {
         verdict,
         recheck_at_unix,
+        taint,
     }
 }
 
@@ -343,7 +351,8 @@ mod tests {
             judge(&c, &for_ever, true, 1_000_000),
             Judgement {
                 verdict: Verdict::Eligible,
-                recheck_at_unix: None
+                recheck_at_unix: None,
+                taint: None,
             }
         );
     }

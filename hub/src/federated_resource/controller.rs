@@ -118,16 +118,16 @@ impl PlacementKind for FederatedResources {
         overrides_by_labels || placement::selection_may_include(object, cluster)
     }
 
+    fn placement(object: &FederatedResource) -> Option<&accord_crds::ClusterPlacement> {
+        Some(&object.spec.placement)
+    }
+
     fn decide(
         &self,
         object: &FederatedResource,
         input: &DecideInput<'_, FederatedResourceDecision>,
     ) -> Decided<Self> {
-        let selected = match placement::valid_selection(
-            &object.spec,
-            &object.spec.placement,
-            input.clusters,
-        ) {
+        let selected = match placement::valid_selection(&object.spec, input) {
             Ok(selected) => selected,
             Err(why) => return Decided::Invalid(why),
         };

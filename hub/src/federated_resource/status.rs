@@ -120,6 +120,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedResourceStatus {
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,
         summary: None,
+        selection: None,
     }
 }
 

@@ -373,16 +373,19 @@ impl PlacementKind for KafkaTopics {
         }
     }
 
+    fn placement(topic: &FederatedKafkaTopic) -> Option<&accord_crds::ClusterPlacement> {
+        Some(&topic.spec.placement)
+    }
+
     fn decide(
         &self,
         topic: &FederatedKafkaTopic,
         input: &DecideInput<'_, KafkaTopicDecision>,
     ) -> Decided<Self> {
-        let selected =
-            match placement::valid_selection(&topic.spec, &topic.spec.placement, input.clusters) {
-                Ok(s) => s,
-                Err(why) => return Decided::Invalid(why),
-            };
+        let selected = match placement::valid_selection(&topic.spec, input) {
+            Ok(s) => s,
+            Err(why) => return Decided::Invalid(why),
+        };
         let violations = policy::violations(
             topic,
             &self.namespace_labels(&topic.namespace().unwrap_or_default()),

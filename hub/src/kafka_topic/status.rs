@@ -67,6 +67,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,
         summary: None,
+        selection: None,
     }
 }
 

@@ -406,16 +406,19 @@ impl PlacementKind for KafkaUsers {
         }
     }
 
+    fn placement(user: &FederatedKafkaUser) -> Option<&accord_crds::ClusterPlacement> {
+        Some(&user.spec.placement)
+    }
+
     fn decide(
         &self,
         user: &FederatedKafkaUser,
         input: &DecideInput<'_, KafkaUserDecision>,
     ) -> Decided<Self> {
-        let selected =
-            match placement::valid_selection(&user.spec, &user.spec.placement, input.clusters) {
-                Ok(s) => s,
-                Err(why) => return Decided::Invalid(why),
-            };
+        let selected = match placement::valid_selection(&user.spec, input) {
+            Ok(s) => s,
+            Err(why) => return Decided::Invalid(why),
+        };
         // Taints and the drain switch first: a cluster whose placement is taken away
         // (NoExecute) leaves as a deselected one does — with `Delete`, the user is removed
         // there, never left behind unmanaged.

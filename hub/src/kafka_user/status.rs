@@ -99,6 +99,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaUserStatus {
         ),
         placements,
         summary: None,
+        selection: None,
     }
 }
 

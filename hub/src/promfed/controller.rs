@@ -161,6 +161,10 @@ impl PlacementKind for Promfed {
         }
     }
 
+    fn placement(placed: &PrometheusFederation) -> Option<&accord_crds::ClusterPlacement> {
+        Some(&placed.spec.placement)
+    }
+
     fn decide(
         &self,
         placed: &PrometheusFederation,
@@ -169,7 +173,8 @@ impl PlacementKind for Promfed {
         if let Err(errors) = placed.spec.validate() {
             return Decided::Invalid(errors.to_string());
         }
-        let planned = select_clusters(&placed.spec.placement, input.clusters)
+        let planned = input
+            .selected()
             .map_err(PlanError::from)
             .and_then(|selected| Ok((selected, plan::assignment(&placed.spec)?)));
         match planned {

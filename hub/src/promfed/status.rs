@@ -49,6 +49,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,
         summary: None,
+        selection: None,
         global: inputs.global.cloned(),
     }
 }

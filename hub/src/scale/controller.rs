@@ -36,7 +36,6 @@ use crate::controllers::placement::{
 use crate::controllers::transitions::{self, Meaning};
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::PlacementRecord;
-use crate::distribution::select::select_clusters;
 
 /// Default of `--autoscaling-status-interval`.
 pub const DEFAULT_AUTOSCALING_STATUS_INTERVAL: Duration = Duration::from_secs(30);
@@ -168,6 +167,10 @@ impl PlacementKind for Scale {
             || crate::controllers::placement::selection_may_include(object, cluster)
     }
 
+    fn placement(policy: &CrossClusterScalePolicy) -> Option<&accord_crds::ClusterPlacement> {
+        policy.spec.placement.as_ref()
+    }
+
     fn decide(
         &self,
         policy: &CrossClusterScalePolicy,
@@ -188,8 +191,8 @@ impl PlacementKind for Scale {
         let mut spec = policy.spec.clone();
         // With a placement, the clusters are the ones it selects, each with its
         // distribution entry or weight 1.
-        if let Some(placed) = &policy.spec.placement {
-            match select_clusters(placed, input.clusters) {
+        if policy.spec.placement.is_some() {
+            match input.selected() {
                 Ok(selected) => {
                     let names: Vec<String> = selected.into_iter().map(|c| c.name).collect();
                     spec.distribution = policy.spec.shares_in(Some(&names));

@@ -46,6 +46,21 @@ pub struct DecideInput<'a, D> {
     pub previous: Option<&'a PlacementRecord<D>>,
     /// Now, Unix milliseconds.
     pub now_millis: i64,
+    /// The clusters the object's `spec.placement` chooses ([`PlacementKind::placement`]),
+    /// or why they cannot be told; `None` for an object without one.
+    pub choice: Option<&'a Result<Choice, SelectorError>>,
+}
+
+impl<D> DecideInput<'_, D> {
+    /// The clusters `spec.placement` chooses (none without a placement), or why the
+    /// selection cannot be evaluated (a `Decided::Invalid` message).
+    pub fn selected(&self) -> Result<Vec<SelectedCluster>, SelectorError> {
+        match self.choice {
+            Some(Ok(choice)) => Ok(choice.selected.clone()),
+            Some(Err(e)) => Err(e.clone()),
+            None => Ok(Vec::new()),
+        }
+    }
 }
 
 /// A kind's decision about one object.
@@ -233,7 +248,13 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
         selection_may_include(object, cluster)
     }
 
-    /// The decision: validation, cluster selection and the shares, without I/O.
+    /// The object's `spec.placement`, which the framework chooses clusters by
+    /// ([`crate::distribution::choose::choose`]) before [`Self::decide`] and explains in
+    /// `status.selection`; `None` when the object places by other means.
+    fn placement(object: &Self::Object) -> Option<&ClusterPlacement>;
+
+    /// The decision: validation, the shares of the clusters chosen (`input.choice`) and the
+    /// kind's own data, without I/O.
     fn decide(
         &self,
         object: &Self::Object,
@@ -320,15 +341,14 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     }
 }
 
-/// The clusters a spec's `placement` selects, once the spec passes its validation;
-/// otherwise why it cannot be acted on (`Decided::Invalid`'s message).
-pub fn valid_selection(
+/// The clusters chosen for an object (`input.choice`), once its spec passes its
+/// validation; otherwise why it cannot be acted on (`Decided::Invalid`'s message).
+pub fn valid_selection<D>(
     spec: &impl accord_crds::validate::Validate,
-    placement: &accord_crds::ClusterPlacement,
-    clusters: &Clusters,
-) -> Result<Vec<crate::distribution::select::SelectedCluster>, String> {
+    input: &DecideInput<'_, D>,
+) -> Result<Vec<SelectedCluster>, String> {
     spec.validate().map_err(|errors| errors.to_string())?;
-    crate::distribution::select::select_clusters(placement, clusters).map_err(|e| e.to_string())
+    input.selected().map_err(|e| e.to_string())
 }
 
 /// Whether the stored spec of `object` names `cluster` in `spec.placement.clusters` or

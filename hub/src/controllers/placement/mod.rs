@@ -55,12 +55,14 @@ use super::{
     ClusterEvents, ControllerContext, ControllerError, Decoded, Lenient, Listed, ReconcileError,
     decode_or_invalid, error_policy, trace_result,
 };
+use crate::distribution::choose::Choice;
 use crate::distribution::reported::Placed;
-use crate::distribution::select::{ClusterInfo, Clusters};
+use crate::distribution::select::{ClusterInfo, Clusters, SelectedCluster, SelectorError};
 use crate::distribution::{PlacementRecord, ShareRecord};
 use crate::store::{StatusRecord, StoreError};
 use crate::writes::Pace;
 use accord_common::metrics::KindLabel;
+use accord_crds::ClusterPlacement;
 
 mod kind;
 mod reconcile;

@@ -165,12 +165,23 @@ impl<K: PlacementKind> Placements<K> {
         let p = placed_ref::<K>(object);
         let clusters = clusters(ctx);
         let previous = stored_record::<K>(ctx, &p);
+        let now_unix = now.0.as_second();
+        let placed_before = |cluster: &str| {
+            previous
+                .as_ref()
+                .and_then(|(r, _)| r.share(cluster))
+                .is_some_and(|s| s.assignment.is_some() && s.hold.is_none())
+        };
+        let placement = K::placement(object);
+        let choice = placement
+            .map(|p| crate::distribution::choose::choose(p, &clusters, &placed_before, now_unix));
         let decided = self.kind.decide(
             object,
             &DecideInput {
                 clusters: &clusters,
                 previous: previous.as_ref().map(|(r, _)| r),
                 now_millis: now.0.as_millisecond(),
+                choice: choice.as_ref(),
             },
         );
         let (shown, facts, recheck) = match decided {
@@ -189,19 +200,12 @@ impl<K: PlacementKind> Placements<K> {
                 mut recheck_after,
             } => {
                 if K::HOLDS_TAINTED {
-                    let now_unix = now.0.as_second();
                     let tolerations = taints::tolerations_of(watched.pointer("/spec/placement"));
-                    let held_before = |cluster: &str| {
-                        previous
-                            .as_ref()
-                            .and_then(|(r, _)| r.share(cluster))
-                            .is_some_and(|s| s.assignment.is_some())
-                    };
                     let recheck = taints::hold_tainted(
                         &mut shares,
                         &clusters,
                         &tolerations,
-                        held_before,
+                        placed_before,
                         now_unix,
                     );
                     if let Some(at) = recheck {
@@ -262,6 +266,25 @@ impl<K: PlacementKind> Placements<K> {
         for note in notes {
             ctx.note(&object.object_ref(&()), note);
         }
+        let choice = choice.as_ref().and_then(|c| c.as_ref().ok());
+        let explained =
+            crate::distribution::choose::explain(choice, shares, &clusters, placement, now_unix);
+        let shown_unsatisfied = K::status(object)
+            .and_then(accord_crds::PlacedStatus::selection)
+            .and_then(|s| s.unsatisfied.as_ref());
+        if let Some(why) = choice
+            .and_then(|c| c.unsatisfied.as_ref())
+            .filter(|why| shown_unsatisfied != Some(*why))
+        {
+            ctx.note(
+                &object.object_ref(&()),
+                Note::warning(
+                    accord_crds::conditions::reasons::PLACEMENT_UNSATISFIED,
+                    why.clone(),
+                ),
+            );
+        }
+        *accord_crds::PlacedStatus::selection_mut(&mut status) = Some(explained);
         ctx.views.set(&p, status.clone());
         K::summarize(&mut status, &ctx.status_limits);
         if K::status_changed(K::status(object), &status) {
