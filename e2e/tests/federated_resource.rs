@@ -10,7 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use accord_crds::{
-    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FederatedResource, PlacementState,
+    DELIVERY_FIELD_MANAGER, FEDERATED_RESOURCE_ANNOTATION, FederatedResource, LeftOutReason,
+    PlacementState,
 };
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::kafka_topic_scenario::wait_event;
@@ -1094,6 +1095,95 @@ fn taints_and_the_drain_switch_keep_deliveries_out_and_no_execute_takes_them_awa
         taint_cluster(testbed, &cluster(2), json!([]), false).await?;
         config_map_on(testbed, 1, ns, "first", true).await?;
         config_map_on(testbed, 2, ns, "second", true).await?;
+        Ok(())
+    });
+}
+
+/// `spec.placement.preferences`: a delivery goes to the first region with an eligible
+/// cluster, moves to the next when every cluster of the first is unavailable, and comes
+/// back when one returns; the status names the clusters left out and why.
+#[test]
+fn preferences_move_a_delivery_to_the_next_region_and_back() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-p";
+        let ns = "fres-preferences";
+        let mut fleet = fleet(testbed, prefix, &[]).await?;
+        let cluster = |i: usize| format!("{prefix}-{i}");
+        for (i, region) in [(0, "us"), (1, "eu"), (2, "ap")] {
+            label_cluster(
+                testbed,
+                &cluster(i),
+                json!({"region": region, "e2e": prefix}),
+            )
+            .await?;
+        }
+        let object = json!({
+            "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
+            "metadata": {"name": "regional", "namespace": ns},
+            "spec": {
+                "placement": {
+                    "clusterSelector": {"matchLabels": {"e2e": prefix}},
+                    "preferences": [
+                        {"name": "us", "clusterSelector": {"matchLabels": {"region": "us"}}},
+                        {"name": "eu", "clusterSelector": {"matchLabels": {"region": "eu"}}},
+                    ],
+                },
+                "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "regional"}, "data": {"a": "b"}}],
+            }
+        });
+        apply(testbed, ns, &object).await?;
+        config_map_on(testbed, 0, ns, "regional", true).await?;
+        let left_out = |s: &accord_crds::FederatedResourceStatus, reason: LeftOutReason| {
+            s.selection.as_ref().and_then(|sel| {
+                sel.left_out
+                    .iter()
+                    .find(|l| l.reason == reason)
+                    .map(|l| l.clusters.clone())
+            })
+        };
+        wait_status(
+            testbed,
+            ns,
+            "regional",
+            "eu named as the fallback not reached",
+            |s| (left_out(s, LeftOutReason::FallbackNotReached)? == [cluster(1)]).then_some(()),
+        )
+        .await?;
+        ensure!(
+            config_maps(testbed, 1, ns)
+                .get_opt("regional")
+                .await?
+                .is_none()
+                && config_maps(testbed, 2, ns)
+                    .get_opt("regional")
+                    .await?
+                    .is_none(),
+            "delivered outside the first region"
+        );
+
+        // The only us cluster goes away: eu takes the delivery, ap never does.
+        fleet.kill_agent(&cluster(0))?;
+        config_map_on(testbed, 1, ns, "regional", true).await?;
+        wait_status(testbed, ns, "regional", "us named as unavailable", |s| {
+            (left_out(s, LeftOutReason::Unavailable)? == [cluster(0)]).then_some(())
+        })
+        .await?;
+
+        // It returns: the delivery goes back to us and leaves eu.
+        fleet.start_agent(&cluster(0))?;
+        config_map_on(testbed, 1, ns, "regional", false).await?;
+        config_map_on(testbed, 0, ns, "regional", true).await?;
+        ensure!(
+            config_maps(testbed, 2, ns)
+                .get_opt("regional")
+                .await?
+                .is_none(),
+            "ap is in no preference group"
+        );
         Ok(())
     });
 }

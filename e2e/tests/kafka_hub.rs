@@ -913,6 +913,71 @@ fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all()
             !out.status.success() && said.contains("404") && said.contains("not placed"),
             "{said}"
         );
+
+        // One cluster away and one tainted: the status says both, and so do
+        // `kubectl describe` and `accord-hub placements --explain`.
+        accord_e2e::fleet::patch_managed_cluster(
+            testbed,
+            "ks-b",
+            json!({"spec": {"taints": [{"key": "accord.io/maintenance", "effect": "NoExecute"}]}}),
+        )
+        .await?;
+        let selection = wait_status(&api, "wide", "both reasons in status.selection", |t| {
+            let s = t.status.as_ref()?.selection.clone()?;
+            let named = |reason: accord_crds::LeftOutReason, cluster: &str| {
+                s.left_out
+                    .iter()
+                    .any(|l| l.reason == reason && l.clusters.iter().any(|c| c == cluster))
+            };
+            (s.placed == 1
+                && named(accord_crds::LeftOutReason::Unavailable, "ks-a")
+                && named(accord_crds::LeftOutReason::Tainted, "ks-b"))
+            .then_some(s)
+        })
+        .await?;
+        ensure!(
+            selection.message.contains("1 unavailable")
+                && selection
+                    .message
+                    .contains("1 tainted (accord.io/maintenance:NoExecute)"),
+            "{selection:?}"
+        );
+        let described = testbed
+            .kubectl(testbed.mgmt())
+            .args(["describe", "federatedkafkatopic", "wide", "-n", ns])
+            .output()
+            .await?;
+        let described = String::from_utf8_lossy(&described.stdout);
+        for said in [
+            "Unavailable",
+            "Tainted",
+            "accord.io/maintenance:NoExecute",
+            "ks-a",
+            "ks-b",
+        ] {
+            ensure!(
+                described.contains(said),
+                "describe lacks {said}: {described}"
+            );
+        }
+        let out = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?)
+            .args([
+                "placements",
+                &format!("fkt/{ns}/wide"),
+                "--hub-http",
+                &hub.http,
+                "--explain",
+            ])
+            .output()
+            .await?;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            printed.contains("Unavailable: 1: ks-a")
+                && printed.contains("Tainted (accord.io/maintenance:NoExecute): 1: ks-b"),
+            "{printed}"
+        );
+        accord_e2e::fleet::patch_managed_cluster(testbed, "ks-b", json!({"spec": {"taints": []}}))
+            .await?;
         Ok(())
     });
 }

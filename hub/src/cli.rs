@@ -73,6 +73,10 @@ pub enum Command {
         /// Print the view as JSON (the status as it would read with every placement).
         #[arg(long)]
         json: bool,
+        /// Also list every cluster left out, by reason (the status names at most 20 per
+        /// reason).
+        #[arg(long)]
+        explain: bool,
     },
 }
 
@@ -351,7 +355,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             object,
             hub_http,
             json,
-        } => crate::placements::print(&hub_http, &object, json).await?,
+            explain,
+        } => crate::placements::print(&hub_http, &object, json, explain).await?,
         Command::Cluster {
             command: ClusterCommand::Revoke(a),
         } => {

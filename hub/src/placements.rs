@@ -153,7 +153,7 @@ pub fn parse_object(s: &str) -> anyhow::Result<(PlacedKind, String, String)> {
 
 /// `accord-hub placements`: fetches the view from the hub at `hub` (its HTTP endpoint) and
 /// prints it as a table (or as JSON).
-pub async fn print(hub: &str, object: &str, json: bool) -> anyhow::Result<()> {
+pub async fn print(hub: &str, object: &str, json: bool, explain: bool) -> anyhow::Result<()> {
     let (kind, namespace, name) = parse_object(object)?;
     let url = format!(
         "{}/placements/{kind}/{namespace}/{name}",
@@ -177,7 +177,39 @@ pub async fn print(hub: &str, object: &str, json: bool) -> anyhow::Result<()> {
     let status: serde_json::Value =
         serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))?;
     print!("{}", table(&status));
+    if explain {
+        print!("{}", explanation(&status));
+    }
     Ok(())
+}
+
+/// `status.selection` in lines: the decision's sentence, then every reason with its
+/// clusters.
+fn explanation(status: &serde_json::Value) -> String {
+    let selection = &status["selection"];
+    let Some(message) = selection["message"].as_str() else {
+        return "no selection is recorded for this object\n".to_owned();
+    };
+    let mut out = format!("\n{message}\n");
+    for l in selection["leftOut"].as_array().into_iter().flatten() {
+        let reason = l["reason"].as_str().unwrap_or_default();
+        let detail = l["detail"]
+            .as_str()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        let clusters: Vec<&str> = l["clusters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .collect();
+        out.push_str(&format!("{reason}{detail}: {}", l["count"]));
+        if !clusters.is_empty() {
+            out.push_str(&format!(": {}", clusters.join(", ")));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The placements of a status as a table: cluster, state, message; a count per state first.
@@ -211,6 +243,22 @@ fn table(status: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_explanation_lists_every_reason_with_all_its_clusters() {
+        let status = serde_json::json!({"selection": {
+            "considered": 30, "placed": 1, "message": "placed in 1 of 30 clusters: ...",
+            "leftOut": [
+                {"reason": "NotSelected", "count": 5},
+                {"reason": "Tainted", "detail": "k:NoSchedule", "count": 2, "clusters": ["a", "b"]},
+            ]
+        }});
+        assert_eq!(
+            explanation(&status),
+            "\nplaced in 1 of 30 clusters: ...\nNotSelected: 5\nTainted (k:NoSchedule): 2: a, b\n"
+        );
+        assert!(explanation(&serde_json::json!({})).contains("no selection"));
+    }
 
     #[test]
     fn kinds_are_known_by_name_plural_and_short_name_and_others_are_refused() {
