@@ -797,6 +797,20 @@ fn delete_removes_the_topic_everywhere_and_a_silent_member_holds_it_only_until_t
     });
 }
 
+/// `accord-hub placements OBJECT` (with `--explain`) against `hub`'s HTTP endpoint.
+async fn placements_cli(
+    hub: &HubProcess<'_>,
+    object: &str,
+    explain: bool,
+) -> Result<std::process::Output> {
+    let mut cmd = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?);
+    cmd.args(["placements", object, "--hub-http", &hub.http]);
+    if explain {
+        cmd.arg("--explain");
+    }
+    Ok(cmd.output().await?)
+}
+
 /// Above `--status-placements-threshold` the status counts placements by state and lists
 /// only those not Synced (at most `--status-placements-listed`); `accord-hub placements`
 /// prints every one from the leader's view.
@@ -873,15 +887,7 @@ fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all()
         );
 
         // The hub's view has all three, as the CLI prints them.
-        let out = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?)
-            .args([
-                "placements",
-                &format!("fkt/{ns}/wide"),
-                "--hub-http",
-                &hub.http,
-            ])
-            .output()
-            .await?;
+        let out = placements_cli(&hub, &format!("fkt/{ns}/wide"), false).await?;
         let printed = String::from_utf8_lossy(&out.stdout);
         ensure!(
             out.status.success(),
@@ -899,15 +905,7 @@ fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all()
             );
         }
         // An object the hub does not place is a clear error, not an empty table.
-        let out = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?)
-            .args([
-                "placements",
-                &format!("fkt/{ns}/absent"),
-                "--hub-http",
-                &hub.http,
-            ])
-            .output()
-            .await?;
+        let out = placements_cli(&hub, &format!("fkt/{ns}/absent"), false).await?;
         let said = String::from_utf8_lossy(&out.stderr);
         ensure!(
             !out.status.success() && said.contains("404") && said.contains("not placed"),
@@ -960,16 +958,7 @@ fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all()
                 "describe lacks {said}: {described}"
             );
         }
-        let out = tokio::process::Command::new(accord_e2e::hub::accord_binary("accord-hub")?)
-            .args([
-                "placements",
-                &format!("fkt/{ns}/wide"),
-                "--hub-http",
-                &hub.http,
-                "--explain",
-            ])
-            .output()
-            .await?;
+        let out = placements_cli(&hub, &format!("fkt/{ns}/wide"), true).await?;
         let printed = String::from_utf8_lossy(&out.stdout);
         ensure!(
             printed.contains("Unavailable: 1: ks-a")

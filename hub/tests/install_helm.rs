@@ -137,22 +137,19 @@ fn helm_template(
     }
 }
 
+/// What regenerates the hub chart's generated files (after `ACCORD_UPDATE_CHARTS=1`).
+const REGENERATE: &str = "cargo test -p accord-hub --test install_helm";
+
 #[test]
 fn the_hub_charts_crd_templates_are_generated() {
     let dir = chart("accord-hub").join("templates/crds");
-    let update = std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1");
     let mut expected = Vec::new();
     for (file, text) in helm_crd_templates().unwrap() {
-        let path = dir.join(&file);
-        if update {
-            std::fs::write(&path, &text).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/templates/crds/{file}: {e}"));
-        assert!(
-            committed == text,
-            "deploy/helm/accord-hub/templates/crds/{file} is stale; regenerate with \
-             `ACCORD_UPDATE_CHARTS=1 cargo test -p accord-hub --test install_helm`"
+        accord_common::manifest::assert_generated(
+            &dir.join(&file),
+            &format!("deploy/helm/accord-hub/templates/crds/{file}"),
+            &text,
+            REGENERATE,
         );
         expected.push(file);
     }
@@ -170,17 +167,11 @@ fn the_hub_charts_crd_templates_are_generated() {
 
 #[test]
 fn the_hub_charts_rules_and_webhooks_are_generated() {
-    let path = chart("accord-hub").join("templates/_generated.tpl");
-    let text = accord_hub::install::helm_generated_template().unwrap();
-    if std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("deploy/helm/accord-hub/templates/_generated.tpl: {e}"));
-    assert!(
-        committed == text,
-        "deploy/helm/accord-hub/templates/_generated.tpl is stale; regenerate with \
-         `ACCORD_UPDATE_CHARTS=1 cargo test -p accord-hub --test install_helm`"
+    accord_common::manifest::assert_generated(
+        &chart("accord-hub").join("templates/_generated.tpl"),
+        "deploy/helm/accord-hub/templates/_generated.tpl",
+        &accord_hub::install::helm_generated_template().unwrap(),
+        REGENERATE,
     );
 }
 

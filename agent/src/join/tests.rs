@@ -287,15 +287,10 @@ fn join_renders_the_replicas_asked_for_and_grants_only_the_agent_lease() {
 fn the_agent_charts_rules_are_generated() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../deploy/helm/accord-agent/templates/_generated.tpl");
-    let text = render::helm_generated_template().unwrap();
-    if std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1") {
-        std::fs::write(&path, &text).unwrap();
-    }
-    let committed = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("deploy/helm/accord-agent/templates/_generated.tpl: {e}"));
-    assert!(
-        committed == text,
-        "deploy/helm/accord-agent/templates/_generated.tpl is stale; regenerate with \
-         `ACCORD_UPDATE_CHARTS=1 cargo test -p accord-agent --lib join`"
+    accord_common::manifest::assert_generated(
+        &path,
+        "deploy/helm/accord-agent/templates/_generated.tpl",
+        &render::helm_generated_template().unwrap(),
+        "cargo test -p accord-agent --lib join",
     );
 }

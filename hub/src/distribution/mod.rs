@@ -18,3 +18,11 @@ pub mod taints;
 
 pub use fanout::Fanout;
 pub use record::{Hold, PlacementRecord, ShareRecord};
+
+/// The earlier of a time (or wait) already found, if any, and `other`.
+pub fn earliest<T: Ord>(found: Option<T>, other: T) -> Option<T> {
+    Some(match found {
+        Some(f) => f.min(other),
+        None => other,
+    })
+}

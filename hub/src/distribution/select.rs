@@ -114,8 +114,9 @@ impl ClusterIndex {
 pub struct ClusterIndexWriter {
     index: ClusterIndex,
     /// A relist in progress: the clusters listed so far, shown once the list is complete
-    /// (and then without those deleted meanwhile).
-    relisted: Option<Clusters>,
+    /// (and then without those deleted meanwhile), and the fleet as shown when it began
+    /// (the listed clusters' taints keep the time they were first seen).
+    relisted: Option<(Clusters, Clusters)>,
 }
 
 impl ClusterIndexWriter {
@@ -128,16 +129,17 @@ impl ClusterIndexWriter {
                 c.insert(mc.name_any(), info);
             }),
             Event::Delete(mc) => self.index.update(|c| drop(c.remove(&mc.name_any()))),
-            Event::Init => self.relisted = Some(Clusters::new()),
+            Event::Init => self.relisted = Some((Clusters::new(), self.index.snapshot())),
             Event::InitApply(mc) => {
-                let shown = self.index.snapshot();
+                let index = &self.index;
+                let (listed, shown) = self
+                    .relisted
+                    .get_or_insert_with(|| (Clusters::new(), index.snapshot()));
                 let info = ClusterIndex::dated(mc, shown.get(&mc.name_any()));
-                self.relisted
-                    .get_or_insert_with(Clusters::new)
-                    .insert(mc.name_any(), info);
+                listed.insert(mc.name_any(), info);
             }
             Event::InitDone => {
-                let listed = self.relisted.take().unwrap_or_default();
+                let (listed, _) = self.relisted.take().unwrap_or_default();
                 self.index.update(|c| *c = listed);
             }
         }

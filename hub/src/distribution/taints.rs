@@ -144,7 +144,7 @@ pub fn judge(
                         taint: Some(taint.shown()),
                     };
                 }
-                recheck_at_unix = Some(recheck_at_unix.map_or(ends, |r: i64| r.min(ends)));
+                recheck_at_unix = super::earliest(recheck_at_unix, ends);
             }
             (TaintEffect::NoSchedule, None) if !holds => {
                 refused.get_or_insert_with(|| (untolerated(taint), taint.shown()));
@@ -184,6 +184,12 @@ fn untolerated(taint: &SeenTaint) -> String {
     )
 }
 
+/// Whether `cluster` has a taint or its drain switch on: a cluster without either is
+/// eligible for any object ([`judge`] need not be asked, nor where the object was placed).
+fn restricts(cluster: &ClusterInfo) -> bool {
+    !cluster.taints.is_empty() || cluster.unschedulable
+}
+
 /// The tolerations of a stored object's `spec.placement` (none when they do not decode:
 /// the spec's own validation refuses such an object first).
 pub fn tolerations_of(spec_placement: Option<&serde_json::Value>) -> Vec<Toleration> {
@@ -206,12 +212,12 @@ pub fn hold_tainted(
 ) -> Option<i64> {
     let mut recheck: Option<i64> = None;
     for share in shares.iter_mut().filter(|s| s.assignment.is_some()) {
-        let Some(cluster) = clusters.get(&share.cluster) else {
+        let Some(cluster) = clusters.get(&share.cluster).filter(|c| restricts(c)) else {
             continue;
         };
         let judgement = judge(cluster, tolerations, held_before(&share.cluster), now_unix);
         if let Some(at) = judgement.recheck_at_unix {
-            recheck = Some(recheck.map_or(at, |r| r.min(at)));
+            recheck = super::earliest(recheck, at);
         }
         if let Verdict::Held(hold, reason) = judgement.verdict {
             share.assignment = None;
@@ -245,13 +251,13 @@ pub fn partition(
 ) -> Partition {
     let mut out = Partition::default();
     for c in selected {
-        let Some(info) = clusters.get(&c.name) else {
+        let Some(info) = clusters.get(&c.name).filter(|c| restricts(c)) else {
             out.eligible.push(c);
             continue;
         };
         let judgement = judge(info, tolerations, held_before(&c.name), now_unix);
         if let Some(at) = judgement.recheck_at_unix {
-            out.recheck_at_unix = Some(out.recheck_at_unix.map_or(at, |r| r.min(at)));
+            out.recheck_at_unix = super::earliest(out.recheck_at_unix, at);
         }
         match judgement.verdict {
             Verdict::Held(hold, reason) => out.held.push(ShareRecord {

@@ -84,7 +84,7 @@ pub fn plan(
         let judged = view.map(|v| taints::judge(v, tolerations, holds, now_unix));
         if let Some(at) = judged.as_ref().and_then(|j| j.recheck_at_unix) {
             let wait = at - now_unix;
-            recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+            recheck_after = crate::distribution::earliest(recheck_after, wait);
         }
         let tainted = match judged.map(|j| j.verdict) {
             Some(Verdict::Held(Hold::Tainted, reason)) => Some(Out::Held(Hold::Tainted, reason)),
@@ -140,7 +140,7 @@ pub fn plan(
                         });
                     if returned_since_decision && !had_share && now_unix < ready_at {
                         let wait = ready_at - now_unix;
-                        recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+                        recheck_after = crate::distribution::earliest(recheck_after, wait);
                         Some(Out::MovedAway(
                             Hold::ReturnCooldown {
                                 until_unix: ready_at,

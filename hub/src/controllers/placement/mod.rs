@@ -24,7 +24,7 @@
 
 use accord_common::distribution::PlacedKind;
 use accord_crds::StatusLimits;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;

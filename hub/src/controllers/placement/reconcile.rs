@@ -166,12 +166,14 @@ impl<K: PlacementKind> Placements<K> {
         let clusters = clusters(ctx);
         let previous = stored_record::<K>(ctx, &p);
         let now_unix = now.0.as_second();
-        let placed_before = |cluster: &str| {
-            previous
-                .as_ref()
-                .and_then(|(r, _)| r.share(cluster))
-                .is_some_and(|s| s.assignment.is_some() && s.hold.is_none())
-        };
+        // Where the previous decision placed the object, asked once per selected cluster.
+        let placed: HashSet<&str> = previous
+            .iter()
+            .flat_map(|(r, _)| &r.shares)
+            .filter(|s| s.assignment.is_some() && s.hold.is_none())
+            .map(|s| s.cluster.as_str())
+            .collect();
+        let placed_before = |cluster: &str| placed.contains(cluster);
         let placement = K::placement(object);
         let choice = placement
             .map(|p| crate::distribution::choose::choose(p, &clusters, &placed_before, now_unix));
@@ -210,7 +212,7 @@ impl<K: PlacementKind> Placements<K> {
                     );
                     if let Some(at) = recheck {
                         let wait = taints::wait_until(at, now_unix);
-                        recheck_after = Some(recheck_after.map_or(wait, |r| r.min(wait)));
+                        recheck_after = crate::distribution::earliest(recheck_after, wait);
                     }
                 }
                 let mut record = PlacementRecord {
