@@ -170,6 +170,20 @@ pub fn helm_defines(
     Ok(out)
 }
 
+/// For the tests that keep a generated chart file current: with `ACCORD_UPDATE_CHARTS=1`
+/// writes `text` to `path` first; then panics unless the committed file is `text`, naming
+/// the file (`shown`, relative to the repository) and the command that regenerates it.
+pub fn assert_generated(path: &std::path::Path, shown: &str, text: &str, regenerate: &str) {
+    if std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1") {
+        std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {shown}: {e}"));
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{shown}: {e}"));
+    assert!(
+        committed == text,
+        "{shown} is stale; regenerate with `ACCORD_UPDATE_CHARTS=1 {regenerate}`"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,18 +229,4 @@ mod tests {
         assert_eq!(text.matches("---\n").count(), 2);
         assert!(text.contains("name: b"));
     }
-}
-
-/// For the tests that keep a generated chart file current: with `ACCORD_UPDATE_CHARTS=1`
-/// writes `text` to `path` first; then panics unless the committed file is `text`, naming
-/// the file (`shown`, relative to the repository) and the command that regenerates it.
-pub fn assert_generated(path: &std::path::Path, shown: &str, text: &str, regenerate: &str) {
-    if std::env::var("ACCORD_UPDATE_CHARTS").is_ok_and(|v| v == "1") {
-        std::fs::write(path, text).unwrap_or_else(|e| panic!("writing {shown}: {e}"));
-    }
-    let committed = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{shown}: {e}"));
-    assert!(
-        committed == text,
-        "{shown} is stale; regenerate with `ACCORD_UPDATE_CHARTS=1 {regenerate}`"
-    );
 }
