@@ -531,6 +531,16 @@ impl AssignmentSpec {
         }
     }
 
+    /// Whether it tells the member to remove what an earlier assignment put there
+    /// (`remove: true`): a removal, not a placement.
+    pub fn removes(&self) -> bool {
+        match self {
+            Self::FederatedResource(r) => r.remove,
+            Self::KafkaUser(u) => u.remove,
+            _ => false,
+        }
+    }
+
     /// Whether it carries data that is never stored (a delivered Secret's), so the same
     /// revision read back from storage lacks something this one has.
     pub fn encloses_data(&self) -> bool {

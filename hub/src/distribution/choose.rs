@@ -357,6 +357,8 @@ pub fn explain(
 ) -> SelectionSummary {
     let mut groups: BTreeMap<(LeftOutReason, Option<String>), Vec<String>> = BTreeMap::new();
     let mut placed = 0_usize;
+    // Shares that place nothing and have no hold (removals) count as not selected.
+    let mut not_selected = 0_usize;
     let mut considered = fleet.len();
     let tolerations = placement
         .map(|p| p.tolerations.as_slice())
@@ -377,15 +379,20 @@ pub fn explain(
                 Some((reason, detail))
             }
             (None, None) => Some((LeftOutReason::NotFound, None)),
+            (None, Some(_)) if !share.places() => {
+                // Sent nothing, or a removal of what it had: no longer selected.
+                not_selected += 1;
+                continue;
+            }
             (None, Some(info)) if !info.available => Some((LeftOutReason::Unavailable, None)),
             (None, Some(_)) => None,
         };
         match reason {
             Some(key) => groups.entry(key).or_default().push(share.cluster.clone()),
-            None => placed += usize::from(share.assignment.is_some()),
+            None => placed += 1,
         }
     }
-    let mut not_selected = fleet.len().saturating_sub(
+    not_selected += fleet.len().saturating_sub(
         shares
             .iter()
             .filter(|s| fleet.contains_key(&s.cluster))
@@ -702,6 +709,27 @@ mod tests {
             s.message,
             "placed in 1 of 4 clusters: 1 not selected, 1 unavailable, 1 tainted (maintenance:NoSchedule)"
         );
+    }
+
+    #[test]
+    fn a_removal_is_not_a_placement() {
+        let fleet = regions([true, true]);
+        let removal = |remove| ShareRecord {
+            cluster: "us-1".into(),
+            assignment: Some(accord_common::distribution::AssignmentSpec::KafkaUser(
+                accord_common::distribution::KafkaUserSpec {
+                    remove,
+                    ..Default::default()
+                },
+            )),
+            held_reason: None,
+            hold: None,
+        };
+        assert!(removal(false).places() && !removal(true).places());
+        let s = explain(None, &[removal(true)], &fleet, None, 0);
+        assert_eq!((s.considered, s.placed), (4, 0));
+        assert_eq!(s.left_out[0].reason, LeftOutReason::NotSelected);
+        assert_eq!(s.left_out[0].count, 4);
     }
 
     /// Up to 12 clusters over 3 regions, each available or not, with no taint or one.

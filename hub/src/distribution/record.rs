@@ -63,6 +63,12 @@ pub enum Hold {
 }
 
 impl ShareRecord {
+    /// Whether the cluster holds a placement by this share: sent something, not held back,
+    /// and not a removal (`remove: true`).
+    pub fn places(&self) -> bool {
+        self.hold.is_none() && self.assignment.as_ref().is_some_and(|a| !a.removes())
+    }
+
     /// Whether the cluster had its share in this decision: nothing held it back, or it
     /// kept its last count because no cluster was available.
     pub fn had_share(&self) -> bool {

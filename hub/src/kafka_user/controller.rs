@@ -427,8 +427,7 @@ impl PlacementKind for KafkaUsers {
             input
                 .previous
                 .and_then(|p| p.share(cluster))
-                .and_then(|s| s.assignment.as_ref())
-                .is_some_and(|a| matches!(a, AssignmentSpec::KafkaUser(u) if !u.remove))
+                .is_some_and(ShareRecord::places)
         };
         let taints::Partition {
             eligible: selected,

@@ -170,7 +170,7 @@ impl<K: PlacementKind> Placements<K> {
         let placed: HashSet<&str> = previous
             .iter()
             .flat_map(|(r, _)| &r.shares)
-            .filter(|s| s.assignment.is_some() && s.hold.is_none())
+            .filter(|s| s.places())
             .map(|s| s.cluster.as_str())
             .collect();
         let placed_before = |cluster: &str| placed.contains(cluster);
