@@ -79,6 +79,11 @@ pub struct RunArgs {
     /// Delay between a change and the status report about it (changes within it coalesce).
     #[arg(long, env = "ACCORD_REPORT_DEBOUNCE", default_value = "100ms", value_parser = parse_positive_flag)]
     pub report_debounce: Duration,
+    /// Interval between two counts of the member's capacity (Nodes and Pods listed): the
+    /// hub is told when it changed by more than 5 % of the allocatable amount, so at most
+    /// once per interval.
+    #[arg(long, env = "ACCORD_CAPACITY_INTERVAL", default_value = "60s", value_parser = parse_positive_flag)]
+    pub capacity_interval: Duration,
     /// Secret in the agent's namespace holding this cluster's Kafka connection
     /// (bootstrap.servers, security.protocol, sasl.mechanism, sasl.username, sasl.password,
     /// ca.crt); read only while Kafka topics or users are assigned.
@@ -128,6 +133,7 @@ impl RunArgs {
             namespace: self.namespace,
             heartbeat_interval: self.heartbeat_interval,
             report_debounce: self.report_debounce,
+            capacity_interval: self.capacity_interval,
             kafka: KafkaOptions {
                 secret: self.kafka_secret,
                 resync: self.kafka_resync,

@@ -95,6 +95,8 @@ pub struct ConnectionConfig {
     pub client: kube::Client,
     /// Interval between heartbeats.
     pub heartbeat_interval: Duration,
+    /// Interval between two counts of the member's capacity.
+    pub capacity_interval: Duration,
     /// Agent version for Hello.
     pub agent_version: String,
     /// The agent Lease's write fence: no new stream is opened while it is closed (this
@@ -146,6 +148,12 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
     let health = crate::probe::start(config.client.clone(), crate::probe::ProbeConfig::default());
     let _probe = accord_common::runtime::AbortOnDrop(tokio::spawn(crate::probe::forward(
         health,
+        engine.clone(),
+    )));
+    // So does its capacity.
+    let _capacity = accord_common::runtime::AbortOnDrop(tokio::spawn(crate::capacity::run(
+        config.client.clone(),
+        config.capacity_interval,
         engine.clone(),
     )));
     engine.wait_loaded().await;

@@ -30,8 +30,8 @@ use std::time::Duration;
 use accord_common::distribution::{AssignmentSpec, PlacedRef};
 use accord_common::runtime::{AbortOnDrop, Retry, backoff, unix_millis};
 use accord_proto::v1::{
-    AgentMessage, HubMessage, MemberHealth, RefusalReason, StatusAck, agent_message, hub_message,
-    status_ack,
+    AgentMessage, HubMessage, MemberCapacity, MemberHealth, RefusalReason, StatusAck,
+    agent_message, hub_message, status_ack,
 };
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -116,6 +116,9 @@ pub enum Input {
     },
     /// The member API server's health changed (from its `/readyz` probe).
     Health(MemberHealth),
+    /// The member's capacity changed beyond the threshold (from its count of nodes and
+    /// pods, [`crate::capacity`]).
+    Capacity(MemberCapacity),
 }
 
 /// What the engine publishes to its handles.
@@ -176,6 +179,12 @@ impl EngineHandle {
     /// change).
     pub async fn health_changed(&self, health: MemberHealth) {
         let _ = self.tx.send(Input::Health(health)).await;
+    }
+
+    /// Tells the engine the member's capacity (the counter does this on every change
+    /// worth a report).
+    pub async fn capacity_changed(&self, capacity: MemberCapacity) {
+        let _ = self.tx.send(Input::Capacity(capacity)).await;
     }
 
     /// Whether the saved assignments have been loaded (and are being enforced).
@@ -256,6 +265,7 @@ pub fn start_with(
         unacked: Vec::new(),
         pending_reports: 0,
         health: None,
+        capacity: None,
     };
     let handle = EngineHandle {
         tx: tx.clone(),
@@ -389,6 +399,8 @@ struct Engine {
     pending_reports: i64,
     /// The member API server's health as last probed (`None`: not probed yet).
     health: Option<MemberHealth>,
+    /// The member's capacity as last counted (`None`: not counted yet).
+    capacity: Option<MemberCapacity>,
 }
 
 impl Engine {
@@ -533,6 +545,10 @@ impl Engine {
             } => self.applied(placed, &spec, from_version, result),
             Input::Persisted { seq } => self.persisted(seq),
             Input::Health(health) => self.health_changed(health),
+            Input::Capacity(capacity) => {
+                self.capacity = Some(capacity);
+                self.send(agent_message::Body::MemberCapacity(capacity));
+            }
         }
     }
 
@@ -1020,6 +1036,9 @@ impl Engine {
         // Hello carried the health as it was then; it may have changed since.
         if let Some(health) = self.health.clone() {
             self.send(agent_message::Body::MemberHealth(health));
+        }
+        if let Some(capacity) = self.capacity {
+            self.send(agent_message::Body::MemberCapacity(capacity));
         }
         // Acknowledgements are implied by Hello's last applied revision.
         let keys: Vec<PlacedRef> = self.placed.keys().cloned().collect();

@@ -15,6 +15,7 @@
 #![forbid(unsafe_code)]
 
 pub mod assignments;
+pub mod capacity;
 pub mod cli;
 pub mod connection;
 pub mod convert;

@@ -47,6 +47,8 @@ pub struct RunConfig {
     pub heartbeat_interval: Duration,
     /// Delay between a change and the report about it.
     pub report_debounce: Duration,
+    /// Interval between two counts of the member's capacity ([`crate::capacity`]).
+    pub capacity_interval: Duration,
     /// The Kafka connection Secret (in `namespace`) and resync interval.
     pub kafka: KafkaOptions,
     /// The Lease (in `namespace`) that decides which replica is active.
@@ -231,6 +233,7 @@ async fn active(
             initial_identity: identity,
             client,
             heartbeat_interval: config.heartbeat_interval,
+            capacity_interval: config.capacity_interval,
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
             fence,
         },

@@ -131,7 +131,13 @@ pub struct ManagedClusterStatus {
     /// Hub replica that holds the cluster's stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hub_replica: Option<String>,
-    /// Optional capacity hints reported by the agent (e.g. `cpu`, `memory`, `pods`).
+    /// What the cluster's schedulable nodes (Ready, not cordoned, without NoSchedule or
+    /// NoExecute taints) hold, as the agent last counted them: `nodes`,
+    /// `allocatable.cpu`, `allocatable.memory`, `allocatable.pods`, and what the requests of
+    /// the pods bound to them leave (`unrequested.cpu`, `unrequested.memory`,
+    /// `unrequested.pods`), as Kubernetes quantities. Sent when a value moves by more than
+    /// 5 % of its allocatable amount, at most once per the agent's `--capacity-interval`
+    /// (default 60 s); the last count stays while the agent is away.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capacity: BTreeMap<String, String>,
 }

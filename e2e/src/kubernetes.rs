@@ -213,6 +213,16 @@ pub async fn wait_healthz(
 
 /// Registers fake node `node` for kwok to simulate: untainted, so ordinary pods land on it.
 pub async fn create_fake_node(client: &kube::Client, node: &str) -> Result<()> {
+    create_fake_node_with(client, node, crate::kwok::node_capacity()).await
+}
+
+/// [`create_fake_node`] offering `allocatable` (`{"cpu": .., "memory": .., "pods": ..}`,
+/// also its capacity).
+pub async fn create_fake_node_with(
+    client: &kube::Client,
+    node: &str,
+    allocatable: serde_json::Value,
+) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let manifest = serde_json::json!({
         "apiVersion": "v1",
@@ -231,8 +241,8 @@ pub async fn create_fake_node(client: &kube::Client, node: &str) -> Result<()> {
             },
         },
         "status": {
-            "allocatable": crate::kwok::node_capacity(),
-            "capacity": crate::kwok::node_capacity(),
+            "allocatable": allocatable.clone(),
+            "capacity": allocatable,
             "nodeInfo": {
                 "architecture": "amd64",
                 "kubeletVersion": "fake",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use accord_e2e::SharedTestbed;
-use accord_e2e::kwok::{NODE_CPU, NODE_MEMORY, NODE_PODS};
+use accord_e2e::kwok::{NODE_CPU, NODE_MEMORY, NODE_PODS, quantity};
 use accord_e2e::testbed::FAKE_NODE;
 use accord_e2e::wait::{Check, until};
 use anyhow::{Context as _, ensure};
@@ -17,27 +17,6 @@ static TESTBED: SharedTestbed = SharedTestbed::new(|b| {
         .without_crds()
         .without_mgmt_controller_manager()
 });
-
-/// The value of a Kubernetes quantity with a decimal or binary suffix (enough for node
-/// capacities: plain numbers, k, M, G, Ki, Mi, Gi, Ti).
-fn quantity(text: &str) -> Option<f64> {
-    let suffixes: [(&str, f64); 8] = [
-        ("Ki", 1024.0),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("m", 1e-3),
-    ];
-    for (suffix, factor) in suffixes {
-        if let Some(number) = text.strip_suffix(suffix) {
-            return number.parse::<f64>().ok().map(|n| n * factor);
-        }
-    }
-    text.parse().ok()
-}
 
 /// More pods than a kubelet's default of 110.
 const REPLICAS: usize = 150;

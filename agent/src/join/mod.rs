@@ -449,6 +449,7 @@ pub async fn join(args: JoinArgs, shutdown: impl Future<Output = ()>) -> Result<
             namespace: ns.to_owned(),
             heartbeat_interval: Duration::from_secs(1),
             report_debounce: Duration::from_millis(100),
+            capacity_interval: crate::capacity::DEFAULT_INTERVAL,
             kafka: KafkaOptions {
                 secret: args.kafka_secret.clone(),
                 ..KafkaOptions::default()

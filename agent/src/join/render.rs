@@ -84,6 +84,9 @@ fn agent_labels() -> Value {
 ///   `accord.io/federation-source: "true"`, watched with that label selector) and the tenant
 ///   namespaces a PrometheusFederation selects by label.
 ///
+/// - Nodes and Pods: `list` only — the capacity count (`crate::capacity`), every
+///   `--capacity-interval`.
+///
 /// No ConfigMap and no Secret anywhere but in its own namespace (see
 /// [`agent_namespace_rules`]).
 pub fn agent_cluster_rules() -> Value {
@@ -92,6 +95,7 @@ pub fn agent_cluster_rules() -> Value {
         { "apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["get", "list", "watch"] },
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
         { "apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["get", "list", "watch"] },
+        { "apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list"] },
     ])
 }
 

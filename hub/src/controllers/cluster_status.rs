@@ -17,6 +17,9 @@
 //! registration that could not write it), but only while etcd still has the record, so a
 //! revoked cluster is not brought back by a registry copy that lags.
 //!
+//! `status.capacity` is the agent's last count of its schedulable nodes (`capacity/<cluster>`,
+//! stored as `health/` is): allocatable and unrequested CPU, memory and pods.
+//!
 //! `APIServerAvailable` comes from the member health the agent reports (its API server's
 //! `/readyz` probe), stored at `health/<cluster>` by the replica holding its stream. It
 //! only informs: a member whose API server is down keeps its placements (its workloads
@@ -41,6 +44,7 @@ use super::{
     report_error,
 };
 use crate::store::cache::{CacheEvent, PrefixCache};
+use crate::store::capacity::CapacityRecord;
 use crate::store::health::HealthRecord;
 use crate::store::presence::ConnectedRecord;
 use crate::store::registry::ClusterRecord;
@@ -127,7 +131,7 @@ pub fn desired_status(
         registered,
         connected,
         spec_error,
-        None,
+        &MemberReports::default(),
         current,
         generation,
         now,
@@ -135,14 +139,25 @@ pub fn desired_status(
     )
 }
 
-/// [`desired_status`], also setting `api_server` (see [`api_server_condition`]) when
-/// given, and refreshing the heartbeat time once it is `heartbeat_refresh` old.
+/// What the agent reported of its member, as the status shows it.
+#[derive(Clone, Debug, Default)]
+pub struct MemberReports {
+    /// `APIServerAvailable` (see [`api_server_condition`]); `None` leaves the condition as
+    /// it is.
+    pub api_server: Option<Desired>,
+    /// `status.capacity` from the agent's last count; `None` leaves it as it is (the last
+    /// count stays while the agent is away, a hint, not a promise).
+    pub capacity: Option<CapacityRecord>,
+}
+
+/// [`desired_status`], also setting what the agent `reported`, and refreshing the
+/// heartbeat time once it is `heartbeat_refresh` old.
 #[allow(clippy::too_many_arguments)]
 pub fn desired_status_with(
     registered: bool,
     connected: Option<&ConnectedRecord>,
     spec_error: Option<&str>,
-    api_server: Option<Desired>,
+    reported: &MemberReports,
     current: Option<&ManagedClusterStatus>,
     generation: Option<i64>,
     now: &Time,
@@ -198,7 +213,10 @@ pub fn desired_status_with(
     };
     let mut next = current.clone();
     let mut desired = vec![joined, available, degraded];
-    desired.extend(api_server);
+    desired.extend(reported.api_server.clone());
+    if let Some(capacity) = &reported.capacity {
+        next.capacity = capacity.shown();
+    }
     next.conditions = conditions::merge(&current.conditions, &desired, generation, now);
     if let Some(c) = connected {
         next.agent_version = Some(c.agent_version.clone()).filter(|v| !v.is_empty());
@@ -279,9 +297,16 @@ pub async fn run(
     let connected = PrefixCache::<ConnectedRecord>::start(store.clone(), keys.connected_prefix())
         .await
         .map_err(ControllerError::Store)?;
-    let health = PrefixCache::<HealthRecord>::start(store.clone(), store.health_prefix())
-        .await
-        .map_err(ControllerError::Store)?;
+    let health =
+        PrefixCache::<HealthRecord>::start(store.clone(), store.report_prefix::<HealthRecord>())
+            .await
+            .map_err(ControllerError::Store)?;
+    let capacity = PrefixCache::<CapacityRecord>::start(
+        store.clone(),
+        store.report_prefix::<CapacityRecord>(),
+    )
+    .await
+    .map_err(ControllerError::Store)?;
     // Lenient: the API server's answers hold the object's spec, which may not decode.
     let api: Api<ClusterObject> = Api::all(ctx.kube.clone());
     let queue = WorkQueue::new();
@@ -309,7 +334,13 @@ pub async fn run(
         ),
         spawn_feeder(
             health.subscribe(),
-            store.health_prefix(),
+            store.report_prefix::<HealthRecord>(),
+            queue.clone(),
+            registry_names(&registry, &keys),
+        ),
+        spawn_feeder(
+            capacity.subscribe(),
+            store.report_prefix::<CapacityRecord>(),
             queue.clone(),
             registry_names(&registry, &keys),
         ),
@@ -330,12 +361,22 @@ pub async fn run(
         while let Some(name) = queue.pop().await {
             let record = registry.get(&keys.cluster(&name)).map(|(r, _)| r);
             let conn = connected.get(&keys.connected(&name)).map(|(c, _)| c);
-            let api_server = store
-                .health_key(&name)
+            let reported_health = store
+                .report_key::<HealthRecord>(&name)
                 .ok()
                 .and_then(|k| health.get(&k))
                 .map(|(h, _)| h);
-            let api_server = api_server_condition(conn.as_ref(), api_server.as_ref());
+            let reported = MemberReports {
+                api_server: Some(api_server_condition(
+                    conn.as_ref(),
+                    reported_health.as_ref(),
+                )),
+                capacity: store
+                    .report_key::<CapacityRecord>(&name)
+                    .ok()
+                    .and_then(|k| capacity.get(&k))
+                    .map(|(c, _)| c),
+            };
             let refresh = heartbeat_refresh_interval(registry.len());
             match reconcile(
                 &ctx,
@@ -343,7 +384,7 @@ pub async fn run(
                 &name,
                 record.as_ref(),
                 conn.as_ref(),
-                api_server,
+                &reported,
                 refresh,
             )
             .await
@@ -421,7 +462,7 @@ async fn reconcile(
     name: &str,
     record: Option<&ClusterRecord>,
     connected: Option<&ConnectedRecord>,
-    api_server: Desired,
+    reported: &MemberReports,
     heartbeat_refresh: Duration,
 ) -> Result<(), StatusWriteError> {
     let object = ctx.clusters.get(&reflector::ObjectRef::new(name));
@@ -481,7 +522,7 @@ async fn reconcile(
         record.is_some(),
         connected,
         spec_error.as_deref(),
-        Some(api_server),
+        reported,
         current.as_ref(),
         generation,
         &now,
@@ -683,7 +724,7 @@ mod tests {
             true,
             Some(&conn()),
             None,
-            None,
+            &MemberReports::default(),
             Some(&s),
             Some(1),
             &at(165),
@@ -757,7 +798,10 @@ mod tests {
             true,
             Some(&conn()),
             None,
-            Some(up),
+            &MemberReports {
+                api_server: Some(up),
+                ..MemberReports::default()
+            },
             None,
             Some(1),
             &at(100),
@@ -772,7 +816,10 @@ mod tests {
             true,
             Some(&conn()),
             None,
-            Some(down),
+            &MemberReports {
+                api_server: Some(down),
+                ..MemberReports::default()
+            },
             Some(&s),
             Some(1),
             &at(105),
@@ -810,7 +857,10 @@ mod tests {
             true,
             Some(&conn()),
             None,
-            Some(down),
+            &MemberReports {
+                api_server: Some(down),
+                ..MemberReports::default()
+            },
             None,
             Some(1),
             &at(100),

@@ -6,7 +6,8 @@
 //!
 //! Hello's store epoch and revision are checked against the store (an agent ahead of a
 //! restored store makes a new epoch, see [`crate::store::epoch`]); the member health it
-//! and later `MemberHealth` messages carry is stored at `health/<cluster>` when it changes.
+//! and later `MemberHealth` messages carry is stored at `health/<cluster>` when it changes,
+//! `MemberCapacity` at `capacity/<cluster>`.
 
 use accord_proto::v1::federation_server::Federation;
 use accord_proto::v1::{
@@ -33,8 +34,10 @@ use accord_common::runtime::{error_chain, unix_millis};
 
 use crate::connections::Connection;
 use crate::pki::peer_identity;
+use crate::store::capacity::CapacityRecord;
 use crate::store::health::HealthRecord;
 use crate::store::presence::{ConnectedRecord, RECONNECT_GRACE};
+use crate::store::reported::MemberReport;
 use crate::store::status::{ReportOrder, StatusRecord, WriteOutcome};
 
 /// Status reports of one stream stored at once.
@@ -128,6 +131,13 @@ impl Federation for SyncService {
     }
 }
 
+/// The member's reports this stream stored last (each is stored only when it changes).
+#[derive(Default)]
+struct Reported {
+    health: Option<HealthRecord>,
+    capacity: Option<CapacityRecord>,
+}
+
 /// One agent stream, from Hello to close.
 struct Session {
     shared: Arc<AgentFacing>,
@@ -206,8 +216,10 @@ impl Session {
         s.metrics.connected_agents.set(s.connections.len() as i64);
         info!(cluster = %self.cluster, agent = %hello.agent_version, "agent connected");
 
-        let mut health = None;
-        Box::pin(self.record_health(&mut health, hello.member_health.as_ref())).await;
+        let mut reported = Reported::default();
+        if let Some(health) = hello.member_health.as_ref() {
+            Box::pin(self.record_health(&mut reported.health, health)).await;
+        }
         // An agent ahead of the store in the same epoch proves the store was restored:
         // the check makes a new epoch before the full set goes out with it.
         if let Err(e) = Box::pin(
@@ -242,7 +254,7 @@ impl Session {
         // with it, and the end of this stream is that switch, not a departure.
         let mut renewed = false;
         let outcome = tokio::select! {
-            outcome = self.serve(&conn, &mut inbound, &mut health, &mut renewed) => outcome,
+            outcome = self.serve(&conn, &mut inbound, &mut reported, &mut renewed) => outcome,
             status = conn.ended() => Err(status),
         };
         if let Err(status) = outcome {
@@ -277,7 +289,7 @@ impl Session {
         &self,
         conn: &Arc<Connection>,
         inbound: &mut Streaming<AgentMessage>,
-        health: &mut Option<HealthRecord>,
+        reported: &mut Reported,
         renewed: &mut bool,
     ) -> Result<(), Status> {
         let s = &self.shared;
@@ -336,8 +348,16 @@ impl Session {
                     }
                     *renewed = true;
                 }
-                Some(agent_message::Body::MemberHealth(reported)) => {
-                    Box::pin(self.record_health(health, Some(&reported))).await;
+                Some(agent_message::Body::MemberHealth(health)) => {
+                    Box::pin(self.record_health(&mut reported.health, &health)).await;
+                }
+                Some(agent_message::Body::MemberCapacity(capacity)) => {
+                    let record = CapacityRecord::from_proto(&capacity);
+                    if Box::pin(self.record_report(&mut reported.capacity, record, "capacity"))
+                        .await
+                    {
+                        debug!(cluster = %self.cluster, ?capacity, "member capacity stored");
+                    }
                 }
                 None => return Err(Status::invalid_argument("empty message")),
             }
@@ -352,32 +372,42 @@ impl Session {
     }
 
     /// Stores the member's health if it differs from `last` (what this stream stored
-    /// before). A failed write is logged and retried with the next message.
-    async fn record_health(
-        &self,
-        last: &mut Option<HealthRecord>,
-        reported: Option<&MemberHealth>,
-    ) {
-        let Some(reported) = reported else {
-            return;
-        };
+    /// before), and logs the change.
+    async fn record_health(&self, last: &mut Option<HealthRecord>, reported: &MemberHealth) {
         let record = HealthRecord::from_proto(reported);
+        let available = record.api_server_available;
+        let message = record.message.clone();
+        if Box::pin(self.record_report(last, record, "health")).await {
+            if available {
+                info!(cluster = %self.cluster, "member API server available");
+            } else {
+                warn!(cluster = %self.cluster, error = %message, "member API server unavailable");
+            }
+        }
+    }
+
+    /// Stores `record`, one of the member's reports, if it differs from `last` (what this
+    /// stream stored before); true when it was stored. A failed write is logged and retried
+    /// with the next message.
+    async fn record_report<R: MemberReport>(
+        &self,
+        last: &mut Option<R>,
+        record: R,
+        what: &'static str,
+    ) -> bool {
         if last.as_ref() == Some(&record) {
-            return;
+            return false;
         }
         let s = &self.shared;
-        match s.store.write_health(&self.cluster, &record).await {
+        match s.store.write_report(&self.cluster, &record).await {
             Ok(()) => {
-                if record.api_server_available {
-                    info!(cluster = %self.cluster, "member API server available");
-                } else {
-                    warn!(cluster = %self.cluster, error = %record.message, "member API server unavailable");
-                }
                 *last = Some(record);
+                true
             }
             Err(e) => {
                 s.metrics.error(e.kind());
-                warn!(cluster = %self.cluster, error = %error_chain(&e), "could not store the member's health");
+                warn!(cluster = %self.cluster, what, error = %error_chain(&e), "could not store the member's report");
+                false
             }
         }
     }

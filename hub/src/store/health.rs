@@ -1,11 +1,9 @@
 //! Member health as agents report it (`MemberHealth`): one small record per cluster at
-//! `<prefix>health/<cluster>`, written by whichever replica holds the cluster's stream and
-//! only when it changes, so the leader's ManagedCluster status writer sees it whatever
-//! replica the agent is connected to.
+//! `<prefix>health/<cluster>` ([`MemberReport`]).
 
 use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, check_segment};
+use super::reported::MemberReport;
 
 /// What the agent last said about its member's API server.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -43,28 +41,8 @@ impl HealthRecord {
     }
 }
 
-impl Store {
-    /// `<prefix>health/`.
-    pub fn health_prefix(&self) -> String {
-        format!("{}health/", self.keys().prefix())
-    }
-
-    /// `<prefix>health/<cluster>`.
-    pub fn health_key(&self, cluster: &str) -> Result<String, StoreError> {
-        check_segment("cluster", cluster)?;
-        Ok(format!("{}{cluster}", self.health_prefix()))
-    }
-
-    /// Stores `cluster`'s health.
-    pub async fn write_health(
-        &self,
-        cluster: &str,
-        record: &HealthRecord,
-    ) -> Result<(), StoreError> {
-        let key = self.health_key(cluster)?;
-        self.put_json(&key, record).await?;
-        Ok(())
-    }
+impl MemberReport for HealthRecord {
+    const SEGMENT: &'static str = "health/";
 }
 
 #[cfg(test)]

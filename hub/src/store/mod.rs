@@ -7,6 +7,7 @@
 
 mod batch;
 pub mod cache;
+pub mod capacity;
 pub mod connection;
 pub mod election;
 pub mod epoch;
@@ -20,6 +21,7 @@ pub mod members;
 pub mod memory;
 pub mod presence;
 pub mod registry;
+pub mod reported;
 pub mod status;
 pub mod tokens;
 

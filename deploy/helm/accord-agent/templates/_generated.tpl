@@ -33,6 +33,13 @@
   - get
   - list
   - watch
+- apiGroups:
+  - ""
+  resources:
+  - nodes
+  - pods
+  verbs:
+  - list
 {{- end }}
 {{- define "accord-agent.deliveryDefaultRules" -}}
 - apiGroups:
