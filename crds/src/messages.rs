@@ -183,6 +183,11 @@ pub const PREFERENCES_COUNT: &str = "preferences may list at most 10 groups";
 pub const NUMBER_OF_CLUSTERS_RANGE: &str = "numberOfClusters must be 1 to 10,000";
 /// `minGroups` or `maxGroups` out of range.
 pub const SPREAD_GROUPS_RANGE: &str = "minGroups and maxGroups must be 1 to 1,000";
+/// `maxSkew` out of range.
+pub const SPREAD_MAX_SKEW_RANGE: &str = "spread.maxSkew must be 1 to 1,000,000";
+/// `maxSkew` on a kind that places whole copies.
+pub const SPREAD_MAX_SKEW_DIVIDED_ONLY: &str = "spread.maxSkew applies to divided replicas \
+     (CrossClusterScalePolicy); this kind places a whole copy in every chosen cluster";
 /// `minGroups` above `numberOfClusters`.
 pub const SPREAD_MIN_ABOVE_COUNT: &str =
     "spread.minGroups must not be greater than numberOfClusters (each group needs a cluster)";

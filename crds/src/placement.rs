@@ -22,6 +22,9 @@ pub const MAX_NUMBER_OF_CLUSTERS: i32 = 10_000;
 /// Most groups a spread constraint may name in `minGroups` or `maxGroups`.
 pub const MAX_SPREAD_GROUPS: i32 = 1_000;
 
+/// Largest `spread.maxSkew`.
+pub const MAX_SKEW: i32 = 1_000_000;
+
 /// The member clusters an object is placed in: by name or by ManagedCluster labels, exactly
 /// one of the two.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -104,6 +107,14 @@ pub struct Spread {
     #[schemars(range(min = 1, max = MAX_SPREAD_GROUPS))]
     #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {MAX_SPREAD_GROUPS}")).message(messages::SPREAD_GROUPS_RANGE))]
     pub max_groups: Option<i32>,
+    /// For divided replicas (CrossClusterScalePolicy): the most the replica totals of two
+    /// groups may differ (1 to 1,000,000); the division by weight is moved as little as
+    /// that takes, and the status says so when the clusters' minReplicas and maxReplicas
+    /// do not allow it. The other kinds place a whole copy in each cluster and refuse it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_SKEW))]
+    #[x_kube(validation = Rule::new(format!("self >= 1 && self <= {MAX_SKEW}")).message(messages::SPREAD_MAX_SKEW_RANGE))]
+    pub max_skew: Option<i32>,
 }
 
 /// A taint this object tolerates: one with `key` (any key when empty, with `Exists`), the

@@ -207,6 +207,13 @@ pub(crate) fn check_cluster_selection(errs: &mut ValidationErrors, placement: &C
         if let (Some(min), Some(max)) = (spread.min_groups, spread.max_groups) {
             errs.check(min <= max, "spec.placement.spread", m::SPREAD_MIN_ABOVE_MAX);
         }
+        if let Some(skew) = spread.max_skew {
+            errs.check(
+                (1..=crate::placement::MAX_SKEW).contains(&skew),
+                "spec.placement.spread.maxSkew",
+                m::SPREAD_MAX_SKEW_RANGE,
+            );
+        }
         if let (Some(min), Some(n)) = (spread.min_groups, placement.number_of_clusters) {
             errs.check(min <= n, "spec.placement", m::SPREAD_MIN_ABOVE_COUNT);
         }

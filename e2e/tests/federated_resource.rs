@@ -671,6 +671,21 @@ fn bad_input_fails_only_where_it_is_and_says_why() {
             })
         })
         .await?;
+        // spread.maxSkew is for divided replicas: a delivery of whole copies refuses it.
+        let mut skewed = object.clone();
+        skewed["metadata"]["name"] = "skewed".into();
+        skewed["spec"]["placement"]["spread"] = json!({"byLabel": "region", "maxSkew": 1});
+        apply(testbed, ns, &skewed).await?;
+        until("InvalidSpec for maxSkew", STEP, || async {
+            let s = api.get("skewed").await?.status.unwrap_or_default();
+            Ok(match s.conditions.iter().find(|c| c.reason == "InvalidSpec") {
+                Some(c) if c.message.contains("spread.maxSkew applies to divided replicas") => {
+                    Check::Ready(())
+                }
+                _ => Check::NotYet(format!("{:?}", s.conditions)),
+            })
+        })
+        .await?;
 
         // Two FederatedResources delivering one object to one cluster: the older keeps it,
         // the younger is Conflict there naming it — even with Adopt — whichever applied
@@ -992,7 +1007,8 @@ async fn config_map_on(
 }
 
 #[test]
-fn taints_and_the_drain_switch_keep_deliveries_out_and_no_execute_takes_them_away() {
+fn taints_and_the_drain_switch_keep_deliveries_out_and_no_execute_takes_them_away_after_the_toleration()
+ {
     let _serial = SERIAL
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -1059,9 +1075,33 @@ fn taints_and_the_drain_switch_keep_deliveries_out_and_no_execute_takes_them_awa
         })
         .await?;
         config_map_on(testbed, 1, ns, "first", true).await?;
+        // "patient" tolerates the NoSchedule taint, and NoExecute for 5 s.
+        let patient = json!([
+            {"key": "accord.io/maintenance", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "accord.io/maintenance", "operator": "Exists", "effect": "NoExecute",
+             "tolerationSeconds": 5},
+        ]);
+        apply(testbed, ns, &object("patient", patient)).await?;
+        config_map_on(testbed, 1, ns, "patient", true).await?;
         let no_execute = json!([{"key": "accord.io/maintenance", "effect": "NoExecute"}]);
+        let tainted_at = std::time::Instant::now();
         taint_cluster(testbed, &cluster(1), no_execute, false).await?;
         config_map_on(testbed, 1, ns, "first", false).await?;
+        config_map_on(testbed, 1, ns, "patient", false).await?;
+        // The hub counts whole seconds from when it saw the taint, which is after the patch.
+        let stayed = tainted_at.elapsed();
+        ensure!(
+            stayed >= Duration::from_secs(4),
+            "a NoExecute toleration of 5 s kept the delivery only {stayed:?}"
+        );
+        println!("patient's ConfigMap left member 1 {stayed:?} after the NoExecute taint");
+        ensure!(
+            config_maps(testbed, 0, ns)
+                .get_opt("patient")
+                .await?
+                .is_some(),
+            "the untainted member keeps it"
+        );
 
         // A drained member 2 gets no new delivery and keeps what it holds.
         taint_cluster(testbed, &cluster(2), json!([]), true).await?;
@@ -1094,6 +1134,7 @@ fn taints_and_the_drain_switch_keep_deliveries_out_and_no_execute_takes_them_awa
         taint_cluster(testbed, &cluster(1), json!([]), false).await?;
         taint_cluster(testbed, &cluster(2), json!([]), false).await?;
         config_map_on(testbed, 1, ns, "first", true).await?;
+        config_map_on(testbed, 1, ns, "patient", true).await?;
         config_map_on(testbed, 2, ns, "second", true).await?;
         Ok(())
     });

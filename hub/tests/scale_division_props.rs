@@ -4,7 +4,9 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use accord_hub::scale::division::{Candidate, Division, Infeasibility, divide};
+use accord_hub::scale::division::{
+    Candidate, Division, Infeasibility, SkewGroups, divide, divide_with_skew,
+};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -258,5 +260,96 @@ proptest! {
             Some(seats) => prop_assert_eq!(replicas(&division), seats),
             None => prop_assert!(!division.is_exact()),
         }
+    }
+}
+
+/// Each candidate's group: one of up to four region names, by a drawn index.
+fn groups_of(candidates: &[Candidate], picks: &[usize]) -> Vec<String> {
+    (0..candidates.len())
+        .map(|i| format!("r{}", picks.get(i).copied().unwrap_or(0) % 4))
+        .collect()
+}
+
+/// Whether some group totals within [min, max] of each group, at most `skew` apart, add up
+/// to `total`: a window start L where every group's bounds meet [L, L + skew] and the
+/// groups' least and most totals there enclose the total.
+fn skew_feasible(total: u32, candidates: &[Candidate], group_of: &[String], skew: u32) -> bool {
+    let mut bounds: BTreeMap<&str, (u64, Option<u64>)> = BTreeMap::new();
+    for (c, g) in candidates.iter().zip(group_of) {
+        let b = bounds.entry(g.as_str()).or_insert((0, Some(0)));
+        b.0 += u64::from(c.min);
+        b.1 = b.1.zip(c.max).map(|(h, m)| h + u64::from(m));
+    }
+    let (total, skew) = (u64::from(total), u64::from(skew));
+    (0..=total).any(|l| {
+        let meets = bounds
+            .values()
+            .all(|&(lo, hi)| lo <= l + skew && hi.is_none_or(|h| h >= l));
+        let least: u64 = bounds.values().map(|&(lo, _)| lo.max(l)).sum();
+        let most: u64 = bounds
+            .values()
+            .map(|&(_, hi)| hi.unwrap_or(u64::MAX).min(l + skew))
+            .fold(0, u64::saturating_add);
+        meets && least <= total && total <= most
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// `spread.maxSkew`: whenever the bounds allow the total and some group totals within
+    /// them are at most `maxSkew` apart, the division is exact, within every bound, and its
+    /// groups' totals are at most `maxSkew` apart; when no such totals exist it says so
+    /// (MaxSkew) and keeps the division by weight.
+    #[test]
+    fn group_totals_stay_within_max_skew_whenever_the_bounds_allow(
+        total in 0..=300u32,
+        candidates in candidates(),
+        picks in prop::collection::vec(0..4usize, 8),
+        skew in 1..=5u32,
+    ) {
+        let group_of = groups_of(&candidates, &picks);
+        let groups = SkewGroups { by_label: "region".into(), max_skew: skew, group_of: group_of.clone() };
+        let division = divide_with_skew(total, &candidates, &groups);
+        if !feasible(total, &candidates) {
+            prop_assert_eq!(&division, &divide(total, &candidates));
+            return Ok(());
+        }
+        let possible = skew_feasible(total, &candidates, &group_of, skew);
+        match &division {
+            Division::Exact(shares) => {
+                prop_assert!(possible, "exact although no group totals fit: {shares:?}");
+                let sum: u64 = shares.iter().map(|s| u64::from(s.replicas)).sum();
+                prop_assert_eq!(sum, u64::from(total));
+                let mut totals: BTreeMap<&str, u64> = BTreeMap::new();
+                for ((share, c), g) in shares.iter().zip(&candidates).zip(&group_of) {
+                    prop_assert!(share.replicas >= c.min);
+                    prop_assert!(c.max.is_none_or(|max| share.replicas <= max));
+                    *totals.entry(g.as_str()).or_default() += u64::from(share.replicas);
+                }
+                let spread = totals.values().max().unwrap_or(&0) - totals.values().min().unwrap_or(&0);
+                prop_assert!(spread <= u64::from(skew), "{totals:?} more than {skew} apart");
+            }
+            Division::Infeasible { reason, best_effort } => {
+                prop_assert!(!possible, "said {reason} although group totals fit");
+                let named_skew = matches!(reason, Infeasibility::MaxSkew { max_skew, .. } if *max_skew == skew);
+                prop_assert!(named_skew, "{reason:?}");
+                let by_weight = divide(total, &candidates);
+                prop_assert_eq!(best_effort.as_slice(), by_weight.shares());
+            }
+        }
+    }
+
+    /// Without anything to correct (the division by weight already within maxSkew) the
+    /// division is the division by weight.
+    #[test]
+    fn a_division_within_max_skew_is_left_as_it_is(
+        total in 0..=300u32,
+        candidates in candidates(),
+        picks in prop::collection::vec(0..4usize, 8),
+    ) {
+        let group_of = groups_of(&candidates, &picks);
+        let groups = SkewGroups { by_label: "region".into(), max_skew: u32::MAX / 4, group_of };
+        prop_assert_eq!(divide_with_skew(total, &candidates, &groups), divide(total, &candidates));
     }
 }

@@ -121,6 +121,21 @@ pub fn notes(
     // (a placement `Pending`) makes a kind's health condition False until it lands, and
     // every edit would otherwise write Unhealthy and Healthy again.
     let in_flight = |lines: &[Shown<'_>]| lines.iter().any(|l| l.state == PlacementState::Pending);
+    // Nor is a generation becoming healthy for the first time after it was applied (a new
+    // object's pods starting): "healthy again" is for trouble that began after the apply.
+    let trouble_after_apply = |conditions: &[Condition]| {
+        let unhealthy_since =
+            conditions::find(conditions, health).map(|c| c.last_transition_time.0);
+        let applied_since = meaning
+            .applied
+            .and_then(|a| conditions::find(conditions, a))
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.0);
+        match (unhealthy_since, applied_since) {
+            (Some(unhealthy), Some(applied)) => unhealthy > applied,
+            _ => true,
+        }
+    };
     if let (Some((before, _)), Some((now, message))) = (
         old.filter(|o| !in_flight(o.lines))
             .and_then(|o| healthy(o.conditions)),
@@ -128,6 +143,7 @@ pub fn notes(
             .filter(|n| !in_flight(n.lines))
             .and_then(|n| healthy(n.conditions)),
     ) && before != now
+        && (!now || old.is_some_and(|o| trouble_after_apply(o.conditions)))
     {
         notes.push(if now {
             Note::normal(reasons::HEALTHY, "healthy again")
@@ -149,6 +165,16 @@ mod tests {
     };
 
     fn condition(type_: &str, status: &str, generation: i64, message: &str) -> Condition {
+        condition_at(type_, status, generation, message, 0)
+    }
+
+    fn condition_at(
+        type_: &str,
+        status: &str,
+        generation: i64,
+        message: &str,
+        at_unix: i64,
+    ) -> Condition {
         Condition {
             type_: type_.into(),
             status: status.into(),
@@ -156,7 +182,7 @@ mod tests {
             message: message.into(),
             reason: "R".into(),
             last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                k8s_openapi::jiff::Timestamp::from_second(at_unix).unwrap(),
             ),
         }
     }
@@ -294,5 +320,32 @@ mod tests {
             FR,
         );
         assert!(reasons_of(&landed).is_empty(), "{landed:?}");
+    }
+
+    #[test]
+    fn a_new_generation_becoming_healthy_is_not_healthy_again() {
+        let lines = [line("east", PlacementState::Synced)];
+        let seen = |conditions| Seen {
+            lines: &lines,
+            conditions,
+        };
+        // Applied at 10; its pods were not ready from 10 (or before) and are at 20.
+        let starting = [
+            condition_at("Applied", "True", 1, "", 10),
+            condition_at("Available", "False", 1, "web: 0 of 3 ready", 10),
+        ];
+        let ready = [
+            condition_at("Applied", "True", 1, "", 10),
+            condition_at("Available", "True", 1, "", 20),
+        ];
+        let got = notes(Some(seen(&starting)), seen(&ready), Some(1), FR);
+        assert!(reasons_of(&got).is_empty(), "{got:?}");
+        // Trouble that began after the apply, over: healthy again.
+        let troubled = [
+            condition_at("Applied", "True", 1, "", 10),
+            condition_at("Available", "False", 1, "web: 2 of 3 ready", 30),
+        ];
+        let got = notes(Some(seen(&troubled)), seen(&ready), Some(1), FR);
+        assert_eq!(reasons_of(&got), [("Healthy", false)]);
     }
 }

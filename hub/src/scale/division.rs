@@ -165,6 +165,17 @@ pub enum Infeasibility {
         /// The desired total.
         total: u32,
     },
+    /// The clusters' bounds keep the groups' totals further apart than `maxSkew` allows.
+    #[error(
+        "spread.maxSkew {max_skew} cannot hold: the clusters' minReplicas and maxReplicas \
+         keep the replica totals of the {by_label} groups further apart; divided by weight"
+    )]
+    MaxSkew {
+        /// The most two groups' totals may differ.
+        max_skew: u32,
+        /// The label whose values are the groups.
+        by_label: String,
+    },
     /// A candidate has weight 0, which the CRD forbids.
     #[error("cluster {cluster} has weight 0; weights must be greater than 0")]
     ZeroWeight {
@@ -196,6 +207,7 @@ impl Infeasibility {
             Infeasibility::NoEligibleCluster { .. } => "NoEligibleCluster",
             Infeasibility::MinReplicasExceedTotal { .. } => "MinReplicasExceedTotal",
             Infeasibility::MaxReplicasBelowTotal { .. } => "MaxReplicasBelowTotal",
+            Infeasibility::MaxSkew { .. } => "MaxSkewUnsatisfiable",
             Infeasibility::ZeroWeight { .. }
             | Infeasibility::MinAboveMax { .. }
             | Infeasibility::DuplicateCluster { .. } => "InvalidDistribution",
@@ -230,6 +242,152 @@ pub fn divide(total: u32, candidates: &[Candidate]) -> Division {
             }
         }
     }
+}
+
+/// Groups of candidates for [`divide_with_skew`]: the label whose values are the groups,
+/// the most two groups' totals may differ, and each candidate's group (by index).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkewGroups {
+    /// The ManagedCluster label whose values are the groups.
+    pub by_label: String,
+    /// The most the replica totals of two groups may differ.
+    pub max_skew: u32,
+    /// Each candidate's group (its label value), in candidate order.
+    pub group_of: Vec<String>,
+}
+
+/// [`divide`], then, when the totals of the groups differ by more than `groups.max_skew`,
+/// moved as little as it takes to bring every group's total within a window
+/// `[L, L + max_skew]`; each group's total is then divided among its clusters by weight.
+///
+/// The window: its lowest start `L` at which the groups' division totals, each clamped into
+/// the window, add up to the total — the smallest change that holds the skew — moved where
+/// the clusters' bounds require. Each group's total is its clamped one, then raised (the
+/// smallest groups first) or lowered (the largest first) one at a time within the window and
+/// its bounds until they add up to the total. When no window fits every group's bounds
+/// (`Σmin` and `Σmax` of its clusters) the division by weight stands and
+/// [`Infeasibility::MaxSkew`] says so.
+pub fn divide_with_skew(total: u32, candidates: &[Candidate], groups: &SkewGroups) -> Division {
+    let base = divide(total, candidates);
+    let Division::Exact(shares) = &base else {
+        return base;
+    };
+    // Each group's division total and bounds.
+    let mut names: Vec<&str> = groups.group_of.iter().map(String::as_str).collect();
+    names.sort_unstable();
+    names.dedup();
+    let index = |g: &str| names.binary_search(&g).unwrap_or(0);
+    let n = names.len();
+    let (mut given, mut lo, mut hi) = (vec![0u64; n], vec![0u64; n], vec![Some(0u64); n]);
+    for ((c, share), group) in candidates.iter().zip(shares).zip(&groups.group_of) {
+        let g = index(group);
+        given[g] += u64::from(share.replicas);
+        lo[g] += u64::from(c.min);
+        hi[g] = hi[g].zip(c.max).map(|(h, m)| h + u64::from(m));
+    }
+    let skew = u64::from(groups.max_skew);
+    let spread = given.iter().max().unwrap_or(&0) - given.iter().min().unwrap_or(&0);
+    if spread <= skew {
+        return base;
+    }
+    let total64 = u64::from(total);
+    let hi_of = |g: usize| hi[g].unwrap_or(u64::MAX);
+    let clamped_sum = |l: u64| -> u64 { given.iter().map(|&t| t.clamp(l, l + skew)).sum() };
+    let least_sum = |l: u64| -> u64 { (0..n).map(|g| lo[g].max(l)).fold(0, u64::saturating_add) };
+    let most_sum = |l: u64| -> u64 {
+        (0..n)
+            .map(|g| hi_of(g).min(l + skew))
+            .fold(0, u64::saturating_add)
+    };
+    // The lowest L in [from, to] where `reached(L)` holds (it holds from some L on), or
+    // `to + 1`.
+    let lowest = |from: u64, to: u64, reached: &dyn Fn(u64) -> bool| {
+        let (mut a, mut b) = (from, to.saturating_add(1));
+        while a < b {
+            let mid = a + (b - a) / 2;
+            if reached(mid) {
+                b = mid;
+            } else {
+                a = mid + 1;
+            }
+        }
+        a
+    };
+    // The projection's start: the lowest L whose clamped totals reach the total.
+    let preferred = lowest(0, total64, &|l| clamped_sum(l) >= total64);
+    // The starts that fit: every group's bounds meet the window, and the groups' least
+    // totals do not pass the total while their most reach it. Both sums grow with L.
+    let lo_max = lo.iter().copied().max().unwrap_or(0);
+    let hi_min = (0..n).map(hi_of).min().unwrap_or(0);
+    let first = lo_max
+        .saturating_sub(skew)
+        .max(lowest(0, total64, &|l| most_sum(l) >= total64));
+    let last = hi_min
+        .min(total64)
+        .min(lowest(0, total64, &|l| least_sum(l) > total64).saturating_sub(1));
+    if first > last || least_sum(first) > total64 {
+        return Division::Infeasible {
+            reason: Infeasibility::MaxSkew {
+                max_skew: groups.max_skew,
+                by_label: groups.by_label.clone(),
+            },
+            best_effort: shares.clone(),
+        };
+    }
+    let l = preferred.clamp(first, last);
+    let window = |g: usize| (lo[g].max(l), hi_of(g).min(l + skew));
+    let mut wanted: Vec<u64> = (0..n)
+        .map(|g| {
+            let (w_lo, w_hi) = window(g);
+            given[g].clamp(w_lo, w_hi)
+        })
+        .collect();
+    let mut sum: u64 = wanted.iter().sum();
+    while sum > total64 {
+        // The largest group that can give one (ties: the later name).
+        let Some(g) = (0..n)
+            .filter(|&g| wanted[g] > window(g).0)
+            .max_by_key(|&g| (wanted[g], g))
+        else {
+            break;
+        };
+        wanted[g] -= 1;
+        sum -= 1;
+    }
+    while sum < total64 {
+        // The smallest group that can take one (ties: the earlier name).
+        let Some(g) = (0..n)
+            .filter(|&g| wanted[g] < window(g).1)
+            .min_by_key(|&g| (wanted[g], g))
+        else {
+            break;
+        };
+        wanted[g] += 1;
+        sum += 1;
+    }
+    // Each group's total among its clusters, by weight.
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, group) in groups.group_of.iter().enumerate() {
+        members[index(group)].push(i);
+    }
+    let mut replicas = vec![0u32; candidates.len()];
+    for (members, &group_total) in members.iter().zip(&wanted) {
+        let among: Vec<Candidate> = members.iter().map(|&i| candidates[i].clone()).collect();
+        let divided = divide(u32::try_from(group_total).unwrap_or(u32::MAX), &among);
+        for (&i, share) in members.iter().zip(divided.shares()) {
+            replicas[i] = share.replicas;
+        }
+    }
+    Division::Exact(
+        candidates
+            .iter()
+            .zip(replicas)
+            .map(|(c, replicas)| Share {
+                cluster: c.cluster.clone(),
+                replicas,
+            })
+            .collect(),
+    )
 }
 
 /// The first candidate the CRD would have rejected, in input order.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::ScaleDecision;
-use super::division::{Candidate, Division, divide};
+use super::division::{Candidate, Division, SkewGroups, divide, divide_with_skew};
 use crate::distribution::select::Clusters;
 use crate::distribution::taints::{self, Verdict};
 use crate::distribution::{Hold, PlacementRecord, ShareRecord};
@@ -215,7 +215,34 @@ pub fn plan(
             }
         }
     }
-    let divided = |total: u32, among: &[Candidate]| match divide(total, among) {
+    // `spread.maxSkew`: the replica totals of the label's groups at most that far apart.
+    let skew = spec
+        .placement
+        .as_ref()
+        .and_then(|p| p.spread.as_ref())
+        .and_then(|s| Some((s.by_label.as_str(), u32::try_from(s.max_skew?).ok()?)));
+    let divide_among = |total: u32, among: &[Candidate]| match skew {
+        Some((by_label, max_skew)) => divide_with_skew(
+            total,
+            among,
+            &SkewGroups {
+                by_label: by_label.to_owned(),
+                max_skew,
+                group_of: among
+                    .iter()
+                    .map(|c| {
+                        clusters
+                            .get(&c.cluster)
+                            .and_then(|v| v.labels.get(by_label))
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .collect(),
+            },
+        ),
+        None => divide(total, among),
+    };
+    let divided = |total: u32, among: &[Candidate]| match divide_among(total, among) {
         Division::Exact(shares) => (shares, None),
         Division::Infeasible {
             reason,
@@ -748,6 +775,37 @@ mod tests {
         );
         assert_eq!(st.ready_replicas, Some(9));
         assert!(conditions::is_true(&st.conditions, "Ready"));
+    }
+
+    #[test]
+    fn max_skew_keeps_the_regions_totals_close_and_says_when_it_cannot() {
+        let in_region = |region: &str| {
+            let mut c = up(0);
+            c.labels.insert("region".into(), region.into());
+            c
+        };
+        let clusters = views(&[
+            ("a", in_region("us")),
+            ("b", in_region("us")),
+            ("c", in_region("eu")),
+        ]);
+        let skewed = |extra: &str| {
+            spec(&format!(
+                "targetRef: {{name: frontend}}\ndesiredReplicas: 10\nplacement: {{clusters: [a, b, c], spread: {{byLabel: region, maxSkew: 2}}}}\ndistribution:\n- {{cluster: a, weight: 8}}\n- {{cluster: b, weight: 8}}\n- {{cluster: c, weight: 1{extra}}}\n"
+            ))
+        };
+        // By weight: 5, 4, 1 (us 9, eu 1); within 2: us 6, eu 4.
+        let p = plan(&skewed(""), "default", &clusters, None, 100);
+        assert_eq!(replicas(&p), vec![3, 3, 4]);
+        assert_eq!(p.infeasible, None);
+        // eu capped at 1: no totals within 2 add up to 10; the division by weight stands.
+        let p = plan(&skewed(", maxReplicas: 1"), "default", &clusters, None, 100);
+        assert_eq!(replicas(&p), vec![5, 4, 1]);
+        assert!(
+            p.infeasible.as_deref().unwrap().contains("maxSkew 2"),
+            "{:?}",
+            p.infeasible
+        );
     }
 
     #[test]

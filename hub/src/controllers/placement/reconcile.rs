@@ -177,15 +177,26 @@ impl<K: PlacementKind> Placements<K> {
         let placement = K::placement(object);
         let choice = placement
             .map(|p| crate::distribution::choose::choose(p, &clusters, &placed_before, now_unix));
-        let decided = self.kind.decide(
-            object,
-            &DecideInput {
-                clusters: &clusters,
-                previous: previous.as_ref().map(|(r, _)| r),
-                now_millis: now.0.as_millisecond(),
-                choice: choice.as_ref(),
-            },
-        );
+        // A kind that places a whole copy in each cluster has no replica totals to skew.
+        let skewed = placement
+            .and_then(|p| p.spread.as_ref())
+            .is_some_and(|s| s.max_skew.is_some());
+        let decided = if K::HOLDS_TAINTED && skewed {
+            Decided::Invalid(format!(
+                "spec.placement.spread.maxSkew: {}",
+                accord_crds::messages::SPREAD_MAX_SKEW_DIVIDED_ONLY
+            ))
+        } else {
+            self.kind.decide(
+                object,
+                &DecideInput {
+                    clusters: &clusters,
+                    previous: previous.as_ref().map(|(r, _)| r),
+                    now_millis: now.0.as_millisecond(),
+                    choice: choice.as_ref(),
+                },
+            )
+        };
         let (shown, facts, recheck) = match decided {
             Decided::Invalid(message) => {
                 let status_patch = invalid_status(watched, &message, now);
