@@ -965,6 +965,45 @@ fn above_the_threshold_the_status_counts_placements_and_the_hub_lists_them_all()
                 && printed.contains("Tainted (accord.io/maintenance:NoExecute): 1: ks-b"),
             "{printed}"
         );
+        // The same from kubectl, through its plugin: the hub's full view when it is
+        // reachable, the object's status (and a line saying so) when it is not — the
+        // testbed's hub has no Service for the API server to proxy to.
+        let plugin = accord_e2e::hub::accord_binary("kubectl-accord")?;
+        let path = format!(
+            "{}:{}",
+            plugin.parent().context("the plugin's directory")?.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        for hub_flag in [vec!["--hub-http", hub.http.as_str()], vec![]] {
+            let out = testbed
+                .kubectl(testbed.mgmt())
+                .env("PATH", &path)
+                .args(["accord", "placements", "fkt/wide", "-n", ns, "--explain"])
+                .args(&hub_flag)
+                .output()
+                .await?;
+            let printed = String::from_utf8_lossy(&out.stdout);
+            println!("kubectl accord placements fkt/wide {hub_flag:?}:\n{printed}");
+            ensure!(
+                out.status.success()
+                    && printed.contains("Unavailable: 1: ks-a")
+                    && printed.contains("Tainted (accord.io/maintenance:NoExecute): 1: ks-b")
+                    && printed.contains("from the object's status") == hub_flag.is_empty(),
+                "kubectl accord placements {hub_flag:?}: {printed}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let out = testbed
+            .kubectl(testbed.mgmt())
+            .env("PATH", &path)
+            .args(["accord", "placements", "fkt/absent", "-n", ns])
+            .output()
+            .await?;
+        let said = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            out.status.code() == Some(1) && said.contains("not found"),
+            "{said}"
+        );
         accord_e2e::fleet::patch_managed_cluster(testbed, "ks-b", json!({"spec": {"taints": []}}))
             .await?;
         Ok(())

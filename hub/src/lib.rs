@@ -17,6 +17,7 @@ pub mod kafka;
 pub mod kafka_topic;
 pub mod kafka_user;
 pub mod kinds;
+pub mod kubectl_plugin;
 pub mod metrics;
 pub mod migrate;
 pub mod placements;

@@ -156,8 +156,9 @@ pub fn parse_object(s: &str) -> anyhow::Result<(PlacedKind, String, String)> {
 pub async fn print(hub: &str, object: &str, json: bool, explain: bool) -> anyhow::Result<()> {
     let (kind, namespace, name) = parse_object(object)?;
     let url = format!(
-        "{}/placements/{kind}/{namespace}/{name}",
-        hub.trim_end_matches('/')
+        "{}{}",
+        hub.trim_end_matches('/'),
+        view_path(kind, &namespace, &name)
     );
     let response = reqwest::get(&url)
         .await
@@ -176,11 +177,31 @@ pub async fn print(hub: &str, object: &str, json: bool, explain: bool) -> anyhow
     }
     let status: serde_json::Value =
         serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))?;
-    print!("{}", table(&status));
-    if explain {
-        print!("{}", explanation(&status));
-    }
+    print!("{}", render(&status, explain));
     Ok(())
+}
+
+/// A status's placements as a table, and with `explain` every cluster left out by reason.
+pub fn render(status: &serde_json::Value, explain: bool) -> String {
+    let mut out = table(status);
+    if explain {
+        out.push_str(&explanation(status));
+    }
+    out
+}
+
+/// The plural (`federatedkafkatopics`) of an Accord kind, as its CRD names it.
+pub fn plural(kind: PlacedKind) -> String {
+    accord_crds::all_crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind.as_str())
+        .map(|c| c.spec.names.plural)
+        .unwrap_or_else(|| format!("{}s", kind.as_str().to_ascii_lowercase()))
+}
+
+/// The path of `kind/namespace/name`'s view on the hub's HTTP endpoint.
+pub fn view_path(kind: PlacedKind, namespace: &str, name: &str) -> String {
+    format!("/placements/{kind}/{namespace}/{name}")
 }
 
 /// `status.selection` in lines: the decision's sentence, then every reason with its
@@ -221,7 +242,34 @@ fn table(status: &serde_json::Value) -> String {
         *states.entry(field(p, "state")).or_default() += 1;
     }
     let counts: Vec<String> = states.iter().map(|(s, n)| format!("{s} {n}")).collect();
-    let mut out = format!("{} placements: {}\n", placements.len(), counts.join(", "));
+    let mut out = match status.get("summary").and_then(serde_json::Value::as_object) {
+        // A status cut down above the threshold: its counts, and what it lists.
+        Some(summary) => {
+            let counts: Vec<String> = summary
+                .get("states")
+                .and_then(serde_json::Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(state, n)| {
+                    let mut chars = state.chars();
+                    let state: String = chars
+                        .next()
+                        .map(|c| c.to_ascii_uppercase())
+                        .into_iter()
+                        .chain(chars)
+                        .collect();
+                    format!("{state} {n}")
+                })
+                .collect();
+            format!(
+                "{} placements: {} (the status lists {} of those not Synced)\n",
+                summary.get("total").unwrap_or(&serde_json::Value::Null),
+                counts.join(", "),
+                placements.len()
+            )
+        }
+        None => format!("{} placements: {}\n", placements.len(), counts.join(", ")),
+    };
     let width = placements
         .iter()
         .map(|p| field(p, "cluster").len())
@@ -258,6 +306,19 @@ mod tests {
             "\nplaced in 1 of 30 clusters: ...\nNotSelected: 5\nTainted (k:NoSchedule): 2: a, b\n"
         );
         assert!(explanation(&serde_json::json!({})).contains("no selection"));
+    }
+
+    #[test]
+    fn a_cut_down_status_is_counted_from_its_summary() {
+        let status = serde_json::json!({
+            "summary": {"total": 3, "states": {"synced": 2, "unavailable": 1}, "listed": 1},
+            "placements": [{"cluster": "a", "state": "Unavailable"}],
+        });
+        let shown = table(&status);
+        assert!(
+            shown.starts_with("3 placements: Synced 2, Unavailable 1 (the status lists 1 of those not Synced)"),
+            "{shown}"
+        );
     }
 
     #[test]

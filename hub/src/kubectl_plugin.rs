@@ -1,0 +1,236 @@
+//! `kubectl accord`, the kubectl plugin (installed as `kubectl-accord` on the `PATH`): what a
+//! person asks of Accord with their own kubeconfig and identity, in kubectl's conventions
+//! (`-n`, `--context`, `--kubeconfig`, `-o json`, exit code 1 on an error).
+//!
+//! `kubectl accord placements KIND/NAME [--explain]` prints where one object is placed,
+//! cluster by cluster, and with `--explain` why every other cluster is not. It reads the
+//! object through the API server; the full view (every cluster, where the status lists at
+//! most 20 per reason) comes from the leading hub's HTTP endpoint through the API server's
+//! service proxy (`--hub-service`, which needs `get` on `services/proxy` there) or straight
+//! from `--hub-http`. When neither answers, the object's status is shown and the output says
+//! so.
+
+use std::path::PathBuf;
+
+use accord_common::distribution::PlacedKind;
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+
+use crate::placements::{parse_kind, plural, render, view_path};
+
+/// `kubectl accord`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubectl accord",
+    version,
+    about = "Accord, from kubectl: where objects are placed and why"
+)]
+pub struct Cli {
+    /// Path to the kubeconfig file (default: $KUBECONFIG or ~/.kube/config).
+    #[arg(long, global = true)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true)]
+    pub context: Option<String>,
+    /// The object's namespace (default: the context's).
+    #[arg(short, long, global = true)]
+    pub namespace: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// The status (or the hub's full view) as JSON.
+    Json,
+}
+
+/// `kubectl accord` commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print where one object is placed, cluster by cluster.
+    Placements {
+        /// KIND/NAME; KIND as in `kubectl get` (FederatedResource, fres, fkt, fku, ccsp,
+        /// pfed, ...).
+        object: String,
+        /// Also list every cluster left out, by reason.
+        #[arg(long)]
+        explain: bool,
+        /// Output format.
+        #[arg(short, long, value_enum)]
+        output: Option<Output>,
+        /// The hub's HTTP Service, NAMESPACE/NAME:PORT, reached through the API server's
+        /// service proxy for the full view.
+        #[arg(long, default_value = "accord-system/accord-hub-metrics:http")]
+        hub_service: String,
+        /// The leading hub's HTTP endpoint, asked directly instead of through
+        /// --hub-service (e.g. after `kubectl port-forward`).
+        #[arg(long)]
+        hub_http: Option<String>,
+    },
+}
+
+/// `KIND/NAME` as `kubectl accord placements` takes it.
+pub fn parse_kind_name(s: &str) -> anyhow::Result<(PlacedKind, String)> {
+    match s.split('/').collect::<Vec<_>>()[..] {
+        [kind, name] if !kind.is_empty() && !name.is_empty() => {
+            Ok((parse_kind(kind)?, name.to_owned()))
+        }
+        _ => bail!("expected KIND/NAME, e.g. fkt/orders (the namespace comes from -n); got {s:?}"),
+    }
+}
+
+/// Where a status shown came from.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The leading hub's full view.
+    Hub,
+    /// The object's status; the hub's view could not be had, for this reason.
+    Status(String),
+}
+
+/// Runs `cli`; the text to print.
+pub async fn run(cli: Cli) -> anyhow::Result<String> {
+    let (client, _) =
+        accord_common::apply::connect(cli.kubeconfig.as_ref(), cli.context.as_deref()).await?;
+    let namespace = cli
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    match cli.command {
+        Command::Placements {
+            object,
+            explain,
+            output,
+            hub_service,
+            hub_http,
+        } => {
+            let (kind, name) = parse_kind_name(&object)?;
+            let gvk = GroupVersionKind::gvk("accord.io", "v1beta1", kind.as_str());
+            let resource = ApiResource::from_gvk_with_plural(&gvk, &plural(kind));
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &namespace, &resource);
+            let found = api
+                .get_opt(&name)
+                .await
+                .with_context(|| format!("reading {kind} {namespace}/{name}"))?
+                .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+            let path = view_path(kind, &namespace, &name);
+            let view = match &hub_http {
+                Some(url) => hub_view(&format!("{}{path}", url.trim_end_matches('/'))).await,
+                None => proxied_view(&client, &hub_service, &path).await,
+            };
+            let (status, source) = match view {
+                Ok(full) => (full, Source::Hub),
+                Err(e) => (
+                    found.data.get("status").cloned().unwrap_or_default(),
+                    Source::Status(format!("{e:#}")),
+                ),
+            };
+            Ok(match output {
+                Some(Output::Json) => format!("{}\n", serde_json::to_string_pretty(&status)?),
+                None => shown(&status, &source, explain),
+            })
+        }
+    }
+}
+
+/// The text of `status` from `source`.
+pub fn shown(status: &serde_json::Value, source: &Source, explain: bool) -> String {
+    let mut out = render(status, explain);
+    if let Source::Status(why) = source {
+        out.push_str(&format!(
+            "\n(from the object's status, which names at most 20 clusters per reason; the hub's \
+             full view: {why})\n"
+        ));
+    }
+    out
+}
+
+async fn hub_view(url: &str) -> anyhow::Result<serde_json::Value> {
+    let response = reqwest::get(url)
+        .await
+        .with_context(|| format!("asking {url}"))?;
+    let code = response.status();
+    let body = response.text().await?;
+    if !code.is_success() {
+        bail!("{url}: {code}: {}", body.trim());
+    }
+    serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))
+}
+
+/// The view at `path` on the hub's HTTP Service `service` (NAMESPACE/NAME:PORT), through the
+/// API server's service proxy.
+async fn proxied_view(
+    client: &kube::Client,
+    service: &str,
+    path: &str,
+) -> anyhow::Result<serde_json::Value> {
+    let Some((namespace, name_port)) = service.split_once('/') else {
+        bail!("--hub-service {service:?}: expected NAMESPACE/NAME:PORT");
+    };
+    let url = format!("/api/v1/namespaces/{namespace}/services/{name_port}/proxy{path}");
+    let request = http::Request::get(&url).body(Vec::new())?;
+    let text = client.request_text(request).await.map_err(|e| match e {
+        // The API server's own words, not the whole Status.
+        kube::Error::Api(s) => {
+            anyhow::anyhow!("the service proxy of {service}: {} {}", s.code, s.message)
+        }
+        e => anyhow::Error::new(e).context(format!("the service proxy of {service}")),
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("{url} answered with no JSON"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_is_a_kind_and_a_name() {
+        assert_eq!(
+            parse_kind_name("fkt/orders").unwrap(),
+            (PlacedKind::FederatedKafkaTopic, "orders".to_owned())
+        );
+        for bad in ["fkt", "fkt/", "/orders", "fkt/default/orders"] {
+            let e = parse_kind_name(bad).unwrap_err().to_string();
+            assert!(e.contains("KIND/NAME"), "{bad}: {e}");
+        }
+        assert!(parse_kind_name("deploy/x").is_err());
+    }
+
+    #[test]
+    fn a_status_read_instead_of_the_hubs_view_says_so() {
+        let status = serde_json::json!({"placements": [{"cluster": "a", "state": "Synced"}]});
+        let from_hub = shown(&status, &Source::Hub, false);
+        assert!(from_hub.contains("Synced") && !from_hub.contains("full view"));
+        let from_status = shown(&status, &Source::Status("403 Forbidden".into()), false);
+        assert!(from_status.contains("403 Forbidden") && from_status.contains("at most 20"));
+    }
+
+    #[test]
+    fn kubectls_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "kubectl-accord",
+            "placements",
+            "fkt/orders",
+            "-n",
+            "team",
+            "--explain",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.namespace.as_deref(), Some("team"));
+        assert!(matches!(
+            cli.command,
+            Command::Placements {
+                explain: true,
+                output: Some(Output::Json),
+                ..
+            }
+        ));
+    }
+}
