@@ -316,7 +316,9 @@ mod tests {
         });
         let shown = table(&status);
         assert!(
-            shown.starts_with("3 placements: Synced 2, Unavailable 1 (the status lists 1 of those not Synced)"),
+            shown.starts_with(
+                "3 placements: Synced 2, Unavailable 1 (the status lists 1 of those not Synced)"
+            ),
             "{shown}"
         );
     }
