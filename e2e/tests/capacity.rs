@@ -153,6 +153,17 @@ async fn bind_pod(
     Ok(())
 }
 
+async fn cordon(cluster: &Cluster, node: &str, cordoned: bool) -> Result<()> {
+    Api::<Node>::all(cluster.client())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": cordoned}})),
+        )
+        .await?;
+    Ok(())
+}
+
 #[test]
 fn agents_count_their_nodes_and_pods_into_the_managed_cluster_capacity() {
     TESTBED.run(|testbed| async move {
@@ -182,13 +193,7 @@ fn agents_count_their_nodes_and_pods_into_the_managed_cluster_capacity() {
         bind_pod(one, "busy", "small", "1500m", "2Gi").await?;
         bind_pod(two, "busy", "large", "3", "10Gi").await?;
         // Cordoned: its allocatable does not count.
-        Api::<Node>::all(two.client())
-            .patch(
-                "spare",
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
-            )
-            .await?;
+        cordon(two, "spare", true).await?;
 
         let _fed = Fleet::start_with_agent_args(
             testbed,
@@ -208,13 +213,7 @@ fn agents_count_their_nodes_and_pods_into_the_managed_cluster_capacity() {
         assert_ne!(first[1], second[1], "the members' nodes differ");
 
         // Uncordon: the count follows within the interval.
-        Api::<Node>::all(two.client())
-            .patch(
-                "spare",
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({"spec": {"unschedulable": false}})),
-            )
-            .await?;
+        cordon(two, "spare", false).await?;
         let after = wait_shown(testbed, "cap-2", 1).await?;
         assert_eq!(after[0], 3);
         assert_eq!(after[1], second[1] + 8000, "the spare node's 8 CPUs");

@@ -223,16 +223,7 @@ pub fn divide(total: u32, candidates: &[Candidate]) -> Division {
     let invalid = first_invalid(candidates);
     let bounds: Vec<Bounds> = candidates.iter().map(Bounds::usable).collect();
     let outcome = divide_bounded(total, candidates, &bounds);
-    let shares = |replicas: Vec<u32>| -> Vec<Share> {
-        candidates
-            .iter()
-            .zip(replicas)
-            .map(|(c, replicas)| Share {
-                cluster: c.cluster.clone(),
-                replicas,
-            })
-            .collect()
-    };
+    let shares = |replicas: Vec<u32>| shares_of(candidates, replicas);
     match (invalid, outcome) {
         (None, Ok(replicas)) => Division::Exact(shares(replicas)),
         (None, Err((reason, replicas))) | (Some(reason), Ok(replicas) | Err((_, replicas))) => {
@@ -378,16 +369,19 @@ pub fn divide_with_skew(total: u32, candidates: &[Candidate], groups: &SkewGroup
             replicas[i] = share.replicas;
         }
     }
-    Division::Exact(
-        candidates
-            .iter()
-            .zip(replicas)
-            .map(|(c, replicas)| Share {
-                cluster: c.cluster.clone(),
-                replicas,
-            })
-            .collect(),
-    )
+    Division::Exact(shares_of(candidates, replicas))
+}
+
+/// Each candidate's share of `replicas`, in candidate order.
+fn shares_of(candidates: &[Candidate], replicas: Vec<u32>) -> Vec<Share> {
+    candidates
+        .iter()
+        .zip(replicas)
+        .map(|(c, replicas)| Share {
+            cluster: c.cluster.clone(),
+            replicas,
+        })
+        .collect()
 }
 
 /// The first candidate the CRD would have rejected, in input order.
