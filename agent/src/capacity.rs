@@ -43,7 +43,7 @@ impl Amounts {
     fn of(list: Option<&BTreeMap<String, Quantity>>) -> Self {
         let get = |name: &str, scale: f64| {
             list.and_then(|l| l.get(name))
-                .and_then(|q| parse_quantity(&q.0))
+                .and_then(|q| accord_common::quantity::parse(&q.0))
                 .map_or(0, |v| (v * scale).ceil() as i64)
         };
         Self {
@@ -77,39 +77,6 @@ impl Amounts {
             pods: (self.pods - other.pods).max(0),
         }
     }
-}
-
-/// A Kubernetes quantity (`250m`, `1.5`, `4Gi`, `1e3`, `2k`) in its base unit, or `None`
-/// when it does not parse.
-pub fn parse_quantity(s: &str) -> Option<f64> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(s.len());
-    let (number, suffix) = s.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let factor = match suffix {
-        "" => 1.0,
-        "n" => 1e-9,
-        "u" => 1e-6,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        e if e.starts_with(['e', 'E']) => 10f64.powi(e[1..].parse().ok()?),
-        _ => return None,
-    };
-    let value = number * factor;
-    value.is_finite().then_some(value)
 }
 
 /// Whether an ordinary pod can be scheduled on `node`.
@@ -330,20 +297,6 @@ mod tests {
             "status": {"phase": phase},
         }))
         .unwrap()
-    }
-
-    #[test]
-    fn quantities_parse_in_their_base_unit() {
-        assert_eq!(parse_quantity("250m"), Some(0.25));
-        assert_eq!(parse_quantity("2"), Some(2.0));
-        assert_eq!(parse_quantity("1.5"), Some(1.5));
-        assert_eq!(parse_quantity("4Gi"), Some(4.0 * 1024f64.powi(3)));
-        assert_eq!(parse_quantity("2k"), Some(2000.0));
-        assert_eq!(parse_quantity("1e3"), Some(1000.0));
-        assert_eq!(parse_quantity("129M"), Some(129e6));
-        assert_eq!(parse_quantity("12X"), None);
-        assert_eq!(parse_quantity(""), None);
-        assert_eq!(parse_quantity("m"), None);
     }
 
     #[test]

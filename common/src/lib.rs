@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod pki;
 pub mod preflight;
 pub mod promfed;
+pub mod quantity;
 pub mod register;
 pub mod runtime;
 pub mod token;

@@ -28,27 +28,6 @@ pub fn node_capacity() -> serde_json::Value {
     serde_json::json!({ "cpu": NODE_CPU, "memory": NODE_MEMORY, "pods": NODE_PODS })
 }
 
-/// The value of a Kubernetes quantity with a decimal or binary suffix (enough for node
-/// capacities: plain numbers, k, M, G, Ki, Mi, Gi, Ti).
-pub fn quantity(text: &str) -> Option<f64> {
-    let suffixes: [(&str, f64); 8] = [
-        ("Ki", 1024.0),
-        ("Mi", 1024f64.powi(2)),
-        ("Gi", 1024f64.powi(3)),
-        ("Ti", 1024f64.powi(4)),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("m", 1e-3),
-    ];
-    for (suffix, factor) in suffixes {
-        if let Some(number) = text.strip_suffix(suffix) {
-            return number.parse::<f64>().ok().map(|n| n * factor);
-        }
-    }
-    text.parse().ok()
-}
-
 /// Range kwok assigns pod IPs from.
 const POD_CIDR: &str = "10.1.0.0/16";
 /// Address reported for fake nodes.

@@ -3,10 +3,10 @@
 //! shows the count in `ManagedCluster.status.capacity`; the expectation is computed here
 //! from the members' Nodes and Pods as listed by the test.
 
+use accord_common::quantity::parse as quantity;
 use accord_crds::ManagedCluster;
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::kubernetes::{create_fake_node_with, wait_node_ready};
-use accord_e2e::kwok::quantity;
 use accord_e2e::testbed::Cluster;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};

@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
+use accord_common::quantity::parse as quantity;
 use accord_e2e::SharedTestbed;
-use accord_e2e::kwok::{NODE_CPU, NODE_MEMORY, NODE_PODS, quantity};
+use accord_e2e::kwok::{NODE_CPU, NODE_MEMORY, NODE_PODS};
 use accord_e2e::testbed::FAKE_NODE;
 use accord_e2e::wait::{Check, until};
 use anyhow::{Context as _, ensure};

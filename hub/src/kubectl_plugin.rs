@@ -17,7 +17,7 @@ use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
-use crate::placements::{parse_kind, plural, render, view_path};
+use crate::placements::{fetch_view, parse_kind, plural, render, view_path};
 
 /// `kubectl accord`.
 #[derive(Debug, Parser)]
@@ -151,14 +151,7 @@ pub fn shown(status: &serde_json::Value, source: &Source, explain: bool) -> Stri
 }
 
 async fn hub_view(url: &str) -> anyhow::Result<serde_json::Value> {
-    let response = reqwest::get(url)
-        .await
-        .with_context(|| format!("asking {url}"))?;
-    let code = response.status();
-    let body = response.text().await?;
-    if !code.is_success() {
-        bail!("{url}: {code}: {}", body.trim());
-    }
+    let body = fetch_view(url).await?;
     serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))
 }
 

@@ -160,7 +160,21 @@ pub async fn print(hub: &str, object: &str, json: bool, explain: bool) -> anyhow
         hub.trim_end_matches('/'),
         view_path(kind, &namespace, &name)
     );
-    let response = reqwest::get(&url)
+    let body = fetch_view(&url).await?;
+    if json {
+        println!("{body}");
+        return Ok(());
+    }
+    let status: serde_json::Value =
+        serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))?;
+    print!("{}", render(&status, explain));
+    Ok(())
+}
+
+/// The view at `url` (a hub's `/placements/...`), as its JSON text; an answer other than
+/// 2xx is an error with the hub's words.
+pub async fn fetch_view(url: &str) -> anyhow::Result<String> {
+    let response = reqwest::get(url)
         .await
         .with_context(|| format!("asking the hub at {url}"))?;
     let code = response.status();
@@ -171,14 +185,7 @@ pub async fn print(hub: &str, object: &str, json: bool, explain: bool) -> anyhow
     if !code.is_success() {
         bail!("{url}: {code}: {}", body.trim());
     }
-    if json {
-        println!("{body}");
-        return Ok(());
-    }
-    let status: serde_json::Value =
-        serde_json::from_str(&body).with_context(|| format!("{url} answered with no JSON"))?;
-    print!("{}", render(&status, explain));
-    Ok(())
+    Ok(body)
 }
 
 /// A status's placements as a table, and with `explain` every cluster left out by reason.
