@@ -11,14 +11,20 @@
 //! counts against the node it is bound to with Kubernetes' effective request (the larger of
 //! its containers' sum and its largest init container, plus its overhead). Needs `list` on
 //! Nodes and Pods, nothing more (the agent's ClusterRole).
+//!
+//! Each count also keeps its [`Room`] node by node for the scale enforcer, which estimates
+//! from it how many replicas of a Deployment fit ([`Room::fits`]) for
+//! `weighting: AvailableCapacity`.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use accord_common::runtime::{error_chain, unix_millis};
 use accord_proto::v1::MemberCapacity;
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ListParams};
 use tracing::{debug, warn};
 
@@ -33,7 +39,7 @@ const PAGE: u32 = 500;
 
 /// A resource amount in the unit the protocol carries: millicores, bytes or pods.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Amounts {
+pub struct Amounts {
     cpu_millis: i64,
     memory_bytes: i64,
     pods: i64,
@@ -104,9 +110,12 @@ fn requests(r: Option<&ResourceRequirements>) -> Amounts {
 
 /// Kubernetes' effective request of `pod`, one pod included.
 fn pod_request(pod: &Pod) -> Amounts {
-    let Some(spec) = pod.spec.as_ref() else {
-        return Amounts::default();
-    };
+    pod.spec.as_ref().map(spec_request).unwrap_or_default()
+}
+
+/// Kubernetes' effective request of a pod of `spec` (the larger of its containers' sum and
+/// its largest init container, plus its overhead), one pod included.
+pub fn spec_request(spec: &PodSpec) -> Amounts {
     let containers = spec
         .containers
         .iter()
@@ -125,24 +134,35 @@ fn pod_request(pod: &Pod) -> Amounts {
     })
 }
 
-/// What the schedulable `nodes` hold with `pods` bound to them ([`MemberCapacity`] without
-/// its time).
-pub fn count(nodes: &[Node], pods: &[Pod]) -> MemberCapacity {
+/// The node `pod` is bound to, unless it has finished.
+fn bound_node(pod: &Pod) -> Option<&str> {
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| p == "Succeeded" || p == "Failed");
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|_| !finished)
+}
+
+/// The requests of the unfinished `pods`, by the node each is bound to.
+fn used_by_node(pods: &[Pod]) -> BTreeMap<&str, Amounts> {
     let mut used: BTreeMap<&str, Amounts> = BTreeMap::new();
     for pod in pods {
-        let finished = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.as_deref())
-            .is_some_and(|p| p == "Succeeded" || p == "Failed");
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-            continue;
-        };
-        if !finished {
+        if let Some(node) = bound_node(pod) {
             let entry = used.entry(node).or_default();
             *entry = entry.plus(pod_request(pod));
         }
     }
+    used
+}
+
+/// What the schedulable `nodes` hold with `pods` bound to them ([`MemberCapacity`] without
+/// its time).
+pub fn count(nodes: &[Node], pods: &[Pod]) -> MemberCapacity {
+    let used = used_by_node(pods);
     let mut allocatable = Amounts::default();
     let mut unrequested = Amounts::default();
     let mut counted = 0;
@@ -162,6 +182,91 @@ pub fn count(nodes: &[Node], pods: &[Pod]) -> MemberCapacity {
         unrequested_memory_bytes: unrequested.memory_bytes,
         unrequested_pods: unrequested.pods,
         counted_unix_millis: 0,
+    }
+}
+
+/// What the last count saw, node by node, to estimate how many pods of a template fit
+/// ([`Room::fits`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Room {
+    /// Each schedulable node's unrequested amounts, by name.
+    free: BTreeMap<String, Amounts>,
+    /// The unfinished pods bound to schedulable nodes.
+    pods: Vec<BoundPod>,
+}
+
+/// A pod as [`Room`] keeps it.
+#[derive(Clone, Debug, PartialEq)]
+struct BoundPod {
+    namespace: String,
+    labels: BTreeMap<String, String>,
+    node: String,
+    request: Amounts,
+}
+
+/// The last [`Room`] counted, shared by the counter (which writes it) and the scale
+/// enforcer (which reads it); `None` before the first count.
+pub type SharedRoom = Arc<RwLock<Option<Arc<Room>>>>;
+
+impl Room {
+    /// The schedulable `nodes` with `pods` bound to them, node by node.
+    pub fn of(nodes: &[Node], pods: &[Pod]) -> Self {
+        let used = used_by_node(pods);
+        let free: BTreeMap<String, Amounts> = nodes
+            .iter()
+            .filter(|n| schedulable(n))
+            .map(|node| {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let a = Amounts::of(node.status.as_ref().and_then(|s| s.allocatable.as_ref()));
+                let free = a.less(used.get(name.as_str()).copied().unwrap_or_default());
+                (name, free)
+            })
+            .collect();
+        let pods = pods
+            .iter()
+            .filter_map(|pod| {
+                let node = bound_node(pod).filter(|n| free.contains_key(*n))?;
+                Some(BoundPod {
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    labels: pod.metadata.labels.clone().unwrap_or_default(),
+                    node: node.to_owned(),
+                    request: pod_request(pod),
+                })
+            })
+            .collect();
+        Self { free, pods }
+    }
+
+    /// How many pods requesting `per_pod` (an effective request, one pod included) the
+    /// schedulable nodes hold, the pods of `namespace` that `selector` matches counted as
+    /// room: on each node, the fewest of ⌊(unrequested + those pods' requests) / request⌋
+    /// over the resources the pod requests, summed. Counting a workload's own pods as room
+    /// makes the figure the same however many replicas it runs here, so a division by it
+    /// does not chase its own moves.
+    pub fn fits(&self, namespace: &str, selector: &LabelSelector, per_pod: Amounts) -> i64 {
+        let mut room = self.free.clone();
+        for pod in self.pods.iter().filter(|p| {
+            p.namespace == namespace
+                && accord_common::selector::matches(selector, &p.labels).unwrap_or(false)
+        }) {
+            if let Some(free) = room.get_mut(&pod.node) {
+                *free = free.plus(pod.request);
+            }
+        }
+        let per = |have: i64, need: i64| (need > 0).then(|| have.max(0) / need);
+        room.values()
+            .map(|free| {
+                [
+                    per(free.cpu_millis, per_pod.cpu_millis),
+                    per(free.memory_bytes, per_pod.memory_bytes),
+                    per(free.pods, per_pod.pods),
+                ]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(0)
+            })
+            .sum()
     }
 }
 
@@ -226,21 +331,21 @@ where
     }
 }
 
-/// Counts the member behind `client` once.
-pub async fn count_once(client: &kube::Client) -> Result<MemberCapacity, kube::Error> {
+/// Counts the member behind `client` once: the totals, and the room node by node.
+pub async fn count_once(client: &kube::Client) -> Result<(MemberCapacity, Room), kube::Error> {
     let nodes = list_all(&Api::<Node>::all(client.clone()), ListParams::default()).await?;
     let pods = list_all(
         &Api::<Pod>::all(client.clone()),
         ListParams::default().fields("status.phase!=Succeeded,status.phase!=Failed"),
     )
     .await?;
-    Ok(count(&nodes, &pods))
+    Ok((count(&nodes, &pods), Room::of(&nodes, &pods)))
 }
 
 /// Counts every `interval` and passes each count worth sending to `engine`, for as long as
 /// the task runs. A failed count is logged (a warning the first time in a row) and tried
 /// again at the next interval.
-pub async fn run(client: kube::Client, interval: Duration, engine: EngineHandle) {
+pub async fn run(client: kube::Client, interval: Duration, room: SharedRoom, engine: EngineHandle) {
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut sent: Option<MemberCapacity> = None;
@@ -248,8 +353,11 @@ pub async fn run(client: kube::Client, interval: Duration, engine: EngineHandle)
     loop {
         tick.tick().await;
         match count_once(&client).await {
-            Ok(mut next) => {
+            Ok((mut next, counted)) => {
                 failing = false;
+                *room
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(counted));
                 if worth_sending(sent.as_ref(), &next) {
                     next.counted_unix_millis = unix_millis();
                     debug!(?next, "member capacity changed");
@@ -297,6 +405,60 @@ mod tests {
             "status": {"phase": phase},
         }))
         .unwrap()
+    }
+
+    /// A pod of app `app` in namespace `ns` on `node`, requesting `cpu` and `memory`.
+    fn app_pod(ns: &str, app: &str, node: &str, cpu: &str, memory: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": ns, "labels": {"app": app}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            },
+            "status": {"phase": "Running"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn what_fits_is_counted_node_by_node_with_the_workloads_own_pods_as_room() {
+        let nodes = [
+            node("big", "4", "8Gi", "110"),
+            node("small", "2", "2Gi", "3"),
+        ];
+        let web = serde_json::from_value::<LabelSelector>(
+            serde_json::json!({"matchLabels": {"app": "web"}}),
+        )
+        .unwrap();
+        let per_pod = spec_request(
+            &serde_json::from_value(serde_json::json!({"containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}
+            ]}))
+            .unwrap(),
+        );
+        // Empty: big holds 8 (CPU and memory both 8), small 2 (memory), 10 in all.
+        assert_eq!(Room::of(&nodes, &[]).fits("prod", &web, per_pod), 10);
+        // Someone else's pod takes room; the workload's own pods do not.
+        let pods = [
+            app_pod("prod", "db", "big", "1", "1Gi"),
+            app_pod("prod", "web", "big", "500m", "1Gi"),
+            app_pod("prod", "web", "small", "500m", "1Gi"),
+            app_pod("other", "web", "small", "500m", "512Mi"),
+        ];
+        let room = Room::of(&nodes, &pods);
+        // big: cpu (4-1)/0.5 = 6, memory (8-1)/1 = 7 → 6; small: memory (2-0.5)/1 = 1,
+        // pods (3-1)/1 = 2 → 1.
+        assert_eq!(room.fits("prod", &web, per_pod), 7);
+        // The same whether the workload runs 2 or 0 pods: its own count as room.
+        let without_web = [pods[0].clone(), pods[3].clone()];
+        assert_eq!(
+            Room::of(&nodes, &without_web).fits("prod", &web, per_pod),
+            7
+        );
+        // A template that requests nothing is bounded by the pods the nodes admit (the
+        // others' pods taking one each).
+        let bare = spec_request(&PodSpec::default());
+        assert_eq!(room.fits("prod", &web, bare), (110 - 1) + (3 - 1));
     }
 
     #[test]

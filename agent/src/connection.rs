@@ -97,6 +97,8 @@ pub struct ConnectionConfig {
     pub heartbeat_interval: Duration,
     /// Interval between two counts of the member's capacity.
     pub capacity_interval: Duration,
+    /// Where each count's room node by node goes, for the scale enforcer's estimates.
+    pub room: crate::capacity::SharedRoom,
     /// Agent version for Hello.
     pub agent_version: String,
     /// The agent Lease's write fence: no new stream is opened while it is closed (this
@@ -154,6 +156,7 @@ pub async fn run(config: ConnectionConfig, engine: EngineHandle, metrics: Metric
     let _capacity = accord_common::runtime::AbortOnDrop(tokio::spawn(crate::capacity::run(
         config.client.clone(),
         config.capacity_interval,
+        config.room.clone(),
         engine.clone(),
     )));
     engine.wait_loaded().await;

@@ -175,6 +175,7 @@ mod tests {
                 updated: 7,
                 observed_generation: 5,
                 scale_request_id: "01J".into(),
+                fitting_replicas: None,
             }),
             applied_revision: 11,
             api_server_unavailable: false,
@@ -194,6 +195,7 @@ mod tests {
                 updated_replicas: 7,
                 observed_generation: 5,
                 scale_request_id: "01J".into(),
+                fitting_replicas: None,
             }))
         );
         assert!(!s.api_server_unavailable);

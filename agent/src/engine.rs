@@ -548,6 +548,14 @@ impl Engine {
             Input::Capacity(capacity) => {
                 self.capacity = Some(capacity);
                 self.send(agent_message::Body::MemberCapacity(capacity));
+                let again: Vec<PlacedRef> = self
+                    .enforcers
+                    .iter_mut()
+                    .flat_map(|e| e.capacity_counted())
+                    .collect();
+                for key in again {
+                    self.reconcile(&key);
+                }
             }
         }
     }

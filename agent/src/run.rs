@@ -211,7 +211,8 @@ async fn active(
         }
     };
     let store = std::sync::Arc::new(ConfigMapStore::new(client.clone(), &config.namespace));
-    let enforcers = enforcers(&client, &metrics, &config.namespace, &config.kafka);
+    let room = crate::capacity::SharedRoom::default();
+    let enforcers = enforcers(&client, &metrics, &config.namespace, &config.kafka, &room);
     let engine = engine::start_with(
         CoreConfig {
             cluster: identity.cluster.clone(),
@@ -234,6 +235,7 @@ async fn active(
             client,
             heartbeat_interval: config.heartbeat_interval,
             capacity_interval: config.capacity_interval,
+            room,
             agent_version: env!("CARGO_PKG_VERSION").to_owned(),
             fence,
         },
@@ -249,15 +251,21 @@ async fn active(
 
 /// The enforcers of this agent version, one per kind it enforces: the one place a kind is
 /// registered in the agent. `namespace` is the agent's own; Kafka topics and users share
-/// the connection Secret and resync interval of `kafka` (one Kafka per member).
+/// the connection Secret and resync interval of `kafka` (one Kafka per member); the scale
+/// enforcer estimates what fits from the capacity counter's `room`.
 pub fn enforcers(
     client: &kube::Client,
     metrics: &Metrics,
     namespace: &str,
     kafka: &KafkaOptions,
+    room: &crate::capacity::SharedRoom,
 ) -> Vec<Box<dyn Enforcer>> {
     vec![
-        Box::new(scale::ScaleEnforcer::new(client.clone(), metrics.clone())),
+        Box::new(scale::ScaleEnforcer::new(
+            client.clone(),
+            metrics.clone(),
+            room.clone(),
+        )),
         Box::new(promfed::PromfedEnforcer::new(
             client.clone(),
             namespace.to_owned(),

@@ -41,7 +41,13 @@ async fn engine(testbed: &Testbed, agent_ns: &str) -> Result<(EngineTask, Metric
             report_debounce: Duration::from_millis(50),
         },
         std::sync::Arc::new(ConfigMapStore::new(client.clone(), agent_ns)),
-        accord_agent::run::enforcers(&client, &metrics, agent_ns, &KafkaOptions::default()),
+        accord_agent::run::enforcers(
+            &client,
+            &metrics,
+            agent_ns,
+            &KafkaOptions::default(),
+            &Default::default(),
+        ),
         metrics.clone(),
     );
     tokio::time::timeout(WAIT, task.handle().wait_loaded())

@@ -758,6 +758,11 @@ pub struct ScaleObserved {
     pub observed_generation: i64,
     /// Scale request id stamped on the Deployment ("" when none).
     pub scale_request_id: String,
+    /// Replicas of the Deployment's pod template that fit in the member now, as its agent
+    /// estimates them (its own pods counted as room); `None` before the agent's first count
+    /// of its nodes and pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitting_replicas: Option<i64>,
 }
 
 /// Observed state of a Kafka topic.
@@ -888,6 +893,7 @@ impl Observed {
                 updated_replicas: r.updated,
                 observed_generation: r.observed_generation,
                 scale_request_id: r.scale_request_id.clone(),
+                fitting_replicas: r.fitting_replicas,
             }),
             Self::KafkaTopic(t) => pb::status_report::Observed::KafkaTopic(pb::KafkaTopicStatus {
                 partitions: t.partitions,
@@ -937,6 +943,7 @@ impl Observed {
                 updated: r.updated_replicas,
                 observed_generation: r.observed_generation,
                 scale_request_id: r.scale_request_id,
+                fitting_replicas: r.fitting_replicas,
             }),
             Some(pb::status_report::Observed::KafkaTopic(t)) => {
                 Self::KafkaTopic(KafkaTopicObserved {
@@ -1117,6 +1124,7 @@ mod tests {
                 updated: 3,
                 observed_generation: 4,
                 scale_request_id: "01J".into(),
+                fitting_replicas: Some(17),
             }),
             Observed::KafkaTopic(KafkaTopicObserved {
                 partitions: 12,

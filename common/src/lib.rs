@@ -17,5 +17,6 @@ pub mod promfed;
 pub mod quantity;
 pub mod register;
 pub mod runtime;
+pub mod selector;
 pub mod token;
 pub mod watch;

@@ -15,8 +15,8 @@
 //!    and `spec.overrides[].clusterSelector` are an override's own filter and do not move.
 //! 3. FederatedKafkaUser: `spec.username` ↔ `spec.userName` (named like a
 //!    FederatedKafkaTopic's `topicName`).
-//! 4. CrossClusterScalePolicy: v1beta1 has an optional `spec.placement`, which v1alpha1
-//!    cannot hold.
+//! 4. CrossClusterScalePolicy: v1beta1 has an optional `spec.placement` and
+//!    `spec.weighting`, which v1alpha1 cannot hold.
 //! 5. ManagedCluster, KafkaTopicPolicy: the apiVersion only.
 //!
 //! `status` is the same in both versions.
@@ -26,7 +26,7 @@
 //! The API server may read a v1beta1 object through v1alpha1 and write it back, so nothing
 //! may be lost on the way. Down (to v1alpha1), what v1alpha1 cannot hold is kept as JSON in
 //! annotation [`LOSSLESS_ANNOTATION`], shaped like the object (`{"spec":{"placement":…}}`):
-//! a CrossClusterScalePolicy's whole `spec.placement`, and of the four placement kinds' every
+//! a CrossClusterScalePolicy's whole `spec.placement` and its `spec.weighting`, and of the four placement kinds' every
 //! key of `spec.placement` other than `clusters`/`clusterSelector` (the whole value when it is
 //! not an object). Up (to v1beta1) the fields move back, the annotation is removed, and each
 //! field it holds that is absent after the move is restored: fields present in the object win,
@@ -306,8 +306,10 @@ fn down(
         match shape {
             Shape::Same => {}
             Shape::OptionalPlacement => {
-                if let Some(placement) = spec.remove("placement") {
-                    kept_spec.insert("placement".into(), placement);
+                for field in ["placement", "weighting"] {
+                    if let Some(value) = spec.remove(field) {
+                        kept_spec.insert(field.into(), value);
+                    }
                 }
             }
             Shape::Placement | Shape::PlacementAndUserName => {
@@ -670,7 +672,8 @@ mod tests {
         let beta = object(
             BETA,
             "CrossClusterScalePolicy",
-            json!({"placement": placement, "distribution": [], "desiredReplicas": 3}),
+            json!({"placement": placement, "distribution": [], "desiredReplicas": 3,
+                   "weighting": "AvailableCapacity"}),
         );
         let alpha = down(&beta);
         assert_eq!(alpha["apiVersion"], ALPHA);
@@ -680,7 +683,7 @@ mod tests {
         );
         assert_eq!(
             lossless(&alpha),
-            Some(json!({"spec": {"placement": placement}}))
+            Some(json!({"spec": {"placement": placement, "weighting": "AvailableCapacity"}}))
         );
         assert_eq!(up(&alpha), beta);
     }

@@ -66,7 +66,12 @@ pub struct ManagedClusterSpec {
     /// Taints keep placements away from this cluster unless the object's
     /// `spec.placement.tolerations` tolerate them: NoSchedule (no new placement),
     /// NoExecute (existing ones leave too), PreferNoSchedule (replicas only when the other
-    /// clusters have no room).
+    /// clusters have no room). The hub sets and clears two of its own from what it
+    /// observes: `accord.io/unreachable:NoExecute` (no heartbeat from the agent) and
+    /// `accord.io/api-server-unavailable:NoExecute` (the agent reports its API server
+    /// down); an object that names neither in its tolerations tolerates them, except a
+    /// CrossClusterScalePolicy with failover, which tolerates `accord.io/unreachable` for
+    /// 0 seconds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub taints: Vec<ClusterTaint>,
@@ -79,6 +84,18 @@ pub struct ManagedClusterSpec {
     #[schemars(length(max = 2048))]
     #[x_kube(validation = Rule::new("self.startsWith('http://') || self.startsWith('https://')").message(messages::FEDERATION_ENDPOINT))]
     pub federation_endpoint: Option<String>,
+}
+
+/// The taint the hub puts on a cluster whose agent it has no heartbeat from (its
+/// `Available` condition is not `True`).
+pub const UNREACHABLE_TAINT: &str = "accord.io/unreachable";
+/// The taint the hub puts on a cluster whose agent reports its member API server down (its
+/// `APIServerAvailable` condition is `False`).
+pub const API_SERVER_UNAVAILABLE_TAINT: &str = "accord.io/api-server-unavailable";
+
+/// Whether `key` is one of the taints the hub sets and clears itself.
+pub fn is_hub_taint(key: &str) -> bool {
+    key == UNREACHABLE_TAINT || key == API_SERVER_UNAVAILABLE_TAINT
 }
 
 /// A taint on a member cluster.

@@ -188,6 +188,9 @@ pub const SPREAD_MAX_SKEW_RANGE: &str = "spread.maxSkew must be 1 to 1,000,000";
 /// `maxSkew` on a kind that places whole copies.
 pub const SPREAD_MAX_SKEW_DIVIDED_ONLY: &str = "spread.maxSkew applies to divided replicas \
      (CrossClusterScalePolicy); this kind places a whole copy in every chosen cluster";
+/// `weighting: AvailableCapacity` with `maxSkew`.
+pub const WEIGHTING_NO_MAX_SKEW: &str = "weighting AvailableCapacity cannot be combined with \
+     placement.spread.maxSkew; divide by capacity or hold the skew, not both";
 /// `minGroups` above `numberOfClusters`.
 pub const SPREAD_MIN_ABOVE_COUNT: &str =
     "spread.minGroups must not be greater than numberOfClusters (each group needs a cluster)";

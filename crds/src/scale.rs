@@ -48,6 +48,7 @@ pub(crate) const ALL_CLUSTER_NAMES_RULE: &str =
     )
 )]
 #[x_kube(validation = Rule::new("has(self.placement) || (has(self.distribution) && size(self.distribution) > 0)").message(messages::DISTRIBUTION_NOT_EMPTY))]
+#[x_kube(validation = Rule::new("!has(self.weighting) || self.weighting != 'AvailableCapacity' || !has(self.placement) || !has(self.placement.spread) || !has(self.placement.spread.maxSkew)").message(messages::WEIGHTING_NO_MAX_SKEW))]
 #[serde(rename_all = "camelCase")]
 pub struct CrossClusterScalePolicySpec {
     /// The workload to scale. The same name is used in every member cluster; the namespace
@@ -80,6 +81,17 @@ pub struct CrossClusterScalePolicySpec {
         validation = Rule::new("self.all(a, self.exists_one(b, b.cluster == a.cluster))").message(messages::DISTRIBUTION_UNIQUE)
     )]
     pub distribution: Vec<ClusterShare>,
+
+    /// What the shares are proportional to. `Static` (the default): each cluster's
+    /// `weight`. `AvailableCapacity`: the replicas of the target's pod template that fit in
+    /// the cluster now, as its agent estimates them from its nodes' unrequested CPU, memory
+    /// and pods (the target's own pods counted as room, so moving replicas does not change
+    /// the estimate); weights break ties. No cluster gets more than fits while another has
+    /// room; once every cluster is full the rest is divided by weight. Until every cluster
+    /// has reported an estimate the division is by weight (the ScaleDecision Event says
+    /// so). Not with `placement.spread.maxSkew`.
+    #[serde(default, skip_serializing_if = "Weighting::is_static")]
+    pub weighting: Weighting,
 
     /// What happens when a cluster becomes unavailable.
     #[serde(default)]
@@ -178,6 +190,25 @@ pub struct ClusterShare {
         validation = Rule::new(format!("self <= {}", bounds::MAX_REPLICAS)).message(messages::REPLICAS_MAX)
     )]
     pub max_replicas: Option<i32>,
+}
+
+/// What a CrossClusterScalePolicy's shares are proportional to.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum Weighting {
+    /// Each cluster's `weight`.
+    #[default]
+    Static,
+    /// The replicas that fit in each cluster, as its agent estimates them.
+    AvailableCapacity,
+}
+
+impl Weighting {
+    /// Whether this is the default, [`Weighting::Static`].
+    pub fn is_static(&self) -> bool {
+        *self == Weighting::Static
+    }
 }
 
 /// Failover behaviour.

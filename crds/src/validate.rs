@@ -265,6 +265,16 @@ impl Validate for CrossClusterScalePolicySpec {
         if let Some(placement) = &self.placement {
             check_cluster_selection(&mut errs, placement);
         }
+        let skewed = self
+            .placement
+            .as_ref()
+            .and_then(|p| p.spread.as_ref())
+            .is_some_and(|s| s.max_skew.is_some());
+        errs.check(
+            self.weighting != crate::scale::Weighting::AvailableCapacity || !skewed,
+            "spec.weighting",
+            m::WEIGHTING_NO_MAX_SKEW,
+        );
         let mut seen = BTreeSet::new();
         for (i, d) in self.distribution.iter().enumerate() {
             let path = format!("spec.distribution[{i}]");

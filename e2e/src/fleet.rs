@@ -74,6 +74,40 @@ pub async fn patch_managed_cluster(
     Ok(())
 }
 
+/// Waits until ManagedCluster `cluster`'s `spec.taints` has the hub's own taint `key`
+/// (`present`) or has it no more, within `within`.
+pub async fn wait_hub_taint(
+    testbed: &Testbed,
+    cluster: &str,
+    key: &str,
+    present: bool,
+    within: std::time::Duration,
+) -> Result<()> {
+    let api: Api<accord_crds::ManagedCluster> = Api::all(testbed.mgmt().client());
+    let what = if present { "set" } else { "cleared" };
+    crate::wait::until(
+        &format!("{cluster}'s taint {key} {what}"),
+        within,
+        || async {
+            let taints: Vec<String> = api
+                .get(cluster)
+                .await?
+                .spec
+                .taints
+                .iter()
+                .map(|t| format!("{}:{:?}", t.key, t.effect))
+                .collect();
+            let has = taints.iter().any(|t| *t == format!("{key}:NoExecute"));
+            Ok(if has == present {
+                crate::wait::Check::Ready(())
+            } else {
+                crate::wait::Check::NotYet(format!("{taints:?}"))
+            })
+        },
+    )
+    .await
+}
+
 /// Creates `name` on `cluster` if it does not exist.
 pub async fn ensure_namespace(cluster: &Cluster, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(cluster.client());

@@ -5,8 +5,9 @@
 //! that says why and its share where it is; after SIGCONT the condition turns True and the
 //! placement Synced, with the same agent process throughout.
 
+use accord_crds::managed_cluster::API_SERVER_UNAVAILABLE_TAINT;
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PlacementState};
-use accord_e2e::fleet::{Fleet, ensure_namespace, pause_deployment};
+use accord_e2e::fleet::{Fleet, ensure_namespace, pause_deployment, wait_hub_taint};
 use accord_e2e::process::Frozen;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -142,6 +143,7 @@ fn a_frozen_member_api_server_is_reported_within_ten_seconds_and_nothing_moves()
             started.elapsed().as_secs_f64()
         );
         ensure!(reason == "ReadyzFailed", "{reason}");
+        wait_hub_taint(testbed, "mh-1", API_SERVER_UNAVAILABLE_TAINT, true, STEP).await?;
         ensure!(message.contains("/readyz"), "the probe's error: {message}");
         let available = condition(testbed, "mh-1", "Available").await?;
         ensure!(
@@ -189,6 +191,7 @@ fn a_frozen_member_api_server_is_reported_within_ten_seconds_and_nothing_moves()
             "member API server thawed: APIServerAvailable=True after {:.1} s",
             thawed.elapsed().as_secs_f64()
         );
+        wait_hub_taint(testbed, "mh-1", API_SERVER_UNAVAILABLE_TAINT, false, STEP).await?;
         until("mh-1 Synced with 3", STEP, || async {
             Ok(match placement(testbed, "mh-1").await? {
                 Some((PlacementState::Synced, 3, _)) => Check::Ready(()),

@@ -5,10 +5,11 @@
 //! Each test runs its own hub (own etcd prefix) and its own agents, with cluster names of
 //! its own, against the shared three member clusters; tests use separate namespaces.
 
+use accord_crds::managed_cluster::UNREACHABLE_TAINT;
 use accord_crds::{
     CrossClusterScalePolicy, ManagedCluster, PlacementState, SCALE_REQUEST_ANNOTATION,
 };
-use accord_e2e::fleet::Fleet;
+use accord_e2e::fleet::{Fleet, wait_hub_taint};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
@@ -309,9 +310,12 @@ fn a_killed_agents_share_moves_within_five_seconds_and_returns_once() {
         let status = wait_states(testbed, ns, "web", &[("fo-3", PlacementState::Unavailable)], Duration::from_secs(10)).await?;
         // Its share is on the others, but it is told to keep the 3 it runs, never 0.
         ensure!(status.placements.iter().find(|p| p.cluster == "fo-3").map(|p| p.desired_replicas) == Some(3));
+        // The hub says so on the cluster: its own taint, cleared when the agent is back.
+        wait_hub_taint(testbed, "fo-3", UNREACHABLE_TAINT, true, Duration::from_secs(30)).await?;
 
         // Back: shares return once after the 5 s cooldown, then stay.
         fed.start_agent("fo-3")?;
+        wait_hub_taint(testbed, "fo-3", UNREACHABLE_TAINT, false, Duration::from_secs(30)).await?;
         let returned = wait_replicas(testbed, ns, "web", &[(0, 3), (1, 3), (2, 3)], Duration::from_secs(30)).await?;
         let api: Api<Deployment> = Api::namespaced(testbed.members()[0].client(), ns);
         let generation = api.get("web").await?.metadata.generation;

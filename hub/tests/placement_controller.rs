@@ -209,6 +209,7 @@ impl Harness {
                 updated: ready,
                 observed_generation: 1,
                 scale_request_id: String::new(),
+                fitting_replicas: None,
             }),
         };
         let key = self.store.keys().status(

@@ -1,11 +1,12 @@
-//! Property tests for `accord_hub::scale::division::divide`: exact sums, bounds, determinism and
-//! the monotonicity invariants DESIGN.md section 2 promises, all with min/max bounds.
+//! Property tests for `accord_hub::scale::division`: exact sums, bounds, determinism and
+//! the monotonicity invariants DESIGN.md section 2 promises, all with min/max bounds; the
+//! skew (`divide_with_skew`) and the division by capacity (`divide_by_capacity`).
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use accord_hub::scale::division::{
-    Candidate, Division, Infeasibility, SkewGroups, divide, divide_with_skew,
+    Candidate, Division, Infeasibility, SkewGroups, divide, divide_by_capacity, divide_with_skew,
 };
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -352,4 +353,108 @@ proptest! {
         let groups = SkewGroups { by_label: "region".into(), max_skew: u32::MAX / 4, group_of };
         prop_assert_eq!(divide_with_skew(total, &candidates, &groups), divide(total, &candidates));
     }
+}
+
+/// What fits in each of `candidates` (0..=30 each, ties frequent).
+fn fits_for(candidates: &[Candidate], picks: &[u32]) -> Vec<u32> {
+    (0..candidates.len()).map(|i| picks[i]).collect()
+}
+
+/// A candidate's room by capacity: its fit within its bounds, its `min` winning.
+fn room(c: &Candidate, fit: u32) -> u32 {
+    fit.clamp(c.min, c.max.unwrap_or(u32::MAX).max(c.min))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// `weighting: AvailableCapacity`: exact exactly when the bounds allow the total, every
+    /// share within its bounds, and never more into a cluster than fits (its room) while
+    /// another cluster has room left.
+    #[test]
+    fn capacity_never_overfills_a_cluster_while_another_has_room(
+        total in 0..=300u32,
+        candidates in candidates(),
+        picks in prop::collection::vec(prop_oneof![0..=30u32, 0..=3u32], 8),
+    ) {
+        let fits = fits_for(&candidates, &picks);
+        let division = divide_by_capacity(total, &candidates, &fits);
+        prop_assert_eq!(division.is_exact(), feasible(total, &candidates));
+        let shares = replicas(&division);
+        if division.is_exact() {
+            prop_assert_eq!(shares.iter().map(|&r| u64::from(r)).sum::<u64>(), u64::from(total));
+            for (c, &r) in candidates.iter().zip(&shares) {
+                prop_assert!(r >= c.min && c.max.is_none_or(|m| r <= m));
+            }
+            let over = candidates.iter().zip(&fits).zip(&shares).any(|((c, &f), &r)| r > room(c, f));
+            let room_left = candidates.iter().zip(&fits).zip(&shares).any(|((c, &f), &r)| r < room(c, f));
+            prop_assert!(!(over && room_left), "overfilled while room is left: {shares:?}, fits {fits:?}");
+        }
+    }
+
+    /// House-monotone: one more replica never lowers a share (feasible totals).
+    #[test]
+    fn capacity_division_is_house_monotone(
+        total in 0..=300u32,
+        candidates in candidates(),
+        picks in prop::collection::vec(prop_oneof![0..=30u32, 0..=3u32], 8),
+    ) {
+        let fits = fits_for(&candidates, &picks);
+        prop_assume!(feasible(total, &candidates) && feasible(total + 1, &candidates));
+        let before = replicas(&divide_by_capacity(total, &candidates, &fits));
+        let after = replicas(&divide_by_capacity(total + 1, &candidates, &fits));
+        for (b, a) in before.iter().zip(&after) {
+            prop_assert!(a >= b, "{before:?} → {after:?} (fits {fits:?})");
+        }
+        let gained: u32 = after.iter().zip(&before).map(|(a, b)| a - b).sum();
+        prop_assert_eq!(gained, 1);
+    }
+
+    /// Where nothing bounds the clusters and everything fits, shares follow the fits: a
+    /// cluster with more room never gets fewer replicas than one with less.
+    #[test]
+    fn more_room_never_means_fewer_replicas(
+        candidates in candidates(),
+        picks in prop::collection::vec(0..=30u32, 8),
+    ) {
+        let free: Vec<Candidate> = candidates.iter().map(|c| Candidate::new(c.cluster.clone(), c.weight)).collect();
+        let fits = fits_for(&free, &picks);
+        let total = fits.iter().sum::<u32>() / 2;
+        let shares = replicas(&divide_by_capacity(total, &free, &fits));
+        for i in 0..free.len() {
+            for j in 0..free.len() {
+                if fits[i] > fits[j] {
+                    prop_assert!(shares[i] >= shares[j], "fits {fits:?} → {shares:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn equal_fits_are_broken_by_weight_and_a_full_fleet_takes_the_rest_by_weight() {
+    let candidates = [Candidate::new("a", 1), Candidate::new("b", 3)];
+    // Both fit 10: the heavier gets the odd replica.
+    assert_eq!(
+        replicas(&divide_by_capacity(1, &candidates, &[10, 10])),
+        [0, 1]
+    );
+    assert_eq!(
+        replicas(&divide_by_capacity(20, &candidates, &[10, 10])),
+        [10, 10]
+    );
+    // Beyond what fits: 4 more, 1:3 by weight.
+    assert_eq!(
+        replicas(&divide_by_capacity(24, &candidates, &[10, 10])),
+        [11, 13]
+    );
+    // Proportional to what fits: 30 over fits 20 and 10 is 20 and 10, and half is 10 and 5.
+    assert_eq!(
+        replicas(&divide_by_capacity(30, &candidates, &[20, 10])),
+        [20, 10]
+    );
+    assert_eq!(
+        replicas(&divide_by_capacity(15, &candidates, &[20, 10])),
+        [10, 5]
+    );
 }

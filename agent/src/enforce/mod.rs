@@ -63,6 +63,12 @@ pub trait Enforcer: Send + 'static {
     /// One of its watches saw something; returns the placed objects to look at again.
     fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef>;
 
+    /// The member's capacity was counted anew and moved beyond the counter's threshold;
+    /// returns the placed objects whose judgement reads it, to look at again.
+    fn capacity_counted(&mut self) -> Vec<PlacedRef> {
+        Vec::new()
+    }
+
     /// Judges one placed object from what the watches hold, without I/O. `apply_error` is the
     /// last failed apply, while it stands. `None` while its caches are not
     /// filled yet: an event follows when they are.
@@ -110,6 +116,11 @@ pub trait KindEnforcer: Send + 'static {
     /// [`Enforcer::event`].
     fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef>;
 
+    /// [`Enforcer::capacity_counted`].
+    fn capacity_counted(&mut self) -> Vec<PlacedRef> {
+        Vec::new()
+    }
+
     /// [`Enforcer::look`] at a placed object whose spec is `spec`.
     fn look(
         &self,
@@ -151,6 +162,10 @@ impl<E: KindEnforcer> Enforcer for E {
 
     fn event(&mut self, event: WatchEvent) -> Vec<PlacedRef> {
         KindEnforcer::event(self, event)
+    }
+
+    fn capacity_counted(&mut self) -> Vec<PlacedRef> {
+        KindEnforcer::capacity_counted(self)
     }
 
     fn look(

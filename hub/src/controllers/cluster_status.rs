@@ -26,6 +26,7 @@
 //! still run).
 
 use accord_crds::conditions::{self, Desired, Status as CondStatus, reasons, types};
+use accord_crds::managed_cluster::{API_SERVER_UNAVAILABLE_TAINT, UNREACHABLE_TAINT, is_hub_taint};
 use accord_crds::{HUB_FIELD_MANAGER, ManagedClusterStatus};
 use dashmap::DashSet;
 use futures::StreamExt;
@@ -254,9 +255,9 @@ pub enum StatusWriteError {
     /// etcd failed while reading or deleting the cluster's registry record.
     #[error("cluster registry")]
     Store(#[from] crate::store::StoreError),
-    /// The finalizer patch could not be built.
-    #[error("finalizer patch: {0}")]
-    Finalizer(String),
+    /// A JSON patch (the finalizer, the hub's taints) could not be built.
+    #[error("JSON patch: {0}")]
+    JsonPatch(String),
 }
 
 impl ErrorCategory for StatusWriteError {
@@ -264,7 +265,7 @@ impl ErrorCategory for StatusWriteError {
         match self {
             Self::Kube(_) => "kubernetes",
             Self::Store(e) => e.kind(),
-            Self::Finalizer(_) => "finalizer",
+            Self::JsonPatch(_) => "json_patch",
         }
     }
 
@@ -518,7 +519,8 @@ async fn reconcile(
         (None, None) => return Ok(()),
     };
     let now = Time(Timestamp::now());
-    let Some(status) = desired_status_with(
+    let spec = object.as_ref().and_then(|o| o.pointer("/spec").cloned());
+    let status = desired_status_with(
         record.is_some(),
         connected,
         spec_error.as_deref(),
@@ -527,7 +529,11 @@ async fn reconcile(
         generation,
         &now,
         heartbeat_refresh,
-    ) else {
+    );
+    let Some(status) = status else {
+        if let Some(shown) = &current {
+            write_hub_taints(api, name, spec.as_ref(), shown).await?;
+        }
         return Ok(());
     };
     let newly_invalid = spec_error.is_some()
@@ -538,6 +544,7 @@ async fn reconcile(
     debug!(cluster = name, "writing ManagedCluster status");
     super::patch_status(api, name, current.as_ref(), &status).await?;
     ctx.metrics.status_writes.inc();
+    write_hub_taints(api, name, spec.as_ref(), &status).await?;
     if let (true, Some(object), Some(error)) = (newly_invalid, &object, &spec_error) {
         ctx.metrics.error("invalid_spec");
         ctx.note(
@@ -548,6 +555,85 @@ async fn reconcile(
             ),
         );
     }
+    Ok(())
+}
+
+/// The `spec.taints` a cluster whose status is `status` carries: its own as they are, then
+/// the hub's — `accord.io/unreachable:NoExecute` while `Available` is not `True` (once its
+/// agent has connected at all),
+/// `accord.io/api-server-unavailable:NoExecute` while `APIServerAvailable` is `False`; `None`
+/// when `spec` says so already. (Placement reads the hub's taints from the conditions
+/// themselves; these are for people and tools to see.)
+pub fn hub_taints(
+    spec: Option<&serde_json::Value>,
+    status: &ManagedClusterStatus,
+) -> Option<Vec<serde_json::Value>> {
+    let current: Vec<serde_json::Value> = spec
+        .and_then(|s| s.get("taints"))
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut next: Vec<serde_json::Value> = current
+        .iter()
+        .filter(|t| {
+            !t.get("key")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(is_hub_taint)
+        })
+        .cloned()
+        .collect();
+    let hub_taint = |key: &str| serde_json::json!({"key": key, "effect": "NoExecute"});
+    // A cluster whose agent never connected is left untainted here (its conditions say so,
+    // and placement reads them): a join storm of thousands would write every cluster's spec
+    // twice in its first second.
+    let connected_once = status.last_heartbeat_time.is_some();
+    if connected_once && !conditions::is_true(&status.conditions, types::AVAILABLE) {
+        next.push(hub_taint(UNREACHABLE_TAINT));
+    }
+    if conditions::find(&status.conditions, API_SERVER_AVAILABLE)
+        .is_some_and(|c| c.status == "False")
+    {
+        next.push(hub_taint(API_SERVER_UNAVAILABLE_TAINT));
+    }
+    (next != current).then_some(next)
+}
+
+/// Sets the hub's own taints in `spec.taints` ([`hub_taints`]), if they are not there yet,
+/// with a test of the list it read so that a concurrent edit of the taints is never lost
+/// (the write fails and the next reconcile reads again).
+async fn write_hub_taints(
+    api: &Api<ClusterObject>,
+    name: &str,
+    spec: Option<&serde_json::Value>,
+    status: &ManagedClusterStatus,
+) -> Result<(), StatusWriteError> {
+    let Some(next) = hub_taints(spec, status) else {
+        return Ok(());
+    };
+    let ops = match spec {
+        Some(spec) => match spec.get("taints") {
+            Some(taints) if next.is_empty() => serde_json::json!([
+                {"op": "test", "path": "/spec/taints", "value": taints},
+                {"op": "remove", "path": "/spec/taints"},
+            ]),
+            Some(taints) => serde_json::json!([
+                {"op": "test", "path": "/spec/taints", "value": taints},
+                {"op": "replace", "path": "/spec/taints", "value": next},
+            ]),
+            None => serde_json::json!([
+                {"op": "test", "path": "/spec", "value": spec},
+                {"op": "add", "path": "/spec/taints", "value": next},
+            ]),
+        },
+        None => serde_json::json!([{"op": "add", "path": "/spec", "value": {"taints": next}}]),
+    };
+    debug!(cluster = name, taints = ?next, "writing the hub's taints");
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(json_patch_of(ops)?),
+    )
+    .await?;
     Ok(())
 }
 
@@ -584,7 +670,7 @@ async fn revoke_on_deletion(
     }
     // The test makes the removal fail rather than remove another finalizer if the list
     // changed meanwhile (the change reconciles the object again).
-    let patch = finalizer_patch(serde_json::json!([
+    let patch = json_patch_of(serde_json::json!([
         {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": REGISTRATION_FINALIZER},
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
     ]))?;
@@ -623,16 +709,16 @@ async fn add_registration_finalizer(
     api.patch(
         &object.name_any(),
         &PatchParams::default(),
-        &Patch::Json::<()>(finalizer_patch(patch)?),
+        &Patch::Json::<()>(json_patch_of(patch)?),
     )
     .await?;
     Ok(())
 }
 
-fn finalizer_patch<P: serde::de::DeserializeOwned>(
+fn json_patch_of<P: serde::de::DeserializeOwned>(
     value: serde_json::Value,
 ) -> Result<P, StatusWriteError> {
-    serde_json::from_value(value).map_err(|e| StatusWriteError::Finalizer(e.to_string()))
+    serde_json::from_value(value).map_err(|e| StatusWriteError::JsonPatch(e.to_string()))
 }
 
 /// A deduplicating queue of cluster names.
@@ -691,6 +777,57 @@ mod tests {
         assert_eq!(s.hub_replica.as_deref(), Some("hub-0"));
         assert_eq!(s.kubernetes_version.as_deref(), Some("v1.34.4"));
         assert_eq!(s.last_heartbeat_time, Some(at(100)));
+    }
+
+    #[test]
+    fn the_hub_sets_and_clears_its_own_taints_and_keeps_the_users() {
+        let up = desired_status(true, Some(&conn()), None, None, Some(1), &at(100)).unwrap();
+        let away = desired_status(true, None, None, Some(&up), Some(1), &at(200)).unwrap();
+        let mine = serde_json::json!({"key": "accord.io/maintenance", "effect": "NoSchedule"});
+        let spec = serde_json::json!({"weight": 3, "taints": [mine]});
+        // Away: the unreachable taint after the user's own.
+        let tainted = hub_taints(Some(&spec), &away).unwrap();
+        assert_eq!(
+            tainted,
+            [
+                mine.clone(),
+                serde_json::json!({"key": UNREACHABLE_TAINT, "effect": "NoExecute"})
+            ]
+        );
+        let spec_tainted = serde_json::json!({"weight": 3, "taints": tainted});
+        assert_eq!(hub_taints(Some(&spec_tainted), &away), None, "written once");
+        // Back: cleared, the user's kept.
+        assert_eq!(hub_taints(Some(&spec_tainted), &up), Some(vec![mine]));
+        assert_eq!(hub_taints(Some(&spec), &up), None);
+        assert_eq!(hub_taints(None, &up), None);
+        // Never connected: not written (placement reads the conditions all the same).
+        let never = desired_status(true, None, None, None, Some(1), &at(100)).unwrap();
+        assert_eq!(hub_taints(None, &never), None);
+        // The member API server down while the agent is connected.
+        let reports = MemberReports {
+            api_server: Some(api_server_condition(
+                Some(&conn()),
+                Some(&health(false, "GET /readyz: timed out")),
+            )),
+            capacity: None,
+        };
+        let frozen = desired_status_with(
+            true,
+            Some(&conn()),
+            None,
+            &reports,
+            Some(&up),
+            Some(1),
+            &at(300),
+            HEARTBEAT_REFRESH_INTERVAL,
+        )
+        .unwrap();
+        assert_eq!(
+            hub_taints(None, &frozen),
+            Some(vec![
+                serde_json::json!({"key": API_SERVER_UNAVAILABLE_TAINT, "effect": "NoExecute"})
+            ])
+        );
     }
 
     #[test]

@@ -26,9 +26,13 @@ pub struct ClusterInfo {
     pub available: bool,
     /// When `Available` last changed, Unix seconds (0 when it has no such condition).
     pub available_since_unix: i64,
+    /// Since when its `APIServerAvailable` condition has been `False` (the agent reports
+    /// its member API server down), Unix seconds; `None` while it is anything else.
+    pub api_server_unavailable_since_unix: Option<i64>,
     /// `spec.unschedulable`: drained, it gets no new share.
     pub unschedulable: bool,
-    /// `spec.taints`, with when the [`ClusterIndex`] first saw each.
+    /// `spec.taints` but the hub's own (which [`super::taints::judge`] takes from the
+    /// conditions), with when the [`ClusterIndex`] first saw each.
     pub taints: Vec<super::taints::SeenTaint>,
     /// `spec` as stored, for the fields only one kind reads (e.g. `federationEndpoint`).
     pub spec: serde_json::Value,
@@ -40,10 +44,17 @@ impl ClusterInfo {
         let conditions = mc.conditions();
         let available = conditions::find(&conditions, types::AVAILABLE)
             .map(|c| (c.status == "True", c.last_transition_time.0.as_second()));
+        let api_server_down = conditions::find(
+            &conditions,
+            crate::controllers::cluster_status::API_SERVER_AVAILABLE,
+        )
+        .filter(|c| c.status == "False")
+        .map(|c| c.last_transition_time.0.as_second());
         Self {
             labels: mc.labels().clone(),
             available: available.is_some_and(|a| a.0),
             available_since_unix: available.map_or(0, |a| a.1),
+            api_server_unavailable_since_unix: api_server_down,
             unschedulable: mc
                 .pointer("/spec/unschedulable")
                 .and_then(serde_json::Value::as_bool)
@@ -233,44 +244,10 @@ pub fn matches(
     labels: &BTreeMap<String, String>,
     field: &str,
 ) -> Result<bool, SelectorError> {
-    let error = |reason: String| SelectorError {
+    accord_common::selector::matches(selector, labels).map_err(|reason| SelectorError {
         field: field.to_owned(),
         reason,
-    };
-    let mut ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    for (i, e) in selector.match_expressions.iter().flatten().enumerate() {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        let holds = match e.operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(error(format!(
-                    "matchExpressions[{i}]: operator {} needs at least one value",
-                    e.operator
-                )));
-            }
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(error(format!(
-                    "matchExpressions[{i}]: operator {} takes no values",
-                    e.operator
-                )));
-            }
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            other => {
-                return Err(error(format!(
-                    "matchExpressions[{i}]: unknown operator {other:?} (use In, NotIn, Exists or DoesNotExist)"
-                )));
-            }
-        };
-        ok &= holds;
-    }
-    Ok(ok)
+    })
 }
 
 #[cfg(test)]

@@ -10,11 +10,23 @@
 //!   (divided replicas); a kind that sends every selected cluster its own copy has nothing
 //!   to move, so there it changes nothing.
 //!
+//! The hub's own taints, `accord.io/unreachable` and `accord.io/api-server-unavailable`
+//! (both NoExecute), come from the cluster's conditions, not from its spec (where the
+//! cluster status controller writes them for people to see): the decision never waits for
+//! that write, and the time a toleration counts from is the condition's transition. An
+//! object whose tolerations match neither tolerates them for ever: removing what an
+//! unreachable cluster runs cannot be done until it is back, and eviction on a heartbeat
+//! lost is what Karmada's users learned to turn off. CrossClusterScalePolicy's failover is
+//! the exception it asks for itself (a default toleration of 0 seconds, see
+//! `scale::plan`).
+//!
 //! [`judge`] is the one rule; [`hold_tainted`] applies it to the shares of a kind that
 //! sends every selected cluster the same content (the framework does that after the kind
 //! decided), and CrossClusterScalePolicy's division reads [`judge`] itself.
 
-use accord_crds::managed_cluster::TaintEffect;
+use accord_crds::managed_cluster::{
+    API_SERVER_UNAVAILABLE_TAINT, TaintEffect, UNREACHABLE_TAINT, is_hub_taint,
+};
 use accord_crds::placement::Toleration;
 
 use super::record::{Hold, ShareRecord};
@@ -58,6 +70,8 @@ pub fn taints_of(spec: &serde_json::Value) -> Vec<SeenTaint> {
         .filter_map(|t| {
             serde_json::from_value::<accord_crds::managed_cluster::ClusterTaint>(t.clone()).ok()
         })
+        // The hub's own are read from the conditions they stand for ([`observed`]).
+        .filter(|t| !is_hub_taint(&t.key))
         .map(|t| SeenTaint {
             key: t.key,
             value: t.value,
@@ -65,6 +79,23 @@ pub fn taints_of(spec: &serde_json::Value) -> Vec<SeenTaint> {
             since_unix: 0,
         })
         .collect()
+}
+
+/// The hub's own taints on `cluster`, from its conditions, each dated from the
+/// condition's transition.
+pub fn observed(cluster: &ClusterInfo) -> impl Iterator<Item = SeenTaint> {
+    let hub_taint = |key: &str, since_unix| SeenTaint {
+        key: key.to_owned(),
+        value: None,
+        effect: TaintEffect::NoExecute,
+        since_unix,
+    };
+    let unreachable =
+        (!cluster.available).then(|| hub_taint(UNREACHABLE_TAINT, cluster.available_since_unix));
+    let api_server = cluster
+        .api_server_unavailable_since_unix
+        .map(|since| hub_taint(API_SERVER_UNAVAILABLE_TAINT, since));
+    unreachable.into_iter().chain(api_server)
 }
 
 /// `taints` with the time each was first seen: from `before` (the same cluster's previous
@@ -98,6 +129,9 @@ pub struct Judgement {
     pub recheck_at_unix: Option<i64>,
     /// The taint that holds the cluster back or has it avoided (`key=value:Effect`).
     pub taint: Option<String>,
+    /// Whether that taint is one the hub set from what it observes ([`observed`]): the
+    /// cluster is away, not refused.
+    pub observed: bool,
 }
 
 /// The one rule: may `cluster` hold a placement of an object with `tolerations`, given
@@ -115,18 +149,24 @@ pub fn judge(
             // The most generous toleration wins: none without seconds means for ever.
             .map(|tol| tol.toleration_seconds)
             .max_by_key(|s| s.map_or(i64::MAX, |s| s))
+            // The hub's own taints are tolerated unless the object says otherwise.
+            .or_else(|| is_hub_taint(&t.key).then_some(None))
     };
     let mut recheck_at_unix = None;
     let mut avoid = None;
     let mut refused = None;
-    for taint in &cluster.taints {
+    let seen = cluster.taints.iter().cloned().chain(observed(cluster));
+    for taint in seen {
+        let taint = &taint;
         let tolerated = tolerating(taint);
+        let observed = is_hub_taint(&taint.key);
         match (taint.effect, tolerated) {
             (TaintEffect::NoExecute, None) => {
                 return Judgement {
                     verdict: Verdict::Held(Hold::Tainted, untolerated(taint)),
                     recheck_at_unix: None,
                     taint: Some(taint.shown()),
+                    observed,
                 };
             }
             (TaintEffect::NoExecute, Some(Some(seconds))) => {
@@ -142,6 +182,7 @@ pub fn judge(
                         ),
                         recheck_at_unix: None,
                         taint: Some(taint.shown()),
+                        observed,
                     };
                 }
                 recheck_at_unix = super::earliest(recheck_at_unix, ends);
@@ -174,6 +215,7 @@ pub fn judge(
         verdict,
         recheck_at_unix,
         taint,
+        observed: false,
     }
 }
 
@@ -184,10 +226,14 @@ fn untolerated(taint: &SeenTaint) -> String {
     )
 }
 
-/// Whether `cluster` has a taint or its drain switch on: a cluster without either is
-/// eligible for any object ([`judge`] need not be asked, nor where the object was placed).
+/// Whether `cluster` has a taint (its own or the hub's) or its drain switch on: a cluster
+/// without any is eligible for any object ([`judge`] need not be asked, nor where the
+/// object was placed).
 fn restricts(cluster: &ClusterInfo) -> bool {
-    !cluster.taints.is_empty() || cluster.unschedulable
+    !cluster.taints.is_empty()
+        || cluster.unschedulable
+        || !cluster.available
+        || cluster.api_server_unavailable_since_unix.is_some()
 }
 
 /// The tolerations of a stored object's `spec.placement` (none when they do not decode:
@@ -327,6 +373,66 @@ mod tests {
     }
 
     #[test]
+    fn the_hubs_own_taints_come_from_the_conditions_and_are_tolerated_unless_the_object_says_otherwise()
+     {
+        // Written in the spec for people to see, but read from the conditions.
+        let spec = serde_json::json!({"taints": [
+            {"key": UNREACHABLE_TAINT, "effect": "NoExecute"},
+            {"key": "maintenance", "effect": "NoSchedule"},
+        ]});
+        let read: Vec<String> = taints_of(&spec).iter().map(SeenTaint::shown).collect();
+        assert_eq!(read, ["maintenance:NoSchedule"]);
+
+        let mut c = cluster(&[], false);
+        assert_eq!(observed(&c).count(), 0);
+        assert!(!restricts(&c));
+        c.available = false;
+        c.available_since_unix = 100;
+        assert!(restricts(&c));
+        let shown: Vec<String> = observed(&c).map(|t| t.shown()).collect();
+        assert_eq!(shown, ["accord.io/unreachable:NoExecute"]);
+        // Named by no toleration: tolerated for ever, new placements included.
+        assert_eq!(judge(&c, &[], true, 1_000_000).verdict, Verdict::Eligible);
+        assert_eq!(judge(&c, &[], false, 1_000_000).verdict, Verdict::Eligible);
+        // Named with seconds: counted from the condition's transition.
+        let for_30 = [toleration(UNREACHABLE_TAINT, Some(NoExecute), Some(30))];
+        let within = judge(&c, &for_30, true, 129);
+        assert_eq!(within.verdict, Verdict::Eligible);
+        assert_eq!(within.recheck_at_unix, Some(130));
+        let after = judge(&c, &for_30, true, 130);
+        assert!(
+            matches!(after.verdict, Verdict::Held(Hold::Tainted, _)),
+            "{after:?}"
+        );
+        assert!(after.observed);
+        // A user's taint that holds the cluster back is not the hub's.
+        let mine = cluster(&[("maintenance", None, NoExecute, 0)], false);
+        assert!(!judge(&mine, &[], true, 0).observed);
+
+        // The member API server down, the agent connected.
+        c.available = true;
+        c.api_server_unavailable_since_unix = Some(200);
+        let shown: Vec<String> = observed(&c).map(|t| t.shown()).collect();
+        assert_eq!(shown, ["accord.io/api-server-unavailable:NoExecute"]);
+        assert_eq!(judge(&c, &[], true, 1_000).verdict, Verdict::Eligible);
+        let at_once = [toleration(API_SERVER_UNAVAILABLE_TAINT, None, Some(0))];
+        let moved = judge(&c, &at_once, true, 200);
+        assert!(
+            moved.observed && matches!(moved.verdict, Verdict::Held(..)),
+            "{moved:?}"
+        );
+        // An empty Exists toleration tolerates every taint for ever, the hub's too.
+        let everything = Toleration {
+            operator: Some(TolerationOperator::Exists),
+            ..Toleration::default()
+        };
+        assert_eq!(
+            judge(&c, &[everything], true, 1_000).verdict,
+            Verdict::Eligible
+        );
+    }
+
+    #[test]
     fn a_drained_cluster_gets_nothing_new_and_keeps_what_it_has() {
         let c = cluster(&[], true);
         assert!(matches!(
@@ -359,6 +465,7 @@ mod tests {
                 verdict: Verdict::Eligible,
                 recheck_at_unix: None,
                 taint: None,
+                observed: false,
             }
         );
     }

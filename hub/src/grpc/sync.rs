@@ -544,6 +544,7 @@ mod tests {
                 updated_replicas: 7,
                 observed_generation: 3,
                 scale_request_id: "01J".into(),
+                fitting_replicas: None,
             })),
             ..StatusReport::default()
         }
@@ -563,6 +564,7 @@ mod tests {
                 updated: 7,
                 observed_generation: 3,
                 scale_request_id: "01J".into(),
+                fitting_replicas: None,
             })
         );
         assert_eq!((record.applied_revision, record.generation), (40, 3));

@@ -14,19 +14,20 @@ use accord_common::distribution::PlacedKind;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::AssignmentSpec;
+use accord_common::distribution::{AssignmentSpec, Observed};
 use accord_crds::conditions::{self, types};
 use accord_crds::scale::{
-    AutoscalingStatus, CrossClusterScalePolicy, CrossClusterScalePolicyStatus,
+    AutoscalingStatus, CrossClusterScalePolicy, CrossClusterScalePolicyStatus, Weighting,
 };
 use accord_crds::validate::Validate;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store as Reflector;
+use std::collections::HashMap;
 use tracing::info;
 
 use super::ScaleDecision;
 use super::autoscale::engine::{Config, State};
-use super::plan::{plan, scale_spec};
+use super::plan::{plan_with, scale_spec};
 use super::status::{AggregateInputs, aggregate, status_changed};
 use crate::controllers::field_owners::{ClaimedClusters, FieldClaim};
 use crate::controllers::placement::{
@@ -205,12 +206,29 @@ impl PlacementKind for Scale {
         {
             spec.desired_replicas = count.clamp(cfg.min, cfg.max);
         }
-        let planned = plan(
+        // What fits where, from the agents' last reports on the shares decided before.
+        let fits = (spec.weighting == Weighting::AvailableCapacity).then(|| {
+            input
+                .previous
+                .map(|r| crate::controllers::placement::reports(&self.ctx, r))
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|(cluster, report)| match report.observed {
+                    Observed::Scale(s) => {
+                        let fit = u32::try_from(s.fitting_replicas?.max(0)).unwrap_or(u32::MAX);
+                        Some((cluster, fit))
+                    }
+                    _ => None,
+                })
+                .collect::<HashMap<String, u32>>()
+        });
+        let planned = plan_with(
             &spec,
             &ns,
             input.clusters,
             input.previous,
             input.now_millis / 1000,
+            fits.as_ref(),
         );
         Decided::Record {
             shares: planned.shares,
@@ -219,6 +237,7 @@ impl PlacementKind for Scale {
                 scale_request_id: String::new(),
                 infeasible: planned.infeasible,
                 moved_away: planned.moved_away,
+                weighting: planned.weighting,
             },
             facts: ScaleFacts { autoscaled },
             recheck_after: planned.recheck_after,
@@ -268,10 +287,14 @@ impl PlacementKind for Scale {
             .map(|(c, r)| format!("{c}={r}"))
             .collect::<Vec<_>>();
         let shares = crate::distribution::reported::named(&shares, ", ");
-        let message = format!(
+        let mut message = format!(
             "{} replicas: {shares} (scale request {})",
             decision.desired_replicas, decision.scale_request_id
         );
+        if let Some(weighting) = &decision.weighting {
+            message.push_str("; ");
+            message.push_str(weighting);
+        }
         Some(match &decision.infeasible {
             Some(_) => Note::warning("ScaleDecision", message),
             None => Note::normal("ScaleDecision", message),
@@ -594,6 +617,7 @@ mod tests {
                 scale_request_id: id.into(),
                 infeasible: None,
                 moved_away: Vec::new(),
+                weighting: None,
             },
         };
         assert!(Scale::same_intent(&record(7, "01A"), &record(7, "01B")));

@@ -235,6 +235,83 @@ pub fn divide(total: u32, candidates: &[Candidate]) -> Division {
     }
 }
 
+/// The most replicas [`divide_by_capacity`] weighs a fit by: a larger fit weighs the same
+/// (no cluster runs that many pods), which keeps a fit's weight, tie-break included, within
+/// `u32`.
+pub const MAX_FIT_WEIGHED: u32 = 400_000;
+
+/// Divides `total` by what fits: `fits[i]` replicas of the workload fit in candidate `i`
+/// now (its agent's estimate).
+///
+/// Each candidate's room is its fit within its bounds (`min` wins over the fit). Up to the
+/// rooms' sum, the shares are proportional to the fits — no share above its room, so no
+/// cluster gets more than fits while another has room — the candidates' weights breaking
+/// ties between equal fits; beyond it every candidate holds its room and the rest is
+/// divided by weight within the `max`es. Both parts are the bounded Webster division of
+/// [`divide`], and at the rooms' sum the first is forced to exactly the rooms, so the whole
+/// is house-monotone: raising the total never lowers a share. Invalid candidates (what
+/// [`divide`] refuses) are divided by [`divide`] as they are.
+pub fn divide_by_capacity(total: u32, candidates: &[Candidate], fits: &[u32]) -> Division {
+    if first_invalid(candidates).is_some() || fits.len() != candidates.len() {
+        return divide(total, candidates);
+    }
+    let room = |c: &Candidate, fit: u32| fit.clamp(c.min, c.max.unwrap_or(u32::MAX).max(c.min));
+    let by_fit: Vec<Candidate> = candidates
+        .iter()
+        .zip(fits)
+        .map(|(c, &fit)| Candidate {
+            cluster: c.cluster.clone(),
+            // Proportional to the fit; among equal fits, the weight decides. At least 1.
+            weight: fit
+                .min(MAX_FIT_WEIGHED)
+                .saturating_mul(MAX_WEIGHT_TIE + 1)
+                .saturating_add(c.weight.min(MAX_WEIGHT_TIE))
+                .max(1),
+            min: c.min,
+            max: Some(room(c, fit)),
+        })
+        .collect();
+    let rooms: u64 = by_fit.iter().filter_map(|c| c.max).map(u64::from).sum();
+    let first = u32::try_from(rooms.min(u64::from(total))).unwrap_or(total);
+    let filled = divide(first, &by_fit);
+    if first == total {
+        return filled;
+    }
+    // Every cluster is full: the rest by weight, above the rooms.
+    let beyond: Vec<Candidate> = candidates
+        .iter()
+        .zip(&by_fit)
+        .map(|(c, f)| Candidate {
+            cluster: c.cluster.clone(),
+            weight: c.weight,
+            min: 0,
+            max: c.max.map(|m| m.saturating_sub(f.max.unwrap_or(0))),
+        })
+        .collect();
+    let rest = divide(total - first, &beyond);
+    let replicas = filled
+        .shares()
+        .iter()
+        .zip(rest.shares())
+        .map(|(a, b)| a.replicas + b.replicas)
+        .collect();
+    let shares = shares_of(candidates, replicas);
+    match (filled, rest) {
+        (Division::Exact(_), Division::Exact(_)) => Division::Exact(shares),
+        // The reason as the division by weight words it (the bounds' own sums).
+        _ => match divide(total, candidates) {
+            Division::Infeasible { reason, .. } => Division::Infeasible {
+                reason,
+                best_effort: shares,
+            },
+            Division::Exact(_) => Division::Exact(shares),
+        },
+    }
+}
+
+/// The most a weight counts as a tie-break in [`divide_by_capacity`] (the CRD's bound).
+const MAX_WEIGHT_TIE: u32 = 10_000;
+
 /// Groups of candidates for [`divide_with_skew`]: the label whose values are the groups,
 /// the most two groups' totals may differ, and each candidate's group (by index).
 #[derive(Clone, Debug, PartialEq, Eq)]

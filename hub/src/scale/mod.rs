@@ -56,6 +56,10 @@ pub struct ScaleDecision {
     /// was away — and those replicas count toward no total.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub moved_away: Vec<String>,
+    /// Why a policy with `weighting: AvailableCapacity` was divided by weight instead (a
+    /// cluster has not estimated what fits yet), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weighting: Option<String>,
 }
 
 impl ScaleDecision {
@@ -64,5 +68,6 @@ impl ScaleDecision {
         self.desired_replicas == other.desired_replicas
             && self.infeasible == other.infeasible
             && self.moved_away == other.moved_away
+            && self.weighting == other.weighting
     }
 }

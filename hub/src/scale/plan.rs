@@ -3,15 +3,19 @@
 //! aggregated from the agents' reports is [`super::status`].
 
 use accord_common::distribution::{AssignmentSpec, ScaleSpec};
-use accord_crds::scale::{ClusterShare, CrossClusterScalePolicySpec};
+use accord_crds::scale::{ClusterShare, CrossClusterScalePolicySpec, Weighting};
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::ScaleDecision;
-use super::division::{Candidate, Division, SkewGroups, divide, divide_with_skew};
-use crate::distribution::select::Clusters;
+use super::division::{
+    Candidate, Division, SkewGroups, divide, divide_by_capacity, divide_with_skew,
+};
+use crate::distribution::select::{ClusterInfo, Clusters};
 use crate::distribution::taints::{self, Verdict};
 use crate::distribution::{Hold, PlacementRecord, ShareRecord};
+use accord_crds::managed_cluster::{TaintEffect, UNREACHABLE_TAINT};
+use accord_crds::placement::{Toleration, TolerationOperator};
 
 /// The outcome of planning one policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +29,8 @@ pub struct Plan {
     pub moved_away: Vec<String>,
     /// When to look again because a returning cluster's cooldown ends.
     pub recheck_after: Option<Duration>,
+    /// Why a policy that divides by capacity was divided by weight this time, if it was.
+    pub weighting: Option<String>,
 }
 
 /// What the reason of a cluster that kept its count while no cluster was available adds.
@@ -41,7 +47,10 @@ enum Out {
 
 /// Divides `spec.desiredReplicas` over the eligible clusters of `spec.distribution`.
 ///
-/// With failover on, a cluster takes part while it is available and schedulable. A cluster
+/// With failover on, a cluster takes part while it is available and schedulable: the hub's
+/// `accord.io/unreachable` taint moves its share at once (a default toleration of 0 s that
+/// the policy's own toleration of that taint replaces), and `accord.io/api-server-unavailable`
+/// moves it only where the policy's tolerations give it seconds. A cluster
 /// that had no share in `previous` (it failed, or was drained) takes part again only once it
 /// has been available for `returnCooldownSeconds`, so a flapping cluster does not pull
 /// replicas back and forth: its share returns once. With failover off every listed cluster
@@ -60,6 +69,21 @@ pub fn plan(
     previous: Option<&PlacementRecord<ScaleDecision>>,
     now_unix: i64,
 ) -> Plan {
+    plan_with(spec, default_namespace, clusters, previous, now_unix, None)
+}
+
+/// [`plan`], dividing by what fits where `spec.weighting` is `AvailableCapacity`: `fits`
+/// has each cluster's last estimate ([`divide_by_capacity`]). While a cluster that takes
+/// part has none, the division is by weight and [`Plan::weighting`] says why.
+pub fn plan_with(
+    spec: &CrossClusterScalePolicySpec,
+    default_namespace: &str,
+    clusters: &Clusters,
+    previous: Option<&PlacementRecord<ScaleDecision>>,
+    now_unix: i64,
+    fits: Option<&HashMap<String, u32>>,
+) -> Plan {
+    let fits = fits.filter(|_| spec.weighting == Weighting::AvailableCapacity);
     let cooldown = i64::from(spec.failover.return_cooldown_seconds.max(0));
     let mut candidates = Vec::new();
     // Candidates and clusters whose share moved away: the division if everyone came back.
@@ -67,10 +91,7 @@ pub fn plan(
     let mut held: HashMap<&str, (Hold, String)> = HashMap::new();
     let mut moved_away = Vec::new();
     let mut recheck_after: Option<i64> = None;
-    let tolerations = spec
-        .placement
-        .as_ref()
-        .map_or(&[][..], |p| p.tolerations.as_slice());
+    let tolerations = tolerations_with_failover(spec);
     // Clusters with a PreferNoSchedule taint the policy does not tolerate: used only when
     // the others cannot hold the replicas.
     let mut avoided: Vec<(Candidate, String)> = Vec::new();
@@ -81,14 +102,22 @@ pub fn plan(
         let holds = previous
             .and_then(|p| p.share(&d.cluster))
             .is_some_and(|s| s.had_share() && scale_spec(s).is_some_and(|a| a.replicas > 0));
-        let judged = view.map(|v| taints::judge(v, tolerations, holds, now_unix));
+        let judged = view.map(|v| taints::judge(v, &tolerations, holds, now_unix));
         if let Some(at) = judged.as_ref().and_then(|j| j.recheck_at_unix) {
             let wait = at - now_unix;
             recheck_after = crate::distribution::earliest(recheck_after, wait);
         }
-        let tainted = match judged.map(|j| j.verdict) {
-            Some(Verdict::Held(Hold::Tainted, reason)) => Some(Out::Held(Hold::Tainted, reason)),
-            Some(Verdict::Avoid(reason)) => {
+        let tainted = match judged.map(|j| (j.verdict, j.observed)) {
+            // The hub's own taint: the cluster is away, so its share moves to the others
+            // and it keeps what it runs (failover).
+            Some((Verdict::Held(_, _), true)) => Some(Out::MovedAway(
+                Hold::Unavailable,
+                away_reason(view.expect("judged")),
+            )),
+            Some((Verdict::Held(Hold::Tainted, reason), _)) => {
+                Some(Out::Held(Hold::Tainted, reason))
+            }
+            Some((Verdict::Avoid(reason), _)) => {
                 avoided.push((candidate_of(d), reason));
                 continue;
             }
@@ -104,14 +133,13 @@ pub fn plan(
                     Hold::NotRegistered,
                     "the cluster is not registered with the hub".to_owned(),
                 )),
-                Some(v) if !v.available => Some(Out::MovedAway(
-                    Hold::Unavailable,
-                    "the cluster is unavailable; its share moved to the others".to_owned(),
-                )),
                 Some(v) if v.unschedulable => Some(Out::Held(
                     Hold::Unschedulable,
                     "the cluster is unschedulable (drained)".to_owned(),
                 )),
+                // Unavailable but tolerated (failover off, or within the policy's own
+                // toleration of `accord.io/unreachable`): it keeps its share.
+                Some(v) if !v.available => None,
                 Some(v) => {
                     // A count kept while no cluster was available never moved away: its
                     // cluster has nothing to wait for.
@@ -221,6 +249,27 @@ pub fn plan(
         .as_ref()
         .and_then(|p| p.spread.as_ref())
         .and_then(|s| Some((s.by_label.as_str(), u32::try_from(s.max_skew?).ok()?)));
+    // What fits in each of `among`, when the policy divides by it and every one has said.
+    let fits_of = |among: &[Candidate]| -> Option<Vec<u32>> {
+        let fits = fits?;
+        among
+            .iter()
+            .map(|c| fits.get(&c.cluster).copied())
+            .collect()
+    };
+    let weighting = fits.and_then(|fits| {
+        let unknown: Vec<&str> = candidates
+            .iter()
+            .map(|c| c.cluster.as_str())
+            .filter(|c| !fits.contains_key(*c))
+            .collect();
+        (!unknown.is_empty()).then(|| {
+            format!(
+                "divided by weight until every cluster has estimated what fits (none yet from {})",
+                crate::distribution::reported::named(&unknown, ", ")
+            )
+        })
+    });
     let divide_among = |total: u32, among: &[Candidate]| match skew {
         Some((by_label, max_skew)) => divide_with_skew(
             total,
@@ -240,7 +289,10 @@ pub fn plan(
                     .collect(),
             },
         ),
-        None => divide(total, among),
+        None => match fits_of(among) {
+            Some(f) => divide_by_capacity(total, among, &f),
+            None => divide(total, among),
+        },
     };
     let divided = |total: u32, among: &[Candidate]| match divide_among(total, among) {
         Division::Exact(shares) => (shares, None),
@@ -266,7 +318,11 @@ pub fn plan(
     let home_division = if moved_away.is_empty() {
         Vec::new()
     } else {
-        match divide(total, &home) {
+        let home_divided = match fits_of(&home) {
+            Some(f) => divide_by_capacity(total, &home, &f),
+            None => divide(total, &home),
+        };
+        match home_divided {
             Division::Exact(shares) => shares,
             Division::Infeasible { best_effort, .. } => best_effort,
         }
@@ -323,6 +379,41 @@ pub fn plan(
         infeasible,
         moved_away,
         recheck_after: recheck_after.map(|s| Duration::from_secs(s.max(1) as u64)),
+        weighting,
+    }
+}
+
+/// The policy's tolerations, and with failover on the default that makes it: the hub's
+/// `accord.io/unreachable` taint tolerated for 0 seconds, unless a toleration of the
+/// policy's own matches that taint (it may give the share longer before it moves, or keep
+/// it there for ever).
+fn tolerations_with_failover(spec: &CrossClusterScalePolicySpec) -> Vec<Toleration> {
+    let mut tolerations = spec
+        .placement
+        .as_ref()
+        .map(|p| p.tolerations.clone())
+        .unwrap_or_default();
+    let named = tolerations
+        .iter()
+        .any(|t| t.tolerates(UNREACHABLE_TAINT, None, TaintEffect::NoExecute));
+    if spec.failover.enabled && !named {
+        tolerations.push(Toleration {
+            key: Some(UNREACHABLE_TAINT.to_owned()),
+            operator: Some(TolerationOperator::Exists),
+            value: None,
+            effect: Some(TaintEffect::NoExecute),
+            toleration_seconds: Some(0),
+        });
+    }
+    tolerations
+}
+
+/// Why a cluster the hub's own taint took the share from is away.
+fn away_reason(view: &ClusterInfo) -> String {
+    if view.available {
+        "the member API server is unavailable; its share moved to the others".to_owned()
+    } else {
+        "the cluster is unavailable; its share moved to the others".to_owned()
     }
 }
 
@@ -350,7 +441,6 @@ pub fn scale_spec(share: &ShareRecord) -> Option<&ScaleSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::distribution::select::ClusterInfo;
     use crate::scale::status::{AggregateInputs, aggregate, status_changed};
     use crate::store::StatusRecord;
     use accord_common::distribution::{Observed, PlacedKind, PlacedRef, ScaleObserved};
@@ -406,6 +496,7 @@ mod tests {
                 scale_request_id: "id-1".into(),
                 infeasible: p.infeasible.clone(),
                 moved_away: p.moved_away.clone(),
+                weighting: p.weighting.clone(),
             },
         }
     }
@@ -439,6 +530,123 @@ mod tests {
                 .as_deref()
                 .unwrap()
                 .contains("unavailable")
+        );
+    }
+
+    /// Twelve replicas 60/40 over a and b, with `tolerations` (YAML flow list).
+    fn tolerating(tolerations: &str) -> CrossClusterScalePolicySpec {
+        spec(&format!(
+            "targetRef: {{name: frontend}}\ndesiredReplicas: 12\ndistribution:\n- {{cluster: a, weight: 60}}\n- {{cluster: b, weight: 40}}\nplacement:\n  tolerations: {tolerations}\n"
+        ))
+    }
+
+    #[test]
+    fn the_policys_own_toleration_of_the_unreachable_taint_delays_the_failover() {
+        let s = tolerating(
+            "[{key: accord.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 30}]",
+        );
+        let both = views(&[("a", up(0)), ("b", up(0))]);
+        let previous = record_of(&plan(&s, "default", &both, None, 90));
+        let mut b = down();
+        b.available_since_unix = 100;
+        let cut = views(&[("a", up(0)), ("b", b)]);
+        let within = plan(&s, "default", &cut, Some(&previous), 110);
+        assert_eq!(replicas(&within), vec![7, 5]);
+        assert_eq!(within.recheck_after, Some(Duration::from_secs(20)));
+        let after = plan(&s, "default", &cut, Some(&previous), 130);
+        // Moved to a; b keeps the 5 it runs meanwhile.
+        assert_eq!(replicas(&after), vec![12, 5]);
+        assert_eq!(after.moved_away, vec!["b".to_owned()]);
+        assert_eq!(after.shares[1].hold, Some(Hold::Unavailable));
+
+        // Tolerated for ever, or failover off: nothing moves.
+        let for_ever =
+            tolerating("[{key: accord.io/unreachable, operator: Exists, effect: NoExecute}]");
+        assert_eq!(
+            replicas(&plan(&for_ever, "default", &cut, Some(&previous), 10_000)),
+            vec![7, 5]
+        );
+        let mut off = two_clusters();
+        off.failover.enabled = false;
+        assert_eq!(
+            replicas(&plan(&off, "default", &cut, Some(&previous), 10_000)),
+            vec![7, 5]
+        );
+    }
+
+    #[test]
+    fn available_capacity_divides_by_what_fits_once_every_cluster_has_said() {
+        let mut s = two_clusters();
+        s.weighting = Weighting::AvailableCapacity;
+        let both = views(&[("a", up(0)), ("b", up(0))]);
+        let fits = |f: &[(&str, u32)]| -> HashMap<String, u32> {
+            f.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
+        };
+        // b has not said: by weight, and the decision says why.
+        let p = plan_with(&s, "default", &both, None, 100, Some(&fits(&[("a", 4)])));
+        assert_eq!(replicas(&p), vec![7, 5]);
+        let why = p.weighting.unwrap();
+        assert!(why.contains("none yet from b"), "{why}");
+        // Both have: 4 and 20 fit, 12 go 2 and 10.
+        let p = plan_with(
+            &s,
+            "default",
+            &both,
+            None,
+            100,
+            Some(&fits(&[("a", 4), ("b", 20)])),
+        );
+        assert_eq!(replicas(&p), vec![2, 10]);
+        assert_eq!(p.weighting, None);
+        // Only 6 fit in all: each full, the other 6 by weight (60/40).
+        let p = plan_with(
+            &s,
+            "default",
+            &both,
+            None,
+            100,
+            Some(&fits(&[("a", 1), ("b", 5)])),
+        );
+        assert_eq!(replicas(&p), vec![1 + 4, 5 + 2]);
+        // Static weighting ignores the estimates.
+        let p = plan_with(
+            &two_clusters(),
+            "default",
+            &both,
+            None,
+            100,
+            Some(&fits(&[("a", 4), ("b", 20)])),
+        );
+        assert_eq!(replicas(&p), vec![7, 5]);
+    }
+
+    #[test]
+    fn a_member_api_server_down_moves_the_share_only_where_the_policy_asks() {
+        let mut frozen = up(0);
+        frozen.api_server_unavailable_since_unix = Some(100);
+        let both = views(&[("a", up(0)), ("b", up(0))]);
+        let cut = views(&[("a", up(0)), ("b", frozen)]);
+        // By default it keeps its share (its pods run on; the agent cannot scale them).
+        let previous = record_of(&plan(&two_clusters(), "default", &both, None, 90));
+        assert_eq!(
+            replicas(&plan(
+                &two_clusters(),
+                "default",
+                &cut,
+                Some(&previous),
+                1_000
+            )),
+            vec![7, 5]
+        );
+        let s = tolerating(
+            "[{key: accord.io/api-server-unavailable, operator: Exists, tolerationSeconds: 0}]",
+        );
+        let p = plan(&s, "default", &cut, Some(&previous), 100);
+        assert_eq!(replicas(&p), vec![12, 5]);
+        let reason = p.shares[1].held_reason.as_deref().unwrap();
+        assert!(
+            reason.contains("member API server is unavailable"),
+            "{reason}"
         );
     }
 
@@ -882,6 +1090,7 @@ mod tests {
                 scale_request_id: "r".into(),
                 infeasible: None,
                 moved_away: Vec::new(),
+                weighting: None,
             },
         };
         let kept = plan(&two_clusters(), "default", &fleet, Some(&record), 100);

@@ -10,9 +10,11 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use accord_crds::AGENT_FIELD_MANAGER;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
 
+use crate::capacity::{Room, spec_request};
 use crate::enforce::fight::owner_of;
 use crate::enforce::{ApplyError, Repair};
 use crate::report::Report;
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
 
 /// What the agent makes of a Deployment against its assignment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -99,14 +101,27 @@ pub fn verdict<'a>(
     }
 }
 
+/// How many replicas of `deployment`'s pod template fit in the member, by `room` (the
+/// capacity counter's last count), its own pods counted as room.
+pub fn fitting(deployment: &Deployment, room: &Room) -> i64 {
+    let Some(spec) = deployment.spec.as_ref() else {
+        return 0;
+    };
+    let namespace = deployment.metadata.namespace.as_deref().unwrap_or_default();
+    let per_pod = spec_request(&spec.template.spec.clone().unwrap_or_default());
+    room.fits(namespace, &spec.selector, per_pod)
+}
+
 /// What to tell the hub about `target` (assigned at `applied_revision`), from the verdict,
-/// the Deployment it was made on, and the last apply error (if the last apply failed).
+/// the Deployment it was made on, the last apply error (if the last apply failed), and
+/// the replicas that fit ([`fitting`], `None` before the first count).
 pub fn report(
     target: &ScaleSpec,
     applied_revision: i64,
     verdict: &Verdict,
     deployment: Option<&Deployment>,
     apply_error: Option<&ApplyError>,
+    fitting_replicas: Option<i64>,
 ) -> Report {
     let (state, message) = match verdict {
         Verdict::Synced => (PlacementState::Synced, String::new()),
@@ -148,6 +163,7 @@ pub fn report(
                 .and_then(|s| s.observed_generation)
                 .unwrap_or_default(),
             scale_request_id: stamped_request_id(deployment).to_owned(),
+            fitting_replicas,
         }),
         applied_revision,
         api_server_unavailable: false,
@@ -206,7 +222,24 @@ pub fn slim_deployment(deployment: &mut Deployment) {
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
     if let Some(spec) = deployment.spec.as_mut() {
-        spec.template = Default::default();
+        // Of the pod template, only what a pod requests ([`fitting`]).
+        let requests = |c: &Container| Container {
+            name: c.name.clone(),
+            resources: c.resources.as_ref().map(|r| ResourceRequirements {
+                requests: r.requests.clone(),
+                ..ResourceRequirements::default()
+            }),
+            ..Container::default()
+        };
+        let template = std::mem::take(&mut spec.template);
+        spec.template.spec = template.spec.map(|pod| PodSpec {
+            containers: pod.containers.iter().map(requests).collect(),
+            init_containers: pod
+                .init_containers
+                .map(|init| init.iter().map(requests).collect()),
+            overhead: pod.overhead,
+            ..PodSpec::default()
+        });
     }
     if let Some(status) = deployment.status.as_mut() {
         status.conditions = None;
@@ -259,7 +292,7 @@ mod tests {
     fn matching_replicas_and_request_id_are_synced() {
         let d = deployment(7, Some("01JREQ"));
         assert_eq!(verdict(&target(7), Some(&d), []), Verdict::Synced);
-        let r = report(&target(7), 42, &Verdict::Synced, Some(&d), None);
+        let r = report(&target(7), 42, &Verdict::Synced, Some(&d), None, None);
         assert_eq!(r.state, PlacementState::Synced);
         assert_eq!(r.resource_version, "881");
         assert_eq!(r.generation, 5);
@@ -271,6 +304,7 @@ mod tests {
                 updated: 3,
                 observed_generation: 4,
                 scale_request_id: "01JREQ".into(),
+                fitting_replicas: None,
             })
         );
         assert_eq!(r.applied_revision, 42);
@@ -333,7 +367,7 @@ mod tests {
     #[test]
     fn a_pending_apply_reports_pending_and_a_failed_one_reports_the_error() {
         let d = deployment(3, None);
-        let r = report(&target(7), 42, &Verdict::NeedsApply, Some(&d), None);
+        let r = report(&target(7), 42, &Verdict::NeedsApply, Some(&d), None, None);
         assert_eq!(r.state, PlacementState::Pending);
         let r = report(
             &target(7),
@@ -344,6 +378,7 @@ mod tests {
                 crate::enforce::ApplyErrorKind::Forbidden,
                 "admission webhook denied",
             )),
+            None,
         );
         assert_eq!(r.state, PlacementState::Error);
         assert_eq!(r.message, "admission webhook denied");
@@ -361,7 +396,7 @@ mod tests {
             panic!("expected a conflict, got {v:?}");
         };
         assert!(message.contains("prod/web-hpa"), "{message}");
-        let r = report(&target(7), 42, &v, Some(&d), None);
+        let r = report(&target(7), 42, &v, Some(&d), None, None);
         assert_eq!(r.state, PlacementState::Conflict);
         assert_eq!(r.observed.scale().unwrap().desired, 3);
     }
@@ -378,7 +413,7 @@ mod tests {
         let hpas = [hpa("web-hpa", "Deployment", "frontend")];
         let v = verdict(&target(7), None, &hpas);
         assert_eq!(v, Verdict::TargetNotFound);
-        let r = report(&target(7), 42, &v, None, None);
+        let r = report(&target(7), 42, &v, None, None, None);
         assert_eq!(r.state, PlacementState::TargetNotFound);
         assert!(r.message.contains("prod/frontend"), "{}", r.message);
         assert_eq!(r.observed, Observed::Nothing);
@@ -391,7 +426,10 @@ mod tests {
         t.kind = "StatefulSet".into();
         let v = verdict(&t, None, []);
         assert!(matches!(v, Verdict::Unsupported(_)), "{v:?}");
-        assert_eq!(report(&t, 1, &v, None, None).state, PlacementState::Error);
+        assert_eq!(
+            report(&t, 1, &v, None, None, None).state,
+            PlacementState::Error
+        );
     }
 
     #[test]
@@ -422,15 +460,49 @@ mod tests {
     #[test]
     fn slimming_keeps_what_verdicts_and_reports_read() {
         let mut d = deployment(7, Some("01JREQ"));
-        let before = report(&target(7), 42, &Verdict::Synced, Some(&d), None);
+        let before = report(&target(7), 42, &Verdict::Synced, Some(&d), None, None);
         slim_deployment(&mut d);
         assert_eq!(verdict(&target(7), Some(&d), []), Verdict::Synced);
         assert_eq!(
-            report(&target(7), 42, &Verdict::Synced, Some(&d), None),
+            report(&target(7), 42, &Verdict::Synced, Some(&d), None, None),
             before
         );
         let mut h = hpa("web-hpa", "Deployment", "frontend");
         slim_hpa(&mut h);
         assert!(scaling_hpa("frontend", [&h]).is_some());
+    }
+
+    #[test]
+    fn slimming_keeps_what_a_pod_of_the_template_requests() {
+        let mut d: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "frontend", "namespace": "prod"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {
+                    "containers": [{"name": "web", "image": "nginx", "env": [{"name": "A", "value": "1"}],
+                                    "resources": {"requests": {"cpu": "250m"}, "limits": {"cpu": "1"}}}],
+                    "initContainers": [{"name": "init", "image": "busybox",
+                                        "resources": {"requests": {"memory": "1Gi"}}}],
+                    "overhead": {"cpu": "50m"},
+                },
+            }},
+        }))
+        .unwrap();
+        let full = spec_request(d.spec.as_ref().unwrap().template.spec.as_ref().unwrap());
+        slim_deployment(&mut d);
+        let template = &d.spec.as_ref().unwrap().template;
+        assert!(template.metadata.is_none());
+        let pod = template.spec.as_ref().unwrap();
+        assert_eq!(pod.containers[0].image, None);
+        assert_eq!(pod.containers[0].env, None);
+        assert_eq!(spec_request(pod), full);
+        // Room for it: one node of 1 CPU and 4Gi holds 3 (CPU: 1000 / 300).
+        let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n"},
+            "status": {"allocatable": {"cpu": "1", "memory": "4Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        assert_eq!(fitting(&d, &Room::of(&[node], &[])), 3);
     }
 }

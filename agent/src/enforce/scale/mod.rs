@@ -24,6 +24,7 @@ use super::{
     Action, ApplyError, EventSink, Judgement, KindEnforcer, Mine, WatchEvent, server_side_apply,
 };
 use crate::assignments::Assigned;
+use crate::capacity::SharedRoom;
 use crate::metrics::Metrics;
 use crate::report::Report;
 
@@ -69,17 +70,20 @@ impl NamespaceWatch {
 pub struct ScaleEnforcer {
     client: kube::Client,
     metrics: Metrics,
+    /// The capacity counter's last room, for the replicas that fit ([`judge::fitting`]).
+    room: SharedRoom,
     /// Assigned policies by target Deployment (namespace, name); the first one owns it.
     targets: HashMap<(String, String), BTreeSet<PlacedRef>>,
     namespaces: HashMap<String, NamespaceWatch>,
 }
 
 impl ScaleEnforcer {
-    /// An enforcer acting through `client`.
-    pub fn new(client: kube::Client, metrics: Metrics) -> Self {
+    /// An enforcer acting through `client`, estimating what fits from `room`.
+    pub fn new(client: kube::Client, metrics: Metrics, room: SharedRoom) -> Self {
         Self {
             client,
             metrics,
+            room,
             targets: HashMap::new(),
             namespaces: HashMap::new(),
         }
@@ -175,6 +179,10 @@ impl KindEnforcer for ScaleEnforcer {
         }
     }
 
+    fn capacity_counted(&mut self) -> Vec<PlacedRef> {
+        self.targets.values().flatten().cloned().collect()
+    }
+
     fn look(
         &self,
         policy: &PlacedRef,
@@ -185,7 +193,7 @@ impl KindEnforcer for ScaleEnforcer {
         if !watched(target) {
             let verdict = judge::verdict(target, None, []);
             return Some(Judgement {
-                report: judge::report(target, assigned.revision, &verdict, None, apply_error),
+                report: judge::report(target, assigned.revision, &verdict, None, apply_error, None),
                 action: Action::Settled,
             });
         }
@@ -244,6 +252,15 @@ impl KindEnforcer for ScaleEnforcer {
             | Verdict::Conflict(_)
             | Verdict::Unsupported(_) => Action::Settled,
         };
+        let room = self
+            .room
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let fitting = deployment
+            .as_deref()
+            .zip(room)
+            .map(|(d, room)| judge::fitting(d, &room));
         Some(Judgement {
             report: judge::report(
                 target,
@@ -251,6 +268,7 @@ impl KindEnforcer for ScaleEnforcer {
                 &verdict,
                 deployment.as_deref(),
                 apply_error,
+                fitting,
             ),
             action,
         })
