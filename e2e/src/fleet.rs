@@ -74,6 +74,21 @@ pub async fn patch_managed_cluster(
     Ok(())
 }
 
+/// `spec.replicas` of Deployment `namespace/name` in `cluster` (`None` while it does not
+/// exist).
+pub async fn deployment_replicas(
+    cluster: &crate::testbed::Cluster,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<i32>> {
+    let api: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(cluster.client(), namespace);
+    Ok(api
+        .get_opt(name)
+        .await?
+        .and_then(|d| d.spec.and_then(|s| s.replicas)))
+}
+
 /// Waits until ManagedCluster `cluster`'s `spec.taints` has the hub's own taint `key`
 /// (`present`) or has it no more, within `within`.
 pub async fn wait_hub_taint(

@@ -261,6 +261,19 @@ pub async fn create_fake_node_with(
     Ok(())
 }
 
+/// Cordons `node` (`spec.unschedulable`) or uncordons it.
+pub async fn cordon(client: &kube::Client, node: &str, cordoned: bool) -> Result<()> {
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": cordoned}})),
+        )
+        .await
+        .with_context(|| format!("cordoning node {node}: {cordoned}"))?;
+    Ok(())
+}
+
 /// Waits until node `node` reports condition Ready=True.
 pub async fn wait_node_ready(client: &kube::Client, node: &str) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());

@@ -13,7 +13,7 @@ use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -161,14 +161,7 @@ async fn bind_pod(
 }
 
 async fn cordon(cluster: &Cluster, node: &str, cordoned: bool) -> Result<()> {
-    Api::<Node>::all(cluster.client())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"unschedulable": cordoned}})),
-        )
-        .await?;
-    Ok(())
+    accord_e2e::kubernetes::cordon(&cluster.client(), node, cordoned).await
 }
 
 #[test]

@@ -6,8 +6,8 @@
 
 use accord_common::quantity::parse as quantity;
 use accord_crds::CrossClusterScalePolicy;
-use accord_e2e::fleet::{Fleet, ensure_namespace};
-use accord_e2e::kubernetes::{create_fake_node_with, wait_node_ready};
+use accord_e2e::fleet::{Fleet, deployment_replicas, ensure_namespace};
+use accord_e2e::kubernetes::{cordon, create_fake_node_with, wait_node_ready};
 use accord_e2e::testbed::{Cluster, FAKE_NODE};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -70,11 +70,7 @@ async fn fits_by_nodes(cluster: &Cluster) -> Result<i64> {
 }
 
 async fn member_replicas(testbed: &Testbed, member: usize) -> Result<Option<i32>> {
-    let api: Api<Deployment> = Api::namespaced(testbed.members()[member].client(), NS);
-    Ok(api
-        .get_opt("web")
-        .await?
-        .and_then(|d| d.spec.and_then(|s| s.replicas)))
+    deployment_replicas(&testbed.members()[member], NS, "web").await
 }
 
 #[test]
@@ -97,13 +93,7 @@ fn available_capacity_divides_thirty_replicas_by_what_fits_in_each_member() {
         ] {
             create_fake_node_with(&cluster.client(), node, allocatable).await?;
             wait_node_ready(&cluster.client(), node).await?;
-            Api::<Node>::all(cluster.client())
-                .patch(
-                    FAKE_NODE,
-                    &PatchParams::default(),
-                    &Patch::Merge(serde_json::json!({"spec": {"unschedulable": true}})),
-                )
-                .await?;
+            cordon(&cluster.client(), FAKE_NODE, true).await?;
         }
         let expected_fits = [
             fits_by_nodes(&members[0]).await?,

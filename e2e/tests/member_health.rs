@@ -7,7 +7,9 @@
 
 use accord_crds::managed_cluster::API_SERVER_UNAVAILABLE_TAINT;
 use accord_crds::{CrossClusterScalePolicy, ManagedCluster, PlacementState};
-use accord_e2e::fleet::{Fleet, ensure_namespace, pause_deployment, wait_hub_taint};
+use accord_e2e::fleet::{
+    Fleet, deployment_replicas, ensure_namespace, pause_deployment, wait_hub_taint,
+};
 use accord_e2e::process::Frozen;
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
@@ -54,11 +56,7 @@ async fn apply_policy(testbed: &Testbed, desired: i32) -> Result<()> {
 }
 
 async fn member_replicas(testbed: &Testbed, member: usize) -> Result<Option<i32>> {
-    let api: Api<Deployment> = Api::namespaced(testbed.members()[member].client(), NS);
-    Ok(api
-        .get_opt("web")
-        .await?
-        .and_then(|d| d.spec.and_then(|s| s.replicas)))
+    deployment_replicas(&testbed.members()[member], NS, "web").await
 }
 
 /// (status, reason, message) of a ManagedCluster condition.

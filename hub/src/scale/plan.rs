@@ -579,44 +579,27 @@ mod tests {
         let mut s = two_clusters();
         s.weighting = Weighting::AvailableCapacity;
         let both = views(&[("a", up(0)), ("b", up(0))]);
-        let fits = |f: &[(&str, u32)]| -> HashMap<String, u32> {
-            f.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
+        let divided = |spec: &CrossClusterScalePolicySpec, fits: &[(&str, u32)]| {
+            let fits: HashMap<String, u32> =
+                fits.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect();
+            plan_with(spec, "default", &both, None, 100, Some(&fits))
         };
         // b has not said: by weight, and the decision says why.
-        let p = plan_with(&s, "default", &both, None, 100, Some(&fits(&[("a", 4)])));
+        let p = divided(&s, &[("a", 4)]);
         assert_eq!(replicas(&p), vec![7, 5]);
         let why = p.weighting.unwrap();
         assert!(why.contains("none yet from b"), "{why}");
         // Both have: 4 and 20 fit, 12 go 2 and 10.
-        let p = plan_with(
-            &s,
-            "default",
-            &both,
-            None,
-            100,
-            Some(&fits(&[("a", 4), ("b", 20)])),
-        );
+        let p = divided(&s, &[("a", 4), ("b", 20)]);
         assert_eq!(replicas(&p), vec![2, 10]);
         assert_eq!(p.weighting, None);
         // Only 6 fit in all: each full, the other 6 by weight (60/40).
-        let p = plan_with(
-            &s,
-            "default",
-            &both,
-            None,
-            100,
-            Some(&fits(&[("a", 1), ("b", 5)])),
+        assert_eq!(
+            replicas(&divided(&s, &[("a", 1), ("b", 5)])),
+            vec![1 + 4, 5 + 2]
         );
-        assert_eq!(replicas(&p), vec![1 + 4, 5 + 2]);
         // Static weighting ignores the estimates.
-        let p = plan_with(
-            &two_clusters(),
-            "default",
-            &both,
-            None,
-            100,
-            Some(&fits(&[("a", 4), ("b", 20)])),
-        );
+        let p = divided(&two_clusters(), &[("a", 4), ("b", 20)]);
         assert_eq!(replicas(&p), vec![7, 5]);
     }
 
