@@ -155,9 +155,9 @@ pub fn judge(
     let mut recheck_at_unix = None;
     let mut avoid = None;
     let mut refused = None;
-    let seen = cluster.taints.iter().cloned().chain(observed(cluster));
-    for taint in seen {
-        let taint = &taint;
+    // The hub's own, from the conditions: none (no allocation) for a cluster that is up.
+    let hubs: Vec<SeenTaint> = observed(cluster).collect();
+    for taint in cluster.taints.iter().chain(&hubs) {
         let tolerated = tolerating(taint);
         let observed = is_hub_taint(&taint.key);
         match (taint.effect, tolerated) {
