@@ -519,6 +519,43 @@ pub enum AssignmentSpec {
     KafkaUser(KafkaUserSpec),
 }
 
+/// A kind's spec as one variant of [`AssignmentSpec`]: what an agent's enforcer receives,
+/// typed.
+pub trait KindSpec: Sized {
+    /// The kind's spec in `spec`, when it is an assignment of this kind.
+    fn of(spec: &AssignmentSpec) -> Option<&Self>;
+
+    /// The assignment of this spec.
+    fn assignment(self) -> AssignmentSpec;
+}
+
+macro_rules! kind_specs {
+    ($($variant:ident($spec:ty),)*) => {
+        $(
+            impl KindSpec for $spec {
+                fn of(spec: &AssignmentSpec) -> Option<&Self> {
+                    match spec {
+                        AssignmentSpec::$variant(s) => Some(s),
+                        _ => None,
+                    }
+                }
+
+                fn assignment(self) -> AssignmentSpec {
+                    AssignmentSpec::$variant(self)
+                }
+            }
+        )*
+    };
+}
+
+kind_specs! {
+    Scale(ScaleSpec),
+    KafkaTopic(KafkaTopicSpec),
+    Promfed(PromfedSpec),
+    FederatedResource(FederatedResourceSpec),
+    KafkaUser(KafkaUserSpec),
+}
+
 impl AssignmentSpec {
     /// A short name of the kind of work, for logs and metric labels.
     pub fn work(&self) -> &'static str {

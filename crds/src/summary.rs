@@ -75,6 +75,12 @@ impl StateCounts {
 pub trait HasState {
     /// Its state.
     fn state(&self) -> PlacementState;
+
+    /// Its cluster.
+    fn cluster(&self) -> &str;
+
+    /// The detail for its state, if any.
+    fn message(&self) -> Option<&str>;
 }
 
 /// How many placements a status lists: all of them up to `threshold`; above it, only those
@@ -101,6 +107,12 @@ impl Default for StatusLimits {
 pub trait PlacedStatus {
     /// One cluster's line.
     type Placement: HasState;
+
+    /// The conditions, as read.
+    fn conditions(&self) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition];
+
+    /// The per-cluster lines, as read.
+    fn placements(&self) -> &[Self::Placement];
 
     /// The conditions.
     fn conditions_mut(
@@ -130,7 +142,7 @@ pub trait HasPlacedStatus {
 /// Makes a kind's status a [`PlacedStatus`], its object a [`HasPlacedStatus`] and its
 /// per-cluster line a [`HasState`]: `placed_status! { Object => Status, Placement; }`, in
 /// the kind's own file. The status has `conditions`, `placements`, `summary` and `selection`; the line
-/// has `state`.
+/// has `cluster`, `state` and `message`.
 #[macro_export]
 macro_rules! placed_status {
     ($($object:ty => $status:ty, $placement:ty;)*) => {
@@ -139,10 +151,28 @@ macro_rules! placed_status {
                 fn state(&self) -> $crate::PlacementState {
                     self.state
                 }
+
+                fn cluster(&self) -> &str {
+                    &self.cluster
+                }
+
+                fn message(&self) -> Option<&str> {
+                    self.message.as_deref()
+                }
             }
 
             impl $crate::summary::PlacedStatus for $status {
                 type Placement = $placement;
+
+                fn conditions(
+                    &self,
+                ) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+                    &self.conditions
+                }
+
+                fn placements(&self) -> &[$placement] {
+                    &self.placements
+                }
 
                 fn conditions_mut(
                     &mut self,

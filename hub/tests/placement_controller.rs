@@ -617,8 +617,8 @@ mod toy {
     use accord_crds::{PlacementState, PlacementSummary};
     use accord_hub::controllers::name_claims::NameClaims;
     use accord_hub::controllers::placement::{
-        DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
-        Trigger, Watched, object_name,
+        DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
+        Watched, object_name,
     };
     use accord_hub::controllers::tombstones::{self, Removal, Tombstoned};
     use accord_hub::controllers::{ControllerContext, ReconcileError};
@@ -721,7 +721,6 @@ mod toy {
         const CONTROLLER: &'static str = "Toy controller";
         const KIND: PlacedKind = PlacedKind::FederatedResource;
         const DECISION_TAG: &'static str = "toy";
-        const DECISION_LOCK: bool = false;
 
         fn start(
             ctx: &Arc<ControllerContext>,
@@ -814,17 +813,7 @@ mod toy {
             })
         }
 
-        fn finalizer(_toy: &Watched<Self>) -> Option<&'static str> {
-            Some(FINALIZER)
-        }
-
-        async fn finalize(
-            &self,
-            toy: &Watched<Self>,
-            record: Option<(PlacementRecord<ToyDecision>, i64)>,
-        ) -> Result<Finalized, ReconcileError> {
-            tombstones::finalize(self, &self.ctx, toy, record).await
-        }
+        tombstones::tombstoned!();
 
         fn on_object(&self, toy: &Watched<Self>, gone: bool) {
             let _ = self.claims.observe(toy, gone);
@@ -832,6 +821,13 @@ mod toy {
     }
 
     impl Tombstoned for Toys {
+        const FINALIZER: &'static str = FINALIZER;
+        const DELETING: Option<&'static str> = Some("removing the toy in every member");
+
+        fn context(&self) -> &ControllerContext {
+            &self.ctx
+        }
+
         fn is_tombstone(record: &PlacementRecord<ToyDecision>) -> bool {
             record.decision.remove
         }
@@ -839,23 +835,17 @@ mod toy {
         fn tombstone(
             record: &PlacementRecord<ToyDecision>,
         ) -> Option<PlacementRecord<ToyDecision>> {
-            let shares: Vec<ShareRecord> = record
-                .shares
-                .iter()
-                .filter(|s| s.assignment.is_some())
-                .map(|s| ShareRecord {
-                    assignment: Some(sent(true)),
-                    ..s.clone()
-                })
-                .collect();
-            (!shares.is_empty()).then(|| PlacementRecord {
-                shares,
-                decision: ToyDecision {
+            accord_hub::distribution::deletion::tombstone(
+                record,
+                |_: &FederatedResourceSpec| FederatedResourceSpec {
+                    remove: true,
+                    ..FederatedResourceSpec::default()
+                },
+                ToyDecision {
                     remove: true,
                     ..record.decision.clone()
                 },
-                ..record.clone()
-            })
+            )
         }
 
         fn is_gone(report: &StatusRecord) -> bool {
@@ -864,13 +854,6 @@ mod toy {
 
         fn deletion_timeout(&self) -> Duration {
             Duration::from_secs(3600)
-        }
-
-        fn removed(&self, _toy: &Watched<Self>, tombstone: &PlacementRecord<ToyDecision>) -> Note {
-            Note::normal(
-                "Deleted",
-                format!("toy {} removed in every member", tombstone.decision.name),
-            )
         }
 
         fn removal(
@@ -882,6 +865,10 @@ mod toy {
                 subject: format!("toy {} was", tombstone.decision.name),
                 gone: "removed",
                 it: "the toy",
+                done: Note::normal(
+                    "Deleted",
+                    format!("toy {} removed in every member", tombstone.decision.name),
+                ),
             }
         }
     }
@@ -1010,6 +997,31 @@ async fn a_kind_defined_only_in_a_test_gets_decisions_name_claims_and_a_deletion
         h.fake.get(&older).expect("the toy")["metadata"]["finalizers"],
         json!([toy::FINALIZER]),
         "b has not reported"
+    );
+    // Meanwhile the status shows the tombstone as each member reports it (the kind's own
+    // status of it) and Ready=False/Deleting naming the member left.
+    h.flush().await;
+    let shown = h.patches(&format!("{older}/status"));
+    let last = &shown.last().expect("the deleting status")["status"];
+    let ready = last["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("False"), &json!("Deleting"))
+    );
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("removing the toy in every member; waiting for b"),
+        "{message}"
+    );
+    assert_eq!(
+        last["placements"],
+        json!([
+            {"cluster": "a", "state": "Synced", "message": "removed"},
+            {"cluster": "b", "state": "Pending", "message": accord_hub::distribution::reported::WAITING_FOR_AGENT}
+        ])
     );
     toy_report(&h, "b", "older", tomb_revision, "removed").await;
     controller

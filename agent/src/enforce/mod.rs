@@ -30,7 +30,7 @@ pub mod watch;
 
 use std::collections::BTreeMap;
 
-use accord_common::distribution::{AssignmentSpec, PlacedRef, PlacementState};
+use accord_common::distribution::{AssignmentSpec, KindSpec, PlacedRef, PlacementState};
 use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 
@@ -97,13 +97,10 @@ pub type Mine<'a, S> = [(&'a PlacedRef, &'a S, &'a Assigned)];
 /// its kind: no enforcer checks the kind of what it is given.
 pub trait KindEnforcer: Send + 'static {
     /// The kind's spec.
-    type Spec;
+    type Spec: KindSpec;
 
     /// Short name, for logs and for routing its watch events.
     const NAME: &'static str;
-
-    /// The kind's spec in `spec`, when it is an assignment of this kind.
-    fn spec(spec: &AssignmentSpec) -> Option<&Self::Spec>;
 
     /// [`Enforcer::assign`] with the book's assignments of this kind.
     fn assign(&mut self, mine: &Mine<'_, Self::Spec>, events: &EventSink);
@@ -145,13 +142,13 @@ impl<E: KindEnforcer> Enforcer for E {
     }
 
     fn enforces(&self, spec: &AssignmentSpec) -> bool {
-        E::spec(spec).is_some()
+        E::Spec::of(spec).is_some()
     }
 
     fn assign(&mut self, assigned: &BTreeMap<PlacedRef, Assigned>, events: &EventSink) {
         let mine: Vec<_> = assigned
             .iter()
-            .filter_map(|(placed, a)| Some((placed, E::spec(&a.spec)?, a)))
+            .filter_map(|(placed, a)| Some((placed, E::Spec::of(&a.spec)?, a)))
             .collect();
         KindEnforcer::assign(self, &mine, events);
     }
@@ -174,7 +171,7 @@ impl<E: KindEnforcer> Enforcer for E {
         assigned: &Assigned,
         apply_error: Option<&ApplyError>,
     ) -> Option<Judgement> {
-        let spec = E::spec(&assigned.spec)?;
+        let spec = E::Spec::of(&assigned.spec)?;
         KindEnforcer::look(self, placed, spec, assigned, apply_error)
     }
 
@@ -183,7 +180,7 @@ impl<E: KindEnforcer> Enforcer for E {
         placed: &PlacedRef,
         assigned: &Assigned,
     ) -> BoxFuture<'static, Result<String, ApplyError>> {
-        match E::spec(&assigned.spec) {
+        match E::Spec::of(&assigned.spec) {
             Some(spec) => KindEnforcer::apply(self, placed, spec, assigned),
             // The engine routes only the kind's assignments here.
             None => Box::pin(std::future::ready(Ok(String::new()))),

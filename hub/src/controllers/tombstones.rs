@@ -1,13 +1,13 @@
 //! Deletion that waits for the members, a capability a kind opts into by implementing
-//! [`Tombstoned`] and finishing its [`PlacementKind::finalize`] with [`finalize`].
+//! [`Tombstoned`] and writing `tombstones::tombstoned!();` in its `impl PlacementKind`.
 //!
 //! The object's placements record becomes a tombstone (written once: every cluster that
 //! was sent something is now told to remove it), and the object is released when every such
 //! cluster reported it removed for the tombstone's revision, or no longer exists, or the
 //! bound from the object's `deletionTimestamp` passed (a Warning Event then names the
 //! clusters left behind). Meanwhile the kind may show the deletion in its status
-//! ([`Tombstoned::deleting_status`], with [`deleting_condition`]). Reads only metadata and
-//! the record, so an object that does not decode is deleted too.
+//! ([`Tombstoned::DELETING`]). Reads only metadata and the record, so an object that does
+//! not decode is deleted too.
 
 use std::time::Duration;
 
@@ -23,8 +23,31 @@ use crate::distribution::deletion::Progress;
 use crate::store::StatusRecord;
 use crate::writes::Pace;
 
-/// What a kind whose deletion waits for the members says about it.
+/// What a kind whose deletion waits for the members says about it. The kind's
+/// [`PlacementKind::finalizer`] and [`PlacementKind::finalize`] are this capability's
+/// ([`tombstoned!`](crate::controllers::tombstones::tombstoned) writes them).
 pub trait Tombstoned: PlacementKind {
+    /// The finalizer an object whose deletion waits holds.
+    const FINALIZER: &'static str;
+
+    /// What `Ready` says while the members remove what they were sent (e.g. "deleting the
+    /// topic in every member"): the status then shows each member's placement as its agent
+    /// reports the tombstone ([`PlacementKind::status_of`] of the tombstone, with the
+    /// kind's default facts). `None` leaves the status as it is.
+    const DELETING: Option<&'static str> = None;
+
+    /// Conditions the status drops while the deletion waits (what no longer matters).
+    const DELETING_DROPS: &'static [&'static str] = &[];
+
+    /// The controller's context (the records, reports and clusters the deletion reads).
+    fn context(&self) -> &ControllerContext;
+
+    /// Whether deleting `object` waits for the members (it then holds
+    /// [`Self::FINALIZER`]); read from the object as stored. Always, by default.
+    fn waits(_object: &Watched<Self>) -> bool {
+        true
+    }
+
     /// Whether a stored record is a tombstone already.
     fn is_tombstone(record: &PlacementRecord<Self::Decision>) -> bool;
 
@@ -45,29 +68,83 @@ pub trait Tombstoned: PlacementKind {
         None
     }
 
-    /// The Event once every member removed what it was sent.
-    fn removed(&self, object: &Watched<Self>, tombstone: &PlacementRecord<Self::Decision>) -> Note;
-
-    /// How the Warning once the bound passed names what the members were sent.
+    /// How the Events name what the members were sent and its removal.
     fn removal(
         &self,
         object: &Watched<Self>,
         tombstone: &PlacementRecord<Self::Decision>,
     ) -> Removal;
-
-    /// The status while the deletion waits for `left` (re-checked within `recheck`), or
-    /// `None` to leave the status as it is (the default).
-    fn deleting_status(
-        &self,
-        _object: &Self::Object,
-        _tombstone: &PlacementRecord<Self::Decision>,
-        _revision: i64,
-        _left: &[String],
-        _recheck: Duration,
-    ) -> Option<Self::Status> {
-        None
-    }
 }
+
+/// The bound a deletion waits for the members by default (its flag's default, `5m`).
+pub const DEFAULT_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Declares a [`Tombstoned`] kind's `serve` settings: a clap `Args` struct whose
+/// `deletion_timeout` is the flag `--<flag>` (default [`DEFAULT_DELETION_TIMEOUT`]), with
+/// the struct's and the flag's documentation (the flag's is its `--help`).
+macro_rules! deletion_options {
+    (
+        $(#[$doc:meta])*
+        pub struct $name:ident;
+        $(#[$flag_doc:meta])*
+        flag = $flag:literal,
+        id = $id:literal,
+        value_name = $value_name:literal;
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, clap::Args)]
+        pub struct $name {
+            $(#[$flag_doc])*
+            #[arg(
+                id = $id,
+                value_name = $value_name,
+                long = $flag,
+                default_value = "5m",
+                value_parser = accord_crds::duration::parse_flag
+            )]
+            pub deletion_timeout: std::time::Duration,
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self {
+                    deletion_timeout: $crate::controllers::tombstones::DEFAULT_DELETION_TIMEOUT,
+                }
+            }
+        }
+    };
+}
+pub(crate) use deletion_options;
+
+/// Writes a [`Tombstoned`] kind's [`PlacementKind::finalizer`] and
+/// [`PlacementKind::finalize`], inside its `impl PlacementKind` block.
+#[macro_export]
+macro_rules! tombstoned {
+    () => {
+        fn finalizer(
+            object: &$crate::controllers::placement::Watched<Self>,
+        ) -> Option<&'static str> {
+            <Self as $crate::controllers::tombstones::Tombstoned>::waits(object)
+                .then_some(<Self as $crate::controllers::tombstones::Tombstoned>::FINALIZER)
+        }
+
+        /// The deletion waits for the members
+        /// ([`finalize`](crate::controllers::tombstones::finalize)).
+        fn finalize(
+            &self,
+            object: &$crate::controllers::placement::Watched<Self>,
+            record: Option<($crate::distribution::PlacementRecord<Self::Decision>, i64)>,
+        ) -> impl std::future::Future<
+            Output = Result<
+                $crate::controllers::placement::Finalized,
+                $crate::controllers::ReconcileError,
+            >,
+        > + Send {
+            $crate::controllers::tombstones::finalize(self, object, record)
+        }
+    };
+}
+pub use crate::tombstoned;
 
 /// How a Warning names what the members were sent, e.g. `topic orders was`, `deleted`,
 /// `the topic`: "topic orders was not confirmed deleted within 300s in cluster east; the
@@ -80,6 +157,8 @@ pub struct Removal {
     pub gone: &'static str,
     /// How the rest of the sentence names it: `the topic`, `the objects`.
     pub it: &'static str,
+    /// The Event once every member removed what it was sent.
+    pub done: Note,
 }
 
 impl Removal {
@@ -101,7 +180,7 @@ impl Removal {
 
 /// `Ready=False`/`Deleting` while a deletion waits: `doing` (e.g. "deleting the topic in
 /// every member") and the clusters `left`, released anyway within `recheck`.
-pub fn deleting_condition(doing: &str, left: &[String], recheck: Duration) -> Desired {
+fn deleting_condition(doing: &str, left: &[String], recheck: Duration) -> Desired {
     Desired::new(
         types::READY,
         Status::False,
@@ -118,10 +197,10 @@ pub fn deleting_condition(doing: &str, left: &[String], recheck: Duration) -> De
 /// the object is released when every member is done or the bound passed.
 pub async fn finalize<K: Tombstoned>(
     kind: &K,
-    ctx: &ControllerContext,
     object: &Watched<K>,
     record: Option<(PlacementRecord<K::Decision>, i64)>,
 ) -> Result<Finalized, ReconcileError> {
+    let ctx = kind.context();
     let p = placement::placed_ref::<K>(object);
     let reference = object.object_ref(&());
     let sent = match record {
@@ -163,12 +242,12 @@ pub async fn finalize<K: Tombstoned>(
     ) {
         Progress::Done => {
             info!(placed = %p, "what the members were sent is removed in every member");
-            ctx.note(&reference, kind.removed(object, &tombstone));
+            ctx.note(&reference, kind.removal(object, &tombstone).done);
             Ok(Finalized::Done)
         }
         Progress::Waiting { left, recheck } => {
             debug!(placed = %p, ?left, "waiting for members to remove what they were sent");
-            show_deletion(kind, ctx, object, &tombstone, revision, &left, recheck)?;
+            show_deletion(kind, object, &tombstone, revision, &left, recheck).await?;
             Ok(Finalized::Waiting(recheck))
         }
         Progress::TimedOut { left } => {
@@ -185,24 +264,42 @@ pub async fn finalize<K: Tombstoned>(
     }
 }
 
-/// Shows a waiting deletion in the status, when the kind does: written when anything but
-/// the countdown in `Ready`'s message changed. An object that does not decode keeps the
-/// status it has.
-fn show_deletion<K: Tombstoned>(
+/// Shows a waiting deletion in the status, when the kind does ([`Tombstoned::DELETING`]):
+/// the kind's status of the tombstone as the members report it, with `Ready=False`/
+/// `Deleting` naming the members `left`; written when anything but the countdown in
+/// `Ready`'s message changed. An object that does not decode keeps the status it has.
+async fn show_deletion<K: Tombstoned>(
     kind: &K,
-    ctx: &ControllerContext,
     watched: &Watched<K>,
     tombstone: &PlacementRecord<K::Decision>,
     revision: i64,
     left: &[String],
     recheck: Duration,
 ) -> Result<(), ReconcileError> {
+    let Some(doing) = K::DELETING else {
+        return Ok(());
+    };
     let Ok(object) = watched.decode() else {
         return Ok(());
     };
-    let Some(status) = kind.deleting_status(&object, tombstone, revision, left, recheck) else {
-        return Ok(());
+    let ctx = kind.context();
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now());
+    let (reports, clusters) = (placement::reports(ctx, tombstone), placement::clusters(ctx));
+    let input = placement::StatusInput {
+        record: Some(tombstone),
+        revision,
+        shares: &tombstone.shares,
+        reports: &reports,
+        clusters: &clusters,
+        facts: K::Facts::default(),
+        decided_at: &now,
+        now: &now,
     };
+    let shown = kind.status_of(&object, input).await?.status;
+    let generation = object.meta().generation;
+    let mut status =
+        with_condition::<K>(shown, deleting_condition(doing, left, recheck), generation);
+    K::conditions(&mut status).retain(|c| !K::DELETING_DROPS.contains(&c.type_.as_str()));
     let quiet = |s: &K::Status| {
         let mut s = s.clone();
         for c in K::conditions(&mut s)
@@ -224,7 +321,7 @@ fn show_deletion<K: Tombstoned>(
 }
 
 /// Merges `condition` into `status`'s conditions for `generation`, as of now.
-pub fn with_condition<K: PlacementKind>(
+fn with_condition<K: PlacementKind>(
     mut status: K::Status,
     condition: Desired,
     generation: Option<i64>,
@@ -239,12 +336,42 @@ pub fn with_condition<K: PlacementKind>(
 mod tests {
     use super::*;
 
+    deletion_options! {
+        /// Settings of a test kind.
+        pub struct TestOptions;
+        /// The test flag.
+        flag = "test-deletion-timeout",
+        id = "test_deletion_timeout",
+        value_name = "T";
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: TestOptions,
+    }
+
+    #[test]
+    fn the_flag_defaults_to_the_default_and_parses_durations() {
+        use clap::Parser as _;
+        let default = Cli::parse_from(["hub"]).options;
+        assert_eq!(
+            default.deletion_timeout,
+            TestOptions::default().deletion_timeout
+        );
+        assert_eq!(default.deletion_timeout, DEFAULT_DELETION_TIMEOUT);
+        let set = Cli::parse_from(["hub", "--test-deletion-timeout", "90s"]).options;
+        assert_eq!(set.deletion_timeout, Duration::from_secs(90));
+        assert!(Cli::try_parse_from(["hub", "--test-deletion-timeout", "soon"]).is_err());
+    }
+
     #[test]
     fn the_warning_names_what_was_left_the_clusters_and_the_bound() {
         let removal = Removal {
             subject: "topic events was".into(),
             gone: "deleted",
             it: "the topic",
+            done: Note::normal("Deleted", "topic events deleted in every member"),
         };
         assert_eq!(
             removal.left_behind(

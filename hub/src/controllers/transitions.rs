@@ -7,6 +7,7 @@
 
 use accord_common::distribution::PlacementState;
 use accord_crds::conditions;
+use accord_crds::summary::PlacedStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::placement::Note;
@@ -56,20 +57,26 @@ pub struct Meaning {
 }
 
 /// [`notes`] from two statuses' placements and conditions.
-pub fn of_statuses<P: ShowsPlacement>(
-    old: Option<(&[P], &[Condition])>,
-    new: (&[P], &[Condition]),
+pub fn of_statuses<S>(
+    old: Option<&S>,
+    new: &S,
     generation: Option<i64>,
     meaning: Meaning,
-) -> Vec<Note> {
-    let old_lines = old.map(|(placements, _)| shown(placements));
-    let new_lines = shown(new.0);
+) -> Vec<Note>
+where
+    S: PlacedStatus,
+    S::Placement: ShowsPlacement,
+{
+    let old_lines = old.map(|s| shown(s.placements()));
+    let new_lines = shown(new.placements());
     notes(
-        old.zip(old_lines.as_deref())
-            .map(|((_, conditions), lines)| Seen { lines, conditions }),
+        old.zip(old_lines.as_deref()).map(|(s, lines)| Seen {
+            lines,
+            conditions: s.conditions(),
+        }),
         Seen {
             lines: &new_lines,
-            conditions: new.1,
+            conditions: new.conditions(),
         },
         generation,
         meaning,

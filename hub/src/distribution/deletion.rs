@@ -7,8 +7,37 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use super::PlacementRecord;
+use accord_common::distribution::KindSpec;
+
+use super::{PlacementRecord, ShareRecord};
 use crate::store::StatusRecord;
+
+/// The tombstone of `record`: only the clusters that were sent a spec of kind `S`, each now
+/// sent what `remove` makes of it, with the kind's `decision`. `None` when no cluster was
+/// sent anything (nothing to remove anywhere).
+pub fn tombstone<S: KindSpec, D: Clone>(
+    record: &PlacementRecord<D>,
+    remove: impl Fn(&S) -> S,
+    decision: D,
+) -> Option<PlacementRecord<D>> {
+    let shares: Vec<ShareRecord> = record
+        .shares
+        .iter()
+        .filter_map(|s| {
+            let sent = S::of(s.assignment.as_ref()?)?;
+            Some(ShareRecord {
+                assignment: Some(remove(sent).assignment()),
+                held_reason: None,
+                ..s.clone()
+            })
+        })
+        .collect();
+    (!shares.is_empty()).then(|| PlacementRecord {
+        shares,
+        decision,
+        ..record.clone()
+    })
+}
 
 /// The clusters of `tombstone` (stored at `revision`) that were sent something and are not
 /// known to be done yet: no report for that revision (or later) that `gone` accepts, and

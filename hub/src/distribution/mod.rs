@@ -12,6 +12,7 @@ pub mod deletion;
 pub mod fanout;
 pub mod record;
 pub mod reported;
+pub mod rollout;
 pub mod secrets;
 pub mod select;
 pub mod taints;

@@ -8,57 +8,35 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, Observed, PlacedKind, PlacementState};
+use accord_common::distribution::{FederatedResourceSpec, Observed, PlacedKind, PlacementState};
+use accord_crds::federated_resource::ResourcePlacement;
 use accord_crds::{FederatedResource, FederatedResourceStatus};
 use kube::runtime::reflector::Store as Reflector;
 use tracing::info;
 
 use super::plan::{self, ClusterPlan};
-use super::status::{StatusInputs, aggregate, drift_repairs};
-use super::{FINALIZER, FederatedResourceDecision, reasons};
+use super::status::{aggregate, notes};
+use super::{FINALIZER, FederatedResourceDecision};
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
-    Trigger, Watched,
+    self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
+    Watched,
 };
 use crate::controllers::tombstones::{self, Removal, Tombstoned};
-use crate::controllers::transitions::{self, Meaning};
+use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, ReconcileError};
-use crate::distribution::PlacementRecord;
+use crate::distribution::{PlacementRecord, deletion};
 use crate::store::StatusRecord;
 
-/// Default of `--resource-deletion-timeout`.
-pub const DEFAULT_RESOURCE_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The FederatedResource settings of `serve`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct FederatedResourceOptions {
+tombstones::deletion_options! {
+    /// The FederatedResource settings of `serve`.
+    pub struct FederatedResourceOptions;
     /// How long deleting a FederatedResource waits for every member to remove (or orphan)
     /// what it was sent; after it, the object goes anyway with a Warning Event naming the
     /// members left behind.
-    #[arg(
-        id = "resource_deletion_timeout",
-        value_name = "RESOURCE_DELETION_TIMEOUT",
-        long = "resource-deletion-timeout",
-        default_value = "5m",
-        value_parser = accord_crds::duration::parse_flag
-    )]
-    pub deletion_timeout: Duration,
+    flag = "resource-deletion-timeout",
+    id = "resource_deletion_timeout",
+    value_name = "RESOURCE_DELETION_TIMEOUT";
 }
-
-impl Default for FederatedResourceOptions {
-    fn default() -> Self {
-        Self {
-            deletion_timeout: DEFAULT_RESOURCE_DELETION_TIMEOUT,
-        }
-    }
-}
-
-/// What a FederatedResource's conditions say: `Applied` in every cluster, healthy while
-/// `Available`.
-const MEANING: Meaning = Meaning {
-    applied: Some(super::status::APPLIED),
-    healthy: (accord_crds::conditions::types::AVAILABLE, true),
-};
 
 /// The FederatedResource plug-in.
 pub struct FederatedResources {
@@ -76,8 +54,6 @@ impl PlacementKind for FederatedResources {
     const CONTROLLER: &'static str = "FederatedResource controller";
     const KIND: PlacedKind = PlacedKind::FederatedResource;
     const DECISION_TAG: &'static str = "federatedResource";
-    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
-    const DECISION_LOCK: bool = false;
     // A delivered workload's `spec.replicas` is left to the CrossClusterScalePolicy that
     // claims it.
     const READS_FIELD_CLAIMS: bool = true;
@@ -192,96 +168,73 @@ impl PlacementKind for FederatedResources {
         object: &FederatedResource,
         input: StatusInput<'_, Self>,
     ) -> Result<Reported<FederatedResourceStatus>, ReconcileError> {
-        let old = object.status.as_ref();
-        let status = aggregate(&StatusInputs {
-            placed: input.placed(),
-            plans: &input.facts,
-            generation: object.metadata.generation,
-            old,
-            now: input.now,
-        });
-        let mut notes = transitions::of_statuses(
-            old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
-            (&status.placements, &status.conditions),
-            object.metadata.generation,
-            MEANING,
-        );
-        notes.extend(
-            drift_repairs(old, &status)
-                .into_iter()
-                .map(|n| Note::normal(reasons::DRIFT_REPAIRED, n)),
-        );
-        Ok(Reported {
-            status,
-            notes,
-            retry: None,
-        })
+        Ok(placement::aggregated(object, &input, aggregate, notes))
     }
 
-    fn finalizer(_object: &Watched<Self>) -> Option<&'static str> {
-        Some(FINALIZER)
-    }
+    tombstones::tombstoned!();
 
-    /// The deletion waits for the members ([`tombstones::finalize`]).
-    async fn finalize(
-        &self,
-        object: &Watched<Self>,
-        record: Option<(PlacementRecord<FederatedResourceDecision>, i64)>,
-    ) -> Result<Finalized, ReconcileError> {
-        tombstones::finalize(self, &self.ctx, object, record).await
+    /// Every manifest applied and healthy.
+    fn healthy(line: &ResourcePlacement) -> bool {
+        line.state == PlacementState::Synced && line.available == line.applied
     }
 }
 
 impl Tombstoned for FederatedResources {
+    const FINALIZER: &'static str = FINALIZER;
+
+    fn context(&self) -> &ControllerContext {
+        &self.ctx
+    }
+
     fn is_tombstone(record: &PlacementRecord<FederatedResourceDecision>) -> bool {
         record.decision.remove
     }
 
+    /// Every cluster that was sent something is now sent `remove: true`.
     fn tombstone(
         record: &PlacementRecord<FederatedResourceDecision>,
     ) -> Option<PlacementRecord<FederatedResourceDecision>> {
-        tombstone(record)
+        let remove = |spec: &FederatedResourceSpec| FederatedResourceSpec {
+            remove: true,
+            ..spec.clone()
+        };
+        deletion::tombstone(record, remove, FederatedResourceDecision { remove: true })
     }
 
+    /// Everything the cluster was sent is removed (or orphaned).
     fn is_gone(report: &StatusRecord) -> bool {
-        is_removed(report)
+        report.state == PlacementState::Synced
+            && matches!(&report.observed, Observed::FederatedResource(o) if o.removed)
     }
 
     fn deletion_timeout(&self) -> Duration {
         self.options.deletion_timeout
     }
 
-    fn removed(
+    fn removal(
         &self,
         object: &Watched<Self>,
         _tombstone: &PlacementRecord<FederatedResourceDecision>,
-    ) -> Note {
+    ) -> Removal {
         let orphaned = object
             .pointer("/spec/deletionPolicy")
             .and_then(serde_json::Value::as_str)
             == Some("Orphan");
-        if orphaned {
-            Note::normal(
-                transitions::reasons::ORPHANED,
-                "the delivered objects are left in every member, without Accord's marks",
-            )
-        } else {
-            Note::normal(
-                transitions::reasons::DELETED,
-                "the delivered objects are removed from every member",
-            )
-        }
-    }
-
-    fn removal(
-        &self,
-        _object: &Watched<Self>,
-        _tombstone: &PlacementRecord<FederatedResourceDecision>,
-    ) -> Removal {
         Removal {
             subject: "the delivered objects were".to_owned(),
             gone: "removed",
             it: "the objects",
+            done: if orphaned {
+                Note::normal(
+                    transitions::reasons::ORPHANED,
+                    "the delivered objects are left in every member, without Accord's marks",
+                )
+            } else {
+                Note::normal(
+                    transitions::reasons::DELETED,
+                    "the delivered objects are removed from every member",
+                )
+            },
         }
     }
 }
@@ -296,46 +249,11 @@ fn secret_names(o: &Watched<FederatedResources>) -> Vec<String> {
         .collect()
 }
 
-/// Whether `report` says everything the cluster was sent is removed (or orphaned).
-fn is_removed(report: &StatusRecord) -> bool {
-    report.state == PlacementState::Synced
-        && matches!(&report.observed, Observed::FederatedResource(o) if o.removed)
-}
-
-/// The tombstone of `record`: only the clusters that were sent something, each now sent
-/// `remove: true`. `None` when no cluster was sent anything.
-fn tombstone(
-    record: &PlacementRecord<FederatedResourceDecision>,
-) -> Option<PlacementRecord<FederatedResourceDecision>> {
-    let shares: Vec<_> = record
-        .shares
-        .iter()
-        .filter_map(|s| match &s.assignment {
-            Some(AssignmentSpec::FederatedResource(spec)) => {
-                let mut share = s.clone();
-                share.assignment = Some(AssignmentSpec::FederatedResource(
-                    accord_common::distribution::FederatedResourceSpec {
-                        remove: true,
-                        ..spec.clone()
-                    },
-                ));
-                share.held_reason = None;
-                Some(share)
-            }
-            _ => None,
-        })
-        .collect();
-    (!shares.is_empty()).then(|| PlacementRecord {
-        shares,
-        decision: FederatedResourceDecision { remove: true },
-        ..record.clone()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
+    use accord_common::distribution::AssignmentSpec;
     use accord_common::distribution::{FederatedResourceObserved, PlacedRef};
 
     fn share(cluster: &str, sent: bool) -> ShareRecord {
@@ -348,6 +266,35 @@ mod tests {
     }
 
     #[test]
+    fn a_rollout_hears_healthy_only_where_every_manifest_is_applied_and_available() {
+        use crate::distribution::rollout::{Heard, heard};
+        let line = |cluster: &str, state, applied, available, message: Option<&str>| {
+            serde_json::from_value::<ResourcePlacement>(serde_json::json!({
+                "cluster": cluster, "state": state, "applied": applied,
+                "available": available, "message": message,
+            }))
+            .unwrap()
+        };
+        let status = FederatedResourceStatus {
+            placements: vec![
+                line("east", "Synced", 3, 3, None),
+                line("west", "Synced", 3, 2, Some("1 of 3 not available")),
+                line("north", "Error", 1, 1, Some("admission webhook denied")),
+                line("south", "Pending", 0, 0, Some("waiting for the agent")),
+            ],
+            ..FederatedResourceStatus::default()
+        };
+        let heard = heard(&status, FederatedResources::healthy);
+        assert_eq!(heard["east"], Heard::Healthy);
+        assert_eq!(heard["west"], Heard::Nothing, "applied, not yet healthy");
+        assert_eq!(
+            heard["north"],
+            Heard::Unhealthy("admission webhook denied".into())
+        );
+        assert_eq!(heard["south"], Heard::Nothing);
+    }
+
+    #[test]
     fn the_tombstone_removes_only_where_something_was_sent() {
         let record = PlacementRecord {
             placed: PlacedRef::new(PlacedKind::FederatedResource, "team", "app"),
@@ -356,7 +303,7 @@ mod tests {
             shares: vec![share("east", true), share("ghost", false)],
             decision: FederatedResourceDecision::default(),
         };
-        let t = tombstone(&record).unwrap();
+        let t = FederatedResources::tombstone(&record).unwrap();
         assert!(t.decision.remove);
         assert_eq!(t.shares.len(), 1);
         assert!(matches!(
@@ -365,7 +312,7 @@ mod tests {
         ));
         let mut nothing = record.clone();
         nothing.shares.retain(|s| s.assignment.is_none());
-        assert!(tombstone(&nothing).is_none());
+        assert!(FederatedResources::tombstone(&nothing).is_none());
     }
 
     #[test]
@@ -383,11 +330,11 @@ mod tests {
             }),
             api_server_unavailable: false,
         };
-        assert!(is_removed(&r));
+        assert!(FederatedResources::is_gone(&r));
         r.state = PlacementState::Error;
-        assert!(!is_removed(&r));
+        assert!(!FederatedResources::is_gone(&r));
         r.state = PlacementState::Synced;
         r.observed = Observed::FederatedResource(FederatedResourceObserved::default());
-        assert!(!is_removed(&r));
+        assert!(!FederatedResources::is_gone(&r));
     }
 }

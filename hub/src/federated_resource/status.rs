@@ -12,8 +12,10 @@ use accord_crds::federated_resource::{ManifestStatus, ResourcePlacement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::plan::ClusterPlan;
-use crate::distribution::reported::{self, Placed};
+use super::controller::FederatedResources;
+use crate::controllers::placement::{Aggregation, Note};
+use crate::controllers::transitions::{self, Meaning};
+use crate::distribution::reported;
 
 /// Condition type: every placement has every manifest applied.
 pub const APPLIED: &str = "Applied";
@@ -27,28 +29,13 @@ pub const NOT_ALL_HEALTHY: &str = "NotAllManifestsHealthy";
 pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; the delivered \
      objects stay as they are there (values are as last reported)";
 
-/// Everything the status of a FederatedResource is computed from.
-#[derive(Debug, Clone, Copy)]
-pub struct StatusInputs<'a> {
-    /// The shares, the reports and the clusters.
-    pub placed: Placed<'a>,
-    /// What the plan said of each cluster (overrides, override errors).
-    pub plans: &'a BTreeMap<String, ClusterPlan>,
-    /// `metadata.generation` of the object.
-    pub generation: Option<i64>,
-    /// The status the object shows now.
-    pub old: Option<&'a FederatedResourceStatus>,
-    /// The time to stamp on conditions that change now.
-    pub now: &'a Time,
-}
-
 /// The status the object should show.
-pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedResourceStatus {
+pub fn aggregate(inputs: &Aggregation<'_, FederatedResources>) -> FederatedResourceStatus {
     let revision = inputs.placed.revision;
     let placements: Vec<ResourcePlacement> = inputs.placed.each(|share, report, cluster| {
         let (mut state, mut message) =
             reported::state(share, revision, report, cluster, AGENT_DISCONNECTED);
-        let plan = inputs.plans.get(&share.cluster);
+        let plan = inputs.facts.get(&share.cluster);
         if let Some(error) = plan.and_then(|p| p.error.as_ref()) {
             state = PlacementState::Error;
             message = Some(format!(
@@ -178,6 +165,29 @@ pub fn resource_conditions(placements: &[ResourcePlacement]) -> Vec<Desired> {
     vec![applied, available, degraded]
 }
 
+/// What a FederatedResource's conditions say: `Applied` in every cluster, healthy while
+/// `Available`.
+const MEANING: Meaning = Meaning {
+    applied: Some(APPLIED),
+    healthy: (types::AVAILABLE, true),
+};
+
+/// The Events the move from `old` to `new` tells: every kind's transitions, and each
+/// drift repair ([`drift_repairs`]).
+pub fn notes(
+    old: Option<&FederatedResourceStatus>,
+    new: &FederatedResourceStatus,
+    generation: Option<i64>,
+) -> Vec<Note> {
+    let mut notes = transitions::of_statuses(old, new, generation, MEANING);
+    notes.extend(
+        drift_repairs(old, new)
+            .into_iter()
+            .map(|n| Note::normal(super::reasons::DRIFT_REPAIRED, n)),
+    );
+    notes
+}
+
 /// What the move from `old` to `new` tells beyond the transitions every kind tells
 /// ([`crate::controllers::transitions`]): each cluster whose agent restored owned fields
 /// changed out of band, with its count so far.
@@ -207,6 +217,8 @@ pub fn drift_repairs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::reported::Placed;
+    use crate::federated_resource::plan::ClusterPlan;
     use accord_common::distribution::{FederatedResourceObserved, ManifestKey, ManifestObserved};
     use std::collections::HashMap;
 
@@ -265,14 +277,15 @@ mod tests {
         let shares = [share("east"), share("west")];
         let clusters = available(&["east", "west"]);
         let now = Time(Timestamp::from_second(1_700_000_000).unwrap());
-        aggregate(&StatusInputs {
+        aggregate(&Aggregation {
             placed: Placed {
                 shares: &shares,
                 revision: 5,
                 reports,
                 clusters: &clusters,
             },
-            plans,
+            decision: None,
+            facts: plans,
             generation: Some(2),
             old: None,
             now: &now,

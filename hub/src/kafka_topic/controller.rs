@@ -29,8 +29,6 @@ use accord_crds::kafka_topic::{
 };
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store as Reflector};
@@ -39,20 +37,19 @@ use tokio::sync::mpsc;
 use tracing::info;
 
 use super::deletion;
-use super::policy::{self, Violation};
-use super::status::{StatusInputs, aggregate, notes};
+use super::policy;
+use super::status::{TopicFacts, aggregate, notes};
 use super::{FINALIZER, KafkaTopicDecision, plan, policy_status};
 use crate::controllers::name_claims::NameClaims;
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
-    Trigger, Watched, changed, object_name, trigger_all,
+    self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
+    Watched, changed, object_name, trigger_all,
 };
 use crate::controllers::tombstones::{self, Removal, Tombstoned};
 use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, Lenient, ReconcileError};
 use crate::distribution::PlacementRecord;
 use crate::distribution::claim::{self, Claim};
-use crate::distribution::reported::Placed;
 use crate::distribution::select::Clusters;
 use crate::store::StatusRecord;
 
@@ -62,31 +59,15 @@ const EVENT_BUFFER: usize = 1024;
 const HELD_BY_POLICY: &str =
     "not propagated: the topic breaks a Deny KafkaTopicPolicy (see condition PolicyViolation)";
 
-/// Default of `--topic-deletion-timeout`.
-pub const DEFAULT_TOPIC_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The FederatedKafkaTopic settings of `serve`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct KafkaTopicOptions {
+tombstones::deletion_options! {
+    /// The FederatedKafkaTopic settings of `serve`.
+    pub struct KafkaTopicOptions;
     /// How long deleting a FederatedKafkaTopic with `deletionPolicy: Delete` waits for
     /// every member to delete its topic; after it, the object goes anyway with a Warning
     /// Event naming the members left behind.
-    #[arg(
-        id = "topic_deletion_timeout",
-        value_name = "TOPIC_DELETION_TIMEOUT",
-        long = "topic-deletion-timeout",
-        default_value = "5m",
-        value_parser = accord_crds::duration::parse_flag
-    )]
-    pub deletion_timeout: Duration,
-}
-
-impl Default for KafkaTopicOptions {
-    fn default() -> Self {
-        Self {
-            deletion_timeout: DEFAULT_TOPIC_DELETION_TIMEOUT,
-        }
-    }
+    flag = "topic-deletion-timeout",
+    id = "topic_deletion_timeout",
+    value_name = "TOPIC_DELETION_TIMEOUT";
 }
 
 /// A KafkaTopicPolicy as watched: it always decodes this far.
@@ -104,12 +85,6 @@ pub struct KafkaTopics {
     /// Each topic's claimed name and generation as last seen, and the objects claiming each
     /// name.
     seen: NameClaims<KafkaTopics>,
-}
-
-/// What the status needs beyond the record: the policy rules the topic breaks.
-#[derive(Default)]
-pub struct TopicFacts {
-    violations: Vec<Violation>,
 }
 
 /// The topic name a watched topic claims, read without decoding the whole object.
@@ -160,7 +135,21 @@ impl KafkaTopics {
     }
 }
 
+/// Shows each member's placement as its agent reports the tombstone; whether a policy is
+/// broken no longer matters.
 impl Tombstoned for KafkaTopics {
+    const FINALIZER: &'static str = FINALIZER;
+    const DELETING: Option<&'static str> = Some("deleting the topic in every member");
+    const DELETING_DROPS: &'static [&'static str] = &[types::POLICY_VIOLATION];
+
+    fn context(&self) -> &ControllerContext {
+        &self.ctx
+    }
+
+    fn waits(topic: &Watched<Self>) -> bool {
+        deletion_policy(topic) == DeletionPolicy::Delete
+    }
+
     fn is_tombstone(record: &PlacementRecord<KafkaTopicDecision>) -> bool {
         deletion::is_tombstone(record)
     }
@@ -186,70 +175,21 @@ impl Tombstoned for KafkaTopics {
         ))
     }
 
-    fn removed(
-        &self,
-        _topic: &Watched<Self>,
-        tombstone: &PlacementRecord<KafkaTopicDecision>,
-    ) -> Note {
-        Note::normal(
-            transitions::reasons::DELETED,
-            format!(
-                "topic {} deleted in every member",
-                tombstone.decision.spec.topic_name
-            ),
-        )
-    }
-
     fn removal(
         &self,
         _topic: &Watched<Self>,
         tombstone: &PlacementRecord<KafkaTopicDecision>,
     ) -> Removal {
+        let name = &tombstone.decision.spec.topic_name;
         Removal {
-            subject: format!("topic {} was", tombstone.decision.spec.topic_name),
+            subject: format!("topic {name} was"),
             gone: "deleted",
             it: "the topic",
+            done: Note::normal(
+                transitions::reasons::DELETED,
+                format!("topic {name} deleted in every member"),
+            ),
         }
-    }
-
-    /// Each member's placement as its agent reports the tombstone, and
-    /// `Ready=False`/`Deleting` naming the members left; whether a policy is broken no
-    /// longer matters.
-    fn deleting_status(
-        &self,
-        topic: &FederatedKafkaTopic,
-        tombstone: &PlacementRecord<KafkaTopicDecision>,
-        revision: i64,
-        left: &[String],
-        recheck: Duration,
-    ) -> Option<FederatedKafkaTopicStatus> {
-        let now = Time(Timestamp::now());
-        let (reports, clusters) = (
-            placement::reports(&self.ctx, tombstone),
-            placement::clusters(&self.ctx),
-        );
-        let status = aggregate(&StatusInputs {
-            placed: Placed {
-                shares: &tombstone.shares,
-                revision,
-                reports: &reports,
-                clusters: &clusters,
-            },
-            decision: Some(&tombstone.decision),
-            violations: &[],
-            generation: topic.metadata.generation,
-            old: topic.status.as_ref(),
-            now: &now,
-        });
-        let mut status = tombstones::with_condition::<Self>(
-            status,
-            tombstones::deleting_condition("deleting the topic in every member", left, recheck),
-            topic.metadata.generation,
-        );
-        status
-            .conditions
-            .retain(|c| c.type_ != types::POLICY_VIOLATION);
-        Some(status)
     }
 }
 
@@ -265,8 +205,6 @@ impl PlacementKind for KafkaTopics {
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "topic";
-    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
-    const DECISION_LOCK: bool = false;
     const LEGACY_FINALIZERS: &'static [&'static str] = &[FINALIZER];
 
     fn start(
@@ -450,34 +388,10 @@ impl PlacementKind for KafkaTopics {
         topic: &FederatedKafkaTopic,
         input: StatusInput<'_, Self>,
     ) -> Result<Reported<FederatedKafkaTopicStatus>, ReconcileError> {
-        let old = topic.status.as_ref();
-        let status = aggregate(&StatusInputs {
-            placed: input.placed(),
-            decision: input.record.map(|r| &r.decision),
-            violations: &input.facts.violations,
-            generation: topic.metadata.generation,
-            old,
-            now: input.now,
-        });
-        Ok(Reported {
-            notes: notes(old, &status, topic.metadata.generation),
-            status,
-            retry: None,
-        })
+        Ok(placement::aggregated(topic, &input, aggregate, notes))
     }
 
-    fn finalizer(topic: &Watched<Self>) -> Option<&'static str> {
-        (deletion_policy(topic) == DeletionPolicy::Delete).then_some(FINALIZER)
-    }
-
-    /// A `Delete` deletion waits for the members ([`tombstones::finalize`]).
-    async fn finalize(
-        &self,
-        topic: &Watched<Self>,
-        record: Option<(PlacementRecord<KafkaTopicDecision>, i64)>,
-    ) -> Result<Finalized, ReconcileError> {
-        tombstones::finalize(self, &self.ctx, topic, record).await
-    }
+    tombstones::tombstoned!();
 
     /// A topic's name or generation change, or its deletion, re-checks every other topic
     /// of its old and new name and recounts the policies.

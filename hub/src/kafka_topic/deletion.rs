@@ -5,7 +5,7 @@
 //! that is gone or unreachable does not hold the object forever: after the bound the
 //! finalizer goes with what was left behind named.
 
-use accord_common::distribution::{AssignmentSpec, Observed, PlacementState};
+use accord_common::distribution::{KafkaTopicSpec, Observed, PlacementState};
 
 use super::KafkaTopicDecision;
 use crate::distribution::PlacementRecord;
@@ -16,36 +16,18 @@ use crate::store::StatusRecord;
 pub fn tombstone(
     record: &PlacementRecord<KafkaTopicDecision>,
 ) -> Option<PlacementRecord<KafkaTopicDecision>> {
-    let shares: Vec<_> = record
-        .shares
-        .iter()
-        .filter_map(|s| match &s.assignment {
-            Some(AssignmentSpec::KafkaTopic(spec)) => {
-                let mut share = s.clone();
-                share.assignment = Some(AssignmentSpec::KafkaTopic(
-                    accord_common::distribution::KafkaTopicSpec {
-                        delete: true,
-                        ..spec.clone()
-                    },
-                ));
-                Some(share)
-            }
-            _ => None,
-        })
-        .collect();
-    if shares.is_empty() {
-        return None;
-    }
-    let mut spec = record.decision.spec.clone();
-    spec.delete = true;
-    Some(PlacementRecord {
-        shares,
-        decision: KafkaTopicDecision {
-            spec,
+    let delete = |spec: &KafkaTopicSpec| KafkaTopicSpec {
+        delete: true,
+        ..spec.clone()
+    };
+    crate::distribution::deletion::tombstone(
+        record,
+        delete,
+        KafkaTopicDecision {
+            spec: delete(&record.decision.spec),
             conflicts: Default::default(),
         },
-        ..record.clone()
-    })
+    )
 }
 
 /// Whether `record` is a tombstone already.
@@ -64,6 +46,7 @@ mod tests {
     use super::*;
     use crate::distribution::ShareRecord;
     use crate::distribution::deletion::remaining;
+    use accord_common::distribution::AssignmentSpec;
     use accord_common::distribution::{KafkaTopicObserved, KafkaTopicSpec, PlacedKind, PlacedRef};
     use std::collections::HashMap;
 

@@ -8,12 +8,13 @@ use accord_crds::conditions::{self, Desired, Status, reasons as common, types};
 use accord_crds::kafka_topic::{FederatedKafkaTopicStatus, KafkaTopicPolicyStatus, TopicPlacement};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::controller::KafkaTopics;
 use super::policy::{self, Violation};
 use super::{KafkaTopicDecision, plan, reasons};
-use crate::controllers::placement::Note;
+use crate::controllers::placement::{Aggregation, Note};
 use crate::controllers::transitions::{self, Meaning};
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, Placed, shown};
+use crate::distribution::reported::{self, shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -22,31 +23,22 @@ pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};
 pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; the topic is \
      as last reported";
 
-/// Everything a topic's status is computed from.
-#[derive(Debug, Clone, Copy)]
-pub struct StatusInputs<'a> {
-    /// The shares, the reports and the clusters.
-    pub placed: Placed<'a>,
-    /// The stored decision, if any.
-    pub decision: Option<&'a KafkaTopicDecision>,
+/// What a topic's decision leaves for its status.
+#[derive(Debug, Default)]
+pub struct TopicFacts {
     /// Every KafkaTopicPolicy rule the topic breaks now.
-    pub violations: &'a [Violation],
-    /// `metadata.generation` of the topic.
-    pub generation: Option<i64>,
-    /// The status the topic shows now.
-    pub old: Option<&'a FederatedKafkaTopicStatus>,
-    /// The time to stamp on conditions that change now.
-    pub now: &'a Time,
+    pub violations: Vec<Violation>,
 }
 
 /// The status a topic should show.
-pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
+pub fn aggregate(inputs: &Aggregation<'_, KafkaTopics>) -> FederatedKafkaTopicStatus {
+    let violations = inputs.facts.violations.as_slice();
     let revision = inputs.placed.revision;
     let placements: Vec<TopicPlacement> = inputs.placed.each(|share, report, cluster| {
         placement(share, inputs.decision, revision, report, cluster)
     });
-    let denied = !policy::denying(inputs.violations).is_empty();
-    let mut desired = topic_conditions(&placements, inputs.violations);
+    let denied = !policy::denying(violations).is_empty();
+    let mut desired = topic_conditions(&placements, violations);
     if denied {
         desired[0] = Desired::new(
             types::READY,
@@ -54,7 +46,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaTopicStatus {
             reasons::POLICY_VIOLATED,
             format!(
                 "not propagated: {}",
-                policy::message(&policy::denying(inputs.violations))
+                policy::message(&policy::denying(violations))
             ),
         );
     }
@@ -163,12 +155,7 @@ pub fn notes(
     new: &FederatedKafkaTopicStatus,
     generation: Option<i64>,
 ) -> Vec<Note> {
-    let mut notes = transitions::of_statuses(
-        old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
-        (&new.placements, &new.conditions),
-        generation,
-        MEANING,
-    );
+    let mut notes = transitions::of_statuses(old, new, generation, MEANING);
     let violation = |s: &FederatedKafkaTopicStatus| {
         conditions::find(&s.conditions, types::POLICY_VIOLATION)
             .filter(|c| c.status == "True")
@@ -223,6 +210,7 @@ pub fn policy_status_changed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::reported::Placed;
     use crate::distribution::select::Clusters;
     use crate::distribution::select::available;
     use accord_common::distribution::{AssignmentSpec, KafkaTopicObserved, KafkaTopicSpec};
@@ -304,7 +292,7 @@ mod tests {
             .map(|(c, r)| ((*c).to_owned(), r.clone()))
             .collect();
         let now = Time(Timestamp::from_second(1_000).unwrap());
-        aggregate(&StatusInputs {
+        aggregate(&Aggregation {
             placed: Placed {
                 shares: case.shares,
                 revision: 10,
@@ -312,7 +300,9 @@ mod tests {
                 clusters: &case.clusters,
             },
             decision: case.decision,
-            violations: case.violations,
+            facts: &TopicFacts {
+                violations: case.violations.to_vec(),
+            },
             generation: Some(4),
             old: case.old,
             now: &now,

@@ -26,57 +26,41 @@ use accord_crds::kafka_topic::DeletionPolicy;
 use accord_crds::kafka_user::{FederatedKafkaUser, FederatedKafkaUserStatus};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::Store as Reflector;
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
 use super::credential::{self, PasswordRef};
-use super::status::{StatusInputs, aggregate, notes};
+use super::status::{UserFacts, aggregate, notes};
 use super::{FINALIZER, KafkaUserDecision, plan, reasons};
 use crate::controllers::name_claims::NameClaims;
 use crate::controllers::placement::{
-    self, DecideInput, Decided, Finalized, Note, PlacementKind, Reported, Started, StatusInput,
-    Trigger, Watched,
+    self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
+    Watched,
 };
 use crate::controllers::tombstones::{self, Removal, Tombstoned};
 use crate::controllers::transitions;
 use crate::controllers::{ControllerContext, ReconcileError};
 use crate::distribution::claim::{self, Claim};
-use crate::distribution::reported::{self as shown, Placed};
+use crate::distribution::reported as shown;
 use crate::distribution::select::Clusters;
-use crate::distribution::{PlacementRecord, ShareRecord, taints};
+use crate::distribution::{PlacementRecord, ShareRecord, deletion, taints};
 use crate::store::StatusRecord;
 
-/// Default of `--user-deletion-timeout`.
-pub const DEFAULT_USER_DELETION_TIMEOUT: Duration = Duration::from_secs(300);
 /// The key of a generated password in its Secret.
 pub const GENERATED_KEY: &str = "password";
 
-/// The FederatedKafkaUser settings of `serve`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct KafkaUserOptions {
+tombstones::deletion_options! {
+    /// The FederatedKafkaUser settings of `serve`.
+    pub struct KafkaUserOptions;
     /// How long deleting a FederatedKafkaUser with `deletionPolicy: Delete` waits for every
     /// member to remove its credential, ACLs and quotas; after it, the object goes anyway
     /// with a Warning Event naming the members left behind.
-    #[arg(
-        id = "user_deletion_timeout",
-        value_name = "USER_DELETION_TIMEOUT",
-        long = "user-deletion-timeout",
-        default_value = "5m",
-        value_parser = accord_crds::duration::parse_flag
-    )]
-    pub deletion_timeout: Duration,
-}
-
-impl Default for KafkaUserOptions {
-    fn default() -> Self {
-        Self {
-            deletion_timeout: DEFAULT_USER_DELETION_TIMEOUT,
-        }
-    }
+    flag = "user-deletion-timeout",
+    id = "user_deletion_timeout",
+    value_name = "USER_DELETION_TIMEOUT";
 }
 
 /// The FederatedKafkaUser plug-in.
@@ -89,12 +73,6 @@ pub struct KafkaUsers {
     seen: NameClaims<KafkaUsers>,
     /// Password Secrets being generated (`namespace/name`), so one is created once.
     generating: Arc<Mutex<HashSet<String>>>,
-}
-
-/// What the status needs beyond the record: why nothing can be sent yet.
-#[derive(Default)]
-pub struct UserFacts {
-    waiting: Option<String>,
 }
 
 /// The user name a watched object claims, read without decoding the whole object.
@@ -186,33 +164,6 @@ fn is_removed(report: &StatusRecord) -> bool {
         && matches!(&report.observed, Observed::KafkaUser(u) if u.removed)
 }
 
-/// The tombstone of `record`: only the clusters that were sent the user, each now sent
-/// `remove: true` (without the credential).
-fn tombstone(
-    record: &PlacementRecord<KafkaUserDecision>,
-) -> Option<PlacementRecord<KafkaUserDecision>> {
-    let shares: Vec<_> = record
-        .shares
-        .iter()
-        .filter_map(|s| match &s.assignment {
-            Some(AssignmentSpec::KafkaUser(spec)) => Some(ShareRecord {
-                assignment: Some(AssignmentSpec::KafkaUser(removal(spec))),
-                held_reason: None,
-                ..s.clone()
-            }),
-            _ => None,
-        })
-        .collect();
-    (!shares.is_empty()).then(|| PlacementRecord {
-        shares,
-        decision: KafkaUserDecision {
-            spec: removal(&record.decision.spec),
-            conflicts: BTreeMap::new(),
-        },
-        ..record.clone()
-    })
-}
-
 impl KafkaUsers {
     /// The claims of every object that names `username`, except those whose deletion has
     /// already released them.
@@ -282,15 +233,33 @@ impl KafkaUsers {
     }
 }
 
+/// Shows each member's placement as its agent reports the tombstone.
 impl Tombstoned for KafkaUsers {
+    const FINALIZER: &'static str = FINALIZER;
+    const DELETING: Option<&'static str> = Some("removing the user in every member");
+
+    fn context(&self) -> &ControllerContext {
+        &self.ctx
+    }
+
+    fn waits(user: &Watched<Self>) -> bool {
+        deletion_policy(user) == DeletionPolicy::Delete
+    }
+
     fn is_tombstone(record: &PlacementRecord<KafkaUserDecision>) -> bool {
         record.decision.spec.remove
     }
 
+    /// Every cluster that was sent the user is now sent `remove: true` (without the
+    /// credential).
     fn tombstone(
         record: &PlacementRecord<KafkaUserDecision>,
     ) -> Option<PlacementRecord<KafkaUserDecision>> {
-        tombstone(record)
+        let decision = KafkaUserDecision {
+            spec: removal(&record.decision.spec),
+            conflicts: BTreeMap::new(),
+        };
+        deletion::tombstone(record, removal, decision)
     }
 
     fn is_gone(report: &StatusRecord) -> bool {
@@ -301,65 +270,21 @@ impl Tombstoned for KafkaUsers {
         self.options.deletion_timeout
     }
 
-    fn removed(
-        &self,
-        user: &Watched<Self>,
-        _tombstone: &PlacementRecord<KafkaUserDecision>,
-    ) -> Note {
-        Note::normal(
-            transitions::reasons::DELETED,
-            format!(
-                "Kafka user {}: credential, ACLs and quotas removed in every member",
-                watched_username(user)
-            ),
-        )
-    }
-
     fn removal(
         &self,
         user: &Watched<Self>,
         _tombstone: &PlacementRecord<KafkaUserDecision>,
     ) -> Removal {
+        let name = watched_username(user);
         Removal {
-            subject: format!("Kafka user {} was", watched_username(user)),
+            subject: format!("Kafka user {name} was"),
             gone: "removed",
             it: "the user",
+            done: Note::normal(
+                transitions::reasons::DELETED,
+                format!("Kafka user {name}: credential, ACLs and quotas removed in every member"),
+            ),
         }
-    }
-
-    /// Each member's placement as its agent reports the tombstone, and
-    /// `Ready=False`/`Deleting` naming the members left.
-    fn deleting_status(
-        &self,
-        user: &FederatedKafkaUser,
-        tombstone: &PlacementRecord<KafkaUserDecision>,
-        revision: i64,
-        left: &[String],
-        recheck: Duration,
-    ) -> Option<FederatedKafkaUserStatus> {
-        let now = Time(Timestamp::now());
-        let (reports, clusters) = (
-            placement::reports(&self.ctx, tombstone),
-            placement::clusters(&self.ctx),
-        );
-        let status = aggregate(&StatusInputs {
-            placed: Placed {
-                shares: &tombstone.shares,
-                revision,
-                reports: &reports,
-                clusters: &clusters,
-            },
-            decision: Some(&tombstone.decision),
-            waiting: None,
-            generation: user.metadata.generation,
-            old: user.status.as_ref(),
-            now: &now,
-        });
-        Some(tombstones::with_condition::<Self>(
-            status,
-            tombstones::deleting_condition("removing the user in every member", left, recheck),
-            user.metadata.generation,
-        ))
     }
 }
 
@@ -376,8 +301,6 @@ impl PlacementKind for KafkaUsers {
     /// Its decision holds tainted and drained clusters itself: a placement taken away
     /// removes the user there under `Delete`.
     const HOLDS_TAINTED: bool = false;
-    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
-    const DECISION_LOCK: bool = false;
 
     /// Also follows the password Secrets: a changed one decides its users again.
     fn start(
@@ -548,34 +471,10 @@ impl PlacementKind for KafkaUsers {
         user: &FederatedKafkaUser,
         input: StatusInput<'_, Self>,
     ) -> Result<Reported<FederatedKafkaUserStatus>, ReconcileError> {
-        let old = user.status.as_ref();
-        let status = aggregate(&StatusInputs {
-            placed: input.placed(),
-            decision: input.record.map(|r| &r.decision),
-            waiting: input.facts.waiting.as_deref(),
-            generation: user.metadata.generation,
-            old,
-            now: input.now,
-        });
-        Ok(Reported {
-            notes: notes(old, &status, user.metadata.generation),
-            status,
-            retry: None,
-        })
+        Ok(placement::aggregated(user, &input, aggregate, notes))
     }
 
-    fn finalizer(user: &Watched<Self>) -> Option<&'static str> {
-        (deletion_policy(user) == DeletionPolicy::Delete).then_some(FINALIZER)
-    }
-
-    /// A `Delete` deletion waits for the members ([`tombstones::finalize`]).
-    async fn finalize(
-        &self,
-        user: &Watched<Self>,
-        record: Option<(PlacementRecord<KafkaUserDecision>, i64)>,
-    ) -> Result<Finalized, ReconcileError> {
-        tombstones::finalize(self, &self.ctx, user, record).await
-    }
+    tombstones::tombstoned!();
 
     /// A user's name or generation change, or its deletion, re-checks every other object
     /// of its old and new user name.
@@ -731,7 +630,7 @@ mod tests {
                 conflicts: BTreeMap::new(),
             },
         };
-        let t = tombstone(&record).unwrap();
+        let t = KafkaUsers::tombstone(&record).unwrap();
         assert_eq!(t.shares.len(), 1);
         assert!(t.decision.spec.remove);
         assert!(matches!(

@@ -6,13 +6,13 @@
 use accord_common::distribution::{Observed, PlacementState};
 use accord_crds::conditions::{self, Desired, Status, types};
 use accord_crds::kafka_user::{FederatedKafkaUserStatus, KafkaUserPlacement};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::controller::KafkaUsers;
 use super::{KafkaUserDecision, plan, reasons};
-use crate::controllers::placement::Note;
+use crate::controllers::placement::{Aggregation, Note};
 use crate::controllers::transitions::{self, Meaning};
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, Placed, shown};
+use crate::distribution::reported::{self, shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -22,25 +22,15 @@ pub const AGENT_DISCONNECTED: &str =
 /// Characters of the credential hash a placement shows: enough to tell two apart.
 const HASH_SHOWN: usize = 12;
 
-/// Everything a user's status is computed from.
-#[derive(Debug, Clone, Copy)]
-pub struct StatusInputs<'a> {
-    /// The shares, the reports and the clusters.
-    pub placed: Placed<'a>,
-    /// The stored decision, if any.
-    pub decision: Option<&'a KafkaUserDecision>,
+/// What a user's decision leaves for its status.
+#[derive(Debug, Default)]
+pub struct UserFacts {
     /// Why nothing can be sent yet (the password Secret is missing), if so.
-    pub waiting: Option<&'a str>,
-    /// `metadata.generation` of the object.
-    pub generation: Option<i64>,
-    /// The status the object shows now.
-    pub old: Option<&'a FederatedKafkaUserStatus>,
-    /// The time to stamp on conditions that change now.
-    pub now: &'a Time,
+    pub waiting: Option<String>,
 }
 
 /// The status a user should show.
-pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaUserStatus {
+pub fn aggregate(inputs: &Aggregation<'_, KafkaUsers>) -> FederatedKafkaUserStatus {
     let revision = inputs.placed.revision;
     let placements: Vec<KafkaUserPlacement> = inputs.placed.each(|share, report, cluster| {
         placement(share, inputs.decision, revision, report, cluster)
@@ -77,7 +67,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> FederatedKafkaUserStatus {
             format!("in {}: {why}", reported::named(&clusters, ", ")),
         );
     }
-    if let Some(why) = inputs.waiting {
+    if let Some(why) = inputs.facts.waiting.as_deref() {
         ready = Desired::new(
             types::READY,
             Status::False,
@@ -161,18 +151,15 @@ pub fn notes(
     new: &FederatedKafkaUserStatus,
     generation: Option<i64>,
 ) -> Vec<Note> {
-    transitions::of_statuses(
-        old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
-        (&new.placements, &new.conditions),
-        generation,
-        MEANING,
-    )
+    transitions::of_statuses(old, new, generation, MEANING)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::reported::Placed;
     use accord_common::distribution::{AssignmentSpec, KafkaUserObserved, KafkaUserSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use std::collections::HashMap;
 
@@ -228,7 +215,7 @@ mod tests {
         clusters: &Clusters,
     ) -> FederatedKafkaUserStatus {
         let now = Time(Timestamp::now());
-        aggregate(&StatusInputs {
+        aggregate(&Aggregation {
             placed: Placed {
                 shares,
                 revision: 5,
@@ -236,7 +223,7 @@ mod tests {
                 clusters,
             },
             decision: None,
-            waiting: None,
+            facts: &UserFacts::default(),
             generation: Some(2),
             old: None,
             now: &now,
@@ -305,7 +292,7 @@ mod tests {
         let shares = [share("east")];
         let (reports, clusters) = (HashMap::new(), available(&["east"]));
         let now = Time(Timestamp::now());
-        let status = aggregate(&StatusInputs {
+        let status = aggregate(&Aggregation {
             placed: Placed {
                 shares: &shares,
                 revision: 0,
@@ -313,7 +300,9 @@ mod tests {
                 clusters: &clusters,
             },
             decision: None,
-            waiting: Some("no Secret team/orders-writer"),
+            facts: &UserFacts {
+                waiting: Some("no Secret team/orders-writer".into()),
+            },
             generation: Some(1),
             old: None,
             now: &now,
@@ -331,7 +320,7 @@ mod tests {
         let reports = HashMap::from([("east".to_owned(), failed)]);
         let clusters = available(&["east"]);
         let now = Time(Timestamp::now());
-        let inputs = StatusInputs {
+        let inputs = Aggregation {
             placed: Placed {
                 shares: &shares,
                 revision: 5,
@@ -339,7 +328,7 @@ mod tests {
                 clusters: &clusters,
             },
             decision: None,
-            waiting: None,
+            facts: &UserFacts::default(),
             generation: Some(1),
             old: None,
             now: &now,

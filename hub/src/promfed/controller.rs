@@ -35,7 +35,7 @@ use tracing::{debug, info};
 use super::PromfedDecision;
 use super::global::{self, GlobalMember, GlobalPromfed, PromfedPart};
 use super::plan::{self, PlanError};
-use super::status::{StatusInputs, aggregate, global_error};
+use super::status::{aggregate, global_error};
 use crate::controllers::placement::{
     self, DecideInput, Decided, Note, PlacementKind, Reported, Started, StatusInput, Trigger,
     Watched,
@@ -108,8 +108,6 @@ impl PlacementKind for Promfed {
     // The stored name of this kind's decision data (records written by earlier versions
     // carry it).
     const DECISION_TAG: &'static str = "federation";
-    // Only this controller writes the kind's records (see PlacementKind::DECISION_LOCK).
-    const DECISION_LOCK: bool = false;
     const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
 
     fn start(
@@ -221,20 +219,9 @@ impl PlacementKind for Promfed {
                 )),
             },
         });
-        let old = placed.status.as_ref();
-        let status = aggregate(&StatusInputs {
-            placed: input.placed(),
-            global: global_status.as_ref(),
-            generation: placed.metadata.generation,
-            old,
-            now: input.now,
-        });
-        let mut notes = transitions::of_statuses(
-            old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
-            (&status.placements, &status.conditions),
-            placed.metadata.generation,
-            MEANING,
-        );
+        let inputs = input.of(placed);
+        let (old, status) = (inputs.old, aggregate(&inputs, global_status.as_ref()));
+        let mut notes = transitions::of_statuses(old, &status, placed.metadata.generation, MEANING);
         notes.extend(
             global_error(old, &status)
                 .map(|note| Note::warning(transitions::reasons::PLACEMENT_ERROR, note)),

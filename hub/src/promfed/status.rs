@@ -6,10 +6,11 @@ use accord_common::distribution::{Observed, PlacementState};
 use accord_crds::PrometheusFederationStatus;
 use accord_crds::conditions::{self, Desired};
 use accord_crds::promfed::{FederationPlacement, GlobalTierStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use super::controller::Promfed;
+use crate::controllers::placement::Aggregation;
 use crate::distribution::ShareRecord;
-use crate::distribution::reported::{self, Placed, Shown};
+use crate::distribution::reported::{self, Shown};
 use crate::distribution::select::ClusterInfo;
 use crate::store::StatusRecord;
 
@@ -18,28 +19,16 @@ pub use crate::distribution::reported::{WAITING_FOR_AGENT, WAITING_FOR_CHANGE};
 pub const AGENT_DISCONNECTED: &str = "the cluster's agent is not connected; its federation \
      Prometheus keeps the config it last loaded (values are as last reported)";
 
-/// Everything the status of a PrometheusFederation is computed from.
-#[derive(Debug, Clone, Copy)]
-pub struct StatusInputs<'a> {
-    /// The shares, the reports and the clusters.
-    pub placed: Placed<'a>,
-    /// The global tier's status, when the PrometheusFederation enables it.
-    pub global: Option<&'a GlobalTierStatus>,
-    /// `metadata.generation` of the PrometheusFederation.
-    pub generation: Option<i64>,
-    /// The status the PrometheusFederation shows now.
-    pub old: Option<&'a PrometheusFederationStatus>,
-    /// The time to stamp on conditions that change now.
-    pub now: &'a Time,
-}
-
 /// The status a PrometheusFederation should show.
-pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
+pub fn aggregate(
+    inputs: &Aggregation<'_, Promfed>,
+    global: Option<&GlobalTierStatus>,
+) -> PrometheusFederationStatus {
     let revision = inputs.placed.revision;
     let placements: Vec<FederationPlacement> = inputs
         .placed
         .each(|share, report, cluster| placement(share, revision, report, cluster));
-    let desired = federation_conditions(&placements, inputs.global);
+    let desired = federation_conditions(&placements, global);
     let old_conditions = inputs
         .old
         .map(|o| o.conditions.as_slice())
@@ -50,7 +39,7 @@ pub fn aggregate(inputs: &StatusInputs<'_>) -> PrometheusFederationStatus {
         placements,
         summary: None,
         selection: None,
-        global: inputs.global.cloned(),
+        global: global.cloned(),
     }
 }
 
@@ -130,10 +119,12 @@ pub fn global_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distribution::reported::Placed;
     use crate::distribution::select::Clusters;
     use crate::distribution::select::available;
     use accord_common::distribution::{AssignmentSpec, PromfedObserved, PromfedSpec};
     use accord_crds::conditions::{reasons, types};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use std::collections::HashMap;
 
@@ -188,18 +179,22 @@ mod tests {
             .map(|(c, r)| ((*c).to_owned(), r.clone()))
             .collect();
         let now = now();
-        aggregate(&StatusInputs {
-            placed: Placed {
-                shares,
-                revision: 10,
-                reports: &reports,
-                clusters,
+        aggregate(
+            &Aggregation {
+                placed: Placed {
+                    shares,
+                    revision: 10,
+                    reports: &reports,
+                    clusters,
+                },
+                decision: None,
+                facts: &(),
+                generation: Some(3),
+                old,
+                now: &now,
             },
             global,
-            generation: Some(3),
-            old,
-            now: &now,
-        })
+        )
     }
 
     fn synced_global() -> GlobalTierStatus {

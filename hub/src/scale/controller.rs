@@ -82,6 +82,8 @@ impl PlacementKind for Scale {
     const CONTROLLER: &'static str = "CrossClusterScalePolicy controller";
     const KIND: PlacedKind = PlacedKind::CrossClusterScalePolicy;
     const DECISION_TAG: &'static str = "scale";
+    // Scaling decisions are serialised per policy by its etcd lock (DESIGN).
+    const DECISION_LOCK: bool = true;
     const LEGACY_FINALIZERS: &'static [&'static str] = &["accord.io/placements"];
     /// The division holds tainted and drained clusters itself (their replicas go to the
     /// others): see `plan`.
@@ -350,8 +352,8 @@ impl PlacementKind for Scale {
         // `ScaleDecision` tells each division when it is decided; the status tells a
         // cluster newly in trouble, and the policy degraded and healthy again.
         let notes = transitions::of_statuses(
-            old.map(|o| (o.placements.as_slice(), o.conditions.as_slice())),
-            (&status.placements, &status.conditions),
+            old,
+            &status,
             generation,
             Meaning {
                 applied: None,

@@ -107,17 +107,16 @@ pub fn plan_with(
             let wait = at - now_unix;
             recheck_after = crate::distribution::earliest(recheck_after, wait);
         }
-        let tainted = match judged.map(|j| (j.verdict, j.observed)) {
+        let tainted = match view.zip(judged).map(|(v, j)| (v, j.verdict, j.observed)) {
             // The hub's own taint: the cluster is away, so its share moves to the others
             // and it keeps what it runs (failover).
-            Some((Verdict::Held(_, _), true)) => Some(Out::MovedAway(
-                Hold::Unavailable,
-                away_reason(view.expect("judged")),
-            )),
-            Some((Verdict::Held(Hold::Tainted, reason), _)) => {
+            Some((v, Verdict::Held(_, _), true)) => {
+                Some(Out::MovedAway(Hold::Unavailable, away_reason(v)))
+            }
+            Some((_, Verdict::Held(Hold::Tainted, reason), _)) => {
                 Some(Out::Held(Hold::Tainted, reason))
             }
-            Some((Verdict::Avoid(reason), _)) => {
+            Some((_, Verdict::Avoid(reason), _)) => {
                 avoided.push((candidate_of(d), reason));
                 continue;
             }

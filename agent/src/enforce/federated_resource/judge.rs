@@ -23,6 +23,7 @@ use accord_crds::{
     MANIFEST_HASH_ANNOTATION, OWNED_BY_LABEL,
 };
 use k8s_openapi::jiff;
+use kube::ResourceExt as _;
 use kube::api::DynamicObject;
 use serde_json::Value;
 
@@ -104,10 +105,8 @@ pub fn not_served_message(gvk: &Gvk) -> String {
 /// The [`FEDERATED_RESOURCE_ANNOTATION`] of `object` ("" when none).
 pub fn delivered_by(object: &DynamicObject) -> &str {
     object
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(FEDERATED_RESOURCE_ANNOTATION))
+        .annotations()
+        .get(FEDERATED_RESOURCE_ANNOTATION)
         .map_or("", String::as_str)
 }
 
@@ -276,10 +275,8 @@ pub fn claim(desired: &Desired, existing: &DynamicObject, mark: &str, adopt: boo
         .unwrap_or(jiff::Timestamp::MAX);
         let theirs = created(
             existing
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(FEDERATED_RESOURCE_CREATED_ANNOTATION))
+                .annotations()
+                .get(FEDERATED_RESOURCE_CREATED_ANNOTATION)
                 .map(String::as_str),
         )
         .unwrap_or(jiff::Timestamp::MIN);
@@ -325,11 +322,7 @@ pub fn verdict(
         },
         Some(object) if is_deleting(object) => Verdict::Deleting,
         Some(object) => {
-            let applied_hash = object
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(MANIFEST_HASH_ANNOTATION));
+            let applied_hash = object.annotations().get(MANIFEST_HASH_ANNOTATION);
             match recorded.map(|r| &r.outcome) {
                 _ if applied_hash != Some(&desired.hash) => match recorded.map(|r| &r.outcome) {
                     Some(Outcome::Error(message)) => Verdict::Error(message.clone()),

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, PoisonError};
 
 use accord_common::distribution::{
-    AssignmentSpec, FederatedResourceSpec, ManifestKey, PlacedKind, PlacedRef,
+    AssignmentSpec, FederatedResourceSpec, KindSpec, ManifestKey, PlacedKind, PlacedRef,
 };
 use accord_common::runtime::AbortOnDrop;
 use futures::future::BoxFuture;
@@ -201,7 +201,7 @@ impl Held {
         static NONE: std::sync::LazyLock<FederatedResourceSpec> =
             std::sync::LazyLock::new(FederatedResourceSpec::default);
         // Always some: only FederatedResource assignments are held.
-        <FederatedResourceEnforcer as KindEnforcer>::spec(&self.0).unwrap_or(&NONE)
+        FederatedResourceSpec::of(&self.0).unwrap_or(&NONE)
     }
 
     /// Whether `assigned` is this same assignment (`Arc` equality of an `Eq` type looks at
@@ -243,13 +243,6 @@ impl KindEnforcer for FederatedResourceEnforcer {
     type Spec = FederatedResourceSpec;
 
     const NAME: &'static str = NAME;
-
-    fn spec(spec: &AssignmentSpec) -> Option<&FederatedResourceSpec> {
-        match spec {
-            AssignmentSpec::FederatedResource(s) => Some(s),
-            _ => None,
-        }
-    }
 
     fn assign(&mut self, mine: &Mine<'_, FederatedResourceSpec>, events: &EventSink) {
         // An unchanged spec is moved over, not copied again.

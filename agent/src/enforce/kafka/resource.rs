@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use accord_common::distribution::{AssignmentSpec, Observed, PlacedRef, PlacementState};
+use accord_common::distribution::{KindSpec, Observed, PlacedRef, PlacementState};
 use accord_kafka::{Admin, KafkaError};
 use futures::future::BoxFuture;
 use tokio::sync::{Notify, mpsc, watch};
@@ -36,7 +36,7 @@ use crate::report::Report;
 /// What one kind of Kafka object (topics, users) brings to [`KafkaEnforcer`].
 pub trait KafkaResource: Sized + Send + Sync + 'static {
     /// The kind's assignment spec.
-    type Spec: Send + Sync + 'static;
+    type Spec: KindSpec + Send + Sync + 'static;
     /// What a look sees of one object; its default is what is seen of an object Kafka's
     /// answer leaves out (absent, nothing held).
     type Seen: Clone + Debug + Default + PartialEq + Send + Sync + 'static;
@@ -56,6 +56,8 @@ pub trait KafkaResource: Sized + Send + Sync + 'static {
     const RESOURCE: &'static str;
     /// What one object is called in messages and logs (`topic`).
     const ITEM: &'static str;
+    /// What a conflict's message calls the object before its name (`topic`, `Kafka user`).
+    const WHAT: &'static str;
     /// Whether looks between two full ones cover only the objects applied to and those
     /// newly assigned (rather than every object each time).
     const PARTIAL_LOOKS: bool;
@@ -63,14 +65,8 @@ pub trait KafkaResource: Sized + Send + Sync + 'static {
     /// row it did not show within them.
     const MAX_DOUBLINGS: u32;
 
-    /// The kind's spec in `spec`, when it is an assignment of this kind.
-    fn spec(spec: &AssignmentSpec) -> Option<&Self::Spec>;
-
     /// The object's name in Kafka (empty: the spec names none, and nothing is kept).
     fn name(spec: &Self::Spec) -> &str;
-
-    /// The object as a conflict names it (`topic orders`).
-    fn what(spec: &Self::Spec) -> String;
 
     /// What looks ask Kafka about each assigned object besides its name (empty for kinds
     /// that ask nothing more). An object asked about differently from the last look is
@@ -231,10 +227,6 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
 
     const NAME: &'static str = K::NAME;
 
-    fn spec(spec: &AssignmentSpec) -> Option<&K::Spec> {
-        K::spec(spec)
-    }
-
     fn assign(&mut self, mine: &Mine<'_, K::Spec>, events: &EventSink) {
         let mut claimants: BTreeMap<String, BTreeSet<PlacedRef>> = BTreeMap::new();
         for &(placed, spec, _) in mine {
@@ -315,8 +307,12 @@ impl<K: KafkaResource> KindEnforcer for KafkaEnforcer<K> {
         }
         // Another placed object got to this object first: only one may manage it.
         let name = K::name(spec);
-        if let Some(conflict) = conflict(self.claimants.get(name), placed, &K::what(spec), revision)
-        {
+        if let Some(conflict) = conflict(
+            self.claimants.get(name),
+            placed,
+            &format!("{} {name}", K::WHAT),
+            revision,
+        ) {
             return Some(conflict);
         }
         match self.link.state() {

@@ -25,7 +25,7 @@ pub mod observe;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use accord_common::distribution::{AssignmentSpec, KafkaTopicSpec, Observed};
+use accord_common::distribution::{KafkaTopicSpec, Observed};
 use accord_kafka::{Admin, KafkaError};
 use tracing::warn;
 
@@ -57,6 +57,7 @@ impl KafkaResource for Topics {
     const NAME: &'static str = "kafka_topic";
     const RESOURCE: &'static str = observe::TOPICS;
     const ITEM: &'static str = "topic";
+    const WHAT: &'static str = "topic";
     const PARTIAL_LOOKS: bool = true;
     /// Each time a topic's plan was judged again without showing, it waits twice the looks
     /// before the next time, up to `SETTLING_LOOKS << 3`: a broker slow to list
@@ -64,19 +65,8 @@ impl KafkaResource for Topics {
     /// handful of times, not one every few seconds.
     const MAX_DOUBLINGS: u32 = 3;
 
-    fn spec(spec: &AssignmentSpec) -> Option<&KafkaTopicSpec> {
-        match spec {
-            AssignmentSpec::KafkaTopic(s) => Some(s),
-            _ => None,
-        }
-    }
-
     fn name(spec: &KafkaTopicSpec) -> &str {
         &spec.topic_name
-    }
-
-    fn what(spec: &KafkaTopicSpec) -> String {
-        format!("topic {}", spec.topic_name)
     }
 
     fn asks(mine: &Mine<'_, KafkaTopicSpec>) -> BTreeMap<String, Vec<String>> {

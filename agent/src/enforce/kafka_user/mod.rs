@@ -23,7 +23,7 @@ pub mod observe;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use accord_common::distribution::{AssignmentSpec, KafkaUserSpec, Observed, PlacementState};
+use accord_common::distribution::{KafkaUserSpec, Observed, PlacementState};
 use accord_kafka::{Admin, KafkaError};
 
 use self::judge::{Plan, Upserted, UserSeen};
@@ -56,23 +56,13 @@ impl KafkaResource for Users {
     const NAME: &'static str = "kafka_user";
     const RESOURCE: &'static str = observe::USERS;
     const ITEM: &'static str = "user";
+    const WHAT: &'static str = "Kafka user";
     /// A look asks about every user in three requests whatever their number.
     const PARTIAL_LOOKS: bool = false;
     const MAX_DOUBLINGS: u32 = 0;
 
-    fn spec(spec: &AssignmentSpec) -> Option<&KafkaUserSpec> {
-        match spec {
-            AssignmentSpec::KafkaUser(s) => Some(s),
-            _ => None,
-        }
-    }
-
     fn name(spec: &KafkaUserSpec) -> &str {
         &spec.username
-    }
-
-    fn what(spec: &KafkaUserSpec) -> String {
-        format!("Kafka user {}", spec.username)
     }
 
     /// Spec changes need no look (every binding and quota of an assigned user is in the

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use accord_common::distribution::{AssignmentSpec, PlacedRef, PlacementState, PromfedSpec};
+use accord_common::distribution::{PlacedRef, PlacementState, PromfedSpec};
 use accord_common::promfed::CONFIG_MAP_NAME;
 use accord_common::runtime::{AbortOnDrop, backoff};
 use futures::future::BoxFuture;
@@ -275,13 +275,6 @@ impl KindEnforcer for PromfedEnforcer {
 
     const NAME: &'static str = "promfed";
 
-    fn spec(spec: &AssignmentSpec) -> Option<&PromfedSpec> {
-        match spec {
-            AssignmentSpec::Promfed(s) => Some(s),
-            _ => None,
-        }
-    }
-
     fn assign(&mut self, mine: &Mine<'_, PromfedSpec>, events: &EventSink) {
         self.events = Some(events.clone());
         let before = std::mem::take(&mut self.groups);
@@ -414,11 +407,7 @@ impl KindEnforcer for PromfedEnforcer {
                         .map(|w| w.error = error),
                 };
                 // Once listed, a cache stays valid while its watch retries.
-                if changed.is_some() {
-                    self.all_placed()
-                } else {
-                    Vec::new()
-                }
+                changed.map(|()| self.all_placed()).unwrap_or_default()
             }
         }
     }

@@ -6,6 +6,7 @@ use accord_common::distribution::{Observed, PlacementState, ScaleObserved, Scale
 use accord_crds::SCALE_REQUEST_ANNOTATION;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::ResourceExt as _;
 
 use accord_crds::AGENT_FIELD_MANAGER;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
@@ -43,10 +44,8 @@ pub fn spec_replicas(deployment: &Deployment) -> i32 {
 /// The scale request id stamped on a Deployment ("" when none).
 pub fn stamped_request_id(deployment: &Deployment) -> &str {
     deployment
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(SCALE_REQUEST_ANNOTATION))
+        .annotations()
+        .get(SCALE_REQUEST_ANNOTATION)
         .map_or("", String::as_str)
 }
 

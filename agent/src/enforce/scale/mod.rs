@@ -10,7 +10,7 @@ pub mod judge;
 
 use std::collections::{BTreeSet, HashMap};
 
-use accord_common::distribution::{AssignmentSpec, PlacedRef, PlacementState, ScaleSpec};
+use accord_common::distribution::{PlacedRef, PlacementState, ScaleSpec};
 use futures::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -107,13 +107,6 @@ impl KindEnforcer for ScaleEnforcer {
     type Spec = ScaleSpec;
 
     const NAME: &'static str = "scale";
-
-    fn spec(spec: &AssignmentSpec) -> Option<&ScaleSpec> {
-        match spec {
-            AssignmentSpec::Scale(s) => Some(s),
-            _ => None,
-        }
-    }
 
     fn assign(&mut self, mine: &Mine<'_, ScaleSpec>, events: &EventSink) {
         self.targets.clear();

@@ -120,6 +120,50 @@ impl<K: PlacementKind> StatusInput<'_, K> {
             clusters: self.clusters,
         }
     }
+
+    /// What a kind's status aggregation reads for `object`: the placed shares, the stored
+    /// decision, the decision's facts, and the object's generation and current status.
+    pub fn of<'a>(&'a self, object: &'a K::Object) -> Aggregation<'a, K> {
+        Aggregation {
+            placed: self.placed(),
+            decision: self.record.map(|r| &r.decision),
+            facts: &self.facts,
+            generation: object.meta().generation,
+            old: K::status(object),
+            now: self.now,
+        }
+    }
+}
+
+/// The status `aggregate` computes for `object` from `input`, with the Events `notes` tells
+/// of its change from the status shown: a kind's [`PlacementKind::status_of`] when it
+/// needs no I/O.
+pub fn aggregated<K: PlacementKind>(
+    object: &K::Object,
+    input: &StatusInput<'_, K>,
+    aggregate: impl FnOnce(&Aggregation<'_, K>) -> K::Status,
+    notes: impl FnOnce(Option<&K::Status>, &K::Status, Option<i64>) -> Vec<Note>,
+) -> Reported<K::Status> {
+    let inputs = input.of(object);
+    let status = aggregate(&inputs);
+    Reported::new(notes(inputs.old, &status, inputs.generation), status)
+}
+
+/// Everything a kind's status aggregation is computed from ([`StatusInput::of`]; built
+/// directly in a kind's unit tests).
+pub struct Aggregation<'a, K: PlacementKind> {
+    /// The shares, the reports and the clusters.
+    pub placed: Placed<'a>,
+    /// The stored decision, if any.
+    pub decision: Option<&'a K::Decision>,
+    /// What the decision left for the status.
+    pub facts: &'a K::Facts,
+    /// `metadata.generation` of the object.
+    pub generation: Option<i64>,
+    /// The status the object shows now.
+    pub old: Option<&'a K::Status>,
+    /// The time to stamp on conditions that change now.
+    pub now: &'a Time,
 }
 
 /// A kind's status and the Events its change calls for.
@@ -131,6 +175,17 @@ pub struct Reported<S> {
     /// A failure the status already shows that should be retried (with backoff) after the
     /// status is written.
     pub retry: Option<ReconcileError>,
+}
+
+impl<S> Reported<S> {
+    /// `status`, with the Events `notes`, and nothing to retry.
+    pub fn new(notes: Vec<Note>, status: S) -> Self {
+        Self {
+            status,
+            notes,
+            retry: None,
+        }
+    }
 }
 
 /// What a kind's deletion work says.
@@ -193,12 +248,12 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     const LEGACY_FINALIZERS: &'static [&'static str] = &[];
     /// Whether a decision is written under the placed object's etcd lock
     /// (`locks/<kind>/<ns>/<name>`). Scaling decisions are (DESIGN: locks serialise them
-    /// per placed object). A kind whose records only this controller writes may do without:
-    /// the leadership fence keeps a deposed leader out and kube-runtime never reconciles
-    /// one object twice at once, while the lock costs four more etcd requests per decision
-    /// (grant, lock, unlock, revoke), which bounded a thousand new topics to about 80
-    /// decisions a second.
-    const DECISION_LOCK: bool = true;
+    /// per placed object). A kind whose records only this controller writes does without
+    /// (the default): the leadership fence keeps a deposed leader out and kube-runtime never
+    /// reconciles one object twice at once, while the lock costs four more etcd requests
+    /// per decision (grant, lock, unlock, revoke), which bounded a thousand new topics to
+    /// about 80 decisions a second.
+    const DECISION_LOCK: bool = false;
 
     /// Whether the framework holds back, after the kind decided, the shares of clusters
     /// whose taints or drain switch do not allow a placement of the object
@@ -238,6 +293,14 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
     /// anything but the conditions' timestamps.
     fn status_changed(old: Option<&Self::Status>, new: &Self::Status) -> bool {
         accord_crds::conditions::status_changed(old, new, Self::conditions)
+    }
+
+    /// Whether a cluster's line of the status says the object is healthy there, as a
+    /// rollout counts success ([`crate::distribution::rollout::heard`]): by default
+    /// `Synced`. The line is computed against the record the cluster was last sent, so a
+    /// report of an older revision never counts.
+    fn healthy(line: &<Self::Status as accord_crds::PlacedStatus>::Placement) -> bool {
+        accord_crds::summary::HasState::state(line) == accord_crds::PlacementState::Synced
     }
 
     /// Whether a change of ManagedCluster `cluster` may concern `object`: by default when

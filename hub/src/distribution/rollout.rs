@@ -1,0 +1,578 @@
+//! The step planner of a progressive rollout, written once for every kind that delivers
+//! content: which clusters get the object's new revision now, judged only on reports of
+//! that revision, and when the rollout has failed and what the clusters it reached go back
+//! to.
+//!
+//! The planner is pure. Its input is the rules (strategy, concurrency, soak, deadline,
+//! failures), each selected cluster with its group and what its agent last said about the
+//! new revision, the progress kept in etcd between steps ([`Progress`]) and the time; its
+//! output is the next progress (the clusters sent the new revision, with when; those
+//! healthy on it, since when; those that failed, with why; the phase) and when to look
+//! again. A hub replica that takes over reads the same progress and goes on from the same
+//! step: nothing is counted from the replica's own clock but `now`.
+//!
+//! - `All`: every cluster at once (what every kind did before rollouts).
+//! - `Progressive`: clusters in group order (then by name), at most `max_concurrency` of
+//!   them updating (sent, not yet succeeded) at a time; with `canary`, the first group
+//!   must succeed before any other cluster is sent.
+//! - `ProgressivePerGroup`: group by group, at most `max_concurrency` of the group's
+//!   clusters at a time (a percent counts the group); the next group starts once every
+//!   cluster of this one succeeded or failed.
+//!
+//! A cluster succeeds once its reports for the new revision have said healthy for
+//! `min_success` without an unhealthy report between; it fails when it has not been healthy within
+//! `progress_deadline` of being sent (an unreachable cluster sends no report: it fails at
+//! the deadline). More failures than `max_failures` stop the rollout: no other cluster is
+//! sent the revision, and the clusters that were go back to the last good revision
+//! (`RolledBack`) or stay (`Failed`, without `auto_rollback`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use accord_crds::summary::HasState;
+use accord_crds::{PlacedStatus, PlacementState};
+use serde::{Deserialize, Serialize};
+
+use super::earliest;
+
+/// How the clusters are stepped through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Strategy {
+    /// Every cluster at once.
+    #[default]
+    All,
+    /// In group order, a bounded number updating at a time.
+    Progressive,
+    /// One group after another, a bounded number of the group updating at a time.
+    ProgressivePerGroup,
+}
+
+/// A count or a percent of the clusters it is taken of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// This many.
+    Count(u32),
+    /// This percent of the clusters.
+    Percent(u32),
+}
+
+impl Limit {
+    /// How many clusters `self` lets through at once out of `of`: at least one (a rollout
+    /// that lets none through never ends), a percent rounded up.
+    pub fn concurrency(self, of: usize) -> usize {
+        match self {
+            Self::Count(n) => n as usize,
+            Self::Percent(p) => (of * p as usize).div_ceil(100),
+        }
+        .max(1)
+    }
+
+    /// How many of `of` clusters may fail before the rollout stops: a percent rounded
+    /// down (10 % of 5 clusters tolerates none).
+    pub fn failures(self, of: usize) -> usize {
+        match self {
+            Self::Count(n) => n as usize,
+            Self::Percent(p) => of * p as usize / 100,
+        }
+    }
+}
+
+/// The rules of one object's rollout, as its `spec.rollout` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// How the clusters are stepped through.
+    pub strategy: Strategy,
+    /// Clusters updating at once (per group for `ProgressivePerGroup`).
+    pub max_concurrency: Limit,
+    /// Failures tolerated, of all selected clusters.
+    pub max_failures: Limit,
+    /// How long a cluster must stay healthy on the new revision to count as succeeded,
+    /// milliseconds.
+    pub min_success_ms: i64,
+    /// How long a cluster sent the new revision has to become healthy, milliseconds.
+    pub progress_deadline_ms: i64,
+    /// Holds between steps: no cluster is newly sent the revision.
+    pub paused: bool,
+    /// Whether a failed rollout takes the clusters it reached back to the last good
+    /// revision.
+    pub auto_rollback: bool,
+    /// Whether the first group must succeed before any other cluster is sent the revision
+    /// (`Progressive`; `ProgressivePerGroup` always waits for each group).
+    pub canary: bool,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::All,
+            max_concurrency: Limit::Percent(100),
+            max_failures: Limit::Count(0),
+            min_success_ms: 0,
+            progress_deadline_ms: 600_000,
+            paused: false,
+            auto_rollback: true,
+            canary: false,
+        }
+    }
+}
+
+/// What a cluster's agent last said about the new revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// Nothing for this revision yet (no report, one for an older revision, or the agent
+    /// is not connected): a stale healthy report of the old revision counts as this.
+    Nothing,
+    /// Healthy on the new revision, as the kind judges health.
+    Healthy,
+    /// On the new revision and not healthy, with why.
+    Unhealthy(String),
+}
+
+/// What each cluster's line of `status` says of the revision its cluster was sent, the
+/// status being the kind's own, computed against that revision's record and not cut
+/// down to a summary: `healthy` lines (the kind's [`PlacementKind::healthy`]) are
+/// [`Heard::Healthy`], lines in `Error`, `Conflict`, `Unavailable` or `TargetNotFound` are
+/// [`Heard::Unhealthy`] with their message, and the rest (`Pending`: nothing for this
+/// revision yet, the agent not connected; `Synced` yet not healthy) [`Heard::Nothing`]
+/// until the deadline judges them.
+///
+/// [`PlacementKind::healthy`]: crate::controllers::placement::PlacementKind::healthy
+pub fn heard<S: PlacedStatus>(
+    status: &S,
+    healthy: impl Fn(&S::Placement) -> bool,
+) -> BTreeMap<String, Heard> {
+    status
+        .placements()
+        .iter()
+        .map(|line| {
+            let heard = if healthy(line) {
+                Heard::Healthy
+            } else {
+                match line.state() {
+                    PlacementState::Error
+                    | PlacementState::Conflict
+                    | PlacementState::Unavailable
+                    | PlacementState::TargetNotFound => {
+                        Heard::Unhealthy(line.message().unwrap_or_default().to_owned())
+                    }
+                    _ => Heard::Nothing,
+                }
+            };
+            (line.cluster().to_owned(), heard)
+        })
+        .collect()
+}
+
+/// One selected cluster, as the planner sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// The cluster's name.
+    pub name: String,
+    /// Its group's place in the rollout's order (0 first).
+    pub group: usize,
+    /// What its agent last said about the new revision.
+    pub heard: Heard,
+}
+
+/// Where a rollout is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Phase {
+    /// Clusters are being sent the revision, or soaking.
+    #[default]
+    Progressing,
+    /// Held between steps by `paused`.
+    Paused,
+    /// Every cluster succeeded (or failed within `max_failures`).
+    Succeeded,
+    /// Stopped by failures; the clusters reached keep the revision (`auto_rollback` off).
+    Failed,
+    /// Stopped by failures; the clusters reached went back to the last good revision.
+    RolledBack,
+}
+
+impl Phase {
+    /// Whether the rollout is over (nothing more is sent until the spec changes).
+    pub fn is_stopped(self) -> bool {
+        matches!(self, Self::Failed | Self::RolledBack)
+    }
+}
+
+/// What the hub keeps of one revision's rollout between steps (in etcd, beside the
+/// placements record), so that a replica taking over resumes it.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// The clusters sent the revision, with when (Unix milliseconds).
+    #[serde(default)]
+    pub sent: BTreeMap<String, i64>,
+    /// The clusters healthy on the revision, since when (without an unhealthy report since).
+    #[serde(default)]
+    pub healthy_since: BTreeMap<String, i64>,
+    /// The clusters that failed, with why.
+    #[serde(default)]
+    pub failed: BTreeMap<String, String>,
+    /// Where the rollout is.
+    #[serde(default)]
+    pub phase: Phase,
+}
+
+impl Progress {
+    /// Whether `cluster` should run the new revision now: sent it, and the rollout not
+    /// rolled back. The others run the last good revision.
+    pub fn runs_new(&self, cluster: &str) -> bool {
+        self.phase != Phase::RolledBack && self.sent.contains_key(cluster)
+    }
+
+    /// Whether `cluster` has succeeded on the revision by `now`.
+    pub fn succeeded(&self, cluster: &str, rules: &Rules, now: i64) -> bool {
+        self.healthy_since
+            .get(cluster)
+            .is_some_and(|since| now - since >= rules.min_success_ms)
+    }
+
+    /// Whether `cluster` is done with the revision by `now`: succeeded or failed.
+    pub fn done(&self, cluster: &str, rules: &Rules, now: i64) -> bool {
+        self.failed.contains_key(cluster) || self.succeeded(cluster, rules, now)
+    }
+
+    /// The clusters sent the revision that are not done with it by `now`.
+    pub fn updating<'a>(&'a self, rules: &'a Rules, now: i64) -> impl Iterator<Item = &'a str> {
+        self.sent
+            .keys()
+            .map(String::as_str)
+            .filter(move |c| !self.done(c, rules, now))
+    }
+}
+
+/// The next progress of a rollout, and when to look again without news.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The progress to keep.
+    pub progress: Progress,
+    /// The clusters newly sent the revision by this step.
+    pub newly_sent: Vec<String>,
+    /// When a soak ends or a deadline passes (Unix milliseconds), if anything waits.
+    pub recheck_at: Option<i64>,
+}
+
+/// The rollout's next step for `members` (every selected cluster) at `now`, from the
+/// progress kept after the last one.
+pub fn step(rules: &Rules, members: &[Member], kept: &Progress, now: i64) -> Step {
+    let present: BTreeSet<&str> = members.iter().map(|m| m.name.as_str()).collect();
+    let mut progress = kept.clone();
+    // A cluster no longer selected is no longer part of the rollout.
+    progress.sent.retain(|c, _| present.contains(c.as_str()));
+    progress
+        .healthy_since
+        .retain(|c, _| present.contains(c.as_str()));
+    progress.failed.retain(|c, _| present.contains(c.as_str()));
+    if progress.phase.is_stopped() {
+        return Step {
+            progress,
+            newly_sent: Vec::new(),
+            recheck_at: None,
+        };
+    }
+
+    // What the reports say of the clusters sent the revision.
+    for m in members {
+        let Some(&sent_at) = progress.sent.get(&m.name) else {
+            continue;
+        };
+        match &m.heard {
+            Heard::Healthy => {
+                progress.healthy_since.entry(m.name.clone()).or_insert(now);
+            }
+            Heard::Unhealthy(_) => {
+                progress.healthy_since.remove(&m.name);
+            }
+            // No news (a record rewritten for the next step is reported again a moment
+            // later) breaks no soak.
+            Heard::Nothing => {}
+        }
+        let late = now - sent_at >= rules.progress_deadline_ms;
+        if late && !progress.healthy_since.contains_key(&m.name) {
+            let why = match &m.heard {
+                Heard::Unhealthy(why) => why.clone(),
+                _ => "no healthy report for the revision".to_owned(),
+            };
+            progress.failed.entry(m.name.clone()).or_insert(format!(
+                "not healthy within {}s: {why}",
+                rules.progress_deadline_ms / 1000
+            ));
+        }
+    }
+
+    if progress.failed.len() > rules.max_failures.failures(members.len()) {
+        progress.phase = if rules.auto_rollback {
+            Phase::RolledBack
+        } else {
+            Phase::Failed
+        };
+        return Step {
+            progress,
+            newly_sent: Vec::new(),
+            recheck_at: None,
+        };
+    }
+
+    let newly_sent = if rules.paused {
+        Vec::new()
+    } else {
+        admit(rules, members, &progress, now)
+    };
+    for c in &newly_sent {
+        progress.sent.insert(c.clone(), now);
+    }
+    progress.phase = if members.iter().all(|m| progress.done(&m.name, rules, now)) {
+        Phase::Succeeded
+    } else if rules.paused {
+        Phase::Paused
+    } else {
+        Phase::Progressing
+    };
+    let recheck_at = recheck(rules, &progress, now);
+    Step {
+        progress,
+        newly_sent,
+        recheck_at,
+    }
+}
+
+/// The clusters sent the revision by this step.
+fn admit(rules: &Rules, members: &[Member], progress: &Progress, now: i64) -> Vec<String> {
+    let mut order: Vec<&Member> = members.iter().collect();
+    order.sort_by(|a, b| (a.group, &a.name).cmp(&(b.group, &b.name)));
+    let waiting = |m: &&Member| !progress.sent.contains_key(&m.name);
+    let done = |m: &Member| progress.done(&m.name, rules, now);
+    match rules.strategy {
+        Strategy::All => order
+            .into_iter()
+            .filter(waiting)
+            .map(|m| m.name.clone())
+            .collect(),
+        Strategy::Progressive => {
+            let first = order.first().map_or(0, |m| m.group);
+            let canary_pending = rules.canary && order.iter().any(|m| m.group == first && !done(m));
+            let room = rules
+                .max_concurrency
+                .concurrency(members.len())
+                .saturating_sub(progress.updating(rules, now).count());
+            order
+                .into_iter()
+                .filter(|m| !canary_pending || m.group == first)
+                .filter(waiting)
+                .take(room)
+                .map(|m| m.name.clone())
+                .collect()
+        }
+        Strategy::ProgressivePerGroup => {
+            let Some(group) = order.iter().find(|m| !done(m)).map(|m| m.group) else {
+                return Vec::new();
+            };
+            let in_group: Vec<&Member> = order.into_iter().filter(|m| m.group == group).collect();
+            let updating = in_group
+                .iter()
+                .filter(|m| progress.sent.contains_key(&m.name) && !done(m))
+                .count();
+            let room = rules
+                .max_concurrency
+                .concurrency(in_group.len())
+                .saturating_sub(updating);
+            in_group
+                .into_iter()
+                .filter(waiting)
+                .take(room)
+                .map(|m| m.name.clone())
+                .collect()
+        }
+    }
+}
+
+/// When a soak ends or a deadline passes next.
+fn recheck(rules: &Rules, progress: &Progress, now: i64) -> Option<i64> {
+    let mut at = None;
+    for (cluster, &sent_at) in &progress.sent {
+        if progress.failed.contains_key(cluster) {
+            continue;
+        }
+        match progress.healthy_since.get(cluster) {
+            Some(since) if now - since < rules.min_success_ms => {
+                at = earliest(at, since + rules.min_success_ms);
+            }
+            Some(_) => {}
+            None => at = earliest(at, sent_at + rules.progress_deadline_ms),
+        }
+    }
+    at
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn members(groups: &[(&str, usize)]) -> Vec<Member> {
+        groups
+            .iter()
+            .map(|(name, group)| Member {
+                name: (*name).to_owned(),
+                group: *group,
+                heard: Heard::Nothing,
+            })
+            .collect()
+    }
+
+    fn hear(members: &mut [Member], name: &str, heard: Heard) {
+        members.iter_mut().find(|m| m.name == name).unwrap().heard = heard;
+    }
+
+    fn per_group() -> Rules {
+        Rules {
+            strategy: Strategy::ProgressivePerGroup,
+            max_concurrency: Limit::Percent(100),
+            min_success_ms: 10_000,
+            progress_deadline_ms: 20_000,
+            ..Rules::default()
+        }
+    }
+
+    #[test]
+    fn all_sends_every_cluster_at_once() {
+        let m = members(&[("a", 0), ("b", 1), ("c", 2)]);
+        let s = step(&Rules::default(), &m, &Progress::default(), 0);
+        assert_eq!(s.newly_sent, ["a", "b", "c"]);
+        assert_eq!(s.progress.phase, Phase::Progressing);
+    }
+
+    #[test]
+    fn groups_go_in_order_each_after_the_previous_ones_soak() {
+        let rules = per_group();
+        let mut m = members(&[("a", 0), ("b", 1), ("c", 1), ("d", 2)]);
+        let s = step(&rules, &m, &Progress::default(), 0);
+        assert_eq!(s.newly_sent, ["a"]);
+        assert_eq!(s.recheck_at, Some(20_000), "the deadline");
+        hear(&mut m, "a", Heard::Healthy);
+        let s = step(&rules, &m, &s.progress, 1_000);
+        assert!(s.newly_sent.is_empty(), "soaking");
+        assert_eq!(s.recheck_at, Some(11_000), "the soak's end");
+        let s = step(&rules, &m, &s.progress, 11_000);
+        assert_eq!(s.newly_sent, ["b", "c"]);
+        hear(&mut m, "b", Heard::Healthy);
+        hear(&mut m, "c", Heard::Healthy);
+        let s = step(&rules, &m, &s.progress, 12_000);
+        let s = step(&rules, &m, &s.progress, 22_000);
+        assert_eq!(s.newly_sent, ["d"]);
+        hear(&mut m, "d", Heard::Healthy);
+        let s = step(&rules, &m, &s.progress, 23_000);
+        assert_eq!(s.progress.phase, Phase::Progressing);
+        let s = step(&rules, &m, &s.progress, 33_000);
+        assert_eq!(s.progress.phase, Phase::Succeeded);
+        assert_eq!(s.recheck_at, None);
+    }
+
+    #[test]
+    fn a_stale_or_broken_first_group_rolls_back_at_the_deadline() {
+        let rules = per_group();
+        let mut m = members(&[("a", 0), ("b", 0), ("c", 1)]);
+        let s = step(&rules, &m, &Progress::default(), 0);
+        assert_eq!(s.newly_sent, ["a", "b"]);
+        hear(&mut m, "a", Heard::Unhealthy("0/3 available".into()));
+        let s = step(&rules, &m, &s.progress, 19_999);
+        assert_eq!(s.progress.phase, Phase::Progressing);
+        let s = step(&rules, &m, &s.progress, 20_000);
+        assert_eq!(s.progress.phase, Phase::RolledBack);
+        assert_eq!(
+            s.progress.failed.keys().collect::<Vec<_>>(),
+            ["a", "b"],
+            "{:?}",
+            s.progress.failed
+        );
+        assert!(s.progress.failed["a"].contains("0/3 available"));
+        assert!(!s.progress.runs_new("a") && !s.progress.runs_new("c"));
+        // Stopped: nothing more is sent, whatever the reports say now.
+        hear(&mut m, "a", Heard::Healthy);
+        let again = step(&rules, &m, &s.progress, 60_000);
+        assert!(again.newly_sent.is_empty());
+        assert_eq!(again.progress.phase, Phase::RolledBack);
+    }
+
+    #[test]
+    fn without_auto_rollback_the_clusters_reached_keep_the_revision() {
+        let rules = Rules {
+            auto_rollback: false,
+            ..per_group()
+        };
+        let m = members(&[("a", 0), ("b", 1)]);
+        let s = step(&rules, &m, &Progress::default(), 0);
+        let s = step(&rules, &m, &s.progress, 20_000);
+        assert_eq!(s.progress.phase, Phase::Failed);
+        assert!(s.progress.runs_new("a") && !s.progress.runs_new("b"));
+    }
+
+    #[test]
+    fn paused_holds_between_steps_and_resuming_goes_on() {
+        let mut rules = per_group();
+        let mut m = members(&[("a", 0), ("b", 1)]);
+        let s = step(&rules, &m, &Progress::default(), 0);
+        hear(&mut m, "a", Heard::Healthy);
+        rules.paused = true;
+        let s = step(&rules, &m, &s.progress, 1_000);
+        let s = step(&rules, &m, &s.progress, 30_000);
+        assert!(s.newly_sent.is_empty());
+        assert_eq!(s.progress.phase, Phase::Paused);
+        rules.paused = false;
+        let s = step(&rules, &m, &s.progress, 31_000);
+        assert_eq!(s.newly_sent, ["b"]);
+    }
+
+    #[test]
+    fn a_healthy_break_restarts_the_soak_and_a_canary_goes_first() {
+        let rules = Rules {
+            strategy: Strategy::Progressive,
+            max_concurrency: Limit::Count(2),
+            canary: true,
+            ..per_group()
+        };
+        let mut m = members(&[("a", 0), ("b", 1), ("c", 1)]);
+        let s = step(&rules, &m, &Progress::default(), 0);
+        assert_eq!(s.newly_sent, ["a"], "the canary alone");
+        hear(&mut m, "a", Heard::Healthy);
+        let s = step(&rules, &m, &s.progress, 1_000);
+        hear(&mut m, "a", Heard::Unhealthy("restarting".into()));
+        let s = step(&rules, &m, &s.progress, 5_000);
+        hear(&mut m, "a", Heard::Healthy);
+        let s = step(&rules, &m, &s.progress, 6_000);
+        let s = step(&rules, &m, &s.progress, 12_000);
+        assert!(s.newly_sent.is_empty(), "soaking since 6 s");
+        let s = step(&rules, &m, &s.progress, 16_000);
+        assert_eq!(s.newly_sent, ["b", "c"]);
+    }
+
+    #[test]
+    fn no_news_breaks_no_soak() {
+        let rules = per_group();
+        let mut m = members(&[("a", 0), ("b", 1)]);
+        let s = step(&rules, &m, &Progress::default(), 0);
+        hear(&mut m, "a", Heard::Healthy);
+        let s = step(&rules, &m, &s.progress, 1_000);
+        hear(&mut m, "a", Heard::Nothing);
+        let s = step(&rules, &m, &s.progress, 2_000);
+        let s = step(&rules, &m, &s.progress, 11_000);
+        assert_eq!(s.newly_sent, ["b"], "soaked since 1 s");
+    }
+
+    #[test]
+    fn the_progress_survives_a_round_trip_and_limits_round_as_documented() {
+        let rules = per_group();
+        let m = members(&[("a", 0)]);
+        let s = step(&rules, &m, &Progress::default(), 5);
+        let json = serde_json::to_value(&s.progress).unwrap();
+        assert_eq!(json["sent"]["a"], 5);
+        let back: Progress = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s.progress);
+        assert_eq!(Limit::Percent(10).concurrency(5), 1);
+        assert_eq!(Limit::Percent(34).concurrency(3), 2);
+        assert_eq!(Limit::Count(0).concurrency(3), 1);
+        assert_eq!(Limit::Percent(10).failures(5), 0);
+        assert_eq!(Limit::Percent(50).failures(5), 2);
+    }
+}
