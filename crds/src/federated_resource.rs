@@ -90,6 +90,11 @@ pub struct FederatedResourceSpec {
     /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
     /// ManagedCluster labels, re-resolved when labels change).
     pub placement: crate::ClusterPlacement,
+    /// How a change reaches the clusters: every cluster at once (unset, `All`) or step by
+    /// step with health checks and automatic rollback (`Progressive`,
+    /// `ProgressivePerGroup`). Changing only this field is not a new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
     /// Per-cluster changes: each applies its RFC 6902 JSON patch to the manifests it
     /// targets (every manifest unless `target` says which) in the clusters it selects, in
     /// order.
@@ -284,6 +289,9 @@ pub struct FederatedResourceStatus {
     /// are not: counts by reason, at most 20 clusters named per reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::SelectionSummary>,
+    /// The rollout of the latest revision, with `spec.rollout` progressive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
     /// `Applied`, `Available`, `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "bounds::conditions")]
@@ -377,6 +385,7 @@ impl Validate for FederatedResourceSpec {
     fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = ValidationErrors::default();
         check_cluster_selection(&mut errs, &self.placement);
+        crate::rollout::check_rollout(&mut errs, self.rollout.as_ref());
         errs.check(
             !self.manifests.is_empty(),
             "spec.manifests",

@@ -72,6 +72,11 @@ pub struct FederatedKafkaTopicSpec {
     /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
     /// ManagedCluster labels).
     pub placement: crate::ClusterPlacement,
+    /// How a change reaches the clusters: every cluster at once (unset, `All`) or step by
+    /// step with health checks and automatic rollback (`Progressive`,
+    /// `ProgressivePerGroup`). Changing only this field is not a new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
     /// What deleting this object does to the topics: `Retain` (default) leaves them and
     /// their data in every member's Kafka; `Delete` deletes them in every member first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -141,6 +146,9 @@ pub struct FederatedKafkaTopicStatus {
     /// are not: counts by reason, at most 20 clusters named per reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::SelectionSummary>,
+    /// The rollout of the latest revision, with `spec.rollout` progressive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
     /// `Ready`, `Degraded`, `PolicyViolation`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "bounds::conditions")]

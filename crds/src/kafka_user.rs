@@ -92,6 +92,11 @@ pub struct FederatedKafkaUserSpec {
     /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
     /// ManagedCluster labels).
     pub placement: crate::ClusterPlacement,
+    /// How a change reaches the clusters: every cluster at once (unset, `All`) or step by
+    /// step with health checks and automatic rollback (`Progressive`,
+    /// `ProgressivePerGroup`). Changing only this field is not a new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
     /// What deleting this object (or a cluster no longer selected) does to the user in
     /// each member's Kafka: `Delete` (the default for users, unlike topics: a credential
     /// nobody manages any more is a door left open) removes its credential, ACLs and
@@ -663,6 +668,7 @@ impl Validate for FederatedKafkaUserSpec {
             }
         }
         check_cluster_selection(&mut errs, &self.placement);
+        crate::rollout::check_rollout(&mut errs, self.rollout.as_ref());
         errs.into_result()
     }
 }
@@ -739,6 +745,9 @@ pub struct FederatedKafkaUserStatus {
     /// are not: counts by reason, at most 20 clusters named per reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::SelectionSummary>,
+    /// The rollout of the latest revision, with `spec.rollout` progressive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
     /// `Ready`, `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "bounds::conditions")]

@@ -28,6 +28,7 @@ pub mod messages;
 pub mod placement;
 pub mod promfed;
 pub mod reference;
+pub mod rollout;
 pub mod scale;
 pub mod summary;
 pub mod validate;

@@ -196,3 +196,18 @@ pub const SPREAD_MIN_ABOVE_COUNT: &str =
     "spread.minGroups must not be greater than numberOfClusters (each group needs a cluster)";
 /// `minGroups` above `maxGroups`.
 pub const SPREAD_MIN_ABOVE_MAX: &str = "spread.minGroups must not be greater than spread.maxGroups";
+/// `spec.rollout.groups` sets both `byLabel` and `ordered`, or neither.
+pub const ROLLOUT_GROUPS_XOR: &str = "rollout.groups takes exactly one of byLabel and ordered";
+/// `ProgressivePerGroup` without groups.
+pub const ROLLOUT_PER_GROUP_NEEDS_GROUPS: &str =
+    "strategy ProgressivePerGroup needs rollout.groups";
+/// Two rollout groups of one name.
+pub const ROLLOUT_GROUP_NAMES_UNIQUE: &str = "rollout group names must be unique";
+/// `maxConcurrency` out of range.
+pub const ROLLOUT_CONCURRENCY: &str =
+    "maxConcurrency must be a count from 1 to 10,000 or a percent from 1% to 100%";
+/// `maxFailures` out of range.
+pub const ROLLOUT_FAILURES: &str =
+    "maxFailures must be a count from 0 to 10,000 or a percent from 0% to 100%";
+/// `progressDeadline` of zero.
+pub const ROLLOUT_DEADLINE_POSITIVE: &str = "progressDeadline must be longer than 0";

@@ -52,6 +52,11 @@ pub struct PrometheusFederationSpec {
     /// The member clusters it goes to: `clusters` (by name) or `clusterSelector` (by
     /// ManagedCluster labels).
     pub placement: crate::ClusterPlacement,
+    /// How a change reaches the clusters: every cluster at once (unset, `All`) or step by
+    /// step with health checks and automatic rollback (`Progressive`,
+    /// `ProgressivePerGroup`). Changing only this field is not a new revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::Rollout>,
     /// Which tenants' Prometheus servers are federated.
     pub tenant_selector: TenantSelector,
     /// Series selectors passed as `match[]` to `/federate`; at least one. Each must be a
@@ -158,6 +163,9 @@ pub struct PrometheusFederationStatus {
     /// are not: counts by reason, at most 20 clusters named per reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::SelectionSummary>,
+    /// The rollout of the latest revision, with `spec.rollout` progressive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::rollout::RolloutStatus>,
     /// The global tier on the hub, when `spec.global.enabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalTierStatus>,

@@ -407,6 +407,9 @@ pub enum LeftOutReason {
     Refused,
     /// Returned after a failover; waits out the return cooldown.
     ReturnCooldown,
+    /// Selected, but a progressive rollout has not reached it and it ran no earlier
+    /// revision that succeeded.
+    AwaitingRollout,
 }
 
 impl LeftOutReason {
@@ -424,6 +427,7 @@ impl LeftOutReason {
             Self::Conflict => "in conflict",
             Self::Refused => "refused by policy",
             Self::ReturnCooldown => "in return cooldown",
+            Self::AwaitingRollout => "awaiting the rollout",
         }
     }
 }

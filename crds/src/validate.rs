@@ -464,6 +464,7 @@ impl Validate for FederatedKafkaTopicSpec {
             m::TOPIC_CONFIG,
         );
         check_cluster_selection(&mut errs, &self.placement);
+        crate::rollout::check_rollout(&mut errs, self.rollout.as_ref());
         errs.into_result()
     }
 }
@@ -512,6 +513,7 @@ impl Validate for PrometheusFederationSpec {
     fn validate(&self) -> Result<(), ValidationErrors> {
         let mut errs = ValidationErrors::default();
         check_cluster_selection(&mut errs, &self.placement);
+        crate::rollout::check_rollout(&mut errs, self.rollout.as_ref());
         let t = &self.tenant_selector;
         errs.check(
             t.namespaces.is_some() != t.label_selector.is_some(),

@@ -1228,3 +1228,200 @@ fn preferences_move_a_delivery_to_the_next_region_and_back() {
         Ok(())
     });
 }
+
+/// What a watch saw, in order.
+type Seen = std::sync::Arc<Mutex<Vec<Option<String>>>>;
+
+/// Every template a Deployment `name` in member `m` is seen with by a watch, in order: its
+/// `nodeSelector` (`None` without one), for as long as the returned task runs.
+fn watch_templates(
+    testbed: &Testbed,
+    m: usize,
+    ns: &str,
+    name: &str,
+) -> (Seen, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt as _;
+    use kube::runtime::WatchStreamExt as _;
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
+    let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        let mut events = kube::runtime::watcher(deployments, config)
+            .applied_objects()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let Ok(d) = event else { continue };
+            let selector = d
+                .spec
+                .and_then(|s| s.template.spec)
+                .and_then(|p| p.node_selector)
+                .map(|s| format!("{s:?}"));
+            let mut seen = record
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if seen.last() != Some(&selector) {
+                seen.push(selector);
+            }
+        }
+    });
+    (seen, task)
+}
+
+#[test]
+fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ring_comes_back() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        let prefix = "fres-r";
+        let ns = "fres-rollout";
+        let _fleet = fleet(testbed, prefix, &[]).await?;
+        for i in 0..3 {
+            label_cluster(
+                testbed,
+                &format!("{prefix}-{i}"),
+                json!({"ring": i.to_string()}),
+            )
+            .await?;
+        }
+        let object = |node_selector: Option<Value>| {
+            let mut web = accord_e2e::fleet::pause_deployment("web", 2);
+            if let Some(s) = node_selector {
+                web["spec"]["template"]["spec"]["nodeSelector"] = s;
+            }
+            json!({
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
+                "metadata": {"name": "web", "namespace": ns},
+                "spec": {
+                    "placement": {"clusterSelector": {"matchExpressions": [
+                        {"key": "ring", "operator": "Exists"}]}},
+                    "manifests": [web],
+                    "rollout": {"strategy": "ProgressivePerGroup", "groups": {"byLabel": "ring"},
+                                "minSuccessTime": "3s", "progressDeadline": "20s"},
+                }
+            })
+        };
+
+        // (a) The first revision: ring 0, then ring 1 once ring 0 was healthy for the
+        // soak, then ring 2 — recorded by each member's API server as the creation time.
+        apply(testbed, ns, &object(None)).await?;
+        let status = wait_status(testbed, ns, "web", "the rollout Succeeded", |s| {
+            s.rollout
+                .as_ref()
+                .filter(|r| r.phase == "Succeeded")
+                .map(|_| s.clone())
+        })
+        .await?;
+        let rollout = status.rollout.clone().context("status.rollout")?;
+        ensure!(rollout.succeeded == 3 && rollout.failed == 0, "{rollout:?}");
+        let mut created = Vec::new();
+        for m in 0..3 {
+            let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
+            let d = deployments.get("web").await?;
+            created.push(
+                d.metadata
+                    .creation_timestamp
+                    .context("created")?
+                    .0
+                    .as_second(),
+            );
+        }
+        ensure!(
+            created[0] < created[1] && created[1] < created[2],
+            "rings out of order: created at {created:?}"
+        );
+        eprintln!("rollout: rings created at {created:?} (unix seconds; soak 3 s)");
+
+        // (b) A change no node of any member can schedule: only ring 0 ever carries it, and
+        // at the deadline it goes back to the template before.
+        let watches: Vec<_> = (0..3)
+            .map(|m| watch_templates(testbed, m, ns, "web"))
+            .collect();
+        let before = status.rollout.map(|r| r.revision).unwrap_or_default();
+        let edited = Instant::now();
+        apply(
+            testbed,
+            ns,
+            &object(Some(json!({"accord-e2e/nowhere": "true"}))),
+        )
+        .await?;
+        let status = wait_status(testbed, ns, "web", "RolledBack", |s| {
+            s.rollout
+                .as_ref()
+                .filter(|r| r.phase == "RolledBack" && r.revision != before)
+                .map(|_| s.clone())
+        })
+        .await?;
+        let rolled_back = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "RolledBack")
+            .context("the RolledBack condition")?;
+        ensure!(rolled_back.status == "True", "{rolled_back:?}");
+        ensure!(
+            rolled_back.message.contains(&format!("{prefix}-0 (")),
+            "{}",
+            rolled_back.message
+        );
+        let failed: Vec<&str> = status
+            .rollout
+            .iter()
+            .flat_map(|r| &r.failed_clusters)
+            .map(|f| f.cluster.as_str())
+            .collect();
+        ensure!(failed == [format!("{prefix}-0")], "{failed:?}");
+        // Ring 0's Deployment is back on the template without the selector.
+        let deployments: Api<Deployment> = Api::namespaced(testbed.members()[0].client(), ns);
+        until("ring 0 back on the previous template", STEP, || async {
+            let d = deployments.get("web").await?;
+            let selector = d
+                .spec
+                .and_then(|s| s.template.spec)
+                .and_then(|p| p.node_selector);
+            Ok(match selector {
+                None => Check::Ready(()),
+                Some(s) => Check::NotYet(format!("{s:?}")),
+            })
+        })
+        .await?;
+        eprintln!(
+            "rollout: edit → ring 0 back on the previous template in {:.1} s (deadline 20 s)",
+            edited.elapsed().as_secs_f64()
+        );
+        wait_event(testbed, ns, "web", "Warning", "RolledBack", STEP).await?;
+        // Ring 0's watch saw the failing template and then the one before; the other rings'
+        // watches never saw it.
+        until(
+            "ring 0's watch sees the template come back",
+            STEP,
+            || async {
+                let seen = watches[0]
+                    .0
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .clone();
+                Ok(
+                    if seen.iter().any(Option::is_some) && seen.last() == Some(&None) {
+                        Check::Ready(())
+                    } else {
+                        Check::NotYet(format!("{seen:?}"))
+                    },
+                )
+            },
+        )
+        .await?;
+        for (m, (seen, task)) in watches.into_iter().enumerate().skip(1) {
+            task.abort();
+            let seen = seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            ensure!(
+                seen.iter().all(Option::is_none),
+                "ring {m} carried the failing template: {seen:?}"
+            );
+        }
+        Ok(())
+    });
+}

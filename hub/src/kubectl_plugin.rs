@@ -71,6 +71,39 @@ pub enum Command {
         #[arg(long)]
         hub_http: Option<String>,
     },
+    /// Follow or steer an object's progressive rollout (`spec.rollout`).
+    Rollout {
+        /// What to do with the rollout.
+        #[command(subcommand)]
+        command: RolloutCommand,
+    },
+}
+
+/// `kubectl accord rollout` commands.
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Print where the rollout is; with -w, a line per change until it ends (exit code 1
+    /// when it failed or was rolled back).
+    Status {
+        /// KIND/NAME.
+        object: String,
+        /// Watch until the rollout ends.
+        #[arg(short, long)]
+        watch: bool,
+        /// Output format.
+        #[arg(short, long, value_enum)]
+        output: Option<Output>,
+    },
+    /// Hold the rollout before its next step (`spec.rollout.paused: true`).
+    Pause {
+        /// KIND/NAME.
+        object: String,
+    },
+    /// Let a paused rollout go on.
+    Resume {
+        /// KIND/NAME.
+        object: String,
+    },
 }
 
 /// `KIND/NAME` as `kubectl accord placements` takes it.
@@ -101,6 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<String> {
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_owned());
     match cli.command {
+        Command::Rollout { command } => rollout(&client, &namespace, command).await,
         Command::Placements {
             object,
             explain,
@@ -136,6 +170,144 @@ pub async fn run(cli: Cli) -> anyhow::Result<String> {
             })
         }
     }
+}
+
+/// The API of `object` (KIND/NAME) in `namespace`, and its name.
+fn object_api(
+    client: &kube::Client,
+    namespace: &str,
+    object: &str,
+) -> anyhow::Result<(Api<DynamicObject>, PlacedKind, String)> {
+    let (kind, name) = parse_kind_name(object)?;
+    let gvk = GroupVersionKind::gvk("accord.io", "v1beta1", kind.as_str());
+    let resource = ApiResource::from_gvk_with_plural(&gvk, &plural(kind));
+    Ok((
+        Api::namespaced_with(client.clone(), namespace, &resource),
+        kind,
+        name,
+    ))
+}
+
+async fn rollout(
+    client: &kube::Client,
+    namespace: &str,
+    command: RolloutCommand,
+) -> anyhow::Result<String> {
+    match command {
+        RolloutCommand::Status {
+            object,
+            watch,
+            output,
+        } => {
+            let (api, kind, name) = object_api(client, namespace, &object)?;
+            let read = || async {
+                let found = api
+                    .get_opt(&name)
+                    .await
+                    .with_context(|| format!("reading {kind} {namespace}/{name}"))?
+                    .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+                anyhow::Ok(found.data.pointer("/status/rollout").cloned())
+            };
+            let mut last = None;
+            loop {
+                let status = read().await?;
+                let line = rollout_line(status.as_ref());
+                let phase = status
+                    .as_ref()
+                    .and_then(|s| s["phase"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                if !watch {
+                    return Ok(match output {
+                        Some(Output::Json) => format!(
+                            "{}\n",
+                            serde_json::to_string_pretty(&status.unwrap_or_default())?
+                        ),
+                        None => format!("{line}\n"),
+                    });
+                }
+                if last.as_ref() != Some(&line) {
+                    println!("{line}");
+                    last = Some(line.clone());
+                }
+                match phase.as_str() {
+                    "Succeeded" => return Ok(String::new()),
+                    "RolledBack" | "Failed" => {
+                        bail!("the rollout of {kind} {namespace}/{name} ended {phase}")
+                    }
+                    _ => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
+                }
+            }
+        }
+        RolloutCommand::Pause { object } => set_paused(client, namespace, &object, true).await,
+        RolloutCommand::Resume { object } => set_paused(client, namespace, &object, false).await,
+    }
+}
+
+/// Sets or clears `spec.rollout.paused` of `object`, as the user.
+async fn set_paused(
+    client: &kube::Client,
+    namespace: &str,
+    object: &str,
+    paused: bool,
+) -> anyhow::Result<String> {
+    let (api, kind, name) = object_api(client, namespace, object)?;
+    let found = api
+        .get_opt(&name)
+        .await
+        .with_context(|| format!("reading {kind} {namespace}/{name}"))?
+        .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+    if found.data.pointer("/spec/rollout").is_none() {
+        bail!(
+            "{kind} {namespace}/{name} has no spec.rollout: its changes reach every cluster at once"
+        );
+    }
+    let value = if paused {
+        serde_json::json!(true)
+    } else {
+        serde_json::Value::Null
+    };
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"spec": {"rollout": {"paused": value}}})),
+    )
+    .await
+    .with_context(|| format!("patching {kind} {namespace}/{name}"))?;
+    Ok(format!(
+        "{kind} {namespace}/{name} rollout {}\n",
+        if paused { "paused" } else { "resumed" }
+    ))
+}
+
+/// One line of `status.rollout`.
+pub fn rollout_line(status: Option<&serde_json::Value>) -> String {
+    let Some(r) = status else {
+        return "no progressive rollout (spec.rollout unset or strategy All)".to_owned();
+    };
+    let n = |k: &str| r[k].as_i64().unwrap_or_default();
+    let group = r["currentGroup"]
+        .as_str()
+        .map(|g| format!(" (group {g})"))
+        .unwrap_or_default();
+    let mut line = format!(
+        "revision {}: {}, step {}{group}: {} updating, {} succeeded, {} failed, {} waiting",
+        r["revision"].as_str().unwrap_or_default(),
+        r["phase"].as_str().unwrap_or_default(),
+        n("step"),
+        n("updating"),
+        n("succeeded"),
+        n("failed"),
+        n("waiting"),
+    );
+    for f in r["failedClusters"].as_array().into_iter().flatten() {
+        line.push_str(&format!(
+            "\n  failed: {}: {}",
+            f["cluster"].as_str().unwrap_or_default(),
+            f["reason"].as_str().unwrap_or_default()
+        ));
+    }
+    line
 }
 
 /// The text of `status` from `source`.

@@ -117,9 +117,14 @@ impl Harness {
 
     /// Sets ManagedCluster `name`'s availability and `spec`.
     fn cluster_with(&mut self, name: &str, available: bool, spec: Value) {
+        self.cluster_labeled(name, available, spec, json!({}));
+    }
+
+    /// Sets ManagedCluster `name`'s availability, `spec` and labels.
+    fn cluster_labeled(&mut self, name: &str, available: bool, spec: Value, labels: Value) {
         let mc = ClusterObject::from_value(json!({
             "apiVersion": "accord.io/v1beta1", "kind": "ManagedCluster",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": labels},
             "spec": spec,
             "status": {"conditions": [{
                 "type": "Available", "status": if available { "True" } else { "False" },
@@ -646,6 +651,11 @@ mod toy {
     pub struct ToySpec {
         pub name: String,
         pub clusters: Vec<String>,
+        /// What the members are sent (a new one is a new revision).
+        #[serde(default)]
+        pub version: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rollout: Option<accord_crds::rollout::Rollout>,
     }
 
     #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -658,6 +668,8 @@ mod toy {
         pub selection: Option<accord_crds::SelectionSummary>,
         #[serde(default)]
         pub conditions: Vec<Condition>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub rollout: Option<accord_crds::rollout::RolloutStatus>,
     }
 
     #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -704,11 +716,21 @@ mod toy {
         }
     }
 
-    fn sent(remove: bool) -> AssignmentSpec {
+    /// What a member is sent: the toy's version (in a field of the borrowed spec).
+    fn sent(remove: bool, version: &str) -> AssignmentSpec {
         AssignmentSpec::FederatedResource(FederatedResourceSpec {
             remove,
+            namespace: version.to_owned(),
             ..FederatedResourceSpec::default()
         })
+    }
+
+    /// The version a share sends, if it sends one.
+    pub fn version_of(share: &ShareRecord) -> Option<&str> {
+        match &share.assignment {
+            Some(AssignmentSpec::FederatedResource(spec)) => Some(&spec.namespace),
+            _ => None,
+        }
     }
 
     impl PlacementKind for Toys {
@@ -744,6 +766,16 @@ mod toy {
             None
         }
 
+        fn rollout(toy: &Toy) -> Option<&accord_crds::rollout::Rollout> {
+            toy.spec.rollout.as_ref()
+        }
+
+        fn rollout_status(
+            status: &mut ToyStatus,
+        ) -> Option<&mut Option<accord_crds::rollout::RolloutStatus>> {
+            Some(&mut status.rollout)
+        }
+
         fn decide(&self, toy: &Toy, input: &DecideInput<'_, ToyDecision>) -> Decided<Self> {
             if toy.spec.name.is_empty() {
                 return Decided::Invalid("spec.name: must not be empty".into());
@@ -772,7 +804,7 @@ mod toy {
                     },
                     None => ShareRecord {
                         cluster: c.clone(),
-                        assignment: Some(sent(false)),
+                        assignment: Some(sent(false, &toy.spec.version)),
                         held_reason: None,
                         hold: None,
                     },
@@ -901,6 +933,18 @@ fn toy_record(h: &Harness, name: &str) -> Option<(PlacementRecord<toy::ToyDecisi
 
 /// Stores cluster `cluster`'s report on toy `name` for `revision`, saying `message`.
 async fn toy_report(h: &Harness, cluster: &str, name: &str, revision: i64, message: &str) {
+    toy_report_state(h, cluster, name, revision, PlacementState::Synced, message).await;
+}
+
+/// [`toy_report`] in `state`.
+async fn toy_report_state(
+    h: &Harness,
+    cluster: &str,
+    name: &str,
+    revision: i64,
+    state: PlacementState,
+    message: &str,
+) {
     let kind = toy::Toys::KIND.as_str();
     let key = h.store.keys().status(cluster, kind, "default", name);
     let expected = h.ctx.statuses.get(&key).map_or(0, |(_, version)| version);
@@ -908,7 +952,7 @@ async fn toy_report(h: &Harness, cluster: &str, name: &str, revision: i64, messa
         resource_version: "1".into(),
         generation: 1,
         applied_revision: revision,
-        state: PlacementState::Synced,
+        state,
         message: message.to_owned(),
         api_server_unavailable: false,
         observed_unix_millis: 1,
@@ -1136,4 +1180,180 @@ async fn taints_and_the_drain_switch_keep_every_kind_out_of_a_cluster_unless_tol
         .await
         .expect("reconciling");
     assert_eq!(toy_holds(&h, "tolerant"), [a(), ("b".to_owned(), None)]);
+}
+
+/// Each cluster's version in toy `name`'s record (`None`: sent nothing), and the record's
+/// revision.
+fn toy_versions(h: &Harness, name: &str) -> (Vec<(String, Option<String>)>, i64) {
+    let (record, revision) = toy_record(h, name).expect("the toy's record");
+    let versions = record
+        .shares
+        .iter()
+        .map(|s| (s.cluster.clone(), toy::version_of(s).map(str::to_owned)))
+        .collect();
+    (versions, revision)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_progressive_rollout_goes_group_by_group_pauses_and_takes_a_failure_back() {
+    let mut h = harness("pc-rollout").await;
+    for (name, ring) in [("a", "0"), ("b", "1"), ("c", "2")] {
+        h.cluster_labeled(name, true, json!({}), json!({"ring": ring}));
+    }
+    let (controller, mut objects) = h.controller::<toy::Toys>();
+    let path = format!("{}/web", toy::PATH);
+    let put = |h: &Harness, generation: i64, version: &str, paused: bool| {
+        h.fake.put(
+            &path,
+            json!({
+                "apiVersion": "toy.accord.io/v1", "kind": "Toy",
+                "metadata": {"name": "web", "namespace": "default", "generation": generation,
+                             "uid": "uid-web", "resourceVersion": "1",
+                             "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"name": "web", "clusters": ["a", "b", "c"], "version": version,
+                         "rollout": {"strategy": "ProgressivePerGroup",
+                                     "groups": {"byLabel": "ring"},
+                                     "progressDeadline": "50ms", "paused": paused}}
+            }),
+        );
+    };
+    let reconcile = async |objects: &mut Writer<Watched<toy::Toys>>| {
+        let watched = h.watched::<toy::Toys>(&path);
+        objects.apply_watcher_event(&watcher::Event::Apply((*watched).clone()));
+        controller.observe(&watched, false);
+        controller.reconcile(watched).await.expect("reconciling");
+    };
+    let v = |c: &str, version: Option<&str>| (c.to_owned(), version.map(str::to_owned));
+    // Every version a member was ever sent, in order, as watches on the members would see.
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut record = |h: &Harness| {
+        let (versions, revision) = toy_versions(h, "web");
+        for (c, version) in &versions {
+            if let Some(version) = version {
+                let sent = seen.entry(c.clone()).or_default();
+                if sent.last() != Some(version) {
+                    sent.push(version.clone());
+                }
+            }
+        }
+        (versions, revision)
+    };
+
+    // A new toy: nothing ran before, so the clusters the rollout has not reached get
+    // nothing; ring 0 first, then ring 1 once a is healthy on it, then ring 2.
+    put(&h, 1, "v1", false);
+    reconcile(&mut objects).await;
+    let (versions, revision) = record(&h);
+    assert_eq!(versions, [v("a", Some("v1")), v("b", None), v("c", None)]);
+    toy_report(&h, "a", "web", revision, "").await;
+    reconcile(&mut objects).await;
+    let (versions, revision) = record(&h);
+    assert_eq!(
+        versions,
+        [v("a", Some("v1")), v("b", Some("v1")), v("c", None)]
+    );
+    toy_report(&h, "a", "web", revision, "").await;
+    toy_report(&h, "b", "web", revision, "").await;
+    reconcile(&mut objects).await;
+    let (versions, revision) = record(&h);
+    assert_eq!(
+        versions,
+        [v("a", Some("v1")), v("b", Some("v1")), v("c", Some("v1"))]
+    );
+    for c in ["a", "b", "c"] {
+        toy_report(&h, c, "web", revision, "").await;
+    }
+    reconcile(&mut objects).await;
+    h.flush().await;
+    let shown = h.patches(&format!("{path}/status"));
+    let last = &shown.last().expect("a status")["status"];
+    assert_eq!(last["rollout"]["phase"], "Succeeded", "{last}");
+    assert_eq!(last["rollout"]["succeeded"], 3, "{last}");
+
+    // v2, paused: nobody gets it; resumed, ring 0 does and the others keep v1.
+    put(&h, 2, "v2", true);
+    reconcile(&mut objects).await;
+    let (versions, _) = record(&h);
+    assert_eq!(
+        versions,
+        [v("a", Some("v1")), v("b", Some("v1")), v("c", Some("v1"))]
+    );
+    h.flush().await;
+    let shown = h.patches(&format!("{path}/status"));
+    assert_eq!(
+        shown.last().expect("a status")["status"]["rollout"]["phase"],
+        "Paused"
+    );
+    put(&h, 3, "v2", false);
+    reconcile(&mut objects).await;
+    let (versions, revision) = record(&h);
+    assert_eq!(
+        versions,
+        [v("a", Some("v2")), v("b", Some("v1")), v("c", Some("v1"))]
+    );
+
+    // a fails on v2 and is not healthy by the deadline: it goes back to v1, and no other
+    // cluster ever gets v2. (The hub judges deadlines by the wall clock.)
+    toy_report_state(
+        &h,
+        "a",
+        "web",
+        revision,
+        PlacementState::Error,
+        "crash loop",
+    )
+    .await;
+    reconcile(&mut objects).await;
+    assert_eq!(record(&h).0[0], v("a", Some("v2")), "within the deadline");
+    std::thread::sleep(Duration::from_millis(60));
+    reconcile(&mut objects).await;
+    let (versions, _) = record(&h);
+    assert_eq!(
+        versions,
+        [v("a", Some("v1")), v("b", Some("v1")), v("c", Some("v1"))]
+    );
+    reconcile(&mut objects).await;
+    assert_eq!(record(&h).0, versions, "stopped: nothing more is sent");
+    h.flush().await;
+    let shown = h.patches(&format!("{path}/status"));
+    let last = &shown.last().expect("a status")["status"];
+    assert_eq!(last["rollout"]["phase"], "RolledBack", "{last}");
+    assert_eq!(last["rollout"]["failedClusters"][0]["cluster"], "a");
+    let rolled_back = last["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "RolledBack"))
+        .expect("RolledBack");
+    assert_eq!(rolled_back["status"], "True");
+    let message = rolled_back["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("a (") && message.contains("crash loop"),
+        "{message}"
+    );
+    let notes = h.event_notes().await;
+    assert!(notes.iter().any(|n| n.contains("failed on a")), "{notes:?}");
+    assert!(notes.iter().any(|n| n.contains("sent to b")), "{notes:?}");
+    assert_eq!(
+        seen,
+        [
+            (
+                "a".to_owned(),
+                vec!["v1".to_owned(), "v2".to_owned(), "v1".to_owned()]
+            ),
+            ("b".to_owned(), vec!["v1".to_owned()]),
+            ("c".to_owned(), vec!["v1".to_owned()]),
+        ]
+        .into_iter()
+        .collect()
+    );
+
+    // The progress is in the store, where a replica taking over reads it.
+    let key = h
+        .store
+        .keys()
+        .rollout(toy::Toys::KIND.as_str(), "default", "web");
+    let (kept, _) = h.ctx.rollouts.get(&key).expect("the rollout's progress");
+    assert_eq!(
+        kept.progress.phase,
+        accord_hub::distribution::rollout::Phase::RolledBack
+    );
 }

@@ -177,6 +177,8 @@ pub struct ControllerContext {
     pub placements: PrefixCache<PlacementRecord>,
     /// Every cluster's last report on every placed object.
     pub statuses: PrefixCache<StatusRecord>,
+    /// Where every progressive rollout is.
+    pub rollouts: PrefixCache<crate::distribution::rollout::RolloutRecord>,
     /// What the registered kinds keep for the term beyond this context
     /// ([`Registered::extensions`]), by type.
     pub extensions: Extensions,
@@ -225,6 +227,9 @@ impl ControllerContext {
         )
         .await
         .map_err(ControllerError::Store)?;
+        let rollouts = PrefixCache::start(deps.store.clone(), deps.store.keys().rollouts_prefix())
+            .await
+            .map_err(ControllerError::Store)?;
         let mut extensions = Extensions::default();
         for start in &deps.kinds.extensions {
             extensions.insert(
@@ -242,6 +247,7 @@ impl ControllerContext {
             writes,
             placements: deps.placements.clone(),
             statuses,
+            rollouts,
             extensions,
             clusters,
             cluster_index,

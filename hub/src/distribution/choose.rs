@@ -341,6 +341,7 @@ fn hold_reason(hold: Hold) -> LeftOutReason {
         Hold::ReturnCooldown { .. } => LeftOutReason::ReturnCooldown,
         Hold::Conflict => LeftOutReason::Conflict,
         Hold::Refused => LeftOutReason::Refused,
+        Hold::AwaitingRollout => LeftOutReason::AwaitingRollout,
     }
 }
 

@@ -60,6 +60,9 @@ pub enum Hold {
     Conflict,
     /// A policy of the hub does not allow sending it (e.g. a Deny KafkaTopicPolicy).
     Refused,
+    /// A progressive rollout has not reached the cluster, and it ran no revision that
+    /// succeeded before ([`crate::distribution::rollout`]).
+    AwaitingRollout,
 }
 
 impl ShareRecord {

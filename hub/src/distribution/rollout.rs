@@ -28,11 +28,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use accord_crds::rollout::{CountOrPercent, Rollout, RolloutStrategy};
 use accord_crds::summary::HasState;
 use accord_crds::{PlacedStatus, PlacementState};
 use serde::{Deserialize, Serialize};
 
 use super::earliest;
+use super::record::{Hold, ShareRecord};
 
 /// How the clusters are stepped through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -115,6 +117,213 @@ impl Default for Rules {
     }
 }
 
+impl Rules {
+    /// The rules `spec.rollout` sets (defaults for what it leaves unset; a value the CRD's
+    /// rules refuse reads as its default).
+    pub fn of(spec: &Rollout) -> Self {
+        let limit = |v: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>,
+                     min: u32| {
+            v.and_then(|v| accord_crds::rollout::count_or_percent(v, min))
+                .map(|c| match c {
+                    CountOrPercent::Count(n) => Limit::Count(n),
+                    CountOrPercent::Percent(p) => Limit::Percent(p),
+                })
+        };
+        let millis = |d: Option<&String>, default: i64| {
+            d.and_then(|d| accord_crds::duration::parse(d).ok())
+                .map_or(default, |d| {
+                    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+                })
+        };
+        let defaults = Self::default();
+        Self {
+            strategy: match spec.strategy() {
+                RolloutStrategy::All => Strategy::All,
+                RolloutStrategy::Progressive => Strategy::Progressive,
+                RolloutStrategy::ProgressivePerGroup => Strategy::ProgressivePerGroup,
+            },
+            max_concurrency: limit(spec.max_concurrency.as_ref(), 1)
+                .unwrap_or(defaults.max_concurrency),
+            max_failures: limit(spec.max_failures.as_ref(), 0).unwrap_or(defaults.max_failures),
+            min_success_ms: millis(spec.min_success_time.as_ref(), defaults.min_success_ms),
+            progress_deadline_ms: millis(
+                spec.progress_deadline.as_ref(),
+                defaults.progress_deadline_ms,
+            )
+            .max(1),
+            paused: spec.paused.unwrap_or(false),
+            auto_rollback: spec.auto_rollback.unwrap_or(true),
+            canary: spec.canary.unwrap_or(false),
+        }
+    }
+}
+
+/// Each cluster's group (its place in the rollout's order, and the group's name) by
+/// `spec.rollout.groups`: by the values of `byLabel` in order, or the first of `ordered`
+/// that selects it; clusters in no group come last (named `""`). Without groups, one.
+pub fn groups<'a>(
+    spec: &Rollout,
+    clusters: impl IntoIterator<Item = (&'a str, &'a BTreeMap<String, String>)>,
+) -> BTreeMap<String, (usize, String)> {
+    let clusters: Vec<(&str, &BTreeMap<String, String>)> = clusters.into_iter().collect();
+    let groups = spec.groups.as_ref();
+    if let Some(key) = groups.and_then(|g| g.by_label.as_ref()) {
+        let values: BTreeSet<&str> = clusters
+            .iter()
+            .filter_map(|(_, labels)| labels.get(key).map(String::as_str))
+            .collect();
+        let index: BTreeMap<&str, usize> =
+            values.iter().enumerate().map(|(i, v)| (*v, i)).collect();
+        return clusters
+            .iter()
+            .map(|(name, labels)| {
+                let group = match labels.get(key) {
+                    Some(v) => (index[v.as_str()], v.clone()),
+                    None => (values.len(), String::new()),
+                };
+                ((*name).to_owned(), group)
+            })
+            .collect();
+    }
+    let named = groups
+        .and_then(|g| g.ordered.as_deref())
+        .unwrap_or_default();
+    clusters
+        .iter()
+        .map(|(name, labels)| {
+            let group = named
+                .iter()
+                .enumerate()
+                .find(|(_, g)| {
+                    accord_common::selector::matches(&g.cluster_selector, labels).unwrap_or(false)
+                })
+                .map_or((named.len(), String::new()), |(i, g)| (i, g.name.clone()));
+            ((*name).to_owned(), group)
+        })
+        .collect()
+}
+
+/// The revision of a spec: a hash of it without `rollout` (a change of the rollout's own
+/// settings, `paused` say, is no new revision).
+pub fn revision_of(spec: Option<&serde_json::Value>) -> String {
+    use sha2::Digest;
+    let mut spec = spec.cloned().unwrap_or_default();
+    if let Some(o) = spec.as_object_mut() {
+        o.remove("rollout");
+    }
+    let digest = sha2::Sha256::digest(spec.to_string().as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A placed object's rollout as the hub keeps it between steps, in etcd
+/// (`rollouts/<kind>/<ns>/<name>`), so that a replica taking over resumes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutRecord {
+    /// The revision rolled out ([`revision_of`]).
+    pub revision: String,
+    /// The object's generation when the revision was first seen.
+    pub generation: i64,
+    /// When the rollout started, Unix milliseconds.
+    pub started_unix_millis: i64,
+    /// Where it is.
+    pub progress: Progress,
+    /// What each cluster ran of the last revision that succeeded (the rollback target),
+    /// as its share of the record then.
+    #[serde(default)]
+    pub good: BTreeMap<String, ShareRecord>,
+    /// Whether a revision succeeded before this one (without one, a failed rollout has
+    /// nothing to go back to and stops as `Failed`).
+    #[serde(default)]
+    pub has_good: bool,
+    /// Steps that sent the revision to more clusters.
+    #[serde(default)]
+    pub steps: u32,
+}
+
+impl RolloutRecord {
+    /// The rollout of `revision` (generation `generation`) starting at `now`, after the
+    /// one kept before (`previous`, of another revision) and with `stored` the shares the
+    /// clusters were last sent (none for a new object). The rollback target is what the
+    /// clusters run when the previous rollout succeeded (or there was none), else the
+    /// previous one's target; clusters on a superseded revision that was still rolling
+    /// out (or failed without rollback) move with the new one at once.
+    pub fn start(
+        revision: String,
+        generation: i64,
+        previous: Option<&RolloutRecord>,
+        stored: Option<&[ShareRecord]>,
+        now: i64,
+    ) -> Self {
+        let running: BTreeMap<String, ShareRecord> = stored
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| s.places())
+            .map(|s| (s.cluster.clone(), s.clone()))
+            .collect();
+        let (good, has_good, sent) = match previous {
+            None => (running.clone(), stored.is_some(), BTreeMap::new()),
+            Some(p) if p.progress.phase == Phase::Succeeded => (running, true, BTreeMap::new()),
+            Some(p) => {
+                let superseded = if p.progress.phase == Phase::RolledBack {
+                    BTreeMap::new()
+                } else {
+                    p.progress.sent.keys().map(|c| (c.clone(), now)).collect()
+                };
+                (p.good.clone(), p.has_good, superseded)
+            }
+        };
+        Self {
+            revision,
+            generation,
+            started_unix_millis: now,
+            progress: Progress {
+                sent,
+                ..Progress::default()
+            },
+            good,
+            has_good,
+            steps: 0,
+        }
+    }
+
+    /// The shares to send: `target` (the decision for the new revision) for the clusters
+    /// that run it and for shares that place nothing (holds and removals apply whatever
+    /// the revision); the last good share for the others; for a cluster without one, a
+    /// hold until the rollout reaches it.
+    pub fn merge(&self, target: &[ShareRecord]) -> Vec<ShareRecord> {
+        target
+            .iter()
+            .map(|s| {
+                if !s.places() || self.progress.runs_new(&s.cluster) {
+                    return s.clone();
+                }
+                match self.good.get(&s.cluster) {
+                    Some(good) if self.has_good => good.clone(),
+                    _ => ShareRecord {
+                        cluster: s.cluster.clone(),
+                        assignment: None,
+                        held_reason: Some("awaiting its step of the rollout".to_owned()),
+                        hold: Some(Hold::AwaitingRollout),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Takes `step`: its progress, counted as a step when it sent clusters; a rollback
+    /// with nothing to go back to stops as `Failed`.
+    pub fn advance(&mut self, step: &Step) {
+        self.progress = step.progress.clone();
+        if self.progress.phase == Phase::RolledBack && !self.has_good {
+            self.progress.phase = Phase::Failed;
+        }
+        if !step.newly_sent.is_empty() {
+            self.steps += 1;
+        }
+    }
+}
+
 /// What a cluster's agent last said about the new revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Heard {
@@ -131,9 +340,9 @@ pub enum Heard {
 /// status being the kind's own, computed against that revision's record and not cut
 /// down to a summary: `healthy` lines (the kind's [`PlacementKind::healthy`]) are
 /// [`Heard::Healthy`], lines in `Error`, `Conflict`, `Unavailable` or `TargetNotFound` are
-/// [`Heard::Unhealthy`] with their message, and the rest (`Pending`: nothing for this
-/// revision yet, the agent not connected; `Synced` yet not healthy) [`Heard::Nothing`]
-/// until the deadline judges them.
+/// [`Heard::Unhealthy`] with their message, as are `Synced` lines not healthy (applied,
+/// not yet available), and the rest (`Pending`: nothing for this revision yet, the agent
+/// not connected) [`Heard::Nothing`] until the deadline judges them.
 ///
 /// [`PlacementKind::healthy`]: crate::controllers::placement::PlacementKind::healthy
 pub fn heard<S: PlacedStatus>(
@@ -148,6 +357,11 @@ pub fn heard<S: PlacedStatus>(
                 Heard::Healthy
             } else {
                 match line.state() {
+                    PlacementState::Synced => Heard::Unhealthy(
+                        line.message()
+                            .unwrap_or("applied, not healthy yet")
+                            .to_owned(),
+                    ),
                     PlacementState::Error
                     | PlacementState::Conflict
                     | PlacementState::Unavailable

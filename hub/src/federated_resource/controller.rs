@@ -94,6 +94,16 @@ impl PlacementKind for FederatedResources {
         overrides_by_labels || placement::selection_may_include(object, cluster)
     }
 
+    fn rollout(object: &FederatedResource) -> Option<&accord_crds::rollout::Rollout> {
+        object.spec.rollout.as_ref()
+    }
+
+    fn rollout_status(
+        status: &mut FederatedResourceStatus,
+    ) -> Option<&mut Option<accord_crds::rollout::RolloutStatus>> {
+        Some(&mut status.rollout)
+    }
+
     fn placement(object: &FederatedResource) -> Option<&accord_crds::ClusterPlacement> {
         Some(&object.spec.placement)
     }

@@ -102,6 +102,7 @@ pub fn aggregate(inputs: &Aggregation<'_, FederatedResources>) -> FederatedResou
         .map(|o| o.conditions.as_slice())
         .unwrap_or_default();
     FederatedResourceStatus {
+        rollout: None,
         observed_generation: inputs.generation,
         clusters: Some(i32::try_from(placements.len()).unwrap_or(i32::MAX)),
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),

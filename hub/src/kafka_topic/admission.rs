@@ -376,6 +376,7 @@ mod tests {
         let mut t = FederatedKafkaTopic::new(
             name,
             FederatedKafkaTopicSpec {
+                rollout: None,
                 topic_name: None,
                 partitions,
                 replication_factor: rf,

@@ -311,6 +311,16 @@ impl PlacementKind for KafkaTopics {
         }
     }
 
+    fn rollout(object: &FederatedKafkaTopic) -> Option<&accord_crds::rollout::Rollout> {
+        object.spec.rollout.as_ref()
+    }
+
+    fn rollout_status(
+        status: &mut FederatedKafkaTopicStatus,
+    ) -> Option<&mut Option<accord_crds::rollout::RolloutStatus>> {
+        Some(&mut status.rollout)
+    }
+
     fn placement(topic: &FederatedKafkaTopic) -> Option<&accord_crds::ClusterPlacement> {
         Some(&topic.spec.placement)
     }

@@ -87,6 +87,7 @@ mod tests {
         FederatedKafkaTopic::new(
             "events",
             FederatedKafkaTopicSpec {
+                rollout: None,
                 topic_name: name.map(str::to_owned),
                 partitions: 12,
                 replication_factor: 3,

@@ -171,6 +171,7 @@ mod tests {
         FederatedKafkaTopic::new(
             "events",
             FederatedKafkaTopicSpec {
+                rollout: None,
                 topic_name: None,
                 partitions,
                 replication_factor: rf,

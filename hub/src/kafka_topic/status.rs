@@ -55,6 +55,7 @@ pub fn aggregate(inputs: &Aggregation<'_, KafkaTopics>) -> FederatedKafkaTopicSt
         .map(|o| o.conditions.as_slice())
         .unwrap_or_default();
     FederatedKafkaTopicStatus {
+        rollout: None,
         observed_generation: inputs.generation,
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,

@@ -329,6 +329,16 @@ impl PlacementKind for KafkaUsers {
         }
     }
 
+    fn rollout(object: &FederatedKafkaUser) -> Option<&accord_crds::rollout::Rollout> {
+        object.spec.rollout.as_ref()
+    }
+
+    fn rollout_status(
+        status: &mut FederatedKafkaUserStatus,
+    ) -> Option<&mut Option<accord_crds::rollout::RolloutStatus>> {
+        Some(&mut status.rollout)
+    }
+
     fn placement(user: &FederatedKafkaUser) -> Option<&accord_crds::ClusterPlacement> {
         Some(&user.spec.placement)
     }

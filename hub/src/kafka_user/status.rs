@@ -80,6 +80,7 @@ pub fn aggregate(inputs: &Aggregation<'_, KafkaUsers>) -> FederatedKafkaUserStat
         .map(|o| o.conditions.as_slice())
         .unwrap_or_default();
     FederatedKafkaUserStatus {
+        rollout: None,
         observed_generation: inputs.generation,
         conditions: conditions::merge(
             old_conditions,

@@ -159,6 +159,16 @@ impl PlacementKind for Promfed {
         }
     }
 
+    fn rollout(object: &PrometheusFederation) -> Option<&accord_crds::rollout::Rollout> {
+        object.spec.rollout.as_ref()
+    }
+
+    fn rollout_status(
+        status: &mut PrometheusFederationStatus,
+    ) -> Option<&mut Option<accord_crds::rollout::RolloutStatus>> {
+        Some(&mut status.rollout)
+    }
+
     fn placement(placed: &PrometheusFederation) -> Option<&accord_crds::ClusterPlacement> {
         Some(&placed.spec.placement)
     }

@@ -34,6 +34,7 @@ pub fn aggregate(
         .map(|o| o.conditions.as_slice())
         .unwrap_or_default();
     PrometheusFederationStatus {
+        rollout: None,
         observed_generation: inputs.generation,
         conditions: conditions::merge(old_conditions, &desired, inputs.generation, inputs.now),
         placements,

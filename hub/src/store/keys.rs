@@ -83,6 +83,16 @@ impl Keyspace {
         self.key(&["locks", kind, namespace, name])
     }
 
+    /// `rollouts/<kind>/<ns>/<name>`: where a placed object's progressive rollout is.
+    pub fn rollout(&self, kind: &str, namespace: &str, name: &str) -> String {
+        self.key(&["rollouts", kind, namespace, name])
+    }
+
+    /// Prefix of every rollout.
+    pub fn rollouts_prefix(&self) -> String {
+        self.key(&["rollouts", ""])
+    }
+
     /// `election/hub`: the leader election.
     pub fn election(&self) -> String {
         self.key(&["election", "hub"])

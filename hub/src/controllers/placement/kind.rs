@@ -303,6 +303,20 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
         accord_crds::summary::HasState::state(line) == accord_crds::PlacementState::Synced
     }
 
+    /// The object's `spec.rollout`, for a kind that delivers content: a progressive one
+    /// steps the clusters through each new revision ([`super::rollout`]). `None` by
+    /// default: every change reaches every cluster at once.
+    fn rollout(_object: &Self::Object) -> Option<&accord_crds::rollout::Rollout> {
+        None
+    }
+
+    /// The status's `rollout`, for a kind whose objects may roll out progressively.
+    fn rollout_status(
+        _status: &mut Self::Status,
+    ) -> Option<&mut Option<accord_crds::rollout::RolloutStatus>> {
+        None
+    }
+
     /// Whether a change of ManagedCluster `cluster` may concern `object`: by default when
     /// it names the cluster in `spec.placement.clusters` or selects by
     /// `spec.placement.clusterSelector`. Read from the stored spec, so an object that does

@@ -197,14 +197,14 @@ impl<K: PlacementKind> Placements<K> {
                 },
             )
         };
-        let (shown, facts, recheck) = match decided {
+        let (shown, facts, mut recheck, rolling) = match decided {
             Decided::Invalid(message) => {
                 let status_patch = invalid_status(watched, &message, now);
                 return self.invalid(watched, message, status_patch).await;
             }
             Decided::Hold { shown, facts } => match previous {
-                Some(stored) => (Ok(stored), facts, None),
-                None => (Err(shown), facts, None),
+                Some(stored) => (Ok(stored), facts, None, None),
+                None => (Err(shown), facts, None, None),
             },
             Decided::Record {
                 mut shares,
@@ -226,6 +226,18 @@ impl<K: PlacementKind> Placements<K> {
                         recheck_after = crate::distribution::earliest(recheck_after, wait);
                     }
                 }
+                // A progressive rollout sends the clusters it has not reached the last
+                // good revision's shares.
+                let mut rolling = self.rolling(
+                    watched,
+                    object,
+                    &shares,
+                    previous.as_ref().map(|(r, _)| r.shares.as_slice()),
+                    now.0.as_millisecond(),
+                );
+                if let Some(r) = &rolling {
+                    shares = r.merged();
+                }
                 let mut record = PlacementRecord {
                     placed: p.clone(),
                     generation: object.meta().generation.unwrap_or_default(),
@@ -237,7 +249,11 @@ impl<K: PlacementKind> Placements<K> {
                     Some((prev, revision)) if K::same_intent(&prev, &record) => (prev, revision),
                     _ => {
                         K::name_decision(&mut record, &ulid::Ulid::new().to_string());
-                        let revision = write_record::<K>(ctx, &record).await?;
+                        let progress = match &mut rolling {
+                            Some(r) => r.save(ctx, &p)?,
+                            None => Vec::new(),
+                        };
+                        let revision = write_record_with::<K>(ctx, &record, progress).await?;
                         debug!(placed = %p, revision, "placements written");
                         if let Some(note) = self.kind.announce(object, &record, revision) {
                             ctx.note(&object.object_ref(&()), note);
@@ -245,7 +261,7 @@ impl<K: PlacementKind> Placements<K> {
                         (record, revision)
                     }
                 };
-                (Ok(stored), facts, recheck_after)
+                (Ok(stored), facts, recheck_after, rolling)
             }
         };
         let (record, revision, shares) = match &shown {
@@ -278,6 +294,15 @@ impl<K: PlacementKind> Placements<K> {
             .await?;
         for note in notes {
             ctx.note(&object.object_ref(&()), note);
+        }
+        if let (Some(r), Some(stored)) = (rolling, record) {
+            let at = self
+                .step_rollout(object, r, &mut status, stored, &clusters, now)
+                .await?;
+            recheck = match (recheck, at) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         let choice = choice.as_ref().and_then(|c| c.as_ref().ok());
         let explained =

@@ -33,6 +33,16 @@ pub async fn write_record<K: PlacementKind>(
     ctx: &ControllerContext,
     record: &PlacementRecord<K::Decision>,
 ) -> Result<i64, ReconcileError> {
+    write_record_with::<K>(ctx, record, Vec::new()).await
+}
+
+/// [`write_record`], with `more` written in the same transaction: a rollout's progress with
+/// the shares it sends, read back from the rollouts cache too.
+pub async fn write_record_with<K: PlacementKind>(
+    ctx: &ControllerContext,
+    record: &PlacementRecord<K::Decision>,
+    more: Vec<crate::store::TxnOp>,
+) -> Result<i64, ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
     let p = &record.placed;
     let key = ctx
@@ -40,7 +50,9 @@ pub async fn write_record<K: PlacementKind>(
         .keys()
         .placements(p.kind.as_str(), &p.namespace, &p.name);
     let value = crate::store::encode_large(&record.stored(K::DECISION_TAG))?;
-    let put = vec![crate::store::TxnOp::put(key, value, None)];
+    let with_more = !more.is_empty();
+    let mut put = vec![crate::store::TxnOp::put(key, value, None)];
+    put.extend(more);
     let (response, revision) = if K::DECISION_LOCK {
         let lock = tokio::time::timeout(
             LOCK_WAIT,
@@ -70,6 +82,10 @@ pub async fn write_record<K: PlacementKind>(
     }
     // Read our own write before anything is computed from the cache.
     ctx.placements.wait_for_revision(revision).await;
+    if with_more {
+        // A rollout's progress written with it: read it back too.
+        ctx.rollouts.wait_for_revision(revision).await;
+    }
     Ok(revision)
 }
 
@@ -109,6 +125,11 @@ pub async fn remove_records(
         .keys()
         .placements(placed.kind.as_str(), &placed.namespace, &placed.name);
     ctx.store.fenced_delete(&fence, &key).await?;
+    let rollout = ctx
+        .store
+        .keys()
+        .rollout(placed.kind.as_str(), &placed.namespace, &placed.name);
+    ctx.store.fenced_delete(&fence, &rollout).await?;
     ctx.store
         .delete_placement_status(placed.kind.as_str(), &placed.namespace, &placed.name)
         .await?;
