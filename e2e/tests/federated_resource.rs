@@ -1422,6 +1422,105 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
                 "ring {m} carried the failing template: {seen:?}"
             );
         }
+
+        // (c) Through kubectl's plugin: a good change paused right away holds before the
+        // next ring, and resumed it goes on; `rollout status -w` ends 0 once it succeeded.
+        let plugin = accord_e2e::hub::accord_binary("kubectl-accord")?;
+        let path = format!(
+            "{}:{}",
+            plugin.parent().context("the plugin's directory")?.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let kubectl_accord = |args: &[&str]| {
+            let mut command = testbed.kubectl(testbed.mgmt());
+            command
+                .env("PATH", &path)
+                .arg("accord")
+                .args(args)
+                .args(["-n", ns]);
+            command
+        };
+        let mut good = object(None);
+        good["spec"]["manifests"][0]["spec"]["template"]["metadata"]["annotations"] =
+            json!({"accord-e2e/revision": "3"});
+        apply(testbed, ns, &good).await?;
+        let out = kubectl_accord(&["rollout", "pause", "fres/web"])
+            .output()
+            .await?;
+        ensure!(
+            out.status.success(),
+            "pause: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let revision_of = |m: usize| async move {
+            let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
+            let d = deployments.get("web").await?;
+            anyhow::Ok(
+                d.spec
+                    .and_then(|s| s.template.metadata)
+                    .and_then(|m| m.annotations)
+                    .and_then(|a| a.get("accord-e2e/revision").cloned()),
+            )
+        };
+        // Paused with nothing updating: ring 0 done with the revision when the pause came
+        // after the first step, nothing sent when before it.
+        let held = wait_status(testbed, ns, "web", "Paused between rings", |s| {
+            s.rollout
+                .as_ref()
+                .filter(|r| r.phase == "Paused" && r.updating == 0)
+                .cloned()
+        })
+        .await?;
+        let out = kubectl_accord(&["rollout", "status", "fres/web"])
+            .output()
+            .await?;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success() && printed.contains(": Paused, step"),
+            "{printed}"
+        );
+        for m in 1..3 {
+            ensure!(
+                revision_of(m).await?.is_none(),
+                "ring {m} got the paused revision ({held:?})"
+            );
+        }
+        let out = kubectl_accord(&["rollout", "resume", "fres/web"])
+            .output()
+            .await?;
+        ensure!(
+            out.status.success(),
+            "resume: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let watched = tokio::time::timeout(
+            STEP,
+            kubectl_accord(&["rollout", "status", "-w", "fres/web"]).output(),
+        )
+        .await
+        .context("rollout status -w ended within a minute")??;
+        let printed = String::from_utf8_lossy(&watched.stdout);
+        println!("kubectl accord rollout status -w:\n{printed}");
+        ensure!(
+            watched.status.success() && printed.contains(": Succeeded, step"),
+            "{printed}{}",
+            String::from_utf8_lossy(&watched.stderr)
+        );
+        for m in 0..3 {
+            ensure!(
+                revision_of(m).await?.as_deref() == Some("3"),
+                "ring {m} after the resume"
+            );
+        }
+        let out = kubectl_accord(&["rollout", "pause", "fres/absent"])
+            .output()
+            .await?;
+        ensure!(
+            out.status.code() == Some(1)
+                && String::from_utf8_lossy(&out.stderr).contains("not found"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(())
     });
 }
