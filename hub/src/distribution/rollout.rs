@@ -789,4 +789,149 @@ mod tests {
         assert_eq!(Limit::Percent(10).failures(5), 0);
         assert_eq!(Limit::Percent(50).failures(5), 2);
     }
+
+    fn share(cluster: &str, version: &str) -> ShareRecord {
+        ShareRecord {
+            cluster: cluster.to_owned(),
+            assignment: Some(
+                accord_common::distribution::AssignmentSpec::FederatedResource(
+                    accord_common::distribution::FederatedResourceSpec {
+                        namespace: version.to_owned(),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            held_reason: None,
+            hold: None,
+        }
+    }
+
+    fn versions(shares: &[ShareRecord]) -> Vec<(String, Option<String>)> {
+        shares
+            .iter()
+            .map(|s| {
+                let v = match &s.assignment {
+                    Some(accord_common::distribution::AssignmentSpec::FederatedResource(f)) => {
+                        Some(f.namespace.clone())
+                    }
+                    _ => None,
+                };
+                (s.cluster.clone(), v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_clusters_not_reached_keep_the_last_good_share_and_a_new_object_waits() {
+        let stored = [share("a", "v1"), share("b", "v1")];
+        let target = [share("a", "v2"), share("b", "v2"), share("c", "v2")];
+        let mut r = RolloutRecord::start("rev2".into(), 2, None, Some(&stored), 0);
+        r.progress.sent.insert("a".into(), 0);
+        let merged = r.merge(&target);
+        assert_eq!(
+            versions(&merged),
+            [
+                ("a".into(), Some("v2".into())),
+                ("b".into(), Some("v1".into())),
+                ("c".into(), None)
+            ]
+        );
+        assert_eq!(merged[2].hold, Some(Hold::AwaitingRollout));
+        // Taken back: every cluster on the good share again.
+        r.progress.phase = Phase::RolledBack;
+        assert_eq!(
+            versions(&r.merge(&target))[0],
+            ("a".into(), Some("v1".into()))
+        );
+        // A new object has nothing to go back to: a rollback stops as Failed.
+        let mut first = RolloutRecord::start("rev1".into(), 1, None, None, 0);
+        let step = Step {
+            progress: Progress {
+                phase: Phase::RolledBack,
+                ..Progress::default()
+            },
+            newly_sent: Vec::new(),
+            recheck_at: None,
+        };
+        first.advance(&step);
+        assert_eq!(first.progress.phase, Phase::Failed);
+    }
+
+    #[test]
+    fn a_new_revision_starts_from_what_succeeded_and_a_superseded_one_moves_with_it() {
+        let stored = [share("a", "v2"), share("b", "v1")];
+        let mut rolling = RolloutRecord::start(
+            "rev2".into(),
+            2,
+            None,
+            Some(&[share("a", "v1"), share("b", "v1")]),
+            0,
+        );
+        rolling.progress.sent.insert("a".into(), 0);
+        // Superseded while rolling out: the good stays v1, a moves with the new revision.
+        let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
+        assert_eq!(
+            versions(&next.good.values().cloned().collect::<Vec<_>>())[0]
+                .1
+                .as_deref(),
+            Some("v1")
+        );
+        assert_eq!(next.progress.sent.get("a"), Some(&5));
+        // After a success, what runs is the good one.
+        rolling.progress.phase = Phase::Succeeded;
+        let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
+        assert_eq!(next.good["a"], share("a", "v2"));
+        assert!(next.progress.sent.is_empty());
+        // After a rollback nothing moves with it.
+        rolling.progress.phase = Phase::RolledBack;
+        let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
+        assert!(next.progress.sent.is_empty() && next.good["a"] == share("a", "v1"));
+    }
+
+    #[test]
+    fn rules_and_groups_read_as_the_spec_says() {
+        let spec: Rollout = serde_json::from_value(serde_json::json!({
+            "strategy": "ProgressivePerGroup", "groups": {"byLabel": "ring"},
+            "maxConcurrency": "50%", "maxFailures": 1, "minSuccessTime": "1m",
+            "progressDeadline": "90s", "paused": true
+        }))
+        .unwrap();
+        let rules = Rules::of(&spec);
+        assert_eq!(rules.strategy, Strategy::ProgressivePerGroup);
+        assert_eq!(rules.max_concurrency, Limit::Percent(50));
+        assert_eq!(rules.max_failures, Limit::Count(1));
+        assert_eq!(
+            (rules.min_success_ms, rules.progress_deadline_ms),
+            (60_000, 90_000)
+        );
+        assert!(rules.paused && rules.auto_rollback);
+        let labels = |ring: Option<&str>| -> BTreeMap<String, String> {
+            ring.map(|r| [("ring".to_owned(), r.to_owned())].into())
+                .unwrap_or_default()
+        };
+        let (a, b, c) = (labels(Some("1")), labels(Some("0")), labels(None));
+        let g = groups(&spec, [("a", &a), ("b", &b), ("c", &c)]);
+        assert_eq!(g["b"], (0, "0".to_owned()));
+        assert_eq!(g["a"], (1, "1".to_owned()));
+        assert_eq!(g["c"], (2, String::new()), "no label: last");
+        let ordered: Rollout = serde_json::from_value(serde_json::json!({
+            "groups": {"ordered": [
+                {"name": "canary", "clusterSelector": {"matchLabels": {"ring": "1"}}},
+                {"name": "rest", "clusterSelector": {}}]}
+        }))
+        .unwrap();
+        let g = groups(&ordered, [("a", &a), ("b", &b)]);
+        assert_eq!((g["a"].0, g["b"].0), (0, 1));
+        assert_eq!(
+            revision_of(Some(
+                &serde_json::json!({"x": 1, "rollout": {"paused": true}})
+            )),
+            revision_of(Some(&serde_json::json!({"x": 1}))),
+            "rollout alone is no revision"
+        );
+        assert_ne!(
+            revision_of(Some(&serde_json::json!({"x": 1}))),
+            revision_of(Some(&serde_json::json!({"x": 2})))
+        );
+    }
 }

@@ -296,7 +296,11 @@ mod tests {
         };
         let heard = heard(&status, FederatedResources::healthy);
         assert_eq!(heard["east"], Heard::Healthy);
-        assert_eq!(heard["west"], Heard::Nothing, "applied, not yet healthy");
+        assert_eq!(
+            heard["west"],
+            Heard::Unhealthy("1 of 3 not available".into()),
+            "applied, not healthy: breaks a soak, and is the reason at the deadline"
+        );
         assert_eq!(
             heard["north"],
             Heard::Unhealthy("admission webhook denied".into())
