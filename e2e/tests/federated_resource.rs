@@ -1276,7 +1276,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
     TESTBED.run(|testbed| async move {
         let prefix = "fres-r";
         let ns = "fres-rollout";
-        let _fleet = fleet(testbed, prefix, &[]).await?;
+        let fleet = fleet(testbed, prefix, &[]).await?;
         for i in 0..3 {
             label_cluster(
                 testbed,
@@ -1390,6 +1390,25 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             edited.elapsed().as_secs_f64()
         );
         wait_event(testbed, ns, "web", "Warning", "RolledBack", STEP).await?;
+        // Counted by the hub: one rollout ended RolledBack, one Succeeded, its steps.
+        let metrics = testbed
+            .http()
+            .get(format!("{}/metrics", fleet.hub.http))
+            .send()
+            .await?
+            .text()
+            .await?;
+        for series in [
+            r#"accord_hub_rollouts_ended_total{kind="FederatedResource",phase="RolledBack"} 1"#,
+            r#"accord_hub_rollouts_ended_total{kind="FederatedResource",phase="Succeeded"} 1"#,
+            r#"accord_hub_rollout_steps_total{kind="FederatedResource"} 4"#,
+            "accord_hub_rollback_delay_seconds_count 1",
+        ] {
+            ensure!(
+                metrics.contains(series),
+                "no {series} in the hub's metrics:\n{metrics}"
+            );
+        }
         // Ring 0's watch saw the failing template and then the one before; the other rings'
         // watches never saw it.
         until(

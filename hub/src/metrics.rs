@@ -44,6 +44,15 @@ pub struct KubeWriteLabel {
     pub reason: String,
 }
 
+/// Label of rollouts that ended: the kind and how (`Succeeded`, `RolledBack`, `Failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutEndLabel {
+    /// The kind, as `PlacedKind` names it.
+    pub kind: String,
+    /// `Succeeded`, `RolledBack` or `Failed`.
+    pub phase: String,
+}
+
 /// A gauge holding a float.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -86,6 +95,15 @@ pub struct Metrics {
     pub certificate_renewals: Family<ResultLabel, Counter>,
     /// Writes to the management cluster's API server, by resource, verb and reason.
     pub kube_writes: Family<KubeWriteLabel, Counter>,
+    /// Steps of progressive rollouts (more clusters sent a revision), by kind.
+    pub rollout_steps: Family<KindLabel, Counter>,
+    /// Progressive rollouts that ended, by kind and phase.
+    pub rollouts_ended: Family<RolloutEndLabel, Counter>,
+    /// Seconds from a rollout's start to its success, by kind.
+    pub rollout_seconds: Family<KindLabel, Histogram>,
+    /// Seconds from the first missed deadline of a rollout to the write that took its
+    /// clusters back.
+    pub rollback_delay_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -188,8 +206,38 @@ impl Metrics {
             "Writes to the management cluster's API server, by resource, verb and reason (status, event, finalizer, object)",
             kube_writes.clone(),
         );
+        let rollout_steps = Family::<KindLabel, Counter>::default();
+        let rollouts_ended = Family::<RolloutEndLabel, Counter>::default();
+        let rollout_seconds = Family::<KindLabel, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(1.0, 2.0, 14))) as fn() -> Histogram,
+        );
+        let rollback_delay_seconds = Histogram::new(exponential_buckets(0.05, 2.0, 12));
+        registry.register(
+            "rollout_steps",
+            "Steps of progressive rollouts (more clusters sent a revision), by kind",
+            rollout_steps.clone(),
+        );
+        registry.register(
+            "rollouts_ended",
+            "Progressive rollouts that ended, by kind and phase (Succeeded, RolledBack, Failed)",
+            rollouts_ended.clone(),
+        );
+        registry.register(
+            "rollout_duration_seconds",
+            "Seconds from a progressive rollout's start to its success, by kind",
+            rollout_seconds.clone(),
+        );
+        registry.register(
+            "rollback_delay_seconds",
+            "Seconds from a rollout's first missed deadline to the write that took its clusters back",
+            rollback_delay_seconds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            rollout_steps,
+            rollouts_ended,
+            rollout_seconds,
+            rollback_delay_seconds,
             kube_writes,
             registrations,
             revoked_streams,

@@ -35,6 +35,16 @@ fn hub_series() -> BTreeSet<String> {
     // Labelled families appear in the exposition once they have a child.
     metrics.report("accepted");
     metrics.error("etcd");
+    let kind = accord_common::metrics::KindLabel::of("FederatedResource");
+    metrics.rollout_steps.get_or_create(&kind).inc();
+    metrics.rollout_seconds.get_or_create(&kind).observe(1.0);
+    metrics
+        .rollouts_ended
+        .get_or_create(&accord_hub::metrics::RolloutEndLabel {
+            kind: "FederatedResource".into(),
+            phase: "RolledBack".into(),
+        })
+        .inc();
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {

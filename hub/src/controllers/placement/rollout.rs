@@ -183,6 +183,7 @@ impl<K: PlacementKind> Placements<K> {
             let revision = ctx.store.fenced_put(&fence, &key, value).await?;
             ctx.rollouts.wait_for_revision(revision).await;
         }
+        count(ctx, K::KIND.as_str(), &r, before, &step, now_millis);
         let group_of = |c: &str| groups.get(c).map(|g| g.1.clone()).unwrap_or_default();
         for note in notes(&r.record, before, &step.newly_sent, &group_of) {
             ctx.note(&object.object_ref(&()), note);
@@ -201,6 +202,54 @@ impl<K: PlacementKind> Placements<K> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         })
+    }
+}
+
+/// The rollout's metrics for a step of `r` (its phase was `before`).
+fn count(
+    ctx: &ControllerContext,
+    kind: &str,
+    r: &Rolling,
+    before: Phase,
+    step: &rollout::Step,
+    now: i64,
+) {
+    let metrics = &ctx.metrics;
+    let label = accord_common::metrics::KindLabel::of(kind);
+    if !step.newly_sent.is_empty() {
+        metrics.rollout_steps.get_or_create(&label).inc();
+    }
+    let phase = r.record.progress.phase;
+    if phase == before || !matches!(phase, Phase::Succeeded | Phase::RolledBack | Phase::Failed) {
+        return;
+    }
+    metrics
+        .rollouts_ended
+        .get_or_create(&crate::metrics::RolloutEndLabel {
+            kind: kind.to_owned(),
+            phase: format!("{phase:?}"),
+        })
+        .inc();
+    let seconds = |millis: i64| millis.max(0) as f64 / 1000.0;
+    if phase == Phase::Succeeded {
+        metrics
+            .rollout_seconds
+            .get_or_create(&label)
+            .observe(seconds(now - r.record.started_unix_millis));
+    }
+    let progress = &r.record.progress;
+    let first_missed = progress
+        .failed
+        .keys()
+        .filter_map(|c| progress.sent.get(c))
+        .min()
+        .map(|sent| sent + r.rules.progress_deadline_ms);
+    if phase == Phase::RolledBack
+        && let Some(deadline) = first_missed
+    {
+        metrics
+            .rollback_delay_seconds
+            .observe(seconds(now - deadline));
     }
 }
 
