@@ -1531,6 +1531,47 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
                 "ring {m} after the resume"
             );
         }
+        // The history: three revisions, the nodeSelector one RolledBack; undo to the first
+        // writes its spec back, rolled out as any change.
+        let out = kubectl_accord(&["rollout", "history", "fres/web"])
+            .output()
+            .await?;
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        println!("kubectl accord rollout history:\n{printed}");
+        let outcomes: Vec<&str> = printed
+            .lines()
+            .skip(1)
+            .map(|l| l.split_whitespace().nth(4).unwrap_or_default())
+            .collect();
+        ensure!(
+            out.status.success() && outcomes == ["Succeeded", "RolledBack", "Succeeded"],
+            "{printed}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = kubectl_accord(&["rollout", "undo", "fres/web", "--to-revision", "1"])
+            .output()
+            .await?;
+        ensure!(
+            out.status.success(),
+            "undo: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let first = printed
+            .lines()
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(1))
+            .context("revision 1's hash")?
+            .to_owned();
+        wait_status(testbed, ns, "web", "revision 1 rolled out again", |s| {
+            s.rollout
+                .as_ref()
+                .filter(|r| r.revision == first && r.phase == "Succeeded")
+                .map(|_| ())
+        })
+        .await?;
+        for m in 0..3 {
+            ensure!(revision_of(m).await?.is_none(), "ring {m} after the undo");
+        }
         let out = kubectl_accord(&["rollout", "pause", "fres/absent"])
             .output()
             .await?;

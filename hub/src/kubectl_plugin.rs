@@ -104,6 +104,23 @@ pub enum RolloutCommand {
         /// KIND/NAME.
         object: String,
     },
+    /// List the object's revisions (its ControllerRevisions, at most ten).
+    History {
+        /// KIND/NAME.
+        object: String,
+        /// Output format.
+        #[arg(short, long, value_enum)]
+        output: Option<Output>,
+    },
+    /// Write an earlier revision's spec back into the object (spec.rollout kept): your
+    /// change, rolled out as any other.
+    Undo {
+        /// KIND/NAME.
+        object: String,
+        /// The revision to go back to (default: the one before the current).
+        #[arg(long)]
+        to_revision: Option<i64>,
+    },
 }
 
 /// `KIND/NAME` as `kubectl accord placements` takes it.
@@ -239,9 +256,195 @@ async fn rollout(
                 }
             }
         }
+        RolloutCommand::History { object, output } => {
+            let (found, revisions) = history(client, namespace, &object).await?;
+            let current = found
+                .data
+                .pointer("/status/rollout/revision")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            Ok(match output {
+                Some(Output::Json) => format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(
+                        &revisions.iter().map(Revision::json).collect::<Vec<_>>()
+                    )?
+                ),
+                None => history_table(&revisions, &current),
+            })
+        }
+        RolloutCommand::Undo {
+            object,
+            to_revision,
+        } => undo(client, namespace, &object, to_revision).await,
         RolloutCommand::Pause { object } => set_paused(client, namespace, &object, true).await,
         RolloutCommand::Resume { object } => set_paused(client, namespace, &object, false).await,
     }
+}
+
+/// One revision of an object, as its ControllerRevision keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Revision {
+    /// Its number.
+    pub number: i64,
+    /// Its hash (`status.rollout.revision`).
+    pub hash: String,
+    /// The object's generation when it was first seen.
+    pub generation: String,
+    /// When it was made.
+    pub created: String,
+    /// How its rollout ended (empty while it runs).
+    pub outcome: String,
+    /// The spec it delivered (without `spec.rollout`).
+    pub spec: serde_json::Value,
+}
+
+impl Revision {
+    fn of(r: &k8s_openapi::api::apps::v1::ControllerRevision) -> Self {
+        use crate::controllers::placement::revisions as names;
+        let annotation = |k: &str| {
+            r.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(k).cloned())
+                .unwrap_or_default()
+        };
+        Self {
+            number: r.revision,
+            hash: annotation(names::HASH_ANNOTATION),
+            generation: annotation(names::GENERATION_ANNOTATION),
+            created: r
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            outcome: annotation(names::OUTCOME_ANNOTATION),
+            spec: r
+                .data
+                .as_ref()
+                .map(|d| d.0["spec"].clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "revision": self.number, "hash": self.hash, "generation": self.generation,
+            "created": self.created, "outcome": self.outcome, "spec": self.spec,
+        })
+    }
+}
+
+/// The object and its revisions, oldest first.
+async fn history(
+    client: &kube::Client,
+    namespace: &str,
+    object: &str,
+) -> anyhow::Result<(DynamicObject, Vec<Revision>)> {
+    let (api, kind, name) = object_api(client, namespace, object)?;
+    let found = api
+        .get_opt(&name)
+        .await
+        .with_context(|| format!("reading {kind} {namespace}/{name}"))?
+        .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+    let uid = found.metadata.uid.clone().unwrap_or_default();
+    let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
+        Api::namespaced(client.clone(), namespace);
+    let listed = revisions
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "{}={uid}",
+            crate::controllers::placement::revisions::OWNER_UID_LABEL
+        )))
+        .await
+        .with_context(|| format!("listing the ControllerRevisions of {kind} {namespace}/{name}"))?;
+    let mut out: Vec<Revision> = listed.items.iter().map(Revision::of).collect();
+    out.sort_by_key(|r| r.number);
+    Ok((found, out))
+}
+
+/// `history` as a table, the current revision marked.
+pub fn history_table(revisions: &[Revision], current: &str) -> String {
+    if revisions.is_empty() {
+        return "no revisions (the object has no progressive spec.rollout, or none was rolled out yet)\n"
+            .to_owned();
+    }
+    let mut out = format!(
+        "{:<9} {:<17} {:<11} {:<26} OUTCOME\n",
+        "REVISION", "HASH", "GENERATION", "CREATED"
+    );
+    for r in revisions {
+        let outcome = match (r.outcome.as_str(), r.hash == current) {
+            ("", true) => "(current, rolling out)".to_owned(),
+            (o, true) => format!("{o} (current)"),
+            (o, false) => o.to_owned(),
+        };
+        out.push_str(&format!(
+            "{:<9} {:<17} {:<11} {:<26} {outcome}\n",
+            r.number, r.hash, r.generation, r.created
+        ));
+    }
+    out
+}
+
+/// Writes revision `to` (default: the one before the current) back into `object`'s spec,
+/// keeping its `spec.rollout`, as the user.
+async fn undo(
+    client: &kube::Client,
+    namespace: &str,
+    object: &str,
+    to: Option<i64>,
+) -> anyhow::Result<String> {
+    let (found, revisions) = history(client, namespace, object).await?;
+    let (api, kind, name) = object_api(client, namespace, object)?;
+    let current = found
+        .data
+        .pointer("/status/rollout/revision")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let current_number = revisions
+        .iter()
+        .find(|r| r.hash == current)
+        .map_or(i64::MAX, |r| r.number);
+    let chosen = match to {
+        Some(n) => revisions
+            .iter()
+            .find(|r| r.number == n)
+            .with_context(|| format!("{kind} {namespace}/{name} has no revision {n}"))?,
+        None => revisions
+            .iter()
+            .rev()
+            .find(|r| r.number < current_number)
+            .with_context(|| {
+                format!("{kind} {namespace}/{name} has no revision before the current one")
+            })?,
+    };
+    let mut spec = chosen.spec.clone();
+    if let (Some(o), Some(rollout)) = (spec.as_object_mut(), found.data.pointer("/spec/rollout")) {
+        o.insert("rollout".to_owned(), rollout.clone());
+    }
+    let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+        {"op": "test", "path": "/metadata/resourceVersion",
+         "value": found.metadata.resource_version},
+        {"op": "replace", "path": "/spec", "value": spec},
+    ]))?;
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Json::<()>(patch),
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "writing revision {} back into {kind} {namespace}/{name}",
+            chosen.number
+        )
+    })?;
+    Ok(format!(
+        "{kind} {namespace}/{name} rolled back to revision {} ({})\n",
+        chosen.number, chosen.hash
+    ))
 }
 
 /// Sets or clears `spec.rollout.paused` of `object`, as the user.

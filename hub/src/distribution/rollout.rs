@@ -239,6 +239,9 @@ pub struct RolloutRecord {
     /// Steps that sent the revision to more clusters.
     #[serde(default)]
     pub steps: u32,
+    /// The revision's number in the object's history (1 for its first rollout).
+    #[serde(default)]
+    pub number: i64,
 }
 
 impl RolloutRecord {
@@ -284,6 +287,7 @@ impl RolloutRecord {
             good,
             has_good,
             steps: 0,
+            number: previous.map_or(0, |p| p.number) + 1,
         }
     }
 

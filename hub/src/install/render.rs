@@ -309,6 +309,10 @@ pub fn accord_plurals() -> Vec<String> {
 ///   creates the Secret with a generated password beside it (owned by it). Never `update`,
 ///   `patch` or `delete`: a Secret the hub did not create is never changed.
 ///
+/// - ControllerRevisions (`apps`): `create`, `list`, `patch` and `delete`: the revision
+///   history of objects that roll out progressively (one per revision, owned by the
+///   object, at most ten kept; the outcome noted when the rollout ends).
+///
 /// No Leases (leader election uses etcd).
 pub fn hub_cluster_rules() -> Value {
     let plurals = accord_plurals();
@@ -324,6 +328,7 @@ pub fn hub_cluster_rules() -> Value {
         { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
         { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
         { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] },
+        { "apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create", "list", "patch", "delete"] },
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingwebhookconfigurations"],
@@ -886,6 +891,7 @@ mod tests {
                 { "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"] },
                 { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
                 { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] },
+                { "apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create", "list", "patch", "delete"] },
                 {
                     "apiGroups": ["admissionregistration.k8s.io"],
                     "resources": ["validatingwebhookconfigurations"],

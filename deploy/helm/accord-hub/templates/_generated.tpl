@@ -56,6 +56,15 @@
   - watch
   - create
 - apiGroups:
+  - apps
+  resources:
+  - controllerrevisions
+  verbs:
+  - create
+  - list
+  - patch
+  - delete
+- apiGroups:
   - admissionregistration.k8s.io
   resourceNames:
   - accord-hub

@@ -67,6 +67,7 @@ use accord_crds::ClusterPlacement;
 mod kind;
 mod reconcile;
 mod records;
+pub mod revisions;
 pub mod rollout;
 mod run;
 

@@ -47,6 +47,9 @@ pub(super) struct Rolling {
     record: RolloutRecord,
     /// As stored, if stored.
     kept: Option<RolloutRecord>,
+    /// The spec, when this reconcile started the revision's rollout (its ControllerRevision
+    /// is yet to be written).
+    started: Option<serde_json::Value>,
     /// The decision for the current revision, before the rollout merged in the last good
     /// shares.
     pub(super) target: Vec<ShareRecord>,
@@ -104,6 +107,10 @@ impl<K: PlacementKind> Placements<K> {
             .rollouts
             .get(&rollout_key(&self.ctx, &p))
             .map(|(r, _)| r);
+        let started = kept
+            .as_ref()
+            .is_none_or(|k| k.revision != revision)
+            .then(|| watched.pointer("/spec").cloned().unwrap_or_default());
         let record = match &kept {
             Some(r) if r.revision == revision => r.clone(),
             other => RolloutRecord::start(
@@ -119,6 +126,7 @@ impl<K: PlacementKind> Placements<K> {
             spec: spec.clone(),
             record,
             kept,
+            started,
             target: target.to_vec(),
         })
     }
@@ -184,6 +192,7 @@ impl<K: PlacementKind> Placements<K> {
             ctx.rollouts.wait_for_revision(revision).await;
         }
         count(ctx, K::KIND.as_str(), &r, before, &step, now_millis);
+        self.history(object, &r, before).await;
         let group_of = |c: &str| groups.get(c).map(|g| g.1.clone()).unwrap_or_default();
         for note in notes(&r.record, before, &step.newly_sent, &group_of) {
             ctx.note(&object.object_ref(&()), note);
@@ -202,6 +211,36 @@ impl<K: PlacementKind> Placements<K> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         })
+    }
+}
+
+impl<K: PlacementKind> Placements<K> {
+    /// The revision history: a new revision's ControllerRevision, an ended one's outcome.
+    /// A failure is logged and counted; the rollout goes on without it.
+    async fn history(&self, object: &K::Object, r: &Rolling, before: Phase) {
+        let phase = r.record.progress.phase;
+        let written = match &r.started {
+            Some(spec) => {
+                super::revisions::record::<K>(&self.ctx, object, Some(spec), &r.record).await
+            }
+            None => Ok(()),
+        };
+        let ended = phase != before
+            && matches!(phase, Phase::Succeeded | Phase::RolledBack | Phase::Failed);
+        let noted = if ended && written.is_ok() {
+            super::revisions::outcome::<K>(&self.ctx, object, &r.record).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = written.and(noted) {
+            self.ctx.metrics.error("kubernetes");
+            tracing::warn!(
+                object = %object_name(object),
+                revision = %r.record.revision,
+                error = %e,
+                "could not keep the revision history"
+            );
+        }
     }
 }
 
