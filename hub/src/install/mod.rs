@@ -783,11 +783,12 @@ mod rendered_tests {
         // Every kind × 4 verbs, 1 create, a status patch per kind, 2 event verbs, 2
         // Namespace verbs, 2 Secret reads and 1 create cluster-wide, 4 verbs on the webhook
         // configuration, 4 verbs on each Accord CRD, 2 Secret rules in its namespace, 5
-        // verbs on the global tier's ConfigMap and 1 ConfigMap create.
+        // verbs on the global tier's ConfigMap, 1 ConfigMap create and 4 verbs on
+        // ControllerRevisions (the rollouts' history).
         let kinds = accord_crds::all_crds().len();
         assert_eq!(
             granted.len(),
-            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + kinds * 4 + 2 + 5 + 1
+            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + kinds * 4 + 2 + 5 + 1 + 4
         );
     }
 }
