@@ -1229,17 +1229,35 @@ fn preferences_move_a_delivery_to_the_next_region_and_back() {
     });
 }
 
-/// What a watch saw, in order.
-type Seen = std::sync::Arc<Mutex<Vec<Option<String>>>>;
+/// What a watch saw, in order, with when.
+type SeenAt = std::sync::Arc<Mutex<Vec<(Option<String>, Instant)>>>;
 
-/// Every template a Deployment `name` in member `m` is seen with by a watch, in order: its
-/// `nodeSelector` (`None` without one), for as long as the returned task runs.
-fn watch_templates(
+/// A pod template's `nodeSelector` (`None` without one), as text.
+fn node_selector(t: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
+    t.spec
+        .as_ref()
+        .and_then(|p| p.node_selector.as_ref())
+        .map(|s| format!("{s:?}"))
+}
+
+/// The values a watch saw so far, in order.
+fn values(seen: &SeenAt) -> Vec<Option<String>> {
+    seen.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .map(|(v, _)| v.clone())
+        .collect()
+}
+
+/// Every value `of` reads from the pod template of Deployment `name` in member `m`, as a
+/// watch sees them, in order and with when, for as long as the returned task runs.
+fn watch_template(
     testbed: &Testbed,
     m: usize,
     ns: &str,
     name: &str,
-) -> (Seen, tokio::task::JoinHandle<()>) {
+    of: fn(&k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String>,
+) -> (SeenAt, tokio::task::JoinHandle<()>) {
     use futures::StreamExt as _;
     use kube::runtime::WatchStreamExt as _;
     let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
@@ -1252,16 +1270,12 @@ fn watch_templates(
             .boxed();
         while let Some(event) = events.next().await {
             let Ok(d) = event else { continue };
-            let selector = d
-                .spec
-                .and_then(|s| s.template.spec)
-                .and_then(|p| p.node_selector)
-                .map(|s| format!("{s:?}"));
+            let value = d.spec.and_then(|s| of(&s.template));
             let mut seen = record
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.last() != Some(&selector) {
-                seen.push(selector);
+            if seen.last().map(|(v, _)| v) != Some(&value) {
+                seen.push((value, Instant::now()));
             }
         }
     });
@@ -1336,7 +1350,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
         // (b) A change no node of any member can schedule: only ring 0 ever carries it, and
         // at the deadline it goes back to the template before.
         let watches: Vec<_> = (0..3)
-            .map(|m| watch_templates(testbed, m, ns, "web"))
+            .map(|m| watch_template(testbed, m, ns, "web", node_selector))
             .collect();
         let before = status.rollout.map(|r| r.revision).unwrap_or_default();
         let edited = Instant::now();
@@ -1415,11 +1429,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             "ring 0's watch sees the template come back",
             STEP,
             || async {
-                let seen = watches[0]
-                    .0
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone();
+                let seen = values(&watches[0].0);
                 Ok(
                     if seen.iter().any(Option::is_some) && seen.last() == Some(&None) {
                         Check::Ready(())
@@ -1432,10 +1442,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
         .await?;
         for (m, (seen, task)) in watches.into_iter().enumerate().skip(1) {
             task.abort();
-            let seen = seen
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
+            let seen = values(&seen);
             ensure!(
                 seen.iter().all(Option::is_none),
                 "ring {m} carried the failing template: {seen:?}"
@@ -1580,6 +1587,131 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
                 && String::from_utf8_lossy(&out.stderr).contains("not found"),
             "{}",
             String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    });
+}
+
+/// The pod template's `accord-e2e/revision` annotation.
+fn revision_annotation(t: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
+    t.metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get("accord-e2e/revision").cloned())
+}
+
+#[test]
+fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_step() {
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    TESTBED.run(|testbed| async move {
+        use accord_e2e::hub::{HubOptions, HubProcess};
+        const SOAK: u64 = 15;
+        let prefix = "fres-d";
+        let ns = "fres-failover";
+        // The leader holds no agent streams (the agents talk to the fleet's replica), so
+        // killing it moves only leadership.
+        let ttl = ["--election-ttl", "2s"];
+        let leader = HubProcess::start(
+            testbed,
+            &HubOptions {
+                replica: format!("hub-{prefix}-leader"),
+                etcd_prefix: format!("/t-{prefix}/"),
+                extra_args: ttl.iter().map(|s| (*s).to_owned()).collect(),
+            },
+        )
+        .await?;
+        until("the first replica leads", STEP, || async {
+            Ok(match leader.metric(testbed.http(), "accord_hub_is_leader").await? {
+                Some(1.0) => Check::Ready(()),
+                other => Check::NotYet(format!("is_leader {other:?}")),
+            })
+        })
+        .await?;
+        let fleet = fleet(testbed, prefix, &ttl).await?;
+        for i in 0..3 {
+            label_cluster(testbed, &format!("{prefix}-{i}"), json!({"ring": i.to_string()})).await?;
+        }
+        let object = |revision: &str, soak: &str| {
+            let mut web = accord_e2e::fleet::pause_deployment("web", 2);
+            web["spec"]["template"]["metadata"]["annotations"] =
+                json!({"accord-e2e/revision": revision});
+            json!({
+                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
+                "metadata": {"name": "web", "namespace": ns},
+                "spec": {
+                    "placement": {"clusterSelector": {"matchExpressions": [
+                        {"key": "ring", "operator": "Exists"}]}},
+                    "manifests": [web],
+                    "rollout": {"strategy": "ProgressivePerGroup", "groups": {"byLabel": "ring"},
+                                "minSuccessTime": soak, "progressDeadline": "2m"},
+                }
+            })
+        };
+        apply(testbed, ns, &object("1", "1s")).await?;
+        wait_status(testbed, ns, "web", "revision 1 Succeeded", |s| {
+            s.rollout.as_ref().filter(|r| r.phase == "Succeeded").map(|_| ())
+        })
+        .await?;
+
+        // Revision 2 with a 15 s soak: once ring 0 runs it healthy, 8 s into the soak,
+        // kill -9 the leader.
+        let watches: Vec<_> = (0..3)
+            .map(|m| watch_template(testbed, m, ns, "web", revision_annotation))
+            .collect();
+        apply(testbed, ns, &object("2", &format!("{SOAK}s"))).await?;
+        let ring0: Api<Deployment> = Api::namespaced(testbed.members()[0].client(), ns);
+        until("ring 0 healthy on revision 2", STEP, || async {
+            let d = ring0.get("web").await?;
+            let on_it = d.spec.as_ref().and_then(|s| revision_annotation(&s.template));
+            let status = d.status.unwrap_or_default();
+            let healthy = on_it.as_deref() == Some("2")
+                && status.updated_replicas == Some(2)
+                && status.available_replicas == Some(2)
+                && status.replicas == Some(2);
+            Ok(if healthy { Check::Ready(()) } else { Check::NotYet(format!("{on_it:?} {status:?}")) })
+        })
+        .await?;
+        let healthy = Instant::now();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        accord_e2e::fleet::kill9(testbed, leader.id)?;
+        let killed = Instant::now();
+        until("the fleet's replica leads", STEP, || async {
+            Ok(match fleet.hub.metric(testbed.http(), "accord_hub_is_leader").await? {
+                Some(1.0) => Check::Ready(()),
+                other => Check::NotYet(format!("is_leader {other:?}")),
+            })
+        })
+        .await?;
+        let status = wait_status(testbed, ns, "web", "revision 2 Succeeded", |s| {
+            s.rollout.as_ref().filter(|r| r.phase == "Succeeded" && r.succeeded == 3).cloned()
+        })
+        .await?;
+        // One step per ring: the new leader repeated none.
+        ensure!(status.step == 3, "{status:?}");
+        // Each member saw revision 2 once, after revision 1, never back; in ring order.
+        let mut reached = Vec::new();
+        for (m, (seen, task)) in watches.into_iter().enumerate() {
+            task.abort();
+            let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            let order: Vec<Option<String>> = seen.iter().map(|(v, _)| v.clone()).collect();
+            ensure!(order == [Some("1".to_owned()), Some("2".to_owned())], "member {m} saw {order:?}");
+            reached.push(seen[1].1);
+        }
+        ensure!(reached[0] < reached[1] && reached[1] < reached[2], "rings out of order");
+        // The soak was not started again by the new leader: ring 1 got revision 2 about a
+        // soak after ring 0 was healthy, sooner than a soak after the kill.
+        let ring1_after_healthy = reached[1].duration_since(healthy).as_secs_f64();
+        let ring1_after_kill = reached[1].duration_since(killed).as_secs_f64();
+        println!(
+            "leader killed 8 s into a {SOAK} s soak: ring 1 got the revision {ring1_after_healthy:.1} s \
+             after ring 0 was healthy, {ring1_after_kill:.1} s after the kill"
+        );
+        ensure!(
+            ring1_after_healthy >= SOAK as f64 - 1.0 && ring1_after_kill < SOAK as f64 - 2.0,
+            "ring 1 got it {ring1_after_healthy:.1} s after ring 0 was healthy and \
+             {ring1_after_kill:.1} s after the kill: the soak was started again"
         );
         Ok(())
     });
