@@ -95,6 +95,14 @@ struct Args {
     /// SIGKILL the hub's etcd leader just after the fan-out edit is accepted.
     #[arg(long)]
     kill_etcd_leader: bool,
+    /// After the fan-out, roll a config change out to every agent in this many steps
+    /// (`spec.rollout` Progressive, no soak), then a change every agent fails on to the
+    /// first `--rollback-clusters`, which the hub takes back at a 2 s deadline.
+    #[arg(long, value_name = "STEPS")]
+    progressive: Option<usize>,
+    /// Clusters the failing change reaches before it is taken back (with --progressive).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    rollback_clusters: usize,
 }
 
 impl Args {
@@ -123,6 +131,12 @@ impl Args {
                  survive)",
             );
         }
+        if self.progressive.is_some() && !self.fanout {
+            return Err("--progressive needs --fanout (it rolls the fan-out topic out)");
+        }
+        if self.progressive == Some(0) {
+            return Err("--progressive needs at least one step");
+        }
         if self.plain_etcd && self.etcd_members > 1 {
             return Err(
                 "--plain-etcd uses the API servers' single etcd; it excludes --etcd-members",
@@ -143,6 +157,8 @@ enum Victim {
 
 /// Name (and namespace) of the fan-out topic object.
 const FANOUT_TOPIC: &str = "fanout";
+/// A config key the simulated agents cannot keep: they report the topic `Error`.
+const BENCH_FAIL: &str = "bench.fail";
 const BENCH_NAMESPACE: &str = "bench";
 
 /// The fan-out topic as each agent saw it: the revision of the last assignment received
@@ -152,7 +168,7 @@ struct Seen {
     by_agent: std::sync::Mutex<HashMap<String, AgentSeen>>,
 }
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct AgentSeen {
     received: Option<(i64, Instant)>,
     stored: Option<(i64, Instant)>,
@@ -161,6 +177,9 @@ struct AgentSeen {
     /// The stream (by [`AgentSeen::streams`]) and revision of the last fan-out assignment
     /// received, however often.
     latest: Option<(u32, i64)>,
+    /// Each change of the fan-out topic's `retention.ms` this agent received, with the
+    /// record revision it came in and when.
+    retention: Vec<(String, i64, Instant)>,
 }
 
 /// One agent's reports on the fan-out topic: one in flight at a time, as a real agent has
@@ -243,7 +262,7 @@ impl Seen {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(cluster)
-            .copied()
+            .cloned()
     }
 
     fn snapshot(&self) -> HashMap<String, AgentSeen> {
@@ -425,15 +444,26 @@ async fn session(
                                     continue;
                                 }
                                 let now = Instant::now();
+                                let retention =
+                                    topic.config.get("retention.ms").cloned().unwrap_or_default();
                                 probes.seen.update(cluster, |s| {
                                     if s.received.is_none_or(|(r, _)| item.revision > r) {
                                         s.received = Some((item.revision, now));
                                     }
                                     s.latest = Some((stream_no, item.revision));
+                                    if s.retention.last().map(|(r, _, _)| r) != Some(&retention) {
+                                        s.retention.push((retention, item.revision, now));
+                                    }
                                 });
+                                // `bench.fail` in the config: the topic cannot be kept.
+                                let kept = if topic.config.contains_key(BENCH_FAIL) {
+                                    accord_proto::v1::PlacementState::Error
+                                } else {
+                                    accord_proto::v1::PlacementState::Synced
+                                };
                                 let report = StatusReport {
                                     placed: Some(p),
-                                    state: accord_proto::v1::PlacementState::Synced as i32,
+                                    state: kept as i32,
                                     applied_revision: item.revision,
                                     observed: Some(status_report::Observed::KafkaTopic(
                                         KafkaTopicStatus {
@@ -822,6 +852,16 @@ async fn main() -> Result<()> {
         )
         .await?;
     }
+    if let Some(steps) = args.progressive {
+        progressive(
+            &testbed,
+            args.agents,
+            &probes.seen,
+            steps,
+            args.rollback_clusters.min(args.agents),
+        )
+        .await?;
+    }
     if let Some(victim) = args.kill_replica {
         kill_replica(
             &testbed,
@@ -1110,5 +1150,196 @@ async fn fanout(
             hubs.pids.iter().map(|&p| rss_bytes(p)).sum::<u64>() as f64 / 1048576.0
         );
     }
+    Ok(())
+}
+
+/// When each agent last came to `retention.ms` = `value`, and in which record revision,
+/// from `seen`.
+fn received_value(
+    seen: &HashMap<String, AgentSeen>,
+    value: &str,
+) -> HashMap<String, (i64, Instant)> {
+    seen.iter()
+        .filter_map(|(c, s)| {
+            s.retention
+                .iter()
+                .rev()
+                .find(|(v, _, _)| v == value)
+                .map(|(_, revision, at)| (c.clone(), (*revision, *at)))
+        })
+        .collect()
+}
+
+/// Waits until `count` agents got `retention.ms` = `value`; when each got it.
+async fn until_received(
+    seen: &Seen,
+    value: &str,
+    count: usize,
+) -> Result<HashMap<String, (i64, Instant)>> {
+    until(
+        &format!("{count} agents with retention.ms {value}"),
+        Duration::from_secs(600),
+        || async {
+            let got = received_value(&seen.snapshot(), value);
+            Ok(if got.len() >= count {
+                Check::Ready(got)
+            } else {
+                Check::NotYet(format!("{} of {count}", got.len()))
+            })
+        },
+    )
+    .await
+}
+
+/// "p50 …  p99 …  max …" of `micros`.
+fn spread(mut micros: Vec<u64>) -> String {
+    micros.sort_unstable();
+    format!(
+        "p50 {:?}  p99 {:?}  max {:?}",
+        percentile(&micros, 0.50),
+        percentile(&micros, 0.99),
+        percentile(&micros, 1.0)
+    )
+}
+
+/// `--progressive`: a config change rolled out to every agent in `steps` steps without a
+/// soak, each step (the agents sent the value in one record write) timed from its first
+/// agent receiving it to its last; then a change the agents fail on, sent to the first
+/// `rollback` clusters and taken back at its deadline.
+async fn progressive(
+    testbed: &Testbed,
+    agents: usize,
+    seen: &Seen,
+    steps: usize,
+    rollback: usize,
+) -> Result<()> {
+    let api: Api<FederatedKafkaTopic> = Api::namespaced(testbed.mgmt().client(), BENCH_NAMESPACE);
+    let patch = |body: serde_json::Value| {
+        let api = api.clone();
+        async move {
+            api.patch(FANOUT_TOPIC, &PatchParams::default(), &Patch::Merge(body))
+                .await
+        }
+    };
+    let phase = |want: &'static str| {
+        let api = api.clone();
+        async move {
+            until(
+                &format!("the rollout {want}"),
+                Duration::from_secs(600),
+                || async {
+                    let t = api.get(FANOUT_TOPIC).await?;
+                    let rollout = t.status.and_then(|s| s.rollout);
+                    Ok(match rollout {
+                        Some(r) if r.phase == want => Check::Ready(r),
+                        other => Check::NotYet(format!("{other:?}")),
+                    })
+                },
+            )
+            .await
+        }
+    };
+    // A first value everywhere at once (no rollout yet): the rollback target.
+    patch(serde_json::json!({"spec": {"config": {"retention.ms": "1000"}}})).await?;
+    until_received(seen, "1000", agents).await?;
+
+    let per_step = agents.div_ceil(steps);
+    let accepted = Instant::now();
+    patch(serde_json::json!({"spec": {
+        "config": {"retention.ms": "2000"},
+        "rollout": {"strategy": "Progressive", "maxConcurrency": per_step,
+                    "minSuccessTime": "0s", "progressDeadline": "5m"},
+    }}))
+    .await?;
+    let got = until_received(seen, "2000", agents).await?;
+    let total = accepted.elapsed();
+    let done = phase("Succeeded").await?;
+    // One step is one record write: the agents that got the value in one revision.
+    let mut by_step: std::collections::BTreeMap<i64, Vec<Instant>> = Default::default();
+    for (revision, at) in got.values() {
+        by_step.entry(*revision).or_default().push(*at);
+    }
+    let mut spreads = Vec::new();
+    let mut sizes = Vec::new();
+    let mut gaps = Vec::new();
+    let mut last_end: Option<Instant> = None;
+    for times in by_step.values() {
+        let first = *times.iter().min().context("a step")?;
+        let last = *times.iter().max().context("a step")?;
+        spreads.push(last.saturating_duration_since(first).as_micros() as u64);
+        sizes.push(times.len());
+        if let Some(end) = last_end {
+            gaps.push(first.saturating_duration_since(end).as_micros() as u64);
+        }
+        last_end = Some(last);
+    }
+    println!(
+        "progressive: {agents} agents, maxConcurrency {per_step}: {} steps (status says {}) of {:?} agents, the whole rollout {total:?} from the edit",
+        by_step.len(),
+        done.step,
+        sizes
+    );
+    println!(
+        "progressive: a step's first agent → its last   {}",
+        spread(spreads)
+    );
+    println!(
+        "progressive: a step's last agent → the next's first (reports heard, next step decided)   {}",
+        spread(gaps)
+    );
+
+    // A change every agent fails on, `rollback` clusters in its first step, a 2 s deadline.
+    let deadline = Duration::from_secs(2);
+    patch(serde_json::json!({"spec": {
+        "config": {"retention.ms": "3000", BENCH_FAIL: "true"},
+        "rollout": {"strategy": "Progressive", "maxConcurrency": rollback,
+                    "minSuccessTime": "0s", "progressDeadline": "2s"},
+    }}))
+    .await?;
+    let reached = until_received(seen, "3000", rollback).await?;
+    let back = until(
+        &format!("the {rollback} clusters back on retention.ms 2000"),
+        Duration::from_secs(600),
+        || async {
+            let back = received_value(&seen.snapshot(), "2000");
+            let back: Vec<(Instant, Instant)> = reached
+                .iter()
+                .filter_map(|(c, (_, sent))| {
+                    let (_, at) = back.get(c)?;
+                    (at > sent).then_some((*sent, *at))
+                })
+                .collect();
+            Ok(if back.len() >= reached.len() {
+                Check::Ready(back)
+            } else {
+                Check::NotYet(format!("{} of {}", back.len(), reached.len()))
+            })
+        },
+    )
+    .await?;
+    let rolled_back = phase("RolledBack").await?;
+    let first_sent = back.iter().map(|(s, _)| *s).min().context("a cluster")?;
+    let after_deadline: Vec<u64> = back
+        .iter()
+        .map(|(_, at)| {
+            at.saturating_duration_since(first_sent + deadline)
+                .as_micros() as u64
+        })
+        .collect();
+    let after_sent: Vec<u64> = back
+        .iter()
+        .map(|(sent, at)| at.saturating_duration_since(*sent).as_micros() as u64)
+        .collect();
+    println!(
+        "progressive: rollback, each updated cluster's receipt of the failing value → back   {}",
+        spread(after_sent)
+    );
+    let never = received_value(&seen.snapshot(), "3000").len() - reached.len();
+    println!(
+        "progressive: rollback of {} updated clusters ({} failed in status), the deadline (2 s after the first got it) → back on the last good value   {}; {never} other clusters ever got the failing value",
+        reached.len(),
+        rolled_back.failed,
+        spread(after_deadline)
+    );
     Ok(())
 }

@@ -232,6 +232,11 @@ pub struct RolloutRecord {
     /// as its share of the record then.
     #[serde(default)]
     pub good: BTreeMap<String, ShareRecord>,
+    /// What each cluster ran when the rollout started, as its share of the record then:
+    /// what a cluster the rollout has not reached keeps (the last good revision, or a
+    /// superseded one it was sent before this revision came).
+    #[serde(default)]
+    pub current: BTreeMap<String, ShareRecord>,
     /// Whether a revision succeeded before this one (without one, a failed rollout has
     /// nothing to go back to and stops as `Failed`).
     #[serde(default)]
@@ -247,10 +252,11 @@ pub struct RolloutRecord {
 impl RolloutRecord {
     /// The rollout of `revision` (generation `generation`) starting at `now`, after the
     /// one kept before (`previous`, of another revision) and with `stored` the shares the
-    /// clusters were last sent (none for a new object). The rollback target is what the
-    /// clusters run when the previous rollout succeeded (or there was none), else the
-    /// previous one's target; clusters on a superseded revision that was still rolling
-    /// out (or failed without rollback) move with the new one at once.
+    /// clusters were last sent (none for a new object). It starts from its first step
+    /// whatever the previous one did; the clusters it has not reached keep what they run.
+    /// The rollback target is what the clusters run when the previous rollout succeeded (or
+    /// there was none), else the previous one's target: a superseded revision that never
+    /// succeeded everywhere is no rollback target.
     pub fn start(
         revision: String,
         generation: i64,
@@ -264,27 +270,18 @@ impl RolloutRecord {
             .filter(|s| s.places())
             .map(|s| (s.cluster.clone(), s.clone()))
             .collect();
-        let (good, has_good, sent) = match previous {
-            None => (running.clone(), stored.is_some(), BTreeMap::new()),
-            Some(p) if p.progress.phase == Phase::Succeeded => (running, true, BTreeMap::new()),
-            Some(p) => {
-                let superseded = if p.progress.phase == Phase::RolledBack {
-                    BTreeMap::new()
-                } else {
-                    p.progress.sent.keys().map(|c| (c.clone(), now)).collect()
-                };
-                (p.good.clone(), p.has_good, superseded)
-            }
+        let (good, has_good) = match previous {
+            None => (running.clone(), stored.is_some()),
+            Some(p) if p.progress.phase == Phase::Succeeded => (running.clone(), true),
+            Some(p) => (p.good.clone(), p.has_good),
         };
         Self {
             revision,
             generation,
             started_unix_millis: now,
-            progress: Progress {
-                sent,
-                ..Progress::default()
-            },
+            progress: Progress::default(),
             good,
+            current: running,
             has_good,
             steps: 0,
             number: previous.map_or(0, |p| p.number) + 1,
@@ -293,8 +290,9 @@ impl RolloutRecord {
 
     /// The shares to send: `target` (the decision for the new revision) for the clusters
     /// that run it and for shares that place nothing (holds and removals apply whatever
-    /// the revision); the last good share for the others; for a cluster without one, a
-    /// hold until the rollout reaches it.
+    /// the revision); for a cluster the rollout took back, the last good share; for the
+    /// others what they ran when it started (or the last good share). A cluster with none
+    /// of these waits for the rollout, held.
     pub fn merge(&self, target: &[ShareRecord]) -> Vec<ShareRecord> {
         target
             .iter()
@@ -302,9 +300,17 @@ impl RolloutRecord {
                 if !s.places() || self.progress.runs_new(&s.cluster) {
                     return s.clone();
                 }
-                match self.good.get(&s.cluster) {
-                    Some(good) if self.has_good => good.clone(),
-                    _ => ShareRecord {
+                let good = || self.good.get(&s.cluster).filter(|_| self.has_good);
+                let taken_back = self.progress.phase == Phase::RolledBack
+                    && self.progress.sent.contains_key(&s.cluster);
+                let keep = if taken_back {
+                    good()
+                } else {
+                    self.current.get(&s.cluster).or_else(good)
+                };
+                match keep {
+                    Some(share) => share.clone(),
+                    None => ShareRecord {
                         cluster: s.cluster.clone(),
                         assignment: None,
                         held_reason: Some("awaiting its step of the rollout".to_owned()),
@@ -862,8 +868,9 @@ mod tests {
     }
 
     #[test]
-    fn a_new_revision_starts_from_what_succeeded_and_a_superseded_one_moves_with_it() {
+    fn a_new_revision_starts_from_its_first_step_and_its_rollback_target_succeeded() {
         let stored = [share("a", "v2"), share("b", "v1")];
+        let target = [share("a", "v3"), share("b", "v3")];
         let mut rolling = RolloutRecord::start(
             "rev2".into(),
             2,
@@ -872,24 +879,28 @@ mod tests {
             0,
         );
         rolling.progress.sent.insert("a".into(), 0);
-        // Superseded while rolling out: the good stays v1, a moves with the new revision.
-        let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
+        // Superseded while rolling out: nothing is sent v3 yet, a keeps the superseded v2
+        // until reached, and the rollback target stays v1.
+        let mut next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
+        assert!(next.progress.sent.is_empty());
         assert_eq!(
-            versions(&next.good.values().cloned().collect::<Vec<_>>())[0]
-                .1
-                .as_deref(),
-            Some("v1")
+            versions(&next.merge(&target)),
+            [
+                ("a".into(), Some("v2".into())),
+                ("b".into(), Some("v1".into()))
+            ]
         );
-        assert_eq!(next.progress.sent.get("a"), Some(&5));
-        // After a success, what runs is the good one.
+        next.progress.sent.insert("a".into(), 5);
+        next.progress.phase = Phase::RolledBack;
+        assert_eq!(
+            versions(&next.merge(&target))[0],
+            ("a".into(), Some("v1".into()))
+        );
+        // After a success, what runs is the rollback target.
         rolling.progress.phase = Phase::Succeeded;
         let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
         assert_eq!(next.good["a"], share("a", "v2"));
         assert!(next.progress.sent.is_empty());
-        // After a rollback nothing moves with it.
-        rolling.progress.phase = Phase::RolledBack;
-        let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
-        assert!(next.progress.sent.is_empty() && next.good["a"] == share("a", "v1"));
     }
 
     #[test]
