@@ -24,6 +24,7 @@
 //! ```text
 //! cargo run --release -p accord-e2e --bin hub-bench -- --agents 1000 --duration 30 [--fanout]
 //!     [--replicas 2 [--kill-replica leader|follower]] [--etcd-members 3 [--kill-etcd-leader]]
+//!     [--progressive STEPS [--rollback-clusters N]]
 //! ```
 
 use accord_crds::{FederatedKafkaTopic, ManagedCluster};
