@@ -1232,6 +1232,35 @@ fn preferences_move_a_delivery_to_the_next_region_and_back() {
 /// What a watch saw, in order, with when.
 type SeenAt = std::sync::Arc<Mutex<Vec<(Option<String>, Instant)>>>;
 
+/// FederatedResource `web` in `ns` delivering `web` to every cluster with a `ring` label,
+/// ring by ring, with `soak` and `deadline`.
+fn ring_rollout(ns: &str, web: Value, soak: &str, deadline: &str) -> Value {
+    json!({
+        "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
+        "metadata": {"name": "web", "namespace": ns},
+        "spec": {
+            "placement": {"clusterSelector": {"matchExpressions": [
+                {"key": "ring", "operator": "Exists"}]}},
+            "manifests": [web],
+            "rollout": {"strategy": "ProgressivePerGroup", "groups": {"byLabel": "ring"},
+                        "minSuccessTime": soak, "progressDeadline": deadline},
+        }
+    })
+}
+
+/// Labels clusters `<prefix>-0..2` with `ring: 0..2`.
+async fn label_rings(testbed: &Testbed, prefix: &str) -> Result<()> {
+    for i in 0..3 {
+        label_cluster(
+            testbed,
+            &format!("{prefix}-{i}"),
+            json!({"ring": i.to_string()}),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// A pod template's `nodeSelector` (`None` without one), as text.
 fn node_selector(t: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
     t.spec
@@ -1291,30 +1320,13 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
         let prefix = "fres-r";
         let ns = "fres-rollout";
         let fleet = fleet(testbed, prefix, &[]).await?;
-        for i in 0..3 {
-            label_cluster(
-                testbed,
-                &format!("{prefix}-{i}"),
-                json!({"ring": i.to_string()}),
-            )
-            .await?;
-        }
+        label_rings(testbed, prefix).await?;
         let object = |node_selector: Option<Value>| {
             let mut web = accord_e2e::fleet::pause_deployment("web", 2);
             if let Some(s) = node_selector {
                 web["spec"]["template"]["spec"]["nodeSelector"] = s;
             }
-            json!({
-                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
-                "metadata": {"name": "web", "namespace": ns},
-                "spec": {
-                    "placement": {"clusterSelector": {"matchExpressions": [
-                        {"key": "ring", "operator": "Exists"}]}},
-                    "manifests": [web],
-                    "rollout": {"strategy": "ProgressivePerGroup", "groups": {"byLabel": "ring"},
-                                "minSuccessTime": "3s", "progressDeadline": "20s"},
-                }
-            })
+            ring_rollout(ns, web, "3s", "20s")
         };
 
         // (a) The first revision: ring 0, then ring 1 once ring 0 was healthy for the
@@ -1630,24 +1642,12 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
         })
         .await?;
         let fleet = fleet(testbed, prefix, &ttl).await?;
-        for i in 0..3 {
-            label_cluster(testbed, &format!("{prefix}-{i}"), json!({"ring": i.to_string()})).await?;
-        }
+        label_rings(testbed, prefix).await?;
         let object = |revision: &str, soak: &str| {
             let mut web = accord_e2e::fleet::pause_deployment("web", 2);
             web["spec"]["template"]["metadata"]["annotations"] =
                 json!({"accord-e2e/revision": revision});
-            json!({
-                "apiVersion": "accord.io/v1beta1", "kind": "FederatedResource",
-                "metadata": {"name": "web", "namespace": ns},
-                "spec": {
-                    "placement": {"clusterSelector": {"matchExpressions": [
-                        {"key": "ring", "operator": "Exists"}]}},
-                    "manifests": [web],
-                    "rollout": {"strategy": "ProgressivePerGroup", "groups": {"byLabel": "ring"},
-                                "minSuccessTime": soak, "progressDeadline": "2m"},
-                }
-            })
+            ring_rollout(ns, web, soak, "2m")
         };
         apply(testbed, ns, &object("1", "1s")).await?;
         wait_status(testbed, ns, "web", "revision 1 Succeeded", |s| {

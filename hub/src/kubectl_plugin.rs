@@ -159,17 +159,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<String> {
             hub_service,
             hub_http,
         } => {
-            let (kind, name) = parse_kind_name(&object)?;
-            let gvk = GroupVersionKind::gvk("accord.io", "v1beta1", kind.as_str());
-            let resource = ApiResource::from_gvk_with_plural(&gvk, &plural(kind));
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), &namespace, &resource);
-            let found = api
-                .get_opt(&name)
-                .await
-                .with_context(|| format!("reading {kind} {namespace}/{name}"))?
-                .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
-            let path = view_path(kind, &namespace, &name);
+            let named = Named::parse(&client, &namespace, &object)?;
+            let found = named.get().await?;
+            let path = view_path(named.kind, &namespace, &named.name);
             let view = match &hub_http {
                 Some(url) => hub_view(&format!("{}{path}", url.trim_end_matches('/'))).await,
                 None => proxied_view(&client, &hub_service, &path).await,
@@ -189,20 +181,42 @@ pub async fn run(cli: Cli) -> anyhow::Result<String> {
     }
 }
 
-/// The API of `object` (KIND/NAME) in `namespace`, and its name.
-fn object_api(
-    client: &kube::Client,
-    namespace: &str,
-    object: &str,
-) -> anyhow::Result<(Api<DynamicObject>, PlacedKind, String)> {
-    let (kind, name) = parse_kind_name(object)?;
-    let gvk = GroupVersionKind::gvk("accord.io", "v1beta1", kind.as_str());
-    let resource = ApiResource::from_gvk_with_plural(&gvk, &plural(kind));
-    Ok((
-        Api::namespaced_with(client.clone(), namespace, &resource),
-        kind,
-        name,
-    ))
+/// One object a command names (KIND/NAME in a namespace), read as the user.
+struct Named {
+    api: Api<DynamicObject>,
+    kind: PlacedKind,
+    namespace: String,
+    name: String,
+}
+
+impl Named {
+    /// `object` (KIND/NAME) in `namespace`.
+    fn parse(client: &kube::Client, namespace: &str, object: &str) -> anyhow::Result<Self> {
+        let (kind, name) = parse_kind_name(object)?;
+        let gvk = GroupVersionKind::gvk("accord.io", "v1beta1", kind.as_str());
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &plural(kind));
+        Ok(Self {
+            api: Api::namespaced_with(client.clone(), namespace, &resource),
+            kind,
+            namespace: namespace.to_owned(),
+            name,
+        })
+    }
+
+    /// The object as it is now; an error naming it when it is not there.
+    async fn get(&self) -> anyhow::Result<DynamicObject> {
+        let (kind, namespace, name) = (self.kind, &self.namespace, &self.name);
+        self.api
+            .get_opt(name)
+            .await
+            .with_context(|| format!("reading {kind} {namespace}/{name}"))?
+            .with_context(|| format!("{kind} {namespace}/{name} not found"))
+    }
+
+    /// `KIND NAMESPACE/NAME`, for messages.
+    fn said(&self) -> String {
+        format!("{} {}/{}", self.kind, self.namespace, self.name)
+    }
 }
 
 async fn rollout(
@@ -216,13 +230,9 @@ async fn rollout(
             watch,
             output,
         } => {
-            let (api, kind, name) = object_api(client, namespace, &object)?;
+            let named = Named::parse(client, namespace, &object)?;
             let read = || async {
-                let found = api
-                    .get_opt(&name)
-                    .await
-                    .with_context(|| format!("reading {kind} {namespace}/{name}"))?
-                    .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+                let found = named.get().await?;
                 anyhow::Ok(found.data.pointer("/status/rollout").cloned())
             };
             let mut last = None;
@@ -250,7 +260,7 @@ async fn rollout(
                 match phase.as_str() {
                     "Succeeded" => return Ok(String::new()),
                     "RolledBack" | "Failed" => {
-                        bail!("the rollout of {kind} {namespace}/{name} ended {phase}")
+                        bail!("the rollout of {} ended {phase}", named.said())
                     }
                     _ => tokio::time::sleep(std::time::Duration::from_secs(1)).await,
                 }
@@ -343,12 +353,8 @@ async fn history(
     namespace: &str,
     object: &str,
 ) -> anyhow::Result<(DynamicObject, Vec<Revision>)> {
-    let (api, kind, name) = object_api(client, namespace, object)?;
-    let found = api
-        .get_opt(&name)
-        .await
-        .with_context(|| format!("reading {kind} {namespace}/{name}"))?
-        .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+    let named = Named::parse(client, namespace, object)?;
+    let found = named.get().await?;
     let uid = found.metadata.uid.clone().unwrap_or_default();
     let revisions: Api<k8s_openapi::api::apps::v1::ControllerRevision> =
         Api::namespaced(client.clone(), namespace);
@@ -358,7 +364,7 @@ async fn history(
             crate::controllers::placement::revisions::OWNER_UID_LABEL
         )))
         .await
-        .with_context(|| format!("listing the ControllerRevisions of {kind} {namespace}/{name}"))?;
+        .with_context(|| format!("listing the ControllerRevisions of {}", named.said()))?;
     let mut out: Vec<Revision> = listed.items.iter().map(Revision::of).collect();
     out.sort_by_key(|r| r.number);
     Ok((found, out))
@@ -397,7 +403,8 @@ async fn undo(
     to: Option<i64>,
 ) -> anyhow::Result<String> {
     let (found, revisions) = history(client, namespace, object).await?;
-    let (api, kind, name) = object_api(client, namespace, object)?;
+    let named = Named::parse(client, namespace, object)?;
+    let (api, kind, name) = (&named.api, named.kind, &named.name);
     let current = found
         .data
         .pointer("/status/rollout/revision")
@@ -430,7 +437,7 @@ async fn undo(
         {"op": "replace", "path": "/spec", "value": spec},
     ]))?;
     api.patch(
-        &name,
+        name,
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Json::<()>(patch),
     )
@@ -454,12 +461,9 @@ async fn set_paused(
     object: &str,
     paused: bool,
 ) -> anyhow::Result<String> {
-    let (api, kind, name) = object_api(client, namespace, object)?;
-    let found = api
-        .get_opt(&name)
-        .await
-        .with_context(|| format!("reading {kind} {namespace}/{name}"))?
-        .with_context(|| format!("{kind} {namespace}/{name} not found"))?;
+    let named = Named::parse(client, namespace, object)?;
+    let found = named.get().await?;
+    let (api, kind, name) = (&named.api, named.kind, &named.name);
     if found.data.pointer("/spec/rollout").is_none() {
         bail!(
             "{kind} {namespace}/{name} has no spec.rollout: its changes reach every cluster at once"
@@ -471,7 +475,7 @@ async fn set_paused(
         serde_json::Value::Null
     };
     api.patch(
-        &name,
+        name,
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Merge(serde_json::json!({"spec": {"rollout": {"paused": value}}})),
     )
@@ -600,5 +604,58 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn rollout_commands_parse_and_print_as_kubectl_would() {
+        let cli = Cli::try_parse_from([
+            "kubectl-accord",
+            "rollout",
+            "undo",
+            "fres/web",
+            "--to-revision",
+            "2",
+            "-n",
+            "shop",
+        ])
+        .unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Rollout {
+                command: RolloutCommand::Undo {
+                    to_revision: Some(2),
+                    ..
+                }
+            }
+        ));
+        assert!(
+            Cli::try_parse_from(["kubectl-accord", "rollout", "status", "-w", "fres/web"]).is_ok()
+        );
+        let line = rollout_line(Some(&serde_json::json!({
+            "revision": "abc", "phase": "RolledBack", "step": 1, "updating": 0,
+            "succeeded": 0, "failed": 1, "waiting": 2, "currentGroup": "0",
+            "failedClusters": [{"cluster": "east", "reason": "not healthy within 20s"}]
+        })));
+        assert_eq!(
+            line,
+            "revision abc: RolledBack, step 1 (group 0): 0 updating, 0 succeeded, 1 failed, 2 waiting\n  failed: east: not healthy within 20s"
+        );
+        assert!(rollout_line(None).starts_with("no progressive rollout"));
+        let revision = |number, hash: &str, outcome: &str| Revision {
+            number,
+            hash: hash.into(),
+            generation: number.to_string(),
+            created: "2026-12-07T10:00:00Z".into(),
+            outcome: outcome.into(),
+            spec: serde_json::Value::Null,
+        };
+        let table = history_table(
+            &[revision(1, "aaa", "Succeeded"), revision(2, "bbb", "")],
+            "bbb",
+        );
+        let rows: Vec<&str> = table.lines().collect();
+        assert!(rows[0].starts_with("REVISION"), "{table}");
+        assert!(rows[1].ends_with("Succeeded"), "{table}");
+        assert!(rows[2].ends_with("(current, rolling out)"), "{table}");
     }
 }

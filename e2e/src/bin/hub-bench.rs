@@ -1128,16 +1128,7 @@ async fn fanout(
         let (cpu, window) = (hubs.cpu() - cpu0, accepted.elapsed());
         let beyond = cpu - steady_rate * window.as_secs_f64();
         let reconciles = hubs.sum(&hubs.all(), "accord_hub_reconciles_total").await? - reconciles0;
-        let spread = |mut d: Vec<Duration>| {
-            d.sort_unstable();
-            let micros: Vec<u64> = d.iter().map(|d| d.as_micros() as u64).collect();
-            format!(
-                "p50 {:?}  p99 {:?}  max {:?}",
-                percentile(&micros, 0.50),
-                percentile(&micros, 0.99),
-                percentile(&micros, 1.0)
-            )
-        };
+        let spread = |d: Vec<Duration>| spread(d.iter().map(|d| d.as_micros() as u64).collect());
         println!(
             "fan-out {change}: assignment received  {}",
             spread(received)
