@@ -207,12 +207,17 @@ pub fn groups<'a>(
 /// settings, `paused` say, is no new revision).
 pub fn revision_of(spec: Option<&serde_json::Value>) -> String {
     use sha2::Digest;
+    let digest = sha2::Sha256::digest(without_rollout(spec).to_string().as_bytes());
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A spec without its `rollout`: what a revision is (and what its history keeps).
+pub fn without_rollout(spec: Option<&serde_json::Value>) -> serde_json::Value {
     let mut spec = spec.cloned().unwrap_or_default();
     if let Some(o) = spec.as_object_mut() {
         o.remove("rollout");
     }
-    let digest = sha2::Sha256::digest(spec.to_string().as_bytes());
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    spec
 }
 
 /// A placed object's rollout as the hub keeps it between steps, in etcd
@@ -417,6 +422,11 @@ impl Phase {
     /// Whether the rollout is over (nothing more is sent until the spec changes).
     pub fn is_stopped(self) -> bool {
         matches!(self, Self::Failed | Self::RolledBack)
+    }
+
+    /// Whether the rollout ended, in success or not.
+    pub fn has_ended(self) -> bool {
+        self == Self::Succeeded || self.is_stopped()
     }
 }
 

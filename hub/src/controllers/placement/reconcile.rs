@@ -299,10 +299,9 @@ impl<K: PlacementKind> Placements<K> {
             let at = self
                 .step_rollout(object, r, &mut status, stored, &clusters, now)
                 .await?;
-            recheck = match (recheck, at) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            if let Some(at) = at {
+                recheck = crate::distribution::earliest(recheck, at);
+            }
         }
         let choice = choice.as_ref().and_then(|c| c.as_ref().ok());
         let explained =

@@ -125,11 +125,9 @@ pub async fn remove_records(
         .keys()
         .placements(placed.kind.as_str(), &placed.namespace, &placed.name);
     ctx.store.fenced_delete(&fence, &key).await?;
-    let rollout = ctx
-        .store
-        .keys()
-        .rollout(placed.kind.as_str(), &placed.namespace, &placed.name);
-    ctx.store.fenced_delete(&fence, &rollout).await?;
+    ctx.store
+        .fenced_delete(&fence, &super::rollout::rollout_key(ctx, placed))
+        .await?;
     ctx.store
         .delete_placement_status(placed.kind.as_str(), &placed.namespace, &placed.name)
         .await?;

@@ -43,17 +43,14 @@ pub fn revision_name(kind: &str, object: &str, hash: &str) -> String {
 pub async fn record<K: PlacementKind>(
     ctx: &ControllerContext,
     object: &K::Object,
-    spec: Option<&serde_json::Value>,
+    spec: &serde_json::Value,
     record: &RolloutRecord,
 ) -> Result<(), kube::Error> {
     let meta = object.meta();
     let namespace = meta.namespace.clone().unwrap_or_default();
     let name = meta.name.clone().unwrap_or_default();
     let uid = meta.uid.clone().unwrap_or_default();
-    let mut spec = spec.cloned().unwrap_or_default();
-    if let Some(o) = spec.as_object_mut() {
-        o.remove("rollout");
-    }
+    let spec = crate::distribution::rollout::without_rollout(Some(spec));
     let revision = ControllerRevision {
         metadata: kube::api::ObjectMeta {
             name: Some(revision_name(K::KIND.as_str(), &name, &record.revision)),

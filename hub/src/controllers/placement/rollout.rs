@@ -81,7 +81,8 @@ impl Rolling {
     }
 }
 
-fn rollout_key(ctx: &ControllerContext, p: &PlacedRef) -> String {
+/// `rollouts/<kind>/<ns>/<name>` of `p`.
+pub(super) fn rollout_key(ctx: &ControllerContext, p: &PlacedRef) -> String {
     ctx.store
         .keys()
         .rollout(p.kind.as_str(), &p.namespace, &p.name)
@@ -206,10 +207,10 @@ impl<K: PlacementKind> Placements<K> {
             .recheck_at
             .map(|at| Duration::from_millis(u64::try_from(at - now_millis).unwrap_or(0).max(100)));
         // A step just sent: look again once the agents had a moment to report.
-        let soon = (!step.newly_sent.is_empty()).then(|| Duration::from_secs(1));
-        Ok(match (wait, soon) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        Ok(if step.newly_sent.is_empty() {
+            wait
+        } else {
+            crate::distribution::earliest(wait, Duration::from_secs(1))
         })
     }
 }
@@ -220,13 +221,10 @@ impl<K: PlacementKind> Placements<K> {
     async fn history(&self, object: &K::Object, r: &Rolling, before: Phase) {
         let phase = r.record.progress.phase;
         let written = match &r.started {
-            Some(spec) => {
-                super::revisions::record::<K>(&self.ctx, object, Some(spec), &r.record).await
-            }
+            Some(spec) => super::revisions::record::<K>(&self.ctx, object, spec, &r.record).await,
             None => Ok(()),
         };
-        let ended = phase != before
-            && matches!(phase, Phase::Succeeded | Phase::RolledBack | Phase::Failed);
+        let ended = phase != before && phase.has_ended();
         let noted = if ended && written.is_ok() {
             super::revisions::outcome::<K>(&self.ctx, object, &r.record).await
         } else {
@@ -259,7 +257,7 @@ fn count(
         metrics.rollout_steps.get_or_create(&label).inc();
     }
     let phase = r.record.progress.phase;
-    if phase == before || !matches!(phase, Phase::Succeeded | Phase::RolledBack | Phase::Failed) {
+    if phase == before || !phase.has_ended() {
         return;
     }
     metrics
