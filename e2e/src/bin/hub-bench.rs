@@ -856,6 +856,7 @@ async fn main() -> Result<()> {
     if let Some(steps) = args.progressive {
         progressive(
             &testbed,
+            &hubs,
             args.agents,
             &probes.seen,
             steps,
@@ -1200,6 +1201,7 @@ fn spread(mut micros: Vec<u64>) -> String {
 /// `rollback` clusters and taken back at its deadline.
 async fn progressive(
     testbed: &Testbed,
+    hubs: &Hubs<'_>,
     agents: usize,
     seen: &Seen,
     steps: usize,
@@ -1236,6 +1238,9 @@ async fn progressive(
     until_received(seen, "1000", agents).await?;
 
     let per_step = agents.div_ceil(steps);
+    let all = hubs.all();
+    let writes = || hubs.sum(&all, "accord_hub_kube_writes_total");
+    let writes0 = writes().await?;
     let accepted = Instant::now();
     patch(serde_json::json!({"spec": {
         "config": {"retention.ms": "2000"},
@@ -1246,6 +1251,7 @@ async fn progressive(
     let got = until_received(seen, "2000", agents).await?;
     let total = accepted.elapsed();
     let done = phase("Succeeded").await?;
+    let rollout_writes = writes().await? - writes0;
     // One step is one record write: the agents that got the value in one revision.
     let mut by_step: std::collections::BTreeMap<i64, Vec<Instant>> = Default::default();
     for (revision, at) in got.values() {
@@ -1270,6 +1276,9 @@ async fn progressive(
         by_step.len(),
         done.step,
         sizes
+    );
+    println!(
+        "progressive: writes to the management API server for the rollout (status, Events, ControllerRevisions, steady state included): {rollout_writes:.0}"
     );
     println!(
         "progressive: a step's first agent → its last   {}",
