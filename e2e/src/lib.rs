@@ -52,6 +52,7 @@ pub mod shared;
 pub mod stats;
 pub mod testbed;
 pub mod wait;
+pub mod watch;
 
 pub use binaries::Binaries;
 pub use process::{ProcessId, ProcessInfo};

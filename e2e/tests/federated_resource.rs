@@ -17,6 +17,7 @@ use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::kafka_topic_scenario::wait_event;
 use accord_e2e::leaks;
 use accord_e2e::wait::{Check, until};
+use accord_e2e::watch::Watched;
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -1229,9 +1230,6 @@ fn preferences_move_a_delivery_to_the_next_region_and_back() {
     });
 }
 
-/// What a watch saw, in order, with when.
-type SeenAt = std::sync::Arc<Mutex<Vec<(Option<String>, Instant)>>>;
-
 /// FederatedResource `web` in `ns` delivering `web` to the test's clusters (`prefix`, as
 /// [`label_rings`] labels them), ring by ring, with `soak` and `deadline`.
 fn ring_rollout(prefix: &str, ns: &str, web: Value, soak: &str, deadline: &str) -> Value {
@@ -1280,53 +1278,23 @@ async fn label_rings(testbed: &Testbed, prefix: &str) -> Result<()> {
 }
 
 /// A pod template's `nodeSelector` (`None` without one), as text.
-fn node_selector(t: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
-    t.spec
+fn node_selector(d: &Deployment) -> Option<String> {
+    d.spec
         .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
         .and_then(|p| p.node_selector.as_ref())
         .map(|s| format!("{s:?}"))
 }
 
-/// The values a watch saw so far, in order.
-fn values(seen: &SeenAt) -> Vec<Option<String>> {
-    seen.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .iter()
-        .map(|(v, _)| v.clone())
-        .collect()
-}
-
-/// Every value `of` reads from the pod template of Deployment `name` in member `m`, as a
-/// watch sees them, in order and with when, for as long as the returned task runs.
+/// A watch of Deployment `name` in member `m`, reading `of` from its pod template.
 fn watch_template(
     testbed: &Testbed,
     m: usize,
     ns: &str,
     name: &str,
-    of: fn(&k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String>,
-) -> (SeenAt, tokio::task::JoinHandle<()>) {
-    use futures::StreamExt as _;
-    use kube::runtime::WatchStreamExt as _;
-    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
-    let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
-    let config = kube::runtime::watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let record = seen.clone();
-    let task = tokio::spawn(async move {
-        let mut events = kube::runtime::watcher(deployments, config)
-            .applied_objects()
-            .boxed();
-        while let Some(event) = events.next().await {
-            let Ok(d) = event else { continue };
-            let value = d.spec.and_then(|s| of(&s.template));
-            let mut seen = record
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.last().map(|(v, _)| v) != Some(&value) {
-                seen.push((value, Instant::now()));
-            }
-        }
-    });
-    (seen, task)
+    of: fn(&Deployment) -> Option<String>,
+) -> Watched {
+    Watched::start(Api::namespaced(testbed.members()[m].client(), ns), name, of)
 }
 
 #[test]
@@ -1463,7 +1431,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             "ring 0's watch sees the template come back",
             STEP,
             || async {
-                let seen = values(&watches[0].0);
+                let seen = watches[0].values();
                 Ok(
                     if seen.iter().any(Option::is_some) && seen.last() == Some(&None) {
                         Check::Ready(())
@@ -1474,9 +1442,8 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             },
         )
         .await?;
-        for (m, (seen, task)) in watches.into_iter().enumerate().skip(1) {
-            task.abort();
-            let seen = values(&seen);
+        for (m, watch) in watches.iter().enumerate().skip(1) {
+            let seen = watch.values();
             ensure!(
                 seen.iter().all(Option::is_none),
                 "ring {m} carried the failing template: {seen:?}"
@@ -1627,9 +1594,10 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
 }
 
 /// The pod template's `accord-e2e/revision` annotation.
-fn revision_annotation(t: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
-    t.metadata
+fn revision_annotation(d: &Deployment) -> Option<String> {
+    d.spec
         .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get("accord-e2e/revision").cloned())
 }
@@ -1688,7 +1656,7 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
             let Some(d) = ring0.get_opt("web").await? else {
                 return Ok(Check::NotYet("no Deployment yet".into()));
             };
-            let on_it = d.spec.as_ref().and_then(|s| revision_annotation(&s.template));
+            let on_it = revision_annotation(&d);
             let status = d.status.unwrap_or_default();
             let healthy = on_it.as_deref() == Some("2")
                 && status.updated_replicas == Some(2)
@@ -1716,9 +1684,8 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
         ensure!(status.step == 3, "{status:?}");
         // Each member saw revision 2 once, after revision 1, never back; in ring order.
         let mut reached = Vec::new();
-        for (m, (seen, task)) in watches.into_iter().enumerate() {
-            task.abort();
-            let seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        for (m, watch) in watches.iter().enumerate() {
+            let seen = watch.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
             let order: Vec<Option<String>> = seen.iter().map(|(v, _)| v.clone()).collect();
             ensure!(order == [Some("1".to_owned()), Some("2".to_owned())], "member {m} saw {order:?}");
             reached.push(seen[1].1);

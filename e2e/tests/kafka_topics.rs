@@ -1048,3 +1048,145 @@ fn a_kafka_user_works_on_brokers_without_an_authorizer_and_says_its_acls_cannot_
         Ok(())
     });
 }
+
+/// A topic already in three members (delivered at once) takes `spec.rollout`
+/// `ProgressivePerGroup` by a `ring` label with a config change: `retention.ms` reaches
+/// ring 0, then ring 1 once ring 0 was `Synced` for the soak, then ring 2 — as each
+/// member's Kafka shows it, and as Kafka's own `kafka-configs` lists it while the next
+/// ring soaks.
+#[test]
+fn a_config_change_rolls_out_ring_by_ring_as_each_members_kafka_shows_it() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let kafkas = kafkas(testbed).await?;
+        let s = plain_ring_scenario(testbed, kafkas).await?;
+        let (ns, name, topic) = ("kt-ring", "events", "kt-ring-events");
+        let ring = "ring-kt-ring";
+        for (i, cluster) in s.clusters.iter().enumerate() {
+            ks::label_cluster(testbed, cluster, ring, &i.to_string()).await?;
+        }
+        ensure_ns(testbed, ns).await?;
+        const SOAK: u64 = 15;
+        let object = |retention: &str, rollout: serde_json::Value| {
+            json!({
+                "topicName": topic, "partitions": 3, "replicationFactor": 3,
+                "config": {"retention.ms": retention},
+                "placement": {"clusterSelector": {"matchExpressions": [
+                    {"key": ring, "operator": "Exists"}]}},
+                "rollout": rollout,
+            })
+        };
+        // Delivered at once to every ring the hub selected: it has seen every ring label.
+        ks::apply_topic(testbed, ns, name, object("3600000", json!({}))).await?;
+        s.wait_synced(ns, name, 3, 3, WAIT).await?;
+        wait_configs(&s, topic, "retention.ms 3600000", WAIT, |c| {
+            topic_level(c, "retention.ms", "3600000")
+        })
+        .await?;
+
+        let progressive = json!({
+            "strategy": "ProgressivePerGroup", "groups": {"byLabel": ring},
+            "minSuccessTime": format!("{SOAK}s"), "progressDeadline": "2m",
+        });
+        let probes = s.probes()?;
+        ks::apply_topic(testbed, ns, name, object("7200000", progressive)).await?;
+        // When each member's Kafka first had the new value.
+        let mut reached: Vec<Option<Instant>> = vec![None; probes.len()];
+        let mut checked_ring0 = false;
+        let deadline = Instant::now() + STEP * 3;
+        while reached.iter().any(Option::is_none) {
+            s.ensure_running()?;
+            ensure!(
+                Instant::now() < deadline,
+                "the rollout did not reach every ring: {reached:?}"
+            );
+            for (i, probe) in probes.iter().enumerate() {
+                if reached[i].is_none()
+                    && topic_level(&probe.configs(topic).await?, "retention.ms", "7200000")
+                {
+                    reached[i] = Some(Instant::now());
+                }
+            }
+            // Ring 0 has it: while it soaks, Kafka's own tool still lists the old value
+            // on rings 1 and 2.
+            if reached[0].is_some() && !checked_ring0 {
+                checked_ring0 = true;
+                for (i, kafka) in kafkas.iter().enumerate().skip(1) {
+                    let set = ks::tool_topic_configs(testbed, &kafka.bootstrap, topic).await?;
+                    ensure!(
+                        set.get("retention.ms").map(String::as_str) == Some("3600000"),
+                        "ring {i} has the new value while ring 0 soaks: {set:?}"
+                    );
+                }
+                ensure!(
+                    reached[1].is_none() && reached[2].is_none(),
+                    "rings 1 and 2 were sent the change with ring 0: {reached:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let at: Vec<Instant> = reached.into_iter().flatten().collect();
+        let gaps = [
+            at[1].saturating_duration_since(at[0]).as_secs_f64(),
+            at[2].saturating_duration_since(at[1]).as_secs_f64(),
+        ];
+        eprintln!(
+            "kafka rollout: ring 0 → ring 1 {:.1} s, ring 1 → ring 2 {:.1} s (soak {SOAK} s)",
+            gaps[0], gaps[1]
+        );
+        ensure!(
+            gaps.iter().all(|g| *g >= SOAK as f64 - 1.0),
+            "a ring got the change before the one before it soaked {SOAK} s: {gaps:?}"
+        );
+        // Kafka's own tool on every member's broker: the new value everywhere.
+        for (i, kafka) in kafkas.iter().enumerate() {
+            let set = ks::tool_topic_configs(testbed, &kafka.bootstrap, topic).await?;
+            ensure!(
+                set.get("retention.ms").map(String::as_str) == Some("7200000"),
+                "ring {i}: {set:?}"
+            );
+        }
+        let rollout = until("the rollout Succeeded", WAIT, || async {
+            let status = ks::get_topic(testbed, ns, name)
+                .await?
+                .and_then(|t| t.status)
+                .and_then(|s| s.rollout);
+            Ok(match status {
+                Some(r) if r.phase == "Succeeded" => Check::Ready(r),
+                other => Check::NotYet(format!("{other:?}")),
+            })
+        })
+        .await?;
+        ensure!(
+            rollout.step == 3 && rollout.succeeded == 3 && rollout.failed == 0,
+            "one step per ring: {rollout:?}"
+        );
+        ks::wait_event(testbed, ns, name, "Normal", "RolloutSucceeded", WAIT).await?;
+        ks::delete_topic(testbed, ns, name).await?;
+        ks::wait_topic_gone(testbed, ns, name, WAIT).await
+    });
+}
+
+/// A scenario of its own hub and agents in the three members, over PLAINTEXT.
+async fn plain_ring_scenario(
+    testbed: &'static Testbed,
+    kafkas: &'static [KafkaCluster],
+) -> Result<KafkaScenario<'static>> {
+    KafkaScenario::start(
+        testbed,
+        KafkaScenarioOptions {
+            name: "kt-ring",
+            members: (0..3)
+                .map(|i| KafkaMember {
+                    member: i,
+                    kafka: &kafkas[i],
+                    sasl: false,
+                })
+                .collect(),
+            resync: RESYNC,
+            deletion_timeout: None,
+            webhook: false,
+        },
+    )
+    .await
+}

@@ -8,10 +8,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use accord_crds::{PlacementState, PrometheusFederation};
-use accord_e2e::kafka_topic_scenario::wait_event;
+use accord_e2e::fleet::AGENT_NAMESPACE;
+use accord_e2e::kafka_topic_scenario::{label_cluster, wait_event};
 use accord_e2e::promfed::{self, FederationOptions, ReloaderOptions};
 use accord_e2e::promfed_scenario::{self, Scenario, ScenarioOptions, TENANTS};
 use accord_e2e::wait::{Check, until};
+use accord_e2e::watch::Watched;
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
@@ -22,6 +24,8 @@ static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
 /// The scenarios run a dozen Prometheus servers; one at a time on two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 const WAIT: Duration = Duration::from_secs(60);
+/// A rollout's deadline and a step after it, on a loaded machine.
+const STEP: Duration = Duration::from_secs(90);
 
 /// A spec over `clusters` federating both tenants with a `match[]` as broad as any (the
 /// `edit_N_=""` matcher selects every series — none has that label — and makes each edit's
@@ -372,6 +376,135 @@ fn a_prometheus_without_the_lifecycle_api_is_reported_with_the_flag_to_set() {
             WAIT,
         )
         .await?;
+        Ok(())
+    });
+}
+
+/// The edit `edit_N_` a federation ConfigMap's config carries (the `match[]` of [`spec`]).
+fn edit_of(config_map: &k8s_openapi::api::core::v1::ConfigMap) -> Option<String> {
+    let config = config_map
+        .data
+        .as_ref()?
+        .get(accord_common::promfed::CONFIG_KEY)?;
+    let rest = &config[config.find("edit_")? + "edit_".len()..];
+    Some(rest.chars().take_while(char::is_ascii_digit).collect())
+}
+
+/// A policy confirmed in three members (delivered at once) takes `spec.rollout`
+/// `ProgressivePerGroup` by a `ring` label with an edit every member's Prometheus refuses:
+/// only ring 0's ConfigMap ever carries it (watches on every member), at the deadline it
+/// goes back to the config before, confirmed by Prometheus, and `RolledBack` names ring 0.
+#[test]
+fn an_edit_prometheus_refuses_stops_at_the_first_ring_and_comes_back() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    TESTBED.run(|testbed| async move {
+        let _logs = testbed.logs_on_panic();
+        let s = Scenario::start(
+            testbed,
+            ScenarioOptions {
+                name: "pfed-ring",
+                members: &[0, 1, 2],
+                tenants: ScenarioOptions::tenant_defaults(),
+                federation: FederationOptions::with_reloader(ReloaderOptions::default()),
+                global: false,
+            },
+        )
+        .await?;
+        let (ns, name) = ("pfed-ring", "tenants");
+        let ring = "ring-pfed-ring";
+        for (i, cluster) in s.clusters.iter().enumerate() {
+            label_cluster(testbed, cluster, ring, &i.to_string()).await?;
+        }
+        let by_ring = |rollout: serde_json::Value| {
+            serde_json::json!({
+                "placement": {"clusterSelector": {"matchExpressions": [
+                    {"key": ring, "operator": "Exists"}]}},
+                "global": {"enabled": false},
+                "rollout": rollout,
+            })
+        };
+        // Delivered at once to every ring the hub selected: it has seen every ring label.
+        promfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&s.clusters, 1, "2s", by_ring(serde_json::json!({}))),
+        )
+        .await?;
+        s.wait_confirmed(ns, name, &marker(1), false, WAIT).await?;
+
+        let watches: Vec<Watched> = (0..3)
+            .map(|i| {
+                let cluster = s.member_cluster(i)?;
+                Ok(Watched::start(
+                    Api::namespaced(cluster.client(), AGENT_NAMESPACE),
+                    accord_common::promfed::CONFIG_MAP_NAME,
+                    edit_of,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let progressive = serde_json::json!({
+            "strategy": "ProgressivePerGroup", "groups": {"byLabel": ring},
+            "minSuccessTime": "2s", "progressDeadline": "20s",
+        });
+        let edited = std::time::Instant::now();
+        promfed_scenario::apply(
+            testbed,
+            ns,
+            name,
+            spec(&s.clusters, 2, "1s1s", by_ring(progressive)),
+        )
+        .await?;
+        let status = until("the rollout RolledBack", STEP, || async {
+            let status = promfed_scenario::status(testbed, ns, name)
+                .await?
+                .unwrap_or_default();
+            Ok(match &status.rollout {
+                Some(r) if r.phase == "RolledBack" => Check::Ready(status),
+                other => Check::NotYet(format!("{other:?}")),
+            })
+        })
+        .await?;
+        let ring0 = &s.clusters[0];
+        let failed: Vec<(&str, &str)> = status
+            .rollout
+            .iter()
+            .flat_map(|r| &r.failed_clusters)
+            .map(|f| (f.cluster.as_str(), f.reason.as_str()))
+            .collect();
+        ensure!(
+            failed.len() == 1
+                && failed[0].0 == ring0.as_str()
+                && failed[0].1.contains("not a valid duration string"),
+            "{failed:?}"
+        );
+        let rolled_back = accord_crds::conditions::find(&status.conditions, "RolledBack")
+            .context("the RolledBack condition")?;
+        ensure!(
+            rolled_back.status == "True" && rolled_back.message.contains(&format!("{ring0} (")),
+            "{rolled_back:?}"
+        );
+        // Ring 0 is back on the config before, loaded and confirmed by its Prometheus.
+        s.wait_confirmed(ns, name, &marker(1), false, STEP).await?;
+        eprintln!(
+            "promfed rollout: edit → ring 0 confirmed on the config before in {:.1} s (deadline 20 s)",
+            edited.elapsed().as_secs_f64()
+        );
+        wait_event(testbed, ns, name, "Warning", "RolledBack", WAIT).await?;
+        let one = Some("1".to_owned());
+        let two = Some("2".to_owned());
+        let seen = watches[0].values();
+        ensure!(
+            seen.contains(&two) && seen.last() == Some(&one),
+            "ring 0's ConfigMap went {seen:?}"
+        );
+        for (i, watch) in watches.iter().enumerate().skip(1) {
+            let seen = watch.values();
+            ensure!(
+                !seen.contains(&two),
+                "ring {i} carried the refused edit: {seen:?}"
+            );
+        }
         Ok(())
     });
 }
