@@ -174,6 +174,11 @@ pub struct TopicPlacement {
     /// Detail, e.g. why a change was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The revision the cluster runs, while `spec.rollout` is progressive: the one
+    /// `status.rollout.revision` names once the rollout reached the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub revision: Option<String>,
 }
 
 /// Compliance rules for FederatedKafkaTopics, enforced by the hub's validating admission

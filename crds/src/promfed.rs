@@ -212,6 +212,11 @@ pub struct FederationPlacement {
     /// Detail for the state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The revision the cluster runs, while `spec.rollout` is progressive: the one
+    /// `status.rollout.revision` names once the rollout reached the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub revision: Option<String>,
 }
 
 crate::placed_status! {

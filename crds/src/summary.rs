@@ -114,6 +114,9 @@ pub trait PlacedStatus {
     /// The per-cluster lines, as read.
     fn placements(&self) -> &[Self::Placement];
 
+    /// The per-cluster lines.
+    fn placements_mut(&mut self) -> &mut Vec<Self::Placement>;
+
     /// The conditions.
     fn conditions_mut(
         &mut self,
@@ -172,6 +175,10 @@ macro_rules! placed_status {
 
                 fn placements(&self) -> &[$placement] {
                     &self.placements
+                }
+
+                fn placements_mut(&mut self) -> &mut Vec<$placement> {
+                    &mut self.placements
                 }
 
                 fn conditions_mut(
@@ -247,6 +254,7 @@ mod tests {
             partitions: None,
             replication_factor: None,
             message: None,
+            revision: None,
         }
     }
 

@@ -1327,6 +1327,15 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
         .await?;
         let rollout = status.rollout.clone().context("status.rollout")?;
         ensure!(rollout.succeeded == 3 && rollout.failed == 0, "{rollout:?}");
+        // Each placement names the revision it runs: the one rolled out.
+        ensure!(
+            status
+                .placements
+                .iter()
+                .all(|p| p.revision.as_deref() == Some(rollout.revision.as_str())),
+            "{:?}",
+            status.placements
+        );
         let mut created = Vec::new();
         for m in 0..3 {
             let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
@@ -1401,6 +1410,20 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             "rollout: edit → ring 0 back on the previous template in {:.1} s (deadline 20 s)",
             edited.elapsed().as_secs_f64()
         );
+        // Every placement names the revision before as the one it runs.
+        wait_status(
+            testbed,
+            ns,
+            "web",
+            "every line on the revision before",
+            |s| {
+                s.placements
+                    .iter()
+                    .all(|p| p.revision.as_deref() == Some(before.as_str()))
+                    .then_some(())
+            },
+        )
+        .await?;
         wait_event(testbed, ns, "web", "Warning", "RolledBack", STEP).await?;
         // Counted by the hub: one rollout ended RolledBack, the first Succeeded (once, or
         // twice when the hub decided before it saw the rings' labels: nothing selected is a

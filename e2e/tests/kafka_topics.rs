@@ -1146,14 +1146,23 @@ fn a_config_change_rolls_out_ring_by_ring_as_each_members_kafka_shows_it() {
                 "ring {i}: {set:?}"
             );
         }
+        // Succeeded, and each placement names the revision rolled out as the one it runs.
         let rollout = until("the rollout Succeeded", WAIT, || async {
             let status = ks::get_topic(testbed, ns, name)
                 .await?
                 .and_then(|t| t.status)
-                .and_then(|s| s.rollout);
-            Ok(match status {
-                Some(r) if r.phase == "Succeeded" => Check::Ready(r),
-                other => Check::NotYet(format!("{other:?}")),
+                .unwrap_or_default();
+            Ok(match &status.rollout {
+                Some(r)
+                    if r.phase == "Succeeded"
+                        && status
+                            .placements
+                            .iter()
+                            .all(|p| p.revision.as_deref() == Some(r.revision.as_str())) =>
+                {
+                    Check::Ready(r.clone())
+                }
+                _ => Check::NotYet(format!("{:?} {:?}", status.rollout, status.placements)),
             })
         })
         .await?;

@@ -1202,8 +1202,8 @@ async fn a_progressive_rollout_goes_group_by_group_pauses_and_takes_a_failure_ba
     }
     let (controller, mut objects) = h.controller::<toy::Toys>();
     let path = format!("{}/web", toy::PATH);
-    let put = |h: &Harness, generation: i64, version: &str, paused: bool| {
-        h.fake.put(
+    let put_with = |h: &Harness, generation: i64, version: &str, strategy: &str, paused: bool| {
+        h.fake.update(
             &path,
             json!({
                 "apiVersion": "toy.accord.io/v1", "kind": "Toy",
@@ -1211,11 +1211,14 @@ async fn a_progressive_rollout_goes_group_by_group_pauses_and_takes_a_failure_ba
                              "uid": "uid-web", "resourceVersion": "1",
                              "creationTimestamp": "2026-01-01T00:00:00Z"},
                 "spec": {"name": "web", "clusters": ["a", "b", "c"], "version": version,
-                         "rollout": {"strategy": "ProgressivePerGroup",
+                         "rollout": {"strategy": strategy,
                                      "groups": {"byLabel": "ring"},
                                      "progressDeadline": "50ms", "paused": paused}}
             }),
         );
+    };
+    let put = |h: &Harness, generation: i64, version: &str, paused: bool| {
+        put_with(h, generation, version, "ProgressivePerGroup", paused);
     };
     let reconcile = async |objects: &mut Writer<Watched<toy::Toys>>| {
         let watched = h.watched::<toy::Toys>(&path);
@@ -1355,5 +1358,26 @@ async fn a_progressive_rollout_goes_group_by_group_pauses_and_takes_a_failure_ba
     assert_eq!(
         kept.progress.phase,
         accord_hub::distribution::rollout::Phase::RolledBack
+    );
+
+    // Switched to `All`, v2 goes everywhere at once and the rollout is forgotten; made
+    // progressive again with the same v2, it starts afresh from what the clusters run:
+    // nobody is taken back to v1.
+    put_with(&h, 4, "v2", "All", false);
+    reconcile(&mut objects).await;
+    let all_v2 = [v("a", Some("v2")), v("b", Some("v2")), v("c", Some("v2"))];
+    assert_eq!(toy_versions(&h, "web").0, all_v2);
+    assert!(
+        h.ctx.rollouts.get(&key).is_none(),
+        "the rollout is forgotten"
+    );
+    put(&h, 5, "v2", false);
+    reconcile(&mut objects).await;
+    reconcile(&mut objects).await;
+    assert_eq!(toy_versions(&h, "web").0, all_v2);
+    let (kept, _) = h.ctx.rollouts.get(&key).expect("a rollout of its own");
+    assert_eq!(
+        kept.progress.phase,
+        accord_hub::distribution::rollout::Phase::Progressing
     );
 }

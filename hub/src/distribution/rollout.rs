@@ -252,6 +252,13 @@ pub struct RolloutRecord {
     /// The revision's number in the object's history (1 for its first rollout).
     #[serde(default)]
     pub number: i64,
+    /// The revision of [`Self::good`], when a rollout recorded it (content delivered
+    /// before the object rolled out progressively has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub good_revision: Option<String>,
+    /// The revision of each share of [`Self::current`], where known.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub current_revisions: BTreeMap<String, String>,
 }
 
 impl RolloutRecord {
@@ -275,11 +282,20 @@ impl RolloutRecord {
             .filter(|s| s.places())
             .map(|s| (s.cluster.clone(), s.clone()))
             .collect();
-        let (good, has_good) = match previous {
-            None => (running.clone(), stored.is_some()),
-            Some(p) if p.progress.phase == Phase::Succeeded => (running.clone(), true),
-            Some(p) => (p.good.clone(), p.has_good),
+        let (good, has_good, good_revision) = match previous {
+            None => (running.clone(), stored.is_some(), None),
+            Some(p) if p.progress.phase == Phase::Succeeded => {
+                (running.clone(), true, Some(p.revision.clone()))
+            }
+            Some(p) => (p.good.clone(), p.has_good, p.good_revision.clone()),
         };
+        let current_revisions = running
+            .keys()
+            .filter_map(|c| {
+                let ran = previous.and_then(|p| p.runs(c))?;
+                Some((c.clone(), ran.to_owned()))
+            })
+            .collect();
         Self {
             revision,
             generation,
@@ -290,6 +306,29 @@ impl RolloutRecord {
             has_good,
             steps: 0,
             number: previous.map_or(0, |p| p.number) + 1,
+            good_revision,
+            current_revisions,
+        }
+    }
+
+    /// The revision `cluster` runs as [`Self::merge`] sends it, where known: this one once
+    /// the rollout reached it, the last good one after a rollback, else what it ran when the
+    /// rollout started.
+    pub fn runs(&self, cluster: &str) -> Option<&str> {
+        if self.progress.runs_new(cluster) {
+            return Some(&self.revision);
+        }
+        let good = || {
+            self.good_revision
+                .as_deref()
+                .filter(|_| self.has_good && self.good.contains_key(cluster))
+        };
+        let taken_back =
+            self.progress.phase == Phase::RolledBack && self.progress.sent.contains_key(cluster);
+        if !taken_back && self.current.contains_key(cluster) {
+            self.current_revisions.get(cluster).map(String::as_str)
+        } else {
+            good()
         }
     }
 
@@ -900,17 +939,29 @@ mod tests {
                 ("b".into(), Some("v1".into()))
             ]
         );
+        // The lines name what runs: a the superseded rev2; b and the good v1 came before
+        // any rollout, unnamed.
+        assert_eq!((next.runs("a"), next.runs("b")), (Some("rev2"), None));
         next.progress.sent.insert("a".into(), 5);
         next.progress.phase = Phase::RolledBack;
         assert_eq!(
             versions(&next.merge(&target))[0],
             ("a".into(), Some("v1".into()))
         );
+        assert_eq!(next.runs("a"), None);
         // After a success, what runs is the rollback target.
         rolling.progress.phase = Phase::Succeeded;
-        let next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
+        let mut next = RolloutRecord::start("rev3".into(), 3, Some(&rolling), Some(&stored), 5);
         assert_eq!(next.good["a"], share("a", "v2"));
         assert!(next.progress.sent.is_empty());
+        assert_eq!(next.runs("a"), Some("rev2"));
+        next.progress.sent.insert("a".into(), 5);
+        assert_eq!(next.runs("a"), Some("rev3"));
+        next.progress.phase = Phase::RolledBack;
+        assert_eq!(next.runs("a"), Some("rev2"));
+        // Kept in etcd between steps, read back the same.
+        let json = serde_json::to_string(&next).unwrap();
+        assert_eq!(serde_json::from_str::<RolloutRecord>(&json).unwrap(), next);
     }
 
     #[test]

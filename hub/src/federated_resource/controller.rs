@@ -104,6 +104,10 @@ impl PlacementKind for FederatedResources {
         Some(&mut status.rollout)
     }
 
+    fn set_revision(line: &mut accord_crds::ResourcePlacement, revision: Option<String>) {
+        line.revision = revision;
+    }
+
     fn placement(object: &FederatedResource) -> Option<&accord_crds::ClusterPlacement> {
         Some(&object.spec.placement)
     }

@@ -63,6 +63,7 @@ pub fn aggregate(inputs: &Aggregation<'_, FederatedResources>) -> FederatedResou
             drift_repairs: None,
             last_drift_time: None,
             message,
+            revision: None,
         };
         if let Some(o) = observed {
             let count = |f: &dyn Fn(&accord_common::distribution::ManifestObserved) -> bool| {

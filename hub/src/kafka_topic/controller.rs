@@ -321,6 +321,10 @@ impl PlacementKind for KafkaTopics {
         Some(&mut status.rollout)
     }
 
+    fn set_revision(line: &mut accord_crds::TopicPlacement, revision: Option<String>) {
+        line.revision = revision;
+    }
+
     fn placement(topic: &FederatedKafkaTopic) -> Option<&accord_crds::ClusterPlacement> {
         Some(&topic.spec.placement)
     }

@@ -97,6 +97,7 @@ pub fn placement(
             .filter(|_| !conflicted)
             .map(|o| o.replication_factor),
         message,
+        revision: None,
     }
 }
 

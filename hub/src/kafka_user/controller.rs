@@ -339,6 +339,10 @@ impl PlacementKind for KafkaUsers {
         Some(&mut status.rollout)
     }
 
+    fn set_revision(line: &mut accord_crds::KafkaUserPlacement, revision: Option<String>) {
+        line.revision = revision;
+    }
+
     fn placement(user: &FederatedKafkaUser) -> Option<&accord_crds::ClusterPlacement> {
         Some(&user.spec.placement)
     }

@@ -135,6 +135,7 @@ pub fn placement(
             })
             .filter(|h| !h.is_empty()),
         message,
+        revision: None,
     }
 }
 

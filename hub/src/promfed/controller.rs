@@ -169,6 +169,10 @@ impl PlacementKind for Promfed {
         Some(&mut status.rollout)
     }
 
+    fn set_revision(line: &mut accord_crds::FederationPlacement, revision: Option<String>) {
+        line.revision = revision;
+    }
+
     fn placement(placed: &PrometheusFederation) -> Option<&accord_crds::ClusterPlacement> {
         Some(&placed.spec.placement)
     }

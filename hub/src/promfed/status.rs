@@ -65,6 +65,7 @@ pub fn placement(
             .map(|o| o.config_hash.clone())
             .filter(|h| !h.is_empty()),
         message,
+        revision: None,
     }
 }
 

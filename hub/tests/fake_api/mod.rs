@@ -52,6 +52,16 @@ impl FakeApi {
             .insert(path.to_owned(), object);
     }
 
+    /// Updates the object at `path` as a real API server does for a write to the main
+    /// resource: its `status` stays what it was (only the status subresource changes it).
+    pub fn update(&self, path: &str, mut object: Value) {
+        let mut state = self.state.lock().unwrap();
+        if let Some(status) = state.objects.get(path).map(|o| o["status"].clone()) {
+            object["status"] = status;
+        }
+        state.objects.insert(path.to_owned(), object);
+    }
+
     /// The object at `path`, if any.
     pub fn get(&self, path: &str) -> Option<Value> {
         self.state.lock().unwrap().objects.get(path).cloned()

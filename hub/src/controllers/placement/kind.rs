@@ -317,6 +317,15 @@ pub trait PlacementKind: Sized + Send + Sync + 'static {
         None
     }
 
+    /// Sets the revision a cluster's line names (`revision`: the rollout's revision hash
+    /// the cluster runs, as `status.rollout.revision` names the one rolled out), for a
+    /// kind whose objects may roll out progressively.
+    fn set_revision(
+        _line: &mut <Self::Status as accord_crds::PlacedStatus>::Placement,
+        _revision: Option<String>,
+    ) {
+    }
+
     /// Whether a change of ManagedCluster `cluster` may concern `object`: by default when
     /// it names the cluster in `spec.placement.clusters` or selects by
     /// `spec.placement.clusterSelector`. Read from the stored spec, so an object that does

@@ -235,8 +235,9 @@ impl<K: PlacementKind> Placements<K> {
                     previous.as_ref().map(|(r, _)| r.shares.as_slice()),
                     now.0.as_millisecond(),
                 );
-                if let Some(r) = &rolling {
-                    shares = r.merged();
+                match &rolling {
+                    Some(r) => shares = r.merged(),
+                    None => self.forget_rollout(&p).await?,
                 }
                 let mut record = PlacementRecord {
                     placed: p.clone(),

@@ -170,6 +170,15 @@ impl<K: PlacementKind> Placements<K> {
                 heard: heard.get(*c).cloned().unwrap_or(Heard::Nothing),
             })
             .collect();
+        // Each line names the revision its cluster was sent: the status was computed
+        // against that record, which the rollout's progress before this step describes.
+        for line in accord_crds::PlacedStatus::placements_mut(status) {
+            let runs = r
+                .record
+                .runs(accord_crds::summary::HasState::cluster(line))
+                .map(str::to_owned);
+            K::set_revision(line, runs);
+        }
         let before = r.record.progress.phase;
         let step = rollout::step(&r.rules, &members, &r.record.progress, now_millis);
         r.record.advance(&step);
@@ -216,6 +225,25 @@ impl<K: PlacementKind> Placements<K> {
 }
 
 impl<K: PlacementKind> Placements<K> {
+    /// Forgets the rollout kept for `p` once its object no longer rolls out progressively:
+    /// made progressive again, it starts afresh from what the clusters run then (a kept
+    /// `RolledBack` would take back the clusters the failed rollout reached).
+    pub(super) async fn forget_rollout(&self, p: &PlacedRef) -> Result<(), ReconcileError> {
+        let ctx = &self.ctx;
+        let key = rollout_key(ctx, p);
+        if ctx.rollouts.get(&key).is_none() {
+            return Ok(());
+        }
+        let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
+        let (_, revision) = ctx
+            .store
+            .fenced_txn_with_revision(&fence, Vec::new(), vec![crate::store::TxnOp::delete(key)])
+            .await?;
+        ctx.rollouts.wait_for_revision(revision).await;
+        debug!(placed = %p, "rollout forgotten: the object no longer rolls out progressively");
+        Ok(())
+    }
+
     /// The revision history: a new revision's ControllerRevision, an ended one's outcome.
     /// A failure is logged and counted; the rollout goes on without it.
     async fn history(&self, object: &K::Object, r: &Rolling, before: Phase) {
