@@ -27,7 +27,9 @@ use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::{Value, json};
 
-static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
+/// Four members: the rollout tests use all of them (three rings, the last of two);
+/// the others three.
+static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(4));
 /// The scenarios are heavy for two cores; run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 /// Generous for a loaded machine; each step normally takes a second or two.
@@ -36,7 +38,17 @@ const FM: &str = "accord-e2e-tests";
 
 /// A hub and three agents, clusters `<prefix>-0..2` on members 0..2.
 async fn fleet<'t>(testbed: &'t Testbed, prefix: &str, hub_args: &[&str]) -> Result<Fleet<'t>> {
-    let names: Vec<String> = (0..3).map(|i| format!("{prefix}-{i}")).collect();
+    fleet_of(testbed, prefix, 3, hub_args).await
+}
+
+/// A hub and `n` agents, clusters `<prefix>-0..n-1` on members 0..n-1.
+async fn fleet_of<'t>(
+    testbed: &'t Testbed,
+    prefix: &str,
+    n: usize,
+    hub_args: &[&str],
+) -> Result<Fleet<'t>> {
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
     let agents: Vec<(&str, usize)> = names
         .iter()
         .enumerate()
@@ -1247,7 +1259,7 @@ fn ring_rollout(prefix: &str, ns: &str, web: Value, soak: &str, deadline: &str) 
     })
 }
 
-/// Applies `object` (a first revision) paused until the hub selects all three rings, then
+/// Applies `object` (a first revision) paused until the hub selects every ring, then
 /// as it is: the hub may see the rings' labels one by one, and a ring it has not seen yet
 /// would be a ring of its own in the wrong place.
 async fn apply_when_selected(testbed: &Testbed, ns: &str, object: &Value) -> Result<()> {
@@ -1256,7 +1268,7 @@ async fn apply_when_selected(testbed: &Testbed, ns: &str, object: &Value) -> Res
     apply(testbed, ns, &paused).await?;
     let name = object["metadata"]["name"].as_str().context("name")?;
     wait_status(testbed, ns, name, "every ring selected", |s| {
-        (s.clusters == Some(3)).then_some(())
+        (s.clusters == Some(RING_MEMBERS as i32)).then_some(())
     })
     .await?;
     apply(testbed, ns, object).await
@@ -1268,10 +1280,18 @@ fn ring_label(prefix: &str) -> String {
     format!("ring-{prefix}")
 }
 
-/// Labels clusters `<prefix>-0..2` with ring 0..2.
+/// Members of the rollout tests: three rings, the last of two.
+const RING_MEMBERS: usize = 4;
+
+/// The ring of member `m`: 0, 1, 2, 2.
+fn ring_of(m: usize) -> usize {
+    m.min(2)
+}
+
+/// Labels clusters `<prefix>-0..3` with their rings.
 async fn label_rings(testbed: &Testbed, prefix: &str) -> Result<()> {
-    for i in 0..3 {
-        let labels = json!({ ring_label(prefix): i.to_string() });
+    for i in 0..RING_MEMBERS {
+        let labels = json!({ ring_label(prefix): ring_of(i).to_string() });
         label_cluster(testbed, &format!("{prefix}-{i}"), labels).await?;
     }
     Ok(())
@@ -1305,7 +1325,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
     TESTBED.run(|testbed| async move {
         let prefix = "fres-r";
         let ns = "fres-rollout";
-        let fleet = fleet(testbed, prefix, &[]).await?;
+        let fleet = fleet_of(testbed, prefix, RING_MEMBERS, &[]).await?;
         label_rings(testbed, prefix).await?;
         let object = |node_selector: Option<Value>| {
             let mut web = accord_e2e::fleet::pause_deployment("web", 2);
@@ -1321,12 +1341,15 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
         let status = wait_status(testbed, ns, "web", "the rollout Succeeded", |s| {
             s.rollout
                 .as_ref()
-                .filter(|r| r.phase == "Succeeded" && r.succeeded == 3)
+                .filter(|r| r.phase == "Succeeded" && r.succeeded == RING_MEMBERS as i32)
                 .map(|_| s.clone())
         })
         .await?;
         let rollout = status.rollout.clone().context("status.rollout")?;
-        ensure!(rollout.succeeded == 3 && rollout.failed == 0, "{rollout:?}");
+        ensure!(
+            rollout.succeeded == RING_MEMBERS as i32 && rollout.failed == 0,
+            "{rollout:?}"
+        );
         // Each placement names the revision it runs: the one rolled out.
         ensure!(
             status
@@ -1337,7 +1360,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             status.placements
         );
         let mut created = Vec::new();
-        for m in 0..3 {
+        for m in 0..RING_MEMBERS {
             let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
             let d = deployments.get("web").await?;
             created.push(
@@ -1349,14 +1372,14 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             );
         }
         ensure!(
-            created[0] < created[1] && created[1] < created[2],
+            created[0] < created[1] && created[1] < created[2] && created[1] < created[3],
             "rings out of order: created at {created:?}"
         );
         eprintln!("rollout: rings created at {created:?} (unix seconds; soak 3 s)");
 
         // (b) A change no node of any member can schedule: only ring 0 ever carries it, and
         // at the deadline it goes back to the template before.
-        let watches: Vec<_> = (0..3)
+        let watches: Vec<_> = (0..RING_MEMBERS)
             .map(|m| watch_template(testbed, m, ns, "web", node_selector))
             .collect();
         let before = status.rollout.map(|r| r.revision).unwrap_or_default();
@@ -1469,7 +1492,8 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             let seen = watch.values();
             ensure!(
                 seen.iter().all(Option::is_none),
-                "ring {m} carried the failing template: {seen:?}"
+                "member {m} (ring {}) carried the failing template: {seen:?}",
+                ring_of(m)
             );
         }
 
@@ -1529,10 +1553,10 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             out.status.success() && printed.contains(": Paused, step"),
             "{printed}"
         );
-        for m in 1..3 {
+        for m in 1..RING_MEMBERS {
             ensure!(
                 revision_of(m).await?.is_none(),
-                "ring {m} got the paused revision ({held:?})"
+                "member {m} got the paused revision ({held:?})"
             );
         }
         let out = kubectl_accord(&["rollout", "resume", "fres/web"])
@@ -1556,10 +1580,10 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
             "{printed}{}",
             String::from_utf8_lossy(&watched.stderr)
         );
-        for m in 0..3 {
+        for m in 0..RING_MEMBERS {
             ensure!(
                 revision_of(m).await?.as_deref() == Some("3"),
-                "ring {m} after the resume"
+                "member {m} after the resume"
             );
         }
         // The history: three revisions, the nodeSelector one RolledBack; undo to the first
@@ -1600,8 +1624,8 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
                 .map(|_| ())
         })
         .await?;
-        for m in 0..3 {
-            ensure!(revision_of(m).await?.is_none(), "ring {m} after the undo");
+        for m in 0..RING_MEMBERS {
+            ensure!(revision_of(m).await?.is_none(), "member {m} after the undo");
         }
         let out = kubectl_accord(&["rollout", "pause", "fres/absent"])
             .output()
@@ -1654,7 +1678,7 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
             })
         })
         .await?;
-        let fleet = fleet(testbed, prefix, &ttl).await?;
+        let fleet = fleet_of(testbed, prefix, RING_MEMBERS, &ttl).await?;
         label_rings(testbed, prefix).await?;
         let object = |revision: &str, soak: &str| {
             let mut web = accord_e2e::fleet::pause_deployment("web", 2);
@@ -1664,13 +1688,13 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
         };
         apply_when_selected(testbed, ns, &object("1", "1s")).await?;
         wait_status(testbed, ns, "web", "revision 1 Succeeded", |s| {
-            s.rollout.as_ref().filter(|r| r.phase == "Succeeded" && r.succeeded == 3).map(|_| ())
+            s.rollout.as_ref().filter(|r| r.phase == "Succeeded" && r.succeeded == RING_MEMBERS as i32).map(|_| ())
         })
         .await?;
 
         // Revision 2 with a 15 s soak: once ring 0 runs it healthy, 8 s into the soak,
         // kill -9 the leader.
-        let watches: Vec<_> = (0..3)
+        let watches: Vec<_> = (0..RING_MEMBERS)
             .map(|m| watch_template(testbed, m, ns, "web", revision_annotation))
             .collect();
         apply(testbed, ns, &object("2", &format!("{SOAK}s"))).await?;
@@ -1700,7 +1724,7 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
         })
         .await?;
         let status = wait_status(testbed, ns, "web", "revision 2 Succeeded", |s| {
-            s.rollout.as_ref().filter(|r| r.phase == "Succeeded" && r.succeeded == 3).cloned()
+            s.rollout.as_ref().filter(|r| r.phase == "Succeeded" && r.succeeded == RING_MEMBERS as i32).cloned()
         })
         .await?;
         // One step per ring: the new leader repeated none.
@@ -1713,7 +1737,10 @@ fn a_leader_killed_during_a_soak_is_followed_by_one_that_goes_on_from_the_same_s
             ensure!(order == [Some("1".to_owned()), Some("2".to_owned())], "member {m} saw {order:?}");
             reached.push(seen[1].1);
         }
-        ensure!(reached[0] < reached[1] && reached[1] < reached[2], "rings out of order");
+        ensure!(
+            reached[0] < reached[1] && reached[1] < reached[2] && reached[1] < reached[3],
+            "rings out of order"
+        );
         // The soak was not started again by the new leader: ring 1 got revision 2 about a
         // soak after ring 0 was healthy, sooner than a soak after the kill.
         let ring1_after_healthy = reached[1].duration_since(healthy).as_secs_f64();

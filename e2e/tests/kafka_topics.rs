@@ -939,11 +939,23 @@ async fn plain_scenario(
     deletion_timeout: Option<Duration>,
     webhook: bool,
 ) -> Result<KafkaScenario<'static>> {
+    plain_scenario_in(testbed, kafkas, name, 1..3, deletion_timeout, webhook).await
+}
+
+/// A scenario of its own hub and agents in `members`, over PLAINTEXT.
+async fn plain_scenario_in(
+    testbed: &'static Testbed,
+    kafkas: &'static [KafkaCluster],
+    name: &'static str,
+    members: std::ops::Range<usize>,
+    deletion_timeout: Option<Duration>,
+    webhook: bool,
+) -> Result<KafkaScenario<'static>> {
     KafkaScenario::start(
         testbed,
         KafkaScenarioOptions {
             name,
-            members: (1..3)
+            members: members
                 .map(|i| KafkaMember {
                     member: i,
                     kafka: &kafkas[i],
@@ -1059,7 +1071,7 @@ fn a_config_change_rolls_out_ring_by_ring_as_each_members_kafka_shows_it() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let kafkas = kafkas(testbed).await?;
-        let s = plain_ring_scenario(testbed, kafkas).await?;
+        let s = plain_scenario_in(testbed, kafkas, "kt-ring", 0..3, None, false).await?;
         let (ns, name, topic) = ("kt-ring", "events", "kt-ring-events");
         let ring = "ring-kt-ring";
         for (i, cluster) in s.clusters.iter().enumerate() {
@@ -1174,28 +1186,4 @@ fn a_config_change_rolls_out_ring_by_ring_as_each_members_kafka_shows_it() {
         ks::delete_topic(testbed, ns, name).await?;
         ks::wait_topic_gone(testbed, ns, name, WAIT).await
     });
-}
-
-/// A scenario of its own hub and agents in the three members, over PLAINTEXT.
-async fn plain_ring_scenario(
-    testbed: &'static Testbed,
-    kafkas: &'static [KafkaCluster],
-) -> Result<KafkaScenario<'static>> {
-    KafkaScenario::start(
-        testbed,
-        KafkaScenarioOptions {
-            name: "kt-ring",
-            members: (0..3)
-                .map(|i| KafkaMember {
-                    member: i,
-                    kafka: &kafkas[i],
-                    sasl: false,
-                })
-                .collect(),
-            resync: RESYNC,
-            deletion_timeout: None,
-            webhook: false,
-        },
-    )
-    .await
 }

@@ -50,6 +50,22 @@ fn spec(
     spec
 }
 
+/// A scenario over members 0..2 with both tenants and a reloader beside each federation
+/// Prometheus, and the global tier with `global`.
+async fn three_members<'t>(testbed: &'t Testbed, name: &str, global: bool) -> Result<Scenario<'t>> {
+    Scenario::start(
+        testbed,
+        ScenarioOptions {
+            name,
+            members: &[0, 1, 2],
+            tenants: ScenarioOptions::tenant_defaults(),
+            federation: FederationOptions::with_reloader(ReloaderOptions::default()),
+            global,
+        },
+    )
+    .await
+}
+
 /// What identifies edit `edit` in a rendered or loaded config.
 fn marker(edit: u32) -> String {
     format!("edit_{edit}_=")
@@ -78,17 +94,7 @@ fn three_members_federate_both_tenants_to_the_global_tier_and_every_edit_is_conf
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
-        let mut s = Scenario::start(
-            testbed,
-            ScenarioOptions {
-                name: "pfed-main",
-                members: &[0, 1, 2],
-                tenants: ScenarioOptions::tenant_defaults(),
-                federation: FederationOptions::with_reloader(ReloaderOptions::default()),
-                global: true,
-            },
-        )
-        .await?;
+        let mut s = three_members(testbed, "pfed-main", true).await?;
         let (ns, name) = ("pfed-main", "tenants");
         let clusters = s.clusters.clone();
         let global_url = s.global.as_ref().context("global")?.url();
@@ -399,17 +405,7 @@ fn an_edit_prometheus_refuses_stops_at_the_first_ring_and_comes_back() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let _logs = testbed.logs_on_panic();
-        let s = Scenario::start(
-            testbed,
-            ScenarioOptions {
-                name: "pfed-ring",
-                members: &[0, 1, 2],
-                tenants: ScenarioOptions::tenant_defaults(),
-                federation: FederationOptions::with_reloader(ReloaderOptions::default()),
-                global: false,
-            },
-        )
-        .await?;
+        let s = three_members(testbed, "pfed-ring", false).await?;
         let (ns, name) = ("pfed-ring", "tenants");
         let ring = "ring-pfed-ring";
         for (i, cluster) in s.clusters.iter().enumerate() {

@@ -854,9 +854,13 @@ async fn main() -> Result<()> {
         .await?;
     }
     if let Some(steps) = args.progressive {
+        let key = store
+            .keys()
+            .placements("FederatedKafkaTopic", BENCH_NAMESPACE, FANOUT_TOPIC);
         progressive(
             &testbed,
             &hubs,
+            (etcd_client().await?, key),
             args.agents,
             &probes.seen,
             steps,
@@ -1163,6 +1167,32 @@ fn received_value(
         .collect()
 }
 
+/// `decidedUnixMillis` of the placements record at `key` as etcd revision `revision` held it.
+async fn decided_unix_millis(
+    etcd: &mut etcd_client::Client,
+    key: &str,
+    revision: i64,
+) -> Result<i64> {
+    let response = etcd
+        .get(
+            key,
+            Some(etcd_client::GetOptions::new().with_revision(revision)),
+        )
+        .await?;
+    let value = response
+        .kvs()
+        .first()
+        .with_context(|| format!("no record at {key} at revision {revision}"))?
+        .value();
+    let json = if accord_common::compress::is_gzip(value) {
+        accord_common::compress::gunzip(value)?
+    } else {
+        value.to_vec()
+    };
+    let record: accord_hub::distribution::record::PlacementRecord = serde_json::from_slice(&json)?;
+    Ok(record.decided_unix_millis)
+}
+
 /// Waits until `count` agents got `retention.ms` = `value`; when each got it.
 async fn until_received(
     seen: &Seen,
@@ -1202,6 +1232,7 @@ fn spread(mut micros: Vec<u64>) -> String {
 async fn progressive(
     testbed: &Testbed,
     hubs: &Hubs<'_>,
+    (mut etcd, key): (etcd_client::Client, String),
     agents: usize,
     seen: &Seen,
     steps: usize,
@@ -1260,11 +1291,21 @@ async fn progressive(
     let mut spreads = Vec::new();
     let mut sizes = Vec::new();
     let mut gaps = Vec::new();
+    let mut decided = Vec::new();
     let mut last_end: Option<Instant> = None;
-    for times in by_step.values() {
+    // The agents' receipt times on the wall clock the hub stamps its decisions with.
+    let (wall, now) = (std::time::SystemTime::now(), Instant::now());
+    let unix_millis = |at: Instant| {
+        let wall = wall - now.saturating_duration_since(at);
+        wall.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    };
+    for (revision, times) in &by_step {
         let first = *times.iter().min().context("a step")?;
         let last = *times.iter().max().context("a step")?;
         spreads.push(last.saturating_duration_since(first).as_micros() as u64);
+        let at = decided_unix_millis(&mut etcd, &key, *revision).await?;
+        decided.push(u64::try_from(unix_millis(last) - at).unwrap_or(0) * 1000);
         sizes.push(times.len());
         if let Some(end) = last_end {
             gaps.push(first.saturating_duration_since(end).as_micros() as u64);
@@ -1279,6 +1320,10 @@ async fn progressive(
     );
     println!(
         "progressive: writes to the management API server for the rollout (status, Events, ControllerRevisions, steady state included): {rollout_writes:.0}"
+    );
+    println!(
+        "progressive: a step's decision (its record's decidedUnixMillis) → its last agent   {}",
+        spread(decided)
     );
     println!(
         "progressive: a step's first agent → its last   {}",

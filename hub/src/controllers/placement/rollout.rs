@@ -188,6 +188,7 @@ impl<K: PlacementKind> Placements<K> {
             let mut record = PlacementRecord {
                 shares: r.merged(),
                 decided_unix_millis: now_millis,
+                generation: object.meta().generation.unwrap_or_default(),
                 ..stored.clone()
             };
             K::name_decision(&mut record, &ulid::Ulid::new().to_string());
