@@ -964,6 +964,25 @@ mod tests {
         assert_eq!(serde_json::from_str::<RolloutRecord>(&json).unwrap(), next);
     }
 
+    /// The progress is written beside the placements record in one etcd transaction; at
+    /// 10,000 clusters its two share maps alone would pass etcd's request limit
+    /// (1.5 MiB by default) uncompressed.
+    #[test]
+    fn a_rollout_of_ten_thousand_clusters_is_kept_within_etcds_request_limit() {
+        let stored: Vec<ShareRecord> = (0..10_000)
+            .map(|i| share(&format!("cluster-{i:05}"), "v1"))
+            .collect();
+        let mut r = RolloutRecord::start("rev2".into(), 2, None, Some(&stored), 0);
+        for s in stored.iter().step_by(2) {
+            r.progress.sent.insert(s.cluster.clone(), 1_700_000_000_000);
+        }
+        assert!(serde_json::to_vec(&r).unwrap().len() > 1_500_000);
+        let value = crate::store::encode_large(&r).unwrap();
+        assert!(value.len() < 256 * 1024, "{} bytes", value.len());
+        let json = accord_common::compress::gunzip(&value).unwrap();
+        assert_eq!(serde_json::from_slice::<RolloutRecord>(&json).unwrap(), r);
+    }
+
     #[test]
     fn rules_and_groups_read_as_the_spec_says() {
         let spec: Rollout = serde_json::from_value(serde_json::json!({

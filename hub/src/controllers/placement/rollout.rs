@@ -71,7 +71,7 @@ impl Rolling {
         if self.kept.as_ref() == Some(&self.record) {
             return Ok(Vec::new());
         }
-        let value = serde_json::to_vec(&self.record).map_err(StoreError::Encode)?;
+        let value = crate::store::encode_large(&self.record)?;
         self.kept = Some(self.record.clone());
         Ok(vec![crate::store::TxnOp::put(
             rollout_key(ctx, p),
@@ -197,7 +197,7 @@ impl<K: PlacementKind> Placements<K> {
             debug!(placed = %p, revision, sent = ?step.newly_sent, ?phase, "rollout step written");
         } else if r.kept.as_ref() != Some(&r.record) {
             let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
-            let value = serde_json::to_vec(&r.record).map_err(StoreError::Encode)?;
+            let value = crate::store::encode_large(&r.record)?;
             let key = rollout_key(ctx, &p);
             let revision = ctx.store.fenced_put(&fence, &key, value).await?;
             ctx.rollouts.wait_for_revision(revision).await;
