@@ -185,9 +185,11 @@ impl<K: PlacementKind> Placements<K> {
         let phase = r.record.progress.phase;
         let took_back = phase == Phase::RolledBack && before != Phase::RolledBack;
         if !step.newly_sent.is_empty() || took_back {
+            // Stamped when the step is decided: after the status it is decided from (at a
+            // large fleet, computing that status is most of the reconcile).
             let mut record = PlacementRecord {
                 shares: r.merged(),
-                decided_unix_millis: now_millis,
+                decided_unix_millis: Timestamp::now().as_millisecond(),
                 generation: object.meta().generation.unwrap_or_default(),
                 ..stored.clone()
             };
