@@ -77,6 +77,7 @@ fn bench(c: &mut Criterion) {
         .selected
         .iter()
         .map(|s| ShareRecord {
+            since: None,
             cluster: s.name.clone(),
             assignment: None,
             held_reason: None,

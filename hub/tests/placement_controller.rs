@@ -794,6 +794,7 @@ mod toy {
                 .filter(|c| input.clusters.contains_key(*c))
                 .map(|c| match lost.get(c) {
                     Some(owner) => ShareRecord {
+                        since: None,
                         cluster: c.clone(),
                         assignment: None,
                         held_reason: Some(format!(
@@ -803,6 +804,7 @@ mod toy {
                         hold: None,
                     },
                     None => ShareRecord {
+                        since: None,
                         cluster: c.clone(),
                         assignment: Some(sent(false, &toy.spec.version)),
                         held_reason: None,

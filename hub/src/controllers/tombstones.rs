@@ -206,8 +206,8 @@ pub async fn finalize<K: Tombstoned>(
     let sent = match record {
         Some((record, revision)) if K::is_tombstone(&record) => Some((record, revision)),
         Some((record, _)) => match K::tombstone(&record) {
-            Some(t) => {
-                let revision = placement::write_record::<K>(ctx, &t).await?;
+            Some(mut t) => {
+                let revision = placement::write_record::<K>(ctx, &mut t).await?;
                 info!(placed = %t.placed, revision, "removing what the members were sent");
                 Some((t, revision))
             }

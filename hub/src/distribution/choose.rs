@@ -674,6 +674,7 @@ mod tests {
         let p = placement("clusters: [us-1, us-2, eu-1]");
         let choice = choose(&p, &fleet, &none, 0).unwrap();
         let share = |c: &str, hold: Option<Hold>| ShareRecord {
+            since: None,
             cluster: c.into(),
             assignment: hold.is_none().then(|| {
                 accord_common::distribution::AssignmentSpec::FederatedResource(Default::default())
@@ -716,6 +717,7 @@ mod tests {
     fn a_removal_is_not_a_placement() {
         let fleet = regions([true, true]);
         let removal = |remove| ShareRecord {
+            since: None,
             cluster: "us-1".into(),
             assignment: Some(accord_common::distribution::AssignmentSpec::KafkaUser(
                 accord_common::distribution::KafkaUserSpec {

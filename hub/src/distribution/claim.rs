@@ -157,6 +157,7 @@ pub fn uniform_shares(
                 None => None,
             };
             ShareRecord {
+                since: None,
                 cluster: c.name.clone(),
                 assignment: held.is_none().then(|| assignment.clone()),
                 hold: held.as_ref().map(|(hold, _)| *hold),
@@ -178,6 +179,7 @@ pub fn held(selected: &[SelectedCluster], reason: &str) -> Vec<ShareRecord> {
     selected
         .iter()
         .map(|c| ShareRecord {
+            since: None,
             cluster: c.name.clone(),
             assignment: None,
             held_reason: Some(reason.to_owned()),

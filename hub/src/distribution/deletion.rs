@@ -52,15 +52,13 @@ pub fn remaining<D>(
     tombstone
         .shares
         .iter()
-        .filter(|s| s.assignment.is_some())
-        .map(|s| s.cluster.as_str())
-        .filter(|c| cluster_exists(c))
-        .filter(|c| {
+        .filter(|s| s.assignment.is_some() && cluster_exists(&s.cluster))
+        .filter(|s| {
             !reports
-                .get(*c)
-                .is_some_and(|r| r.applied_revision >= revision && gone(r))
+                .get(&s.cluster)
+                .is_some_and(|r| r.applied_revision >= s.current_from(revision) && gone(r))
         })
-        .map(str::to_owned)
+        .map(|s| s.cluster.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect()

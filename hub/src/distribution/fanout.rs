@@ -2,8 +2,10 @@
 //!
 //! Every replica watches `placements/` (one key per placed object). One placed object
 //! change is one etcd write; each replica turns the watch event into a delta for the
-//! clusters it holds — an upsert for clusters with a share, a removal for clusters that had
-//! one and no longer do — and a cluster that connects gets the full set of its assignments.
+//! clusters it holds — an upsert for clusters whose share this record changed (a share an
+//! earlier record sent as it is, [`super::record::ShareRecord::since`], is not sent again),
+//! a removal for clusters that had one and no longer do — and a cluster that connects gets
+//! the full set of its assignments.
 //!
 //! Every message carries the [store epoch](crate::store::epoch). When it changes (the
 //! store was restored), every stream this replica holds gets its full set again, so the
@@ -280,7 +282,8 @@ async fn run(
                         revision: mod_revision,
                     };
                     for share in &value.shares {
-                        if !connections.holds(&share.cluster) {
+                        // A share an earlier record sent as it is: its agent has it.
+                        if share.since.is_some() || !connections.holds(&share.cluster) {
                             continue;
                         }
                         match value.assignment_of(share, mod_revision) {
@@ -368,6 +371,73 @@ mod tests {
             placed: Some(placed(name).to_proto()),
             revision,
         }
+    }
+
+    /// A record that changes one cluster's share sends that cluster its new assignment and
+    /// nothing to a cluster whose share an earlier record sent as it is.
+    #[tokio::test]
+    async fn a_record_sends_only_the_shares_it_changed() {
+        use super::super::record::ShareRecord;
+        use crate::store::{Keyspace, encode_large};
+        use accord_common::distribution::{AssignmentSpec, ScaleSpec};
+        let store = Store::in_memory(Keyspace::new("/fanout-test/"));
+        let fanout = Fanout::start(store.clone(), Secrets::none()).await.unwrap();
+        let connections = Connections::default();
+        let (tx_a, mut rx_a) = mpsc::channel(16);
+        let (tx_b, mut rx_b) = mpsc::channel(16);
+        connections.open("a", "ka", tx_a);
+        connections.open("b", "kb", tx_b);
+        tokio::spawn(fanout.run(connections.clone()));
+        // The current-thread runtime runs the fan-out until it waits for its first event.
+        tokio::task::yield_now().await;
+        let placed = PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web");
+        let key = store
+            .keys()
+            .placements(placed.kind.as_str(), &placed.namespace, &placed.name);
+        let share = |cluster: &str, replicas: i32| ShareRecord {
+            cluster: cluster.into(),
+            assignment: Some(AssignmentSpec::Scale(ScaleSpec::deployment(
+                "prod", "web", replicas, "r",
+            ))),
+            held_reason: None,
+            hold: None,
+            since: None,
+        };
+        let mut record = PlacementRecord {
+            placed: placed.clone(),
+            generation: 1,
+            decided_unix_millis: 0,
+            shares: vec![share("a", 1), share("b", 1)],
+            decision: serde_json::Value::Null,
+        };
+        let put = async |record: &PlacementRecord| {
+            let value = encode_large(record).unwrap();
+            let txn = crate::store::Txn::new().and_then(vec![crate::store::TxnOp::put(
+                key.clone(),
+                value,
+                None,
+            )]);
+            store.txn(txn).await.unwrap().revision
+        };
+        let first = put(&record).await;
+        let revision_of = |m: Option<Result<HubMessage, tonic::Status>>| match m {
+            Some(Ok(HubMessage {
+                body: Some(hub_message::Body::Assignments(a)),
+            })) => a.items.iter().map(|i| i.revision).collect::<Vec<_>>(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(revision_of(rx_a.recv().await), [first]);
+        assert_eq!(revision_of(rx_b.recv().await), [first]);
+        // a changes, b is as first sent.
+        let previous = record.clone();
+        record.shares = vec![share("a", 2), share("b", 1)];
+        record.sent_since(Some((&previous, first)));
+        let second = put(&record).await;
+        assert_eq!(revision_of(rx_a.recv().await), [second]);
+        assert!(
+            rx_b.try_recv().is_err(),
+            "b was sent its unchanged share again"
+        );
     }
 
     #[test]

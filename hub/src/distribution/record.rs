@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// One cluster's part of a decision.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 #[serde(rename_all = "camelCase")]
 pub struct ShareRecord {
     /// Member cluster.
@@ -30,7 +30,25 @@ pub struct ShareRecord {
     /// existed have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<Hold>,
+    /// The revision of the record that first sent this share as it is, when that was an
+    /// earlier record than the one holding it ([`PlacementRecord::sent_since`]): the
+    /// cluster's agent has it already, so the fan-out does not send it again, and a report
+    /// of that revision or later is current for it. `None` for a share this record sends.
+    /// Not part of what the share is: two shares that differ only here are equal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
 }
+
+impl PartialEq for ShareRecord {
+    fn eq(&self, other: &Self) -> bool {
+        self.cluster == other.cluster
+            && self.assignment == other.assignment
+            && self.held_reason == other.held_reason
+            && self.hold == other.hold
+    }
+}
+
+impl Eq for ShareRecord {}
 
 /// What holds a cluster's share back: the state the next decision reads (the share's
 /// `held_reason` says it in words).
@@ -70,6 +88,12 @@ impl ShareRecord {
     /// and not a removal (`remove: true`).
     pub fn places(&self) -> bool {
         self.hold.is_none() && self.assignment.as_ref().is_some_and(|a| !a.removes())
+    }
+
+    /// The revision a report must be of (or later) to be about this share, in a record
+    /// stored at `revision`.
+    pub fn current_from(&self, revision: i64) -> i64 {
+        self.since.unwrap_or(revision)
     }
 
     /// Whether the cluster had its share in this decision: nothing held it back, or it
@@ -127,6 +151,23 @@ impl<D> PlacementRecord<D> {
         })
     }
 
+    /// Marks each share that `previous` (stored at `previous_revision`) already sent as it
+    /// is with the revision it was first sent at, and clears the mark of every other: what
+    /// the fan-out sends of this record is only what changed.
+    pub fn sent_since<E>(&mut self, previous: Option<(&PlacementRecord<E>, i64)>) {
+        let before: std::collections::HashMap<&str, &ShareRecord> = previous
+            .map(|(p, _)| p.shares.iter().map(|s| (s.cluster.as_str(), s)).collect())
+            .unwrap_or_default();
+        for share in &mut self.shares {
+            share.since = match (before.get(share.cluster.as_str()), previous) {
+                (Some(old), Some((_, revision))) if *old == share && share.assignment.is_some() => {
+                    Some(old.current_from(revision))
+                }
+                _ => None,
+            };
+        }
+    }
+
     /// The same record with other decision data.
     fn with_decision<E>(&self, decision: E) -> PlacementRecord<E> {
         PlacementRecord {
@@ -180,6 +221,7 @@ mod tests {
             shares: shares
                 .iter()
                 .map(|(c, r)| ShareRecord {
+                    since: None,
                     cluster: (*c).into(),
                     assignment: Some(AssignmentSpec::Scale(ScaleSpec::deployment(
                         "prod", "frontend", *r, "01ABC",
@@ -193,6 +235,26 @@ mod tests {
                 request_id: "01ABC".into(),
             },
         }
+    }
+
+    #[test]
+    fn a_share_sent_before_as_it_is_keeps_the_revision_it_was_sent_at() {
+        let first = record(&[("a", 1), ("b", 1)]);
+        let mut second = record(&[("a", 2), ("b", 1), ("c", 1)]);
+        second.sent_since(Some((&first, 10)));
+        let since: Vec<Option<i64>> = second.shares.iter().map(|s| s.since).collect();
+        assert_eq!(since, [None, Some(10), None], "only b is unchanged");
+        // Unchanged again: still the revision that first sent it; changed: sent again.
+        let mut third = record(&[("a", 2), ("b", 1), ("c", 3)]);
+        third.sent_since(Some((&second, 20)));
+        let since: Vec<Option<i64>> = third.shares.iter().map(|s| s.since).collect();
+        assert_eq!(since, [Some(20), Some(10), None]);
+        assert_eq!(third.shares[1].current_from(30), 10);
+        assert_eq!(third.shares[2].current_from(30), 30);
+        // The mark is not part of what a share is, and a first record sends everything.
+        assert_eq!(third.shares, record(&[("a", 2), ("b", 1), ("c", 3)]).shares);
+        third.sent_since(None::<(&PlacementRecord<Made>, i64)>);
+        assert!(third.shares.iter().all(|s| s.since.is_none()));
     }
 
     #[test]

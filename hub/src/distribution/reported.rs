@@ -23,7 +23,8 @@ pub fn api_server_unavailable(report: &StatusRecord) -> bool {
 
 /// The state and message of `share`: `Pending` with the hold reason while it is sent
 /// nothing, `Unavailable` with `disconnected` while its cluster's agent is away, else
-/// what the agent reported about the record's `revision` (or later), else `Pending` —
+/// what the agent reported about the record's `revision` (or later; for a share an earlier
+/// record sent as it is, about that one's), else `Pending` —
 /// saying why when the agent's last report is that its API server is unavailable.
 pub fn state(
     share: &ShareRecord,
@@ -38,7 +39,7 @@ pub fn state(
         (PlacementState::Unavailable, Some(disconnected.to_owned()))
     } else {
         match report {
-            Some(r) if r.applied_revision >= revision => {
+            Some(r) if r.applied_revision >= share.current_from(revision) => {
                 (r.state, Some(r.message.clone()).filter(|m| !m.is_empty()))
             }
             Some(r) if api_server_unavailable(r) => (
@@ -264,6 +265,7 @@ mod tests {
 
     fn share() -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: "a".into(),
             assignment: Some(AssignmentSpec::KafkaTopic(KafkaTopicSpec::default())),
             held_reason: None,
@@ -339,6 +341,20 @@ mod tests {
         let r = report(7, PlacementState::Unavailable, down);
         let (_, message) = super::state(&share(), 9, Some(&r), Some(&available()), "gone");
         assert_eq!(message.as_deref(), Some(WAITING_FOR_CHANGE));
+    }
+
+    #[test]
+    fn a_report_of_the_record_that_sent_an_unchanged_share_is_current() {
+        let kept = ShareRecord {
+            since: Some(7),
+            ..share()
+        };
+        let r = report(7, PlacementState::Synced, "");
+        let (st, _) = super::state(&kept, 9, Some(&r), Some(&available()), "gone");
+        assert_eq!(st, PlacementState::Synced);
+        let older = report(6, PlacementState::Synced, "");
+        let (st, _) = super::state(&kept, 9, Some(&older), Some(&available()), "gone");
+        assert_eq!(st, PlacementState::Pending);
     }
 
     #[test]

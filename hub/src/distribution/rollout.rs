@@ -355,6 +355,7 @@ impl RolloutRecord {
                 match keep {
                     Some(share) => share.clone(),
                     None => ShareRecord {
+                        since: None,
                         cluster: s.cluster.clone(),
                         assignment: None,
                         held_reason: Some("awaiting its step of the rollout".to_owned()),
@@ -851,6 +852,7 @@ mod tests {
 
     fn share(cluster: &str, version: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.to_owned(),
             assignment: Some(
                 accord_common::distribution::AssignmentSpec::FederatedResource(

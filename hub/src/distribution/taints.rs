@@ -307,6 +307,7 @@ pub fn partition(
         }
         match judgement.verdict {
             Verdict::Held(hold, reason) => out.held.push(ShareRecord {
+                since: None,
                 cluster: c.name,
                 assignment: None,
                 held_reason: Some(reason),

@@ -272,6 +272,7 @@ mod tests {
 
     fn share(cluster: &str, sent: bool) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: sent.then(|| AssignmentSpec::FederatedResource(Default::default())),
             held_reason: (!sent).then(|| "no ManagedCluster ghost".into()),

@@ -273,6 +273,7 @@ pub fn plan(
     for c in selected {
         if !c.known {
             shares.push(ShareRecord {
+                since: None,
                 cluster: c.name.clone(),
                 assignment: None,
                 held_reason: Some(unknown_cluster(&c.name)),
@@ -308,6 +309,7 @@ pub fn plan(
                     })
                     .unwrap_or_default();
                 shares.push(ShareRecord {
+                    since: None,
                     cluster: c.name.clone(),
                     assignment: Some(AssignmentSpec::FederatedResource(ResourceAssignment {
                         manifests: delivered,
@@ -336,6 +338,7 @@ pub fn plan(
                 // The cluster keeps what it was sent: a bad override never removes a
                 // running workload.
                 shares.push(ShareRecord {
+                    since: None,
                     cluster: c.name.clone(),
                     assignment: before.cloned().map(AssignmentSpec::FederatedResource),
                     held_reason: Some(e.to_string()),

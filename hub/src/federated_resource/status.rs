@@ -230,6 +230,7 @@ mod tests {
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: Some(
                 accord_common::distribution::AssignmentSpec::FederatedResource(Default::default()),

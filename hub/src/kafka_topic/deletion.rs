@@ -66,18 +66,21 @@ mod tests {
             decided_unix_millis: 0,
             shares: vec![
                 ShareRecord {
+                    since: None,
                     cluster: "a".into(),
                     assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
                     hold: None,
                 },
                 ShareRecord {
+                    since: None,
                     cluster: "b".into(),
                     assignment: Some(AssignmentSpec::KafkaTopic(spec())),
                     held_reason: None,
                     hold: None,
                 },
                 ShareRecord {
+                    since: None,
                     cluster: "c".into(),
                     assignment: None,
                     held_reason: Some("Conflict: owned by ns/older".into()),

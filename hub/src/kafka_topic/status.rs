@@ -231,6 +231,7 @@ mod tests {
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::KafkaTopic(spec())),
             held_reason: None,
@@ -240,6 +241,7 @@ mod tests {
 
     fn held(cluster: &str, reason: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: None,
             held_reason: Some(reason.into()),

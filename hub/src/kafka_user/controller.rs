@@ -138,6 +138,7 @@ fn leaving(
             Some(AssignmentSpec::KafkaUser(spec)) => {
                 let done = spec.remove && reports.get(&s.cluster).is_some_and(is_removed);
                 (!done).then(|| ShareRecord {
+                    since: None,
                     cluster: s.cluster.clone(),
                     assignment: Some(AssignmentSpec::KafkaUser(removal(spec))),
                     held_reason: Some(LEAVING.to_owned()),
@@ -548,6 +549,7 @@ mod tests {
         use crate::distribution::select::SelectedCluster;
         use accord_common::distribution::{KafkaUserObserved, PlacedRef};
         let sent = |cluster: &str, remove: bool| ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::KafkaUser(KafkaUserSpec {
                 username: "u".into(),
@@ -627,12 +629,14 @@ mod tests {
             decided_unix_millis: 0,
             shares: vec![
                 ShareRecord {
+                    since: None,
                     cluster: "east".into(),
                     assignment: Some(AssignmentSpec::KafkaUser(spec.clone())),
                     held_reason: None,
                     hold: None,
                 },
                 ShareRecord {
+                    since: None,
                     cluster: "west".into(),
                     assignment: None,
                     held_reason: Some("Conflict".into()),

@@ -169,6 +169,7 @@ mod tests {
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::KafkaUser(KafkaUserSpec::default())),
             held_reason: None,

@@ -50,6 +50,7 @@ pub fn shares(selected: &[SelectedCluster], assignment: &PromfedSpec) -> Vec<Sha
     selected
         .iter()
         .map(|c| ShareRecord {
+            since: None,
             cluster: c.name.clone(),
             assignment: c.known.then(|| AssignmentSpec::Promfed(assignment.clone())),
             held_reason: (!c.known).then(|| unknown_cluster(&c.name)),

@@ -132,6 +132,7 @@ mod tests {
 
     fn share(cluster: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: Some(AssignmentSpec::Promfed(PromfedSpec::default())),
             held_reason: None,
@@ -141,6 +142,7 @@ mod tests {
 
     fn unknown(cluster: &str) -> ShareRecord {
         ShareRecord {
+            since: None,
             cluster: cluster.into(),
             assignment: None,
             held_reason: Some(format!("no ManagedCluster {cluster}")),

@@ -607,6 +607,7 @@ mod tests {
             generation: 1,
             decided_unix_millis: 0,
             shares: vec![ShareRecord {
+                since: None,
                 cluster: "a".into(),
                 assignment: Some(AssignmentSpec::Scale(ScaleSpec::deployment(
                     "prod", "frontend", replicas, id,

@@ -344,6 +344,7 @@ pub fn plan_with(
         .distribution
         .iter()
         .map(|d| ShareRecord {
+            since: None,
             cluster: d.cluster.clone(),
             // Every listed cluster is told its count, 0 included, so a drained cluster
             // scales down instead of keeping what it had.

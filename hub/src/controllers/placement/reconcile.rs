@@ -254,7 +254,7 @@ impl<K: PlacementKind> Placements<K> {
                             Some(r) => r.save(ctx, &p)?,
                             None => Vec::new(),
                         };
-                        let revision = write_record_with::<K>(ctx, &record, progress).await?;
+                        let revision = write_record_with::<K>(ctx, &mut record, progress).await?;
                         debug!(placed = %p, revision, "placements written");
                         if let Some(note) = self.kind.announce(object, &record, revision) {
                             ctx.note(&object.object_ref(&()), note);

@@ -28,10 +28,11 @@ pub fn stored_record<K: PlacementKind>(
 
 /// Writes `record` as kind `K`'s, fenced by leadership (and under the placed object's lock where
 /// the kind asks for it, [`PlacementKind::DECISION_LOCK`]), and waits until the cache has
-/// it; returns its revision.
+/// it; returns its revision. Each share the stored record already sent as it is keeps the
+/// revision it was sent at ([`PlacementRecord::sent_since`]), marked in `record` too.
 pub async fn write_record<K: PlacementKind>(
     ctx: &ControllerContext,
-    record: &PlacementRecord<K::Decision>,
+    record: &mut PlacementRecord<K::Decision>,
 ) -> Result<i64, ReconcileError> {
     write_record_with::<K>(ctx, record, Vec::new()).await
 }
@@ -40,15 +41,17 @@ pub async fn write_record<K: PlacementKind>(
 /// the shares it sends, read back from the rollouts cache too.
 pub async fn write_record_with<K: PlacementKind>(
     ctx: &ControllerContext,
-    record: &PlacementRecord<K::Decision>,
+    record: &mut PlacementRecord<K::Decision>,
     more: Vec<crate::store::TxnOp>,
 ) -> Result<i64, ReconcileError> {
     let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
-    let p = &record.placed;
+    let p = record.placed.clone();
     let key = ctx
         .store
         .keys()
         .placements(p.kind.as_str(), &p.namespace, &p.name);
+    let previous = ctx.placements.get(&key);
+    record.sent_since(previous.as_ref().map(|(r, revision)| (r, *revision)));
     let value = crate::store::encode_large(&record.stored(K::DECISION_TAG))?;
     let with_more = !more.is_empty();
     let mut put = vec![crate::store::TxnOp::put(key, value, None)];

@@ -195,7 +195,7 @@ impl<K: PlacementKind> Placements<K> {
             };
             K::name_decision(&mut record, &ulid::Ulid::new().to_string());
             let progress = r.save(ctx, &p)?;
-            let revision = write_record_with::<K>(ctx, &record, progress).await?;
+            let revision = write_record_with::<K>(ctx, &mut record, progress).await?;
             debug!(placed = %p, revision, sent = ?step.newly_sent, ?phase, "rollout step written");
         } else if r.kept.as_ref() != Some(&r.record) {
             let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
