@@ -311,24 +311,28 @@ impl RolloutRecord {
         }
     }
 
-    /// The revision `cluster` runs as [`Self::merge`] sends it, where known: this one once
-    /// the rollout reached it, the last good one after a rollback, else what it ran when the
-    /// rollout started.
-    pub fn runs(&self, cluster: &str) -> Option<&str> {
+    /// Which revision `cluster` runs as [`Self::merge`] sends it: this one once the rollout
+    /// reached it; the last good one after a rollback; else what it ran when the rollout
+    /// started, or the last good one; `None` when it has none of these.
+    fn source(&self, cluster: &str) -> Option<Source> {
         if self.progress.runs_new(cluster) {
-            return Some(&self.revision);
+            return Some(Source::New);
         }
-        let good = || {
-            self.good_revision
-                .as_deref()
-                .filter(|_| self.has_good && self.good.contains_key(cluster))
-        };
         let taken_back =
             self.progress.phase == Phase::RolledBack && self.progress.sent.contains_key(cluster);
         if !taken_back && self.current.contains_key(cluster) {
-            self.current_revisions.get(cluster).map(String::as_str)
+            Some(Source::Current)
         } else {
-            good()
+            (self.has_good && self.good.contains_key(cluster)).then_some(Source::Good)
+        }
+    }
+
+    /// The revision `cluster` runs as [`Self::merge`] sends it, where known.
+    pub fn runs(&self, cluster: &str) -> Option<&str> {
+        match self.source(cluster)? {
+            Source::New => Some(&self.revision),
+            Source::Current => self.current_revisions.get(cluster).map(String::as_str),
+            Source::Good => self.good_revision.as_deref(),
         }
     }
 
@@ -341,19 +345,13 @@ impl RolloutRecord {
         target
             .iter()
             .map(|s| {
-                if !s.places() || self.progress.runs_new(&s.cluster) {
+                if !s.places() {
                     return s.clone();
                 }
-                let good = || self.good.get(&s.cluster).filter(|_| self.has_good);
-                let taken_back = self.progress.phase == Phase::RolledBack
-                    && self.progress.sent.contains_key(&s.cluster);
-                let keep = if taken_back {
-                    good()
-                } else {
-                    self.current.get(&s.cluster).or_else(good)
-                };
-                match keep {
-                    Some(share) => share.clone(),
+                match self.source(&s.cluster) {
+                    Some(Source::New) => s.clone(),
+                    Some(Source::Current) => self.current[&s.cluster].clone(),
+                    Some(Source::Good) => self.good[&s.cluster].clone(),
                     None => ShareRecord {
                         since: None,
                         cluster: s.cluster.clone(),
@@ -377,6 +375,17 @@ impl RolloutRecord {
             self.steps += 1;
         }
     }
+}
+
+/// Where the share a cluster is sent during a rollout comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The revision rolled out.
+    New,
+    /// What the cluster ran when the rollout started ([`RolloutRecord::current`]).
+    Current,
+    /// The last revision that succeeded ([`RolloutRecord::good`]).
+    Good,
 }
 
 /// What a cluster's agent last said about the new revision.
