@@ -108,6 +108,15 @@ where
         self.shared.entries.get(key).map(|entry| entry.clone())
     }
 
+    /// Calls `f` with the value at `key` and its `mod_revision`, without copying the value
+    /// (as [`Self::visit`]); `None` when there is none.
+    pub fn read<R>(&self, key: &str, f: impl FnOnce(&T, i64) -> R) -> Option<R> {
+        self.shared.entries.get(key).map(|entry| {
+            let (value, revision) = entry.value();
+            f(value, *revision)
+        })
+    }
+
     /// Calls `f` with every entry (`key`, value, `mod_revision`) in no particular order,
     /// without copying a value: for large values read often (a placement record naming
     /// every cluster of a fleet, read at every connect).

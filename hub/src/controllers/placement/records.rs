@@ -50,8 +50,13 @@ pub async fn write_record_with<K: PlacementKind>(
         .store
         .keys()
         .placements(p.kind.as_str(), &p.namespace, &p.name);
-    let previous = ctx.placements.get(&key);
-    record.sent_since(previous.as_ref().map(|(r, revision)| (r, *revision)));
+    // Read in place: the previous record may name every cluster of a fleet.
+    let marked = ctx.placements.read(&key, |previous, revision| {
+        record.sent_since(Some((previous, revision)));
+    });
+    if marked.is_none() {
+        record.sent_since(None::<(&PlacementRecord, i64)>);
+    }
     let value = crate::store::encode_large(&record.stored(K::DECISION_TAG))?;
     let with_more = !more.is_empty();
     let mut put = vec![crate::store::TxnOp::put(key, value, None)];
