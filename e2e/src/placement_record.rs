@@ -12,6 +12,16 @@ use tokio::sync::watch;
 
 use crate::Testbed;
 
+/// A placements record as the hub stores it: JSON, gzip-compressed when large.
+pub fn decode(value: &[u8]) -> Result<PlacementRecord> {
+    let json = if accord_common::compress::is_gzip(value) {
+        accord_common::compress::gunzip(value)?
+    } else {
+        value.to_vec()
+    };
+    Ok(serde_json::from_slice(&json)?)
+}
+
 /// When the record of each generation was first seen; dropping it stops the watch.
 pub struct RecordWatch {
     seen: watch::Receiver<BTreeMap<i64, Instant>>,
@@ -30,15 +40,7 @@ impl RecordWatch {
         let (tx, seen) = watch::channel(BTreeMap::new());
         let record = move |value: &[u8]| {
             let at = Instant::now();
-            let json = if accord_common::compress::is_gzip(value) {
-                match accord_common::compress::gunzip(value) {
-                    Ok(json) => json,
-                    Err(_) => return,
-                }
-            } else {
-                value.to_vec()
-            };
-            if let Ok(r) = serde_json::from_slice::<PlacementRecord>(&json) {
+            if let Ok(r) = decode(value) {
                 tx.send_modify(|m| {
                     m.entry(r.generation).or_insert(at);
                 });

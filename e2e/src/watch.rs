@@ -63,14 +63,4 @@ impl Watched {
             .map(|(v, _)| v.clone())
             .collect()
     }
-
-    /// When a value `accept` takes was first seen.
-    pub fn first(&self, accept: impl Fn(Option<&str>) -> bool) -> Option<Instant> {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(|(v, _)| accept(v.as_deref()))
-            .map(|(_, at)| *at)
-    }
 }

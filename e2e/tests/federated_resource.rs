@@ -1528,13 +1528,7 @@ fn a_progressive_rollout_goes_ring_by_ring_and_a_change_that_breaks_the_first_ri
         );
         let revision_of = |m: usize| async move {
             let deployments: Api<Deployment> = Api::namespaced(testbed.members()[m].client(), ns);
-            let d = deployments.get("web").await?;
-            anyhow::Ok(
-                d.spec
-                    .and_then(|s| s.template.metadata)
-                    .and_then(|m| m.annotations)
-                    .and_then(|a| a.get("accord-e2e/revision").cloned()),
-            )
+            anyhow::Ok(revision_annotation(&deployments.get("web").await?))
         };
         // Paused with nothing updating: ring 0 done with the revision when the pause came
         // after the first step, nothing sent when before it.

@@ -1184,13 +1184,7 @@ async fn decided_unix_millis(
         .first()
         .with_context(|| format!("no record at {key} at revision {revision}"))?
         .value();
-    let json = if accord_common::compress::is_gzip(value) {
-        accord_common::compress::gunzip(value)?
-    } else {
-        value.to_vec()
-    };
-    let record: accord_hub::distribution::record::PlacementRecord = serde_json::from_slice(&json)?;
-    Ok(record.decided_unix_millis)
+    Ok(accord_e2e::placement_record::decode(value)?.decided_unix_millis)
 }
 
 /// Waits until `count` agents got `retention.ms` = `value`; when each got it.
