@@ -378,7 +378,7 @@ mod tests {
     #[tokio::test]
     async fn a_record_sends_only_the_shares_it_changed() {
         use super::super::record::ShareRecord;
-        use crate::store::{Keyspace, encode_large};
+        use crate::store::Keyspace;
         use accord_common::distribution::{AssignmentSpec, ScaleSpec};
         let store = Store::in_memory(Keyspace::new("/fanout-test/"));
         let fanout = Fanout::start(store.clone(), Secrets::none()).await.unwrap();
@@ -410,15 +410,7 @@ mod tests {
             shares: vec![share("a", 1), share("b", 1)],
             decision: serde_json::Value::Null,
         };
-        let put = async |record: &PlacementRecord| {
-            let value = encode_large(record).unwrap();
-            let txn = crate::store::Txn::new().and_then(vec![crate::store::TxnOp::put(
-                key.clone(),
-                value,
-                None,
-            )]);
-            store.txn(txn).await.unwrap().revision
-        };
+        let put = async |record: &PlacementRecord| store.put_json(&key, record).await.unwrap();
         let first = put(&record).await;
         let revision_of = |m: Option<Result<HubMessage, tonic::Status>>| match m {
             Some(Ok(HubMessage {

@@ -234,7 +234,7 @@ impl<K: PlacementKind> Placements<K> {
     pub(super) async fn forget_rollout(&self, p: &PlacedRef) -> Result<(), ReconcileError> {
         let ctx = &self.ctx;
         let key = rollout_key(ctx, p);
-        if ctx.rollouts.get(&key).is_none() {
+        if ctx.rollouts.read(&key, |_, _| ()).is_none() {
             return Ok(());
         }
         let fence = ctx.election.fence().ok_or(ReconcileError::NotLeader)?;
