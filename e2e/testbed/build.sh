@@ -13,6 +13,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 LOG4J_VERSION="${LOG4J_VERSION:-2.24.3}"
+JAEGER_VERSION="${JAEGER_VERSION:-v1.75.0}"
 
 CACHE="${ACCORD_TESTBED_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/accord-testbed}"
 ROOT="$CACHE/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_kafka-${KAFKA_VERSION}"
@@ -79,6 +80,17 @@ if [ ! -x "$BIN/kwok" ]; then
 else
   log "kwok $KWOK_VERSION cached"
 fi
+
+# Jaeger (its all-in-one binary: OTLP receiver, in-memory store, query API), the OTLP receiver of
+# the tracing tests and of `sandbox up --with-tracing`. Named by version, so a new version builds.
+if [ ! -x "$BIN/jaeger-$JAEGER_VERSION" ]; then
+  OUT="$BIN/jaeger-$JAEGER_VERSION" WRAPPER_REPLACES="" build_go jaeger "github.com/jaegertracing/jaeger@$JAEGER_VERSION" "-s -w" github.com/jaegertracing/jaeger/cmd/jaeger
+  [ -x "$BIN/jaeger-$JAEGER_VERSION" ] || fail "jaeger binary missing after build"
+  log "jaeger $JAEGER_VERSION built"
+else
+  log "jaeger $JAEGER_VERSION cached"
+fi
+ln -sf "jaeger-$JAEGER_VERSION" "$BIN/jaeger"
 
 KAFKA_LIB="$ROOT/kafka/lib"
 # The broker (kafka_2.13) and Kafka's own tools (kafka-tools: kafka-acls, the verifiable
