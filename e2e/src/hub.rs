@@ -16,9 +16,22 @@ pub const HUB_NAMESPACE: &str = "accord-system";
 /// The hub CA's Secret in [`HUB_NAMESPACE`] (certificate under `tls.crt`).
 pub const HUB_CA_SECRET: &str = "accord-hub-ca";
 
+/// Names a directory holding `accord-hub` and `accord-agent` to run instead of the workspace's
+/// own: a benchmark then measures another build (say, the commit before a change) with the
+/// same bench code, in alternating runs.
+pub const BINARIES_ENV: &str = "ACCORD_BINARIES";
+
 /// Path of one of the workspace's binaries (`accord-hub`, `accord-agent`), brought up to
-/// date with `cargo build` once per process so a test never runs a stale binary.
+/// date with `cargo build` once per process so a test never runs a stale binary — or, with
+/// [`BINARIES_ENV`] set, the one in that directory, as it is.
 pub fn accord_binary(name: &str) -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os(BINARIES_ENV) {
+        let path = PathBuf::from(dir).join(name);
+        if !path.is_file() {
+            bail!("{BINARIES_ENV} names no {name} (looked for {})", path.display());
+        }
+        return Ok(path);
+    }
     static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     // Test and bench executables live in target/<profile>/deps or target/<profile>.
     let exe = std::env::current_exe()?;
