@@ -128,6 +128,12 @@ pub struct PlacementRecord<D = serde_json::Value> {
     pub shares: Vec<ShareRecord>,
     /// The kind's own decision data.
     pub decision: D,
+    /// W3C traceparent of the change that wrote this record (the hub's span of it), sent
+    /// with every assignment of the record; empty when the hub does not trace. Not part of
+    /// the decision: [`PlacementKind::same_intent`](crate::controllers::placement::PlacementKind::same_intent)
+    /// ignores it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traceparent: String,
 }
 
 impl<D> PlacementRecord<D> {
@@ -148,6 +154,7 @@ impl<D> PlacementRecord<D> {
             placed: Some(self.placed.to_proto()),
             revision,
             spec: Some(spec.to_proto()),
+            traceparent: self.traceparent.clone(),
         })
     }
 
@@ -176,6 +183,7 @@ impl<D> PlacementRecord<D> {
             decided_unix_millis: self.decided_unix_millis,
             shares: self.shares.clone(),
             decision,
+            traceparent: self.traceparent.clone(),
         }
     }
 }
@@ -234,6 +242,7 @@ mod tests {
                 total: shares.iter().map(|s| s.1).sum(),
                 request_id: "01ABC".into(),
             },
+            traceparent: String::new(),
         }
     }
 
