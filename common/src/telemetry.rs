@@ -244,7 +244,16 @@ pub struct InvalidTraceparent(pub String);
 
 /// The span context a W3C `traceparent` names.
 pub fn parse_traceparent(value: &str) -> Result<SpanContext, InvalidTraceparent> {
-    let carrier = HashMap::from([("traceparent".to_owned(), value.trim().to_owned())]);
+    let value = value.trim();
+    // The propagator takes shorter ids too; the W3C shape does not.
+    let lengths: Vec<usize> = value.split('-').map(str::len).collect();
+    let hex = value
+        .bytes()
+        .all(|b| b == b'-' || b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if lengths != [2, 32, 16, 2] || !hex {
+        return Err(InvalidTraceparent(value.to_owned()));
+    }
+    let carrier = HashMap::from([("traceparent".to_owned(), value.to_owned())]);
     let cx = TraceContextPropagator::new().extract(&carrier);
     let span = cx.span();
     let sc = span.span_context();
@@ -318,6 +327,8 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
         ] {
             let e = parse_traceparent(bad).unwrap_err();
             assert!(e.to_string().contains("not a W3C traceparent"), "{e}");
