@@ -117,7 +117,8 @@ pub struct RunArgs {
     pub otlp_endpoint: Option<String>,
 }
 
-fn parse_otlp_endpoint(value: &str) -> Result<String, String> {
+/// Checks `--otlp-endpoint`.
+pub(crate) fn parse_otlp_endpoint(value: &str) -> Result<String, String> {
     accord_common::telemetry::parse_endpoint(value).map_err(|e| e.to_string())
 }
 
@@ -255,11 +256,18 @@ pub fn main() -> ExitCode {
             )
         }
         Command::Reload(args) => block_on(crate::reload::run(args, shutdown_signal()), |_| {}),
-        Command::Join(args) => block_on(crate::join::join(args, shutdown_signal()), |e| {
-            if e.token_still_usable() {
-                eprintln!("(the bootstrap token was not used)");
-            }
-        }),
+        Command::Join(args) => {
+            let otlp_endpoint = args.otlp_endpoint.clone();
+            block_on_traced(
+                otlp_endpoint.as_deref(),
+                crate::join::join(args, shutdown_signal()),
+                |e| {
+                    if e.token_still_usable() {
+                        eprintln!("(the bootstrap token was not used)");
+                    }
+                },
+            )
+        }
     }
 }
 
