@@ -283,6 +283,24 @@ mod tests {
     }
 
     #[test]
+    fn a_records_trace_travels_with_its_assignments_and_an_untraced_one_stores_none() {
+        let untraced = record(&[("a", 1)]);
+        let json = serde_json::to_value(untraced.stored("scale")).unwrap();
+        assert!(json.get("traceparent").is_none(), "{json}");
+        assert_eq!(untraced.assignment_for("a", 3).unwrap().traceparent, "");
+        let mut traced = record(&[("a", 1)]);
+        traced.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
+        let stored = traced.stored("scale");
+        let back: PlacementRecord =
+            serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
+        assert_eq!(back.traceparent, traced.traceparent);
+        assert_eq!(
+            back.assignment_for("a", 3).unwrap().traceparent,
+            traced.traceparent
+        );
+    }
+
+    #[test]
     fn the_decision_data_is_stored_under_the_kinds_tag_and_read_back_only_by_that_tag() {
         let typed = record(&[("a", 7), ("b", 5)]);
         let stored = typed.stored("scale");

@@ -503,6 +503,7 @@ impl<K: PlacementKind> Placements<K> {
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(&p.namespace, &p.name).await?;
         self.shown.remove(&(p.namespace.clone(), p.name.clone()));
+        self.traced.remove(&(p.namespace.clone(), p.name.clone()));
         for f in holds {
             self.remove_finalizer(watched, f).await?;
         }
@@ -520,6 +521,7 @@ impl<K: PlacementKind> Placements<K> {
             return Ok(());
         }
         self.shown.remove(&(namespace.to_owned(), name.to_owned()));
+        self.traced.remove(&(namespace.to_owned(), name.to_owned()));
         let p = PlacedRef::new(K::KIND, namespace, name);
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(namespace, name).await?;
