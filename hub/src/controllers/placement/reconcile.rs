@@ -36,7 +36,7 @@ pub struct Placements<K: PlacementKind> {
     /// The generation of each object whose change was last traced (tracing on only): a
     /// generation is traced once, however often it is reconciled before its record is
     /// written (or when its decision changes nothing).
-    pub(super) traced: dashmap::DashMap<(String, String), i64>,
+    pub(super) traced: dashmap::DashMap<(String, String), (i64, String)>,
 }
 
 /// How long a finalizer this controller added is taken as held while the reflector does
@@ -193,6 +193,9 @@ impl<K: PlacementKind> Placements<K> {
         let placed_before = |cluster: &str| placed.contains(cluster);
         let generation = object.meta().generation.unwrap_or_default();
         let change = self.change_span(watched, &p, generation, previous.as_ref().map(|(r, _)| r));
+        // This generation's trace: the change's, or the one its first decision started.
+        let change_traceparent =
+            self.generation_traceparent(&p, generation, previous.as_ref().map(|(r, _)| r));
         let decide_span = telemetry::child(&change, "decide");
         let deciding = std::time::Instant::now();
         let _deciding = decide_span.enter();
@@ -270,17 +273,9 @@ impl<K: PlacementKind> Placements<K> {
                     decided_unix_millis: now.0.as_millisecond(),
                     shares,
                     decision,
-                    traceparent: if change.is_disabled() {
-                        // A later decision of a generation already traced (a rollout's
-                        // next step, a cluster that went away) stays in its trace.
-                        previous
-                            .as_ref()
-                            .filter(|(r, _)| r.generation == generation)
-                            .map(|(r, _)| r.traceparent.clone())
-                            .unwrap_or_default()
-                    } else {
-                        telemetry::traceparent(&change)
-                    },
+                    // A later decision of a generation already traced (a rollout's next
+                    // step, a cluster that went away) stays in its trace.
+                    traceparent: change_traceparent.clone(),
                 };
                 let stored = match previous {
                     Some((prev, revision)) if K::same_intent(&prev, &record) => (prev, revision),
@@ -340,7 +335,13 @@ impl<K: PlacementKind> Placements<K> {
                 },
             )
             .await?;
-        let traceparent = record.map_or("", |r| r.traceparent.as_str());
+        // The latest change's trace: this generation's when it is traced (also when its
+        // decision changed nothing), else the record's.
+        let traceparent = if change_traceparent.is_empty() {
+            record.map_or("", |r| r.traceparent.as_str())
+        } else {
+            change_traceparent.as_str()
+        };
         for note in notes {
             ctx.note(&object.object_ref(&()), traced_note(note, traceparent));
         }
@@ -426,11 +427,7 @@ impl<K: PlacementKind> Placements<K> {
             return tracing::Span::none();
         }
         let key = (p.namespace.clone(), p.name.clone());
-        if self
-            .traced
-            .insert(key, generation)
-            .is_some_and(|g| g == generation)
-        {
+        if self.traced.get(&key).is_some_and(|t| t.0 == generation) {
             return tracing::Span::none();
         }
         let span = tracing::info_span!(
@@ -459,7 +456,32 @@ impl<K: PlacementKind> Placements<K> {
                 }
             }
         }
+        self.traced
+            .insert(key, (generation, telemetry::traceparent(&span)));
         span
+    }
+
+    /// The traceparent of generation `generation`'s change: the one traced here, else the
+    /// stored record's when it is of that generation (a hub that restarted since); empty
+    /// when the generation is not traced.
+    pub(super) fn generation_traceparent(
+        &self,
+        p: &PlacedRef,
+        generation: i64,
+        previous: Option<&PlacementRecord<K::Decision>>,
+    ) -> String {
+        if telemetry::enabled()
+            && let Some(t) = self
+                .traced
+                .get(&(p.namespace.clone(), p.name.clone()))
+                .filter(|t| t.0 == generation)
+        {
+            return t.1.clone();
+        }
+        previous
+            .filter(|r| r.generation == generation)
+            .map(|r| r.traceparent.clone())
+            .unwrap_or_default()
     }
 
     /// Says in the status (when it does not already) and in an Event that the object
