@@ -110,6 +110,16 @@ pub struct RunArgs {
     /// least 2s); a standby takes over within about this long after the active one dies.
     #[arg(long, env = "ACCORD_LEASE_DURATION", default_value = "15s", value_parser = parse_lease_duration)]
     pub lease_duration: Duration,
+    /// OTLP/gRPC endpoint to export traces to, e.g. `http://jaeger:4317`: each assignment
+    /// the hub sends with a trace gets an apply span (with the kind's own steps) and a
+    /// report span in that trace. Off when unset: no exporter, no trace spans.
+    #[arg(long, env = "ACCORD_OTLP_ENDPOINT", value_parser = parse_otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// Checks `--otlp-endpoint`.
+pub(crate) fn parse_otlp_endpoint(value: &str) -> Result<String, String> {
+    accord_common::telemetry::parse_endpoint(value).map_err(|e| e.to_string())
 }
 
 impl RunArgs {
@@ -237,15 +247,27 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Run(args) => {
+            let otlp_endpoint = args.otlp_endpoint.clone();
             let config = args.config();
-            block_on(crate::run::run(config, shutdown_signal()), |_| {})
+            block_on_traced(
+                otlp_endpoint.as_deref(),
+                crate::run::run(config, shutdown_signal()),
+                |_| {},
+            )
         }
         Command::Reload(args) => block_on(crate::reload::run(args, shutdown_signal()), |_| {}),
-        Command::Join(args) => block_on(crate::join::join(args, shutdown_signal()), |e| {
-            if e.token_still_usable() {
-                eprintln!("(the bootstrap token was not used)");
-            }
-        }),
+        Command::Join(args) => {
+            let otlp_endpoint = args.otlp_endpoint.clone();
+            block_on_traced(
+                otlp_endpoint.as_deref(),
+                crate::join::join(args, shutdown_signal()),
+                |e| {
+                    if e.token_still_usable() {
+                        eprintln!("(the bootstrap token was not used)");
+                    }
+                },
+            )
+        }
     }
 }
 
@@ -255,13 +277,16 @@ fn block_on<E: std::error::Error>(
     future: impl std::future::Future<Output = Result<(), E>>,
     after_error: impl FnOnce(&E),
 ) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn,tower=warn,h2=warn,hyper=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    block_on_traced(None, future, after_error)
+}
+
+/// [`block_on`], exporting traces to `otlp_endpoint` when given (the cluster's name is
+/// added to the exporter's resource once the identity is read, [`crate::run::run`]).
+fn block_on_traced<E: std::error::Error>(
+    otlp_endpoint: Option<&str>,
+    future: impl std::future::Future<Output = Result<(), E>>,
+    after_error: impl FnOnce(&E),
+) -> ExitCode {
     // One thread is plenty for an agent that waits on watches and one stream; it keeps the
     // footprint small.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -274,7 +299,17 @@ fn block_on<E: std::error::Error>(
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(future) {
+    let telemetry = accord_common::telemetry::init(
+        "info,kube=warn,tower=warn,h2=warn,hyper=warn",
+        "accord-agent",
+        otlp_endpoint,
+    );
+    let ended = runtime.block_on(async {
+        let ended = future.await;
+        telemetry.shutdown().await;
+        ended
+    });
+    match ended {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", error_chain(&e));

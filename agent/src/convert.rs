@@ -52,6 +52,7 @@ pub fn status_report(
     report: &Report,
     expected_version: i64,
     observed_unix_millis: i64,
+    traceparent: String,
 ) -> StatusReport {
     StatusReport {
         placed: Some(placed.to_proto()),
@@ -64,6 +65,7 @@ pub fn status_report(
         applied_revision: report.applied_revision,
         observed_unix_millis,
         api_server_unavailable: report.api_server_unavailable,
+        traceparent,
     }
 }
 
@@ -94,6 +96,7 @@ mod tests {
                         AssignmentSpec::Scale(ScaleSpec::deployment("prod", "frontend", 7, "01J"))
                             .to_proto(),
                     ),
+                    traceparent: String::new(),
                 },
                 Assignment {
                     placed: Some(ObjectRef {
@@ -102,16 +105,19 @@ mod tests {
                     }),
                     revision: 12,
                     spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
+                    traceparent: String::new(),
                 },
                 Assignment {
                     placed: None,
                     revision: 12,
                     spec: None,
+                    traceparent: String::new(),
                 },
                 Assignment {
                     placed: Some(placed.clone()),
                     revision: 12,
                     spec: None,
+                    traceparent: String::new(),
                 },
             ],
             removed: vec![accord_proto::v1::Removal {
@@ -149,6 +155,7 @@ mod tests {
                 placed: Some(unknown.clone()),
                 revision: 3,
                 spec: Some(assignment::Spec::KafkaTopic(KafkaTopicAssignment::default())),
+                traceparent: String::new(),
             }],
             removed: vec![accord_proto::v1::Removal {
                 placed: Some(unknown),
@@ -180,7 +187,7 @@ mod tests {
             applied_revision: 11,
             api_server_unavailable: false,
         };
-        let s = status_report(&key, &report, 40, 1_700_000_000_000);
+        let s = status_report(&key, &report, 40, 1_700_000_000_000, String::new());
         assert_eq!(s.placed, Some(key.to_proto()));
         assert_eq!(s.state, accord_proto::v1::PlacementState::Synced as i32);
         assert_eq!(s.expected_version, 40);
@@ -203,6 +210,6 @@ mod tests {
             api_server_unavailable: true,
             ..Report::without_object(PlacementState::Unavailable, "down".into(), 11)
         };
-        assert!(status_report(&key, &down, 40, 0).api_server_unavailable);
+        assert!(status_report(&key, &down, 40, 0, String::new()).api_server_unavailable);
     }
 }

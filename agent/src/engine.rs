@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use accord_common::distribution::{AssignmentSpec, PlacedRef};
 use accord_common::runtime::{AbortOnDrop, Retry, backoff, unix_millis};
+use accord_common::telemetry;
 use accord_proto::v1::{
     AgentMessage, HubMessage, MemberCapacity, MemberHealth, RefusalReason, StatusAck,
     agent_message, hub_message, status_ack,
@@ -36,7 +37,7 @@ use accord_proto::v1::{
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{Instrument, Span, debug, info, warn};
 
 use crate::assignments::{Assigned, AssignmentBook};
 use crate::convert;
@@ -357,6 +358,23 @@ struct PlacedRuntime {
     /// Whether the hub lacks the latest observation (for the pending gauge).
     pending: bool,
     tracker: ReportTracker,
+    /// When the current assignment arrived, until its first successful apply (the
+    /// receive → applied stage).
+    received: Option<Instant>,
+    /// The current assignment's change, when it came with a trace (tracing on).
+    traced: Option<Box<Traced>>,
+}
+
+/// A change of one placed object being traced in this cluster: its apply span, open until
+/// the apply is done, and the reports that follow (children of it) until one tells the
+/// hub the outcome.
+struct Traced {
+    /// Revision of the assignment traced.
+    revision: i64,
+    /// The apply span while the apply runs (dropped: ended).
+    span: Option<Span>,
+    /// W3C traceparent of the apply span.
+    traceparent: String,
 }
 
 impl PlacedRuntime {
@@ -371,6 +389,52 @@ impl PlacedRuntime {
         self.unsynced_applies = 0;
         self.retry = None;
     }
+}
+
+impl Traced {
+    /// Opens the apply span of an assignment of `placed` at `revision` sent with
+    /// `traceparent`, its child.
+    fn start(placed: &PlacedRef, revision: i64, traceparent: &str, cluster: &str) -> Self {
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            parent: None,
+            "apply",
+            accord.cluster = cluster,
+            accord.placed = %placed,
+            accord.revision = revision,
+        );
+        telemetry::set_parent(&span, traceparent);
+        Self {
+            revision,
+            traceparent: telemetry::traceparent(&span),
+            span: Some(span),
+        }
+    }
+
+    /// A report span (child of the apply span) for `report`; its traceparent, sent with
+    /// the report.
+    fn report(&self, placed: &PlacedRef, report: &Report, cluster: &str) -> String {
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            parent: None,
+            "report",
+            accord.cluster = cluster,
+            accord.placed = %placed,
+            accord.state = %report.state,
+            accord.applied_revision = report.applied_revision,
+        );
+        telemetry::set_parent(&span, &self.traceparent);
+        telemetry::traceparent(&span)
+    }
+}
+
+/// Observes the receive → applied stage of an assignment.
+fn observe_applied(metrics: &Metrics, traced: Option<&Traced>, took: Duration) {
+    accord_common::metrics::observe_traced(
+        &metrics.change_applied_seconds,
+        took.as_secs_f64(),
+        traced.map_or("", |t| t.traceparent.as_str()),
+    );
 }
 
 /// The open stream to the hub.
@@ -571,8 +635,20 @@ impl Engine {
         let before = self.book.last_applied_revision();
         let mut changed = false;
         let mut upserted = BTreeSet::new();
+        let received = Instant::now();
+        // The traceparent of each traced item (none when the hub does not trace).
+        let mut traces: Vec<(PlacedRef, i64, String)> = Vec::new();
         for message in messages {
             let revision = message.revision;
+            if telemetry::enabled() {
+                traces.extend(message.items.iter().filter_map(|item| {
+                    if item.traceparent.is_empty() {
+                        return None;
+                    }
+                    let placed = PlacedRef::from_proto(item.placed.as_ref()?).ok()?;
+                    Some((placed, item.revision, item.traceparent.clone()))
+                }));
+            }
             let (update, malformed) = convert::update(message);
             if malformed > 0 {
                 warn!(
@@ -618,6 +694,8 @@ impl Engine {
                 let rt = self.placed.entry(key.clone()).or_default();
                 // A new assignment starts over: no old error or backoff applies to it.
                 rt.settled();
+                rt.received = Some(received);
+                rt.traced = None;
             }
             changed |= applied.changed();
             upserted.extend(applied.upserted);
@@ -628,6 +706,17 @@ impl Engine {
             placed = self.book.placed().len(),
             "applied assignments"
         );
+        for (key, revision, traceparent) in traces {
+            let taken = self.book.get(&key).is_some_and(|a| a.revision == revision);
+            if let Some(rt) = self.placed.get_mut(&key).filter(|_| taken) {
+                rt.traced = Some(Box::new(Traced::start(
+                    &key,
+                    revision,
+                    &traceparent,
+                    &self.config.cluster,
+                )));
+            }
+        }
         let book_changed = changed || self.book.last_applied_revision() != before;
         if book_changed {
             self.book_changed();
@@ -803,11 +892,25 @@ impl Engine {
                     }
                 }
             }
-            Action::Settled => rt.settled(),
+            Action::Settled => {
+                rt.settled();
+                // Nothing to apply: the member holds it already.
+                if let Some(t) = rt.traced.as_mut() {
+                    t.span = None;
+                }
+                if let Some(at) = rt.received.take() {
+                    observe_applied(&self.metrics, rt.traced.as_deref(), now - at);
+                }
+            }
             Action::Unknown | Action::Repair { .. } => {}
         }
         if let Some(from_version) = apply_from {
-            self.spawn_apply(index, key.clone(), assigned, from_version);
+            let span = rt
+                .traced
+                .as_ref()
+                .and_then(|t| t.span.clone())
+                .unwrap_or_else(Span::none);
+            self.spawn_apply(index, key.clone(), assigned, from_version, span);
         }
         self.observed(key, report, now);
     }
@@ -818,11 +921,13 @@ impl Engine {
         placed: PlacedRef,
         assigned: Assigned,
         from_version: String,
+        span: Span,
     ) {
-        let apply = self.enforcers[enforcer].apply(&placed, &assigned);
+        // The kind's own steps are spans of the apply span (when traced).
+        let apply = span.in_scope(|| self.enforcers[enforcer].apply(&placed, &assigned));
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            let result = apply.await.map_err(Box::new);
+            let result = apply.instrument(span).await.map_err(Box::new);
             let _ = tx
                 .send(Input::Applied {
                     placed,
@@ -856,6 +961,12 @@ impl Engine {
         match result {
             Ok(version) => {
                 rt.apply_error = None;
+                if let Some(t) = rt.traced.as_mut() {
+                    t.span = None;
+                }
+                if let Some(at) = rt.received.take() {
+                    observe_applied(&self.metrics, rt.traced.as_deref(), at.elapsed());
+                }
                 // If the apply changed nothing, there is no watch event to wait for.
                 rt.awaiting_version = (version != from_version).then_some(from_version);
             }
@@ -966,6 +1077,20 @@ impl Engine {
             return;
         }
         let expected = rt.tracker.sent(report.clone());
+        let traceparent = match &rt.traced {
+            Some(t) => {
+                let outcome = t.span.is_none()
+                    && report.applied_revision >= t.revision
+                    && report.state != accord_common::distribution::PlacementState::Pending;
+                let traceparent = t.report(key, &report, &self.config.cluster);
+                if outcome {
+                    // The hub hears the outcome: the change's trace ends here.
+                    rt.traced = None;
+                }
+                traceparent
+            }
+            None => String::new(),
+        };
         let message = AgentMessage {
             cluster: self.config.cluster.clone(),
             body: Some(agent_message::Body::StatusReport(convert::status_report(
@@ -973,6 +1098,7 @@ impl Engine {
                 &report,
                 expected,
                 unix_millis(),
+                traceparent,
             ))),
         };
         if stream.outbox.send(message).is_ok() {

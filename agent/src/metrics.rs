@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 pub use accord_common::metrics::{CategoryLabel, RequestLabel, ResultLabel};
+use accord_common::metrics::{TracedHistogram, stage_histogram};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,6 +19,9 @@ pub struct Metrics {
     pub reconnects: Counter,
     /// Assignments messages applied (each acknowledged once persisted).
     pub assignments_applied: Counter,
+    /// Seconds from an assignment's arrival to its successful apply in the member (the
+    /// agent's stage of a change), with the change's trace as exemplar.
+    pub change_applied_seconds: TracedHistogram,
     /// Placed objects this cluster enforces.
     pub managed_objects: Gauge,
     /// Server-side applies of replicas that succeeded.
@@ -63,6 +67,7 @@ impl Metrics {
             connected: Gauge::default(),
             reconnects: Counter::default(),
             assignments_applied: Counter::default(),
+            change_applied_seconds: stage_histogram(),
             managed_objects: Gauge::default(),
             scale_applies: Counter::default(),
             field_repairs: Family::default(),
@@ -85,6 +90,11 @@ impl Metrics {
             "certificate_expiry_timestamp_seconds",
             "notAfter of the client certificate in use, in seconds since the Unix epoch",
             metrics.certificate_expiry.clone(),
+        );
+        registry.register(
+            "change_applied_seconds",
+            "Seconds from an assignment's arrival to its successful apply in the member cluster",
+            metrics.change_applied_seconds.clone(),
         );
         registry.register(
             "connected",
@@ -230,6 +240,11 @@ mod tests {
         m.topic_create("already_exists");
         m.renewal("ok");
         m.certificate_expiry.set(1_700_000_000);
+        accord_common::metrics::observe_traced(
+            &m.change_applied_seconds,
+            0.02,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        );
         let text = m.encode();
         for name in [
             "accord_agent_connected 1",
@@ -246,6 +261,8 @@ mod tests {
             "accord_agent_certificate_renewals_total{result=\"ok\"} 1",
             "accord_agent_certificate_expiry_timestamp_seconds 1700000000",
             "accord_agent_leader 0",
+            "accord_agent_change_applied_seconds_count 1",
+            "trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"",
         ] {
             assert!(text.contains(name), "{name} missing from\n{text}");
         }

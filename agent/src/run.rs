@@ -113,6 +113,13 @@ pub async fn run(config: RunConfig, shutdown: impl Future<Output = ()>) -> Resul
         .map_err(RunError::MemberClient)?;
     // Read once up front so a broken identity fails at start, on the standby too.
     let identity = config.identity.load(&client).await?;
+    // Traces (when on) say which cluster they come from: known from here.
+    if let Err(e) = accord_common::telemetry::start(vec![(
+        accord_common::telemetry::CLUSTER_ATTRIBUTE,
+        identity.cluster.clone(),
+    )]) {
+        tracing::warn!(error = %e, "not exporting traces");
+    }
     let metrics = Metrics::new();
     let ready = Readiness::default();
     let listener = tokio::net::TcpListener::bind(config.http_addr)

@@ -389,6 +389,7 @@ fn scale(name: &str, revision: i64, replicas: i32) -> Assignment {
             ))
             .to_proto(),
         ),
+        traceparent: String::new(),
     }
 }
 
@@ -699,6 +700,7 @@ async fn an_assignment_of_a_kind_without_an_enforcer_is_held_acked_and_reported_
                 })
                 .to_proto(),
             ),
+            traceparent: String::new(),
         }],
     )
     .await;

@@ -83,6 +83,7 @@ fn item(name: &str, revision: i64, spec: FederatedResourceSpec) -> Assignment {
         placed: Some(policy_ref(name)),
         revision,
         spec: Some(AssignmentSpec::FederatedResource(spec).to_proto()),
+        traceparent: String::new(),
     }
 }
 

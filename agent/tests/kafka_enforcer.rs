@@ -182,6 +182,7 @@ fn topic_item(
             removed_config: removed.iter().map(|k| (*k).to_owned()).collect(),
             delete: false,
         })),
+        traceparent: String::new(),
     }
 }
 

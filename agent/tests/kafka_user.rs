@@ -225,6 +225,7 @@ fn item(revision: i64, spec: &KafkaUserSpec) -> Assignment {
         }),
         revision,
         spec: Some(AssignmentSpec::KafkaUser(spec.clone()).to_proto()),
+        traceparent: String::new(),
     }
 }
 

@@ -18,5 +18,6 @@ pub mod quantity;
 pub mod register;
 pub mod runtime;
 pub mod selector;
+pub mod telemetry;
 pub mod token;
 pub mod watch;

@@ -2,6 +2,8 @@
 //! down by kind, and the text encoding `/metrics` serves.
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 
 // One label name per meaning, in both binaries: `kind` is an Accord kind, `category` what
@@ -21,6 +23,33 @@ impl KindLabel {
             kind: kind.to_owned(),
         }
     }
+}
+
+/// Exemplar label of a latency histogram: the trace of the observed change
+/// (`trace_id="<32 hex>"`), so a slow bucket leads to its trace.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceLabel {
+    /// The 32-hex W3C trace id.
+    pub trace_id: String,
+}
+
+/// A latency histogram whose buckets keep the trace of their latest observation.
+pub type TracedHistogram = HistogramWithExemplars<TraceLabel>;
+
+/// A [`TracedHistogram`] of seconds with exponential buckets from 1 ms to about 65 s, the
+/// range of the stages a change passes through.
+pub fn stage_histogram() -> TracedHistogram {
+    HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Observes `seconds` in `histogram`, with the trace of `traceparent` as the exemplar when
+/// there is one (tracing on).
+pub fn observe_traced(histogram: &TracedHistogram, seconds: f64, traceparent: &str) {
+    let trace_id = crate::telemetry::trace_id(traceparent);
+    let exemplar = (!trace_id.is_empty()).then(|| TraceLabel {
+        trace_id: trace_id.to_owned(),
+    });
+    histogram.observe(seconds, exemplar, None);
 }
 
 /// Label of error counters by category (`category="etcd"`, `category="not_found"`, …).

@@ -34,6 +34,9 @@ pub mod reasons {
     pub const NOT_ALL_PLACEMENTS_READY: &str = "NotAllPlacementsReady";
     /// Ready: the hub cannot act on the spec (it fails validation or cannot be decoded).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Event: the object's `accord.io/traceparent` annotation is not a W3C traceparent; the
+    /// change is traced without the user's parent.
+    pub const INVALID_TRACEPARENT: &str = "InvalidTraceparent";
     /// Event: the placement asks for what the fleet cannot give now (a spread's
     /// `minGroups`); nothing new is placed until it can.
     pub const PLACEMENT_UNSATISFIED: &str = "PlacementUnsatisfied";

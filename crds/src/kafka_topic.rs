@@ -146,6 +146,11 @@ pub struct FederatedKafkaTopicStatus {
     /// are not: counts by reason, at most 20 clusters named per reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selection: Option<crate::SelectionSummary>,
+    /// Trace id (32 hex) of the latest change's trace: its decision, its record write and
+    /// every member's apply, when the hub exports traces (`--otlp-endpoint`). Look it up in
+    /// the trace backend; absent when the latest change was not traced.
+    #[serde(default, rename = "traceID", skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// The rollout of the latest revision, with `spec.rollout` progressive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::rollout::RolloutStatus>,

@@ -128,6 +128,9 @@ pub trait PlacedStatus {
     /// The same, to set.
     fn selection_mut(&mut self) -> &mut Option<SelectionSummary>;
 
+    /// The trace id of the latest change (`status.traceID`).
+    fn trace_id_mut(&mut self) -> &mut Option<String>;
+
     /// Cuts the placements down to what `limits` lets the status list, setting the summary,
     /// and the clusters named in `status.selection` to [`MAX_NAMED_LEFT_OUT`] per reason.
     fn summarize(&mut self, limits: &StatusLimits);
@@ -144,7 +147,8 @@ pub trait HasPlacedStatus {
 
 /// Makes a kind's status a [`PlacedStatus`], its object a [`HasPlacedStatus`] and its
 /// per-cluster line a [`HasState`]: `placed_status! { Object => Status, Placement; }`, in
-/// the kind's own file. The status has `conditions`, `placements`, `summary` and `selection`; the line
+/// the kind's own file. The status has `conditions`, `placements`, `summary`, `selection` and
+/// `trace_id`; the line
 /// has `cluster`, `state` and `message`.
 #[macro_export]
 macro_rules! placed_status {
@@ -193,6 +197,10 @@ macro_rules! placed_status {
 
                 fn selection_mut(&mut self) -> &mut Option<$crate::SelectionSummary> {
                     &mut self.selection
+                }
+
+                fn trace_id_mut(&mut self) -> &mut Option<String> {
+                    &mut self.trace_id
                 }
 
                 fn summarize(&mut self, limits: &$crate::summary::StatusLimits) {

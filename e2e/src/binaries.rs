@@ -1,6 +1,6 @@
 //! Where the testbed's third-party programs are.
 //!
-//! etcd, the Kubernetes control-plane binaries, kubectl and kwok are built from their Go
+//! etcd, the Kubernetes control-plane binaries, kubectl, kwok and Jaeger are built from their Go
 //! modules, and the Kafka broker's jars fetched from Maven Central, by
 //! `e2e/testbed/build.sh` into a versioned cache outside the repository. Prometheus and
 //! Java come from the system.
@@ -38,6 +38,9 @@ pub struct Binaries {
     pub prometheus: PathBuf,
     /// The Java launcher for Kafka (17 or newer).
     pub java: PathBuf,
+    /// Jaeger's all-in-one binary (OTLP receiver, in-memory store, query API), the trace
+    /// backend of the tracing tests and the sandbox.
+    pub jaeger: PathBuf,
 }
 
 impl Binaries {
@@ -100,6 +103,7 @@ impl Binaries {
             kube_scheduler: file("kube-scheduler")?,
             kubectl: file("kubectl")?,
             kwok: file("kwok")?,
+            jaeger: file("jaeger")?,
             kafka_lib,
             prometheus,
             java,

@@ -132,6 +132,8 @@ pub struct HubSetup {
     /// --webhook-url https://127.0.0.1:PORT`) instead of the Service `accord-hub`, which
     /// has no pods here: the API server then calls the hub it runs.
     pub webhook_url: bool,
+    /// Further flags of `accord-hub serve` (e.g. `--otlp-endpoint`).
+    pub serve_args: Vec<String>,
 }
 
 impl HubSetup {
@@ -142,6 +144,7 @@ impl HubSetup {
             etcd_prefix: etcd_prefix.to_owned(),
             replica: "hub-as-sa".to_owned(),
             webhook_url: false,
+            serve_args: Vec::new(),
         })
     }
 }
@@ -220,6 +223,7 @@ impl InstalledHub {
             .args(["--grpc-addr", &grpc, "--http-addr", &http])
             .args(["--webhook-addr", &webhook_addr])
             .args(["--replica-name", &setup.replica])
+            .args(&setup.serve_args)
             .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,accord_hub=debug");
         let process = testbed.spawn("hub/as-sa", serve)?;

@@ -30,6 +30,7 @@ pub mod faultproxy;
 pub mod fleet;
 pub mod hub;
 pub mod installed;
+pub mod jaeger;
 pub mod kafka;
 pub mod kafka_topic_scenario;
 pub mod kafka_user_scenario;

@@ -208,9 +208,18 @@ pub struct ServeArgs {
     /// Synced, in placement order).
     #[arg(long, default_value_t = 20)]
     status_placements_listed: usize,
+    /// OTLP/gRPC endpoint to export traces to, e.g. `http://jaeger:4317`: each change of a
+    /// placed object gets a trace (its decision, record write, fan-out and, from agents that
+    /// export too, every member's apply). Off when unset: no exporter, no trace spans.
+    #[arg(long, env = "ACCORD_OTLP_ENDPOINT", value_parser = parse_otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
     /// Each kind's own flags.
     #[command(flatten)]
     kinds: KindOptions,
+}
+
+fn parse_otlp_endpoint(value: &str) -> Result<String, String> {
+    accord_common::telemetry::parse_endpoint(value).map_err(|e| e.to_string())
 }
 
 /// Token operations.
@@ -260,13 +269,10 @@ pub struct ClusterRevokeArgs {
 /// Parses arguments and runs the command; the binary's whole `main`.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn,tower=warn,h2=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let otlp_endpoint = match &cli.command {
+        Command::Serve(a) => a.otlp_endpoint.clone(),
+        _ => None,
+    };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -274,7 +280,23 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    // The exporter's channel is made on the runtime.
+    let _in_runtime = runtime.enter();
+    let telemetry = accord_common::telemetry::init(
+        "info,kube=warn,tower=warn,h2=warn",
+        "accord-hub",
+        otlp_endpoint.as_deref(),
+    );
+    if let Err(e) = accord_common::telemetry::start(Vec::new()) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let ended = runtime.block_on(async {
+        let ended = run(cli).await;
+        telemetry.shutdown().await;
+        ended
+    });
+    match ended {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

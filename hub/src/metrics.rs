@@ -1,6 +1,7 @@
 //! The hub's Prometheus metrics, served as text on `/metrics`.
 
 pub use accord_common::metrics::{CategoryLabel, KindLabel, ResultLabel};
+use accord_common::metrics::{TracedHistogram, stage_histogram};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -104,6 +105,28 @@ pub struct Metrics {
     /// Seconds from the first missed deadline of a rollout to the write that took its
     /// clusters back.
     pub rollback_delay_seconds: Histogram,
+    /// Where a change spends its time, stage by stage (each with the change's trace as
+    /// exemplar when tracing is on).
+    pub change: ChangeStages,
+}
+
+/// The stages of a change of a placed object, as the hub sees them: decided, persisted,
+/// sent to each member, reported back, and end to end. The agent adds its own stage
+/// (`accord_agent_change_applied_seconds`).
+#[derive(Clone)]
+pub struct ChangeStages {
+    /// Seconds the kind's decision took (selecting clusters, computing shares).
+    pub decision_seconds: TracedHistogram,
+    /// Seconds the fenced write of the new placements record took.
+    pub persist_seconds: TracedHistogram,
+    /// Seconds from the decision to its assignments queued on the members' streams.
+    pub fanout_seconds: TracedHistogram,
+    /// Seconds from a member's observation to its report stored as the object's status
+    /// record.
+    pub report_seconds: TracedHistogram,
+    /// Seconds from the decision to each member's report that it applied it (Synced at the
+    /// decision's revision), by kind.
+    pub end_to_end_seconds: Family<KindLabel, TracedHistogram>,
 }
 
 impl Default for Metrics {
@@ -232,8 +255,43 @@ impl Metrics {
             "Seconds from a rollout's first missed deadline to the write that took its clusters back",
             rollback_delay_seconds.clone(),
         );
+        let change = ChangeStages {
+            decision_seconds: stage_histogram(),
+            persist_seconds: stage_histogram(),
+            fanout_seconds: stage_histogram(),
+            report_seconds: stage_histogram(),
+            end_to_end_seconds: Family::new_with_constructor(
+                stage_histogram as fn() -> TracedHistogram,
+            ),
+        };
+        registry.register(
+            "change_decision_seconds",
+            "Seconds a placed object's decision took, per change",
+            change.decision_seconds.clone(),
+        );
+        registry.register(
+            "change_persist_seconds",
+            "Seconds the fenced write of a change's placements record took",
+            change.persist_seconds.clone(),
+        );
+        registry.register(
+            "change_fanout_seconds",
+            "Seconds from a change's decision to its assignments queued on the members' streams",
+            change.fanout_seconds.clone(),
+        );
+        registry.register(
+            "change_report_seconds",
+            "Seconds from a member's observation to its report stored as the object's status record",
+            change.report_seconds.clone(),
+        );
+        registry.register(
+            "change_end_to_end_seconds",
+            "Seconds from a change's decision to each member's report that it applied it, by kind",
+            change.end_to_end_seconds.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            change,
             rollout_steps,
             rollouts_ended,
             rollout_seconds,

@@ -138,7 +138,9 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let mut tasks = Supervisor::new();
     tasks.spawn_forever(
         "placements fan-out",
-        fanout.clone().run(connections.clone()),
+        fanout
+            .clone()
+            .run(connections.clone(), metrics.change.clone()),
     );
     tasks.spawn_forever("Secrets watch", follow_secrets);
     tasks.spawn_forever("silent-stream closer", close_silent_streams(agents.clone()));

@@ -19,6 +19,9 @@ const AGENT_SERIES: &[&str] = &[
     "accord_agent_status_reports_sent_total",
     "accord_agent_status_acks_total",
     "accord_agent_status_reports_pending",
+    "accord_agent_change_applied_seconds_bucket",
+    "accord_agent_change_applied_seconds_sum",
+    "accord_agent_change_applied_seconds_count",
 ];
 
 fn dashboard() -> Value {
@@ -38,6 +41,11 @@ fn hub_series() -> BTreeSet<String> {
     let kind = accord_common::metrics::KindLabel::of("FederatedResource");
     metrics.rollout_steps.get_or_create(&kind).inc();
     metrics.rollout_seconds.get_or_create(&kind).observe(1.0);
+    metrics
+        .change
+        .end_to_end_seconds
+        .get_or_create(&kind)
+        .observe(1.0, None, None);
     metrics
         .rollouts_ended
         .get_or_create(&accord_hub::metrics::RolloutEndLabel {

@@ -666,6 +666,8 @@ mod toy {
         pub summary: Option<PlacementSummary>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub selection: Option<accord_crds::SelectionSummary>,
+        #[serde(default, rename = "traceID", skip_serializing_if = "Option::is_none")]
+        pub trace_id: Option<String>,
         #[serde(default)]
         pub conditions: Vec<Condition>,
         #[serde(default, skip_serializing_if = "Option::is_none")]

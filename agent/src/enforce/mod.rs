@@ -29,6 +29,7 @@ pub mod scale;
 pub mod watch;
 
 use std::collections::BTreeMap;
+use tracing::Instrument;
 
 use accord_common::distribution::{AssignmentSpec, KindSpec, PlacedRef, PlacementState};
 use futures::future::BoxFuture;
@@ -390,6 +391,7 @@ where
     let params = kube::api::PatchParams::apply(accord_crds::AGENT_FIELD_MANAGER).force();
     let applied = api
         .patch(name, &params, &kube::api::Patch::Apply(patch))
+        .instrument(accord_common::telemetry::step("server-side apply"))
         .await
         .map_err(|source| {
             tracing::debug!(%object, error = %source, "server-side apply failed");

@@ -81,6 +81,10 @@ pub struct JoinArgs {
     /// Deployment (for clusters whose pods cannot run it, and for trying Accord out).
     #[arg(long, conflicts_with = "dry_run")]
     pub run: bool,
+    /// With --run: OTLP/gRPC endpoint to export traces to (as `accord-agent run
+    /// --otlp-endpoint`). Off when unset.
+    #[arg(long, env = "ACCORD_OTLP_ENDPOINT", requires = "run", value_parser = crate::cli::parse_otlp_endpoint)]
+    pub otlp_endpoint: Option<String>,
     /// Print the objects join would apply to the member cluster and change nothing;
     /// contacts neither the hub nor the member cluster, and the token stays unused.
     #[arg(long)]

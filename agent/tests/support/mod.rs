@@ -52,6 +52,7 @@ pub fn scale_item(
             replicas,
             scale_request_id: request_id.into(),
         })),
+        traceparent: String::new(),
     }
 }
 

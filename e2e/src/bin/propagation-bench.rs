@@ -20,6 +20,9 @@
 //!   bench (the API server's patch response, etcd's and the members' watch fan-out);
 //! - failover: time from `kill -9` of one agent until its share is on the other clusters.
 //!
+//! Tracing is off, as by default (no `--otlp-endpoint`); `--with-tracing` starts Jaeger on
+//! the testbed and points the hub and agents at it, to see what exporting costs.
+//!
 //! ```text
 //! cargo run --release -p accord-e2e --bin propagation-bench -- --changes 100 --failovers 5
 //! ```
@@ -63,6 +66,9 @@ struct Args {
     /// Number of agent kills (kill -9) to time until the agent's share runs elsewhere.
     #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
     failovers: u64,
+    /// Export traces: Jaeger on the testbed, the hub and agents with `--otlp-endpoint`.
+    #[arg(long)]
+    with_tracing: bool,
 }
 
 /// Latest `spec.replicas` per member and when the watch first saw that value, fed by a
@@ -148,14 +154,31 @@ fn print_spread(title: &str, sorted: &[Duration]) {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let Args { changes, failovers } = Args::parse();
+    let Args {
+        changes,
+        failovers,
+        with_tracing,
+    } = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     let testbed = Testbed::builder().members(3).start().await?;
-    let mut fed = Fleet::start(
+    let otlp = if with_tracing {
+        let jaeger = accord_e2e::jaeger::Jaeger::start(&testbed).await?;
+        println!("tracing on: exporting to {}", jaeger.otlp_endpoint());
+        vec![
+            "--otlp-endpoint".to_owned(),
+            jaeger.otlp_endpoint().to_owned(),
+        ]
+    } else {
+        println!("tracing off (no --otlp-endpoint)");
+        Vec::new()
+    };
+    let otlp: Vec<&str> = otlp.iter().map(String::as_str).collect();
+    let mut fed = Fleet::start_with_agent_args(
         &testbed,
         "hub-bench",
         HUB_PREFIX,
-        &[],
+        &otlp,
+        &otlp,
         &[("m1", 0), ("m2", 1), ("m3", 2)],
     )
     .await?;

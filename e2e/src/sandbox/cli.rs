@@ -75,6 +75,11 @@ pub struct UpArgs {
     /// global Prometheus federating every member.
     #[arg(long)]
     with_prometheus: bool,
+    /// Run Jaeger (built by the testbed from its Go module) and point the hub and every
+    /// agent at it (`--otlp-endpoint`): each change gets a trace, found by the object's
+    /// `status.traceID`.
+    #[arg(long)]
+    with_tracing: bool,
     /// How long to wait for the sandbox to become ready (testbed build not included).
     #[arg(long, default_value = "10m", value_parser = parse_flag)]
     timeout: Duration,
@@ -103,6 +108,8 @@ pub struct DaemonArgs {
     with_kafka_sasl: bool,
     #[arg(long)]
     with_prometheus: bool,
+    #[arg(long)]
+    with_tracing: bool,
     #[arg(long)]
     hub_bin: PathBuf,
     #[arg(long)]
@@ -160,6 +167,7 @@ fn run_daemon(args: DaemonArgs) -> ExitCode {
         kafka: args.with_kafka || args.with_kafka_sasl,
         kafka_sasl: args.with_kafka_sasl,
         prometheus: args.with_prometheus,
+        tracing: args.with_tracing,
         hub_bin: args.hub_bin,
         agent_bin: args.agent_bin,
     };
@@ -322,6 +330,9 @@ async fn up(args: UpArgs) -> Result<ExitCode> {
     if args.with_prometheus {
         daemon.arg("--with-prometheus");
     }
+    if args.with_tracing {
+        daemon.arg("--with-tracing");
+    }
     let mut child = daemon.spawn().context("starting the sandbox daemon")?;
     eprintln!(
         "started the sandbox daemon (pid {}); log: {}",
@@ -444,6 +455,11 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
     }
     if let Some(global) = &state.global_prometheus_url {
         out.push_str(&format!("  {:<12} Prometheus {global}\n", "global"));
+    }
+    if let Some(jaeger) = &state.jaeger_url {
+        out.push_str(&format!(
+            "  jaeger       {jaeger} (traces: {jaeger}/api/traces/<status.traceID>)\n"
+        ));
     }
     out.push_str(&format!(
         "  logs         {} and {}\n",
@@ -630,6 +646,7 @@ mod tests {
             with_kafka: false,
             with_kafka_sasl: false,
             with_prometheus: false,
+            with_tracing: false,
             timeout: Duration::from_secs(1),
         }
     }

@@ -71,6 +71,8 @@ pub struct DaemonOptions {
     pub kafka_sasl: bool,
     /// A Prometheus server per member.
     pub prometheus: bool,
+    /// Jaeger, with the hub and agents exporting traces to it.
+    pub tracing: bool,
     /// The `accord-hub` binary.
     pub hub_bin: PathBuf,
     /// The `accord-agent` binary.
@@ -108,6 +110,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             .unwrap_or_default(),
         examples: Vec::new(),
         global_prometheus_url: None,
+        jaeger_url: None,
     };
     state::write(&state)?;
 
@@ -197,6 +200,9 @@ async fn start(options: &DaemonOptions, state: &mut State) -> Result<Sandbox> {
     if options.prometheus {
         extras.push_str(", Prometheus");
     }
+    if options.tracing {
+        extras.push_str(", Jaeger");
+    }
     progress(format!(
         "starting the management cluster and {} member(s) ({names}{extras})",
         options.members.len()
@@ -267,6 +273,21 @@ async fn set_up(
         "installing the hub (accord-hub install --webhook-url, the API server calling the \
          hub on this host) and serving it as its ServiceAccount",
     );
+    let otlp = if options.tracing {
+        let jaeger = crate::jaeger::Jaeger::start(testbed).await?;
+        progress(format!(
+            "Jaeger receives traces at {} (UI and query API {})",
+            jaeger.otlp_endpoint(),
+            jaeger.addrs.query_url
+        ));
+        state.jaeger_url = Some(jaeger.addrs.query_url.clone());
+        vec![
+            "--otlp-endpoint".to_owned(),
+            jaeger.otlp_endpoint().to_owned(),
+        ]
+    } else {
+        Vec::new()
+    };
     let install = InstalledHub::install_with(
         testbed,
         HubSetup {
@@ -274,6 +295,7 @@ async fn set_up(
             etcd_prefix: testbed.hub_etcd_prefix().to_owned(),
             replica: "sandbox-hub".to_owned(),
             webhook_url: true,
+            serve_args: otlp.clone(),
         },
     );
     let (installed, kafkas) = tokio::try_join!(install, member_kafkas(options, testbed))?;
@@ -308,6 +330,7 @@ async fn set_up(
         progress(format!("joining {} through the token flow", member.name()));
         let mut cmd = Command::new(&command[0]);
         cmd.args(&command[1..])
+            .args(&otlp)
             .env("RUST_LOG", "info,accord_agent=debug");
         let id = testbed.spawn(&format!("agent/{}", member.name()), cmd)?;
         agents.push(id);

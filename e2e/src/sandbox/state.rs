@@ -58,6 +58,10 @@ pub struct State {
     /// federation Prometheus, with `--with-prometheus`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_prometheus_url: Option<String>,
+    /// Jaeger's UI and query API (`http://ADDRESS:PORT`), receiving the hub's and agents'
+    /// traces, with `--with-tracing`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jaeger_url: Option<String>,
 }
 
 /// One member cluster of a sandbox.
@@ -162,6 +166,7 @@ mod tests {
             testbed_bin: PathBuf::from("bin"),
             examples: vec!["CrossClusterScalePolicy default/webapp-global-scale".into()],
             global_prometheus_url: Some("http://127.70.0.1:9090".into()),
+            jaeger_url: None,
         };
         write(&state).unwrap();
         assert_eq!(read(dir.path()).unwrap(), Some(state));

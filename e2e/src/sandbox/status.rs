@@ -66,6 +66,9 @@ pub struct Report {
     /// The global tier's Prometheus, with `--with-prometheus`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub global_prometheus: Option<GlobalPrometheusReport>,
+    /// Jaeger's UI and query API, with `--with-tracing`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jaeger_url: Option<String>,
     /// Every PrometheusFederation on the management cluster.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub federations: Vec<FederationReport>,
@@ -295,6 +298,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
         members: Vec::new(),
         policies: Vec::new(),
         global_prometheus: None,
+        jaeger_url: None,
         federations: Vec::new(),
         topics: Vec::new(),
         resources: Vec::new(),
@@ -341,6 +345,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
             kafka_client_config: m.kafka_client_config.clone(),
         })
         .collect();
+    report.jaeger_url = state.jaeger_url.clone();
     report.global_prometheus =
         state
             .global_prometheus_url
@@ -631,6 +636,12 @@ pub fn render(report: &Report) -> String {
         );
         let _ = writeln!(out, "           {}", global.command);
     }
+    if let Some(jaeger) = &report.jaeger_url {
+        let _ = writeln!(
+            out,
+            "  jaeger   {jaeger} (traces of changes: {jaeger}/api/traces/<status.traceID>)"
+        );
+    }
     for f in &report.federations {
         let placement = |p: &FederationPlacementReport| {
             let mut text = format!("{} {}", p.cluster, p.state);
@@ -815,6 +826,7 @@ mod tests {
             topics: Vec::new(),
             resources: Vec::new(),
             problems: Vec::new(),
+            jaeger_url: None,
         }
     }
 

@@ -19,10 +19,13 @@ use tokio::sync::{broadcast, mpsc};
 use tracing::debug;
 
 use accord_common::distribution::PlacedRef;
+use accord_common::metrics::observe_traced;
+use accord_common::telemetry;
 
 use super::record::PlacementRecord;
 use crate::connections::Connections;
 use crate::distribution::secrets::Secrets;
+use crate::metrics::ChangeStages;
 use crate::store::epoch::StoreEpoch;
 use crate::store::{CacheEvent, PrefixCache, Store, StoreError};
 
@@ -47,12 +50,13 @@ impl Fanout {
         })
     }
 
-    /// Fans every change out to `connections` (and checks the store epoch); returns only
-    /// if the cache stops, so the caller supervises it.
-    pub async fn run(self, connections: Connections) {
+    /// Fans every change out to `connections` (and checks the store epoch), timing each
+    /// change's way from its decision to the streams in `stages`; returns only if the cache
+    /// stops, so the caller supervises it.
+    pub async fn run(self, connections: Connections, stages: ChangeStages) {
         let checks = tokio::spawn(self.epoch.clone().run());
         let _checks = accord_common::runtime::AbortOnDrop(checks);
-        run(self.cache, self.epoch, self.secrets, connections).await;
+        run(self.cache, self.epoch, self.secrets, connections, stages).await;
     }
 
     /// This replica's view of the store epoch.
@@ -234,6 +238,7 @@ async fn run(
     epoch: StoreEpoch,
     secrets: Secrets,
     connections: Connections,
+    stages: ChangeStages,
 ) {
     let mut events = cache.subscribe();
     let mut epochs = epoch.subscribe();
@@ -262,6 +267,10 @@ async fn run(
         };
         let store_epoch = epoch.current();
         let mut deltas = Deltas::default();
+        // The changes this batch sends: when each was decided and its trace, with the
+        // spans of its sends (tracing on), ended once the batch is queued.
+        let mut sent: Vec<(i64, String)> = Vec::new();
+        let mut send_spans: Vec<tracing::Span> = Vec::new();
         let mut next = Some(first);
         let mut taken = 0;
         while let Some(event) = next.take() {
@@ -281,6 +290,8 @@ async fn run(
                         placed: Some(value.placed.to_proto()),
                         revision: mod_revision,
                     };
+                    let fanout = fanout_span(&value);
+                    let mut sends = false;
                     for share in &value.shares {
                         // A share an earlier record sent as it is: its agent has it.
                         if share.since.is_some() || !connections.holds(&share.cluster) {
@@ -288,6 +299,18 @@ async fn run(
                         }
                         match value.assignment_of(share, mod_revision) {
                             Some(mut item) => {
+                                sends = true;
+                                if !fanout.is_disabled() {
+                                    let span = tracing::info_span!(
+                                        target: telemetry::TARGET,
+                                        parent: &fanout,
+                                        "send",
+                                        accord.cluster = %share.cluster,
+                                        accord.revision = mod_revision,
+                                    );
+                                    item.traceparent = telemetry::traceparent(&span);
+                                    send_spans.push(span);
+                                }
                                 secrets.enclose(&mut item);
                                 deltas.upsert(&share.cluster, &key, item)
                             }
@@ -298,6 +321,9 @@ async fn run(
                         if connections.holds(cluster) {
                             deltas.remove(cluster, &key, removal());
                         }
+                    }
+                    if sends {
+                        sent.push((value.decided_unix_millis, value.traceparent.clone()));
                     }
                     known.insert(key, (value.placed.clone(), now));
                 }
@@ -346,7 +372,31 @@ async fn run(
             }
         }
         deltas.send(out, store_epoch);
+        drop(send_spans);
+        if !sent.is_empty() {
+            let now = accord_common::runtime::unix_millis();
+            for (decided, traceparent) in sent {
+                let seconds = (now - decided).max(0) as f64 / 1000.0;
+                observe_traced(&stages.fanout_seconds, seconds, &traceparent);
+            }
+        }
     }
+}
+
+/// The span of a traced record's fan-out on this replica, child of the change that wrote
+/// it; disabled when the record is not traced or tracing is off here.
+fn fanout_span(record: &PlacementRecord) -> tracing::Span {
+    if record.traceparent.is_empty() || !telemetry::enabled() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        target: telemetry::TARGET,
+        parent: None,
+        "fan-out",
+        accord.placed = %record.placed,
+    );
+    telemetry::set_parent(&span, &record.traceparent);
+    span
 }
 
 #[cfg(test)]
@@ -363,6 +413,7 @@ mod tests {
             placed: Some(placed(name).to_proto()),
             revision,
             spec: None,
+            traceparent: String::new(),
         }
     }
 
@@ -387,7 +438,7 @@ mod tests {
         let (tx_b, mut rx_b) = mpsc::channel(16);
         connections.open("a", "ka", tx_a);
         connections.open("b", "kb", tx_b);
-        tokio::spawn(fanout.run(connections.clone()));
+        tokio::spawn(fanout.run(connections.clone(), crate::metrics::Metrics::new().change));
         // The current-thread runtime runs the fan-out until it waits for its first event.
         tokio::task::yield_now().await;
         let placed = PlacedRef::new(PlacedKind::CrossClusterScalePolicy, "default", "web");
@@ -409,6 +460,7 @@ mod tests {
             decided_unix_millis: 0,
             shares: vec![share("a", 1), share("b", 1)],
             decision: serde_json::Value::Null,
+            traceparent: String::new(),
         };
         let put = async |record: &PlacementRecord| store.put_json(&key, record).await.unwrap();
         let first = put(&record).await;

@@ -128,6 +128,12 @@ pub struct PlacementRecord<D = serde_json::Value> {
     pub shares: Vec<ShareRecord>,
     /// The kind's own decision data.
     pub decision: D,
+    /// W3C traceparent of the change that wrote this record (the hub's span of it), sent
+    /// with every assignment of the record; empty when the hub does not trace. Not part of
+    /// the decision: [`PlacementKind::same_intent`](crate::controllers::placement::PlacementKind::same_intent)
+    /// ignores it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub traceparent: String,
 }
 
 impl<D> PlacementRecord<D> {
@@ -148,6 +154,7 @@ impl<D> PlacementRecord<D> {
             placed: Some(self.placed.to_proto()),
             revision,
             spec: Some(spec.to_proto()),
+            traceparent: self.traceparent.clone(),
         })
     }
 
@@ -176,6 +183,7 @@ impl<D> PlacementRecord<D> {
             decided_unix_millis: self.decided_unix_millis,
             shares: self.shares.clone(),
             decision,
+            traceparent: self.traceparent.clone(),
         }
     }
 }
@@ -234,6 +242,7 @@ mod tests {
                 total: shares.iter().map(|s| s.1).sum(),
                 request_id: "01ABC".into(),
             },
+            traceparent: String::new(),
         }
     }
 
@@ -271,6 +280,24 @@ mod tests {
             (5, "frontend", "prod")
         );
         assert!(record(&[("a", 7)]).assignment_for("c", 42).is_none());
+    }
+
+    #[test]
+    fn a_records_trace_travels_with_its_assignments_and_an_untraced_one_stores_none() {
+        let untraced = record(&[("a", 1)]);
+        let json = serde_json::to_value(untraced.stored("scale")).unwrap();
+        assert!(json.get("traceparent").is_none(), "{json}");
+        assert_eq!(untraced.assignment_for("a", 3).unwrap().traceparent, "");
+        let mut traced = record(&[("a", 1)]);
+        traced.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into();
+        let stored = traced.stored("scale");
+        let back: PlacementRecord =
+            serde_json::from_str(&serde_json::to_string(&stored).unwrap()).unwrap();
+        assert_eq!(back.traceparent, traced.traceparent);
+        assert_eq!(
+            back.assignment_for("a", 3).unwrap().traceparent,
+            traced.traceparent
+        );
     }
 
     #[test]

@@ -321,6 +321,7 @@ mod tests {
             decided_unix_millis: 0,
             shares: vec![share("east", true), share("ghost", false)],
             decision: FederatedResourceDecision::default(),
+            traceparent: String::new(),
         };
         let t = FederatedResources::tombstone(&record).unwrap();
         assert!(t.decision.remove);

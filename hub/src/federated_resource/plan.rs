@@ -469,6 +469,7 @@ mod tests {
             decided_unix_millis: 0,
             shares: first.shares.clone(),
             decision: Default::default(),
+            traceparent: String::new(),
         };
         let bad = spec(&format!(
             "{BUNDLE}overrides:\n- clusters: [west]\n  target: {{kind: Deployment}}\n  \
@@ -516,6 +517,7 @@ mod tests {
             decided_unix_millis: 0,
             shares,
             decision: Default::default(),
+            traceparent: String::new(),
         };
         let s2 = spec(
             "placement: {clusters: [east]}\nmanifests:\n- {apiVersion: v1, kind: Namespace, metadata: {name: extra}}\n",

@@ -110,6 +110,7 @@ pub fn aggregate(inputs: &Aggregation<'_, FederatedResources>) -> FederatedResou
         placements,
         summary: None,
         selection: None,
+        trace_id: None,
     }
 }
 

@@ -25,12 +25,15 @@ use tokio::sync::mpsc;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
-use tracing::{debug, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use super::AgentFacing;
 use super::renewal::{self, StreamCertificate};
+use accord_common::distribution::PlacementState;
 use accord_common::distribution::{Observed, PlacedKind, state_from_proto};
+use accord_common::metrics::{KindLabel, observe_traced};
 use accord_common::runtime::{error_chain, unix_millis};
+use accord_common::telemetry;
 
 use crate::connections::Connection;
 use crate::pki::peer_identity;
@@ -425,10 +428,25 @@ impl Session {
     }
 
     /// Writes one report with optimistic concurrency and builds the answer.
-    async fn store_report(&self, report: StatusReport) -> Result<HubMessage, Status> {
+    async fn store_report(&self, mut report: StatusReport) -> Result<HubMessage, Status> {
         let s = &self.shared;
         let expected_version = report.expected_version;
+        let traceparent = std::mem::take(&mut report.traceparent);
         let (placed, record) = translate_report(report)?;
+        let span = if traceparent.is_empty() || !telemetry::enabled() {
+            tracing::Span::none()
+        } else {
+            let span = tracing::info_span!(
+                target: telemetry::TARGET,
+                parent: None,
+                "report stored",
+                accord.cluster = %self.cluster,
+                accord.state = %record.state,
+                accord.applied_revision = record.applied_revision,
+            );
+            telemetry::set_parent(&span, &traceparent);
+            span
+        };
         let written_key = format!("{}/{}/{}", placed.kind, placed.namespace, placed.name);
         let known = self
             .written
@@ -449,6 +467,7 @@ impl Session {
                 expected_version,
                 known.as_ref(),
             )
+            .instrument(span)
             .await;
         s.metrics
             .etcd_txn_seconds
@@ -456,6 +475,7 @@ impl Session {
         let (result, reason) = match outcome {
             Ok(WriteOutcome::Accepted { version }) => {
                 s.metrics.report("accepted");
+                self.observe_change(&placed, &record, &traceparent);
                 self.written
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -482,6 +502,49 @@ impl Session {
                 reason: reason.map_or(0, |r| r.to_proto() as i32),
             })),
         })
+    }
+}
+
+impl Session {
+    /// Times a stored report's stages: from the member's observation to its record, and,
+    /// for a report that the member applied the decision in force, from that decision.
+    fn observe_change(&self, placed: &ObjectRef, record: &StatusRecord, traceparent: &str) {
+        let stages = &self.shared.metrics.change;
+        let now = unix_millis();
+        let since = |millis: i64| (now - millis).max(0) as f64 / 1000.0;
+        observe_traced(
+            &stages.report_seconds,
+            since(record.observed_unix_millis),
+            traceparent,
+        );
+        if record.state != PlacementState::Synced {
+            return;
+        }
+        let key =
+            self.shared
+                .store
+                .keys()
+                .placements(&placed.kind, &placed.namespace, &placed.name);
+        let decided = self.shared.fanout.cache().read(&key, |r, revision| {
+            let current = r
+                .share(&self.cluster)
+                .is_some_and(|share| record.applied_revision >= share.current_from(revision));
+            current.then(|| (r.decided_unix_millis, r.traceparent.clone()))
+        });
+        if let Some(Some((decided, change))) = decided {
+            let traceparent = if traceparent.is_empty() {
+                &change
+            } else {
+                traceparent
+            };
+            observe_traced(
+                &stages
+                    .end_to_end_seconds
+                    .get_or_create(&KindLabel::of(&placed.kind)),
+                since(decided),
+                traceparent,
+            );
+        }
     }
 }
 

@@ -91,6 +91,7 @@ mod tests {
                 spec: spec(),
                 conflicts: [("c".to_owned(), "ns/older".to_owned())].into(),
             },
+            traceparent: String::new(),
         }
     }
 

@@ -61,6 +61,7 @@ pub fn aggregate(inputs: &Aggregation<'_, KafkaTopics>) -> FederatedKafkaTopicSt
         placements,
         summary: None,
         selection: None,
+        trace_id: None,
     }
 }
 

@@ -572,6 +572,7 @@ mod tests {
                 },
             ],
             decision: KafkaUserDecision::default(),
+            traceparent: String::new(),
         };
         let selected = [SelectedCluster {
             name: "east".into(),
@@ -647,6 +648,7 @@ mod tests {
                 spec,
                 conflicts: BTreeMap::new(),
             },
+            traceparent: String::new(),
         };
         let t = KafkaUsers::tombstone(&record).unwrap();
         assert_eq!(t.shares.len(), 1);

@@ -91,6 +91,7 @@ pub fn aggregate(inputs: &Aggregation<'_, KafkaUsers>) -> FederatedKafkaUserStat
         placements,
         summary: None,
         selection: None,
+        trace_id: None,
     }
 }
 

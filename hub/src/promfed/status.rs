@@ -40,6 +40,7 @@ pub fn aggregate(
         placements,
         summary: None,
         selection: None,
+        trace_id: None,
         global: global.cloned(),
     }
 }

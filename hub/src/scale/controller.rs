@@ -622,6 +622,7 @@ mod tests {
                 moved_away: Vec::new(),
                 weighting: None,
             },
+            traceparent: String::new(),
         };
         assert!(Scale::same_intent(&record(7, "01A"), &record(7, "01B")));
         assert!(Scale::same_intent(&record(7, ""), &record(7, "01B")));

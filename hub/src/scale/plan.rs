@@ -498,6 +498,7 @@ mod tests {
                 moved_away: p.moved_away.clone(),
                 weighting: p.weighting.clone(),
             },
+            traceparent: String::new(),
         }
     }
 
@@ -1075,6 +1076,7 @@ mod tests {
                 moved_away: Vec::new(),
                 weighting: None,
             },
+            traceparent: String::new(),
         };
         let kept = plan(&two_clusters(), "default", &fleet, Some(&record), 100);
         assert_eq!(replicas(&kept), vec![7, 5]);

@@ -51,6 +51,7 @@ pub fn aggregate(inputs: &AggregateInputs<'_>) -> CrossClusterScalePolicyStatus 
         placements,
         summary: None,
         selection: None,
+        trace_id: None,
         autoscaling: old.and_then(|o| o.autoscaling.clone()),
         conditions: conditions::merge(
             old_conditions,

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use tracing::Instrument;
 
 use accord_common::distribution::{FederatedResourceSpec, ManifestKey, PlacedRef};
 use accord_common::runtime::{backoff, unix_millis};
@@ -400,7 +401,10 @@ impl ApplyJob {
         }
         let params = PatchParams::apply(DELIVERY_FIELD_MANAGER).force();
         let patch = Patch::Apply(&desired.object);
-        let apply = || api.patch(&key.name, &params, &patch);
+        let apply = || {
+            api.patch(&key.name, &params, &patch)
+                .instrument(accord_common::telemetry::step("server-side apply"))
+        };
         let mut applied = apply().await;
         if matches!(&applied, Err(kube::Error::Api(status)) if status.code == 404)
             && !key.namespace.is_empty()

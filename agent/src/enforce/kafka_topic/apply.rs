@@ -9,6 +9,7 @@
 //! [`KafkaResource::execute`](crate::enforce::kafka::resource::KafkaResource::execute)).
 
 use std::collections::BTreeMap;
+use tracing::Instrument;
 
 use accord_kafka::{Admin, ConfigOp, ItemError, KafkaError, NewTopic};
 use tracing::{debug, info};
@@ -66,28 +67,50 @@ pub async fn execute(admin: &Admin, batch: Vec<Request>, shared: &Shared, metric
             return Ok(BTreeMap::new());
         }
         metrics.kafka_request("create_topics");
-        outcome(admin.create_topics(&creates).await)
+        outcome(
+            admin
+                .create_topics(&creates)
+                .instrument(accord_common::telemetry::step("kafka CreateTopics"))
+                .await,
+        )
     };
     let partition = async {
         if partitions.is_empty() {
             return Ok(BTreeMap::new());
         }
         metrics.kafka_request("create_partitions");
-        outcome(admin.create_partitions(&partitions).await)
+        outcome(
+            admin
+                .create_partitions(&partitions)
+                .instrument(accord_common::telemetry::step("kafka CreatePartitions"))
+                .await,
+        )
     };
     let config = async {
         if configs.is_empty() {
             return Ok(BTreeMap::new());
         }
         metrics.kafka_request("incremental_alter_configs");
-        outcome(admin.incremental_alter_configs(&configs).await)
+        outcome(
+            admin
+                .incremental_alter_configs(&configs)
+                .instrument(accord_common::telemetry::step(
+                    "kafka IncrementalAlterConfigs",
+                ))
+                .await,
+        )
     };
     let delete = async {
         if deletes.is_empty() {
             return Ok(BTreeMap::new());
         }
         metrics.kafka_request("delete_topics");
-        outcome(admin.delete_topics(&deletes).await)
+        outcome(
+            admin
+                .delete_topics(&deletes)
+                .instrument(accord_common::telemetry::step("kafka DeleteTopics"))
+                .await,
+        )
     };
     let (create, partition, config, delete) = tokio::join!(create, partition, config, delete);
     if let Ok(results) = &create {

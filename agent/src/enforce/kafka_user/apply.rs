@@ -12,6 +12,7 @@
 //! into a log line or a message.
 
 use std::collections::BTreeMap;
+use tracing::Instrument;
 
 use accord_kafka::{
     AclBinding, Admin, ItemError, KafkaError, QuotaAlteration, ScramDeletion, ScramMechanism,
@@ -111,6 +112,9 @@ pub async fn execute(admin: &Admin, requests: Vec<Request>, shared: &Shared, met
         answer(
             admin
                 .alter_user_scram_credentials(&round.upsertions, &round.deletions)
+                .instrument(accord_common::telemetry::step(
+                    "kafka AlterUserScramCredentials",
+                ))
                 .await,
         )
     };
@@ -119,21 +123,36 @@ pub async fn execute(admin: &Admin, requests: Vec<Request>, shared: &Shared, met
             return Ok(Vec::new());
         }
         metrics.kafka_request("create_acls");
-        answer(admin.create_acls(&round.creates).await)
+        answer(
+            admin
+                .create_acls(&round.creates)
+                .instrument(accord_common::telemetry::step("kafka CreateAcls"))
+                .await,
+        )
     };
     let delete = async {
         if round.deletes.is_empty() {
             return Ok(Vec::new());
         }
         metrics.kafka_request("delete_acls");
-        answer(admin.delete_acls(&round.deletes).await)
+        answer(
+            admin
+                .delete_acls(&round.deletes)
+                .instrument(accord_common::telemetry::step("kafka DeleteAcls"))
+                .await,
+        )
     };
     let quota = async {
         if round.quotas.is_empty() {
             return Ok(BTreeMap::new());
         }
         metrics.kafka_request("alter_client_quotas");
-        answer(admin.alter_client_quotas(&round.quotas).await)
+        answer(
+            admin
+                .alter_client_quotas(&round.quotas)
+                .instrument(accord_common::telemetry::step("kafka AlterClientQuotas"))
+                .await,
+        )
     };
     let (scram, create, delete, quota) = tokio::join!(scram, create, delete, quota);
     let created = per_plan(&create, &round.created_for, |r| r.clone().map(drop));

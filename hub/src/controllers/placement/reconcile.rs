@@ -3,6 +3,18 @@
 
 use super::*;
 use crate::distribution::taints;
+use accord_common::metrics::observe_traced;
+use accord_common::telemetry::{self, TRACEPARENT_ANNOTATION};
+use tracing::{Instrument, warn};
+
+/// `note` with the trace of the change it is about (`traceparent`), when traced.
+fn traced_note(mut note: Note, traceparent: &str) -> Note {
+    let trace_id = telemetry::trace_id(traceparent);
+    if !trace_id.is_empty() {
+        note.message = format!("{} (trace {trace_id})", note.message);
+    }
+    note
+}
 
 /// The generic controller of kind `K`: its steps, which [`run`] drives from the watches
 /// (public so that they can be driven one at a time against a fake API server).
@@ -21,6 +33,10 @@ pub struct Placements<K: PlacementKind> {
     /// [`FINALIZER_ADDED_TRUST`], so a finalizer removed by hand before the reflector
     /// caught up is still put back.
     pub(super) finalizer_added: dashmap::DashMap<String, std::time::Instant>,
+    /// The generation of each object whose change was last traced (tracing on only): a
+    /// generation is traced once, however often it is reconciled before its record is
+    /// written (or when its decision changes nothing).
+    pub(super) traced: dashmap::DashMap<(String, String), (i64, String)>,
 }
 
 /// How long a finalizer this controller added is taken as held while the reflector does
@@ -74,6 +90,7 @@ impl<K: PlacementKind> Placements<K> {
             shown: dashmap::DashMap::new(),
             pace: Arc::default(),
             finalizer_added: dashmap::DashMap::new(),
+            traced: dashmap::DashMap::new(),
         }
     }
 
@@ -174,6 +191,14 @@ impl<K: PlacementKind> Placements<K> {
             .map(|s| s.cluster.as_str())
             .collect();
         let placed_before = |cluster: &str| placed.contains(cluster);
+        let generation = object.meta().generation.unwrap_or_default();
+        let change = self.change_span(watched, &p, generation, previous.as_ref().map(|(r, _)| r));
+        // This generation's trace: the change's, or the one its first decision started.
+        let change_traceparent =
+            self.generation_traceparent(&p, generation, previous.as_ref().map(|(r, _)| r));
+        let decide_span = telemetry::child(&change, "decide");
+        let deciding = std::time::Instant::now();
+        let _deciding = decide_span.enter();
         let placement = K::placement(object);
         let choice = placement
             .map(|p| crate::distribution::choose::choose(p, &clusters, &placed_before, now_unix));
@@ -197,6 +222,9 @@ impl<K: PlacementKind> Placements<K> {
                 },
             )
         };
+        let decision_seconds = deciding.elapsed().as_secs_f64();
+        drop(_deciding);
+        drop(decide_span);
         let (shown, facts, mut recheck, rolling) = match decided {
             Decided::Invalid(message) => {
                 let status_patch = invalid_status(watched, &message, now);
@@ -241,10 +269,13 @@ impl<K: PlacementKind> Placements<K> {
                 }
                 let mut record = PlacementRecord {
                     placed: p.clone(),
-                    generation: object.meta().generation.unwrap_or_default(),
+                    generation,
                     decided_unix_millis: now.0.as_millisecond(),
                     shares,
                     decision,
+                    // A later decision of a generation already traced (a rollout's next
+                    // step, a cluster that went away) stays in its trace.
+                    traceparent: change_traceparent.clone(),
                 };
                 let stored = match previous {
                     Some((prev, revision)) if K::same_intent(&prev, &record) => (prev, revision),
@@ -254,10 +285,21 @@ impl<K: PlacementKind> Placements<K> {
                             Some(r) => r.save(ctx, &p)?,
                             None => Vec::new(),
                         };
-                        let revision = write_record_with::<K>(ctx, &mut record, progress).await?;
+                        let persisting = std::time::Instant::now();
+                        let revision = write_record_with::<K>(ctx, &mut record, progress)
+                            .instrument(telemetry::child(&change, "persist"))
+                            .await?;
+                        let stages = &ctx.metrics.change;
+                        let traceparent = record.traceparent.as_str();
+                        observe_traced(&stages.decision_seconds, decision_seconds, traceparent);
+                        observe_traced(
+                            &stages.persist_seconds,
+                            persisting.elapsed().as_secs_f64(),
+                            traceparent,
+                        );
                         debug!(placed = %p, revision, "placements written");
                         if let Some(note) = self.kind.announce(object, &record, revision) {
-                            ctx.note(&object.object_ref(&()), note);
+                            ctx.note(&object.object_ref(&()), traced_note(note, traceparent));
                         }
                         (record, revision)
                     }
@@ -293,8 +335,15 @@ impl<K: PlacementKind> Placements<K> {
                 },
             )
             .await?;
+        // The latest change's trace: this generation's when it is traced (also when its
+        // decision changed nothing), else the record's.
+        let traceparent = if change_traceparent.is_empty() {
+            record.map_or("", |r| r.traceparent.as_str())
+        } else {
+            change_traceparent.as_str()
+        };
         for note in notes {
-            ctx.note(&object.object_ref(&()), note);
+            ctx.note(&object.object_ref(&()), traced_note(note, traceparent));
         }
         if let (Some(r), Some(stored)) = (rolling, record) {
             let at = self
@@ -323,6 +372,10 @@ impl<K: PlacementKind> Placements<K> {
             );
         }
         *accord_crds::PlacedStatus::selection_mut(&mut status) = Some(explained);
+        // The latest change's trace, as long as its record is the one in force.
+        let trace_id = telemetry::trace_id(traceparent);
+        *accord_crds::PlacedStatus::trace_id_mut(&mut status) =
+            (!trace_id.is_empty()).then(|| trace_id.to_owned());
         ctx.views.set(&p, status.clone());
         K::summarize(&mut status, &ctx.status_limits);
         if K::status_changed(K::status(object), &status) {
@@ -357,6 +410,78 @@ impl<K: PlacementKind> Placements<K> {
             return Err(e);
         }
         Ok(Action::requeue(recheck.map_or(RESYNC, |r| r.min(RESYNC))))
+    }
+
+    /// The span of a change of `watched` at `generation`, the root of its trace (a child of
+    /// the user's span when the object names one in [`TRACEPARENT_ANNOTATION`]); a disabled
+    /// span when tracing is off, when the stored record is of this generation already, or
+    /// when this generation was traced before.
+    fn change_span(
+        &self,
+        watched: &Watched<K>,
+        p: &PlacedRef,
+        generation: i64,
+        previous: Option<&PlacementRecord<K::Decision>>,
+    ) -> tracing::Span {
+        if !telemetry::enabled() || previous.is_some_and(|r| r.generation == generation) {
+            return tracing::Span::none();
+        }
+        let key = (p.namespace.clone(), p.name.clone());
+        if self.traced.get(&key).is_some_and(|t| t.0 == generation) {
+            return tracing::Span::none();
+        }
+        let span = tracing::info_span!(
+            target: telemetry::TARGET,
+            parent: None,
+            "change",
+            accord.kind = K::KIND.as_str(),
+            accord.namespace = %p.namespace,
+            accord.name = %p.name,
+            accord.generation = generation,
+        );
+        if let Some(given) = watched.annotations().get(TRACEPARENT_ANNOTATION) {
+            match telemetry::parse_traceparent(given) {
+                Ok(_) => {
+                    telemetry::set_parent(&span, given);
+                }
+                Err(e) => {
+                    warn!(placed = %p, error = %e, "ignoring the object's {TRACEPARENT_ANNOTATION}");
+                    self.ctx.note(
+                        &watched.object_ref(&()),
+                        Note::warning(
+                            accord_crds::conditions::reasons::INVALID_TRACEPARENT,
+                            format!("{TRACEPARENT_ANNOTATION}: {e}; traced without it"),
+                        ),
+                    );
+                }
+            }
+        }
+        self.traced
+            .insert(key, (generation, telemetry::traceparent(&span)));
+        span
+    }
+
+    /// The traceparent of generation `generation`'s change: the one traced here, else the
+    /// stored record's when it is of that generation (a hub that restarted since); empty
+    /// when the generation is not traced.
+    pub(super) fn generation_traceparent(
+        &self,
+        p: &PlacedRef,
+        generation: i64,
+        previous: Option<&PlacementRecord<K::Decision>>,
+    ) -> String {
+        if telemetry::enabled()
+            && let Some(t) = self
+                .traced
+                .get(&(p.namespace.clone(), p.name.clone()))
+                .filter(|t| t.0 == generation)
+        {
+            return t.1.clone();
+        }
+        previous
+            .filter(|r| r.generation == generation)
+            .map(|r| r.traceparent.clone())
+            .unwrap_or_default()
     }
 
     /// Says in the status (when it does not already) and in an Event that the object
@@ -400,6 +525,7 @@ impl<K: PlacementKind> Placements<K> {
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(&p.namespace, &p.name).await?;
         self.shown.remove(&(p.namespace.clone(), p.name.clone()));
+        self.traced.remove(&(p.namespace.clone(), p.name.clone()));
         for f in holds {
             self.remove_finalizer(watched, f).await?;
         }
@@ -417,6 +543,7 @@ impl<K: PlacementKind> Placements<K> {
             return Ok(());
         }
         self.shown.remove(&(namespace.to_owned(), name.to_owned()));
+        self.traced.remove(&(namespace.to_owned(), name.to_owned()));
         let p = PlacedRef::new(K::KIND, namespace, name);
         remove_records(&self.ctx, &p).await?;
         self.kind.forget(namespace, name).await?;

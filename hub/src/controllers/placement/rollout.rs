@@ -191,6 +191,12 @@ impl<K: PlacementKind> Placements<K> {
                 shares: r.merged(),
                 decided_unix_millis: Timestamp::now().as_millisecond(),
                 generation: object.meta().generation.unwrap_or_default(),
+                // A step is part of its generation's change.
+                traceparent: self.generation_traceparent(
+                    &p,
+                    object.meta().generation.unwrap_or_default(),
+                    Some(stored),
+                ),
                 ..stored.clone()
             };
             K::name_decision(&mut record, &ulid::Ulid::new().to_string());
