@@ -132,6 +132,8 @@ pub struct HubSetup {
     /// --webhook-url https://127.0.0.1:PORT`) instead of the Service `accord-hub`, which
     /// has no pods here: the API server then calls the hub it runs.
     pub webhook_url: bool,
+    /// Serve the fleet console (`--console-addr 127.0.0.1:PORT`).
+    pub console: bool,
 }
 
 impl HubSetup {
@@ -142,6 +144,7 @@ impl HubSetup {
             etcd_prefix: etcd_prefix.to_owned(),
             replica: "hub-as-sa".to_owned(),
             webhook_url: false,
+            console: false,
         })
     }
 }
@@ -159,6 +162,8 @@ pub struct InstalledHub {
     /// The URL the ValidatingWebhookConfiguration names, with
     /// [`HubSetup::webhook_url`] (each webhook's path appended).
     pub webhook_url: Option<String>,
+    /// The fleet console's URL, with [`HubSetup::console`].
+    pub console: Option<String>,
     /// How it was set up.
     pub setup: HubSetup,
     /// What install printed on stdout (it ends with a join command).
@@ -222,6 +227,14 @@ impl InstalledHub {
             .args(["--replica-name", &setup.replica])
             .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,accord_hub=debug");
+        let console = match setup.console {
+            true => {
+                let addr = format!("127.0.0.1:{}", free_port()?);
+                serve.args(["--console-addr", &addr]);
+                Some(format!("http://{addr}"))
+            }
+            false => None,
+        };
         let process = testbed.spawn("hub/as-sa", serve)?;
         let http = format!("http://{http}");
         let readyz = format!("{http}/readyz");
@@ -243,6 +256,7 @@ impl InstalledHub {
             http,
             webhook,
             webhook_url,
+            console,
             setup,
             install_output,
         })

@@ -133,8 +133,7 @@ where
         let setup = setup(testbed).await?;
         let browser = Browser::start(1280, 860).await?;
         sign_in(&browser, &setup.console, token(setup)).await?;
-        let result = test(testbed, setup, browser).await;
-        result
+        test(testbed, setup, browser).await
     });
 }
 

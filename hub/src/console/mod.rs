@@ -30,7 +30,7 @@ use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kube::runtime::reflector::ObjectRef;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::metrics::{ConsolePageLabel, Metrics};
 use access::{Access, AccessError, Ask, Who};
@@ -316,17 +316,13 @@ impl App {
                 if !self.allowed(who, &Ask::list(&plural, "")).await? {
                     return Ok(forbidden("You may not list ManagedClusters."));
                 }
-                let mut clusters: Vec<(String, Value)> = self
-                    .0
-                    .caches
-                    .clusters
-                    .state()
+                let clusters = self.0.caches.clusters.state();
+                let mut shown: Vec<(&str, &Value)> = clusters
                     .iter()
-                    .map(|c| (c.name_any(), serde_json::to_value(&**c).unwrap_or_default()))
+                    .map(|c| (c.metadata.name.as_deref().unwrap_or_default(), &c.data))
                     .collect();
-                clusters.sort_by(|a, b| a.0.cmp(&b.0));
-                let values: Vec<&Value> = clusters.iter().map(|c| &c.1).collect();
-                Ok((StatusCode::OK, pages::fleet(&values, now)))
+                shown.sort_by(|a, b| a.0.cmp(b.0));
+                Ok((StatusCode::OK, pages::fleet(&shown, now)))
             }
             Page::Kind(plural) => {
                 let Some(kind) = self.0.caches.kind(plural) else {
@@ -352,24 +348,19 @@ impl App {
                     }
                     visible
                 };
-                let mut shown: Vec<(String, String, Value)> = objects
+                let mut shown: Vec<(&str, &str, &Value)> = objects
                     .iter()
-                    .filter(|o| o.namespace().is_some_and(|ns| visible.contains(&ns)))
-                    .map(|o| {
-                        let ns = o.namespace().unwrap_or_default();
-                        let name = o.name_any();
-                        let value = json!({
-                            "metadata": {"namespace": ns, "name": name},
-                            "status": o.data.get("status").cloned().unwrap_or(Value::Null),
-                        });
-                        (ns, name, value)
+                    .filter_map(|o| {
+                        let ns = o.metadata.namespace.as_deref()?;
+                        visible
+                            .contains(ns)
+                            .then(|| (ns, o.metadata.name.as_deref().unwrap_or_default(), &o.data))
                     })
                     .collect();
-                shown.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-                let values: Vec<&Value> = shown.iter().map(|s| &s.2).collect();
+                shown.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
                 Ok((
                     StatusCode::OK,
-                    pages::kind(kind.kind.as_str(), plural, &values, !everywhere),
+                    pages::kind(kind.kind.as_str(), plural, &shown, !everywhere),
                 ))
             }
             Page::Object(plural, ns, name) => {

@@ -187,12 +187,12 @@ fn badge(state: &str) -> String {
     format!(r#"<span class="badge {class}">{}</span>"#, esc(state))
 }
 
-/// The fleet page: every cluster of `clusters` (ManagedClusters as JSON) sorted by name.
-pub fn fleet(clusters: &[&Value], now: i64) -> Rendered {
+/// The fleet page: every cluster of `clusters` (each ManagedCluster's name and its JSON
+/// beyond its metadata: `spec`, `status`), in the order given.
+pub fn fleet(clusters: &[(&str, &Value)], now: i64) -> Rendered {
     let mut rows = String::new();
     let mut available = 0;
-    for c in clusters {
-        let name = text(&c["metadata"]["name"]);
+    for &(name, c) in clusters {
         let avail = condition(c, "Available")
             .map(|c| text(&c["status"]))
             .unwrap_or_else(|| "Unknown".into());
@@ -251,7 +251,7 @@ pub fn fleet(clusters: &[&Value], now: i64) -> Rendered {
             esc(&text(&c["status"]["agentVersion"])),
             esc(&text(&c["status"]["kubernetesVersion"])),
             esc(&heartbeat),
-            n = esc(&name),
+            n = esc(name),
         );
     }
     Rendered {
@@ -324,12 +324,11 @@ const ROW_CLUSTERS: usize = 8;
 
 /// One kind's page: its objects (those the user may list), sorted by namespace and name;
 /// `partial` when the user may not list the kind in every namespace (then only the
-/// namespaces they may list it in are shown, and nothing says which others exist).
-pub fn kind(kind: &str, plural: &str, objects: &[&Value], partial: bool) -> Rendered {
+/// namespaces they may list it in are shown, and nothing says which others exist). Each
+/// object is its namespace, name and JSON beyond its metadata (`spec`, `status`).
+pub fn kind(kind: &str, plural: &str, objects: &[(&str, &str, &Value)], partial: bool) -> Rendered {
     let mut rows = String::new();
-    for o in objects {
-        let ns = text(&o["metadata"]["namespace"]);
-        let name = text(&o["metadata"]["name"]);
+    for &(ns, name, o) in objects {
         let counts: Vec<String> = state_counts(o)
             .into_iter()
             .map(|(s, n)| format!("{} {n}", badge(&s)))
@@ -371,11 +370,11 @@ pub fn kind(kind: &str, plural: &str, objects: &[&Value], partial: bool) -> Rend
                 per_cluster.join(", ")
             },
             rollout,
-            ns = esc(&ns),
-            name = esc(&name),
+            ns = esc(ns),
+            name = esc(name),
             p = seg(plural),
-            nsu = seg(&ns),
-            nameu = seg(&name),
+            nsu = seg(ns),
+            nameu = seg(name),
         );
     }
     let hidden = if partial {
@@ -711,7 +710,6 @@ mod tests {
     #[test]
     fn the_fleet_shows_availability_taints_capacity_agent_and_heartbeat() {
         let c = json!({
-            "metadata": {"name": "east"},
             "spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
             "status": {
                 "conditions": [{"type": "Available", "status": "True"}],
@@ -720,9 +718,9 @@ mod tests {
                 "capacity": {"nodes": "3", "allocatable.cpu": "12"}
             }
         });
-        let bad = json!({"metadata": {"name": "<west>"}, "spec": 5, "status": "x"});
+        let bad = json!({"spec": 5, "status": "x"});
         let now = seconds(&json!("2026-01-01T00:00:42Z")).unwrap();
-        let page = fleet(&[&c, &bad], now);
+        let page = fleet(&[("east", &c), ("<west>", &bad)], now);
         assert!(
             page.main.contains("1 of 2 clusters available"),
             "{}",
@@ -793,9 +791,14 @@ mod tests {
 
     #[test]
     fn a_cut_down_status_counts_from_its_summary() {
-        let o = json!({"metadata": {"namespace": "a", "name": "b"},
-                       "status": {"summary": {"total": 300, "states": {"synced": 299, "error": 1}}}});
-        let page = kind("FederatedResource", "federatedresources", &[&o], true);
+        let o =
+            json!({"status": {"summary": {"total": 300, "states": {"synced": 299, "error": 1}}}});
+        let page = kind(
+            "FederatedResource",
+            "federatedresources",
+            &[("a", "b", &o)],
+            true,
+        );
         assert!(page.main.contains("Synced</span> 299"), "{}", page.main);
         assert!(page.main.contains("Only the namespaces where you may list"));
     }
