@@ -444,16 +444,19 @@ fn a_rollout_in_progress_shows_its_groups() {
                     setup.console
                 ))
                 .await?;
-            // The canary soaks for ten minutes: the rollout stays at its first group.
+            // The canary soaks for ten minutes: the rollout stays at its first group, its
+            // cluster updating, the others waiting.
             wait_text(
                 &browser,
                 "#rollout",
-                "the canary group updated and the rest waiting",
+                "the canary group updating and the rest waiting",
                 STEP,
                 |t| {
                     t.contains("current group canary")
+                        && t.contains("canary Progressing")
                         && t.contains("rest Waiting")
-                        && t.contains("1 of 3")
+                        && t.contains("updating 1")
+                        && t.contains("waiting 2")
                 },
             )
             .await?;
