@@ -481,29 +481,33 @@ async fn live(
     headers: HeaderMap,
     Query(query): Query<LiveQuery>,
 ) -> Response {
-    let who = match app.who(&headers).await {
-        Ok(who) => who,
-        Err(response) => return response,
+    let Some(token) = token_of(&headers) else {
+        return unauthorized(None);
     };
+    if let Err(response) = app.who(&headers).await {
+        return response;
+    }
     let Some(page) = Page::parse(&query.page) else {
         return (StatusCode::BAD_REQUEST, "no such page\n").into_response();
     };
-    let mut response = Sse::new(updates(app, who, page))
+    let mut response = Sse::new(updates(app, token, page))
         .keep_alive(KeepAlive::default())
         .into_response();
     secure(response.headers_mut());
     response
 }
 
+/// The token is reviewed again before every rendering (cached, see [`access::REVIEW_TTL`]):
+/// a token that stops being accepted ends the stream.
 fn updates(
     app: App,
-    who: Who,
+    token: String,
     page: Page,
 ) -> impl Stream<Item = Result<SseEvent, std::convert::Infallible>> {
     let changes = app.0.caches.changes.clone();
     futures::stream::unfold(
-        (app, who, page, changes, None::<String>, true),
-        |(app, who, page, mut changes, mut last, mut first)| async move {
+        (app, token, page, changes, None::<String>, true),
+        |(app, token, page, mut changes, mut last, mut first)| async move {
             loop {
                 if !first {
                     changes.changed().await.ok()?;
@@ -511,6 +515,17 @@ fn updates(
                     changes.borrow_and_update();
                 }
                 first = false;
+                let who = match app.0.access.who(&token).await {
+                    Ok(who) => who,
+                    Err(AccessError::Rejected(_)) => return None,
+                    Err(e) => {
+                        let main = pages::message("Cannot check your access", &e.to_string()).main;
+                        return Some((
+                            Ok(SseEvent::default().event("main").data(main)),
+                            (app, token, page, changes, None, first),
+                        ));
+                    }
+                };
                 let main = match app.render(&who, &page).await {
                     Ok((_, rendered)) => rendered.main,
                     Err(e) => pages::message("Cannot check your access", &e.to_string()).main,
@@ -518,7 +533,7 @@ fn updates(
                 if last.as_deref() != Some(main.as_str()) {
                     last = Some(main.clone());
                     let event = SseEvent::default().event("main").data(main);
-                    return Some((Ok(event), (app, who, page, changes, last, first)));
+                    return Some((Ok(event), (app, token, page, changes, last, first)));
                 }
             }
         },
