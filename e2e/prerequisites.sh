@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Accord's testbed needs on a Debian/Ubuntu machine, once: protoc for the gRPC
-# code, Prometheus for the federation parts, and what librdkafka's bundled build needs.
+# code, Prometheus for the federation parts, what librdkafka's bundled build needs, and
+# Debian's Chromium with its WebDriver for the console's browser tests.
 # Idempotent: installs only what is missing. Sourced by e2e/test.sh and e2e/sandbox.sh.
 
 accord_prerequisites() {
@@ -12,6 +13,8 @@ accord_prerequisites() {
   command -v make >/dev/null || need+=(make)
   command -v g++ >/dev/null || need+=(g++)
   [ -e /usr/include/zlib.h ] || need+=(zlib1g-dev)
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  [ -x /usr/bin/chromedriver ] || need+=(chromium-driver)
   if [ "${#need[@]}" -gt 0 ]; then
     printf '[setup] installing %s\n' "${need[*]}" >&2
     local sudo=""

@@ -41,6 +41,7 @@ built_in!(
     k8s_openapi::api::apps::v1::StatefulSet,
     k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler,
     k8s_openapi::api::core::v1::ConfigMap,
+    k8s_openapi::api::core::v1::Event,
     k8s_openapi::api::core::v1::Namespace,
     k8s_openapi::api::core::v1::Secret,
     k8s_openapi::api::core::v1::Service,

@@ -134,6 +134,8 @@ pub struct HubSetup {
     pub webhook_url: bool,
     /// Further flags of `accord-hub serve` (e.g. `--otlp-endpoint`).
     pub serve_args: Vec<String>,
+    /// Serve the fleet console (`--console-addr 127.0.0.1:PORT`).
+    pub console: bool,
 }
 
 impl HubSetup {
@@ -145,6 +147,7 @@ impl HubSetup {
             replica: "hub-as-sa".to_owned(),
             webhook_url: false,
             serve_args: Vec::new(),
+            console: false,
         })
     }
 }
@@ -162,6 +165,8 @@ pub struct InstalledHub {
     /// The URL the ValidatingWebhookConfiguration names, with
     /// [`HubSetup::webhook_url`] (each webhook's path appended).
     pub webhook_url: Option<String>,
+    /// The fleet console's URL, with [`HubSetup::console`].
+    pub console: Option<String>,
     /// How it was set up.
     pub setup: HubSetup,
     /// What install printed on stdout (it ends with a join command).
@@ -226,6 +231,14 @@ impl InstalledHub {
             .args(&setup.serve_args)
             .env_remove("KUBECONFIG")
             .env("RUST_LOG", "info,accord_hub=debug");
+        let console = match setup.console {
+            true => {
+                let addr = format!("127.0.0.1:{}", free_port()?);
+                serve.args(["--console-addr", &addr]);
+                Some(format!("http://{addr}"))
+            }
+            false => None,
+        };
         let process = testbed.spawn("hub/as-sa", serve)?;
         let http = format!("http://{http}");
         let readyz = format!("{http}/readyz");
@@ -247,6 +260,7 @@ impl InstalledHub {
             http,
             webhook,
             webhook_url,
+            console,
             setup,
             install_output,
         })

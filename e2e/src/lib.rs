@@ -23,6 +23,8 @@ pub mod agent_sim;
 pub mod apiserver_writes;
 pub mod autoscale_scenario;
 pub mod binaries;
+pub mod browser;
+pub mod console;
 pub mod crds;
 pub mod etcd;
 pub mod exporter;

@@ -387,6 +387,31 @@ async fn up_brings_a_joined_federation_with_prometheus_federated_and_down_leaves
         );
     }
 
+    // The console: its URL and a token to sign in with are printed, and that token shows
+    // the fleet (the JSON report names the token's file, never the token).
+    let console = report["console"]["url"]
+        .as_str()
+        .context("no console in status --json")?;
+    ensure!(report["console"].get("token").is_none(), "{report:#}");
+    let token_file = report["console"]["token_file"]
+        .as_str()
+        .context("no console token file")?;
+    let token = std::fs::read_to_string(token_file)?.trim().to_owned();
+    ensure!(
+        printed.contains(&format!("console  {console}")) && printed.contains(&token),
+        "status does not print the console and its token:\n{printed}"
+    );
+    let (code, fleet) = accord_e2e::console::fetch(
+        &reqwest::Client::new(),
+        &format!("{console}/"),
+        Some(&token),
+    )
+    .await?;
+    ensure!(
+        code == 200 && fleet.contains(r#"data-cluster="member-1""#),
+        "{code}: {fleet}"
+    );
+
     // The agents were joined through the real token flow and run in the foreground.
     let recorded = state::read(&dir)?.context("no state.json while running")?;
     for member in &recorded.members {

@@ -213,6 +213,16 @@ pub struct ServeArgs {
     /// export too, every member's apply). Off when unset: no exporter, no trace spans.
     #[arg(long, env = "ACCORD_OTLP_ENDPOINT", value_parser = parse_otlp_endpoint)]
     pub otlp_endpoint: Option<String>,
+    /// Address of the read-only fleet console (HTTP; off when unset). Every request needs
+    /// the user's own Kubernetes bearer token (header or the console's sign-in cookie),
+    /// checked with TokenReview and SubjectAccessReview; see docs/operations.md, "Console".
+    #[arg(long, env = "ACCORD_CONSOLE_ADDR")]
+    console_addr: Option<SocketAddr>,
+    /// Link of an object's trace on its console page: a URL in which `{traceID}` is
+    /// replaced by the object's `status.traceID` (e.g.
+    /// `http://jaeger.example:16686/trace/{traceID}`). Unset: the id is shown without a link.
+    #[arg(long, env = "ACCORD_CONSOLE_TRACE_URL", value_parser = parse_trace_url)]
+    console_trace_url: Option<String>,
     /// Each kind's own flags.
     #[command(flatten)]
     kinds: KindOptions,
@@ -220,6 +230,19 @@ pub struct ServeArgs {
 
 fn parse_otlp_endpoint(value: &str) -> Result<String, String> {
     accord_common::telemetry::parse_endpoint(value).map_err(|e| e.to_string())
+}
+
+/// A `--console-trace-url`: an http(s) URL naming `{traceID}`.
+fn parse_trace_url(s: &str) -> Result<String, String> {
+    if !(s.starts_with("http://") || s.starts_with("https://")) {
+        return Err(format!("{s:?} is not an http:// or https:// URL"));
+    }
+    if !s.contains("{traceID}") {
+        return Err(format!(
+            "{s:?} does not name {{traceID}}, which is replaced by the object's trace id"
+        ));
+    }
+    Ok(s.to_owned())
 }
 
 /// Token operations.
@@ -350,6 +373,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     heartbeat_interval: a.heartbeat_interval,
                     heartbeat_timeout: a.heartbeat_timeout,
                     cert_validity: a.agent_cert_validity,
+                },
+                console: crate::console::ConsoleOptions {
+                    addr: a.console_addr,
+                    trace_url: a.console_trace_url,
                 },
                 election_ttl: a.election_ttl,
                 presence_ttl: a.presence_ttl.max(Duration::from_secs(2)),

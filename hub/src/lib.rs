@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cluster_cmd;
 pub mod connections;
+pub mod console;
 pub mod controllers;
 pub mod crdgen;
 pub mod distribution;

@@ -54,6 +54,20 @@ pub struct RolloutEndLabel {
     pub phase: String,
 }
 
+/// Label of the console's page views: which page (`fleet`, `kind`, `object`, `live`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsolePageLabel {
+    /// The page.
+    pub page: String,
+}
+
+/// Label of the console's access reviews sent to the management API server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConsoleReviewLabel {
+    /// `tokenreview` or `subjectaccessreview`.
+    pub review: String,
+}
+
 /// A gauge holding a float.
 pub type FloatGauge = Gauge<f64, AtomicU64>;
 
@@ -105,6 +119,11 @@ pub struct Metrics {
     /// Seconds from the first missed deadline of a rollout to the write that took its
     /// clusters back.
     pub rollback_delay_seconds: Histogram,
+    /// Console pages served (and live updates rendered), by page.
+    pub console_pages: Family<ConsolePageLabel, Counter>,
+    /// Access reviews the console sent to the management API server (the answers are
+    /// cached per token), by review.
+    pub console_reviews: Family<ConsoleReviewLabel, Counter>,
     /// Where a change spends its time, stage by stage (each with the change's trace as
     /// exemplar when tracing is on).
     pub change: ChangeStages,
@@ -255,6 +274,18 @@ impl Metrics {
             "Seconds from a rollout's first missed deadline to the write that took its clusters back",
             rollback_delay_seconds.clone(),
         );
+        let console_pages = Family::<ConsolePageLabel, Counter>::default();
+        let console_reviews = Family::<ConsoleReviewLabel, Counter>::default();
+        registry.register(
+            "console_pages",
+            "Console pages served and live updates rendered, by page (fleet, kind, object, live)",
+            console_pages.clone(),
+        );
+        registry.register(
+            "console_reviews",
+            "Access reviews the console sent to the management API server, by review (tokenreview, subjectaccessreview)",
+            console_reviews.clone(),
+        );
         let change = ChangeStages {
             decision_seconds: stage_histogram(),
             persist_seconds: stage_histogram(),
@@ -292,6 +323,8 @@ impl Metrics {
         Self {
             registry: Arc::new(registry),
             change,
+            console_pages,
+            console_reviews,
             rollout_steps,
             rollouts_ended,
             rollout_seconds,

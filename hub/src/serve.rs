@@ -63,6 +63,8 @@ pub struct ServeConfig {
     pub presence_ttl: Duration,
     /// The controllers' settings (each kind's own among them).
     pub controllers: ControllerOptions,
+    /// The fleet console (off without an address).
+    pub console: crate::console::ConsoleOptions,
 }
 
 /// Runs the hub until Ctrl-C / SIGTERM, or until one of its tasks ends — then it gives up
@@ -128,6 +130,17 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let webhook_listener = crate::webhook::bind(cfg.webhook_addr)
         .await
         .with_context(|| format!("binding the webhook address {}", cfg.webhook_addr))?;
+    let console_listener = match cfg.console.addr {
+        Some(addr) => Some(
+            crate::console::bind(addr)
+                .await
+                .with_context(|| format!("binding the console address {addr}"))?,
+        ),
+        None => None,
+    };
+    if let Some(listener) = &console_listener {
+        info!(console = %listener.local_addr()?, "serving the fleet console");
+    }
     info!(
         webhook = %webhook_listener.local_addr()?,
         grpc = %grpc_listener.local_addr()?, http = %cfg.http_addr, replica = %cfg.replica,
@@ -170,6 +183,12 @@ pub async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         "HTTP endpoint",
         http::serve(http_listener, metrics.clone(), ready.clone(), views.clone()),
     );
+    if let Some(listener) = console_listener {
+        tasks.spawn(
+            "console",
+            crate::console::serve(listener, kube.clone(), metrics.clone(), cfg.console.clone()),
+        );
+    }
     tasks.spawn(
         "admission webhook",
         crate::webhook::run(

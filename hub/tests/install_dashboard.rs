@@ -53,6 +53,18 @@ fn hub_series() -> BTreeSet<String> {
             phase: "RolledBack".into(),
         })
         .inc();
+    metrics
+        .console_pages
+        .get_or_create(&accord_hub::metrics::ConsolePageLabel {
+            page: "fleet".into(),
+        })
+        .inc();
+    metrics
+        .console_reviews
+        .get_or_create(&accord_hub::metrics::ConsoleReviewLabel {
+            review: "tokenreview".into(),
+        })
+        .inc();
     let mut names = BTreeSet::new();
     for line in metrics.encode().lines() {
         let Some(rest) = line.strip_prefix("# TYPE ") else {

@@ -426,6 +426,19 @@ fn summary(state: &State, bin: &Path, took: Duration) -> String {
         state.hub_webhook_url
     ));
     out.push_str(&format!("  hub etcd     {}\n", state.hub_etcd));
+    if let Some(console) = &state.console_url {
+        let token = state
+            .console_token_file
+            .as_ref()
+            .map(|f| {
+                format!(
+                    " (sign in with the token in {}; `status` prints it)",
+                    f.display()
+                )
+            })
+            .unwrap_or_default();
+        out.push_str(&format!("  console      {console}{token}\n"));
+    }
     out.push_str(&format!(
         "               {}\n",
         status::IN_CLUSTER_SERVICES_NOTE

@@ -111,6 +111,8 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         examples: Vec::new(),
         global_prometheus_url: None,
         jaeger_url: None,
+        console_url: None,
+        console_token_file: None,
     };
     state::write(&state)?;
 
@@ -296,6 +298,7 @@ async fn set_up(
             replica: "sandbox-hub".to_owned(),
             webhook_url: true,
             serve_args: otlp.clone(),
+            console: true,
         },
     );
     let (installed, kafkas) = tokio::try_join!(install, member_kafkas(options, testbed))?;
@@ -303,6 +306,11 @@ async fn set_up(
     state.hub_grpc_url = installed.url.clone();
     state.hub_http_url = installed.http.clone();
     state.hub_webhook_url = installed.webhook.clone();
+    if let Some(console) = &installed.console {
+        state.console_token_file = Some(console_viewer(testbed, &options.dir).await?);
+        state.console_url = Some(console.clone());
+        progress(format!("the fleet console serves {console}"));
+    }
     progress(format!(
         "the hub's admission webhook is registered at {}",
         installed
@@ -777,6 +785,31 @@ pub fn agent_command(
         http_addr.to_owned(),
     ]);
     Ok(command)
+}
+
+/// ServiceAccount [`state::CONSOLE_VIEWER`] in the hub's namespace, allowed to read every
+/// Accord kind and Events, and a token of it (valid a week) in `dir`'s
+/// [`state::CONSOLE_TOKEN_FILE`], readable by its owner only; returns the file.
+async fn console_viewer(testbed: &Testbed, dir: &Path) -> Result<PathBuf> {
+    use crate::console::{grant_cluster_wide, reader_rules, service_account_token};
+    let client = testbed.mgmt().client();
+    let ns = crate::hub::HUB_NAMESPACE;
+    grant_cluster_wide(
+        &client,
+        "accord-sandbox-console-viewer",
+        ns,
+        state::CONSOLE_VIEWER,
+        reader_rules(),
+    )
+    .await?;
+    let token = service_account_token(&client, ns, state::CONSOLE_VIEWER).await?;
+    let path = dir.join(state::CONSOLE_TOKEN_FILE);
+    let mut file = std::fs::OpenOptions::new();
+    file.write(true).create(true).truncate(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut file, 0o600);
+    std::io::Write::write_all(&mut file.open(&path)?, token.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
 }
 
 fn ensure_all_running(testbed: &Testbed, running: &[ProcessId]) -> Result<()> {

@@ -62,7 +62,20 @@ pub struct State {
     /// traces, with `--with-tracing`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jaeger_url: Option<String>,
+    /// The hub's fleet console.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console_url: Option<String>,
+    /// A file (mode 0600) holding a token to sign in to the console with: ServiceAccount
+    /// [`CONSOLE_VIEWER`] in the hub's namespace, which may read every Accord kind and
+    /// Events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub console_token_file: Option<PathBuf>,
 }
+
+/// The ServiceAccount whose token signs in to the sandbox's console.
+pub const CONSOLE_VIEWER: &str = "console-viewer";
+/// File name of its token inside the sandbox directory.
+pub const CONSOLE_TOKEN_FILE: &str = "console.token";
 
 /// One member cluster of a sandbox.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,6 +180,8 @@ mod tests {
             examples: vec!["CrossClusterScalePolicy default/webapp-global-scale".into()],
             global_prometheus_url: Some("http://127.70.0.1:9090".into()),
             jaeger_url: None,
+            console_url: Some("http://127.0.0.1:8090".into()),
+            console_token_file: Some(dir.path().join(CONSOLE_TOKEN_FILE)),
         };
         write(&state).unwrap();
         assert_eq!(read(dir.path()).unwrap(), Some(state));

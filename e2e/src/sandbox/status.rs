@@ -59,6 +59,9 @@ pub struct Report {
     /// The hub.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hub: Option<HubReport>,
+    /// The hub's fleet console.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub console: Option<ConsoleReport>,
     /// The members.
     pub members: Vec<MemberReport>,
     /// Every CrossClusterScalePolicy on the management cluster.
@@ -103,6 +106,18 @@ pub struct HubReport {
     pub alive: bool,
     /// Where the hub keeps its state: its etcd endpoints and key prefix.
     pub etcd: String,
+}
+
+/// The console's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsoleReport {
+    /// Its URL.
+    pub url: String,
+    /// The file holding a token to sign in with.
+    pub token_file: Option<PathBuf>,
+    /// That token (printed for people; never in the JSON report).
+    #[serde(skip)]
+    pub token: Option<String>,
 }
 
 /// One member's part of the report.
@@ -295,6 +310,7 @@ pub async fn gather(dir: &Path) -> Result<Report> {
         started_at: None,
         mgmt_kubeconfig: None,
         hub: None,
+        console: None,
         members: Vec::new(),
         policies: Vec::new(),
         global_prometheus: None,
@@ -317,6 +333,17 @@ pub async fn gather(dir: &Path) -> Result<Report> {
             .problems
             .push(format!("the daemon (pid {}) is not running", state.pid));
         return Ok(report);
+    }
+    if let Some(url) = &state.console_url {
+        report.console = Some(ConsoleReport {
+            url: url.clone(),
+            token_file: state.console_token_file.clone(),
+            token: state
+                .console_token_file
+                .as_ref()
+                .and_then(|f| std::fs::read_to_string(f).ok())
+                .map(|t| t.trim().to_owned()),
+        });
     }
     if state.hub_pid != 0 {
         report.hub = Some(HubReport {
@@ -572,6 +599,24 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(out, "           etcd {}", hub.etcd);
         let _ = writeln!(out, "           {IN_CLUSTER_SERVICES_NOTE}");
     }
+    if let Some(console) = &report.console {
+        let _ = writeln!(
+            out,
+            "  console  {} (sign in with the token below: ServiceAccount {} of {}, reads every Accord kind)",
+            console.url,
+            state::CONSOLE_VIEWER,
+            crate::hub::HUB_NAMESPACE
+        );
+        match (&console.token, &console.token_file) {
+            (Some(token), _) => {
+                let _ = writeln!(out, "           {token}");
+            }
+            (None, Some(file)) => {
+                let _ = writeln!(out, "           (token file {} unreadable)", file.display());
+            }
+            (None, None) => {}
+        }
+    }
     if let Some(kubeconfig) = &report.mgmt_kubeconfig
         && report.running
         && kubeconfig.exists()
@@ -808,6 +853,7 @@ mod tests {
             started_at: Some("2026-01-01T00:00:00Z".into()),
             mgmt_kubeconfig: None,
             hub: None,
+            console: None,
             members: vec![MemberReport {
                 name: "member-1".into(),
                 kubeconfig: PathBuf::from("/sandbox/member-1.kubeconfig"),

@@ -784,11 +784,24 @@ mod rendered_tests {
         // Namespace verbs, 2 Secret reads and 1 create cluster-wide, 4 verbs on the webhook
         // configuration, 4 verbs on each Accord CRD, 2 Secret rules in its namespace, 5
         // verbs on the global tier's ConfigMap, 1 ConfigMap create and 4 verbs on
-        // ControllerRevisions (the rollouts' history).
+        // ControllerRevisions (the rollouts' history); for the console, 2 verbs on core
+        // Events and the 2 reviews' creates.
+        assert!(granted.contains(&permission(
+            "authentication.k8s.io",
+            "tokenreviews",
+            "create",
+            None
+        )));
+        assert!(granted.contains(&permission(
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "create",
+            None
+        )));
         let kinds = accord_crds::all_crds().len();
         assert_eq!(
             granted.len(),
-            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + kinds * 4 + 2 + 5 + 1 + 4
+            kinds * 4 + 1 + kinds + 2 + 2 + 3 + 4 + kinds * 4 + 2 + 5 + 1 + 4 + 2 + 2
         );
     }
 }

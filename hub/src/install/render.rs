@@ -313,6 +313,10 @@ pub fn accord_plurals() -> Vec<String> {
 ///   history of objects that roll out progressively (one per revision, owned by the
 ///   object, at most ten kept; the outcome noted when the rollout ends).
 ///
+/// - The fleet console (`--console-addr`): `list`/`watch` of core Events (the Events the
+///   hub reported, for an object's timeline), and `create` of TokenReviews and
+///   SubjectAccessReviews, to check each console user's own token and what it may read.
+///
 /// No Leases (leader election uses etcd).
 pub fn hub_cluster_rules() -> Value {
     let plurals = accord_plurals();
@@ -329,6 +333,9 @@ pub fn hub_cluster_rules() -> Value {
         { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
         { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] },
         { "apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create", "list", "patch", "delete"] },
+        { "apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"] },
+        { "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"] },
+        { "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"] },
         {
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingwebhookconfigurations"],
@@ -892,6 +899,9 @@ mod tests {
                 { "apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"] },
                 { "apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch", "create"] },
                 { "apiGroups": ["apps"], "resources": ["controllerrevisions"], "verbs": ["create", "list", "patch", "delete"] },
+                { "apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"] },
+                { "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"] },
+                { "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"] },
                 {
                     "apiGroups": ["admissionregistration.k8s.io"],
                     "resources": ["validatingwebhookconfigurations"],
