@@ -28,7 +28,10 @@ pub fn accord_binary(name: &str) -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os(BINARIES_ENV) {
         let path = PathBuf::from(dir).join(name);
         if !path.is_file() {
-            bail!("{BINARIES_ENV} names no {name} (looked for {})", path.display());
+            bail!(
+                "{BINARIES_ENV} names no {name} (looked for {})",
+                path.display()
+            );
         }
         return Ok(path);
     }
