@@ -275,8 +275,15 @@ async fn set_up(
         "installing the hub (accord-hub install --webhook-url, the API server calling the \
          hub on this host) and serving it as its ServiceAccount",
     );
+    // The hub exports traces and links each object's console page to its trace in Jaeger's
+    // query API (the binary built from Jaeger's Go module carries no UI assets).
+    let mut hub_args = Vec::new();
     let otlp = if options.tracing {
         let jaeger = crate::jaeger::Jaeger::start(testbed).await?;
+        hub_args.extend([
+            "--console-trace-url".to_owned(),
+            format!("{}/api/traces/{{traceID}}", jaeger.addrs.query_url),
+        ]);
         progress(format!(
             "Jaeger receives traces at {} (UI and query API {})",
             jaeger.otlp_endpoint(),
@@ -297,7 +304,7 @@ async fn set_up(
             etcd_prefix: testbed.hub_etcd_prefix().to_owned(),
             replica: "sandbox-hub".to_owned(),
             webhook_url: true,
-            serve_args: otlp.clone(),
+            serve_args: otlp.iter().cloned().chain(hub_args).collect(),
             console: true,
         },
     );
