@@ -11,12 +11,11 @@ use accord_crds::{FederatedResource, FederatedResourceStatus, PlacementState};
 use accord_e2e::fleet::{Fleet, ensure_namespace};
 use accord_e2e::jaeger::{Jaeger, JaegerSpan, Trace, tag};
 use accord_e2e::kafka_topic_scenario::wait_event;
-use accord_e2e::resource_scenario::resource_object;
+use accord_e2e::resource_scenario::{apply_resource, resource_object};
 use accord_e2e::wait::{Check, until};
 use accord_e2e::{SharedTestbed, Testbed};
 use anyhow::{Context as _, Result, ensure};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
@@ -25,7 +24,6 @@ static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
 static JAEGER: OnceCell<Jaeger> = OnceCell::const_new();
 /// Generous for a loaded machine; each step normally takes a second or two.
 const STEP: Duration = Duration::from_secs(60);
-const FM: &str = "accord-e2e-tests";
 
 async fn jaeger(testbed: &Testbed) -> Result<&'static Jaeger> {
     JAEGER.get_or_try_init(|| Jaeger::start(testbed)).await
@@ -56,10 +54,7 @@ async fn traced_fleet<'t>(testbed: &'t Testbed, prefix: &str) -> Result<(Fleet<'
 
 async fn apply(testbed: &Testbed, ns: &str, object: &Value) -> Result<()> {
     ensure_namespace(testbed.mgmt(), ns).await?;
-    let api: Api<FederatedResource> = Api::namespaced(testbed.mgmt().client(), ns);
-    let name = object["metadata"]["name"].as_str().context("name")?;
-    api.patch(name, &PatchParams::apply(FM).force(), &Patch::Apply(object))
-        .await?;
+    apply_resource(&testbed.mgmt().client(), object).await?;
     Ok(())
 }
 
