@@ -20,6 +20,9 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 static TESTBED: SharedTestbed = SharedTestbed::new(|b| b.members(3));
+/// One test at a time: each runs a hub of its own over the shared management cluster, and
+/// a hub reconciles (and traces) every object there, the other test's too.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// One Jaeger for the binary's tests (each test's trace ids are its own).
 static JAEGER: OnceCell<Jaeger> = OnceCell::const_new();
 /// Generous for a loaded machine; each step normally takes a second or two.
@@ -175,6 +178,7 @@ async fn wait_trace(testbed: &Testbed, trace_id: &str, clusters: &[String]) -> R
 
 #[test]
 fn one_edit_is_one_trace_from_the_hub_decision_to_each_members_apply() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let (fleet, clusters) = traced_fleet(testbed, "trace").await?;
         let ns = "trace-edit";
@@ -241,6 +245,7 @@ fn one_edit_is_one_trace_from_the_hub_decision_to_each_members_apply() {
 
 #[test]
 fn the_users_traceparent_is_the_parent_of_the_change_and_a_bad_one_is_said_and_ignored() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     TESTBED.run(|testbed| async move {
         let (_fleet, clusters) = traced_fleet(testbed, "tparent").await?;
         let ns = "trace-parent";
