@@ -69,6 +69,11 @@ fn every_watch_decodes_leniently() {
             "built-in kinds (Deployment, HPA, Secret, ConfigMap, Service, Namespace)",
         ),
         ("agent/src/reload/mod.rs", 1, "ConfigMap"),
+        (
+            "hub/src/console/cache.rs",
+            2,
+            "DynamicObject (ManagedClusters, every placed kind), Event (the hub's own)",
+        ),
         ("hub/src/controllers/mod.rs", 1, "Lenient<ManagedCluster>"),
         (
             "hub/src/controllers/placement/run.rs",
