@@ -29,7 +29,7 @@ use accord_e2e::stats::pct;
 use accord_e2e::wait::{Check, until};
 use anyhow::{Context as _, Result, ensure};
 use clap::Parser;
-use futures::{StreamExt, stream};
+use futures::{StreamExt, TryStreamExt, stream};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -112,10 +112,8 @@ async fn main() -> Result<()> {
             }
         })
         .buffer_unordered(PARALLEL)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+        .try_collect::<Vec<_>>()
+        .await?;
     // The objects, each placed in three clusters.
     let namespaces: Vec<String> = (0..args.namespaces)
         .map(|i| format!("bench-ns-{i}"))
@@ -143,10 +141,8 @@ async fn main() -> Result<()> {
             }
         })
         .buffer_unordered(PARALLEL)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
+        .try_collect::<Vec<_>>()
+        .await?;
     println!(
         "created {} ManagedClusters and {} FederatedResources in {} namespaces in {:.1} s",
         args.clusters,
